@@ -1,0 +1,296 @@
+//! Filesystem commands: subvolume list, ls, stat, cat, extract.
+
+use crate::output::{mode_string, pct, ts_human};
+use crate::{print_reports, CmdResult, ImageArgs};
+use clap::{Args, Subcommand};
+use serde_json::json;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use ubtrfs_engine::{FileHandle, Filesystem, InodeId, Stat};
+use ubtrfs_format::bytes::format_uuid;
+
+#[derive(Subcommand)]
+pub enum SubvolumeCmd {
+    /// List subvolumes and snapshots (like `btrfs subvolume list -a -u -q -R`).
+    List {
+        #[command(flatten)]
+        image: ImageArgs,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+pub struct LsArgs {
+    #[command(flatten)]
+    image: ImageArgs,
+    /// Absolute path inside the image (from the top-level subvolume).
+    #[arg(default_value = "/")]
+    path: PathBuf,
+    /// Long listing.
+    #[arg(short = 'l')]
+    long: bool,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct StatArgs {
+    #[command(flatten)]
+    image: ImageArgs,
+    path: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct CatArgs {
+    #[command(flatten)]
+    image: ImageArgs,
+    path: PathBuf,
+}
+
+#[derive(Args)]
+pub struct ExtractArgs {
+    #[command(flatten)]
+    image: ImageArgs,
+    /// File or directory inside the image.
+    path: PathBuf,
+    /// Destination; must not exist (created like `cp -a PATH DEST`).
+    dest: PathBuf,
+    /// Print each path extracted.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+fn pbytes(p: &std::path::Path) -> &[u8] {
+    p.as_os_str().as_bytes()
+}
+
+pub fn run_subvolume(cmd: SubvolumeCmd) -> CmdResult {
+    let SubvolumeCmd::List { image, json } = cmd;
+    let fs = image.open()?;
+    let subs = fs.subvolumes()?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        let v: Vec<_> = subs
+            .iter()
+            .filter(|s| s.id != 5)
+            .map(|s| {
+                json!({
+                    "id": s.id, "parent_id": s.parent_id, "top_level": s.parent_id,
+                    "path": String::from_utf8_lossy(&s.path), "path_pct": pct(&s.path),
+                    "uuid": format_uuid(&s.root.uuid),
+                    "parent_uuid": uuid_or_dash(&s.root.parent_uuid),
+                    "received_uuid": uuid_or_dash(&s.root.received_uuid),
+                    "readonly": s.root.is_readonly(),
+                    "generation": s.root.generation, "ctransid": s.root.ctransid,
+                    "otransid": s.root.otransid,
+                    "otime": ts_human(&s.root.otime),
+                })
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+    } else {
+        for s in subs.iter().filter(|s| s.id != 5) {
+            out.write_all(
+                format!(
+                    "ID {} gen {} top level {} parent_uuid {} received_uuid {} uuid {} flags {} path ",
+                    s.id,
+                    s.root.generation,
+                    s.parent_id,
+                    uuid_or_dash(&s.root.parent_uuid),
+                    uuid_or_dash(&s.root.received_uuid),
+                    format_uuid(&s.root.uuid),
+                    if s.root.is_readonly() { "ro" } else { "-" },
+                )
+                .as_bytes(),
+            )?;
+            out.write_all(&s.path)?;
+            out.write_all(b"\n")?;
+        }
+    }
+    print_reports(&fs);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn uuid_or_dash(u: &[u8; 16]) -> String {
+    if u.iter().all(|&b| b == 0) {
+        "-".into()
+    } else {
+        format_uuid(u)
+    }
+}
+
+fn type_char(st: &Stat) -> char {
+    mode_string(st.mode).chars().next().unwrap_or('?')
+}
+
+pub fn ls(a: LsArgs) -> CmdResult {
+    let fs = a.image.open()?;
+    let id = fs.resolve(pbytes(&a.path))?;
+    let st = fs.stat(id)?;
+    let mut rows: Vec<(Vec<u8>, Stat, InodeId)> = Vec::new();
+    if st.is_dir() {
+        for e in fs.read_dir(id)? {
+            let s = fs.stat(e.target)?;
+            rows.push((e.name, s, e.target));
+        }
+    } else {
+        rows.push((pbytes(&a.path).to_vec(), st, id));
+    }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if a.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(n, s, _)| {
+                json!({"name": String::from_utf8_lossy(n), "name_pct": pct(n), "ino": s.ino,
+                       "type": type_char(s).to_string(), "mode": s.mode, "nlink": s.nlink,
+                       "uid": s.uid, "gid": s.gid, "size": s.size,
+                       "mtime": ts_human(&s.mtime)})
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+    } else {
+        for (name, s, target) in &rows {
+            if a.long {
+                write!(
+                    out,
+                    "{} {:>3} {:>5} {:>5} {:>12} {} ",
+                    mode_string(s.mode),
+                    s.nlink,
+                    s.uid,
+                    s.gid,
+                    s.size,
+                    &ts_human(&s.mtime)[..19]
+                )?;
+            }
+            out.write_all(name)?;
+            if a.long && s.is_symlink() {
+                out.write_all(b" -> ")?;
+                out.write_all(&fs.readlink(*target)?)?;
+            }
+            out.write_all(b"\n")?;
+        }
+    }
+    out.flush()?;
+    print_reports(&fs);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn stat(a: StatArgs) -> CmdResult {
+    let fs = a.image.open()?;
+    let id = fs.resolve(pbytes(&a.path))?;
+    let s = fs.stat(id)?;
+    let xattrs = fs.xattrs(id)?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        let v = json!({
+            "path": String::from_utf8_lossy(pbytes(&a.path)), "subvolume": id.subvol,
+            "ino": s.ino, "mode": s.mode, "type": type_char(&s).to_string(), "nlink": s.nlink,
+            "uid": s.uid, "gid": s.gid, "rdev": s.rdev, "size": s.size, "nbytes": s.nbytes,
+            "atime": [s.atime.sec, s.atime.nsec], "mtime": [s.mtime.sec, s.mtime.nsec],
+            "ctime": [s.ctime.sec, s.ctime.nsec], "otime": [s.otime.sec, s.otime.nsec],
+            "flags": s.flags, "generation": s.generation, "transid": s.transid,
+            "xattrs": xattrs.iter().map(|(k, v)| json!({"name": pct(k), "value_hex": crate::output::hex(v)})).collect::<Vec<_>>(),
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+    } else {
+        writeln!(out, "  File: {}", a.path.display())?;
+        writeln!(
+            out,
+            "  Size: {:<12} Blocks: {:<10} Type: {}",
+            s.size,
+            s.nbytes / 512,
+            type_char(&s)
+        )?;
+        writeln!(
+            out,
+            "Subvol: {:<12} Inode: {:<11} Links: {}",
+            id.subvol, s.ino, s.nlink
+        )?;
+        writeln!(
+            out,
+            "Access: ({:04o}/{})  Uid: {}  Gid: {}  Rdev: {}",
+            s.mode & 0o7777,
+            mode_string(s.mode),
+            s.uid,
+            s.gid,
+            s.rdev
+        )?;
+        for (n, t) in [
+            ("Access", &s.atime),
+            ("Modify", &s.mtime),
+            ("Change", &s.ctime),
+            (" Birth", &s.otime),
+        ] {
+            writeln!(out, "{n}: {} UTC", ts_human(t))?;
+        }
+        writeln!(
+            out,
+            " Flags: 0x{:x}  Generation: {}  Transid: {}",
+            s.flags, s.generation, s.transid
+        )?;
+        for (k, v) in xattrs {
+            writeln!(out, " Xattr: {} ({} bytes)", pct(&k), v.len())?;
+        }
+    }
+    print_reports(&fs);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn cat(a: CatArgs) -> CmdResult {
+    let fs = a.image.open()?;
+    let id = fs.resolve(pbytes(&a.path))?;
+    let st = fs.stat(id)?;
+    if !st.is_reg() {
+        return Err(format!("{}: not a regular file", a.path.display()).into());
+    }
+    let mut h = FileHandle::open(&fs, id)?;
+    let mut out = std::io::stdout().lock();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = 0;
+    loop {
+        let n = h.read_at(&fs, pos, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])?;
+        pos += n as u64;
+    }
+    out.flush()?;
+    print_reports(&fs);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn extract(a: ExtractArgs) -> CmdResult {
+    let fs: Filesystem = a.image.open()?;
+    let id = fs.resolve(pbytes(&a.path))?;
+    let opts = ubtrfs_engine::extract::ExtractOptions { verbose: a.verbose };
+    let bar = crate::cmd_scrub::progress_bar(fs.info.sb.bytes_used.max(1), "extract");
+    let report = ubtrfs_engine::extract::extract(&fs, id, &a.dest, &opts, &mut |done| {
+        if let Some(b) = &bar {
+            b.set_position(done);
+        }
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    print_reports(&fs);
+    eprintln!(
+        "extracted {} files, {} directories, {} other; {} bytes of data",
+        report.files, report.dirs, report.others, report.bytes
+    );
+    if report.errors.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for e in &report.errors {
+            eprintln!("ubtrfs: error: {e}");
+        }
+        Ok(ExitCode::FAILURE)
+    }
+}

@@ -1,0 +1,109 @@
+#![recursion_limit = "256"]
+//! `ubtrfs`: read btrfs images in userspace. A thin front end over
+//! `ubtrfs-engine`; each subcommand lives in its own module.
+
+mod cmd_fs;
+mod cmd_inspect;
+mod cmd_scrub;
+mod manifest;
+mod output;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use ubtrfs_engine::{Filesystem, OpenOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "ubtrfs",
+    version,
+    about = "Read btrfs images and devices in userspace, without root or the kernel's btrfs driver."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Command,
+}
+
+/// Options shared by every command that opens an image.
+#[derive(Args, Clone)]
+pub struct ImageArgs {
+    /// The btrfs image file or block device (opened read-only).
+    pub image: PathBuf,
+    /// Another device of a multi-device filesystem (repeatable).
+    #[arg(short = 'd', long = "device", value_name = "PATH")]
+    pub devices: Vec<PathBuf>,
+    /// Memory budget of the tree block cache, in MiB.
+    #[arg(long = "cache-mb", default_value_t = 64)]
+    pub cache_mb: u64,
+}
+
+impl ImageArgs {
+    pub fn open(&self) -> Result<Filesystem, ubtrfs_engine::Error> {
+        Filesystem::open(
+            &self.image,
+            &OpenOptions {
+                devices: self.devices.clone(),
+                cache_bytes: self.cache_mb << 20,
+            },
+        )
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Low-level views of the image (superblock, trees).
+    #[command(subcommand)]
+    Inspect(cmd_inspect::InspectCmd),
+    /// Subvolume commands.
+    #[command(subcommand)]
+    Subvolume(cmd_fs::SubvolumeCmd),
+    /// List a directory (or show one file) inside the image.
+    Ls(cmd_fs::LsArgs),
+    /// Show an inode's attributes.
+    Stat(cmd_fs::StatArgs),
+    /// Write a file's content to stdout.
+    Cat(cmd_fs::CatArgs),
+    /// Copy a file or tree out of the image, like `cp -a`.
+    Extract(cmd_fs::ExtractArgs),
+    /// Verify every metadata and data checksum on every copy, offline.
+    Scrub(cmd_scrub::ScrubArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Command::Inspect(c) => cmd_inspect::run(c),
+        Command::Subvolume(c) => cmd_fs::run_subvolume(c),
+        Command::Ls(a) => cmd_fs::ls(a),
+        Command::Stat(a) => cmd_fs::stat(a),
+        Command::Cat(a) => cmd_fs::cat(a),
+        Command::Extract(a) => cmd_fs::extract(a),
+        Command::Scrub(a) => cmd_scrub::run(a),
+    };
+    match res {
+        Ok(code) => code,
+        Err(e) => {
+            // A closed pipe (`ubtrfs cat ... | head`) is not an error.
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                if io.kind() == std::io::ErrorKind::BrokenPipe {
+                    return ExitCode::SUCCESS;
+                }
+            }
+            eprintln!("ubtrfs: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+pub type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;
+
+/// Prints what the engine worked around (bad copies, missing devices).
+pub fn print_reports(fs: &Filesystem) {
+    let (reports, dropped) = fs.info.take_reports();
+    for r in reports {
+        eprintln!("ubtrfs: warning: {r}");
+    }
+    if dropped > 0 {
+        eprintln!("ubtrfs: warning: {dropped} more recovery reports not shown");
+    }
+}

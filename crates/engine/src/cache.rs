@@ -1,0 +1,130 @@
+//! A bounded cache of verified tree blocks, shared by every reader of a
+//! filesystem. CLOCK replacement: a hit sets a reference bit, eviction
+//! sweeps a hand that clears bits until it finds an unreferenced block.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use ubtrfs_format::node::{Header, Node};
+
+/// A tree block that passed checksum and structure validation.
+#[derive(Debug)]
+pub struct TreeBlock {
+    pub bytenr: u64,
+    pub header: Header,
+    data: Box<[u8]>,
+}
+
+impl TreeBlock {
+    pub fn new(bytenr: u64, header: Header, data: Box<[u8]>) -> Self {
+        TreeBlock {
+            bytenr,
+            header,
+            data,
+        }
+    }
+
+    pub fn node(&self) -> Node<'_> {
+        Node::from_validated(self.header, &self.data)
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+struct Slot {
+    block: Arc<TreeBlock>,
+    referenced: AtomicBool,
+}
+
+struct Inner {
+    index: HashMap<u64, usize>,
+    slots: Vec<Slot>,
+    hand: usize,
+}
+
+pub struct BlockCache {
+    capacity: usize,
+    inner: Mutex<Inner>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl BlockCache {
+    /// A cache holding at most `budget_bytes / nodesize` blocks (at least 16).
+    pub fn new(budget_bytes: u64, nodesize: u32) -> Self {
+        let capacity = ((budget_bytes / nodesize.max(1) as u64) as usize).max(16);
+        BlockCache {
+            capacity,
+            inner: Mutex::new(Inner {
+                index: HashMap::new(),
+                slots: Vec::new(),
+                hand: 0,
+            }),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    pub fn get(&self, bytenr: u64) -> Option<Arc<TreeBlock>> {
+        let inner = self.inner.lock().unwrap();
+        match inner.index.get(&bytenr) {
+            Some(&i) => {
+                let s = &inner.slots[i];
+                s.referenced.store(true, Ordering::Relaxed);
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                Some(s.block.clone())
+            }
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    pub fn contains(&self, bytenr: u64) -> bool {
+        self.inner.lock().unwrap().index.contains_key(&bytenr)
+    }
+
+    pub fn insert(&self, block: Arc<TreeBlock>) {
+        let mut inner = self.inner.lock().unwrap();
+        if inner.index.contains_key(&block.bytenr) {
+            return;
+        }
+        let bytenr = block.bytenr;
+        let slot = Slot {
+            block,
+            referenced: AtomicBool::new(false),
+        };
+        if inner.slots.len() < self.capacity {
+            inner.slots.push(slot);
+            let i = inner.slots.len() - 1;
+            inner.index.insert(bytenr, i);
+            return;
+        }
+        let victim = loop {
+            let h = inner.hand;
+            inner.hand = (h + 1) % inner.slots.len();
+            if !inner.slots[h].referenced.swap(false, Ordering::Relaxed) {
+                break h;
+            }
+        };
+        let old = inner.slots[victim].block.bytenr;
+        inner.index.remove(&old);
+        inner.slots[victim] = slot;
+        inner.index.insert(bytenr, victim);
+    }
+
+    /// (hits, misses) since creation.
+    pub fn stats(&self) -> (u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+        )
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}

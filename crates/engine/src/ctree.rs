@@ -1,0 +1,316 @@
+//! B-tree search and iteration over verified blocks. A [`Cursor`] holds the
+//! path from the root to a leaf slot; moving it reads siblings through the
+//! shared block cache.
+
+use crate::cache::TreeBlock;
+use crate::disk_io::{BlockExpect, FsInfo};
+use crate::error::{Error, Result};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use ubtrfs_format::consts::tree_name;
+use ubtrfs_format::key::Key;
+use ubtrfs_format::node::MAX_LEVEL;
+
+/// A tree: its id (owner) and where its root block is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tree {
+    pub id: u64,
+    pub bytenr: u64,
+    pub level: u8,
+    pub generation: u64,
+}
+
+impl Tree {
+    /// A human name for errors: "fs tree 5", "subvolume 257".
+    pub fn describe(&self) -> String {
+        match tree_name(self.id) {
+            Some(n) => format!("{n} tree"),
+            None => format!("subvolume {} tree", self.id),
+        }
+    }
+}
+
+/// A position in a tree: one (block, slot) per level, leaf first.
+pub struct Cursor<'f> {
+    fs: &'f FsInfo,
+    tree: Tree,
+    /// path[0] is the leaf; path[level] the node at that level.
+    path: Vec<(Arc<TreeBlock>, usize)>,
+    /// False once the cursor has moved past the last (or before the first) item.
+    valid: bool,
+}
+
+impl<'f> Cursor<'f> {
+    pub fn new(fs: &'f FsInfo, tree: Tree) -> Self {
+        Cursor {
+            fs,
+            tree,
+            path: Vec::new(),
+            valid: false,
+        }
+    }
+
+    pub fn tree(&self) -> &Tree {
+        &self.tree
+    }
+
+    fn read_root(&self) -> Result<Arc<TreeBlock>> {
+        if self.tree.level > MAX_LEVEL {
+            return Err(Error::corrupt(
+                self.tree.describe(),
+                format!("root level {}", self.tree.level),
+            ));
+        }
+        self.fs
+            .read_tree_block(
+                self.tree.bytenr,
+                BlockExpect {
+                    level: Some(self.tree.level),
+                    generation: Some(self.tree.generation).filter(|&g| g != 0),
+                    first_key: None,
+                },
+            )
+            .map_err(|e| self.context(e))
+    }
+
+    fn read_child(&self, parent: &TreeBlock, slot: usize) -> Result<Arc<TreeBlock>> {
+        let ptr = parent.node().key_ptr(slot);
+        let child = self
+            .fs
+            .read_tree_block(
+                ptr.blockptr,
+                BlockExpect {
+                    level: Some(parent.header.level - 1),
+                    generation: Some(ptr.generation),
+                    first_key: Some(ptr.key),
+                },
+            )
+            .map_err(|e| self.context(e))?;
+        // Only a root may be empty; an empty child would also let iteration
+        // spin over nothing.
+        if child.node().nritems() == 0 {
+            return Err(self.context(Error::corrupt(
+                format!("tree block {}", ptr.blockptr),
+                "empty non-root block",
+            )));
+        }
+        Ok(child)
+    }
+
+    fn context(&self, e: Error) -> Error {
+        match e {
+            Error::Corrupt { at, detail } => Error::Corrupt {
+                at: format!("{} ({})", at, self.tree.describe()),
+                detail,
+            },
+            Error::Format { at, source } => Error::Format {
+                at: format!("{} ({})", at, self.tree.describe()),
+                source,
+            },
+            other => other,
+        }
+    }
+
+    /// Positions the cursor at the first item with key >= `key`. Returns
+    /// whether such an item exists.
+    pub fn seek(&mut self, key: &Key) -> Result<bool> {
+        self.path.clear();
+        let mut block = self.read_root()?;
+        loop {
+            let node = block.node();
+            let level = node.level();
+            if level == 0 {
+                let (slot, exact) = node.search(key);
+                let slot = match (slot, exact) {
+                    (Some(s), true) => s,
+                    (Some(s), false) => s + 1,
+                    (None, _) => 0,
+                };
+                self.path.insert(0, (block, slot));
+                break;
+            }
+            // Descend into the last child whose first key <= key.
+            let slot = node.search(key).0.unwrap_or(0);
+            let child = self.read_child(&block, slot)?;
+            self.path.insert(0, (block, slot));
+            block = child;
+        }
+        self.valid = true;
+        let (leaf, slot) = &self.path[0];
+        if *slot >= leaf.node().nritems() {
+            return self.advance_leaf();
+        }
+        Ok(true)
+    }
+
+    /// Positions at the last item with key <= `key`.
+    pub fn seek_le(&mut self, key: &Key) -> Result<bool> {
+        let found = self.seek(key)?;
+        if found && self.key() == Some(*key) {
+            return Ok(true);
+        }
+        if !found {
+            // Past the end: the last item of the tree, if any.
+            return self.seek_last();
+        }
+        self.prev()
+    }
+
+    /// Positions at the last item with key <= `key`, or at the first item of
+    /// the tree when there is none: where a scan for ranges covering `key`
+    /// starts.
+    pub fn seek_floor(&mut self, key: &Key) -> Result<bool> {
+        if self.seek_le(key)? {
+            return Ok(true);
+        }
+        self.seek(&Key::MIN)
+    }
+
+    /// Positions at the last item of the tree.
+    pub fn seek_last(&mut self) -> Result<bool> {
+        self.path.clear();
+        let mut block = self.read_root()?;
+        loop {
+            let n = block.node().nritems();
+            if block.header.level == 0 {
+                self.path.insert(0, (block, n.saturating_sub(1)));
+                self.valid = n > 0;
+                return Ok(n > 0);
+            }
+            let child = self.read_child(&block, n - 1)?;
+            self.path.insert(0, (block, n - 1));
+            block = child;
+        }
+    }
+
+    /// The current item's key, if positioned on one.
+    pub fn key(&self) -> Option<Key> {
+        let (leaf, slot) = self.path.first()?;
+        (self.valid && *slot < leaf.node().nritems()).then(|| leaf.node().key(*slot))
+    }
+
+    /// The current item (key and data), if positioned on one.
+    pub fn item(&self) -> Option<(Key, &[u8])> {
+        let (leaf, slot) = self.path.first()?;
+        if !self.valid || *slot >= leaf.node().nritems() {
+            return None;
+        }
+        let it = leaf.node().item(*slot);
+        Some((it.key, it.data))
+    }
+
+    /// The leaf block the cursor is on and its slot.
+    pub fn leaf(&self) -> Option<(&Arc<TreeBlock>, usize)> {
+        self.path.first().map(|(b, s)| (b, *s))
+    }
+
+    /// Moves to the next item. Returns false at the end of the tree.
+    pub fn next(&mut self) -> Result<bool> {
+        if !self.valid || self.path.is_empty() {
+            return Ok(false);
+        }
+        self.path[0].1 += 1;
+        if self.path[0].1 < self.path[0].0.node().nritems() {
+            return Ok(true);
+        }
+        self.advance_leaf()
+    }
+
+    /// Moves from the end of the current leaf to the first item of the next
+    /// non-empty leaf.
+    fn advance_leaf(&mut self) -> Result<bool> {
+        let mut level = 1;
+        loop {
+            if level >= self.path.len() {
+                self.valid = false;
+                return Ok(false);
+            }
+            let (node, slot) = &self.path[level];
+            if slot + 1 < node.node().nritems() {
+                self.path[level].1 += 1;
+                break;
+            }
+            level += 1;
+        }
+        // Descend along first children.
+        while level > 0 {
+            let (node, slot) = &self.path[level];
+            let child = self.read_child(node, *slot)?;
+            self.path[level - 1] = (child, 0);
+            level -= 1;
+        }
+        Ok(true)
+    }
+
+    /// Moves to the previous item. Returns false before the start.
+    pub fn prev(&mut self) -> Result<bool> {
+        if self.path.is_empty() {
+            return Ok(false);
+        }
+        if self.path[0].1 > 0 {
+            self.path[0].1 -= 1;
+            self.valid = true;
+            return Ok(true);
+        }
+        let mut level = 1;
+        loop {
+            if level >= self.path.len() {
+                self.valid = false;
+                return Ok(false);
+            }
+            if self.path[level].1 > 0 {
+                self.path[level].1 -= 1;
+                break;
+            }
+            level += 1;
+        }
+        while level > 0 {
+            let (node, slot) = &self.path[level];
+            let child = self.read_child(node, *slot)?;
+            let n = child.node().nritems();
+            self.path[level - 1] = (child, n.saturating_sub(1));
+            level -= 1;
+        }
+        self.valid = true;
+        Ok(true)
+    }
+}
+
+/// Calls `f` for every item with `start <= key <= end`, in key order, until
+/// `f` breaks.
+pub fn for_each_item<F>(fs: &FsInfo, tree: Tree, start: Key, end: Key, mut f: F) -> Result<()>
+where
+    F: FnMut(Key, &[u8]) -> Result<ControlFlow<()>>,
+{
+    let mut c = Cursor::new(fs, tree);
+    if !c.seek(&start)? {
+        return Ok(());
+    }
+    loop {
+        let Some((k, data)) = c.item() else {
+            return Ok(());
+        };
+        if k > end {
+            return Ok(());
+        }
+        if f(k, data)?.is_break() {
+            return Ok(());
+        }
+        if !c.next()? {
+            return Ok(());
+        }
+    }
+}
+
+/// Looks up the item with exactly `key` and returns a copy of its data.
+pub fn lookup(fs: &FsInfo, tree: Tree, key: &Key) -> Result<Option<Vec<u8>>> {
+    let mut c = Cursor::new(fs, tree);
+    if c.seek(key)? {
+        if let Some((k, d)) = c.item() {
+            if k == *key {
+                return Ok(Some(d.to_vec()));
+            }
+        }
+    }
+    Ok(None)
+}

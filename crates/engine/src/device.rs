@@ -1,0 +1,126 @@
+//! Devices: image files or block devices opened read-only, identified by
+//! the superblock each carries (fsid, devid).
+
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use ubtrfs_format::consts::{SUPER_OFFSETS, SUPER_SIZE};
+use ubtrfs_format::Superblock;
+
+/// One opened device of the filesystem.
+#[derive(Debug)]
+pub struct Device {
+    pub path: PathBuf,
+    pub devid: u64,
+    pub uuid: [u8; 16],
+    pub size: u64,
+    /// The newest valid superblock copy found on this device.
+    pub superblock: Superblock,
+    /// Superblock copies that were present but invalid (offset, reason).
+    pub bad_supers: Vec<(u64, String)>,
+    file: File,
+}
+
+impl Device {
+    /// Opens `path` read-only and reads its superblock copies, keeping the
+    /// valid one with the highest generation. Copies beyond the device end
+    /// are not looked for.
+    pub fn open(path: &Path) -> Result<Device> {
+        let file = File::open(path).map_err(|e| Error::Io {
+            path: path.display().to_string(),
+            op: "open".into(),
+            source: e,
+        })?;
+        let size = device_size(&file).map_err(|e| Error::Io {
+            path: path.display().to_string(),
+            op: "size".into(),
+            source: e,
+        })?;
+        let mut best: Option<Superblock> = None;
+        let mut bad = Vec::new();
+        let mut buf = vec![0u8; SUPER_SIZE];
+        for &off in SUPER_OFFSETS.iter() {
+            if off + SUPER_SIZE as u64 > size {
+                break;
+            }
+            if let Err(e) = file.read_exact_at(&mut buf, off) {
+                bad.push((off, format!("read error: {e}")));
+                continue;
+            }
+            match Superblock::parse(&buf) {
+                Ok(sb) if sb.bytenr != off => bad.push((
+                    off,
+                    format!("superblock records bytenr {} instead", sb.bytenr),
+                )),
+                Ok(sb) => {
+                    if best.as_ref().is_none_or(|b| sb.generation > b.generation) {
+                        best = Some(sb);
+                    }
+                }
+                Err(e) => {
+                    // Mirrors never written (all zero, no magic) are not errors.
+                    if off == SUPER_OFFSETS[0] || buf[0x40..0x48] == *b"_BHRfS_M" {
+                        bad.push((off, e.to_string()))
+                    }
+                }
+            }
+        }
+        let superblock = best.ok_or_else(|| {
+            let why = bad
+                .iter()
+                .map(|(o, e)| format!("at {o}: {e}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            Error::corrupt(
+                format!("{}", path.display()),
+                format!("no valid btrfs superblock ({why})"),
+            )
+        })?;
+        Ok(Device {
+            path: path.to_path_buf(),
+            devid: superblock.dev_item.devid,
+            uuid: superblock.dev_item.uuid,
+            size,
+            superblock,
+            bad_supers: bad,
+            file,
+        })
+    }
+
+    /// Reads exactly `buf.len()` bytes at physical offset `off`.
+    pub fn read_at(&self, buf: &mut [u8], off: u64) -> Result<()> {
+        let end = off.checked_add(buf.len() as u64);
+        if end.is_none_or(|e| e > self.size) {
+            return Err(Error::corrupt(
+                format!("device {} (devid {})", self.path.display(), self.devid),
+                format!(
+                    "read of {} bytes at physical {off} beyond device size {}",
+                    buf.len(),
+                    self.size
+                ),
+            ));
+        }
+        self.file.read_exact_at(buf, off).map_err(|e| Error::Io {
+            path: self.path.display().to_string(),
+            op: format!("read {} bytes at physical {off}", buf.len()),
+            source: e,
+        })
+    }
+
+    pub fn name(&self) -> String {
+        format!("{} (devid {})", self.path.display(), self.devid)
+    }
+}
+
+/// Size of a regular file or block device.
+fn device_size(file: &File) -> std::io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let meta = file.metadata()?;
+    if meta.is_file() {
+        return Ok(meta.len());
+    }
+    // Block devices report 0 in metadata; seeking to the end gives the size.
+    let mut f = file.try_clone()?;
+    f.seek(SeekFrom::End(0))
+}

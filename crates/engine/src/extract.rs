@@ -1,0 +1,264 @@
+//! Copying a file or tree out of the image onto the host, as `cp -a` would:
+//! modes, owners (as root), times, xattrs, hardlinks, symlinks, special files
+//! and the data/hole layout (holes and prealloc ranges stay holes).
+
+use crate::error::{Error, Result};
+use crate::file::FileHandle;
+use crate::fs::{Filesystem, InodeId, Stat};
+use crate::walk::{walk, Descend};
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::fs::{File, OpenOptions as FsOpen};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use ubtrfs_format::items::Timespec;
+
+#[derive(Debug, Default, Clone)]
+pub struct ExtractOptions {
+    /// Print each path as it is extracted.
+    pub verbose: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct ExtractReport {
+    pub files: u64,
+    pub dirs: u64,
+    pub others: u64,
+    pub bytes: u64,
+    /// Problems with single paths; the rest of the tree was extracted.
+    pub errors: Vec<String>,
+}
+
+/// Extracts the tree at `root` to `dest` (which must not exist).
+/// `progress` is called with the bytes of data written so far.
+pub fn extract(
+    fs: &Filesystem,
+    root: InodeId,
+    dest: &Path,
+    opts: &ExtractOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ExtractReport> {
+    if dest.symlink_metadata().is_ok() {
+        return Err(Error::Invalid(format!(
+            "{}: already exists",
+            dest.display()
+        )));
+    }
+    let is_root = unsafe { libc::geteuid() } == 0;
+    let mut report = ExtractReport::default();
+    let mut links: HashMap<InodeId, PathBuf> = HashMap::new();
+    let mut dir_errors = Vec::new();
+    walk(
+        fs,
+        root,
+        |v| {
+            let target = join(dest, v.path);
+            if opts.verbose {
+                eprintln!("{}", target.display());
+            }
+            let res = extract_one(
+                fs,
+                v.id,
+                v.stat,
+                &target,
+                is_root,
+                &mut links,
+                &mut report,
+                progress,
+            );
+            match res {
+                Ok(()) => Ok(Descend::Yes),
+                Err(e) if v.stat.is_dir() && v.path.is_empty() => Err(e),
+                Err(e) => {
+                    report.errors.push(format!("{}: {e}", target.display()));
+                    Ok(Descend::No)
+                }
+            }
+        },
+        |v| {
+            // Directory attributes last, so creating children does not
+            // change the times we set.
+            let target = join(dest, v.path);
+            if let Err(e) = set_attrs(fs, v.id, v.stat, &target, is_root) {
+                dir_errors.push(format!("{}: {e}", target.display()));
+            }
+            Ok(())
+        },
+    )?;
+    report.errors.extend(dir_errors);
+    Ok(report)
+}
+
+fn join(dest: &Path, rel: &[u8]) -> PathBuf {
+    if rel.is_empty() {
+        dest.to_path_buf()
+    } else {
+        dest.join(std::ffi::OsStr::from_bytes(rel))
+    }
+}
+
+fn io_err(p: &Path, op: &str, e: std::io::Error) -> Error {
+    Error::Io {
+        path: p.display().to_string(),
+        op: op.into(),
+        source: e,
+    }
+}
+
+fn cpath(p: &Path) -> Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| Error::Invalid(format!("{}: NUL in path", p.display())))
+}
+
+fn check(rc: libc::c_int, p: &Path, op: &str) -> Result<()> {
+    if rc != 0 {
+        return Err(io_err(p, op, std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn extract_one(
+    fs: &Filesystem,
+    id: InodeId,
+    st: &Stat,
+    target: &Path,
+    is_root: bool,
+    links: &mut HashMap<InodeId, PathBuf>,
+    report: &mut ExtractReport,
+    progress: &mut dyn FnMut(u64),
+) -> Result<()> {
+    if st.is_dir() {
+        std::fs::create_dir(target).map_err(|e| io_err(target, "mkdir", e))?;
+        report.dirs += 1;
+        return Ok(());
+    }
+    if st.nlink > 1 {
+        if let Some(first) = links.get(&id) {
+            std::fs::hard_link(first, target).map_err(|e| io_err(target, "link", e))?;
+            return Ok(());
+        }
+        links.insert(id, target.to_path_buf());
+    }
+    let c = cpath(target)?;
+    if st.is_reg() {
+        let f = FsOpen::new()
+            .write(true)
+            .create_new(true)
+            .open(target)
+            .map_err(|e| io_err(target, "create", e))?;
+        report.bytes += copy_data(fs, id, &f, target, report.bytes, progress)?;
+        report.files += 1;
+    } else if st.is_symlink() {
+        let t = CString::new(fs.readlink(id)?)
+            .map_err(|_| Error::corrupt(format!("symlink inode {}", id.ino), "NUL in target"))?;
+        check(
+            unsafe { libc::symlink(t.as_ptr(), c.as_ptr()) },
+            target,
+            "symlink",
+        )?;
+        report.others += 1;
+    } else {
+        let rc =
+            unsafe { libc::mknod(c.as_ptr(), st.mode as libc::mode_t, st.rdev as libc::dev_t) };
+        check(rc, target, "mknod")?;
+        report.others += 1;
+    }
+    set_attrs(fs, id, st, target, is_root)
+}
+
+/// Writes the data ranges of inode `id` into `f`, leaving holes unwritten.
+fn copy_data(
+    fs: &Filesystem,
+    id: InodeId,
+    f: &File,
+    target: &Path,
+    done_before: u64,
+    progress: &mut dyn FnMut(u64),
+) -> Result<u64> {
+    let mut h = FileHandle::open(fs, id)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut written = 0u64;
+    let mut pos = 0u64;
+    while let Some(start) = h.seek_data(fs, pos)? {
+        let end = h.seek_hole(fs, start)?.unwrap_or(h.size);
+        let mut p = start;
+        while p < end {
+            let want = ((end - p) as usize).min(buf.len());
+            let n = h.read_at(fs, p, &mut buf[..want])?;
+            if n == 0 {
+                break;
+            }
+            f.write_all_at(&buf[..n], p)
+                .map_err(|e| io_err(target, "write", e))?;
+            p += n as u64;
+            written += n as u64;
+            progress(done_before + written);
+        }
+        pos = end;
+    }
+    f.set_len(h.size)
+        .map_err(|e| io_err(target, "truncate", e))?;
+    Ok(written)
+}
+
+/// Owner, mode, xattrs and times, in the order that keeps each: chown
+/// clears set-id bits and capabilities, so it goes first.
+fn set_attrs(fs: &Filesystem, id: InodeId, st: &Stat, target: &Path, is_root: bool) -> Result<()> {
+    let c = cpath(target)?;
+    if is_root {
+        check(
+            unsafe { libc::lchown(c.as_ptr(), st.uid, st.gid) },
+            target,
+            "lchown",
+        )?;
+    }
+    if !st.is_symlink() {
+        check(
+            unsafe { libc::chmod(c.as_ptr(), (st.mode & 0o7777) as libc::mode_t) },
+            target,
+            "chmod",
+        )?;
+    }
+    for (name, value) in fs.xattrs(id)? {
+        let n = CString::new(name.clone())
+            .map_err(|_| Error::corrupt(format!("inode {}", id.ino), "NUL in xattr name"))?;
+        let rc = unsafe {
+            libc::lsetxattr(
+                c.as_ptr(),
+                n.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            // Without root, trusted.* and security.* cannot be set; cp -a
+            // skips them the same way.
+            let privileged = name.starts_with(b"trusted.") || name.starts_with(b"security.");
+            if is_root || !privileged {
+                return Err(io_err(
+                    target,
+                    &format!("setxattr {}", String::from_utf8_lossy(&name)),
+                    e,
+                ));
+            }
+        }
+    }
+    let ts = |t: &Timespec| libc::timespec {
+        tv_sec: t.sec as libc::time_t,
+        tv_nsec: t.nsec as libc::c_long,
+    };
+    let times = [ts(&st.atime), ts(&st.mtime)];
+    let rc = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    check(rc, target, "utimensat")
+}

@@ -1,0 +1,672 @@
+//! The filesystem view: opening the devices, bootstrapping the chunk map,
+//! the root tree, subvolumes, inodes, directories, xattrs and symlinks.
+
+use crate::ctree::{for_each_item, lookup, Cursor, Tree};
+use crate::device::Device;
+use crate::disk_io::FsInfo;
+use crate::error::{Error, FormatContext, Result};
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use ubtrfs_format::bytes::format_uuid;
+use ubtrfs_format::checksum::name_hash;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{
+    parse_dir_entries, parse_inode_extrefs, parse_inode_refs, ChunkItem, DevItem, InodeItem,
+    RootItem, RootRef, Timespec,
+};
+use ubtrfs_format::key::Key;
+
+/// Default block cache budget.
+pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
+
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Further devices of a multi-device filesystem.
+    pub devices: Vec<PathBuf>,
+    /// Memory budget of the tree block cache.
+    pub cache_bytes: u64,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            devices: Vec::new(),
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
+}
+
+/// An inode: the subvolume (tree) it lives in and its number there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct InodeId {
+    pub subvol: u64,
+    pub ino: u64,
+}
+
+impl InodeId {
+    pub fn is_placeholder(&self) -> bool {
+        self.ino == EMPTY_SUBVOL_DIR_OBJECTID
+    }
+}
+
+/// What `stat` shows for an inode, as the kernel reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    pub id: InodeId,
+    pub ino: u64,
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Device number in the userspace (glibc) encoding, as st_rdev.
+    pub rdev: u64,
+    pub size: u64,
+    /// Bytes allocated (the inode's nbytes).
+    pub nbytes: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub otime: Timespec,
+    pub flags: u64,
+    pub generation: u64,
+    pub transid: u64,
+}
+
+impl Stat {
+    pub fn file_type(&self) -> u32 {
+        self.mode & 0o170000
+    }
+    pub fn is_dir(&self) -> bool {
+        self.file_type() == 0o040000
+    }
+    pub fn is_reg(&self) -> bool {
+        self.file_type() == 0o100000
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.file_type() == 0o120000
+    }
+}
+
+/// btrfs keeps the kernel's internal dev_t (major << 20 | minor); stat(2)
+/// gives userspace the glibc encoding.
+pub fn kernel_rdev_to_user(raw: u64) -> u64 {
+    let major = (raw >> 20) & 0xfff;
+    let minor = raw & 0xfffff;
+    ((major & 0xfff) << 8) | (minor & 0xff) | ((minor & !0xff) << 12)
+}
+
+#[derive(Debug, Clone)]
+pub struct DirEntryInfo {
+    pub name: Vec<u8>,
+    pub index: u64,
+    pub file_type: u8,
+    /// What the entry leads to (a subvolume's root dir, or a placeholder,
+    /// for subvolume entries).
+    pub target: InodeId,
+}
+
+#[derive(Debug, Clone)]
+pub struct Subvolume {
+    pub id: u64,
+    pub parent_id: u64,
+    /// Directory inode in the parent that holds the link.
+    pub dirid: u64,
+    pub name: Vec<u8>,
+    /// Path from the top-level subvolume, without leading '/'.
+    pub path: Vec<u8>,
+    pub root: RootItem,
+}
+
+impl Subvolume {
+    pub fn uuid(&self) -> String {
+        format_uuid(&self.root.uuid)
+    }
+}
+
+pub struct Filesystem {
+    pub info: FsInfo,
+    pub root_tree: Tree,
+    /// Devices the chunk tree lists that were not given.
+    pub missing_devices: Vec<u64>,
+}
+
+fn tree_from_root_item(id: u64, r: &RootItem) -> Tree {
+    Tree {
+        id,
+        bytenr: r.bytenr,
+        level: r.level,
+        generation: r.generation,
+    }
+}
+
+impl Filesystem {
+    /// Opens the filesystem on `image` (and `opts.devices`) read-only.
+    pub fn open(image: &Path, opts: &OpenOptions) -> Result<Filesystem> {
+        let first = Device::open(image)?;
+        let sb = first.superblock.clone();
+        let unknown = sb.unsupported_incompat();
+        if unknown != 0 {
+            return Err(Error::Unsupported(format!(
+                "{}: incompat feature flags {} are not supported",
+                image.display(),
+                flag_names(unknown, INCOMPAT_NAMES).join(",")
+            )));
+        }
+        let mut devices = BTreeMap::new();
+        devices.insert(first.devid, first);
+        for p in &opts.devices {
+            let d = Device::open(p)?;
+            if d.superblock.fsid != sb.fsid {
+                return Err(Error::Invalid(format!(
+                    "{}: belongs to filesystem {}, not {}",
+                    p.display(),
+                    format_uuid(&d.superblock.fsid),
+                    format_uuid(&sb.fsid)
+                )));
+            }
+            if devices.contains_key(&d.devid) {
+                return Err(Error::Invalid(format!(
+                    "{}: devid {} given twice",
+                    p.display(),
+                    d.devid
+                )));
+            }
+            devices.insert(d.devid, d);
+        }
+        // Use the newest superblock among the devices.
+        let sb = devices
+            .values()
+            .map(|d| &d.superblock)
+            .max_by_key(|s| s.generation)
+            .cloned()
+            .unwrap_or(sb);
+        let mut info = FsInfo::new(sb, devices, opts.cache_bytes);
+        for (key, chunk) in info
+            .sb
+            .sys_chunks()
+            .at(|| "superblock sys_chunk_array".into())?
+        {
+            info.chunks.insert(key.offset, chunk)?;
+        }
+        let chunk_tree = Tree {
+            id: CHUNK_TREE_OBJECTID,
+            bytenr: info.sb.chunk_root,
+            level: info.sb.chunk_root_level,
+            generation: info.sb.chunk_root_generation,
+        };
+        let mut chunks = Vec::new();
+        let mut dev_items = Vec::new();
+        for_each_item(&info, chunk_tree, Key::MIN, Key::MAX, |k, d| {
+            match k.item_type {
+                CHUNK_ITEM => chunks.push((
+                    k.offset,
+                    ChunkItem::parse(d).at(|| format!("chunk tree key {k}"))?,
+                )),
+                DEV_ITEM => dev_items.push(DevItem::parse(d).at(|| format!("chunk tree key {k}"))?),
+                _ => {}
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+        for (logical, c) in chunks {
+            info.chunks.insert(logical, c)?;
+        }
+        let missing_devices: Vec<u64> = dev_items
+            .iter()
+            .map(|d| d.devid)
+            .filter(|id| !info.devices.contains_key(id))
+            .collect();
+        for id in &missing_devices {
+            info.report(format!(
+                "device devid {id} is missing; reading from other copies"
+            ));
+        }
+        let root_tree = Tree {
+            id: ROOT_TREE_OBJECTID,
+            bytenr: info.sb.root,
+            level: info.sb.root_level,
+            generation: info.sb.generation,
+        };
+        Ok(Filesystem {
+            info,
+            root_tree,
+            missing_devices,
+        })
+    }
+
+    /// The ROOT_ITEM of tree `id`, if it exists.
+    pub fn root_item(&self, id: u64) -> Result<Option<RootItem>> {
+        let mut c = Cursor::new(&self.info, self.root_tree);
+        if !c.seek_le(&Key::new(id, ROOT_ITEM, u64::MAX))? {
+            return Ok(None);
+        }
+        match c.item() {
+            Some((k, d)) if k.objectid == id && k.item_type == ROOT_ITEM => Ok(Some(
+                RootItem::parse(d).at(|| format!("root tree key {k}"))?,
+            )),
+            _ => Ok(None),
+        }
+    }
+
+    /// The tree with id `id` (a well-known tree or a subvolume).
+    pub fn tree(&self, id: u64) -> Result<Tree> {
+        let r = self
+            .root_item(id)?
+            .ok_or_else(|| Error::NotFound(format!("tree {id} does not exist")))?;
+        Ok(tree_from_root_item(id, &r))
+    }
+
+    /// The tree `id` if it exists (csum tree, extent tree, ...).
+    pub fn tree_opt(&self, id: u64) -> Result<Option<Tree>> {
+        Ok(self.root_item(id)?.map(|r| tree_from_root_item(id, &r)))
+    }
+
+    /// Every subvolume and snapshot, with paths from the top level.
+    pub fn subvolumes(&self) -> Result<Vec<Subvolume>> {
+        let mut roots = Vec::new();
+        let mut backrefs: BTreeMap<u64, (u64, u64, Vec<u8>)> = BTreeMap::new();
+        for_each_item(
+            &self.info,
+            self.root_tree,
+            Key::new(FS_TREE_OBJECTID, 0, 0),
+            Key::new(LAST_FREE_OBJECTID, u8::MAX, u64::MAX),
+            |k, d| {
+                let is_subvol = k.objectid == FS_TREE_OBJECTID || k.objectid >= FIRST_FREE_OBJECTID;
+                if !is_subvol {
+                    return Ok(ControlFlow::Continue(()));
+                }
+                match k.item_type {
+                    ROOT_ITEM => roots.push((
+                        k.objectid,
+                        RootItem::parse(d).at(|| format!("root tree key {k}"))?,
+                    )),
+                    ROOT_BACKREF => {
+                        let r = RootRef::parse(d).at(|| format!("root tree key {k}"))?;
+                        backrefs
+                            .entry(k.objectid)
+                            .or_insert((k.offset, r.dirid, r.name.to_vec()));
+                    }
+                    _ => {}
+                }
+                Ok(ControlFlow::Continue(()))
+            },
+        )?;
+        let mut out = Vec::new();
+        let mut paths: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        paths.insert(FS_TREE_OBJECTID, Vec::new());
+        for (id, root) in roots {
+            // Deleted subvolumes keep a ROOT_ITEM with refs 0 until cleaned.
+            if id != FS_TREE_OBJECTID && root.refs == 0 {
+                continue;
+            }
+            let (parent_id, dirid, name) = backrefs.get(&id).cloned().unwrap_or((0, 0, Vec::new()));
+            out.push(Subvolume {
+                id,
+                parent_id,
+                dirid,
+                name,
+                path: Vec::new(),
+                root,
+            });
+        }
+        // Resolve paths; parents may have higher ids than children (moved
+        // subvolumes), so iterate until stable, bounded by the count.
+        for _ in 0..=out.len() {
+            let mut progress = false;
+            for s in out.iter_mut() {
+                if paths.contains_key(&s.id) || s.parent_id == 0 {
+                    continue;
+                }
+                if let Some(pp) = paths.get(&s.parent_id).cloned() {
+                    let dir = self.dir_path(s.parent_id, s.dirid)?;
+                    let mut p = pp;
+                    for part in [dir, s.name.clone()] {
+                        if part.is_empty() {
+                            continue;
+                        }
+                        if !p.is_empty() {
+                            p.push(b'/');
+                        }
+                        p.extend_from_slice(&part);
+                    }
+                    paths.insert(s.id, p);
+                    progress = true;
+                }
+            }
+            if !progress {
+                break;
+            }
+        }
+        for s in out.iter_mut() {
+            s.path = paths.get(&s.id).cloned().unwrap_or_default();
+        }
+        Ok(out)
+    }
+
+    /// Path of directory `dir` inside subvolume `subvol` (relative, no
+    /// leading '/'), following the first INODE_REF of each directory.
+    pub fn dir_path(&self, subvol: u64, dir: u64) -> Result<Vec<u8>> {
+        let tree = self.tree(subvol)?;
+        let mut parts: Vec<Vec<u8>> = Vec::new();
+        let mut cur = dir;
+        // A directory has one parent; a loop in a corrupt image is cut off.
+        for _ in 0..4096 {
+            if cur == FIRST_INODE {
+                parts.reverse();
+                return Ok(parts.join(&b'/'));
+            }
+            let (parent, name) = self.first_ref(tree, cur)?.ok_or_else(|| {
+                Error::corrupt(
+                    format!("{} inode {cur}", tree.describe()),
+                    "directory has no INODE_REF",
+                )
+            })?;
+            parts.push(name);
+            cur = parent;
+        }
+        Err(Error::corrupt(
+            format!("{} inode {dir}", tree.describe()),
+            "directory parent chain does not reach the root",
+        ))
+    }
+
+    /// The first (parent, name) of an inode, from INODE_REF or INODE_EXTREF.
+    fn first_ref(&self, tree: Tree, ino: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        let mut out = None;
+        for_each_item(
+            &self.info,
+            tree,
+            Key::new(ino, INODE_REF, 0),
+            Key::new(ino, INODE_EXTREF, u64::MAX),
+            |k, d| {
+                let refs = if k.item_type == INODE_REF {
+                    parse_inode_refs(&k, d)
+                } else {
+                    parse_inode_extrefs(d)
+                }
+                .at(|| format!("{} key {k}", tree.describe()))?;
+                if let Some(r) = refs.first() {
+                    out = Some((r.parent, r.name.to_vec()));
+                    return Ok(ControlFlow::Break(()));
+                }
+                Ok(ControlFlow::Continue(()))
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// Every (parent dir, name) of an inode, for hardlink-aware tools.
+    pub fn inode_refs(&self, id: InodeId) -> Result<Vec<(u64, Vec<u8>)>> {
+        let tree = self.tree(id.subvol)?;
+        let mut out = Vec::new();
+        for_each_item(
+            &self.info,
+            tree,
+            Key::new(id.ino, INODE_REF, 0),
+            Key::new(id.ino, INODE_EXTREF, u64::MAX),
+            |k, d| {
+                let refs = if k.item_type == INODE_REF {
+                    parse_inode_refs(&k, d)
+                } else {
+                    parse_inode_extrefs(d)
+                }
+                .at(|| format!("{} key {k}", tree.describe()))?;
+                out.extend(refs.iter().map(|r| (r.parent, r.name.to_vec())));
+                Ok(ControlFlow::Continue(()))
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// The top-level subvolume's root directory.
+    pub fn top(&self) -> InodeId {
+        InodeId {
+            subvol: FS_TREE_OBJECTID,
+            ino: FIRST_INODE,
+        }
+    }
+
+    /// The inode item of `id`.
+    pub fn inode_item(&self, id: InodeId) -> Result<InodeItem> {
+        let tree = self.tree(id.subvol)?;
+        let key = Key::new(id.ino, INODE_ITEM, 0);
+        let d = lookup(&self.info, tree, &key)?.ok_or_else(|| {
+            Error::NotFound(format!("inode {} not found in {}", id.ino, tree.describe()))
+        })?;
+        InodeItem::parse(&d).at(|| format!("{} key {key}", tree.describe()))
+    }
+
+    pub fn stat(&self, id: InodeId) -> Result<Stat> {
+        if id.is_placeholder() {
+            return self.placeholder_stat(id);
+        }
+        let i = self.inode_item(id)?;
+        Ok(Stat {
+            id,
+            ino: id.ino,
+            mode: i.mode,
+            nlink: i.nlink,
+            uid: i.uid,
+            gid: i.gid,
+            rdev: kernel_rdev_to_user(i.rdev),
+            size: i.size,
+            nbytes: i.nbytes,
+            atime: i.atime,
+            mtime: i.mtime,
+            ctime: i.ctime,
+            otime: i.otime,
+            flags: i.flags,
+            generation: i.generation,
+            transid: i.transid,
+        })
+    }
+
+    /// The empty directory the kernel shows where a snapshot holds an entry
+    /// for a subvolume it does not contain. The kernel stamps it with the
+    /// current time; we use the containing subvolume's creation time so the
+    /// answer is stable.
+    fn placeholder_stat(&self, id: InodeId) -> Result<Stat> {
+        let t = self
+            .root_item(id.subvol)?
+            .map(|r| r.otime)
+            .unwrap_or_default();
+        Ok(Stat {
+            id,
+            ino: EMPTY_SUBVOL_DIR_OBJECTID,
+            mode: 0o040755,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size: 0,
+            nbytes: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            otime: t,
+            flags: 0,
+            generation: 0,
+            transid: 0,
+        })
+    }
+
+    /// Where a directory entry leads: into a subvolume's root when the entry
+    /// is a subvolume link this subvolume really holds, to a placeholder
+    /// when it is a stale copy in a snapshot, else to the inode.
+    fn entry_target(&self, dir: InodeId, location: &Key, name: &[u8]) -> Result<InodeId> {
+        if location.item_type != ROOT_ITEM {
+            return Ok(InodeId {
+                subvol: dir.subvol,
+                ino: location.objectid,
+            });
+        }
+        let child = location.objectid;
+        let key = Key::new(dir.subvol, ROOT_REF, child);
+        if let Some(d) = lookup(&self.info, self.root_tree, &key)? {
+            let r = RootRef::parse(&d).at(|| format!("root tree key {key}"))?;
+            if r.dirid == dir.ino && r.name == name && self.root_item(child)?.is_some() {
+                return Ok(InodeId {
+                    subvol: child,
+                    ino: FIRST_INODE,
+                });
+            }
+        }
+        Ok(InodeId {
+            subvol: dir.subvol,
+            ino: EMPTY_SUBVOL_DIR_OBJECTID,
+        })
+    }
+
+    /// Looks `name` up in directory `dir`.
+    pub fn lookup(&self, dir: InodeId, name: &[u8]) -> Result<Option<DirEntryInfo>> {
+        if dir.is_placeholder() {
+            return Ok(None);
+        }
+        let tree = self.tree(dir.subvol)?;
+        let key = Key::new(dir.ino, DIR_ITEM, name_hash(name));
+        let Some(d) = lookup(&self.info, tree, &key)? else {
+            return Ok(None);
+        };
+        let entries = parse_dir_entries(&d).at(|| format!("{} key {key}", tree.describe()))?;
+        for e in entries {
+            if e.name == name {
+                return Ok(Some(DirEntryInfo {
+                    name: name.to_vec(),
+                    index: 0,
+                    file_type: e.file_type,
+                    target: self.entry_target(dir, &e.location, e.name)?,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Entries of directory `dir` in DIR_INDEX order ("." and ".." excluded).
+    pub fn read_dir(&self, dir: InodeId) -> Result<Vec<DirEntryInfo>> {
+        let mut out = Vec::new();
+        self.for_each_dir_entry(dir, 0, |e| {
+            out.push(e);
+            Ok(ControlFlow::Continue(()))
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `f` for each entry of `dir` with index >= `from_index`.
+    pub fn for_each_dir_entry<F>(&self, dir: InodeId, from_index: u64, mut f: F) -> Result<()>
+    where
+        F: FnMut(DirEntryInfo) -> Result<ControlFlow<()>>,
+    {
+        if dir.is_placeholder() {
+            return Ok(());
+        }
+        let tree = self.tree(dir.subvol)?;
+        for_each_item(
+            &self.info,
+            tree,
+            Key::new(dir.ino, DIR_INDEX, from_index),
+            Key::new(dir.ino, DIR_INDEX, u64::MAX),
+            |k, d| {
+                let entries = parse_dir_entries(d).at(|| format!("{} key {k}", tree.describe()))?;
+                for e in entries {
+                    let info = DirEntryInfo {
+                        name: e.name.to_vec(),
+                        index: k.offset,
+                        file_type: e.file_type,
+                        target: self.entry_target(dir, &e.location, e.name)?,
+                    };
+                    if f(info)?.is_break() {
+                        return Ok(ControlFlow::Break(()));
+                    }
+                }
+                Ok(ControlFlow::Continue(()))
+            },
+        )
+    }
+
+    /// All extended attributes of `id`, sorted by name.
+    pub fn xattrs(&self, id: InodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        if id.is_placeholder() {
+            return Ok(Vec::new());
+        }
+        let tree = self.tree(id.subvol)?;
+        let mut out = Vec::new();
+        for_each_item(
+            &self.info,
+            tree,
+            Key::new(id.ino, XATTR_ITEM, 0),
+            Key::new(id.ino, XATTR_ITEM, u64::MAX),
+            |k, d| {
+                for e in parse_dir_entries(d).at(|| format!("{} key {k}", tree.describe()))? {
+                    out.push((e.name.to_vec(), e.data.to_vec()));
+                }
+                Ok(ControlFlow::Continue(()))
+            },
+        )?;
+        out.sort();
+        Ok(out)
+    }
+
+    /// One extended attribute of `id`.
+    pub fn xattr(&self, id: InodeId, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        if id.is_placeholder() {
+            return Ok(None);
+        }
+        let tree = self.tree(id.subvol)?;
+        let key = Key::new(id.ino, XATTR_ITEM, name_hash(name));
+        let Some(d) = lookup(&self.info, tree, &key)? else {
+            return Ok(None);
+        };
+        let entries = parse_dir_entries(&d).at(|| format!("{} key {key}", tree.describe()))?;
+        Ok(entries
+            .into_iter()
+            .find(|e| e.name == name)
+            .map(|e| e.data.to_vec()))
+    }
+
+    /// Resolves an absolute path from the top-level subvolume. Symlinks are
+    /// not followed; "." and empty components are skipped, ".." goes up.
+    pub fn resolve(&self, path: &[u8]) -> Result<InodeId> {
+        let mut stack = vec![self.top()];
+        for comp in path.split(|&c| c == b'/') {
+            match comp {
+                b"" | b"." => continue,
+                b".." => {
+                    if stack.len() > 1 {
+                        stack.pop();
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            let cur = *stack.last().unwrap();
+            let st = self.stat(cur)?;
+            if !st.is_dir() {
+                return Err(Error::NotFound(format!(
+                    "{}: not a directory",
+                    String::from_utf8_lossy(path)
+                )));
+            }
+            let e = self.lookup(cur, comp)?.ok_or_else(|| {
+                Error::NotFound(format!(
+                    "{}: no such file or directory",
+                    String::from_utf8_lossy(path)
+                ))
+            })?;
+            stack.push(e.target);
+        }
+        Ok(*stack.last().unwrap())
+    }
+
+    /// Target of a symlink.
+    pub fn readlink(&self, id: InodeId) -> Result<Vec<u8>> {
+        let st = self.stat(id)?;
+        if !st.is_symlink() {
+            return Err(Error::Invalid(format!("inode {} is not a symlink", id.ino)));
+        }
+        let mut h = crate::file::FileHandle::open(self, id)?;
+        let mut buf = vec![0u8; st.size.min(1 << 16) as usize];
+        let n = h.read_at(self, 0, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+}

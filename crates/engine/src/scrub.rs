@@ -1,0 +1,324 @@
+//! Offline scrub: every tree block listed in the extent tree and every data
+//! sector listed in the csum tree is read from every copy and verified.
+//! Errors name the logical address, the device and physical offset of the
+//! bad copy, and for data the file that uses it where it can be resolved.
+
+use crate::ctree::{for_each_item, Tree};
+use crate::disk_io::FsInfo;
+use crate::error::{Error, Result};
+use crate::fs::Filesystem;
+use crate::volumes::Placement;
+use std::ops::ControlFlow;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{ExtentItem, EXTENT_FLAG_TREE_BLOCK};
+use ubtrfs_format::key::Key;
+use ubtrfs_format::node::{Header, Node};
+
+/// Data read per verification step.
+const DATA_CHUNK: u64 = 1 << 20;
+
+#[derive(Debug, Default)]
+pub struct ScrubReport {
+    pub superblocks_checked: u64,
+    pub tree_blocks_checked: u64,
+    pub tree_block_errors: u64,
+    pub data_sectors_checked: u64,
+    pub data_errors: u64,
+    /// Copies that could not be read at all (missing device, I/O error).
+    pub unreadable: u64,
+    /// Copies not verified because this reader cannot rebuild them yet.
+    pub skipped_copies: u64,
+    pub errors: Vec<String>,
+}
+
+impl ScrubReport {
+    pub fn summary(&self) -> String {
+        format!(
+            "scrub: {} superblocks, {} tree block copies ({} bad), {} data sector copies ({} bad), {} unreadable, {} not verifiable; {}",
+            self.superblocks_checked,
+            self.tree_blocks_checked,
+            self.tree_block_errors,
+            self.data_sectors_checked,
+            self.data_errors,
+            self.unreadable,
+            self.skipped_copies,
+            if self.errors.is_empty() { "no errors found" } else { "ERRORS FOUND" }
+        )
+    }
+
+    pub fn to_json_fields(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("superblocks_checked", self.superblocks_checked),
+            ("tree_blocks_checked", self.tree_blocks_checked),
+            ("tree_block_errors", self.tree_block_errors),
+            ("data_sectors_checked", self.data_sectors_checked),
+            ("data_errors", self.data_errors),
+            ("unreadable", self.unreadable),
+            ("skipped_copies", self.skipped_copies),
+        ]
+    }
+}
+
+/// Where copy `mirror` of `logical` is, for messages.
+fn copy_place(fs: &FsInfo, logical: u64, mirror: usize) -> String {
+    let Ok(piece) = fs.chunks.map(logical, 1) else {
+        return "unmapped".into();
+    };
+    let loc = match &piece.placement {
+        Placement::Mirrors(m) => m.get(mirror).copied(),
+        Placement::Parity { target, row, .. } if mirror == 0 => Some(row[*target]),
+        Placement::Parity { .. } => return format!("rebuilt from parity {mirror}"),
+    };
+    match loc {
+        Some(l) => match fs.devices.get(&l.devid) {
+            Some(d) => format!("device {} physical {}", d.path.display(), l.physical),
+            None => format!("missing devid {} physical {}", l.devid, l.physical),
+        },
+        None => "no such copy".into(),
+    }
+}
+
+pub fn scrub(fs: &Filesystem, progress: &mut dyn FnMut(u64)) -> Result<ScrubReport> {
+    let mut r = ScrubReport::default();
+    let info = &fs.info;
+    for d in info.devices.values() {
+        r.superblocks_checked += 1;
+        for (off, why) in &d.bad_supers {
+            r.errors.push(format!(
+                "superblock copy at {off} on {}: {why}",
+                d.path.display()
+            ));
+        }
+    }
+    let mut done = 0u64;
+    if let Some(extent_tree) = fs.tree_opt(EXTENT_TREE_OBJECTID)? {
+        scrub_metadata(fs, extent_tree, &mut r, &mut done, progress)?;
+    }
+    if let Some(csum_tree) = fs.tree_opt(CSUM_TREE_OBJECTID)? {
+        scrub_data(fs, csum_tree, &mut r, &mut done, progress)?;
+    }
+    Ok(r)
+}
+
+fn scrub_metadata(
+    fs: &Filesystem,
+    extent_tree: Tree,
+    r: &mut ScrubReport,
+    done: &mut u64,
+    progress: &mut dyn FnMut(u64),
+) -> Result<()> {
+    let info = &fs.info;
+    let mut blocks = Vec::new();
+    for_each_item(info, extent_tree, Key::MIN, Key::MAX, |k, d| {
+        let is_tree = match k.item_type {
+            METADATA_ITEM => true,
+            EXTENT_ITEM => {
+                ExtentItem::parse(d).is_ok_and(|e| e.flags & EXTENT_FLAG_TREE_BLOCK != 0)
+            }
+            _ => false,
+        };
+        if is_tree {
+            blocks.push(k.objectid);
+        }
+        Ok(ControlFlow::Continue(()))
+    })?;
+    let mut buf = vec![0u8; info.nodesize as usize];
+    for bytenr in blocks {
+        let copies = info.num_copies(bytenr)?;
+        for m in 0..copies {
+            match info.read_copy(bytenr, &mut buf, m) {
+                Ok(()) => {
+                    r.tree_blocks_checked += 1;
+                    if let Err(why) = verify_tree_block(info, bytenr, &buf) {
+                        r.tree_block_errors += 1;
+                        r.errors.push(format!(
+                            "tree block at logical {bytenr} copy {m} ({}): {why}",
+                            copy_place(info, bytenr, m)
+                        ));
+                    }
+                }
+                Err(Error::Unsupported(_)) => r.skipped_copies += 1,
+                Err(e) => {
+                    r.unreadable += 1;
+                    r.errors
+                        .push(format!("tree block at logical {bytenr} copy {m}: {e}"));
+                }
+            }
+        }
+        *done += info.nodesize as u64;
+        progress(*done);
+    }
+    Ok(())
+}
+
+fn verify_tree_block(info: &FsInfo, bytenr: u64, buf: &[u8]) -> std::result::Result<(), String> {
+    info.csum_type
+        .verify(&buf[32..], &buf[..32])
+        .map_err(|e| e.to_string())?;
+    let h = Header::parse(buf).map_err(|e| e.to_string())?;
+    if h.bytenr != bytenr {
+        return Err(format!("header bytenr {}", h.bytenr));
+    }
+    if h.fsid != info.sb.tree_fsid() {
+        return Err("fsid mismatch".into());
+    }
+    Node::parse(buf).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn scrub_data(
+    fs: &Filesystem,
+    csum_tree: Tree,
+    r: &mut ScrubReport,
+    done: &mut u64,
+    progress: &mut dyn FnMut(u64),
+) -> Result<()> {
+    let info = &fs.info;
+    let ss = info.sectorsize as u64;
+    let cs = info.csum_type.size();
+    // Gather (start, csums) runs first: the csum tree is small next to data.
+    let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+    for_each_item(
+        info,
+        csum_tree,
+        Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, 0),
+        Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, u64::MAX),
+        |k, d| {
+            if d.len() % cs != 0 {
+                return Err(Error::corrupt(
+                    format!("csum tree key {k}"),
+                    format!("item size {} not a multiple of {cs}", d.len()),
+                ));
+            }
+            runs.push((k.offset, d.to_vec()));
+            Ok(ControlFlow::Continue(()))
+        },
+    )?;
+    let per_chunk = (DATA_CHUNK / ss) as usize;
+    for (start, sums) in runs {
+        let nsectors = sums.len() / cs;
+        let mut i = 0;
+        while i < nsectors {
+            let n = per_chunk.min(nsectors - i);
+            let logical = start + i as u64 * ss;
+            let len = n as u64 * ss;
+            let mut buf = vec![0u8; len as usize];
+            let copies = info.num_copies(logical)?;
+            for m in 0..copies {
+                match info.read_copy(logical, &mut buf, m) {
+                    Ok(()) => {
+                        for j in 0..n {
+                            r.data_sectors_checked += 1;
+                            let sector = &buf[j * ss as usize..(j + 1) * ss as usize];
+                            let want = &sums[(i + j) * cs..(i + j + 1) * cs];
+                            if info.csum_type.verify(sector, want).is_err() {
+                                let at = logical + j as u64 * ss;
+                                r.data_errors += 1;
+                                r.errors.push(format!(
+                                    "data at logical {at} copy {m} ({}): checksum mismatch{}",
+                                    copy_place(info, at, m),
+                                    owner_path(fs, at)
+                                        .map(|p| format!(", file {p}"))
+                                        .unwrap_or_default()
+                                ));
+                            }
+                        }
+                    }
+                    Err(Error::Unsupported(_)) => r.skipped_copies += 1,
+                    Err(e) => {
+                        r.unreadable += 1;
+                        r.errors
+                            .push(format!("data at logical {logical} copy {m}: {e}"));
+                    }
+                }
+            }
+            i += n;
+            *done += len;
+            progress(*done);
+        }
+    }
+    Ok(())
+}
+
+/// The path of a file using the data extent containing `logical`, found
+/// through the extent's first data back reference.
+pub fn owner_path(fs: &Filesystem, logical: u64) -> Option<String> {
+    let extent_tree = fs.tree_opt(EXTENT_TREE_OBJECTID).ok()??;
+    let mut found: Option<(u64, u64)>;
+    let mut c = crate::ctree::Cursor::new(&fs.info, extent_tree);
+    if !c.seek_le(&Key::new(logical, EXTENT_ITEM, u64::MAX)).ok()? {
+        return None;
+    }
+    // Walk back to the EXTENT_ITEM that contains `logical`.
+    loop {
+        let (k, d) = c.item()?;
+        if k.item_type == EXTENT_ITEM {
+            if k.objectid + k.offset <= logical {
+                return None;
+            }
+            found = first_data_ref(d);
+            if found.is_none() {
+                // Keyed EXTENT_DATA_REF items follow the extent item.
+                let start = k.objectid;
+                while c.next().ok()? {
+                    let (k2, d2) = c.item()?;
+                    if k2.objectid != start {
+                        break;
+                    }
+                    if k2.item_type == EXTENT_DATA_REF && d2.len() >= 16 {
+                        found = Some((le64(d2, 0), le64(d2, 8)));
+                        break;
+                    }
+                }
+            }
+            break;
+        }
+        if !c.prev().ok()? {
+            return None;
+        }
+    }
+    let (root, ino) = found?;
+    let subs = fs.subvolumes().ok()?;
+    let sub = subs.iter().find(|s| s.id == root)?;
+    let (parent, name) = fs
+        .inode_refs(crate::fs::InodeId { subvol: root, ino })
+        .ok()?
+        .into_iter()
+        .next()?;
+    let dir = fs.dir_path(root, parent).ok()?;
+    let mut p = b"/".to_vec();
+    for part in [&sub.path, &dir, &name] {
+        if !part.is_empty() {
+            if p.len() > 1 {
+                p.push(b'/');
+            }
+            p.extend_from_slice(part);
+        }
+    }
+    Some(String::from_utf8_lossy(&p).into_owned())
+}
+
+fn le64(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+/// (root, inode) of the first inline EXTENT_DATA_REF of an extent item.
+fn first_data_ref(d: &[u8]) -> Option<(u64, u64)> {
+    let e = ExtentItem::parse(d).ok()?;
+    if e.flags & EXTENT_FLAG_TREE_BLOCK != 0 {
+        return None;
+    }
+    let mut off = 24;
+    while off < d.len() {
+        let t = d[off];
+        match t {
+            EXTENT_DATA_REF if d.len() >= off + 1 + 28 => {
+                return Some((le64(d, off + 1), le64(d, off + 9)))
+            }
+            SHARED_DATA_REF => off += 1 + 12,
+            EXTENT_OWNER_REF => off += 1 + 8,
+            _ => return None,
+        }
+    }
+    None
+}

@@ -1,0 +1,306 @@
+//! Chunk mapping: from logical addresses to physical places on devices, for
+//! every block group profile. Pure arithmetic, no I/O; `disk_io` reads.
+
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{profile_name, ChunkItem};
+
+/// A physical place: device id and byte offset on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PhysLoc {
+    pub devid: u64,
+    pub physical: u64,
+}
+
+/// Where one piece of a logical range lives. A piece never crosses a stripe
+/// unit, so each copy is one contiguous physical range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// Full copies (single, DUP, RAID0, RAID1*, RAID10): any one will do.
+    Mirrors(Vec<PhysLoc>),
+    /// RAID5/6: the data stripe, and the same range of every stripe of its
+    /// row so it can be rebuilt from parity.
+    Parity {
+        /// Index in `row` of the data we want.
+        target: usize,
+        /// The row's stripes, indexed by data stripe number, then P, then Q.
+        row: Vec<PhysLoc>,
+        nparity: usize,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    pub len: u64,
+    pub placement: Placement,
+}
+
+impl Piece {
+    /// How many independent ways this piece can be read.
+    pub fn num_copies(&self) -> usize {
+        match &self.placement {
+            Placement::Mirrors(m) => m.len(),
+            Placement::Parity { nparity, .. } => 1 + nparity,
+        }
+    }
+}
+
+/// All chunks of the filesystem, by logical start.
+#[derive(Debug, Default, Clone)]
+pub struct ChunkMap {
+    chunks: BTreeMap<u64, ChunkItem>,
+}
+
+impl ChunkMap {
+    /// Adds a chunk after checking its stripe count fits its profile.
+    pub fn insert(&mut self, logical: u64, chunk: ChunkItem) -> Result<()> {
+        let n = chunk.num_stripes as usize;
+        let p = chunk.chunk_type & BG_PROFILE_MASK;
+        let ok = match p {
+            0 => n >= 1,
+            BG_DUP => n == 2,
+            BG_RAID1 => n >= 2,
+            BG_RAID1C3 => n >= 3,
+            BG_RAID1C4 => n >= 4,
+            BG_RAID0 => n >= 1,
+            BG_RAID10 => chunk.sub_stripes >= 2 && n >= 2 && n % chunk.sub_stripes as usize == 0,
+            BG_RAID5 => n >= 2,
+            BG_RAID6 => n >= 3,
+            _ => false,
+        };
+        if !ok {
+            return Err(Error::corrupt(
+                format!("chunk at logical {logical}"),
+                format!(
+                    "profile {} (type 0x{:x}) with {n} stripes, sub_stripes {}",
+                    profile_name(chunk.chunk_type),
+                    chunk.chunk_type,
+                    chunk.sub_stripes
+                ),
+            ));
+        }
+        if logical.checked_add(chunk.length).is_none() {
+            return Err(Error::corrupt(
+                format!("chunk at logical {logical}"),
+                format!("length {} overflows", chunk.length),
+            ));
+        }
+        if let Some((s, c)) = self.lookup(logical) {
+            if s != logical || c != &chunk {
+                return Err(Error::corrupt(
+                    format!("chunk at logical {logical}"),
+                    format!("overlaps chunk at {s}"),
+                ));
+            }
+        }
+        self.chunks.insert(logical, chunk);
+        Ok(())
+    }
+
+    /// The chunk containing `logical`, with its start.
+    pub fn lookup(&self, logical: u64) -> Option<(u64, &ChunkItem)> {
+        let (&start, c) = self.chunks.range(..=logical).next_back()?;
+        (logical < start + c.length).then_some((start, c))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &ChunkItem)> {
+        self.chunks.iter().map(|(&s, c)| (s, c))
+    }
+
+    pub fn len(&self) -> usize {
+        self.chunks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// Maps the start of `[logical, logical + len)`: returns the first piece,
+    /// at most `len` long, that lies in one stripe unit.
+    pub fn map(&self, logical: u64, len: u64) -> Result<Piece> {
+        let (start, c) = self.lookup(logical).ok_or_else(|| {
+            Error::corrupt(
+                format!("logical {logical}"),
+                "address is not in any chunk".to_string(),
+            )
+        })?;
+        let off = logical - start;
+        let len = len.min(c.length - off);
+        let n = c.num_stripes as usize;
+        let sl = c.stripe_len;
+        let profile = c.chunk_type & BG_PROFILE_MASK;
+        let loc = |i: usize, phys_off: u64| PhysLoc {
+            devid: c.stripes[i].devid,
+            physical: c.stripes[i].offset + phys_off,
+        };
+        let in_stripe = off % sl;
+        let piece_len = len.min(sl - in_stripe);
+        let piece = match profile {
+            0 | BG_DUP | BG_RAID1 | BG_RAID1C3 | BG_RAID1C4 => Piece {
+                // Every stripe is a whole copy; no need to split at units.
+                len,
+                placement: Placement::Mirrors((0..n).map(|i| loc(i, off)).collect()),
+            },
+            BG_RAID0 => {
+                let nr = off / sl;
+                Piece {
+                    len: piece_len,
+                    placement: Placement::Mirrors(vec![loc(
+                        (nr % n as u64) as usize,
+                        (nr / n as u64) * sl + in_stripe,
+                    )]),
+                }
+            }
+            BG_RAID10 => {
+                let sub = c.sub_stripes as usize;
+                let factor = (n / sub) as u64;
+                let nr = off / sl;
+                let first = (nr % factor) as usize * sub;
+                let phys = (nr / factor) * sl + in_stripe;
+                Piece {
+                    len: piece_len,
+                    placement: Placement::Mirrors(
+                        (first..first + sub).map(|i| loc(i, phys)).collect(),
+                    ),
+                }
+            }
+            BG_RAID5 | BG_RAID6 => {
+                let nparity = if profile == BG_RAID5 { 1 } else { 2 };
+                let ndata = n - nparity;
+                let nr = off / sl;
+                let rownr = nr / ndata as u64;
+                let d = (nr % ndata as u64) as usize;
+                let phys = rownr * sl + in_stripe;
+                // Parity rotates one device per row: data stripe j of row r
+                // is on device (r + j) mod n; P and Q follow the data.
+                let row = (0..n)
+                    .map(|j| loc(((rownr + j as u64) % n as u64) as usize, phys))
+                    .collect();
+                Piece {
+                    len: piece_len,
+                    placement: Placement::Parity {
+                        target: d,
+                        row,
+                        nparity,
+                    },
+                }
+            }
+            _ => {
+                return Err(Error::corrupt(
+                    format!("chunk at logical {start}"),
+                    format!("unknown profile bits 0x{:x}", c.chunk_type),
+                ))
+            }
+        };
+        Ok(piece)
+    }
+
+    /// How many copies of `logical` can be read independently.
+    pub fn num_copies(&self, logical: u64) -> Result<usize> {
+        Ok(self.map(logical, 1)?.num_copies())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ubtrfs_format::items::Stripe;
+
+    fn chunk(t: u64, n: u16, sub: u16) -> ChunkItem {
+        ChunkItem {
+            length: 1 << 30,
+            owner: 2,
+            stripe_len: 65536,
+            chunk_type: BG_DATA | t,
+            io_align: 65536,
+            io_width: 65536,
+            sector_size: 4096,
+            num_stripes: n,
+            sub_stripes: sub,
+            stripes: (0..n as u64)
+                .map(|i| Stripe {
+                    devid: i + 1,
+                    offset: 1_000_000 * (i + 1),
+                    dev_uuid: [0; 16],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn raid0_rotates_stripes() {
+        let mut m = ChunkMap::default();
+        m.insert(1 << 20, chunk(BG_RAID0, 2, 0)).unwrap();
+        let p = m.map((1 << 20) + 65536 + 10, 1 << 20).unwrap();
+        assert_eq!(p.len, 65536 - 10);
+        assert_eq!(
+            p.placement,
+            Placement::Mirrors(vec![PhysLoc {
+                devid: 2,
+                physical: 2_000_010
+            }])
+        );
+        let p = m.map((1 << 20) + 2 * 65536, 4096).unwrap();
+        assert_eq!(
+            p.placement,
+            Placement::Mirrors(vec![PhysLoc {
+                devid: 1,
+                physical: 1_065_536
+            }])
+        );
+    }
+
+    #[test]
+    fn raid10_pairs() {
+        let mut m = ChunkMap::default();
+        m.insert(0, chunk(BG_RAID10, 4, 2)).unwrap();
+        let p = m.map(65536, 4096).unwrap();
+        assert_eq!(p.num_copies(), 2);
+        assert_eq!(
+            p.placement,
+            Placement::Mirrors(vec![
+                PhysLoc {
+                    devid: 3,
+                    physical: 3_000_000
+                },
+                PhysLoc {
+                    devid: 4,
+                    physical: 4_000_000
+                }
+            ])
+        );
+    }
+
+    #[test]
+    fn raid5_rotation() {
+        let mut m = ChunkMap::default();
+        m.insert(0, chunk(BG_RAID5, 3, 0)).unwrap();
+        // Row 1 holds data stripes 2 and 3; data 0 of row 1 is on device index 1.
+        let p = m.map(2 * 65536, 4096).unwrap();
+        match p.placement {
+            Placement::Parity {
+                target,
+                row,
+                nparity,
+            } => {
+                assert_eq!((target, nparity), (0, 1));
+                assert_eq!(
+                    row[0],
+                    PhysLoc {
+                        devid: 2,
+                        physical: 2_065_536
+                    }
+                );
+                assert_eq!(row[2].devid, 1);
+            }
+            _ => panic!(),
+        }
+    }
+
+    #[test]
+    fn outside_chunks_is_error() {
+        let m = ChunkMap::default();
+        assert!(m.map(0, 1).is_err());
+    }
+}

@@ -1,0 +1,75 @@
+//! The btrfs key: (objectid, type, offset), ordered in that order.
+
+use crate::bytes::{le64, slice};
+use crate::consts::item_type_name;
+use crate::error::Result;
+use std::fmt;
+
+pub const KEY_SIZE: usize = 17;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Key {
+    pub objectid: u64,
+    pub item_type: u8,
+    pub offset: u64,
+}
+
+impl Key {
+    pub const MIN: Key = Key::new(0, 0, 0);
+    pub const MAX: Key = Key::new(u64::MAX, u8::MAX, u64::MAX);
+
+    pub const fn new(objectid: u64, item_type: u8, offset: u64) -> Self {
+        Key {
+            objectid,
+            item_type,
+            offset,
+        }
+    }
+
+    /// Decodes a disk key from its 17 bytes at `off` in `buf`.
+    pub fn parse(buf: &[u8], off: usize) -> Result<Self> {
+        let b = slice(buf, off, KEY_SIZE, "key")?;
+        Ok(Key {
+            objectid: le64(b, 0),
+            item_type: b[8],
+            offset: le64(b, 9),
+        })
+    }
+
+    /// The smallest key greater than this one.
+    pub fn successor(self) -> Option<Key> {
+        if let Some(o) = self.offset.checked_add(1) {
+            return Some(Key { offset: o, ..self });
+        }
+        if let Some(t) = self.item_type.checked_add(1) {
+            return Some(Key::new(self.objectid, t, 0));
+        }
+        self.objectid.checked_add(1).map(|o| Key::new(o, 0, 0))
+    }
+}
+
+/// Prints object ids that are negative constants as signed, like btrfs-progs.
+pub fn fmt_objectid(id: u64) -> String {
+    if id >= (-255i64) as u64 {
+        format!("{}", id as i64)
+    } else {
+        id.to_string()
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let off = if self.offset == u64::MAX {
+            "-1".to_string()
+        } else {
+            self.offset.to_string()
+        };
+        write!(
+            f,
+            "({} {} {})",
+            fmt_objectid(self.objectid),
+            item_type_name(self.item_type),
+            off
+        )
+    }
+}
