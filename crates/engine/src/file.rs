@@ -14,18 +14,7 @@ use crate::ctree::{Cursor, Tree};
 use crate::error::{Error, FormatContext, Result};
 use crate::fs::{Filesystem, InodeId};
 use std::sync::Arc;
-// TEMPORARY until the codecs land in ubtrfs_format::compress.
-fn decompress(
-    _a: u8,
-    _i: &[u8],
-    _o: usize,
-    _s: u32,
-) -> std::result::Result<Vec<u8>, ubtrfs_format::FormatError> {
-    Err(ubtrfs_format::FormatError::Decompress {
-        algo: "any",
-        detail: "codecs not built yet".into(),
-    })
-}
+use ubtrfs_format::compress::decompress;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{FileExtent, FileExtentKind};
 use ubtrfs_format::key::Key;
