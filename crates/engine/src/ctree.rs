@@ -30,10 +30,26 @@ impl Tree {
     }
 }
 
+/// Readahead policy of a cursor, the kernel's four modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Readahead {
+    /// Read only what is needed.
+    #[default]
+    None,
+    /// Read ahead blocks before the current one (backward iteration).
+    Back,
+    /// Read ahead nearby following leaves when a leaf is not cached.
+    Forward,
+    /// Read ahead following leaves and nodes, however far apart on disk
+    /// and even when the current block is cached (full send).
+    ForwardAlways,
+}
+
 /// A position in a tree: one (block, slot) per level, leaf first.
 pub struct Cursor<'f> {
     fs: &'f FsInfo,
     tree: Tree,
+    readahead: Readahead,
     /// path[0] is the leaf; path[level] the node at that level.
     path: Vec<(Arc<TreeBlock>, usize)>,
     /// False once the cursor has moved past the last (or before the first) item.
@@ -45,6 +61,7 @@ impl<'f> Cursor<'f> {
         Cursor {
             fs,
             tree,
+            readahead: Readahead::None,
             path: Vec::new(),
             valid: false,
         }
@@ -52,6 +69,15 @@ impl<'f> Cursor<'f> {
 
     pub fn tree(&self) -> &Tree {
         &self.tree
+    }
+
+    /// Sets the readahead policy for moves from here on.
+    pub fn set_readahead(&mut self, mode: Readahead) {
+        self.readahead = mode;
+    }
+
+    pub fn readahead(&self) -> Readahead {
+        self.readahead
     }
 
     fn read_root(&self) -> Result<Arc<TreeBlock>> {

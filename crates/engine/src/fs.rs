@@ -5,7 +5,8 @@ use crate::ctree::{for_each_item, lookup, Cursor, Tree};
 use crate::device::Device;
 use crate::disk_io::FsInfo;
 use crate::error::{Error, FormatContext, Result};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use ubtrfs_format::bytes::format_uuid;
@@ -129,6 +130,8 @@ pub struct Filesystem {
     pub root_tree: Tree,
     /// Devices the chunk tree lists that were not given.
     pub missing_devices: Vec<u64>,
+    /// Trees already looked up in the root tree (read-only: never stale).
+    trees: Mutex<HashMap<u64, Option<Tree>>>,
 }
 
 fn tree_from_root_item(id: u64, r: &RootItem) -> Tree {
@@ -231,6 +234,7 @@ impl Filesystem {
             info,
             root_tree,
             missing_devices,
+            trees: Mutex::new(HashMap::new()),
         })
     }
 
@@ -250,15 +254,18 @@ impl Filesystem {
 
     /// The tree with id `id` (a well-known tree or a subvolume).
     pub fn tree(&self, id: u64) -> Result<Tree> {
-        let r = self
-            .root_item(id)?
-            .ok_or_else(|| Error::NotFound(format!("tree {id} does not exist")))?;
-        Ok(tree_from_root_item(id, &r))
+        self.tree_opt(id)?
+            .ok_or_else(|| Error::NotFound(format!("tree {id} does not exist")))
     }
 
     /// The tree `id` if it exists (csum tree, extent tree, ...).
     pub fn tree_opt(&self, id: u64) -> Result<Option<Tree>> {
-        Ok(self.root_item(id)?.map(|r| tree_from_root_item(id, &r)))
+        if let Some(t) = self.trees.lock().unwrap().get(&id) {
+            return Ok(*t);
+        }
+        let t = self.root_item(id)?.map(|r| tree_from_root_item(id, &r));
+        self.trees.lock().unwrap().insert(id, t);
+        Ok(t)
     }
 
     /// Every subvolume and snapshot, with paths from the top level.
