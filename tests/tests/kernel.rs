@@ -237,9 +237,10 @@ fn kernel_bad_copy_is_survived_and_scrub_finds_it() {
         std::fs::copy(f.dir.join("meta.json"), dir.join("meta.json")).unwrap();
         std::fs::copy(f.dir.join("manifest.jsonl"), dir.join("manifest.jsonl")).unwrap();
         let copy = Fixture::load(&dir);
-        let (leaf, data) = pick_targets(&copy.devices()[0]);
+        let (leaf, data);
         {
             let loops = Loops::attach(&copy.devices());
+            (leaf, data) = pick_targets(Path::new(&loops.0[0].0));
             for logical in [leaf, data] {
                 let (img, phys) = map_logical(&loops, logical, 1);
                 smash(&img, phys);

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One command for a fresh machine: install what ubtrfs and its tests need,
+# build ubtrfs, and run it on the sample image shipped in the repository.
+#   bash scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+
+# System packages: btrfs-progs and the kernel-oracle tools, FUSE, zstd.
+if command -v apt-get >/dev/null; then
+  pkgs=$(grep -v '^#' tests/fixtures/APT_PACKAGES | tr '\n' ' ')
+  $SUDO apt-get update -qq || true
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $pkgs fuse3 >/dev/null
+else
+  echo "setup.sh: no apt-get; install by hand: $(tr '\n' ' ' < tests/fixtures/APT_PACKAGES) fuse3" >&2
+fi
+
+# Rust toolchain.
+if ! command -v cargo >/dev/null; then
+  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+  # shellcheck disable=SC1091
+  source "$HOME/.cargo/env"
+fi
+
+cargo build --release --locked
+BIN=target/release/ubtrfs
+
+# The sample: a small image made by the kernel (see tests/fixtures).
+SAMPLE=target/sample/sample.img
+mkdir -p target/sample
+zstd -q -d -f tests/fixtures/committed/small-crc32c/dev0.img.zst -o "$SAMPLE"
+echo "== ubtrfs subvolume list $SAMPLE"
+$BIN subvolume list "$SAMPLE"
+echo "== ubtrfs ls -l $SAMPLE /"
+$BIN ls -l "$SAMPLE" /
+rm -rf target/sample/extracted
+echo "== ubtrfs extract $SAMPLE / target/sample/extracted"
+$BIN extract "$SAMPLE" / target/sample/extracted
+echo "== ubtrfs scrub $SAMPLE"
+$BIN scrub "$SAMPLE"
+echo "setup done: $BIN"
