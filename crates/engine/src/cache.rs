@@ -1,6 +1,9 @@
 //! A bounded cache of verified tree blocks, shared by every reader of a
 //! filesystem. CLOCK replacement: a hit sets a reference bit, eviction
 //! sweeps a hand that clears bits until it finds an unreferenced block.
+//!
+//! Blocks brought in by readahead ([`crate::reada`]) are marked until their
+//! first use, so that readahead hits can be counted.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,6 +39,8 @@ impl TreeBlock {
 struct Slot {
     block: Arc<TreeBlock>,
     referenced: AtomicBool,
+    /// Inserted by readahead and not used since.
+    prefetched: AtomicBool,
 }
 
 struct Inner {
@@ -49,6 +54,8 @@ pub struct BlockCache {
     inner: Mutex<Inner>,
     hits: AtomicU64,
     misses: AtomicU64,
+    prefetch_hits: AtomicU64,
+    prefetch_unused: AtomicU64,
 }
 
 impl BlockCache {
@@ -64,23 +71,38 @@ impl BlockCache {
             }),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            prefetch_hits: AtomicU64::new(0),
+            prefetch_unused: AtomicU64::new(0),
         }
     }
 
     pub fn get(&self, bytenr: u64) -> Option<Arc<TreeBlock>> {
+        let b = self.lookup(bytenr);
+        let counter = if b.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        b
+    }
+
+    /// Like [`BlockCache::get`] but not counted as a hit or miss: for a
+    /// second look after waiting for a read in flight, whose first look
+    /// was already counted.
+    pub fn get_again(&self, bytenr: u64) -> Option<Arc<TreeBlock>> {
+        self.lookup(bytenr)
+    }
+
+    fn lookup(&self, bytenr: u64) -> Option<Arc<TreeBlock>> {
         let inner = self.inner.lock().unwrap();
-        match inner.index.get(&bytenr) {
-            Some(&i) => {
-                let s = &inner.slots[i];
-                s.referenced.store(true, Ordering::Relaxed);
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                Some(s.block.clone())
-            }
-            None => {
-                self.misses.fetch_add(1, Ordering::Relaxed);
-                None
-            }
+        let &i = inner.index.get(&bytenr)?;
+        let s = &inner.slots[i];
+        s.referenced.store(true, Ordering::Relaxed);
+        if s.prefetched.swap(false, Ordering::Relaxed) {
+            self.prefetch_hits.fetch_add(1, Ordering::Relaxed);
         }
+        Some(s.block.clone())
     }
 
     pub fn contains(&self, bytenr: u64) -> bool {
@@ -88,20 +110,31 @@ impl BlockCache {
     }
 
     pub fn insert(&self, block: Arc<TreeBlock>) {
+        self.insert_slot(block, false);
+    }
+
+    /// Inserts a block read ahead of its use; its first use counts as a
+    /// prefetch hit. Returns false when the block was already cached.
+    pub fn insert_prefetched(&self, block: Arc<TreeBlock>) -> bool {
+        self.insert_slot(block, true)
+    }
+
+    fn insert_slot(&self, block: Arc<TreeBlock>, prefetched: bool) -> bool {
         let mut inner = self.inner.lock().unwrap();
         if inner.index.contains_key(&block.bytenr) {
-            return;
+            return false;
         }
         let bytenr = block.bytenr;
         let slot = Slot {
             block,
             referenced: AtomicBool::new(false),
+            prefetched: AtomicBool::new(prefetched),
         };
         if inner.slots.len() < self.capacity {
             inner.slots.push(slot);
             let i = inner.slots.len() - 1;
             inner.index.insert(bytenr, i);
-            return;
+            return true;
         }
         let victim = loop {
             let h = inner.hand;
@@ -110,10 +143,14 @@ impl BlockCache {
                 break h;
             }
         };
+        if inner.slots[victim].prefetched.load(Ordering::Relaxed) {
+            self.prefetch_unused.fetch_add(1, Ordering::Relaxed);
+        }
         let old = inner.slots[victim].block.bytenr;
         inner.index.remove(&old);
         inner.slots[victim] = slot;
         inner.index.insert(bytenr, victim);
+        true
     }
 
     /// (hits, misses) since creation.
@@ -122,6 +159,16 @@ impl BlockCache {
             self.hits.load(Ordering::Relaxed),
             self.misses.load(Ordering::Relaxed),
         )
+    }
+
+    /// How many blocks inserted by readahead were later used.
+    pub fn prefetch_hits(&self) -> u64 {
+        self.prefetch_hits.load(Ordering::Relaxed)
+    }
+
+    /// How many blocks inserted by readahead were evicted before any use.
+    pub fn prefetch_unused(&self) -> u64 {
+        self.prefetch_unused.load(Ordering::Relaxed)
     }
 
     pub fn capacity(&self) -> usize {

@@ -1,6 +1,7 @@
 //! B-tree search and iteration over verified blocks. A [`Cursor`] holds the
 //! path from the root to a leaf slot; moving it reads siblings through the
-//! shared block cache.
+//! shared block cache, reading ahead as its [`Readahead`] mode says (see
+//! [`crate::reada`]).
 
 use crate::cache::TreeBlock;
 use crate::disk_io::{BlockExpect, FsInfo};
@@ -30,7 +31,10 @@ impl Tree {
     }
 }
 
-/// Readahead policy of a cursor, the kernel's four modes.
+/// Readahead policy of a cursor, the kernel's four modes. Whenever the
+/// cursor reads a child of a node (descending, or moving to another leaf),
+/// it first queues reads of the siblings [`crate::reada::plan`] picks;
+/// they go into the shared cache in the background.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Readahead {
     /// Read only what is needed.
@@ -99,8 +103,14 @@ impl<'f> Cursor<'f> {
             .map_err(|e| self.context(e))
     }
 
-    fn read_child(&self, parent: &TreeBlock, slot: usize) -> Result<Arc<TreeBlock>> {
+    /// Reads child `slot` of `parent`, first reading ahead its siblings as
+    /// the readahead mode says. `objectid` is that of the key the move is
+    /// looking for (it bounds [`Readahead::Back`]; 0 for no bound).
+    fn read_child(&self, parent: &TreeBlock, slot: usize, objectid: u64) -> Result<Arc<TreeBlock>> {
         let ptr = parent.node().key_ptr(slot);
+        if self.readahead != Readahead::None {
+            self.read_ahead(parent, slot, objectid);
+        }
         let child = self
             .fs
             .read_tree_block(
@@ -121,6 +131,44 @@ impl<'f> Cursor<'f> {
             )));
         }
         Ok(child)
+    }
+
+    /// Queues the siblings of child `slot` of `parent` that the kernel's
+    /// `reada_for_search` would read ahead.
+    fn read_ahead(&self, parent: &TreeBlock, slot: usize, objectid: u64) {
+        let node = parent.node();
+        let target = node.key_ptr(slot).blockptr;
+        let picked = crate::reada::plan(
+            self.readahead,
+            parent.header.level,
+            slot,
+            node.nritems(),
+            self.fs.nodesize,
+            self.fs.reada.is_present(target),
+            objectid,
+            |i| {
+                let p = node.key_ptr(i);
+                (p.key.objectid, p.blockptr)
+            },
+        );
+        if picked.is_empty() {
+            return;
+        }
+        let blocks: Vec<(u64, BlockExpect)> = picked
+            .into_iter()
+            .map(|i| {
+                let p = node.key_ptr(i);
+                (
+                    p.blockptr,
+                    BlockExpect {
+                        level: Some(parent.header.level - 1),
+                        generation: Some(p.generation),
+                        first_key: Some(p.key),
+                    },
+                )
+            })
+            .collect();
+        self.fs.reada.schedule(self.fs, &blocks);
     }
 
     fn context(&self, e: Error) -> Error {
@@ -157,7 +205,7 @@ impl<'f> Cursor<'f> {
             }
             // Descend into the last child whose first key <= key.
             let slot = node.search(key).0.unwrap_or(0);
-            let child = self.read_child(&block, slot)?;
+            let child = self.read_child(&block, slot, key.objectid)?;
             self.path.insert(0, (block, slot));
             block = child;
         }
@@ -203,7 +251,7 @@ impl<'f> Cursor<'f> {
                 self.valid = n > 0;
                 return Ok(n > 0);
             }
-            let child = self.read_child(&block, n - 1)?;
+            let child = self.read_child(&block, n - 1, 0)?;
             self.path.insert(0, (block, n - 1));
             block = child;
         }
@@ -245,6 +293,13 @@ impl<'f> Cursor<'f> {
     /// Moves from the end of the current leaf to the first item of the next
     /// non-empty leaf.
     fn advance_leaf(&mut self) -> Result<bool> {
+        // As the kernel's next_leaf: the search key is the leaf's last key.
+        let objectid = {
+            let leaf = self.path[0].0.node();
+            leaf.nritems()
+                .checked_sub(1)
+                .map_or(0, |i| leaf.key(i).objectid)
+        };
         let mut level = 1;
         loop {
             if level >= self.path.len() {
@@ -261,7 +316,7 @@ impl<'f> Cursor<'f> {
         // Descend along first children.
         while level > 0 {
             let (node, slot) = &self.path[level];
-            let child = self.read_child(node, *slot)?;
+            let child = self.read_child(node, *slot, objectid)?;
             self.path[level - 1] = (child, 0);
             level -= 1;
         }
@@ -278,6 +333,16 @@ impl<'f> Cursor<'f> {
             self.valid = true;
             return Ok(true);
         }
+        // As the kernel's prev_leaf: the search is for keys before the
+        // leaf's first key.
+        let objectid = {
+            let leaf = self.path[0].0.node();
+            if leaf.nritems() > 0 {
+                leaf.key(0).objectid
+            } else {
+                0
+            }
+        };
         let mut level = 1;
         loop {
             if level >= self.path.len() {
@@ -292,7 +357,7 @@ impl<'f> Cursor<'f> {
         }
         while level > 0 {
             let (node, slot) = &self.path[level];
-            let child = self.read_child(node, *slot)?;
+            let child = self.read_child(node, *slot, objectid)?;
             let n = child.node().nritems();
             self.path[level - 1] = (child, n.saturating_sub(1));
             level -= 1;

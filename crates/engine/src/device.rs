@@ -108,6 +108,12 @@ impl Device {
         })
     }
 
+    /// Another handle on the open device, for readahead threads (positioned
+    /// reads only, so the handles do not disturb each other).
+    pub(crate) fn try_clone_file(&self) -> std::io::Result<File> {
+        self.file.try_clone()
+    }
+
     pub fn name(&self) -> String {
         format!("{} (devid {})", self.path.display(), self.devid)
     }

@@ -5,7 +5,9 @@
 use crate::cache::{BlockCache, TreeBlock};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::volumes::{ChunkMap, Placement};
+use crate::raid56;
+use crate::reada::Prefetcher;
+use crate::volumes::{ChunkMap, PhysLoc, Placement};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use ubtrfs_format::key::Key;
@@ -28,7 +30,9 @@ pub struct FsInfo {
     pub sb: Superblock,
     pub devices: BTreeMap<u64, Device>,
     pub chunks: ChunkMap,
-    pub cache: BlockCache,
+    pub cache: Arc<BlockCache>,
+    /// Tree block readahead into `cache` (see [`crate::reada`]).
+    pub reada: Prefetcher,
     pub csum_type: CsumType,
     pub nodesize: u32,
     pub sectorsize: u32,
@@ -37,11 +41,13 @@ pub struct FsInfo {
 
 impl FsInfo {
     pub fn new(sb: Superblock, devices: BTreeMap<u64, Device>, cache_bytes: u64) -> Self {
+        let cache = Arc::new(BlockCache::new(cache_bytes, sb.nodesize));
         FsInfo {
             csum_type: sb.csum_type,
             nodesize: sb.nodesize,
             sectorsize: sb.sectorsize,
-            cache: BlockCache::new(cache_bytes, sb.nodesize),
+            reada: Prefetcher::new(cache.clone()),
+            cache,
             chunks: ChunkMap::default(),
             devices,
             sb,
@@ -77,8 +83,23 @@ impl FsInfo {
         self.chunks.num_copies(logical)
     }
 
-    /// Reads `buf.len()` bytes at `logical` from copy `mirror` (0-based;
-    /// for RAID5/6, 0 is the data stripe, 1 a rebuild from P, 2 from Q).
+    /// Reads `buf.len()` bytes at `logical` from copy `mirror` (0-based).
+    ///
+    /// For mirrored profiles copy `m` is stripe `m` of the piece. For
+    /// RAID5/6 the copies follow the kernel's retry order (its mirror
+    /// numbers are ours plus one):
+    ///
+    /// * 0: the data stripe itself;
+    /// * 1: rebuilt from P and the other data stripes;
+    /// * 2 (RAID6): rebuilt from Q and the other data stripes, not using P;
+    /// * 3.. (RAID6): rebuilt from P and Q, taking one more data stripe as
+    ///   bad too (the kernel's choice: stripe `n - mirror`, stepping over the
+    ///   target), so that any two bad stripes are worked around by some copy.
+    ///
+    /// A rebuild never reads the target. When a stripe it needs cannot be
+    /// read (its device was not given, or an I/O error), the stripe is taken
+    /// as lost too and the rebuild uses whatever combination is left, failing
+    /// only when more stripes are lost than the parity covers.
     pub fn read_copy(&self, logical: u64, buf: &mut [u8], mirror: usize) -> Result<()> {
         let mut done = 0usize;
         while done < buf.len() {
@@ -97,30 +118,10 @@ impl FsInfo {
                     row,
                     nparity,
                 } => {
-                    let ndata = row.len() - nparity;
-                    match mirror {
-                        0 => {
-                            let loc = row[*target];
-                            self.device(loc.devid)?.read_at(out, loc.physical)?;
-                        }
-                        1 => {
-                            // P is the XOR of the row's data stripes.
-                            out.fill(0);
-                            let mut tmp = vec![0u8; out.len()];
-                            for (j, loc) in row.iter().enumerate().take(ndata + 1) {
-                                if j == *target {
-                                    continue;
-                                }
-                                self.device(loc.devid)?.read_at(&mut tmp, loc.physical)?;
-                                out.iter_mut().zip(&tmp).for_each(|(o, t)| *o ^= t);
-                            }
-                        }
-                        _ => {
-                            return Err(Error::Unsupported(format!(
-                                "logical {at}: rebuilding from RAID6 Q parity"
-                            )))
-                        }
+                    if mirror >= piece.num_copies() {
+                        return Err(Error::NotFound(format!("logical {at}: no copy {mirror}")));
                     }
+                    self.read_parity_copy(at, out, *target, row, *nparity, mirror)?;
                 }
             }
             done += piece.len as usize;
@@ -128,11 +129,113 @@ impl FsInfo {
         Ok(())
     }
 
+    /// Copy `mirror` of one RAID5/6 piece; see [`FsInfo::read_copy`].
+    fn read_parity_copy(
+        &self,
+        at: u64,
+        out: &mut [u8],
+        target: usize,
+        row: &[PhysLoc],
+        nparity: usize,
+        mirror: usize,
+    ) -> Result<()> {
+        let n = row.len();
+        let ndata = n - nparity;
+        let read = |j: usize, buf: &mut [u8]| -> Result<()> {
+            self.device(row[j].devid)?.read_at(buf, row[j].physical)
+        };
+        if mirror == 0 {
+            return read(target, out);
+        }
+        // Stripes taken as lost: the target, plus for mirror >= 2 the one
+        // the kernel fails on that retry (P for mirror 2, then data stripes
+        // from the last one down, skipping the target).
+        let mut lost = vec![false; n];
+        lost[target] = true;
+        if mirror >= 2 {
+            let mut extra = n - mirror;
+            if extra <= target {
+                extra -= 1;
+            }
+            lost[extra] = true;
+        }
+        let mut bufs: Vec<Option<Vec<u8>>> = vec![None; n];
+        let mut errors: Vec<Error> = Vec::new();
+        loop {
+            let lost_data = (0..ndata).filter(|&j| lost[j]).count();
+            let use_p = !lost[ndata];
+            let use_q = nparity == 2 && !lost[ndata + 1];
+            let parity_ok = match lost_data {
+                1 => use_p || use_q,
+                2 => use_p && use_q,
+                _ => false,
+            };
+            if !parity_ok {
+                let why = if errors.is_empty() {
+                    "too many stripes lost".to_string()
+                } else {
+                    errors
+                        .iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                };
+                let msg = format!("logical {at}: cannot rebuild copy {mirror} from parity: {why}");
+                // Missing devices stay "not found"; anything else is damage.
+                return Err(if errors.iter().all(Error::is_not_found) {
+                    Error::NotFound(msg)
+                } else {
+                    Error::corrupt(format!("logical {at}"), msg)
+                });
+            }
+            // One lost data stripe needs P, or Q when P is lost; two need both.
+            let needed = (0..n).filter(|&j| {
+                !lost[j]
+                    && (j < ndata
+                        || (j == ndata && use_p)
+                        || (j == ndata + 1 && (lost_data == 2 || !use_p)))
+            });
+            let mut failed = None;
+            for j in needed {
+                if bufs[j].is_some() {
+                    continue;
+                }
+                let mut b = vec![0u8; out.len()];
+                match read(j, &mut b) {
+                    Ok(()) => bufs[j] = Some(b),
+                    Err(e) => {
+                        errors.push(e);
+                        failed = Some(j);
+                        break;
+                    }
+                }
+            }
+            match failed {
+                Some(j) => lost[j] = true,
+                None => break,
+            }
+        }
+        let stripes: Vec<Option<&[u8]>> = (0..n)
+            .map(|j| if lost[j] { None } else { bufs[j].as_deref() })
+            .collect();
+        raid56::rebuild_data(&stripes, nparity, target, out)
+            .map_err(|e| Error::corrupt(format!("logical {at}"), e.to_string()))
+    }
+
     /// Reads and verifies the tree block at `bytenr`, trying every copy.
+    /// A block that readahead is reading is waited for rather than read
+    /// again; if that read failed, the block is read here as usual (and
+    /// any error reported from here).
     pub fn read_tree_block(&self, bytenr: u64, expect: BlockExpect) -> Result<Arc<TreeBlock>> {
         if let Some(b) = self.cache.get(bytenr) {
             check_expectations(&b.header, b.node(), bytenr, &expect)?;
             return Ok(b);
+        }
+        if self.reada.claim_or_wait(bytenr) {
+            if let Some(b) = self.cache.get_again(bytenr) {
+                check_expectations(&b.header, b.node(), bytenr, &expect)?;
+                return Ok(b);
+            }
         }
         let copies = self.num_copies(bytenr)?;
         let mut failures = Vec::new();
@@ -166,58 +269,86 @@ impl FsInfo {
     ) -> Result<TreeBlock> {
         let mut buf = vec![0u8; self.nodesize as usize].into_boxed_slice();
         self.read_copy(bytenr, &mut buf, mirror)?;
-        let here = || format!("tree block {bytenr}");
-        self.csum_type
-            .verify(&buf[32..], &buf[..32])
-            .map_err(|e| Error::format(here(), e))?;
-        let header = Header::parse(&buf).map_err(|e| Error::format(here(), e))?;
-        if header.bytenr != bytenr {
-            return Err(Error::corrupt(
-                here(),
-                format!("header says bytenr {}", header.bytenr),
-            ));
-        }
-        if header.fsid != self.sb.tree_fsid() {
-            return Err(Error::corrupt(here(), "fsid does not match the superblock"));
-        }
-        let node = Node::parse(&buf).map_err(|e| Error::format(here(), e))?;
-        check_expectations(&header, node, bytenr, expect)?;
-        Ok(TreeBlock::new(bytenr, header, buf))
+        verify_tree_block(buf, bytenr, self.csum_type, &self.sb.tree_fsid(), expect)
     }
 
     /// Reads `len` bytes of data at `logical`, verifying each sector against
     /// `csums` (one entry per sector, None where the data has no checksum),
     /// and falling back to other copies when a sector does not match.
+    ///
+    /// Copies are chosen per piece of the chunk mapping and then per sector,
+    /// like the kernel's read repair: on RAID5/6 which copy is good changes
+    /// from row to row (a bad device holds data in one row and parity in the
+    /// next), so one copy number for the whole range would not do.
     pub fn read_data(
         &self,
         logical: u64,
         len: usize,
         csums: &[Option<[u8; 32]>],
     ) -> Result<Vec<u8>> {
-        let copies = self.num_copies(logical)?;
-        let mut failures = Vec::new();
+        let ss = self.sectorsize as usize;
         let mut buf = vec![0u8; len];
-        for mirror in 0..copies {
-            let res = self
-                .read_copy(logical, &mut buf, mirror)
-                .and_then(|_| self.verify_data(logical, &buf, csums));
-            match res {
-                Ok(()) => {
+        let mut done = 0usize;
+        while done < len {
+            let at = logical + done as u64;
+            let piece = self.chunks.map(at, (len - done) as u64)?;
+            let plen = piece.len as usize;
+            // Sector i of the piece is csums[first + i] (pieces start on
+            // sector boundaries when `logical` does).
+            let first = done / ss;
+            let nsec = plen.div_ceil(ss);
+            let mut pending: Vec<usize> = (0..nsec).collect();
+            let mut failures: Vec<String> = Vec::new();
+            let mut tmp = vec![0u8; plen];
+            for mirror in 0..piece.num_copies() {
+                if let Err(e) = self.read_copy(at, &mut tmp, mirror) {
+                    failures.push(format!("copy {mirror}: {e}"));
+                    continue;
+                }
+                let (mut nbad, mut first_err) = (0usize, None);
+                pending.retain(|&i| {
+                    let r = i * ss..((i + 1) * ss).min(plen);
+                    let sector_at = at + r.start as u64;
+                    let csum = csums.get(first + i).copied().flatten();
+                    match self.verify_data(sector_at, &tmp[r.clone()], &[csum]) {
+                        Ok(()) => {
+                            buf[done + r.start..done + r.end].copy_from_slice(&tmp[r]);
+                            false
+                        }
+                        Err(e) => {
+                            nbad += 1;
+                            first_err.get_or_insert(e);
+                            true
+                        }
+                    }
+                });
+                if let Some(e) = first_err {
+                    let more = if nbad > 1 {
+                        format!(" (and {} more sectors)", nbad - 1)
+                    } else {
+                        String::new()
+                    };
+                    failures.push(format!("copy {mirror}: {e}{more}"));
+                }
+                if pending.is_empty() {
                     if !failures.is_empty() {
                         self.report(format!(
-                            "data at logical {logical}: {}; read copy {mirror} instead",
+                            "data at logical {at} length {plen}: {}; read copy {mirror} instead",
                             failures.join("; ")
                         ));
                     }
-                    return Ok(buf);
+                    break;
                 }
-                Err(e) => failures.push(format!("copy {mirror}: {e}")),
             }
+            if !pending.is_empty() {
+                return Err(Error::corrupt(
+                    format!("data at logical {logical} length {len}"),
+                    failures.join("; "),
+                ));
+            }
+            done += plen;
         }
-        Err(Error::corrupt(
-            format!("data at logical {logical} length {len}"),
-            failures.join("; "),
-        ))
+        Ok(buf)
     }
 
     /// Checks each sector of `buf` (read from `logical`) against `csums`.
@@ -237,6 +368,35 @@ impl FsInfo {
         }
         Ok(())
     }
+}
+
+/// Verifies a tree block read from `bytenr`: checksum, bytenr, fsid,
+/// structure, and what the parent pointer promised. Every tree block read,
+/// on demand or ahead, goes through here.
+pub(crate) fn verify_tree_block(
+    buf: Box<[u8]>,
+    bytenr: u64,
+    csum_type: CsumType,
+    fsid: &[u8; 16],
+    expect: &BlockExpect,
+) -> Result<TreeBlock> {
+    let here = || format!("tree block {bytenr}");
+    csum_type
+        .verify(&buf[32..], &buf[..32])
+        .map_err(|e| Error::format(here(), e))?;
+    let header = Header::parse(&buf).map_err(|e| Error::format(here(), e))?;
+    if header.bytenr != bytenr {
+        return Err(Error::corrupt(
+            here(),
+            format!("header says bytenr {}", header.bytenr),
+        ));
+    }
+    if header.fsid != *fsid {
+        return Err(Error::corrupt(here(), "fsid does not match the superblock"));
+    }
+    let node = Node::parse(&buf).map_err(|e| Error::format(here(), e))?;
+    check_expectations(&header, node, bytenr, expect)?;
+    Ok(TreeBlock::new(bytenr, header, buf))
 }
 
 fn check_expectations(header: &Header, node: Node<'_>, bytenr: u64, e: &BlockExpect) -> Result<()> {

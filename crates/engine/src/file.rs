@@ -65,6 +65,30 @@ impl Extent {
     }
 }
 
+/// What a range of a file is, for the extent-map listing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeKind {
+    /// Regular extent data (possibly compressed, possibly shared).
+    Data,
+    /// Data stored inline in the tree.
+    Inline,
+    /// Allocated but unwritten: reads as zeros, a hole for SEEK_HOLE.
+    Prealloc,
+    /// No extent (implicit, with no-holes) or an explicit hole item.
+    Hole,
+}
+
+/// One range of a file's extent map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapRange {
+    pub start: u64,
+    pub end: u64,
+    pub kind: RangeKind,
+    /// For Data and Prealloc: (disk_bytenr, offset into the extent,
+    /// compression).
+    pub disk: Option<(u64, u64, u8)>,
+}
+
 /// Counters of how a handle found its extents (for tests and benchmarks).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HandleStats {
@@ -72,6 +96,16 @@ pub struct HandleStats {
     pub tree_searches: u64,
     /// Extent lookups answered from the cached leaf.
     pub cached_lookups: u64,
+}
+
+/// Where the last extent lookup ended: a leaf, the slot of the extent item
+/// returned, and where the file's item before that slot ended (None when
+/// unknown).
+#[derive(Clone)]
+struct CachedSlot {
+    leaf: Arc<TreeBlock>,
+    slot: usize,
+    prev_end: Option<u64>,
 }
 
 /// An open file: its size, where its extents are, and the cursor state kept
@@ -83,7 +117,7 @@ pub struct FileHandle {
     csum_tree: Option<Tree>,
     nodatasum: bool,
     sectorsize: u64,
-    leaf: Option<(Arc<TreeBlock>, usize)>,
+    leaf: Option<CachedSlot>,
     decompressed: Option<(u64, u64, Arc<Vec<u8>>)>,
     pub stats: HandleStats,
 }
@@ -199,27 +233,40 @@ impl FileHandle {
     /// Looks in the cached leaf, from the cached slot on, for the first
     /// extent ending after `off`. `Ok(None)` means the leaf cannot answer.
     fn from_cached_leaf(&mut self, off: u64) -> Result<Option<Option<Extent>>> {
-        let Some((leaf, slot)) = self.leaf.clone() else {
+        let Some(cached) = self.leaf.clone() else {
             return Ok(None);
         };
-        let node = leaf.node();
-        let mut s = slot;
-        // Only valid when the cached item starts at or before `off`.
-        if s >= node.nritems() || node.key(s).offset > off || node.key(s).objectid != self.id.ino {
+        let node = cached.leaf.node();
+        let ours = |k: Key| k.objectid == self.id.ino && k.item_type == EXTENT_DATA;
+        let mut s = cached.slot;
+        if s >= node.nritems() || !ours(node.key(s)) {
             return Ok(None);
         }
+        // The cached item answers for any `off` from the end of the item
+        // before it on: a walk that stopped at the next extent and now asks
+        // about the gap before it (SEEK_DATA after SEEK_HOLE) needs no
+        // search, even across a leaf boundary. Earlier offsets do.
+        if node.key(s).offset > off && cached.prev_end.is_none_or(|p| p > off) {
+            return Ok(None);
+        }
+        let mut prev_end = cached.prev_end;
         while s < node.nritems() {
             let it = node.item(s);
-            if it.key.objectid != self.id.ino || it.key.item_type != EXTENT_DATA {
+            if !ours(it.key) {
                 self.stats.cached_lookups += 1;
                 return Ok(Some(None));
             }
             let e = self.decode(it.key, it.data)?;
             if e.end > off {
-                self.leaf = Some((leaf.clone(), s));
+                self.leaf = Some(CachedSlot {
+                    leaf: cached.leaf.clone(),
+                    slot: s,
+                    prev_end,
+                });
                 self.stats.cached_lookups += 1;
                 return Ok(Some(Some(e)));
             }
+            prev_end = Some(e.end);
             s += 1;
         }
         Ok(None)
@@ -234,20 +281,18 @@ impl FileHandle {
         self.stats.tree_searches += 1;
         let mut c = Cursor::new(&fs.info, self.tree);
         let key = Key::new(self.id.ino, EXTENT_DATA, off);
-        if !c.seek_le(&key)?
-            || c.key()
-                .is_some_and(|k| k.objectid != self.id.ino || k.item_type != EXTENT_DATA)
-        {
-            // Nothing at or before `off` for this file: start at the first
-            // item after it.
+        // From the last item at or before `off` (which may end before it).
+        let mut prev_end = None;
+        if !c.seek_le(&key)? || c.key().is_some_and(|k| k.objectid != self.id.ino || k.item_type != EXTENT_DATA) {
+            // Nothing of this file at or before `off`: the first item after
+            // it comes first in the file.
+            prev_end = Some(0);
             if !c.seek(&key)? {
                 return Ok(None);
             }
         }
         loop {
-            let Some((k, d)) = c.item() else {
-                return Ok(None);
-            };
+            let Some((k, d)) = c.item() else { return Ok(None) };
             if k > Key::new(self.id.ino, EXTENT_DATA, u64::MAX) {
                 return Ok(None);
             }
@@ -255,9 +300,14 @@ impl FileHandle {
                 let e = self.decode(k, d)?;
                 if e.end > off {
                     let (leaf, slot) = c.leaf().expect("positioned");
-                    self.leaf = Some((leaf.clone(), slot));
+                    self.leaf = Some(CachedSlot {
+                        leaf: leaf.clone(),
+                        slot,
+                        prev_end,
+                    });
                     return Ok(Some(e));
                 }
+                prev_end = Some(e.end);
             }
             if !c.next()? {
                 return Ok(None);
@@ -302,6 +352,49 @@ impl FileHandle {
             pos = e.end;
         }
         Ok(Some(self.size))
+    }
+
+    /// The extent map of `[0, size)`: every range with its kind, gaps
+    /// (implicit holes) included, clipped to the file size.
+    pub fn map(&mut self, fs: &Filesystem) -> Result<Vec<MapRange>> {
+        let mut out: Vec<MapRange> = Vec::new();
+        let mut pos = 0;
+        while pos < self.size {
+            let (end, kind, disk) = match self.extent_from(fs, pos)? {
+                None => (self.size, RangeKind::Hole, None),
+                Some(e) if e.start > pos => (e.start.min(self.size), RangeKind::Hole, None),
+                Some(e) => {
+                    let (kind, disk) = match e.kind {
+                        ExtentKind::Inline { .. } => (RangeKind::Inline, None),
+                        ExtentKind::Regular {
+                            disk_bytenr,
+                            offset,
+                            compression,
+                            ..
+                        } => (RangeKind::Data, Some((disk_bytenr, offset + (pos - e.start), compression))),
+                        ExtentKind::Prealloc {
+                            disk_bytenr, offset, ..
+                        } => (RangeKind::Prealloc, Some((disk_bytenr, offset + (pos - e.start), 0))),
+                        ExtentKind::Hole => (RangeKind::Hole, None),
+                    };
+                    (e.end.min(self.size), kind, disk)
+                }
+            };
+            // Merge adjacent holes (an explicit hole item next to a gap).
+            match out.last_mut() {
+                Some(last) if kind == RangeKind::Hole && last.kind == RangeKind::Hole && last.end == pos => {
+                    last.end = end
+                }
+                _ => out.push(MapRange {
+                    start: pos,
+                    end,
+                    kind,
+                    disk,
+                }),
+            }
+            pos = end;
+        }
+        Ok(out)
     }
 
     /// The data ranges of the file, as a walk with SEEK_DATA/SEEK_HOLE

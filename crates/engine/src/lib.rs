@@ -15,10 +15,12 @@ pub mod error;
 pub mod extract;
 pub mod file;
 pub mod fs;
+pub mod raid56;
+pub mod reada;
 pub mod scrub;
 pub mod volumes;
 pub mod walk;
 
 pub use error::{Error, Result};
-pub use file::FileHandle;
+pub use file::{FileHandle, MapRange, RangeKind};
 pub use fs::{DirEntryInfo, Filesystem, InodeId, OpenOptions, Stat, Subvolume};

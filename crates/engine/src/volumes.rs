@@ -20,7 +20,10 @@ pub enum Placement {
     /// Full copies (single, DUP, RAID0, RAID1*, RAID10): any one will do.
     Mirrors(Vec<PhysLoc>),
     /// RAID5/6: the data stripe, and the same range of every stripe of its
-    /// row so it can be rebuilt from parity.
+    /// row so it can be rebuilt from parity. As in the kernel's
+    /// `btrfs_map_block`, data stripe `j` of full-stripe row `r` is on chunk
+    /// stripe `(r + j) % n`, P on `(r + ndata) % n` and Q on
+    /// `(r + ndata + 1) % n`, each at `r * stripe_len` into its stripe.
     Parity {
         /// Index in `row` of the data we want.
         target: usize,
@@ -37,11 +40,16 @@ pub struct Piece {
 }
 
 impl Piece {
-    /// How many independent ways this piece can be read.
+    /// How many ways this piece can be read, as the kernel's
+    /// `btrfs_num_copies` counts them: RAID5 has the data and a rebuild;
+    /// RAID6 has one copy per stripe of the row (the data, a rebuild from
+    /// P, one from Q, and one from P and Q for each other data stripe that
+    /// may be bad too). See `FsInfo::read_copy` for what each one is.
     pub fn num_copies(&self) -> usize {
         match &self.placement {
             Placement::Mirrors(m) => m.len(),
-            Placement::Parity { nparity, .. } => 1 + nparity,
+            Placement::Parity { nparity: 1, .. } => 2,
+            Placement::Parity { row, .. } => row.len(),
         }
     }
 }
@@ -64,7 +72,11 @@ impl ChunkMap {
             BG_RAID1C3 => n >= 3,
             BG_RAID1C4 => n >= 4,
             BG_RAID0 => n >= 1,
-            BG_RAID10 => chunk.sub_stripes >= 2 && n >= 2 && n % chunk.sub_stripes as usize == 0,
+            BG_RAID10 => {
+                chunk.sub_stripes >= 2
+                    && n >= 2
+                    && n.checked_rem(chunk.sub_stripes as usize) == Some(0)
+            }
             BG_RAID5 => n >= 2,
             BG_RAID6 => n >= 3,
             _ => false,
@@ -295,6 +307,83 @@ mod tests {
                 assert_eq!(row[2].devid, 1);
             }
             _ => panic!(),
+        }
+    }
+
+    /// Checks every row of a RAID5/6 chunk against the kernel's layout:
+    /// data stripe d of row r on chunk stripe (r + d) % n, then P, then Q.
+    fn check_parity_layout(profile: u64, n: u16, nparity: usize) {
+        let mut m = ChunkMap::default();
+        let c = chunk(profile, n, 0);
+        m.insert(1 << 20, c.clone()).unwrap();
+        let n = n as usize;
+        let ndata = n - nparity;
+        for r in 0..(2 * n as u64 + 1) {
+            for d in 0..ndata {
+                let off = (r * ndata as u64 + d as u64) * 65536 + 100;
+                let p = m.map((1 << 20) + off, 1 << 20).unwrap();
+                assert_eq!(p.len, 65536 - 100);
+                assert_eq!(p.num_copies(), if nparity == 1 { 2 } else { n });
+                let Placement::Parity {
+                    target,
+                    row,
+                    nparity: np,
+                } = p.placement
+                else {
+                    panic!("not parity")
+                };
+                assert_eq!((target, np, row.len()), (d, nparity, n));
+                for (j, loc) in row.iter().enumerate() {
+                    let idx = (r as usize + j) % n;
+                    assert_eq!(
+                        *loc,
+                        PhysLoc {
+                            devid: c.stripes[idx].devid,
+                            physical: c.stripes[idx].offset + r * 65536 + 100,
+                        },
+                        "row {r} data {d} stripe {j}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn raid5_layout() {
+        check_parity_layout(BG_RAID5, 2, 1);
+        check_parity_layout(BG_RAID5, 3, 1);
+        check_parity_layout(BG_RAID5, 5, 1);
+    }
+
+    #[test]
+    fn raid6_layout() {
+        check_parity_layout(BG_RAID6, 3, 2);
+        check_parity_layout(BG_RAID6, 4, 2);
+        check_parity_layout(BG_RAID6, 6, 2);
+    }
+
+    #[test]
+    fn raid10_rows() {
+        // 6 stripes, sub_stripes 2: 3 pairs; unit k goes to pair k % 3, at
+        // row k / 3 of the pair's stripes.
+        let mut m = ChunkMap::default();
+        m.insert(0, chunk(BG_RAID10, 6, 2)).unwrap();
+        for k in 0..10u64 {
+            let p = m.map(k * 65536 + 5, 1 << 20).unwrap();
+            assert_eq!(p.len, 65536 - 5);
+            let first = (k % 3) as usize * 2;
+            let phys = (k / 3) * 65536 + 5;
+            assert_eq!(
+                p.placement,
+                Placement::Mirrors(
+                    (first..first + 2)
+                        .map(|i| PhysLoc {
+                            devid: i as u64 + 1,
+                            physical: 1_000_000 * (i as u64 + 1) + phys
+                        })
+                        .collect()
+                )
+            );
         }
     }
 

@@ -1,0 +1,102 @@
+//! The per-handle extent cursor: a SEEK_DATA/SEEK_HOLE walk with increasing
+//! offsets (what cp and tar --sparse do) must search the tree about once per
+//! leaf of extent items, not once per call, and give the kernel's answers.
+//! Counts, not timings: the benchmark in bench/ measures time.
+
+use std::path::Path;
+use ubtrfs_engine::{FileHandle, Filesystem, OpenOptions};
+use ubtrfs_oracle::*;
+
+#[test]
+fn sequential_lseek_walk_is_amortized_constant() {
+    if !kernel_available("sequential_lseek_walk_is_amortized_constant") {
+        return;
+    }
+    let f = kernel_fixtures()
+        .iter()
+        .find(|f| f.name == "big")
+        .expect("kernel fixture 'big'");
+    let fs = Filesystem::open(&f.devices()[0], &OpenOptions::default()).expect("open");
+    let id = fs.resolve(b"/big/striped-64m").expect("resolve");
+    let mut h = FileHandle::open(&fs, id).unwrap();
+    let mut calls = 0u64;
+    let mut ranges = Vec::new();
+    let mut pos = 0;
+    while let Some(d) = h.seek_data(&fs, pos).unwrap() {
+        let e = h.seek_hole(&fs, d).unwrap().unwrap();
+        calls += 2;
+        ranges.push((d, e));
+        pos = e;
+    }
+    // The kernel's map of the same file, from the fixture's manifest.
+    let kernel = f
+        .kernel_manifest()
+        .into_iter()
+        .find(|l| l.contains("\"path\":\"/big/striped-64m\""))
+        .expect("manifest line");
+    let v: serde_json::Value = serde_json::from_str(&kernel).unwrap();
+    let expected: Vec<(u64, u64)> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[0].as_u64().unwrap(), r[1].as_u64().unwrap()))
+        .collect();
+    assert_eq!(ranges, expected, "SEEK_DATA/SEEK_HOLE map differs from the kernel's");
+    assert_eq!(ranges.len(), 8192);
+    let s = h.stats;
+    eprintln!("{calls} lseek calls: {} tree searches, {} cached lookups", s.tree_searches, s.cached_lookups);
+    // 8192 extent items fill dozens of leaves; one search per leaf (plus
+    // the first) is the bound. A search per call would be 16384.
+    let leaves = leaves_of_extents(&fs, id);
+    assert!(
+        s.tree_searches <= leaves + 1,
+        "{} tree searches for {calls} calls over {leaves} leaves",
+        s.tree_searches
+    );
+    assert!(s.cached_lookups >= calls - s.tree_searches);
+}
+
+/// Number of distinct leaves holding the file's EXTENT_DATA items.
+fn leaves_of_extents(fs: &Filesystem, id: ubtrfs_engine::InodeId) -> u64 {
+    use ubtrfs_engine::ctree::Cursor;
+    use ubtrfs_format::consts::EXTENT_DATA;
+    use ubtrfs_format::key::Key;
+    let tree = fs.tree(id.subvol).unwrap();
+    let mut c = Cursor::new(&fs.info, tree);
+    c.seek(&Key::new(id.ino, EXTENT_DATA, 0)).unwrap();
+    let mut leaves = std::collections::BTreeSet::new();
+    while let Some(k) = c.key() {
+        if k.objectid != id.ino || k.item_type != EXTENT_DATA {
+            break;
+        }
+        leaves.insert(c.leaf().unwrap().0.bytenr);
+        if !c.next().unwrap() {
+            break;
+        }
+    }
+    leaves.len() as u64
+}
+
+#[test]
+fn fresh_handles_each_search_the_tree() {
+    // The contrast that makes the bound above meaningful: without the
+    // cursor every call searches from the root. Checked on a committed
+    // fixture so it runs without root.
+    let f = committed_fixtures().iter().find(|f| f.name == "small-crc32c").unwrap();
+    let fs = Filesystem::open(Path::new(&f.devices()[0]), &OpenOptions::default()).unwrap();
+    let id = fs.resolve(b"/holes/sparse").unwrap();
+    let mut searches = 0;
+    let mut pos = 0;
+    loop {
+        let mut h = FileHandle::open(&fs, id).unwrap();
+        let Some(d) = h.seek_data(&fs, pos).unwrap() else { break };
+        let mut h2 = FileHandle::open(&fs, id).unwrap();
+        pos = h2.seek_hole(&fs, d).unwrap().unwrap();
+        searches += h.stats.tree_searches + h2.stats.tree_searches;
+    }
+    let mut h = FileHandle::open(&fs, id).unwrap();
+    let ranges = h.data_ranges(&fs).unwrap();
+    assert_eq!(ranges.len(), 4);
+    assert!(searches >= 8, "fresh handles searched only {searches} times");
+    assert!(h.stats.tree_searches <= 2, "one handle searched {} times", h.stats.tree_searches);
+}
