@@ -26,6 +26,14 @@ pub enum InspectCmd {
     },
     /// Print tree blocks and decoded items (like `btrfs inspect-internal dump-tree`).
     DumpTree(DumpTreeArgs),
+    /// Print a file's extent map: data, inline, prealloc and hole ranges.
+    Map {
+        #[command(flatten)]
+        image: ImageArgs,
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the kernel-oracle manifest (JSON lines) of the tree at PATH.
     Manifest {
         #[command(flatten)]
@@ -49,6 +57,34 @@ pub fn run(cmd: InspectCmd) -> CmdResult {
     match cmd {
         InspectCmd::DumpSuper { image, json } => dump_super(image, json),
         InspectCmd::DumpTree(a) => dump_tree(a),
+        InspectCmd::Map { image, path, json } => {
+            let fs = image.open()?;
+            let id = fs.resolve(path.as_os_str().as_bytes())?;
+            let mut h = ubtrfs_engine::FileHandle::open(&fs, id)?;
+            let map = h.map(&fs)?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            for r in &map {
+                let kind = format!("{:?}", r.kind).to_lowercase();
+                if json {
+                    let mut v = json!({"start": r.start, "end": r.end, "kind": kind});
+                    if let Some((b, o, c)) = r.disk {
+                        v["disk_bytenr"] = b.into();
+                        v["extent_offset"] = o.into();
+                        v["compression"] = c.into();
+                    }
+                    writeln!(out, "{v}")?;
+                } else {
+                    write!(out, "{:>14} {:>14} {:<8}", r.start, r.end, kind)?;
+                    if let Some((b, o, c)) = r.disk {
+                        write!(out, " disk {b} +{o} compression {c}")?;
+                    }
+                    writeln!(out)?;
+                }
+            }
+            out.flush()?;
+            print_reports(&fs);
+            Ok(ExitCode::SUCCESS)
+        }
         InspectCmd::Manifest { image, path } => {
             let fs = image.open()?;
             let id = fs.resolve(path.as_os_str().as_bytes())?;
