@@ -25,8 +25,7 @@ pub fn lookup_csums(
     if !c.seek_floor(&Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, logical))? {
         return Ok(out);
     }
-    loop {
-        let Some((k, d)) = c.item() else { break };
+    while let Some((k, d)) = c.item() {
         if k.objectid == EXTENT_CSUM_OBJECTID && k.item_type == EXTENT_CSUM {
             if k.offset >= end {
                 break;

@@ -279,6 +279,8 @@ impl<'f> Cursor<'f> {
     }
 
     /// Moves to the next item. Returns false at the end of the tree.
+    // Not `Iterator::next`: moving can fail, and items borrow the cursor.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<bool> {
         if !self.valid || self.path.is_empty() {
             return Ok(false);

@@ -232,7 +232,7 @@ impl FileHandle {
 
     /// Looks in the cached leaf, from the cached slot on, for the first
     /// extent ending after `off`. `Ok(None)` means the leaf cannot answer.
-    fn from_cached_leaf(&mut self, off: u64) -> Result<Option<Option<Extent>>> {
+    fn lookup_cached_leaf(&mut self, off: u64) -> Result<Option<Option<Extent>>> {
         let Some(cached) = self.leaf.clone() else {
             return Ok(None);
         };
@@ -275,7 +275,7 @@ impl FileHandle {
     /// The first extent item of this file that ends after `off` (it covers
     /// `off` if its start is <= `off`), or None past the last one.
     pub fn extent_from(&mut self, fs: &Filesystem, off: u64) -> Result<Option<Extent>> {
-        if let Some(r) = self.from_cached_leaf(off)? {
+        if let Some(r) = self.lookup_cached_leaf(off)? {
             return Ok(r);
         }
         self.stats.tree_searches += 1;

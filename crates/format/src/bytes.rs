@@ -44,22 +44,23 @@ pub fn uuid_at(buf: &[u8], off: usize, what: &'static str) -> Result<[u8; 16]> {
     Ok(slice(buf, off, 16, what)?.try_into().unwrap())
 }
 
-/// Little-endian reads from a slice already known to be long enough.
+/// Little-endian reads from a slice already known to be long enough
+/// (they panic otherwise; use the checked readers above on untrusted input).
 /// Used by fixed-size structures after one up-front length check.
 #[inline]
-pub(crate) fn le16(b: &[u8], off: usize) -> u16 {
+pub fn le16(b: &[u8], off: usize) -> u16 {
     u16::from_le_bytes([b[off], b[off + 1]])
 }
 #[inline]
-pub(crate) fn le32(b: &[u8], off: usize) -> u32 {
+pub fn le32(b: &[u8], off: usize) -> u32 {
     u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
 }
 #[inline]
-pub(crate) fn le64(b: &[u8], off: usize) -> u64 {
+pub fn le64(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
 }
 #[inline]
-pub(crate) fn uuid(b: &[u8], off: usize) -> [u8; 16] {
+pub fn uuid(b: &[u8], off: usize) -> [u8; 16] {
     b[off..off + 16].try_into().unwrap()
 }
 
