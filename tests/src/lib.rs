@@ -10,7 +10,10 @@ use std::sync::OnceLock;
 
 /// The workspace root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// The `ubtrfs` binary: $UBTRFS_BIN, or built now with the release profile.
@@ -21,11 +24,21 @@ pub fn ubtrfs_bin() -> &'static Path {
             return PathBuf::from(p);
         }
         let out = Command::new(env!("CARGO"))
-            .args(["build", "--release", "-p", "ubtrfs", "--message-format=json"])
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "ubtrfs",
+                "--message-format=json",
+            ])
             .current_dir(repo_root())
             .output()
             .expect("run cargo build");
-        assert!(out.status.success(), "cargo build failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "cargo build failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             if let Ok(v) = serde_json::from_str::<Value>(line) {
                 if v["reason"] == "compiler-artifact" && v["target"]["name"] == "ubtrfs" {
@@ -41,7 +54,10 @@ pub fn ubtrfs_bin() -> &'static Path {
 
 /// Runs ubtrfs with `args`; returns the output.
 pub fn ubtrfs(args: &[&str]) -> Output {
-    Command::new(ubtrfs_bin()).args(args).output().expect("run ubtrfs")
+    Command::new(ubtrfs_bin())
+        .args(args)
+        .output()
+        .expect("run ubtrfs")
 }
 
 /// A fixture directory as build.sh / unpack.sh write it.
@@ -55,7 +71,8 @@ pub struct Fixture {
 impl Fixture {
     pub fn load(dir: &Path) -> Fixture {
         let meta: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join("meta.json")).unwrap_or_else(|e| panic!("{}: {e}", dir.display())),
+            &std::fs::read_to_string(dir.join("meta.json"))
+                .unwrap_or_else(|e| panic!("{}: {e}", dir.display())),
         )
         .expect("meta.json");
         Fixture {
@@ -110,7 +127,10 @@ impl Fixture {
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        Ok(String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect())
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(String::from)
+            .collect())
     }
 }
 
@@ -135,7 +155,8 @@ fn by_path(lines: &[String]) -> BTreeMap<String, Value> {
     lines
         .iter()
         .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("bad manifest line {l}: {e}"));
+            let v: Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("bad manifest line {l}: {e}"));
             (v["path"].as_str().unwrap_or("").to_string(), v)
         })
         .collect()
@@ -144,7 +165,11 @@ fn by_path(lines: &[String]) -> BTreeMap<String, Value> {
 /// Compares two manifests; Err lists the first differences. Empty-subvolume
 /// placeholders (dirs with ino 2 in `expected`) carry the kernel's current
 /// time, so their mtime is not compared.
-pub fn compare_manifests(expected: &[String], actual: &[String], ignore: &Ignore) -> Result<usize, String> {
+pub fn compare_manifests(
+    expected: &[String],
+    actual: &[String],
+    ignore: &Ignore,
+) -> Result<usize, String> {
     let e = by_path(expected);
     let a = by_path(actual);
     let mut diffs = Vec::new();
@@ -162,7 +187,10 @@ pub fn compare_manifests(expected: &[String], actual: &[String], ignore: &Ignore
                 continue;
             }
             if av.get(k) != Some(x) {
-                diffs.push(format!("{p}: {k}: expected {x}, got {}", av.get(k).unwrap_or(&Value::Null)));
+                diffs.push(format!(
+                    "{p}: {k}: expected {x}, got {}",
+                    av.get(k).unwrap_or(&Value::Null)
+                ));
             }
         }
     }
@@ -186,7 +214,10 @@ pub fn compare_manifests(expected: &[String], actual: &[String], ignore: &Ignore
 pub fn kernel_available(test: &str) -> bool {
     let root = unsafe_geteuid() == 0;
     let btrfs = std::fs::read_to_string("/proc/filesystems").is_ok_and(|s| s.contains("btrfs"));
-    let tools = Command::new("mkfs.btrfs").arg("--version").output().is_ok_and(|o| o.status.success());
+    let tools = Command::new("mkfs.btrfs")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     if root && btrfs && tools {
         return true;
     }
@@ -203,9 +234,11 @@ fn unsafe_geteuid() -> u32 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|x| x.parse().unwrap_or(u32::MAX)))
+            s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(2)
+                    .map(|x| x.parse().unwrap_or(u32::MAX))
+            })
         })
         .unwrap_or(u32::MAX)
 }
@@ -269,6 +302,13 @@ pub fn scratch_dir(what: &str) -> PathBuf {
 
 /// sha256 of a file (via sha256sum, to keep the harness dependency-light).
 pub fn sha256_file(p: &Path) -> String {
-    let out = Command::new("sha256sum").arg(p).output().expect("sha256sum");
-    String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap_or("").to_string()
+    let out = Command::new("sha256sum")
+        .arg(p)
+        .output()
+        .expect("sha256sum");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_string()
 }

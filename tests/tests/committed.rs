@@ -10,10 +10,12 @@ fn committed_fixtures_match_kernel_manifests() {
     let mut failures = Vec::new();
     for f in fixtures {
         match f.ubtrfs_manifest(None) {
-            Ok(actual) => match compare_manifests(&f.kernel_manifest(), &actual, &Ignore::default()) {
-                Ok(n) => eprintln!("{}: {n} paths match the kernel", f.name),
-                Err(d) => failures.push(format!("{}: {d}", f.name)),
-            },
+            Ok(actual) => {
+                match compare_manifests(&f.kernel_manifest(), &actual, &Ignore::default()) {
+                    Ok(n) => eprintln!("{}: {n} paths match the kernel", f.name),
+                    Err(d) => failures.push(format!("{}: {d}", f.name)),
+                }
+            }
             Err(e) => failures.push(format!("{}: {e}", f.name)),
         }
     }
@@ -22,7 +24,10 @@ fn committed_fixtures_match_kernel_manifests() {
 
 #[test]
 fn committed_raid1_reads_with_a_device_missing() {
-    for f in committed_fixtures().iter().filter(|f| f.devices().len() > 1) {
+    for f in committed_fixtures()
+        .iter()
+        .filter(|f| f.devices().len() > 1)
+    {
         for skip in 0..f.devices().len() {
             let actual = f
                 .ubtrfs_manifest(Some(skip))
@@ -55,7 +60,12 @@ fn committed_fixtures_scrub_clean() {
 fn opening_never_changes_the_image() {
     for f in committed_fixtures() {
         let before: Vec<String> = f.devices().iter().map(|d| sha256_file(d)).collect();
-        for cmd in [vec!["inspect", "manifest"], vec!["scrub"], vec!["inspect", "dump-tree"], vec!["subvolume", "list"]] {
+        for cmd in [
+            vec!["inspect", "manifest"],
+            vec!["scrub"],
+            vec!["inspect", "dump-tree"],
+            vec!["subvolume", "list"],
+        ] {
             let mut args: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
             args.extend(f.image_args(None));
             let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();

@@ -12,12 +12,18 @@ use std::process::Command;
 use ubtrfs_oracle::*;
 
 fn profile(f: &Fixture, kind: &str) -> String {
-    f.meta["profile"][kind].as_str().unwrap_or("single").to_lowercase()
+    f.meta["profile"][kind]
+        .as_str()
+        .unwrap_or("single")
+        .to_lowercase()
 }
 
 /// Profiles that survive losing one device.
 fn redundant(p: &str) -> bool {
-    matches!(p, "raid1" | "raid10" | "raid1c3" | "raid1c4" | "raid5" | "raid6")
+    matches!(
+        p,
+        "raid1" | "raid10" | "raid1c3" | "raid1c4" | "raid5" | "raid6"
+    )
 }
 
 #[test]
@@ -29,10 +35,16 @@ fn kernel_fixtures_match_kernel_manifests() {
     for f in kernel_fixtures() {
         let t = std::time::Instant::now();
         match f.ubtrfs_manifest(None) {
-            Ok(actual) => match compare_manifests(&f.kernel_manifest(), &actual, &Ignore::default()) {
-                Ok(n) => eprintln!("{}: {n} paths match the kernel ({:.1?})", f.name, t.elapsed()),
-                Err(d) => failures.push(format!("{}: {d}", f.name)),
-            },
+            Ok(actual) => {
+                match compare_manifests(&f.kernel_manifest(), &actual, &Ignore::default()) {
+                    Ok(n) => eprintln!(
+                        "{}: {n} paths match the kernel ({:.1?})",
+                        f.name,
+                        t.elapsed()
+                    ),
+                    Err(d) => failures.push(format!("{}: {d}", f.name)),
+                }
+            }
             Err(e) => failures.push(format!("{}: {e}", f.name)),
         }
     }
@@ -51,7 +63,9 @@ fn kernel_raid_fixtures_read_degraded() {
             let res = f.ubtrfs_manifest(Some(skip));
             match (ok, res) {
                 (true, Ok(actual)) => {
-                    if let Err(d) = compare_manifests(&f.kernel_manifest(), &actual, &Ignore::default()) {
+                    if let Err(d) =
+                        compare_manifests(&f.kernel_manifest(), &actual, &Ignore::default())
+                    {
                         failures.push(format!("{} without device {skip}: {d}", f.name));
                     }
                 }
@@ -59,7 +73,10 @@ fn kernel_raid_fixtures_read_degraded() {
                 // Without redundancy a clean error is the right answer.
                 (false, Err(e)) => {
                     if e.contains("panicked") || !e.contains("error:") {
-                        failures.push(format!("{} without device {skip}: not a clean error: {e}", f.name));
+                        failures.push(format!(
+                            "{} without device {skip}: not a clean error: {e}",
+                            f.name
+                        ));
                     }
                 }
                 (false, Ok(_)) => {}
@@ -85,7 +102,11 @@ fn kernel_extract_reproduces_tree() {
         let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
         let out = ubtrfs(&a);
         if !out.status.success() {
-            failures.push(format!("{}: extract failed: {}", f.name, String::from_utf8_lossy(&out.stderr)));
+            failures.push(format!(
+                "{}: extract failed: {}",
+                f.name,
+                String::from_utf8_lossy(&out.stderr)
+            ));
             continue;
         }
         let m = Command::new("python3")
@@ -93,8 +114,15 @@ fn kernel_extract_reproduces_tree() {
             .arg(&dest)
             .output()
             .expect("manifest.py");
-        assert!(m.status.success(), "manifest.py: {}", String::from_utf8_lossy(&m.stderr));
-        let actual: Vec<String> = String::from_utf8_lossy(&m.stdout).lines().map(String::from).collect();
+        assert!(
+            m.status.success(),
+            "manifest.py: {}",
+            String::from_utf8_lossy(&m.stderr)
+        );
+        let actual: Vec<String> = String::from_utf8_lossy(&m.stdout)
+            .lines()
+            .map(String::from)
+            .collect();
         // Inode numbers and directory sizes are the host filesystem's.
         let ignore = Ignore {
             fields: vec!["ino"],
@@ -140,9 +168,20 @@ impl Loops {
     fn attach(images: &[PathBuf]) -> Loops {
         let mut v = Vec::new();
         for img in images {
-            let out = Command::new("losetup").args(["-f", "--show"]).arg(img).output().expect("losetup");
-            assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
-            v.push((String::from_utf8_lossy(&out.stdout).trim().to_string(), img.clone()));
+            let out = Command::new("losetup")
+                .args(["-f", "--show"])
+                .arg(img)
+                .output()
+                .expect("losetup");
+            assert!(
+                out.status.success(),
+                "losetup: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            v.push((
+                String::from_utf8_lossy(&out.stdout).trim().to_string(),
+                img.clone(),
+            ));
         }
         let mut scan = Command::new("btrfs");
         scan.args(["device", "scan"]);
@@ -154,14 +193,21 @@ impl Loops {
     }
 
     fn image_of(&self, dev: &str) -> &Path {
-        &self.0.iter().find(|(d, _)| d == dev).unwrap_or_else(|| panic!("unknown device {dev}")).1
+        &self
+            .0
+            .iter()
+            .find(|(d, _)| d == dev)
+            .unwrap_or_else(|| panic!("unknown device {dev}"))
+            .1
     }
 }
 
 impl Drop for Loops {
     fn drop(&mut self) {
         for (d, _) in &self.0 {
-            let _ = Command::new("btrfs").args(["device", "scan", "--forget", d]).output();
+            let _ = Command::new("btrfs")
+                .args(["device", "scan", "--forget", d])
+                .output();
             let _ = Command::new("losetup").args(["-d", d]).output();
         }
     }
@@ -197,7 +243,11 @@ fn pick_targets(dev: &Path, n: usize) -> (Vec<u64>, Vec<u64>) {
             .arg(dev)
             .output()
             .expect("dump-tree");
-        assert!(out.status.success(), "dump-tree: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "dump-tree: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let mut blocks = Vec::new();
@@ -232,13 +282,18 @@ fn pick_targets(dev: &Path, n: usize) -> (Vec<u64>, Vec<u64>) {
         v.iter().step_by(step).take(n).copied().collect()
     };
     let (b, d) = (pick(&blocks), pick(&data));
-    assert!(!b.is_empty() && !d.is_empty(), "no targets in {}", dev.display());
+    assert!(
+        !b.is_empty() && !d.is_empty(),
+        "no targets in {}",
+        dev.display()
+    );
     (b, d)
 }
 
 fn smash(file: &Path, physical: u64) {
     let f = std::fs::OpenOptions::new().write(true).open(file).unwrap();
-    f.write_all_at(b"ubtrfs-corruption-test", physical + 100).unwrap();
+    f.write_all_at(b"ubtrfs-corruption-test", physical + 100)
+        .unwrap();
 }
 
 #[test]
@@ -259,7 +314,12 @@ fn kernel_bad_copy_is_survived_and_scrub_finds_it() {
         let dir = base.join(&f.name);
         std::fs::create_dir_all(&dir).unwrap();
         for d in f.devices() {
-            let st = Command::new("cp").arg("--sparse=always").arg(&d).arg(&dir).status().unwrap();
+            let st = Command::new("cp")
+                .arg("--sparse=always")
+                .arg(&d)
+                .arg(&dir)
+                .status()
+                .unwrap();
             assert!(st.success());
         }
         std::fs::copy(f.dir.join("meta.json"), dir.join("meta.json")).unwrap();
@@ -275,7 +335,9 @@ fn kernel_bad_copy_is_survived_and_scrub_finds_it() {
             }
         }
         // Every read falls back to the good copy: the kernel's view holds.
-        let actual = copy.ubtrfs_manifest(None).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+        let actual = copy
+            .ubtrfs_manifest(None)
+            .unwrap_or_else(|e| panic!("{}: {e}", f.name));
         if let Err(d) = compare_manifests(&copy.kernel_manifest(), &actual, &Ignore::default()) {
             panic!("{} with bad copies: {d}", f.name);
         }
@@ -285,11 +347,17 @@ fn kernel_bad_copy_is_survived_and_scrub_finds_it() {
         let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
         let out = ubtrfs(&a);
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(!out.status.success(), "{}: scrub missed the corruption: {text}", f.name);
+        assert!(
+            !out.status.success(),
+            "{}: scrub missed the corruption: {text}",
+            f.name
+        );
         let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("error:")).collect();
         for b in &blocks {
             assert!(
-                errors.iter().any(|l| l.contains(&format!("tree block at logical {b} copy 0"))),
+                errors
+                    .iter()
+                    .any(|l| l.contains(&format!("tree block at logical {b} copy 0"))),
                 "{}: scrub did not name tree block {b}: {text}",
                 f.name
             );
@@ -299,7 +367,11 @@ fn kernel_bad_copy_is_survived_and_scrub_finds_it() {
                 .iter()
                 .find(|l| l.contains(&format!("data at logical {d} copy 0")))
                 .unwrap_or_else(|| panic!("{}: scrub did not name data {d}: {text}", f.name));
-            assert!(line.contains(", file /"), "{}: no file path in {line}", f.name);
+            assert!(
+                line.contains(", file /"),
+                "{}: no file path in {line}",
+                f.name
+            );
         }
         assert_eq!(
             errors.len(),

@@ -41,10 +41,16 @@ fn sequential_lseek_walk_is_amortized_constant() {
         .iter()
         .map(|r| (r[0].as_u64().unwrap(), r[1].as_u64().unwrap()))
         .collect();
-    assert_eq!(ranges, expected, "SEEK_DATA/SEEK_HOLE map differs from the kernel's");
+    assert_eq!(
+        ranges, expected,
+        "SEEK_DATA/SEEK_HOLE map differs from the kernel's"
+    );
     assert_eq!(ranges.len(), 8192);
     let s = h.stats;
-    eprintln!("{calls} lseek calls: {} tree searches, {} cached lookups", s.tree_searches, s.cached_lookups);
+    eprintln!(
+        "{calls} lseek calls: {} tree searches, {} cached lookups",
+        s.tree_searches, s.cached_lookups
+    );
     // 8192 extent items fill dozens of leaves; one search per leaf (plus
     // the first) is the bound. A search per call would be 16384.
     let leaves = leaves_of_extents(&fs, id);
@@ -82,14 +88,19 @@ fn fresh_handles_each_search_the_tree() {
     // The contrast that makes the bound above meaningful: without the
     // cursor every call searches from the root. Checked on a committed
     // fixture so it runs without root.
-    let f = committed_fixtures().iter().find(|f| f.name == "small-crc32c").unwrap();
+    let f = committed_fixtures()
+        .iter()
+        .find(|f| f.name == "small-crc32c")
+        .unwrap();
     let fs = Filesystem::open(Path::new(&f.devices()[0]), &OpenOptions::default()).unwrap();
     let id = fs.resolve(b"/holes/sparse").unwrap();
     let mut searches = 0;
     let mut pos = 0;
     loop {
         let mut h = FileHandle::open(&fs, id).unwrap();
-        let Some(d) = h.seek_data(&fs, pos).unwrap() else { break };
+        let Some(d) = h.seek_data(&fs, pos).unwrap() else {
+            break;
+        };
         let mut h2 = FileHandle::open(&fs, id).unwrap();
         pos = h2.seek_hole(&fs, d).unwrap().unwrap();
         searches += h.stats.tree_searches + h2.stats.tree_searches;
@@ -97,6 +108,13 @@ fn fresh_handles_each_search_the_tree() {
     let mut h = FileHandle::open(&fs, id).unwrap();
     let ranges = h.data_ranges(&fs).unwrap();
     assert_eq!(ranges.len(), 4);
-    assert!(searches >= 8, "fresh handles searched only {searches} times");
-    assert!(h.stats.tree_searches <= 2, "one handle searched {} times", h.stats.tree_searches);
+    assert!(
+        searches >= 8,
+        "fresh handles searched only {searches} times"
+    );
+    assert!(
+        h.stats.tree_searches <= 2,
+        "one handle searched {} times",
+        h.stats.tree_searches
+    );
 }

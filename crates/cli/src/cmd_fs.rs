@@ -271,15 +271,9 @@ pub fn extract(a: ExtractArgs) -> CmdResult {
     let fs: Filesystem = a.image.open()?;
     let id = fs.resolve(pbytes(&a.path))?;
     let opts = ubtrfs_engine::extract::ExtractOptions { verbose: a.verbose };
-    let bar = crate::cmd_scrub::progress_bar(fs.info.sb.bytes_used.max(1), "extract");
-    let report = ubtrfs_engine::extract::extract(&fs, id, &a.dest, &opts, &mut |done| {
-        if let Some(b) = &bar {
-            b.set_position(done);
-        }
+    let report = crate::cmd_scrub::with_progress(fs.info.sb.bytes_used, "extract", |p| {
+        ubtrfs_engine::extract::extract(&fs, id, &a.dest, &opts, p)
     })?;
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
     print_reports(&fs);
     eprintln!(
         "extracted {} files, {} directories, {} other; {} bytes of data",

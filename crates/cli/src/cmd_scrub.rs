@@ -31,17 +31,26 @@ pub fn progress_bar(total: u64, what: &str) -> Option<ProgressBar> {
     Some(b)
 }
 
-pub fn run(a: ScrubArgs) -> CmdResult {
-    let fs = a.image.open()?;
-    let bar = progress_bar(fs.info.sb.bytes_used.max(1), "scrub");
-    let report = ubtrfs_engine::scrub::scrub(&fs, &mut |done| {
+/// Runs `work` with a progress callback (bytes done of `total`) that
+/// drives a bar on a terminal, and clears the bar afterwards.
+pub fn with_progress<T>(total: u64, what: &str, work: impl FnOnce(&mut dyn FnMut(u64)) -> T) -> T {
+    let bar = progress_bar(total.max(1), what);
+    let out = work(&mut |done| {
         if let Some(b) = &bar {
             b.set_position(done);
         }
-    })?;
+    });
     if let Some(b) = bar {
         b.finish_and_clear();
     }
+    out
+}
+
+pub fn run(a: ScrubArgs) -> CmdResult {
+    let fs = a.image.open()?;
+    let report = with_progress(fs.info.sb.bytes_used, "scrub", |p| {
+        ubtrfs_engine::scrub::scrub(&fs, p)
+    })?;
     print_reports(&fs);
     if a.json {
         let mut m = serde_json::Map::new();

@@ -21,9 +21,13 @@ fn type_name(mode: u32) -> &'static str {
     }
 }
 
+/// A manifest entry before hardlink groups are known: raw path, fields,
+/// and the inode (for non-directories).
+type Entry = (Vec<u8>, Map<String, Value>, Option<InodeId>);
+
 /// Manifest lines for the tree under `root`.
 pub fn manifest(fs: &Filesystem, root: InodeId) -> Result<Vec<String>> {
-    let mut entries: Vec<(Vec<u8>, Map<String, Value>, Option<InodeId>)> = Vec::new();
+    let mut entries: Vec<Entry> = Vec::new();
     walk(
         fs,
         root,

@@ -6,9 +6,9 @@ use crate::device::Device;
 use crate::disk_io::FsInfo;
 use crate::error::{Error, FormatContext, Result};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use ubtrfs_format::bytes::format_uuid;
 use ubtrfs_format::checksum::name_hash;
 use ubtrfs_format::consts::*;
@@ -524,28 +524,40 @@ impl Filesystem {
         })
     }
 
-    /// Looks `name` up in directory `dir`.
-    pub fn lookup(&self, dir: InodeId, name: &[u8]) -> Result<Option<DirEntryInfo>> {
-        if dir.is_placeholder() {
+    /// The entry called `name` among the items keyed by its name hash
+    /// (DIR_ITEM in a directory, XATTR_ITEM of an inode), with its data.
+    fn hashed_entry(
+        &self,
+        id: InodeId,
+        item_type: u8,
+        name: &[u8],
+    ) -> Result<Option<(Key, u8, Vec<u8>)>> {
+        if id.is_placeholder() {
             return Ok(None);
         }
-        let tree = self.tree(dir.subvol)?;
-        let key = Key::new(dir.ino, DIR_ITEM, name_hash(name));
+        let tree = self.tree(id.subvol)?;
+        let key = Key::new(id.ino, item_type, name_hash(name));
         let Some(d) = lookup(&self.info, tree, &key)? else {
             return Ok(None);
         };
         let entries = parse_dir_entries(&d).at(|| format!("{} key {key}", tree.describe()))?;
-        for e in entries {
-            if e.name == name {
-                return Ok(Some(DirEntryInfo {
-                    name: name.to_vec(),
-                    index: 0,
-                    file_type: e.file_type,
-                    target: self.entry_target(dir, &e.location, e.name)?,
-                }));
-            }
-        }
-        Ok(None)
+        Ok(entries
+            .into_iter()
+            .find(|e| e.name == name)
+            .map(|e| (e.location, e.file_type, e.data.to_vec())))
+    }
+
+    /// Looks `name` up in directory `dir`.
+    pub fn lookup(&self, dir: InodeId, name: &[u8]) -> Result<Option<DirEntryInfo>> {
+        let Some((location, file_type, _)) = self.hashed_entry(dir, DIR_ITEM, name)? else {
+            return Ok(None);
+        };
+        Ok(Some(DirEntryInfo {
+            name: name.to_vec(),
+            index: 0,
+            file_type,
+            target: self.entry_target(dir, &location, name)?,
+        }))
     }
 
     /// Entries of directory `dir` in DIR_INDEX order ("." and ".." excluded).
@@ -615,19 +627,9 @@ impl Filesystem {
 
     /// One extended attribute of `id`.
     pub fn xattr(&self, id: InodeId, name: &[u8]) -> Result<Option<Vec<u8>>> {
-        if id.is_placeholder() {
-            return Ok(None);
-        }
-        let tree = self.tree(id.subvol)?;
-        let key = Key::new(id.ino, XATTR_ITEM, name_hash(name));
-        let Some(d) = lookup(&self.info, tree, &key)? else {
-            return Ok(None);
-        };
-        let entries = parse_dir_entries(&d).at(|| format!("{} key {key}", tree.describe()))?;
-        Ok(entries
-            .into_iter()
-            .find(|e| e.name == name)
-            .map(|e| e.data.to_vec()))
+        Ok(self
+            .hashed_entry(id, XATTR_ITEM, name)?
+            .map(|(_, _, data)| data))
     }
 
     /// Resolves an absolute path from the top-level subvolume. Symlinks are
