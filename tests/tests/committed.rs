@@ -79,13 +79,20 @@ fn opening_never_changes_the_image() {
 #[test]
 fn unknown_incompat_flags_are_refused_clearly() {
     use std::os::unix::fs::FileExt;
-    let f = committed_fixtures().iter().find(|f| f.name == "small-crc32c").unwrap();
+    let f = committed_fixtures()
+        .iter()
+        .find(|f| f.name == "small-crc32c")
+        .unwrap();
     let dir = scratch_dir("incompat");
     let img = dir.join("dev0.img");
     std::fs::copy(&f.devices()[0], &img).unwrap();
     // Set bit 13 (extent-tree-v2) in every superblock copy present and
     // re-checksum, as a newer kernel would have written it.
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(&img).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&img)
+        .unwrap();
     let size = file.metadata().unwrap().len();
     for off in [0x1_0000u64, 0x400_0000, 0x40_0000_0000] {
         if off + 4096 > size {
@@ -105,5 +112,8 @@ fn unknown_incompat_flags_are_refused_clearly() {
     let out = ubtrfs(&["ls", img.to_str().unwrap(), "/"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("extent_tree_v2") && err.contains("not supported"), "unclear refusal: {err}");
+    assert!(
+        err.contains("extent_tree_v2") && err.contains("not supported"),
+        "unclear refusal: {err}"
+    );
 }

@@ -89,6 +89,21 @@ impl Stat {
     }
 }
 
+/// A directory entry name must be a single path component: a hostile image
+/// with "..", "/" or NUL in a name must not steer `extract` (or anything
+/// that joins names into host paths) outside its destination. The kernel's
+/// tree-checker refuses such names too.
+pub fn check_entry_name(name: &[u8]) -> std::result::Result<(), String> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(format!(
+            "invalid directory entry name {:?}",
+            String::from_utf8_lossy(name)
+        ));
+    }
+    Ok(())
+}
+
 /// btrfs keeps the kernel's internal dev_t (major << 20 | minor); stat(2)
 /// gives userspace the glibc encoding.
 pub fn kernel_rdev_to_user(raw: u64) -> u64 {
@@ -549,6 +564,9 @@ impl Filesystem {
 
     /// Looks `name` up in directory `dir`.
     pub fn lookup(&self, dir: InodeId, name: &[u8]) -> Result<Option<DirEntryInfo>> {
+        if check_entry_name(name).is_err() {
+            return Ok(None);
+        }
         let Some((location, file_type, _)) = self.hashed_entry(dir, DIR_ITEM, name)? else {
             return Ok(None);
         };
@@ -587,6 +605,9 @@ impl Filesystem {
             |k, d| {
                 let entries = parse_dir_entries(d).at(|| format!("{} key {k}", tree.describe()))?;
                 for e in entries {
+                    check_entry_name(e.name).map_err(|why| {
+                        Error::corrupt(format!("{} key {k}", tree.describe()), why)
+                    })?;
                     let info = DirEntryInfo {
                         name: e.name.to_vec(),
                         index: k.offset,
