@@ -3,7 +3,9 @@
 //! sweeps a hand that clears bits until it finds an unreferenced block.
 //!
 //! Blocks brought in by readahead ([`crate::reada`]) are marked until their
-//! first use, so that readahead hits can be counted.
+//! first use, so that readahead hits can be counted. They enter with their
+//! reference bit set, so that one sweep of the hand does not evict them
+//! before the reader gets to them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -127,7 +129,7 @@ impl BlockCache {
         let bytenr = block.bytenr;
         let slot = Slot {
             block,
-            referenced: AtomicBool::new(false),
+            referenced: AtomicBool::new(prefetched),
             prefetched: AtomicBool::new(prefetched),
         };
         if inner.slots.len() < self.capacity {

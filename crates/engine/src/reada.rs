@@ -15,10 +15,13 @@
 //! * A demand read of a block that a thread is reading waits for that read
 //!   ([`Prefetcher::claim_or_wait`]); a block still queued is taken back
 //!   and read on demand, so a demand read never queues behind readahead.
-//! * At most a window of blocks is queued or being read (a quarter of the
-//!   cache, at most [`MAX_WINDOW`]); further requests are dropped, so the
-//!   queue cannot grow without bound and read-ahead blocks cannot push each
-//!   other out of the cache before they are used.
+//! * The window is bounded by a quarter of the cache, and by
+//!   [`MAX_WINDOW`]: at most that many blocks are queued or being read
+//!   (further requests are dropped), and one move of a cursor reads at
+//!   most that many ahead. So the queue cannot grow without bound, and
+//!   with a small cache readahead does not push its own blocks out before
+//!   the cursor gets to them. (With the default 64 MiB cache the window is
+//!   [`MAX_WINDOW`] blocks, more than the kernel's policy ever asks for.)
 
 use crate::cache::BlockCache;
 use crate::ctree::Readahead;
@@ -36,8 +39,12 @@ use ubtrfs_format::CsumType;
 /// threads mostly wait for the device, so a few more than cores is right.
 pub const READA_THREADS: usize = 4;
 
-/// Most blocks queued or being read at once.
+/// Most blocks queued or being read, and read ahead by one move.
 pub const MAX_WINDOW: usize = 64;
+
+/// How many blocks whose read ahead failed are remembered (and not read
+/// ahead again: the demand read will deal with them).
+const FAILED_MEMORY: usize = 64;
 
 /// Bytes of leaves read ahead per move in [`Readahead::ForwardAlways`]
 /// mode, and of blocks in the other modes (kernel: SZ_128K, SZ_64K).
@@ -165,6 +172,8 @@ struct Job {
 struct State {
     queue: VecDeque<Job>,
     inflight: HashMap<u64, Phase>,
+    /// Recent failures, oldest first.
+    failed: VecDeque<u64>,
     shutdown: bool,
 }
 
@@ -218,7 +227,7 @@ impl Prefetcher {
         }
     }
 
-    /// Most blocks queued or being read at once.
+    /// Most blocks queued or being read, and read ahead by one move.
     pub fn window(&self) -> usize {
         self.window
     }
@@ -245,19 +254,27 @@ impl Prefetcher {
             return true;
         }
         match self.pool.get() {
-            Some(p) => p.shared.state.lock().unwrap().inflight.contains_key(&bytenr),
+            Some(p) => p
+                .shared
+                .state
+                .lock()
+                .unwrap()
+                .inflight
+                .contains_key(&bytenr),
             None => false,
         }
     }
 
     /// Queues reads of `blocks` (address and what the parent pointer
-    /// promises) on behalf of `fs`, the filesystem owning this prefetcher.
-    /// Blocks already cached or in flight are skipped; blocks that do not
-    /// fit the window, or whose first copy is not one plain range on a
-    /// device that was given, are not read ahead.
+    /// promises, nearest to the reader first) on behalf of `fs`, the
+    /// filesystem owning this prefetcher. Only the first [`Self::window`]
+    /// blocks are considered; of those, blocks already cached or in flight
+    /// are skipped, and blocks that do not fit the window, or whose first
+    /// copy is not one plain range on a device that was given, are not
+    /// read ahead.
     pub fn schedule(&self, fs: &FsInfo, blocks: &[(u64, BlockExpect)]) {
         let mut jobs = Vec::with_capacity(blocks.len());
-        for &(bytenr, expect) in blocks {
+        for &(bytenr, expect) in blocks.iter().take(self.window) {
             if self.cache.contains(bytenr) {
                 continue;
             }
@@ -284,12 +301,18 @@ impl Prefetcher {
         if jobs.is_empty() {
             return;
         }
-        let pool = self.pool.get_or_init(|| Pool::start(fs, self.cache.clone(), &self.counters));
+        let pool = self
+            .pool
+            .get_or_init(|| Pool::start(fs, self.cache.clone(), &self.counters));
+        if pool.workers.is_empty() {
+            // No thread could be started: nothing would ever take a job.
+            return;
+        }
         let sh = &pool.shared;
         let mut st = sh.state.lock().unwrap();
         let mut queued = 0;
         for job in jobs {
-            if st.inflight.contains_key(&job.bytenr) {
+            if st.inflight.contains_key(&job.bytenr) || st.failed.contains(&job.bytenr) {
                 continue;
             }
             if st.inflight.len() >= self.window {
@@ -301,9 +324,7 @@ impl Prefetcher {
             queued += 1;
         }
         drop(st);
-        self.counters
-            .scheduled
-            .fetch_add(queued, Ordering::Relaxed);
+        self.counters.scheduled.fetch_add(queued, Ordering::Relaxed);
         for _ in 0..queued.min(READA_THREADS as u64) {
             sh.work.notify_one();
         }
@@ -374,22 +395,10 @@ impl Pool {
     fn start(fs: &FsInfo, cache: Arc<BlockCache>, counters: &Arc<Counters>) -> Pool {
         // A device whose handle cannot be duplicated is simply not read
         // ahead (its blocks are still read on demand).
-        let how = std::env::var("UBTRFS_READA_OPEN").unwrap_or_default();
         let files = fs
             .devices
             .iter()
-            .filter_map(|(&id, d)| {
-                let f = if how.starts_with("reopen") {
-                    File::open(&d.path).ok()?
-                } else {
-                    d.try_clone_file().ok()?
-                };
-                if how.ends_with("random") {
-                    use std::os::fd::AsRawFd;
-                    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
-                }
-                Some((id, f))
-            })
+            .filter_map(|(&id, d)| d.try_clone_file().ok().map(|f| (id, f)))
             .collect();
         let shared = Arc::new(Shared {
             state: Mutex::default(),
@@ -401,8 +410,7 @@ impl Pool {
             csum_type: fs.csum_type,
             fsid: fs.sb.tree_fsid(),
         });
-        let n: usize = std::env::var("UBTRFS_READA_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(READA_THREADS);
-        let workers = (0..n)
+        let workers = (0..READA_THREADS)
             .filter_map(|i| {
                 let sh = shared.clone();
                 let c = counters.clone();
@@ -431,17 +439,32 @@ fn worker(sh: &Shared, c: &Counters) {
                 st = sh.work.wait(st).unwrap();
             }
         };
-        match read_block(sh, &job) {
+        // A panic in verification (a bug) must not leave the block marked
+        // in flight forever: count it as a failure; the demand read will
+        // run the same code and show it.
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_block(sh, &job)));
+        let ok = match read.ok().flatten() {
             Some(block) => {
                 if sh.cache.insert_prefetched(Arc::new(block)) {
                     c.prefetched.fetch_add(1, Ordering::Relaxed);
                 }
+                true
             }
             None => {
                 c.failed.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        };
+        {
+            let mut st = sh.state.lock().unwrap();
+            st.inflight.remove(&job.bytenr);
+            if !ok {
+                if st.failed.len() >= FAILED_MEMORY {
+                    st.failed.pop_front();
+                }
+                st.failed.push_back(job.bytenr);
             }
         }
-        sh.state.lock().unwrap().inflight.remove(&job.bytenr);
         sh.done.notify_all();
     }
 }
@@ -498,7 +521,10 @@ mod tests {
     fn forward_takes_next_nearby_leaves_within_64k() {
         let a = contiguous(100);
         // Laid out in order: the four leaves within 64 KiB after the target.
-        assert_eq!(run(Forward, 1, 10, &a, false, 0, |_| 1), vec![11, 12, 13, 14]);
+        assert_eq!(
+            run(Forward, 1, 10, &a, false, 0, |_| 1),
+            vec![11, 12, 13, 14]
+        );
         // More blocks that close (on both sides of the target): 64 KiB
         // worth plus the kernel's one over.
         let mut b = contiguous(100);
@@ -506,7 +532,10 @@ mod tests {
             let d = 16384 * (k as u64 / 2 + 1);
             b[i] = if k % 2 == 0 { b[10] - d } else { b[10] + d };
         }
-        assert_eq!(run(Forward, 1, 10, &b, false, 0, |_| 1), vec![11, 12, 13, 14, 15]);
+        assert_eq!(
+            run(Forward, 1, 10, &b, false, 0, |_| 1),
+            vec![11, 12, 13, 14, 15]
+        );
         // Not when the target is cached, nor above level 1.
         assert!(run(Forward, 1, 10, &a, true, 0, |_| 1).is_empty());
         assert!(run(Forward, 2, 10, &a, false, 0, |_| 1).is_empty());
