@@ -190,6 +190,17 @@ fn scrub_data(
                     format!("item size {} not a multiple of {cs}", d.len()),
                 ));
             }
+            // The sector addresses computed below must not overflow.
+            if k.offset.checked_add((d.len() / cs) as u64 * ss).is_none() {
+                return Err(Error::corrupt(
+                    format!("csum tree key {k}"),
+                    format!(
+                        "{} checksums from logical {} overflow",
+                        d.len() / cs,
+                        k.offset
+                    ),
+                ));
+            }
             runs.push((k.offset, d.to_vec()));
             Ok(ControlFlow::Continue(()))
         },
@@ -253,7 +264,8 @@ pub fn owner_path(fs: &Filesystem, logical: u64) -> Option<String> {
     loop {
         let (k, d) = c.item()?;
         if k.item_type == EXTENT_ITEM {
-            if k.objectid + k.offset <= logical {
+            // Saturating: a hostile key must not overflow the extent's end.
+            if k.objectid.saturating_add(k.offset) <= logical {
                 return None;
             }
             found = first_data_ref(d);

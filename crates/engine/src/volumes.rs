@@ -98,6 +98,22 @@ impl ChunkMap {
                 format!("length {} overflows", chunk.length),
             ));
         }
+        // `map` adds an offset below `length` to a stripe's physical start;
+        // a hostile stripe offset near u64::MAX would overflow there. No
+        // stripe holds more than the chunk's length, so this bound is safe.
+        if let Some(s) = chunk
+            .stripes
+            .iter()
+            .find(|s| s.offset.checked_add(chunk.length).is_none())
+        {
+            return Err(Error::corrupt(
+                format!("chunk at logical {logical}"),
+                format!(
+                    "stripe on devid {} at physical {} + length {} overflows",
+                    s.devid, s.offset, chunk.length
+                ),
+            ));
+        }
         if let Some((s, c)) = self.lookup(logical) {
             if s != logical || c != &chunk {
                 return Err(Error::corrupt(

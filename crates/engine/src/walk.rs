@@ -3,6 +3,7 @@
 
 use crate::error::Result;
 use crate::fs::{Filesystem, InodeId, Stat};
+use std::collections::HashSet;
 use std::ops::ControlFlow;
 
 /// One path met by [`walk`].
@@ -28,13 +29,24 @@ where
     P: FnMut(&Visit<'_>) -> Result<()>,
 {
     let st = fs.stat(root)?;
-    walk_inner(fs, root, &st, &mut Vec::new(), &mut visit, &mut post_dir, 0)
+    let mut entered = HashSet::new();
+    walk_inner(
+        fs,
+        root,
+        &st,
+        &mut Vec::new(),
+        &mut visit,
+        &mut post_dir,
+        0,
+        &mut entered,
+    )
 }
 
 /// Deepest nesting followed; a deeper tree in a corrupt image is cut off
 /// with an error instead of overflowing the stack.
 const MAX_DEPTH: usize = 4096;
 
+#[allow(clippy::too_many_arguments)]
 fn walk_inner<V, P>(
     fs: &Filesystem,
     id: InodeId,
@@ -43,6 +55,7 @@ fn walk_inner<V, P>(
     visit: &mut V,
     post_dir: &mut P,
     depth: usize,
+    entered: &mut HashSet<InodeId>,
 ) -> Result<()>
 where
     V: FnMut(&Visit<'_>) -> Result<Descend>,
@@ -59,6 +72,23 @@ where
             format!("nested deeper than {MAX_DEPTH}"),
         ));
     }
+    // Directories have exactly one parent entry (subvolume roots one
+    // ROOT_REF), so a directory met twice means a corrupt image: entries
+    // looping back to an ancestor, or several entries for one directory.
+    // Without this check two such entries make the walk exponential (a
+    // hang) long before MAX_DEPTH is reached. Placeholders for subvolumes
+    // a snapshot does not hold are empty and may appear many times.
+    if !id.is_placeholder() && !entered.insert(id) {
+        return Err(crate::error::Error::corrupt(
+            format!(
+                "directory {} (subvolume {} inode {})",
+                String::from_utf8_lossy(path),
+                id.subvol,
+                id.ino
+            ),
+            "reached a second time (directory entries loop or link one directory twice)",
+        ));
+    }
     let mut entries = Vec::new();
     fs.for_each_dir_entry(id, 0, |e| {
         entries.push(e);
@@ -71,7 +101,16 @@ where
         }
         path.extend_from_slice(&e.name);
         let cst = fs.stat(e.target)?;
-        walk_inner(fs, e.target, &cst, path, visit, post_dir, depth + 1)?;
+        walk_inner(
+            fs,
+            e.target,
+            &cst,
+            path,
+            visit,
+            post_dir,
+            depth + 1,
+            entered,
+        )?;
         path.truncate(len);
     }
     post_dir(&Visit { path, id, stat: st })
