@@ -484,13 +484,10 @@ fn describe_item(
         }
         EXTENT_CSUM => {
             let cs = fs.info.csum_type.size();
-            writeln!(
-                out,
-                "\t\trange start {} end {} length {}",
-                key.offset,
-                key.offset + (d.len() / cs) as u64 * fs.info.sectorsize as u64,
-                (d.len() / cs) as u64 * fs.info.sectorsize as u64
-            )?;
+            let len = (d.len() / cs) as u64 * fs.info.sectorsize as u64;
+            // Saturating: a hostile key must not overflow the printed end.
+            let end = key.offset.saturating_add(len);
+            writeln!(out, "\t\trange start {} end {end} length {len}", key.offset)?;
         }
         _ => {}
     }
