@@ -121,18 +121,32 @@ fn unknown_incompat_flags_are_refused_clearly() {
 #[test]
 fn bad_primary_superblock_falls_back_to_a_mirror_and_scrub_reports_it() {
     use std::os::unix::fs::FileExt;
-    let f = committed_fixtures().iter().find(|f| f.name == "small-crc32c").unwrap();
+    let f = committed_fixtures()
+        .iter()
+        .find(|f| f.name == "small-crc32c")
+        .unwrap();
     let dir = scratch_dir("badsuper");
     let img = dir.join("dev0.img");
     std::fs::copy(&f.devices()[0], &img).unwrap();
     let file = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
-    file.write_all_at(b"garbage in the primary superblock", 0x1_0000 + 0x100).unwrap();
+    file.write_all_at(b"garbage in the primary superblock", 0x1_0000 + 0x100)
+        .unwrap();
     let out = ubtrfs(&["inspect", "manifest", img.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let actual: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let actual: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
     compare_manifests(&f.kernel_manifest(), &actual, &Ignore::default()).unwrap();
     let out = ubtrfs(&["scrub", img.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "scrub missed the bad superblock: {text}");
+    assert!(
+        !out.status.success(),
+        "scrub missed the bad superblock: {text}"
+    );
     assert!(text.contains("superblock copy at 65536"), "{text}");
 }

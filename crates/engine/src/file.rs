@@ -302,7 +302,10 @@ impl FileHandle {
         let key = Key::new(self.id.ino, EXTENT_DATA, off);
         // From the last item at or before `off` (which may end before it).
         let mut prev_end = None;
-        if !c.seek_le(&key)? || c.key().is_some_and(|k| k.objectid != self.id.ino || k.item_type != EXTENT_DATA) {
+        if !c.seek_le(&key)?
+            || c.key()
+                .is_some_and(|k| k.objectid != self.id.ino || k.item_type != EXTENT_DATA)
+        {
             // Nothing of this file at or before `off`: the first item after
             // it comes first in the file.
             prev_end = Some(0);
@@ -311,7 +314,9 @@ impl FileHandle {
             }
         }
         loop {
-            let Some((k, d)) = c.item() else { return Ok(None) };
+            let Some((k, d)) = c.item() else {
+                return Ok(None);
+            };
             if k > Key::new(self.id.ino, EXTENT_DATA, u64::MAX) {
                 return Ok(None);
             }
@@ -390,10 +395,18 @@ impl FileHandle {
                             offset,
                             compression,
                             ..
-                        } => (RangeKind::Data, Some((disk_bytenr, offset + (pos - e.start), compression))),
+                        } => (
+                            RangeKind::Data,
+                            Some((disk_bytenr, offset + (pos - e.start), compression)),
+                        ),
                         ExtentKind::Prealloc {
-                            disk_bytenr, offset, ..
-                        } => (RangeKind::Prealloc, Some((disk_bytenr, offset + (pos - e.start), 0))),
+                            disk_bytenr,
+                            offset,
+                            ..
+                        } => (
+                            RangeKind::Prealloc,
+                            Some((disk_bytenr, offset + (pos - e.start), 0)),
+                        ),
                         ExtentKind::Hole => (RangeKind::Hole, None),
                     };
                     (e.end.min(self.size), kind, disk)
@@ -401,7 +414,11 @@ impl FileHandle {
             };
             // Merge adjacent holes (an explicit hole item next to a gap).
             match out.last_mut() {
-                Some(last) if kind == RangeKind::Hole && last.kind == RangeKind::Hole && last.end == pos => {
+                Some(last)
+                    if kind == RangeKind::Hole
+                        && last.kind == RangeKind::Hole
+                        && last.end == pos =>
+                {
                     last.end = end
                 }
                 _ => out.push(MapRange {
