@@ -392,9 +392,12 @@ impl Filesystem {
         ))
     }
 
-    /// The first (parent, name) of an inode, from INODE_REF or INODE_EXTREF.
-    fn first_ref(&self, tree: Tree, ino: u64) -> Result<Option<(u64, Vec<u8>)>> {
-        let mut out = None;
+    /// Calls `f` with each (parent dir, name) of inode `ino` in `tree`, from
+    /// INODE_REF then INODE_EXTREF items, until it breaks.
+    fn for_each_ref<F>(&self, tree: Tree, ino: u64, mut f: F) -> Result<()>
+    where
+        F: FnMut(u64, &[u8]) -> ControlFlow<()>,
+    {
         for_each_item(
             &self.info,
             tree,
@@ -407,36 +410,33 @@ impl Filesystem {
                     parse_inode_extrefs(d)
                 }
                 .at(|| format!("{} key {k}", tree.describe()))?;
-                if let Some(r) = refs.first() {
-                    out = Some((r.parent, r.name.to_vec()));
-                    return Ok(ControlFlow::Break(()));
+                for r in refs {
+                    if f(r.parent, r.name).is_break() {
+                        return Ok(ControlFlow::Break(()));
+                    }
                 }
                 Ok(ControlFlow::Continue(()))
             },
-        )?;
+        )
+    }
+
+    /// The first (parent, name) of an inode, from INODE_REF or INODE_EXTREF.
+    fn first_ref(&self, tree: Tree, ino: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        let mut out = None;
+        self.for_each_ref(tree, ino, |parent, name| {
+            out = Some((parent, name.to_vec()));
+            ControlFlow::Break(())
+        })?;
         Ok(out)
     }
 
     /// Every (parent dir, name) of an inode, for hardlink-aware tools.
     pub fn inode_refs(&self, id: InodeId) -> Result<Vec<(u64, Vec<u8>)>> {
-        let tree = self.tree(id.subvol)?;
         let mut out = Vec::new();
-        for_each_item(
-            &self.info,
-            tree,
-            Key::new(id.ino, INODE_REF, 0),
-            Key::new(id.ino, INODE_EXTREF, u64::MAX),
-            |k, d| {
-                let refs = if k.item_type == INODE_REF {
-                    parse_inode_refs(&k, d)
-                } else {
-                    parse_inode_extrefs(d)
-                }
-                .at(|| format!("{} key {k}", tree.describe()))?;
-                out.extend(refs.iter().map(|r| (r.parent, r.name.to_vec())));
-                Ok(ControlFlow::Continue(()))
-            },
-        )?;
+        self.for_each_ref(self.tree(id.subvol)?, id.ino, |parent, name| {
+            out.push((parent, name.to_vec()));
+            ControlFlow::Continue(())
+        })?;
         Ok(out)
     }
 
