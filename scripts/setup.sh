@@ -25,7 +25,7 @@ if ! command -v cargo >/dev/null; then
 fi
 
 cargo build --release --locked
-BIN=target/release/ubtrfs
+BIN=${CARGO_TARGET_DIR:-target}/release/ubtrfs
 
 # The sample: a small image made by the kernel (see tests/fixtures).
 SAMPLE=target/sample/sample.img
