@@ -4,7 +4,9 @@
 
 mod cmd_fs;
 mod cmd_inspect;
+mod cmd_mount;
 mod cmd_scrub;
+mod cmd_send;
 mod manifest;
 mod output;
 
@@ -67,9 +69,16 @@ enum Command {
     Extract(cmd_fs::ExtractArgs),
     /// Verify every metadata and data checksum on every copy, offline.
     Scrub(cmd_scrub::ScrubArgs),
+    /// Write a btrfs send stream (full or incremental) of read-only snapshots.
+    Send(cmd_send::SendArgs),
+    /// Mount the image read-only through FUSE.
+    Mount(cmd_mount::MountArgs),
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = cmd_mount::helper_main() {
+        return code;
+    }
     let cli = Cli::parse();
     let res = match cli.cmd {
         Command::Inspect(c) => cmd_inspect::run(c),
@@ -79,6 +88,8 @@ fn main() -> ExitCode {
         Command::Cat(a) => cmd_fs::cat(a),
         Command::Extract(a) => cmd_fs::extract(a),
         Command::Scrub(a) => cmd_scrub::run(a),
+        Command::Send(a) => cmd_send::run(a),
+        Command::Mount(a) => cmd_mount::run_mount(a),
     };
     match res {
         Ok(code) => code,

@@ -18,6 +18,7 @@ pub mod fs;
 pub mod raid56;
 pub mod reada;
 pub mod scrub;
+pub mod send;
 pub mod volumes;
 pub mod walk;
 

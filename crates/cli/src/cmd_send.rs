@@ -1,0 +1,204 @@
+//! `ubtrfs send`: a btrfs send stream of read-only snapshots, straight from
+//! an image, that `btrfs receive` applies.
+
+use crate::{print_reports, CmdResult, ImageArgs};
+use clap::{Args, ValueEnum};
+use std::io::{BufWriter, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use ubtrfs_engine::ctree::Readahead;
+use ubtrfs_engine::send::{send, subvolume_by_path, SendOptions};
+use ubtrfs_engine::Subvolume;
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ReadaArg {
+    None,
+    Back,
+    Forward,
+    Always,
+}
+
+#[derive(Args)]
+pub struct SendArgs {
+    #[command(flatten)]
+    image: ImageArgs,
+    /// Read-only subvolumes (snapshots) to send, by path from the top level.
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// Send an incremental stream from this parent snapshot.
+    #[arg(short = 'p', long = "parent", value_name = "PARENT")]
+    parent: Option<PathBuf>,
+    /// Further snapshots the receiver has, to clone extents from.
+    #[arg(short = 'c', long = "clone-src", value_name = "CLONE_SRC")]
+    clone_sources: Vec<PathBuf>,
+    /// Send stream protocol version (1 by default, 2 with
+    /// --compressed-data).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=2))]
+    proto: Option<u32>,
+    /// Send compressed extents as encoded writes, without decompressing
+    /// (implies --proto 2).
+    #[arg(long)]
+    compressed_data: bool,
+    /// Send no file data, only the metadata (UPDATE_EXTENT for writes).
+    #[arg(long)]
+    no_data: bool,
+    /// Write the stream to this file instead of stdout.
+    #[arg(short = 'f', value_name = "OUTFILE")]
+    outfile: Option<PathBuf>,
+    /// Tree readahead while walking the snapshots.
+    #[arg(long, value_enum, default_value = "always")]
+    reada: ReadaArg,
+    /// Print what was sent (commands, bytes) to stderr.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+pub fn run(a: SendArgs) -> CmdResult {
+    let fs = a.image.open()?;
+    let proto = match (a.proto, a.compressed_data) {
+        (Some(1), true) => {
+            return Err("--compressed-data requires protocol version >= 2 (requested 1)".into())
+        }
+        (Some(p), _) => p,
+        (None, true) => 2,
+        (None, false) => 1,
+    };
+    let readahead = match a.reada {
+        ReadaArg::None => Readahead::None,
+        ReadaArg::Back => Readahead::Back,
+        ReadaArg::Forward => Readahead::Forward,
+        ReadaArg::Always => Readahead::ForwardAlways,
+    };
+    let parent = match &a.parent {
+        Some(p) => Some(subvolume_by_path(&fs, p.as_os_str().as_bytes())?.id),
+        None => None,
+    };
+    let mut clones = Vec::new();
+    for c in &a.clone_sources {
+        clones.push(subvolume_by_path(&fs, c.as_os_str().as_bytes())?.id);
+    }
+    let mut subs = Vec::new();
+    for p in &a.paths {
+        subs.push(subvolume_by_path(&fs, p.as_os_str().as_bytes())?);
+    }
+
+    let mut out: Box<dyn Write> = match &a.outfile {
+        Some(f) => Box::new(BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(f).map_err(|e| format!("{}: {e}", f.display()))?,
+        )),
+        None => Box::new(BufWriter::with_capacity(1 << 20, std::io::stdout().lock())),
+    };
+    // As btrfs-progs: with neither -p nor -c every subvolume is sent in
+    // full; otherwise a subvolume without -p gets a parent among the clone
+    // sources, and is a clone source for the ones after it.
+    let full_send = parent.is_none() && clones.is_empty();
+    let all = fs.subvolumes()?;
+    let res = (|| -> Result<(), Box<dyn std::error::Error>> {
+        for sub in subs.iter() {
+            eprintln!("At subvol {}", String::from_utf8_lossy(&sub.path));
+            let this_parent = match parent {
+                Some(p) => Some(p),
+                None if full_send => None,
+                None => Some(find_good_parent(&all, sub, &clones).ok_or_else(|| {
+                    format!(
+                        "parent determination failed for {}: no clone source is, or shares the origin of, this snapshot (give -p)",
+                        String::from_utf8_lossy(&sub.path)
+                    )
+                })?),
+            };
+            let opts = SendOptions {
+                proto,
+                compressed_data: a.compressed_data,
+                no_data: a.no_data,
+                readahead,
+                parent: this_parent,
+                clone_sources: clones.clone(),
+                omit_header: false,
+                omit_end: false,
+            };
+            let stats = send(&fs, sub.id, &opts, Box::new(&mut out))?;
+            if a.verbose {
+                let names: Vec<String> = stats
+                    .by_command
+                    .iter()
+                    .map(|(c, n)| format!("{}={n}", cmd_name(*c)))
+                    .collect();
+                eprintln!(
+                    "{}: {} bytes, {} commands ({}), {} inodes sent, {} inodes differ",
+                    String::from_utf8_lossy(&sub.path),
+                    stats.bytes,
+                    stats.commands,
+                    names.join(" "),
+                    stats.inodes,
+                    stats.changed_inodes
+                );
+            }
+            if !full_send && parent.is_none() {
+                clones.push(sub.id);
+            }
+        }
+        out.flush()?;
+        Ok(())
+    })();
+    drop(out);
+    print_reports(&fs);
+    if let Err(e) = res {
+        // A partial stream must not look like a complete one.
+        if let Some(f) = &a.outfile {
+            let _ = std::fs::remove_file(f);
+        }
+        return Err(e);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// btrfs-progs' find_good_parent: the snapshot's origin when it is a clone
+/// source, else the clone source made from the same origin whose ctransid
+/// is closest to the origin's.
+fn find_good_parent(all: &[Subvolume], sub: &Subvolume, clones: &[u64]) -> Option<u64> {
+    let by_uuid = |u: &[u8; 16]| all.iter().find(|s| s.root.uuid == *u && *u != [0u8; 16]);
+    let origin = by_uuid(&sub.root.parent_uuid)?;
+    if clones.contains(&origin.id) {
+        return Some(origin.id);
+    }
+    clones
+        .iter()
+        .filter_map(|c| all.iter().find(|s| s.id == *c))
+        .filter(|c| by_uuid(&c.root.parent_uuid).is_some_and(|o| o.id == origin.id))
+        .min_by_key(|c| c.root.ctransid.abs_diff(origin.root.ctransid))
+        .map(|c| c.id)
+}
+
+fn cmd_name(c: u16) -> &'static str {
+    const N: [&str; 26] = [
+        "unspec",
+        "subvol",
+        "snapshot",
+        "mkfile",
+        "mkdir",
+        "mknod",
+        "mkfifo",
+        "mksock",
+        "symlink",
+        "rename",
+        "link",
+        "unlink",
+        "rmdir",
+        "set_xattr",
+        "remove_xattr",
+        "write",
+        "clone",
+        "truncate",
+        "chmod",
+        "chown",
+        "utimes",
+        "end",
+        "update_extent",
+        "fallocate",
+        "fileattr",
+        "encoded_write",
+    ];
+    N.get(c as usize).copied().unwrap_or("?")
+}

@@ -1,0 +1,969 @@
+//! File data in a send stream: writes (plain or encoded), clones of extents
+//! the receiver already has, holes and update-extent commands.
+//!
+//! Clone sources are found as the kernel finds them: through the back
+//! references of the data extent in the extent tree, kept when the
+//! referencing file range exists in one of the clone roots (the sent
+//! snapshot itself for inodes already sent, the parent, the -c sources).
+
+use super::stream::{attr, cmd, max_write, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
+use super::{trees, CloneRoot, Sender};
+use crate::csum::lookup_csums;
+use crate::ctree::{Cursor, Tree};
+use crate::disk_io::BlockExpect;
+use crate::error::{Error, FormatContext, Result};
+use crate::file::FileHandle;
+use crate::fs::InodeId;
+use std::sync::Arc;
+use ubtrfs_format::bytes::le64;
+use ubtrfs_format::compress::decompress;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{FileExtent, FileExtentKind};
+use ubtrfs_format::key::Key;
+
+/// Most references an extent may have for clones to be looked for (the
+/// kernel's SEND_MAX_EXTENT_REFS).
+const MAX_EXTENT_REFS: u64 = 1024;
+const PAGE: u64 = 4096;
+
+/// One EXTENT_DATA item, decoded.
+#[derive(Debug, Clone)]
+pub(crate) struct FileExt {
+    /// File offset (the key offset).
+    pub start: u64,
+    pub generation: u64,
+    pub compression: u8,
+    pub kind: ExtKind,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum ExtKind {
+    Inline {
+        ram_bytes: u64,
+        /// The item's data as stored (compressed when `compression` != 0).
+        data: Vec<u8>,
+    },
+    /// Regular or preallocated extent; `disk_bytenr` 0 is an explicit hole.
+    Extent {
+        prealloc: bool,
+        disk_bytenr: u64,
+        disk_num_bytes: u64,
+        offset: u64,
+        num_bytes: u64,
+        ram_bytes: u64,
+    },
+}
+
+impl FileExt {
+    pub fn parse(tree: Tree, key: &Key, data: &[u8]) -> Result<FileExt> {
+        let fe = FileExtent::parse(data).at(|| format!("{} key {key}", tree.describe()))?;
+        if fe.encryption != 0 || fe.other_encoding != 0 {
+            return Err(Error::Unsupported(format!(
+                "{} key {key}: encrypted or encoded extent",
+                tree.describe()
+            )));
+        }
+        let kind = match fe.kind {
+            FileExtentKind::Inline { data } => ExtKind::Inline {
+                ram_bytes: if fe.compression == COMPRESS_NONE {
+                    data.len() as u64
+                } else {
+                    fe.ram_bytes
+                },
+                data: data.to_vec(),
+            },
+            FileExtentKind::Extent {
+                prealloc,
+                disk_bytenr,
+                disk_num_bytes,
+                offset,
+                num_bytes,
+            } => ExtKind::Extent {
+                prealloc,
+                disk_bytenr,
+                disk_num_bytes,
+                offset,
+                num_bytes,
+                ram_bytes: fe.ram_bytes,
+            },
+        };
+        Ok(FileExt {
+            start: key.offset,
+            generation: fe.generation,
+            compression: fe.compression,
+            kind,
+        })
+    }
+
+    /// End of the file range the item maps (inline: aligned to the sector,
+    /// as btrfs_file_extent_end).
+    pub fn end(&self, sectorsize: u64) -> u64 {
+        match &self.kind {
+            ExtKind::Inline { ram_bytes, .. } => {
+                (self.start + ram_bytes).div_ceil(sectorsize) * sectorsize
+            }
+            ExtKind::Extent { num_bytes, .. } => self.start + num_bytes,
+        }
+    }
+
+    pub fn is_inline(&self) -> bool {
+        matches!(self.kind, ExtKind::Inline { .. })
+    }
+
+    /// A regular extent with data (not a hole, not prealloc).
+    pub fn regular(&self) -> Option<(u64, u64, u64, u64)> {
+        match self.kind {
+            ExtKind::Extent {
+                prealloc: false,
+                disk_bytenr,
+                disk_num_bytes,
+                offset,
+                num_bytes,
+                ..
+            } if disk_bytenr != 0 => Some((disk_bytenr, disk_num_bytes, offset, num_bytes)),
+            _ => None,
+        }
+    }
+
+    /// Whether reading the range gives stored data (inline or regular).
+    pub fn has_data(&self) -> bool {
+        self.is_inline() || self.regular().is_some()
+    }
+}
+
+/// The attributes of an ENCODED_WRITE.
+struct Encoded {
+    offset: u64,
+    unencoded_file_len: u64,
+    unencoded_len: u64,
+    unencoded_offset: u64,
+    compression: u8,
+    with_encryption: bool,
+}
+
+/// Where a clone reads from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CloneSrc {
+    pub root: CloneRoot,
+    pub ino: u64,
+    pub offset: u64,
+}
+
+/// A file range that references a data extent (from a back reference).
+#[derive(Debug, Clone, Copy)]
+enum Cand {
+    /// EXTENT_DATA_REF: inode and file offset minus extent offset.
+    Direct { ino: u64, base: u64 },
+    /// SHARED_DATA_REF: a leaf holding the referencing items.
+    Shared { leaf: u64 },
+}
+
+fn encoded_compression(c: u8, sectorsize: u64) -> u32 {
+    match c {
+        COMPRESS_ZLIB => 1,
+        COMPRESS_ZSTD => 2,
+        // LZO_4K .. LZO_64K by sector size.
+        COMPRESS_LZO => 3 + (sectorsize.trailing_zeros().saturating_sub(12)),
+        _ => 0,
+    }
+}
+
+impl Sender<'_, '_> {
+    pub(crate) fn root_of(&self, r: CloneRoot) -> &super::RootInfo {
+        match r {
+            CloneRoot::Send => &self.send,
+            CloneRoot::Parent => self.parent.as_ref().expect("parent root"),
+            CloneRoot::Source(i) => &self.clones[i],
+        }
+    }
+
+    /// The extent of a new inode (full send, new inode of an incremental).
+    pub(crate) fn process_extent_new(&mut self, key: &Key, data: &[u8]) -> Result<()> {
+        if self.cur.is_symlink() {
+            return Ok(());
+        }
+        let ext = FileExt::parse(self.send.tree, key, data)?;
+        if let ExtKind::Extent {
+            prealloc,
+            disk_bytenr,
+            ..
+        } = ext.kind
+        {
+            // No prealloc command in the stream; holes need nothing.
+            if prealloc || disk_bytenr == 0 {
+                return Ok(());
+            }
+        }
+        self.send_extent(&ext)
+    }
+
+    /// Sends the data of extent item `ext` of the current inode: a clone
+    /// when a source is found, else writes.
+    pub(crate) fn send_extent(&mut self, ext: &FileExt) -> Result<()> {
+        let clone = self.find_clone(ext)?;
+        self.send_write_or_clone(ext, clone)
+    }
+
+    fn send_write_or_clone(&mut self, ext: &FileExt, clone: Option<CloneSrc>) -> Result<()> {
+        let size = self.cur.ii.size;
+        let offset = ext.start;
+        let end = ext.end(self.sectorsize).min(size);
+        if offset >= end {
+            return Ok(());
+        }
+        let len = end - offset;
+        let res = match clone {
+            Some(src) if end & (self.sectorsize - 1) == 0 => {
+                self.clone_range(ext, src, offset, len)
+            }
+            Some(src) if end == size => {
+                // An unaligned extent can be cloned when it ends at the
+                // i_size of both files.
+                let src_size = self.clone_src_size(src)?;
+                if src.offset + len == src_size {
+                    if self.parent.is_some() {
+                        self.send_truncate(offset)?;
+                    }
+                    self.clone_range(ext, src, offset, len)
+                } else {
+                    self.send_extent_data(Some(ext), offset, len)
+                }
+            }
+            _ => self.send_extent_data(Some(ext), offset, len),
+        };
+        self.cur.next_write_offset = end;
+        res
+    }
+
+    fn clone_src_size(&self, src: CloneSrc) -> Result<u64> {
+        let r = self.root_of(src.root);
+        Ok(trees::inode_item(self.fs, r.tree, src.ino)?
+            .map(|i| i.size)
+            .unwrap_or(0))
+    }
+
+    /// Data of the current file for `[offset, offset + len)`: an encoded
+    /// write of the whole compressed extent when asked and it fits, else
+    /// writes of at most 48K (v1) / 128K (v2).
+    pub(crate) fn send_extent_data(
+        &mut self,
+        ext: Option<&FileExt>,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        if self.opts.no_data {
+            return self.send_update_extent(offset, len);
+        }
+        if let Some(e) = ext {
+            if self.opts.compressed_data && e.compression != COMPRESS_NONE {
+                match &e.kind {
+                    ExtKind::Inline { ram_bytes, data } if data.len() as u64 <= len => {
+                        let (ram, data) = (*ram_bytes, data.clone());
+                        let enc = Encoded {
+                            offset,
+                            unencoded_file_len: (e.start + ram - offset).min(len),
+                            unencoded_len: ram,
+                            unencoded_offset: offset - e.start,
+                            compression: e.compression,
+                            with_encryption: false,
+                        };
+                        return self.send_encoded(&enc, &data);
+                    }
+                    ExtKind::Extent {
+                        prealloc: false,
+                        disk_bytenr,
+                        disk_num_bytes,
+                        offset: eoff,
+                        num_bytes,
+                        ram_bytes,
+                    } if *disk_bytenr != 0 && *disk_num_bytes <= len => {
+                        let raw = self.read_disk(*disk_bytenr, *disk_num_bytes)?;
+                        let enc = Encoded {
+                            offset,
+                            unencoded_file_len: (e.start + num_bytes - offset).min(len),
+                            unencoded_len: *ram_bytes,
+                            unencoded_offset: offset - e.start + eoff,
+                            compression: e.compression,
+                            with_encryption: true,
+                        };
+                        return self.send_encoded(&enc, &raw);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let max = max_write(self.w.proto());
+        let mut sent = 0;
+        while sent < len {
+            let n = (len - sent).min(max);
+            self.send_write(ext, offset + sent, n as usize)?;
+            sent += n;
+        }
+        Ok(())
+    }
+
+    fn send_write(&mut self, ext: Option<&FileExt>, offset: u64, len: usize) -> Result<()> {
+        let p = self.cur_path()?;
+        let mut buf = vec![0u8; len];
+        self.read_file(ext, offset, &mut buf)?;
+        self.w.begin(cmd::WRITE);
+        self.w.put(attr::PATH, &p);
+        self.w.put_u64(attr::FILE_OFFSET, offset);
+        self.w.put_data(&buf);
+        self.w.finish()
+    }
+
+    fn send_encoded(&mut self, e: &Encoded, data: &[u8]) -> Result<()> {
+        let p = self.cur_path()?;
+        self.w.begin(cmd::ENCODED_WRITE);
+        self.w.put(attr::PATH, &p);
+        self.w.put_u64(attr::FILE_OFFSET, e.offset);
+        self.w
+            .put_u64(attr::UNENCODED_FILE_LEN, e.unencoded_file_len);
+        self.w.put_u64(attr::UNENCODED_LEN, e.unencoded_len);
+        self.w.put_u64(attr::UNENCODED_OFFSET, e.unencoded_offset);
+        self.w.put_u32(
+            attr::COMPRESSION,
+            encoded_compression(e.compression, self.sectorsize),
+        );
+        // The kernel leaves the (default) encryption out for inline extents.
+        if e.with_encryption {
+            self.w.put_u32(attr::ENCRYPTION, 0);
+        }
+        self.w.put_data(data);
+        self.w.finish()
+    }
+
+    pub(crate) fn send_update_extent(&mut self, offset: u64, len: u64) -> Result<()> {
+        let p = self.cur_path()?;
+        self.w.begin(cmd::UPDATE_EXTENT);
+        self.w.put(attr::PATH, &p);
+        self.w.put_u64(attr::FILE_OFFSET, offset);
+        self.w.put_u64(attr::SIZE, len);
+        self.w.finish()
+    }
+
+    /// A hole in the current file at `[start, end)` where the receiver has
+    /// data: a punch (v2) or writes of zeros (v1).
+    pub(crate) fn send_hole(&mut self, start: u64, end: u64) -> Result<()> {
+        let end = end.min(self.cur.ii.size);
+        if start >= end {
+            return Ok(());
+        }
+        if self.opts.no_data {
+            return self.send_update_extent(start, end - start);
+        }
+        let p = self.cur_path()?;
+        if self.w.proto() >= 2 {
+            self.w.begin(cmd::FALLOCATE);
+            self.w.put(attr::PATH, &p);
+            self.w.put_u32(
+                attr::FALLOCATE_MODE,
+                FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+            );
+            self.w.put_u64(attr::FILE_OFFSET, start);
+            self.w.put_u64(attr::SIZE, end - start);
+            return self.w.finish();
+        }
+        let max = max_write(self.w.proto());
+        let mut off = start;
+        while off < end {
+            let n = (end - off).min(max) as usize;
+            self.w.begin(cmd::WRITE);
+            self.w.put(attr::PATH, &p);
+            self.w.put_u64(attr::FILE_OFFSET, off);
+            self.w.data_slot(n);
+            self.w.finish()?;
+            off += n as u64;
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ reading
+
+    fn csums(&self, logical: u64, len: u64) -> Result<Vec<Option<[u8; 32]>>> {
+        match self.csum_tree {
+            Some(t) if self.cur.ii.flags & INODE_NODATASUM == 0 => {
+                lookup_csums(&self.fs.info, t, logical, len)
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// Verified bytes of `[logical, logical + len)` (sector aligned start).
+    fn read_disk(&self, logical: u64, len: u64) -> Result<Vec<u8>> {
+        let ss = self.sectorsize;
+        let a0 = logical / ss * ss;
+        let a1 = (logical + len).div_ceil(ss) * ss;
+        let csums = self.csums(a0, a1 - a0)?;
+        let data = self
+            .fs
+            .info
+            .read_data(a0, (a1 - a0) as usize, &csums)
+            .map_err(|e| self.in_inode(e))?;
+        let skip = (logical - a0) as usize;
+        Ok(data[skip..skip + len as usize].to_vec())
+    }
+
+    fn in_inode(&self, e: Error) -> Error {
+        match e {
+            Error::Corrupt { at, detail } => Error::Corrupt {
+                at: format!(
+                    "{at} ({} inode {})",
+                    self.send.tree.describe(),
+                    self.cur.ino
+                ),
+                detail,
+            },
+            other => other,
+        }
+    }
+
+    fn decompressed(
+        &mut self,
+        disk_bytenr: u64,
+        disk_num_bytes: u64,
+        c: u8,
+        ram: u64,
+    ) -> Result<Arc<Vec<u8>>> {
+        if let Some((b, d)) = &self.dcache {
+            if *b == disk_bytenr && d.len() as u64 == ram {
+                return Ok(d.clone());
+            }
+        }
+        let raw = self.read_disk(disk_bytenr, disk_num_bytes)?;
+        let plain = decompress(c, &raw, ram as usize, self.fs.info.sectorsize).at(|| {
+            format!(
+                "compressed extent at logical {disk_bytenr} ({} inode {})",
+                self.send.tree.describe(),
+                self.cur.ino
+            )
+        })?;
+        let plain = Arc::new(plain);
+        self.dcache = Some((disk_bytenr, plain.clone()));
+        Ok(plain)
+    }
+
+    /// Reads `[offset, offset + out.len())` of the current file, from `ext`
+    /// when it covers the range, else through the file's extent map.
+    fn read_file(&mut self, ext: Option<&FileExt>, offset: u64, out: &mut [u8]) -> Result<()> {
+        let len = out.len() as u64;
+        if let Some(e) = ext {
+            let covered = offset >= e.start && offset + len <= e.end(self.sectorsize);
+            if covered {
+                match &e.kind {
+                    ExtKind::Inline { ram_bytes, data } => {
+                        let plain;
+                        let src: &[u8] = if e.compression == COMPRESS_NONE {
+                            data
+                        } else {
+                            plain = decompress(
+                                e.compression,
+                                data,
+                                *ram_bytes as usize,
+                                self.fs.info.sectorsize,
+                            )
+                            .at(|| {
+                                format!(
+                                    "{} inode {} inline extent",
+                                    self.send.tree.describe(),
+                                    self.cur.ino
+                                )
+                            })?;
+                            &plain
+                        };
+                        copy_or_zero(out, src, offset - e.start);
+                        return Ok(());
+                    }
+                    ExtKind::Extent {
+                        prealloc: false,
+                        disk_bytenr,
+                        disk_num_bytes,
+                        offset: eoff,
+                        ram_bytes,
+                        ..
+                    } if *disk_bytenr != 0 => {
+                        let rel = offset - e.start + eoff;
+                        if e.compression == COMPRESS_NONE {
+                            let d = self.read_disk(disk_bytenr + rel, len)?;
+                            out.copy_from_slice(&d);
+                        } else {
+                            let plain = self.decompressed(
+                                *disk_bytenr,
+                                *disk_num_bytes,
+                                e.compression,
+                                *ram_bytes,
+                            )?;
+                            copy_or_zero(out, &plain, rel);
+                        }
+                        return Ok(());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if self.cur.fh.is_none() {
+            let id = InodeId {
+                subvol: self.send.id,
+                ino: self.cur.ino,
+            };
+            self.cur.fh = Some(FileHandle::open(self.fs, id)?);
+        }
+        let fh = self.cur.fh.as_mut().unwrap();
+        let n = fh.read_at(self.fs, offset, out)?;
+        out[n..].fill(0);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ clones
+
+    /// The clone roots in the kernel's order (by subvolume id).
+    fn clone_roots(&self) -> Vec<CloneRoot> {
+        let mut v: Vec<(u64, CloneRoot)> = vec![(self.send.id, CloneRoot::Send)];
+        if let Some(p) = &self.parent {
+            v.push((p.id, CloneRoot::Parent));
+        }
+        for (i, c) in self.clones.iter().enumerate() {
+            v.push((c.id, CloneRoot::Source(i)));
+        }
+        v.sort_by_key(|x| x.0);
+        v.into_iter().map(|x| x.1).collect()
+    }
+
+    /// A place the receiver already has the data of `ext` (a regular
+    /// extent of the current inode), as the kernel's find_extent_clone.
+    fn find_clone(&mut self, ext: &FileExt) -> Result<Option<CloneSrc>> {
+        let Some((disk_bytenr, disk_num, eoff, num_bytes)) = ext.regular() else {
+            return Ok(None);
+        };
+        let size = self.cur.ii.size;
+        if ext.start >= size {
+            return Ok(None);
+        }
+        let Some(extent_tree) = self.fs.tree_opt(EXTENT_TREE_OBJECTID)? else {
+            return Ok(None);
+        };
+        let Some((refs, backrefs)) = self.extent_backrefs(extent_tree, disk_bytenr)? else {
+            return Ok(None);
+        };
+        if refs > MAX_EXTENT_REFS {
+            return Ok(None);
+        }
+        let roots = self.clone_roots();
+        // Only our own reference and no other clone root: nothing to do.
+        if refs <= 1 && roots.len() == 1 {
+            return Ok(None);
+        }
+        let extent_len = if ext.start + num_bytes >= size {
+            size - ext.start
+        } else {
+            num_bytes
+        };
+        let compressed = ext.compression != COMPRESS_NONE;
+        let ram = match ext.kind {
+            ExtKind::Extent { ram_bytes, .. } if compressed => ram_bytes,
+            _ => disk_num,
+        };
+        // A referencing item is a candidate when it covers our position in
+        // the extent (uncompressed), or always (compressed): where its file
+        // range maps that position, and its length.
+        let cand = |key_off: u64, o: u64, n: u64| -> Option<(u64, u64)> {
+            if compressed {
+                Some((key_off, n))
+            } else if o <= eoff && eoff < o + n {
+                Some((key_off + eoff - o, n))
+            } else {
+                None
+            }
+        };
+        // (leaf, ino, file offset, item length, root index)
+        let mut cands: Vec<(u64, u64, u64, u64, usize)> = Vec::new();
+        for br in backrefs {
+            match br {
+                Cand::Direct { ino, base } => {
+                    // With no other clone root the walk skips our own data
+                    // reference (all our items with the same base).
+                    if roots.len() == 1
+                        && ino == self.cur.ino
+                        && base == ext.start.wrapping_sub(eoff)
+                    {
+                        continue;
+                    }
+                    for (ri, r) in roots.iter().enumerate() {
+                        let tree = self.root_of(*r).tree;
+                        for (leaf, k_off, fe) in
+                            self.items_in(tree, ino, base, base.saturating_add(ram))?
+                        {
+                            if let Some((d, _, o, n)) = fe.regular() {
+                                if d == disk_bytenr && k_off.wrapping_sub(o) == base {
+                                    if let Some((off, nb)) = cand(k_off, o, n) {
+                                        cands.push((leaf, ino, off, nb, ri));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                Cand::Shared { leaf } => {
+                    let Ok(b) = self.fs.info.read_tree_block(
+                        leaf,
+                        BlockExpect {
+                            level: Some(0),
+                            ..Default::default()
+                        },
+                    ) else {
+                        continue;
+                    };
+                    let node = b.node();
+                    for i in 0..node.nritems() {
+                        let it = node.item(i);
+                        if it.key.item_type != EXTENT_DATA {
+                            continue;
+                        }
+                        let Ok(fe) = FileExt::parse(self.send.tree, &it.key, it.data) else {
+                            continue;
+                        };
+                        let Some((d, _, o, n)) = fe.regular() else {
+                            continue;
+                        };
+                        if d != disk_bytenr {
+                            continue;
+                        }
+                        let Some((off, nb)) = cand(it.key.offset, o, n) else {
+                            continue;
+                        };
+                        for (ri, r) in roots.iter().enumerate() {
+                            let tree = self.root_of(*r).tree;
+                            let same = self
+                                .items_in(tree, it.key.objectid, it.key.offset, it.key.offset + 1)?
+                                .into_iter()
+                                .any(|(_, ko, f)| {
+                                    ko == it.key.offset
+                                        && f.regular()
+                                            .is_some_and(|(d2, _, o2, _)| d2 == d && o2 == o)
+                                });
+                            if same {
+                                cands.push((leaf, it.key.objectid, off, nb, ri));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // The kernel's walk meets leaves in the order of their first
+        // reference (by inode), and the references of one leaf last first.
+        let mut leaf_first: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+        for c in &cands {
+            let e = leaf_first.entry(c.0).or_insert(c.1);
+            *e = (*e).min(c.1);
+        }
+        cands.sort_unstable_by(|a, b| {
+            (leaf_first[&a.0], a.0, b.1, b.2, a.4).cmp(&(leaf_first[&b.0], b.0, a.1, a.2, b.4))
+        });
+        cands.dedup();
+        // As the kernel's iterate_backrefs: per clone root the reference
+        // with the longest file extent item wins; one covering the whole
+        // range ends the search.
+        let mut best: Vec<Option<(u64, u64, u64)>> = vec![None; roots.len()];
+        for &(_, ino, off, nb, ri) in &cands {
+            if roots[ri] == CloneRoot::Send {
+                if ino == self.cur.ino && off == ext.start {
+                    continue;
+                }
+                if ino > self.cur.ino {
+                    continue;
+                }
+                if ino == self.cur.ino && off + extent_len > self.cur.next_write_offset {
+                    continue;
+                }
+            }
+            if best[ri].is_none_or(|b| nb > b.2) {
+                best[ri] = Some((ino, off, nb));
+                if nb >= extent_len {
+                    break;
+                }
+            }
+        }
+        let mut pick: Option<(CloneSrc, u64)> = None;
+        for (ri, r) in roots.iter().enumerate() {
+            if let Some((ino, offset, nb)) = best[ri] {
+                if pick.is_none_or(|p| nb > p.1) {
+                    pick = Some((
+                        CloneSrc {
+                            root: *r,
+                            ino,
+                            offset,
+                        },
+                        nb,
+                    ));
+                    if nb >= extent_len {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(pick.map(|p| p.0))
+    }
+
+    /// Extent items of `ino` in `tree` starting in `[from, to)`, with the
+    /// leaf holding each.
+    fn items_in(
+        &self,
+        tree: Tree,
+        ino: u64,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, u64, FileExt)>> {
+        let mut out = Vec::new();
+        let mut c = Cursor::new(&self.fs.info, tree);
+        let mut ok = c.seek(&Key::new(ino, EXTENT_DATA, from))?;
+        while ok {
+            let Some((k, d)) = c.item() else { break };
+            if k.objectid != ino || k.item_type != EXTENT_DATA || k.offset >= to {
+                break;
+            }
+            let leaf = c.leaf().map(|(b, _)| b.bytenr).unwrap_or(0);
+            out.push((leaf, k.offset, FileExt::parse(tree, &k, d)?));
+            if out.len() > 4096 {
+                break;
+            }
+            ok = c.next()?;
+        }
+        Ok(out)
+    }
+
+    /// The reference count and back references of a data extent.
+    fn extent_backrefs(&self, extent_tree: Tree, bytenr: u64) -> Result<Option<(u64, Vec<Cand>)>> {
+        let mut c = Cursor::new(&self.fs.info, extent_tree);
+        if !c.seek(&Key::new(bytenr, EXTENT_ITEM, 0))? {
+            return Ok(None);
+        }
+        let Some((k, d)) = c.item() else {
+            return Ok(None);
+        };
+        if k.objectid != bytenr || k.item_type != EXTENT_ITEM || d.len() < 24 {
+            return Ok(None);
+        }
+        let refs = le64(d, 0);
+        let flags = le64(d, 16);
+        if flags & 2 != 0 {
+            // A tree block: not data.
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        if refs > MAX_EXTENT_REFS {
+            return Ok(Some((refs, out)));
+        }
+        let mut p = 24;
+        while p < d.len() {
+            let t = d[p];
+            p += 1;
+            match t {
+                EXTENT_DATA_REF if p + 28 <= d.len() => {
+                    out.push(Cand::Direct {
+                        ino: le64(d, p + 8),
+                        base: le64(d, p + 16),
+                    });
+                    p += 28;
+                }
+                SHARED_DATA_REF if p + 12 <= d.len() => {
+                    out.push(Cand::Shared { leaf: le64(d, p) });
+                    p += 12;
+                }
+                TREE_BLOCK_REF | SHARED_BLOCK_REF | EXTENT_OWNER_REF if p + 8 <= d.len() => p += 8,
+                _ => break,
+            }
+        }
+        while c.next()? {
+            let Some((k, d)) = c.item() else { break };
+            if k.objectid != bytenr {
+                break;
+            }
+            match k.item_type {
+                EXTENT_DATA_REF if d.len() >= 28 => out.push(Cand::Direct {
+                    ino: le64(d, 8),
+                    base: le64(d, 16),
+                }),
+                SHARED_DATA_REF => out.push(Cand::Shared { leaf: k.offset }),
+                _ => {}
+            }
+        }
+        Ok(Some((refs, out)))
+    }
+
+    /// Clones `[offset, offset + len)` of the current file from `src`,
+    /// writing the parts the source does not share (the kernel's
+    /// clone_range).
+    fn clone_range(
+        &mut self,
+        ext: &FileExt,
+        src: CloneSrc,
+        mut offset: u64,
+        mut len: u64,
+    ) -> Result<()> {
+        let Some((disk_byte, _, mut data_offset, _)) = ext.regular() else {
+            return self.send_extent_data(Some(ext), offset, len);
+        };
+        if src.offset == 0 && len == self.sectorsize {
+            return self.send_extent_data(Some(ext), offset, len);
+        }
+        let root = self.root_of(src.root).clone();
+        let src_size = trees::inode_item(self.fs, root.tree, src.ino)?
+            .map(|i| i.size)
+            .unwrap_or(0);
+        let mut src_off = src.offset;
+        // Source extent items from the one covering src_off.
+        let mut items: Vec<FileExt> = Vec::new();
+        {
+            let mut c = Cursor::new(&self.fs.info, root.tree);
+            let mut ok = c.seek_le(&Key::new(src.ino, EXTENT_DATA, src_off))?;
+            if ok {
+                if let Some(k) = c.key() {
+                    if k.objectid != src.ino || k.item_type != EXTENT_DATA {
+                        ok = c.seek(&Key::new(src.ino, EXTENT_DATA, src_off))?;
+                    }
+                }
+            } else {
+                ok = c.seek(&Key::new(src.ino, EXTENT_DATA, src_off))?;
+            }
+            while ok {
+                let Some((k, d)) = c.item() else { break };
+                if k.objectid != src.ino || k.item_type != EXTENT_DATA {
+                    break;
+                }
+                if k.offset >= src_off + len {
+                    break;
+                }
+                items.push(FileExt::parse(root.tree, &k, d)?);
+                ok = c.next()?;
+            }
+        }
+        for it in items {
+            let mut ext_len = match &it.kind {
+                ExtKind::Inline { ram_bytes, .. } => ram_bytes.div_ceil(PAGE) * PAGE,
+                ExtKind::Extent { num_bytes, .. } => *num_bytes,
+            };
+            if it.start + ext_len <= src_off {
+                continue;
+            }
+            if it.start > src_off {
+                // Implicit hole in the source.
+                let hole = (it.start - src_off).min(len);
+                self.send_extent_data(Some(ext), offset, hole)?;
+                len -= hole;
+                if len == 0 {
+                    break;
+                }
+                offset += hole;
+                src_off += hole;
+                data_offset += hole;
+            }
+            if it.start >= src_off + len {
+                break;
+            }
+            if it.start >= src_size {
+                break;
+            }
+            let mut crossed_src_i_size = false;
+            if it.start + ext_len > src_size {
+                ext_len = src_size - it.start;
+                crossed_src_i_size = true;
+            }
+            let (it_disk, mut clone_data_offset) = match it.kind {
+                ExtKind::Extent {
+                    disk_bytenr,
+                    offset,
+                    ..
+                } => (disk_bytenr, offset),
+                ExtKind::Inline { .. } => (u64::MAX, 0),
+            };
+            if it_disk == disk_byte {
+                src_off = it.start;
+                if clone_data_offset < data_offset && clone_data_offset + ext_len > data_offset {
+                    let skip = data_offset - clone_data_offset;
+                    ext_len -= skip;
+                    clone_data_offset += skip;
+                    src_off += skip;
+                }
+            }
+            let clone_len = ext_len.min(len);
+            if it_disk == disk_byte && clone_data_offset == data_offset {
+                let src_end = src_off + clone_len;
+                const ALIGN: u64 = 64 * 1024;
+                if src_end == src_size
+                    && src_end & (ALIGN - 1) != 0
+                    && offset + clone_len < self.cur.ii.size
+                {
+                    // The unaligned EOF block of the source cannot be cloned
+                    // into the middle of a file.
+                    let slen = (src_end - src_off) / ALIGN * ALIGN;
+                    if slen > 0 {
+                        self.send_clone(offset, slen, src.root, src.ino, src_off)?;
+                    }
+                    self.send_extent_data(Some(ext), offset + slen, clone_len - slen)?;
+                } else {
+                    self.send_clone(offset, clone_len, src.root, src.ino, src_off)?;
+                }
+            } else if crossed_src_i_size && clone_len < len {
+                // The source ends inside this extent: write the rest.
+                break;
+            } else {
+                self.send_extent_data(Some(ext), offset, clone_len)?;
+            }
+            len -= clone_len;
+            if len == 0 {
+                break;
+            }
+            offset += clone_len;
+            src_off += clone_len;
+            if src.root == super::CloneRoot::Send
+                && src.ino == self.cur.ino
+                && src_off >= self.cur.next_write_offset
+            {
+                break;
+            }
+            data_offset += clone_len;
+        }
+        if len > 0 {
+            self.send_extent_data(Some(ext), offset, len)?;
+        }
+        Ok(())
+    }
+
+    fn send_clone(
+        &mut self,
+        offset: u64,
+        len: u64,
+        root: CloneRoot,
+        ino: u64,
+        src_off: u64,
+    ) -> Result<()> {
+        let p = self.cur_path()?;
+        let src_path = if root == CloneRoot::Send {
+            self.path(ino)?
+        } else {
+            let r = self.root_of(root);
+            trees::path_in_tree(self.fs, r.tree, ino)?
+        };
+        let r = self.root_of(root);
+        let uuid = r.stream_uuid();
+        let ctransid = r.item.ctransid;
+        self.w.begin(cmd::CLONE);
+        self.w.put_u64(attr::FILE_OFFSET, offset);
+        self.w.put_u64(attr::CLONE_LEN, len);
+        self.w.put(attr::PATH, &p);
+        self.w.put_uuid(attr::CLONE_UUID, &uuid);
+        self.w.put_u64(attr::CLONE_CTRANSID, ctransid);
+        self.w.put(attr::CLONE_PATH, &src_path);
+        self.w.put_u64(attr::CLONE_OFFSET, src_off);
+        self.w.finish()
+    }
+}
+
+/// Copies `src[from..]` into `out`, zero-filling what `src` does not have.
+fn copy_or_zero(out: &mut [u8], src: &[u8], from: u64) {
+    let from = from.min(src.len() as u64) as usize;
+    let k = (src.len() - from).min(out.len());
+    out[..k].copy_from_slice(&src[from..from + k]);
+    out[k..].fill(0);
+}

@@ -1,0 +1,207 @@
+//! `-o` mount options: what `ubtrfs mount -o ...` and `mount -t fuse.ubtrfs
+//! -o ...` accept.
+
+use std::path::PathBuf;
+
+/// Options of one mount, parsed from `-o` strings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Mount this subvolume (path from the top level) as the root.
+    pub subvol: Option<Vec<u8>>,
+    /// Mount the subvolume with this id as the root.
+    pub subvolid: Option<u64>,
+    /// Let every user access the mount (FUSE `allow_other`).
+    pub allow_other: bool,
+    /// Let root access the mount too (FUSE `allow_root`).
+    pub allow_root: bool,
+    /// Threads serving requests.
+    pub threads: usize,
+    /// Where log lines go when running in the background (else syslog).
+    pub log_file: Option<PathBuf>,
+    /// Further devices of a multi-device filesystem (`device=PATH`).
+    pub devices: Vec<PathBuf>,
+    /// Name shown as the mount's source.
+    pub fsname: Option<String>,
+    /// Attribute and entry cache timeout in seconds.
+    pub timeout_secs: u64,
+    /// Kernel flags passed through: nodev, nosuid, noexec, noatime, ...
+    pub kernel_flags: Vec<String>,
+    /// `rw` was asked for: the mount is read-only all the same.
+    pub rw_requested: bool,
+    /// Readahead window of the mount in KiB (set when mounted as root).
+    pub readahead_kb: u32,
+}
+
+/// Default number of request threads: enough that a request waiting on the
+/// disk does not hold up the others.
+pub fn default_threads() -> usize {
+    let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (2 * n).clamp(4, 16)
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            subvol: None,
+            subvolid: None,
+            allow_other: false,
+            allow_root: false,
+            threads: default_threads(),
+            log_file: None,
+            devices: Vec::new(),
+            fsname: None,
+            timeout_secs: 86400,
+            kernel_flags: Vec::new(),
+            rw_requested: false,
+            readahead_kb: 4096,
+        }
+    }
+}
+
+/// Options that only matter to mount(8), fstab or other helpers.
+const IGNORED: &[&str] = &[
+    "ro",
+    "defaults",
+    "auto",
+    "noauto",
+    "user",
+    "users",
+    "nouser",
+    "owner",
+    "group",
+    "nofail",
+    "_netdev",
+    "exec",
+    "async",
+    "atime",
+    "relatime",
+    "default_permissions",
+];
+
+/// Flags handed to the kernel as they are.
+const KERNEL_FLAGS: &[&str] = &[
+    "nodev",
+    "dev",
+    "nosuid",
+    "suid",
+    "noexec",
+    "noatime",
+    "nodiratime",
+    "sync",
+    "dirsync",
+];
+
+impl MountOptions {
+    /// Adds the comma-separated options of one `-o` argument.
+    pub fn parse_into(&mut self, s: &str) -> Result<(), String> {
+        for opt in s.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            let (key, value) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            fn need<'a>(key: &str, v: Option<&'a str>) -> Result<&'a str, String> {
+                v.filter(|v| !v.is_empty())
+                    .ok_or_else(|| format!("mount option {key} needs a value ({key}=...)"))
+            }
+            match key {
+                "subvol" => {
+                    let v = need(key, value)?;
+                    self.subvol = Some(v.trim_start_matches('/').as_bytes().to_vec());
+                }
+                "subvolid" => {
+                    let v = need(key, value)?;
+                    self.subvolid = Some(
+                        v.parse()
+                            .map_err(|_| format!("subvolid={v}: not a number"))?,
+                    );
+                }
+                "allow_other" => self.allow_other = true,
+                "allow_root" => self.allow_root = true,
+                "threads" => {
+                    let v = need(key, value)?;
+                    let n: usize = v
+                        .parse()
+                        .map_err(|_| format!("threads={v}: not a number"))?;
+                    if !(1..=256).contains(&n) {
+                        return Err(format!("threads={v}: must be 1 to 256"));
+                    }
+                    self.threads = n;
+                }
+                "log" | "logfile" => self.log_file = Some(PathBuf::from(need(key, value)?)),
+                "device" => self.devices.push(PathBuf::from(need(key, value)?)),
+                "fsname" => self.fsname = Some(need(key, value)?.to_string()),
+                "timeout" => {
+                    let v = need(key, value)?;
+                    self.timeout_secs = v
+                        .parse()
+                        .map_err(|_| format!("timeout={v}: not a number of seconds"))?;
+                }
+                "rw" => self.rw_requested = true,
+                "readahead_kb" => {
+                    let v = need(key, value)?;
+                    self.readahead_kb = v
+                        .parse()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| format!("readahead_kb={v}: not a positive number"))?;
+                }
+                k if KERNEL_FLAGS.contains(&k) && value.is_none() => {
+                    if !self.kernel_flags.iter().any(|f| f == k) {
+                        self.kernel_flags.push(k.to_string());
+                    }
+                }
+                k if IGNORED.contains(&k) => {}
+                // fstab comments and options for other helpers.
+                k if k.starts_with("x-") || k == "comment" => {}
+                // mount(8) may pass the helper type or source along.
+                "subtype" | "source" | "uid" | "gid" | "user_id" | "group_id" | "context"
+                | "fscontext" | "defcontext" | "rootcontext" => {}
+                _ => return Err(format!("unknown mount option {opt:?}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses a list of `-o` arguments.
+    pub fn parse(args: &[String]) -> Result<MountOptions, String> {
+        let mut o = MountOptions::default();
+        for a in args {
+            o.parse_into(a)?;
+        }
+        Ok(o)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_common_options() {
+        let o = MountOptions::parse(&[
+            "ro,subvol=/snaps/a,allow_other".into(),
+            "threads=3,nodev,x-systemd.automount,device=/dev/loop1".into(),
+        ])
+        .unwrap();
+        assert_eq!(o.subvol.as_deref(), Some(&b"snaps/a"[..]));
+        assert!(o.allow_other);
+        assert_eq!(o.threads, 3);
+        assert_eq!(o.kernel_flags, vec!["nodev".to_string()]);
+        assert_eq!(o.devices, vec![PathBuf::from("/dev/loop1")]);
+        assert!(!o.rw_requested);
+    }
+
+    #[test]
+    fn rejects_bad_options() {
+        assert!(MountOptions::parse(&["subvolid=abc".into()]).is_err());
+        assert!(MountOptions::parse(&["frobnicate".into()]).is_err());
+        assert!(MountOptions::parse(&["subvol=".into()]).is_err());
+        assert!(MountOptions::parse(&["threads=0".into()]).is_err());
+    }
+
+    #[test]
+    fn rw_is_noted() {
+        let o = MountOptions::parse(&["rw".into()]).unwrap();
+        assert!(o.rw_requested);
+    }
+}

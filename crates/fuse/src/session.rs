@@ -1,0 +1,483 @@
+//! Mounting: open the image, pick the root subvolume, mount through FUSE,
+//! serve requests until the mount goes away, in the foreground or as a
+//! daemon, and unmount on SIGINT/SIGTERM/SIGHUP.
+
+use crate::logging;
+use crate::options::MountOptions;
+use crate::BtrfsFuse;
+use fuser::{Config, MountOption, SessionACL};
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use ubtrfs_engine::{Filesystem, InodeId, OpenOptions};
+use ubtrfs_format::consts::{FIRST_INODE, FS_TREE_OBJECTID};
+
+/// What to mount where.
+#[derive(Debug, Clone)]
+pub struct MountRequest {
+    pub image: PathBuf,
+    pub devices: Vec<PathBuf>,
+    pub cache_bytes: u64,
+    pub mountpoint: PathBuf,
+    pub options: MountOptions,
+    /// Serve in this process instead of detaching a daemon.
+    pub foreground: bool,
+}
+
+fn canonical(p: &Path, what: &str) -> Result<PathBuf, String> {
+    p.canonicalize()
+        .map_err(|e| format!("{what} {}: {e}", p.display()))
+}
+
+/// The root directory the mount shows: the top level, or the subvolume
+/// chosen with `subvol=` / `subvolid=` (both must agree when both given).
+pub fn mount_root(fs: &Filesystem, o: &MountOptions) -> Result<InodeId, String> {
+    let by_path = match &o.subvol {
+        None => None,
+        Some(p) => {
+            let id = fs
+                .resolve(p)
+                .map_err(|e| format!("subvol={}: {e}", String::from_utf8_lossy(p)))?;
+            if id.ino != FIRST_INODE {
+                return Err(format!(
+                    "subvol={}: not a subvolume",
+                    String::from_utf8_lossy(p)
+                ));
+            }
+            Some(id.subvol)
+        }
+    };
+    let by_id = match o.subvolid {
+        None => None,
+        Some(0) | Some(FS_TREE_OBJECTID) => Some(FS_TREE_OBJECTID),
+        Some(id) => {
+            let exists = fs
+                .subvolumes()
+                .map_err(|e| format!("subvolid={id}: {e}"))?
+                .iter()
+                .any(|s| s.id == id);
+            if !exists {
+                return Err(format!("subvolid={id}: no such subvolume"));
+            }
+            Some(id)
+        }
+    };
+    let subvol = match (by_path, by_id) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(format!(
+                "subvol= is subvolume {a} but subvolid={b}: they must name the same one"
+            ))
+        }
+        (Some(a), _) | (None, Some(a)) => a,
+        (None, None) => FS_TREE_OBJECTID,
+    };
+    Ok(InodeId {
+        subvol,
+        ino: FIRST_INODE,
+    })
+}
+
+/// Mounts and serves until unmounted. In the background (the default) the
+/// calling process returns once the mount is ready (or failed) and a
+/// detached child serves it.
+pub fn run(req: MountRequest) -> Result<(), String> {
+    let mut req = req;
+    req.image = canonical(&req.image, "image")?;
+    let mut devices = Vec::new();
+    for d in req.devices.iter().chain(req.options.devices.iter()) {
+        devices.push(canonical(d, "device")?);
+    }
+    req.devices = devices;
+    req.mountpoint = canonical(&req.mountpoint, "mount point")?;
+    if !req.mountpoint.is_dir() {
+        return Err(format!(
+            "mount point {}: not a directory",
+            req.mountpoint.display()
+        ));
+    }
+    if req.foreground {
+        return serve(&req, &mut None);
+    }
+    // Fork before any thread exists; the parent waits for word from the
+    // child that the mount is up.
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: fresh descriptors from pipe2.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: single-threaded here; the child only continues this code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid > 0 {
+        drop(wr);
+        let mut msg = String::new();
+        let _ = File::from(rd).read_to_string(&mut msg);
+        if msg == "ok" {
+            return Ok(());
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if msg.is_empty() {
+            return Err("the mount process ended before the mount was ready".into());
+        }
+        return Err(msg);
+    }
+    drop(rd);
+    // SAFETY: plain syscalls in the child.
+    unsafe {
+        libc::setsid();
+    }
+    let _ = std::env::set_current_dir("/");
+    let mut notify = Some(File::from(wr));
+    match serve(&req, &mut notify) {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            // After the mount was ready the parent is gone: log instead.
+            match notify.take() {
+                Some(mut n) => {
+                    let _ = n.write_all(e.as_bytes());
+                }
+                None => logging::error(&e),
+            }
+            std::process::exit(1)
+        }
+    }
+}
+
+/// Signals that end the mount.
+fn stop_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+fn kernel_flag(f: &str) -> Option<MountOption> {
+    Some(match f {
+        "nodev" => MountOption::NoDev,
+        "dev" => MountOption::Dev,
+        "nosuid" => MountOption::NoSuid,
+        "suid" => MountOption::Suid,
+        "noexec" => MountOption::NoExec,
+        "noatime" | "nodiratime" => MountOption::NoAtime,
+        "sync" => MountOption::Sync,
+        "dirsync" => MountOption::DirSync,
+        _ => return None,
+    })
+}
+
+/// How the mount was made, and so how to unmount it.
+#[derive(Clone)]
+enum Unmount {
+    /// We called mount(2) ourselves (root).
+    Syscall(CString),
+    /// fusermount3 mounted it for us.
+    Fusermount(CString),
+}
+
+impl Unmount {
+    fn unmount(&self) {
+        match self {
+            Unmount::Syscall(p) => {
+                // SAFETY: NUL-terminated path.
+                if unsafe { libc::umount(p.as_ptr()) } == 0 {
+                    return;
+                }
+                let e = std::io::Error::last_os_error();
+                logging::warn(&format!(
+                    "unmount {}: {e}; detaching it lazily",
+                    p.to_string_lossy()
+                ));
+                // SAFETY: as above.
+                unsafe { libc::umount2(p.as_ptr(), libc::MNT_DETACH) };
+            }
+            Unmount::Fusermount(p) => {
+                let path = std::ffi::OsStr::from_bytes(p.as_bytes());
+                for args in [&["-u", "-q"][..], &["-u", "-q", "-z"][..]] {
+                    for bin in ["fusermount3", "fusermount"] {
+                        let ok = std::process::Command::new(bin)
+                            .args(args)
+                            .arg("--")
+                            .arg(path)
+                            .status()
+                            .is_ok_and(|s| s.success());
+                        if ok {
+                            return;
+                        }
+                    }
+                }
+                logging::error(&format!("could not unmount {}", p.to_string_lossy()));
+            }
+        }
+    }
+}
+
+/// Opens the image, mounts and serves until the mount goes away. `notify`
+/// (taken and closed) gets "ok" once the mount is ready; errors before
+/// that are for the caller to send.
+fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
+    logging::install_fuser_logger();
+    // Threads made from here on inherit the blocked signals; one thread
+    // waits for them.
+    let set = stop_signals();
+    // SAFETY: blocking signals in this (only) thread.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let o = &req.options;
+    let fs = Filesystem::open(
+        &req.image,
+        &OpenOptions {
+            devices: req.devices.clone(),
+            cache_bytes: req.cache_bytes,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let root = mount_root(&fs, o)?;
+    if o.rw_requested {
+        logging::warn("rw requested: ubtrfs mounts read-only");
+    }
+    let fsname = o
+        .fsname
+        .clone()
+        .unwrap_or_else(|| req.image.display().to_string());
+    let mut mount_options = vec![
+        MountOption::RO,
+        MountOption::DefaultPermissions,
+        MountOption::FSName(fsname.clone()),
+        MountOption::Subtype("ubtrfs".into()),
+    ];
+    mount_options.extend(o.kernel_flags.iter().filter_map(|f| kernel_flag(f)));
+    let acl = if o.allow_other {
+        SessionACL::All
+    } else if o.allow_root {
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    let mut config = Config::default();
+    config.mount_options = mount_options.clone();
+    config.acl = acl;
+    // One thread takes requests; the worker pool does the I/O (see pool.rs).
+    config.n_threads = Some(1);
+
+    let fs = Arc::new(fs);
+    let ttl = Duration::from_secs(o.timeout_secs);
+    let handler = BtrfsFuse::new(fs, root, ttl, o.threads);
+    let shared = handler.inner();
+    let mnt_c = CString::new(req.mountpoint.as_os_str().as_bytes())
+        .map_err(|_| "mount point has a NUL byte".to_string())?;
+    // SAFETY: geteuid has no preconditions.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    let (session, unmount) = if is_root {
+        let fd = mount_syscall(&req.mountpoint, &fsname, o, acl)?;
+        let s = fuser::Session::from_fd(handler, fd, acl, config)
+            .map_err(|e| format!("FUSE handshake: {e}"))?;
+        // After the handshake, which sets the window from INIT.
+        if let Err(e) = set_readahead(&req.mountpoint, o.readahead_kb) {
+            logging::warn(&format!("setting readahead: {e}"));
+        }
+        (s, Unmount::Syscall(mnt_c))
+    } else {
+        let s = fuser::Session::new(handler, &req.mountpoint, &config)
+            .map_err(|e| format!("mount {}: {e}", req.mountpoint.display()))?;
+        (s, Unmount::Fusermount(mnt_c))
+    };
+
+    BtrfsFuse::set_notifier(&shared, session.notifier());
+
+    // The signal thread: unmount, and the serving threads then see the
+    // device close and return.
+    let u = unmount.clone();
+    std::thread::Builder::new()
+        .name("ubtrfs-signals".into())
+        .spawn(move || loop {
+            let mut sig = 0;
+            // SAFETY: waiting on a set of blocked signals.
+            if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+                logging::info(&format!("signal {sig}: unmounting"));
+                u.unmount();
+            }
+        })
+        .map_err(|e| format!("signal thread: {e}"))?;
+
+    if let Some(mut n) = notify.take() {
+        if let Some(f) = &o.log_file {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o640)
+                .open(f)
+                .map_err(|e| format!("log file {}: {e}", f.display()))?;
+            logging::to_file(file);
+        } else {
+            logging::to_syslog();
+        }
+        detach_stdio();
+        let _ = n.write_all(b"ok");
+    }
+    if let Some(f) = &o.log_file {
+        if req.foreground {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(f)
+                .map_err(|e| format!("log file {}: {e}", f.display()))?;
+            logging::to_file(file);
+        }
+    }
+    logging::info(&format!(
+        "mounted {} on {}",
+        req.image.display(),
+        req.mountpoint.display()
+    ));
+    let res = session.run();
+    logging::info(&format!("{} unmounted", req.mountpoint.display()));
+    res.map_err(|e| format!("serving the mount: {e}"))
+}
+
+/// mount(2) of a FUSE filesystem of type fuse.ubtrfs on `mnt` (root only).
+fn mount_syscall(
+    mnt: &Path,
+    fsname: &str,
+    o: &MountOptions,
+    acl: SessionACL,
+) -> Result<OwnedFd, String> {
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open("/dev/fuse")
+        .map_err(|e| format!("/dev/fuse: {e}"))?;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let root_mode = std::fs::metadata(mnt)
+        .map_err(|e| format!("{}: {e}", mnt.display()))?
+        .mode()
+        & libc::S_IFMT;
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut data = format!(
+        "fd={},rootmode={:o},user_id={uid},group_id={gid},default_permissions",
+        dev.as_raw_fd(),
+        root_mode
+    );
+    if acl != SessionACL::Owner {
+        data.push_str(",allow_other");
+    }
+    let mut flags = libc::MS_RDONLY;
+    let has = |f: &str| o.kernel_flags.iter().any(|k| k == f);
+    if !has("dev") {
+        flags |= libc::MS_NODEV;
+    }
+    if !has("suid") {
+        flags |= libc::MS_NOSUID;
+    }
+    for (name, bit) in [
+        ("noexec", libc::MS_NOEXEC),
+        ("noatime", libc::MS_NOATIME),
+        ("nodiratime", libc::MS_NODIRATIME),
+        ("sync", libc::MS_SYNCHRONOUS),
+        ("dirsync", libc::MS_DIRSYNC),
+    ] {
+        if has(name) {
+            flags |= bit;
+        }
+    }
+    let c = |s: &[u8]| CString::new(s).map_err(|_| "NUL byte in a mount argument".to_string());
+    let source = c(fsname.as_bytes())?;
+    let target = c(mnt.as_os_str().as_bytes())?;
+    let fstype = c(b"fuse.ubtrfs")?;
+    let data_c = c(data.as_bytes())?;
+    // SAFETY: NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            flags,
+            data_c.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "mount {}: {}",
+            mnt.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(OwnedFd::from(dev))
+}
+
+/// Sets the readahead window of the mount's backing device info (the
+/// kernel's btrfs uses 4 MiB; FUSE starts at 128 KiB). The device number
+/// comes from mountinfo: a stat of the mount point would be a request to
+/// this very process, which is not serving yet.
+fn set_readahead(mnt: &Path, kb: u32) -> Result<(), String> {
+    let info = std::fs::read("/proc/self/mountinfo").map_err(|e| format!("mountinfo: {e}"))?;
+    let want = mnt.as_os_str().as_bytes();
+    let mut dev = None;
+    for line in info.split(|&b| b == b'\n') {
+        let f: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        if f.len() > 4 && unescape_mountinfo(f[4]) == want {
+            dev = Some(String::from_utf8_lossy(f[2]).into_owned());
+        }
+    }
+    let dev = dev.ok_or("mount not found in mountinfo")?;
+    let p = format!("/sys/class/bdi/{dev}/read_ahead_kb");
+    std::fs::write(&p, format!("{kb}\n")).map_err(|e| format!("{p}: {e}"))
+}
+
+/// Undoes mountinfo's octal escapes (\040 for a space, ...).
+fn unescape_mountinfo(f: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(f.len());
+    let mut i = 0;
+    while i < f.len() {
+        if f[i] == b'\\'
+            && i + 3 < f.len()
+            && f[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (f[i + 1] - b'0') as u32 * 64
+                + (f[i + 2] - b'0') as u32 * 8
+                + (f[i + 3] - b'0') as u32;
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(f[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Points stdin, stdout and stderr at /dev/null (a daemon has no terminal).
+fn detach_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        use std::os::fd::AsRawFd;
+        for fd in 0..3 {
+            // SAFETY: duplicating an open descriptor onto 0..2.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+}

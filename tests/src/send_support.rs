@@ -1,0 +1,520 @@
+//! Helpers for the send tests: loop devices and mounts released on drop,
+//! the kernel's and ubtrfs' `send`, `btrfs receive`, manifests of received
+//! subvolumes, and a send-stream reader to compare two streams.
+
+use crate::{repo_root, ubtrfs_bin};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn out_text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs a command; Err carries its output when it fails.
+pub fn run(cmd: &mut Command) -> Result<Output, String> {
+    let o = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if o.status.success() {
+        Ok(o)
+    } else {
+        Err(format!("{cmd:?} failed ({}): {}", o.status, out_text(&o)))
+    }
+}
+
+/// A loop device, detached (and forgotten by btrfs) on drop.
+pub struct LoopDev {
+    pub dev: String,
+}
+
+impl LoopDev {
+    pub fn attach(img: &Path, readonly: bool) -> LoopDev {
+        let mut c = Command::new("losetup");
+        c.args(["-f", "--show"]);
+        if readonly {
+            c.arg("-r");
+        }
+        let o = run(c.arg(img)).unwrap_or_else(|e| panic!("{e}"));
+        LoopDev {
+            dev: String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        }
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _ = Command::new("btrfs")
+            .args(["device", "scan", "--forget", &self.dev])
+            .output();
+        for _ in 0..20 {
+            if Command::new("losetup")
+                .args(["-d", &self.dev])
+                .output()
+                .is_ok_and(|o| o.status.success())
+            {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+/// A btrfs mounted from image files through loop devices; unmounted and
+/// detached on drop.
+pub struct Mount {
+    pub dir: PathBuf,
+    mounted: bool,
+    loops: Vec<LoopDev>,
+}
+
+impl Mount {
+    /// Mounts `images` (the first is mounted, the others given as
+    /// device=) with `opts`.
+    pub fn images(images: &[PathBuf], opts: &str, readonly: bool) -> Mount {
+        let loops: Vec<LoopDev> = images
+            .iter()
+            .map(|i| LoopDev::attach(i, readonly))
+            .collect();
+        let dir = tempdir("ubtrfs-send-mnt");
+        let mut o: Vec<String> = Vec::new();
+        if readonly {
+            o.push("ro".into());
+        }
+        if loops.len() > 1 {
+            for l in &loops {
+                o.push(format!("device={}", l.dev));
+            }
+        }
+        if !opts.is_empty() {
+            o.push(opts.into());
+        }
+        let mut m = Mount {
+            dir,
+            mounted: false,
+            loops,
+        };
+        let mut c = Command::new("mount");
+        c.args(["-t", "btrfs"]);
+        if !o.is_empty() {
+            c.arg("-o").arg(o.join(","));
+        }
+        c.arg(&m.loops[0].dev).arg(&m.dir);
+        run(&mut c).unwrap_or_else(|e| panic!("{e}"));
+        m.mounted = true;
+        m
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    /// Unmounts now (the loop devices go with the value).
+    pub fn unmount(mut self) {
+        self.do_unmount();
+    }
+
+    fn do_unmount(&mut self) {
+        if self.mounted {
+            let _ = Command::new("sync").output();
+            let ok = Command::new("umount")
+                .arg(&self.dir)
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if !ok {
+                let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
+            }
+            self.mounted = false;
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        self.do_unmount();
+        // Loop devices are detached when `loops` drops, after this.
+    }
+}
+
+/// A fresh directory under /tmp (removed by the caller or left for
+/// inspection).
+pub fn tempdir(prefix: &str) -> PathBuf {
+    let o = Command::new("mktemp")
+        .args(["-d", &format!("/tmp/{prefix}.XXXXXX")])
+        .output()
+        .expect("mktemp");
+    PathBuf::from(String::from_utf8_lossy(&o.stdout).trim())
+}
+
+/// A sparse image file with a new btrfs.
+pub fn mkfs(img: &Path, size: &str, opts: &[&str]) {
+    let _ = std::fs::remove_file(img);
+    run(Command::new("truncate").args(["-s", size]).arg(img)).unwrap_or_else(|e| panic!("{e}"));
+    run(Command::new("mkfs.btrfs")
+        .args(["-q", "-f"])
+        .args(opts)
+        .arg(img))
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The kernel's `btrfs send` of the mounted snapshot `snap` into `out`.
+pub fn kernel_send(snap: &Path, args: &[&str], out: &Path) -> Result<(), String> {
+    run(Command::new("btrfs")
+        .args(["send", "-q"])
+        .args(args)
+        .arg("-f")
+        .arg(out)
+        .arg(snap))
+    .map(|_| ())
+}
+
+/// `ubtrfs send IMAGE... ARGS... SNAP -f OUT`.
+pub fn ubtrfs_send(
+    image_args: &[String],
+    args: &[&str],
+    snap: &str,
+    out: &Path,
+) -> Result<(), String> {
+    run(Command::new(ubtrfs_bin())
+        .arg("send")
+        .args(image_args)
+        .args(args)
+        .arg("-f")
+        .arg(out)
+        .arg(snap))
+    .map(|_| ())
+}
+
+pub fn receive(stream: &Path, dest: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dest).map_err(|e| e.to_string())?;
+    run(Command::new("btrfs")
+        .args(["receive", "-q", "-f"])
+        .arg(stream)
+        .arg(dest))
+    .map(|_| ())
+}
+
+/// `btrfs receive --dump`: parses the whole stream without a filesystem.
+pub fn receive_dump(stream: &Path) -> Result<String, String> {
+    run(Command::new("btrfs")
+        .args(["receive", "--dump", "-f"])
+        .arg(stream))
+    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// manifest.py of a directory.
+pub fn manifest(dir: &Path) -> Vec<String> {
+    let o = run(Command::new("python3")
+        .arg(repo_root().join("tests/oracle/manifest.py"))
+        .arg(dir))
+    .unwrap_or_else(|e| panic!("{e}"));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// A manifest without the empty-subvolume placeholders (directories with
+/// inode 2) and what lies below them: a stream does not carry them.
+pub fn without_placeholders(lines: &[String]) -> Vec<String> {
+    let mut holes: Vec<String> = Vec::new();
+    let mut out = Vec::new();
+    for l in lines {
+        let v: serde_json::Value = serde_json::from_str(l).expect("manifest line");
+        let p = v["path"].as_str().unwrap_or("").to_string();
+        if holes.iter().any(|h| p.starts_with(&format!("{h}/"))) {
+            continue;
+        }
+        if v["type"] == "dir" && v["ino"] == 2 {
+            holes.push(p);
+            continue;
+        }
+        out.push(l.clone());
+    }
+    out
+}
+
+/// The manifest lines below `prefix` ("/vol-ro"), re-rooted at "/".
+pub fn sub_manifest(lines: &[String], prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for l in lines {
+        let mut v: serde_json::Value = serde_json::from_str(l).expect("manifest line");
+        let p = v["path"].as_str().unwrap_or("").to_string();
+        let rel = if p == prefix {
+            "/".to_string()
+        } else if let Some(r) = p.strip_prefix(&format!("{prefix}/")) {
+            format!("/{r}")
+        } else {
+            continue;
+        };
+        v["path"] = serde_json::Value::String(rel);
+        if let Some(link) = v["link"].as_str() {
+            if let Some(r) = link.strip_prefix(&format!("{prefix}/")) {
+                v["link"] = serde_json::Value::String(format!("/{r}"));
+            }
+        }
+        out.push(serde_json::to_string(&sort_keys(v)).unwrap());
+    }
+    out
+}
+
+/// Splits a manifest of a directory holding subvolumes into the manifests
+/// of the directories `depth` levels down ("/a" or "/a/b"), each re-rooted
+/// at "/" (as [`sub_manifest`] for each of them, in one pass).
+pub fn split_manifest(lines: &[String], depth: usize) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in lines {
+        let mut v: serde_json::Value = serde_json::from_str(l).expect("manifest line");
+        let p = v["path"].as_str().unwrap_or("").to_string();
+        let parts: Vec<&str> = p.split('/').skip(1).collect();
+        if parts.len() < depth || parts.iter().any(|c| c.is_empty()) {
+            continue;
+        }
+        let prefix = format!("/{}", parts[..depth].join("/"));
+        let rel = format!("/{}", parts[depth..].join("/"));
+        v["path"] = serde_json::Value::String(rel);
+        if let Some(link) = v["link"].as_str() {
+            if let Some(r) = link.strip_prefix(&format!("{prefix}/")) {
+                v["link"] = serde_json::Value::String(format!("/{r}"));
+            }
+        }
+        out.entry(prefix)
+            .or_default()
+            .push(serde_json::to_string(&sort_keys(v)).unwrap());
+    }
+    out
+}
+
+fn sort_keys(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => {
+            let b: BTreeMap<String, serde_json::Value> = m.into_iter().collect();
+            serde_json::Value::Object(b.into_iter().collect())
+        }
+        other => other,
+    }
+}
+
+// ---------------------------------------------------------------- streams
+
+/// One command of a send stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cmd {
+    pub cmd: u16,
+    pub attrs: Vec<(u16, Vec<u8>)>,
+}
+
+impl Cmd {
+    pub fn attr(&self, t: u16) -> Option<&[u8]> {
+        self.attrs
+            .iter()
+            .find(|(a, _)| *a == t)
+            .map(|(_, v)| v.as_slice())
+    }
+    pub fn u64(&self, t: u16) -> u64 {
+        self.attr(t)
+            .filter(|v| v.len() == 8)
+            .map(|v| u64::from_le_bytes(v.try_into().unwrap()))
+            .unwrap_or(0)
+    }
+}
+
+pub const C_WRITE: u16 = 15;
+pub const C_CLONE: u16 = 16;
+pub const C_UPDATE_EXTENT: u16 = 22;
+pub const C_ENCODED_WRITE: u16 = 25;
+pub const A_PATH: u16 = 15;
+pub const A_FILE_OFFSET: u16 = 18;
+pub const A_DATA: u16 = 19;
+pub const A_SIZE: u16 = 4;
+pub const A_CLONE_LEN: u16 = 24;
+pub const A_UNENCODED_FILE_LEN: u16 = 27;
+
+fn crc32c_raw(mut crc: u32, data: &[u8]) -> u32 {
+    for &b in data {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+/// Parses a stream (one or more concatenated subvolumes), checking the
+/// magic, every command's length and crc32c.
+pub fn parse_stream(b: &[u8]) -> Result<(u32, Vec<Cmd>), String> {
+    if b.len() < 17 || &b[..13] != b"btrfs-stream\0" {
+        return Err("no stream header".into());
+    }
+    let version = u32::from_le_bytes(b[13..17].try_into().unwrap());
+    let mut p = 17;
+    let mut cmds = Vec::new();
+    while p < b.len() {
+        if p + 10 > b.len() {
+            return Err(format!("truncated command header at {p}"));
+        }
+        let len = u32::from_le_bytes(b[p..p + 4].try_into().unwrap()) as usize;
+        let cmd = u16::from_le_bytes(b[p + 4..p + 6].try_into().unwrap());
+        let crc = u32::from_le_bytes(b[p + 6..p + 10].try_into().unwrap());
+        if p + 10 + len > b.len() {
+            return Err(format!("command {cmd} at {p} runs past the end"));
+        }
+        let mut hdr = b[p..p + 10].to_vec();
+        hdr[6..10].fill(0);
+        let c = crc32c_raw(crc32c_raw(0, &hdr), &b[p + 10..p + 10 + len]);
+        if c != crc {
+            return Err(format!(
+                "command {cmd} at {p}: crc {crc:#x}, computed {c:#x}"
+            ));
+        }
+        let body = &b[p + 10..p + 10 + len];
+        let mut q = 0;
+        let mut attrs = Vec::new();
+        while q < body.len() {
+            if q + 2 > body.len() {
+                return Err(format!("truncated attribute in command {cmd} at {p}"));
+            }
+            let t = u16::from_le_bytes(body[q..q + 2].try_into().unwrap());
+            q += 2;
+            if version >= 2 && t == A_DATA {
+                attrs.push((t, body[q..].to_vec()));
+                q = body.len();
+                continue;
+            }
+            if q + 2 > body.len() {
+                return Err(format!("truncated attribute in command {cmd} at {p}"));
+            }
+            let l = u16::from_le_bytes(body[q..q + 2].try_into().unwrap()) as usize;
+            q += 2;
+            if q + l > body.len() {
+                return Err(format!(
+                    "attribute {t} of command {cmd} at {p} runs past the command"
+                ));
+            }
+            attrs.push((t, body[q..q + l].to_vec()));
+            q += l;
+        }
+        cmds.push(Cmd { cmd, attrs });
+        p += 10 + len;
+    }
+    Ok((version, cmds))
+}
+
+fn render(c: &Cmd) -> String {
+    let mut s = format!("{}", c.cmd);
+    for (t, v) in &c.attrs {
+        s.push_str(&format!(
+            " {t}={}",
+            v.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ));
+    }
+    s
+}
+
+fn data_ranges(cmds: &[Cmd]) -> BTreeMap<Vec<u8>, Vec<(u64, u64)>> {
+    let mut m: BTreeMap<Vec<u8>, Vec<(u64, u64)>> = BTreeMap::new();
+    for c in cmds {
+        let len = match c.cmd {
+            C_WRITE => c.attr(A_DATA).map(|d| d.len() as u64).unwrap_or(0),
+            C_CLONE => c.u64(A_CLONE_LEN),
+            C_ENCODED_WRITE => c.u64(A_UNENCODED_FILE_LEN),
+            C_UPDATE_EXTENT => c.u64(A_SIZE),
+            _ => continue,
+        };
+        let off = c.u64(A_FILE_OFFSET);
+        m.entry(c.attr(A_PATH).unwrap_or_default().to_vec())
+            .or_default()
+            .push((off, off + len));
+    }
+    for v in m.values_mut() {
+        v.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for &(a, b) in v.iter() {
+            match merged.last_mut() {
+                Some(l) if a <= l.1 => l.1 = l.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        *v = merged;
+    }
+    m
+}
+
+/// How a stream of ours compares with the kernel's for the same snapshot.
+#[derive(Debug, Default)]
+pub struct StreamMatch {
+    /// Byte for byte the same.
+    pub identical: bool,
+    /// Commands whose data differs in kind only (a clone where the kernel
+    /// wrote, or the reverse).
+    pub clone_vs_write: usize,
+}
+
+/// Compares two streams of the same snapshot: the same commands apart
+/// from order, and the same data ranges per file (a range written by one
+/// may be cloned by the other).
+pub fn compare_streams(kernel: &[u8], ours: &[u8]) -> Result<StreamMatch, String> {
+    if kernel == ours {
+        return Ok(StreamMatch {
+            identical: true,
+            clone_vs_write: 0,
+        });
+    }
+    let (kv, k) = parse_stream(kernel).map_err(|e| format!("kernel stream: {e}"))?;
+    let (ov, o) = parse_stream(ours).map_err(|e| format!("our stream: {e}"))?;
+    if kv != ov {
+        return Err(format!("stream versions {kv} (kernel) and {ov} (ours)"));
+    }
+    let is_data = |c: &Cmd| matches!(c.cmd, C_WRITE | C_CLONE | C_ENCODED_WRITE | C_UPDATE_EXTENT);
+    let mut km: Vec<String> = k.iter().filter(|c| !is_data(c)).map(render).collect();
+    let mut om: Vec<String> = o.iter().filter(|c| !is_data(c)).map(render).collect();
+    km.sort();
+    om.sort();
+    let mut problems = Vec::new();
+    if km != om {
+        let only_k: Vec<&String> = km.iter().filter(|x| !om.contains(x)).take(5).collect();
+        let only_o: Vec<&String> = om.iter().filter(|x| !km.contains(x)).take(5).collect();
+        problems.push(format!(
+            "metadata commands differ: {} kernel, {} ours; only kernel: {only_k:?}; only ours: {only_o:?}",
+            km.len(),
+            om.len()
+        ));
+    }
+    let kd = data_ranges(&k);
+    let od = data_ranges(&o);
+    if kd != od {
+        for (p, r) in &kd {
+            if od.get(p) != Some(r) {
+                problems.push(format!(
+                    "data ranges of {}: kernel {r:?}, ours {:?}",
+                    String::from_utf8_lossy(p),
+                    od.get(p)
+                ));
+            }
+        }
+        for p in od.keys().filter(|p| !kd.contains_key(*p)) {
+            problems.push(format!(
+                "data for {} only in ours",
+                String::from_utf8_lossy(p)
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        problems.truncate(10);
+        return Err(problems.join("\n  "));
+    }
+    let kc: Vec<String> = k.iter().filter(|c| is_data(c)).map(render).collect();
+    let oc: Vec<String> = o.iter().filter(|c| is_data(c)).map(render).collect();
+    let diff = kc.iter().filter(|x| !oc.contains(x)).count();
+    Ok(StreamMatch {
+        identical: false,
+        clone_vs_write: diff,
+    })
+}
