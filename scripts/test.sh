@@ -8,6 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 python3 -m unittest discover -s tests/oracle -p 'test_*.py'
+python3 scripts/modgraph.py
 # Kernel-made fixtures, built fresh once for all test binaries.
 if [[ -z "${UBTRFS_FIXTURES_DIR:-}" && $(id -u) -eq 0 ]]; then
   export UBTRFS_FIXTURES_DIR="$PWD/target/kernel-fixtures"

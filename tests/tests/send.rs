@@ -124,7 +124,7 @@ fn send_corrupt_block_fails_with_location() {
         .map(tree.bytenr, fs.info.nodesize as u64)
         .unwrap();
     let locs = match piece.placement {
-        ubtrfs_engine::volumes::Placement::Mirrors(m) => m,
+        ubtrfs_engine::io::volumes::Placement::Mirrors(m) => m,
         other => panic!("unexpected placement {other:?}"),
     };
     drop(fs);

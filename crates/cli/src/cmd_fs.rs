@@ -172,7 +172,7 @@ pub fn ls(a: LsArgs) -> CmdResult {
             out.write_all(name)?;
             if a.long && s.is_symlink() {
                 out.write_all(b" -> ")?;
-                out.write_all(&fs.readlink(*target)?)?;
+                out.write_all(&ubtrfs_engine::fs::file::readlink(&fs, *target)?)?;
             }
             out.write_all(b"\n")?;
         }
@@ -270,9 +270,9 @@ pub fn cat(a: CatArgs) -> CmdResult {
 pub fn extract(a: ExtractArgs) -> CmdResult {
     let fs: Filesystem = a.image.open()?;
     let id = fs.resolve(pbytes(&a.path))?;
-    let opts = ubtrfs_engine::extract::ExtractOptions { verbose: a.verbose };
+    let opts = ubtrfs_engine::tools::extract::ExtractOptions { verbose: a.verbose };
     let report = crate::cmd_scrub::with_progress(fs.info.sb.bytes_used, "extract", |p| {
-        ubtrfs_engine::extract::extract(&fs, id, &a.dest, &opts, p)
+        ubtrfs_engine::tools::extract::extract(&fs, id, &a.dest, &opts, p)
     })?;
     print_reports(&fs);
     eprintln!(

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use ubtrfs_engine::disk_io::BlockExpect;
+use ubtrfs_engine::tree::block::BlockExpect;
 use ubtrfs_engine::Filesystem;
 use ubtrfs_format::bytes::format_uuid;
 use ubtrfs_format::consts::*;
@@ -101,7 +101,7 @@ pub fn run(cmd: InspectCmd) -> CmdResult {
 }
 
 fn dump_super(image: ImageArgs, as_json: bool) -> CmdResult {
-    let dev = ubtrfs_engine::device::Device::open(&image.image)?;
+    let dev = ubtrfs_engine::io::device::Device::open(&image.image)?;
     let s = &dev.superblock;
     let v = json!({
         "device": image.image.display().to_string(),
@@ -179,9 +179,9 @@ fn parse_tree_id(s: &str) -> Option<u64> {
 fn dump_tree(a: DumpTreeArgs) -> CmdResult {
     let fs = a.image.open()?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut trees: Vec<(String, ubtrfs_engine::ctree::Tree)> = Vec::new();
+    let mut trees: Vec<(String, ubtrfs_engine::tree::ctree::Tree)> = Vec::new();
     let sb = &fs.info.sb;
-    let chunk = ubtrfs_engine::ctree::Tree {
+    let chunk = ubtrfs_engine::tree::ctree::Tree {
         id: CHUNK_TREE_OBJECTID,
         bytenr: sb.chunk_root,
         level: sb.chunk_root_level,
@@ -204,7 +204,7 @@ fn dump_tree(a: DumpTreeArgs) -> CmdResult {
             trees.push(("root tree".into(), fs.root_tree));
             trees.push(("chunk tree".into(), chunk));
             let mut ids = Vec::new();
-            ubtrfs_engine::ctree::for_each_item(
+            ubtrfs_engine::tree::ctree::for_each_item(
                 &fs.info,
                 fs.root_tree,
                 Key::MIN,

@@ -49,7 +49,7 @@ pub fn with_progress<T>(total: u64, what: &str, work: impl FnOnce(&mut dyn FnMut
 pub fn run(a: ScrubArgs) -> CmdResult {
     let fs = a.image.open()?;
     let report = with_progress(fs.info.sb.bytes_used, "scrub", |p| {
-        ubtrfs_engine::scrub::scrub(&fs, p)
+        ubtrfs_engine::tools::scrub::scrub(&fs, p)
     })?;
     print_reports(&fs);
     if a.json {

@@ -7,7 +7,7 @@ use std::io::{BufWriter, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use ubtrfs_engine::ctree::Readahead;
+use ubtrfs_engine::cache::reada::Readahead;
 use ubtrfs_engine::send::{send, subvolume_by_path, SendOptions};
 use ubtrfs_engine::Subvolume;
 

@@ -6,7 +6,7 @@ use crate::output::{hex, pct, ts_ns};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use ubtrfs_engine::walk::{walk, Descend};
+use ubtrfs_engine::tools::walk::{walk, Descend};
 use ubtrfs_engine::{FileHandle, Filesystem, InodeId, Result};
 
 fn type_name(mode: u32) -> &'static str {
@@ -47,7 +47,7 @@ pub fn manifest(fs: &Filesystem, root: InodeId) -> Result<Vec<String>> {
             m.insert("rdev".into(), json!(if special { st.rdev } else { 0 }));
             m.insert("mtime_ns".into(), json!(ts_ns(&st.mtime) as i64));
             let target = if st.is_symlink() {
-                json!(pct(&fs.readlink(v.id)?))
+                json!(pct(&ubtrfs_engine::fs::file::readlink(fs, v.id)?))
             } else {
                 Value::Null
             };

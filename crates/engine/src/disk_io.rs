@@ -2,28 +2,19 @@
 //! block verification (checksum, bytenr, fsid, structure, and what the
 //! parent pointer promised), with the verified blocks kept in the cache.
 
-use crate::cache::{BlockCache, TreeBlock};
-use crate::device::Device;
+use crate::cache::block_cache::BlockCache;
+use crate::cache::reada::{self, Prefetcher};
 use crate::error::{Error, Result};
-use crate::raid56;
-use crate::reada::Prefetcher;
-use crate::volumes::{ChunkMap, PhysLoc, Placement};
+use crate::io::device::Device;
+use crate::io::raid56;
+use crate::io::volumes::{ChunkMap, PhysLoc, Placement};
+use crate::tree::block::{check_expectations, verify_tree_block, BlockExpect, TreeBlock};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use ubtrfs_format::key::Key;
-use ubtrfs_format::node::{Header, Node};
 use ubtrfs_format::{CsumType, Superblock};
 
 /// Most recovery reports kept; later ones are counted, not stored.
 const MAX_REPORTS: usize = 1000;
-
-/// What a parent pointer says about the block it points to.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BlockExpect {
-    pub level: Option<u8>,
-    pub generation: Option<u64>,
-    pub first_key: Option<Key>,
-}
 
 /// Everything needed to read verified blocks of one filesystem.
 pub struct FsInfo {
@@ -31,7 +22,7 @@ pub struct FsInfo {
     pub devices: BTreeMap<u64, Device>,
     pub chunks: ChunkMap,
     pub cache: Arc<BlockCache>,
-    /// Tree block readahead into `cache` (see [`crate::reada`]).
+    /// Tree block readahead into `cache` (see [`crate::cache::reada`]).
     pub reada: Prefetcher,
     pub csum_type: CsumType,
     pub nodesize: u32,
@@ -52,6 +43,17 @@ impl FsInfo {
             devices,
             sb,
             reports: Mutex::new((Vec::new(), 0)),
+        }
+    }
+
+    /// What the readahead threads need to read and verify blocks.
+    pub fn reada_source(&self) -> reada::Source<'_> {
+        reada::Source {
+            chunks: &self.chunks,
+            devices: &self.devices,
+            nodesize: self.nodesize,
+            csum_type: self.csum_type,
+            fsid: self.sb.tree_fsid(),
         }
     }
 
@@ -368,62 +370,4 @@ impl FsInfo {
         }
         Ok(())
     }
-}
-
-/// Verifies a tree block read from `bytenr`: checksum, bytenr, fsid,
-/// structure, and what the parent pointer promised. Every tree block read,
-/// on demand or ahead, goes through here.
-pub(crate) fn verify_tree_block(
-    buf: Box<[u8]>,
-    bytenr: u64,
-    csum_type: CsumType,
-    fsid: &[u8; 16],
-    expect: &BlockExpect,
-) -> Result<TreeBlock> {
-    let here = || format!("tree block {bytenr}");
-    csum_type
-        .verify(&buf[32..], &buf[..32])
-        .map_err(|e| Error::format(here(), e))?;
-    let header = Header::parse(&buf).map_err(|e| Error::format(here(), e))?;
-    if header.bytenr != bytenr {
-        return Err(Error::corrupt(
-            here(),
-            format!("header says bytenr {}", header.bytenr),
-        ));
-    }
-    if header.fsid != *fsid {
-        return Err(Error::corrupt(here(), "fsid does not match the superblock"));
-    }
-    let node = Node::parse(&buf).map_err(|e| Error::format(here(), e))?;
-    check_expectations(&header, node, bytenr, expect)?;
-    Ok(TreeBlock::new(bytenr, header, buf))
-}
-
-fn check_expectations(header: &Header, node: Node<'_>, bytenr: u64, e: &BlockExpect) -> Result<()> {
-    let here = || format!("tree block {bytenr}");
-    if let Some(l) = e.level {
-        if header.level != l {
-            return Err(Error::corrupt(
-                here(),
-                format!("level {} but parent expects {l}", header.level),
-            ));
-        }
-    }
-    if let Some(g) = e.generation {
-        if header.generation != g {
-            return Err(Error::corrupt(
-                here(),
-                format!("generation {} but parent expects {g}", header.generation),
-            ));
-        }
-    }
-    if let Some(k) = e.first_key {
-        if node.nritems() > 0 && node.key(0) != k {
-            return Err(Error::corrupt(
-                here(),
-                format!("first key {} but parent expects {k}", node.key(0)),
-            ));
-        }
-    }
-    Ok(())
 }

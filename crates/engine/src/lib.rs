@@ -1,27 +1,34 @@
-//! The ubtrfs engine: devices and chunk mapping, the block cache, B-tree
-//! search and iteration, and the filesystem view (subvolumes, inodes,
-//! directories, file extents). Layers depend downward only:
+//! The ubtrfs engine, in layers that depend downward only (named as the
+//! kernel's fs/btrfs names them):
 //!
-//! `device` → `volumes` → `disk_io` (block cache, verified reads) → `ctree`
-//! (search, iteration) → `fs` (subvolumes, inodes, dirs) → `file` (extent
-//! maps, data, SEEK_DATA/SEEK_HOLE) → `extract`, `scrub`.
+//! * [`io`]: block devices behind a trait (files, memory), the devices of a
+//!   filesystem, chunk mapping for every profile, RAID5/6 parity;
+//! * [`tree::block`]: verified tree blocks;
+//! * [`cache`]: the shared block cache and readahead into it;
+//! * [`disk_io`]: opening a filesystem, verified reads with mirror and
+//!   parity fallback;
+//! * [`tree::ctree`]: B-tree search and iteration;
+//! * [`data`]: data checksums;
+//! * [`fs`]: subvolumes, inodes, directories, xattrs, and file data
+//!   ([`fs::file`]: extent maps, reads, SEEK_DATA/SEEK_HOLE);
+//! * [`send`]: send streams, full and incremental;
+//! * [`tools`]: walk, extract, scrub.
+//!
+//! The write side lands beside these as it is built: `tx` (transactions
+//! and commit), `alloc` (extent allocation, block groups, free-space tree),
+//! a modifying B-tree beside the cursor in `tree`, then `mkfs` and
+//! `receive` on top.
 
 pub mod cache;
-pub mod csum;
-pub mod ctree;
-pub mod device;
+pub mod data;
 pub mod disk_io;
 pub mod error;
-pub mod extract;
-pub mod file;
 pub mod fs;
-pub mod raid56;
-pub mod reada;
-pub mod scrub;
+pub mod io;
 pub mod send;
-pub mod volumes;
-pub mod walk;
+pub mod tools;
+pub mod tree;
 
 pub use error::{Error, Result};
-pub use file::{FileHandle, MapRange, RangeKind};
+pub use fs::file::{FileHandle, MapRange, RangeKind};
 pub use fs::{DirEntryInfo, Filesystem, InodeId, OpenOptions, Stat, Subvolume};

@@ -708,7 +708,7 @@ impl fuser::Filesystem for BtrfsFuse {
 
     fn readlink(&self, _req: &Request, node: INodeNo, reply: ReplyData) {
         let id = self.inode(node);
-        match self.fs.readlink(id) {
+        match ubtrfs_engine::fs::file::readlink(&self.fs, id) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(self.errno(&e, id, "readlink")),
         }

@@ -4,10 +4,11 @@
 //! pointer and generation, the whole subtree is shared and skipped. In
 //! leaves, equal keys are compared bytewise.
 
-use crate::cache::TreeBlock;
-use crate::ctree::Tree;
-use crate::disk_io::{BlockExpect, FsInfo};
+use crate::disk_io::FsInfo;
 use crate::error::{Error, Result};
+use crate::tree::block::BlockExpect;
+use crate::tree::block::TreeBlock;
+use crate::tree::ctree::Tree;
 use std::sync::Arc;
 use ubtrfs_format::key::Key;
 use ubtrfs_format::node::MAX_LEVEL;
@@ -148,7 +149,7 @@ impl<'f> Walk<'f> {
                 }
             }
             if !blocks.is_empty() {
-                self.fs.reada.schedule(self.fs, &blocks);
+                self.fs.reada.schedule(&self.fs.reada_source(), &blocks);
             }
         }
         let child = self

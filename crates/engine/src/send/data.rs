@@ -8,12 +8,12 @@
 
 use super::stream::{attr, cmd, max_write, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
 use super::{trees, CloneRoot, Sender};
-use crate::csum::lookup_csums;
-use crate::ctree::{Cursor, Tree};
-use crate::disk_io::BlockExpect;
+use crate::data::csum::lookup_csums;
 use crate::error::{Error, FormatContext, Result};
-use crate::file::FileHandle;
+use crate::fs::file::FileHandle;
 use crate::fs::InodeId;
+use crate::tree::block::BlockExpect;
+use crate::tree::ctree::{Cursor, Tree};
 use std::sync::Arc;
 use ubtrfs_format::bytes::le64;
 use ubtrfs_format::compress::decompress;

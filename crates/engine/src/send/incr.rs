@@ -19,8 +19,8 @@ use super::compare::{compare_trees, Change};
 use super::data::{ExtKind, FileExt};
 use super::full::feed_new_item;
 use super::{trees, Cur, Loc, Sender};
-use crate::ctree::Cursor;
 use crate::error::{Error, FormatContext, Result};
+use crate::tree::ctree::Cursor;
 use std::collections::{BTreeMap, HashMap};
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::InodeItem;
@@ -69,7 +69,7 @@ pub(crate) fn incremental_send(s: &mut Sender) -> Result<()> {
         &fs.info,
         left_tree,
         parent.tree,
-        s.opts.readahead != crate::ctree::Readahead::None,
+        s.opts.readahead != crate::cache::reada::Readahead::None,
         |k, c, l, r| {
             let ino = k.objectid;
             if !(FIRST_INODE..=LAST_FREE_OBJECTID).contains(&ino) {
@@ -532,7 +532,7 @@ fn can_move_now(
     t: &Edge,
     occ: &HashMap<(u64, Vec<u8>), Option<u64>>,
     plan: &Plan,
-    ptree: crate::ctree::Tree,
+    ptree: crate::tree::ctree::Tree,
 ) -> Result<bool> {
     let (tdir, tgen, tname) = t;
     // The directory must exist at the receiver: the top, or a directory of
@@ -651,7 +651,7 @@ fn process_changed_inode(s: &mut Sender, ino: u64, d: InodeDiff, plan: &Plan) ->
 /// Extent items of `ino` in `tree` overlapping `[start, end)`.
 fn extents_in(
     s: &Sender,
-    tree: crate::ctree::Tree,
+    tree: crate::tree::ctree::Tree,
     ino: u64,
     start: u64,
     end: u64,
@@ -774,7 +774,7 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
 fn extent_unchanged(
     s: &Sender,
     e: &FileExt,
-    ptree: crate::ctree::Tree,
+    ptree: crate::tree::ctree::Tree,
     old_size: u64,
 ) -> Result<bool> {
     let Some((db, _, eoff, _)) = e.regular() else {

@@ -28,10 +28,11 @@ mod incr;
 pub mod stream;
 mod trees;
 
-use crate::ctree::{Readahead, Tree};
+use crate::cache::reada::Readahead;
 use crate::error::{Error, Result};
-use crate::file::FileHandle;
+use crate::fs::file::FileHandle;
 use crate::fs::{kernel_rdev_to_user, Filesystem, InodeId};
+use crate::tree::ctree::Tree;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::sync::Arc;

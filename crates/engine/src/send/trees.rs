@@ -2,9 +2,9 @@
 //! directory entries and xattrs, addressed by tree rather than by
 //! filesystem path.
 
-use crate::ctree::{for_each_item, lookup, Cursor, Tree};
 use crate::error::{Error, FormatContext, Result};
 use crate::fs::Filesystem;
+use crate::tree::ctree::{for_each_item, lookup, Cursor, Tree};
 use std::ops::ControlFlow;
 use ubtrfs_format::checksum::name_hash;
 use ubtrfs_format::consts::*;

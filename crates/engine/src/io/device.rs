@@ -2,9 +2,9 @@
 //! the superblock each carries (fsid, devid).
 
 use crate::error::{Error, Result};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+use crate::io::dev::{BlockDev, FileDev};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use ubtrfs_format::consts::{SUPER_OFFSETS, SUPER_SIZE};
 use ubtrfs_format::Superblock;
 
@@ -19,7 +19,7 @@ pub struct Device {
     pub superblock: Superblock,
     /// Superblock copies that were present but invalid (offset, reason).
     pub bad_supers: Vec<(u64, String)>,
-    file: File,
+    dev: Arc<dyn BlockDev>,
 }
 
 impl Device {
@@ -27,16 +27,18 @@ impl Device {
     /// valid one with the highest generation. Copies beyond the device end
     /// are not looked for.
     pub fn open(path: &Path) -> Result<Device> {
-        let file = File::open(path).map_err(|e| Error::Io {
+        let dev = FileDev::open(path, false).map_err(|e| Error::Io {
             path: path.display().to_string(),
             op: "open".into(),
             source: e,
         })?;
-        let size = device_size(&file).map_err(|e| Error::Io {
-            path: path.display().to_string(),
-            op: "size".into(),
-            source: e,
-        })?;
+        Device::from_dev(path, Arc::new(dev))
+    }
+
+    /// Reads the superblock copies of an already opened device; `path`
+    /// names it in messages.
+    pub fn from_dev(path: &Path, dev: Arc<dyn BlockDev>) -> Result<Device> {
+        let size = dev.size();
         let mut best: Option<Superblock> = None;
         let mut bad = Vec::new();
         let mut buf = vec![0u8; SUPER_SIZE];
@@ -44,7 +46,7 @@ impl Device {
             if off + SUPER_SIZE as u64 > size {
                 break;
             }
-            if let Err(e) = file.read_exact_at(&mut buf, off) {
+            if let Err(e) = dev.read_at(&mut buf, off) {
                 bad.push((off, format!("read error: {e}")));
                 continue;
             }
@@ -84,7 +86,7 @@ impl Device {
             size,
             superblock,
             bad_supers: bad,
-            file,
+            dev,
         })
     }
 
@@ -101,32 +103,19 @@ impl Device {
                 ),
             ));
         }
-        self.file.read_exact_at(buf, off).map_err(|e| Error::Io {
+        self.dev.read_at(buf, off).map_err(|e| Error::Io {
             path: self.path.display().to_string(),
             op: format!("read {} bytes at physical {off}", buf.len()),
             source: e,
         })
     }
 
-    /// Another handle on the open device, for readahead threads (positioned
-    /// reads only, so the handles do not disturb each other).
-    pub(crate) fn try_clone_file(&self) -> std::io::Result<File> {
-        self.file.try_clone()
+    /// The device itself, shared (readahead threads, writers).
+    pub fn dev(&self) -> &Arc<dyn BlockDev> {
+        &self.dev
     }
 
     pub fn name(&self) -> String {
         format!("{} (devid {})", self.path.display(), self.devid)
     }
-}
-
-/// Size of a regular file or block device.
-fn device_size(file: &File) -> std::io::Result<u64> {
-    use std::io::{Seek, SeekFrom};
-    let meta = file.metadata()?;
-    if meta.is_file() {
-        return Ok(meta.len());
-    }
-    // Block devices report 0 in metadata; seeking to the end gives the size.
-    let mut f = file.try_clone()?;
-    f.seek(SeekFrom::End(0))
 }

@@ -1,11 +1,13 @@
 //! B-tree search and iteration over verified blocks. A [`Cursor`] holds the
 //! path from the root to a leaf slot; moving it reads siblings through the
 //! shared block cache, reading ahead as its [`Readahead`] mode says (see
-//! [`crate::reada`]).
+//! [`crate::cache::reada`]).
 
-use crate::cache::TreeBlock;
-use crate::disk_io::{BlockExpect, FsInfo};
+use crate::cache::reada::Readahead;
+use crate::disk_io::FsInfo;
 use crate::error::{Error, Result};
+use crate::tree::block::BlockExpect;
+use crate::tree::block::TreeBlock;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use ubtrfs_format::consts::tree_name;
@@ -29,24 +31,6 @@ impl Tree {
             None => format!("subvolume {} tree", self.id),
         }
     }
-}
-
-/// Readahead policy of a cursor, the kernel's four modes. Whenever the
-/// cursor reads a child of a node (descending, or moving to another leaf),
-/// it first queues reads of the siblings [`crate::reada::plan`] picks;
-/// they go into the shared cache in the background.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Readahead {
-    /// Read only what is needed.
-    #[default]
-    None,
-    /// Read ahead blocks before the current one (backward iteration).
-    Back,
-    /// Read ahead nearby following leaves when a leaf is not cached.
-    Forward,
-    /// Read ahead following leaves and nodes, however far apart on disk
-    /// and even when the current block is cached (full send).
-    ForwardAlways,
 }
 
 /// A position in a tree: one (block, slot) per level, leaf first.
@@ -138,7 +122,7 @@ impl<'f> Cursor<'f> {
     fn read_ahead(&self, parent: &TreeBlock, slot: usize, objectid: u64) {
         let node = parent.node();
         let target = node.key_ptr(slot).blockptr;
-        let picked = crate::reada::plan(
+        let picked = crate::cache::reada::plan(
             self.readahead,
             parent.header.level,
             slot,
@@ -168,7 +152,7 @@ impl<'f> Cursor<'f> {
                 )
             })
             .collect();
-        self.fs.reada.schedule(self.fs, &blocks);
+        self.fs.reada.schedule(&self.fs.reada_source(), &blocks);
     }
 
     fn context(&self, e: Error) -> Error {

@@ -3,9 +3,9 @@
 //! and the data/hole layout (holes and prealloc ranges stay holes).
 
 use crate::error::{Error, Result};
-use crate::file::FileHandle;
+use crate::fs::file::FileHandle;
 use crate::fs::{Filesystem, InodeId, Stat};
-use crate::walk::{walk, Descend};
+use crate::tools::walk::{walk, Descend};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::{File, OpenOptions as FsOpen};
@@ -151,7 +151,7 @@ fn extract_one(
         report.bytes += copy_data(fs, id, &f, target, report.bytes, progress)?;
         report.files += 1;
     } else if st.is_symlink() {
-        let t = CString::new(fs.readlink(id)?)
+        let t = CString::new(crate::fs::file::readlink(fs, id)?)
             .map_err(|_| Error::corrupt(format!("symlink inode {}", id.ino), "NUL in target"))?;
         check(
             unsafe { libc::symlink(t.as_ptr(), c.as_ptr()) },

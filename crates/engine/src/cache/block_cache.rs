@@ -2,41 +2,15 @@
 //! filesystem. CLOCK replacement: a hit sets a reference bit, eviction
 //! sweeps a hand that clears bits until it finds an unreferenced block.
 //!
-//! Blocks brought in by readahead ([`crate::reada`]) are marked until their
+//! Blocks brought in by readahead ([`crate::cache::reada`]) are marked until their
 //! first use, so that readahead hits can be counted. They enter with their
 //! reference bit set, so that one sweep of the hand does not evict them
 //! before the reader gets to them.
 
+use crate::tree::block::TreeBlock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use ubtrfs_format::node::{Header, Node};
-
-/// A tree block that passed checksum and structure validation.
-#[derive(Debug)]
-pub struct TreeBlock {
-    pub bytenr: u64,
-    pub header: Header,
-    data: Box<[u8]>,
-}
-
-impl TreeBlock {
-    pub fn new(bytenr: u64, header: Header, data: Box<[u8]>) -> Self {
-        TreeBlock {
-            bytenr,
-            header,
-            data,
-        }
-    }
-
-    pub fn node(&self) -> Node<'_> {
-        Node::from_validated(self.header, &self.data)
-    }
-
-    pub fn bytes(&self) -> &[u8] {
-        &self.data
-    }
-}
 
 struct Slot {
     block: Arc<TreeBlock>,

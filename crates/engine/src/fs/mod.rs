@@ -1,10 +1,12 @@
 //! The filesystem view: opening the devices, bootstrapping the chunk map,
 //! the root tree, subvolumes, inodes, directories, xattrs and symlinks.
 
-use crate::ctree::{for_each_item, lookup, Cursor, Tree};
-use crate::device::Device;
+pub mod file;
+
 use crate::disk_io::FsInfo;
 use crate::error::{Error, FormatContext, Result};
+use crate::io::device::Device;
+use crate::tree::ctree::{for_each_item, lookup, Cursor, Tree};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -685,18 +687,5 @@ impl Filesystem {
             stack.push(e.target);
         }
         Ok(*stack.last().unwrap())
-    }
-
-    /// Target of a symlink.
-    pub fn readlink(&self, id: InodeId) -> Result<Vec<u8>> {
-        let st = self.stat(id)?;
-        if !st.is_symlink() {
-            return Err(Error::Invalid(format!("inode {} is not a symlink", id.ino)));
-        }
-        let mut h = crate::file::FileHandle::open(self, id)?;
-        let mut buf = vec![0u8; st.size.min(1 << 16) as usize];
-        let n = h.read_at(self, 0, &mut buf)?;
-        buf.truncate(n);
-        Ok(buf)
     }
 }

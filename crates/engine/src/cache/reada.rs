@@ -7,7 +7,7 @@
 //! * [`Prefetcher`] owns a bounded queue of requests and
 //!   [`READA_THREADS`] threads, started on first use. A thread reads the
 //!   block's first copy, verifies it exactly as a demand read does
-//!   ([`crate::disk_io::verify_tree_block`]: checksum, bytenr, fsid,
+//!   ([`crate::tree::block::verify_tree_block`]: checksum, bytenr, fsid,
 //!   structure, and the parent pointer's generation, level and first key)
 //!   and inserts it into the cache. A read that fails is dropped: the
 //!   demand read will read the block itself, try the other copies and
@@ -23,17 +23,35 @@
 //!   the cursor gets to them. (With the default 64 MiB cache the window is
 //!   [`MAX_WINDOW`] blocks, more than the kernel's policy ever asks for.)
 
-use crate::cache::BlockCache;
-use crate::ctree::Readahead;
-use crate::disk_io::{verify_tree_block, BlockExpect, FsInfo};
-use crate::volumes::Placement;
+use crate::cache::block_cache::BlockCache;
+use crate::io::dev::BlockDev;
+use crate::io::device::Device;
+use crate::io::volumes::{ChunkMap, Placement};
+use crate::tree::block::{verify_tree_block, BlockExpect};
+use std::collections::BTreeMap;
 use std::collections::{HashMap, VecDeque};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use ubtrfs_format::CsumType;
+
+/// Readahead policy of a cursor, the kernel's four modes. Whenever the
+/// cursor reads a child of a node (descending, or moving to another leaf),
+/// it first queues reads of the siblings [`plan`] picks;
+/// they go into the shared cache in the background.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Readahead {
+    /// Read only what is needed.
+    #[default]
+    None,
+    /// Read ahead blocks before the current one (backward iteration).
+    Back,
+    /// Read ahead nearby following leaves when a leaf is not cached.
+    Forward,
+    /// Read ahead following leaves and nodes, however far apart on disk
+    /// and even when the current block is cached (full send).
+    ForwardAlways,
+}
 
 /// I/O threads per filesystem. Reads are small (one tree block) and the
 /// threads mostly wait for the device, so a few more than cores is right.
@@ -197,7 +215,7 @@ struct Shared {
     /// Signalled when a job leaves the in-flight set.
     done: Condvar,
     cache: Arc<BlockCache>,
-    files: HashMap<u64, File>,
+    devs: HashMap<u64, Arc<dyn BlockDev>>,
     nodesize: u32,
     csum_type: CsumType,
     fsid: [u8; 16],
@@ -206,6 +224,17 @@ struct Shared {
 struct Pool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+}
+
+/// What readahead needs of a filesystem: where blocks are and how to
+/// verify them. The filesystem ([`crate::disk_io::FsInfo`]) owns the
+/// prefetcher and lends it this, so this layer does not depend on it.
+pub struct Source<'a> {
+    pub chunks: &'a ChunkMap,
+    pub devices: &'a BTreeMap<u64, Device>,
+    pub nodesize: u32,
+    pub csum_type: CsumType,
+    pub fsid: [u8; 16],
 }
 
 /// The readahead engine of one filesystem; see the module documentation.
@@ -272,7 +301,7 @@ impl Prefetcher {
     /// are skipped, and blocks that do not fit the window, or whose first
     /// copy is not one plain range on a device that was given, are not
     /// read ahead.
-    pub fn schedule(&self, fs: &FsInfo, blocks: &[(u64, BlockExpect)]) {
+    pub fn schedule(&self, fs: &Source<'_>, blocks: &[(u64, BlockExpect)]) {
         let mut jobs = Vec::with_capacity(blocks.len());
         for &(bytenr, expect) in blocks.iter().take(self.window) {
             if self.cache.contains(bytenr) {
@@ -392,23 +421,23 @@ impl Drop for Prefetcher {
 }
 
 impl Pool {
-    fn start(fs: &FsInfo, cache: Arc<BlockCache>, counters: &Arc<Counters>) -> Pool {
+    fn start(fs: &Source<'_>, cache: Arc<BlockCache>, counters: &Arc<Counters>) -> Pool {
         // A device whose handle cannot be duplicated is simply not read
         // ahead (its blocks are still read on demand).
-        let files = fs
+        let devs = fs
             .devices
             .iter()
-            .filter_map(|(&id, d)| d.try_clone_file().ok().map(|f| (id, f)))
+            .map(|(&id, d)| (id, d.dev().clone()))
             .collect();
         let shared = Arc::new(Shared {
             state: Mutex::default(),
             work: Condvar::new(),
             done: Condvar::new(),
             cache,
-            files,
+            devs,
             nodesize: fs.nodesize,
             csum_type: fs.csum_type,
-            fsid: fs.sb.tree_fsid(),
+            fsid: fs.fsid,
         });
         let workers = (0..READA_THREADS)
             .filter_map(|i| {
@@ -471,10 +500,10 @@ fn worker(sh: &Shared, c: &Counters) {
 
 /// Reads and verifies one block; None on any failure (the demand read
 /// will redo it and report).
-fn read_block(sh: &Shared, job: &Job) -> Option<crate::cache::TreeBlock> {
-    let file = sh.files.get(&job.devid)?;
+fn read_block(sh: &Shared, job: &Job) -> Option<crate::tree::block::TreeBlock> {
+    let dev = sh.devs.get(&job.devid)?;
     let mut buf = vec![0u8; sh.nodesize as usize].into_boxed_slice();
-    file.read_exact_at(&mut buf, job.physical).ok()?;
+    dev.read_at(&mut buf, job.physical).ok()?;
     verify_tree_block(buf, job.bytenr, sh.csum_type, &sh.fsid, &job.expect).ok()
 }
 

@@ -8,11 +8,11 @@
 //! leaf of extent items. This is the userspace form of the kernel patch that
 //! caches extent state across lseek calls of one open file.
 
-use crate::cache::TreeBlock;
-use crate::csum::lookup_csums;
-use crate::ctree::{Cursor, Tree};
+use crate::data::csum::lookup_csums;
 use crate::error::{Error, FormatContext, Result};
 use crate::fs::{Filesystem, InodeId};
+use crate::tree::block::TreeBlock;
+use crate::tree::ctree::{Cursor, Tree};
 use std::sync::Arc;
 use ubtrfs_format::compress::decompress;
 use ubtrfs_format::consts::*;
@@ -679,4 +679,17 @@ impl FileHandle {
         }
         Ok(())
     }
+}
+
+/// Target of a symlink.
+pub fn readlink(fs: &Filesystem, id: InodeId) -> Result<Vec<u8>> {
+    let st = fs.stat(id)?;
+    if !st.is_symlink() {
+        return Err(Error::Invalid(format!("inode {} is not a symlink", id.ino)));
+    }
+    let mut h = FileHandle::open(fs, id)?;
+    let mut buf = vec![0u8; st.size.min(1 << 16) as usize];
+    let n = h.read_at(fs, 0, &mut buf)?;
+    buf.truncate(n);
+    Ok(buf)
 }

@@ -1,8 +1,8 @@
 //! Data checksums from the csum tree.
 
-use crate::ctree::{Cursor, Tree};
 use crate::disk_io::FsInfo;
 use crate::error::{Error, Result};
+use crate::tree::ctree::{Cursor, Tree};
 use ubtrfs_format::consts::{EXTENT_CSUM, EXTENT_CSUM_OBJECTID};
 use ubtrfs_format::key::Key;
 

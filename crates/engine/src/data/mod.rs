@@ -1,0 +1,3 @@
+//! File data on disk: checksums of data sectors (the csum tree).
+
+pub mod csum;
