@@ -6,6 +6,9 @@ use crate::consts::*;
 use crate::error::{invalid, Result};
 use crate::key::{Key, KEY_SIZE};
 
+mod extent;
+pub use extent::*;
+
 pub const DEV_ITEM_SIZE: usize = 98;
 pub const INODE_ITEM_SIZE: usize = 160;
 const CHUNK_HEADER_SIZE: usize = 48;
@@ -451,28 +454,6 @@ impl<'a> FileExtent<'a> {
             encryption: b[17],
             other_encoding: le16(b, 18),
             kind,
-        })
-    }
-}
-
-/// The head of an EXTENT_ITEM / METADATA_ITEM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExtentItem {
-    pub refs: u64,
-    pub generation: u64,
-    pub flags: u64,
-}
-
-pub const EXTENT_FLAG_DATA: u64 = 1;
-pub const EXTENT_FLAG_TREE_BLOCK: u64 = 2;
-
-impl ExtentItem {
-    pub fn parse(data: &[u8]) -> Result<Self> {
-        let b = slice(data, 0, 24, "EXTENT_ITEM")?;
-        Ok(ExtentItem {
-            refs: le64(b, 0),
-            generation: le64(b, 8),
-            flags: le64(b, 16),
         })
     }
 }
