@@ -24,6 +24,16 @@ impl CsumType {
         })
     }
 
+    /// The superblock's csum_type value.
+    pub fn to_raw(self) -> u16 {
+        match self {
+            CsumType::Crc32c => 0,
+            CsumType::Xxhash64 => 1,
+            CsumType::Sha256 => 2,
+            CsumType::Blake2b => 3,
+        }
+    }
+
     /// Bytes each checksum takes in trees and the csum tree.
     pub fn size(self) -> usize {
         match self {
@@ -104,5 +114,8 @@ mod tests {
     fn sizes() {
         assert_eq!(CsumType::from_raw(3).unwrap().size(), 32);
         assert!(CsumType::from_raw(9).is_err());
+        for v in 0..4 {
+            assert_eq!(CsumType::from_raw(v).unwrap().to_raw(), v);
+        }
     }
 }
