@@ -16,7 +16,8 @@
 # markdown table of medians of RUNS runs (default 3), each with its ratio to
 # the kernel's time and ubtrfs' peak RSS.
 # Environment: FILES (200000), ADD (50000), UBTRFS_BIN (else built here),
-# REBUILD=1 to make the image again.
+# REBUILD=1 to make the image again, BUILD_ONLY=1 to make (or keep) the image
+# and stop (bench/slowdev.sh uses it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 [[ $(id -u) -eq 0 ]] || { echo "bench/send.sh: needs root (loop mount, drop_caches)" >&2; exit 1; }
@@ -24,11 +25,11 @@ WORK=${1:-$PWD/target/bench-send}
 RUNS=${2:-3}
 FILES=${FILES:-200000}
 ADD=${ADD:-50000}
-if [[ -z "${UBTRFS_BIN:-}" ]]; then
+if [[ -z "${UBTRFS_BIN:-}" && -z "${BUILD_ONLY:-}" ]]; then
   cargo build --release -q -p ubtrfs
   UBTRFS_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/ubtrfs
 fi
-BIN=$UBTRFS_BIN
+BIN=${UBTRFS_BIN:-}
 mkdir -p "$WORK"
 IMG=$WORK/send-$FILES-$ADD.img
 MNT=$(mktemp -d)
@@ -88,6 +89,10 @@ EOF
   btrfs -q subvolume snapshot -r "$MNT/vol" "$MNT/snap2"
   umount "$MNT"
   detach
+fi
+if [[ -n "${BUILD_ONLY:-}" ]]; then
+  echo "$IMG"
+  exit 0
 fi
 
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
