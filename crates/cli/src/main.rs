@@ -4,6 +4,7 @@
 
 mod cmd_fs;
 mod cmd_inspect;
+mod cmd_mkfs;
 mod cmd_mount;
 mod cmd_scrub;
 mod cmd_send;
@@ -73,6 +74,8 @@ enum Command {
     Send(cmd_send::SendArgs),
     /// Mount the image read-only through FUSE.
     Mount(cmd_mount::MountArgs),
+    /// Make a btrfs filesystem (options as mkfs.btrfs).
+    Mkfs(cmd_mkfs::MkfsArgs),
 }
 
 fn main() -> ExitCode {
@@ -90,6 +93,7 @@ fn main() -> ExitCode {
         Command::Scrub(a) => cmd_scrub::run(a),
         Command::Send(a) => cmd_send::run(a),
         Command::Mount(a) => cmd_mount::run_mount(a),
+        Command::Mkfs(a) => cmd_mkfs::run(a),
     };
     match res {
         Ok(code) => code,

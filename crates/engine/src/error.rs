@@ -28,6 +28,12 @@ pub enum Error {
     Unsupported(String),
     #[error("{0}")]
     Invalid(String),
+    /// No free space for an allocation (ENOSPC).
+    #[error("no space left: {0}")]
+    NoSpace(String),
+    /// Something to be made is there already (EEXIST).
+    #[error("exists: {0}")]
+    Exists(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -19,15 +19,18 @@
 //! a modifying B-tree beside the cursor in `tree`, then `mkfs` and
 //! `receive` on top.
 
+pub mod alloc;
 pub mod cache;
 pub mod data;
 pub mod disk_io;
 pub mod error;
 pub mod fs;
 pub mod io;
+pub mod mkfs;
 pub mod send;
 pub mod tools;
 pub mod tree;
+pub mod tx;
 
 pub use error::{Error, Result};
 pub use fs::file::{FileHandle, MapRange, RangeKind};

@@ -393,6 +393,8 @@ impl Inner {
         match e {
             Error::NotFound(_) => Errno::ENOENT,
             Error::Invalid(_) => Errno::EINVAL,
+            Error::NoSpace(_) => Errno::ENOSPC,
+            Error::Exists(_) => Errno::EEXIST,
             Error::Unsupported(_) => {
                 logging::error(&format!("{}: {op}: {e}", self.describe(id)));
                 Errno::EOPNOTSUPP

@@ -129,6 +129,23 @@ impl BlockCache {
         true
     }
 
+    /// Forgets the block at `bytenr` (a writer reused the address). Swaps
+    /// the last slot into its place, so no slot is left empty.
+    pub fn remove(&self, bytenr: u64) {
+        let mut inner = self.inner.lock().unwrap();
+        let Some(i) = inner.index.remove(&bytenr) else {
+            return;
+        };
+        inner.slots.swap_remove(i);
+        if i < inner.slots.len() {
+            let moved = inner.slots[i].block.bytenr;
+            inner.index.insert(moved, i);
+        }
+        if inner.hand >= inner.slots.len() {
+            inner.hand = 0;
+        }
+    }
+
     /// (hits, misses) since creation.
     pub fn stats(&self) -> (u64, u64) {
         (

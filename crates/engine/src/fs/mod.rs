@@ -163,7 +163,21 @@ fn tree_from_root_item(id: u64, r: &RootItem) -> Tree {
 impl Filesystem {
     /// Opens the filesystem on `image` (and `opts.devices`) read-only.
     pub fn open(image: &Path, opts: &OpenOptions) -> Result<Filesystem> {
-        let first = Device::open(image)?;
+        let mut devs = vec![Device::open(image)?];
+        for p in &opts.devices {
+            devs.push(Device::open(p)?);
+        }
+        Self::from_devices(devs, opts.cache_bytes)
+    }
+
+    /// The filesystem on opened devices (the first one names it in
+    /// messages): read-only or writable, as the devices were opened.
+    pub fn from_devices(devs: Vec<Device>, cache_bytes: u64) -> Result<Filesystem> {
+        let mut devs = devs.into_iter();
+        let first = devs
+            .next()
+            .ok_or_else(|| Error::Invalid("no device given".into()))?;
+        let image = first.path.clone();
         let sb = first.superblock.clone();
         let unknown = sb.unsupported_incompat();
         if unknown != 0 {
@@ -175,8 +189,8 @@ impl Filesystem {
         }
         let mut devices = BTreeMap::new();
         devices.insert(first.devid, first);
-        for p in &opts.devices {
-            let d = Device::open(p)?;
+        for d in devs {
+            let p = d.path.clone();
             if d.superblock.fsid != sb.fsid {
                 return Err(Error::Invalid(format!(
                     "{}: belongs to filesystem {}, not {}",
@@ -201,7 +215,7 @@ impl Filesystem {
             .max_by_key(|s| s.generation)
             .cloned()
             .unwrap_or(sb);
-        let mut info = FsInfo::new(sb, devices, opts.cache_bytes);
+        let mut info = FsInfo::new(sb, devices, cache_bytes);
         for (key, chunk) in info
             .sb
             .sys_chunks()

@@ -110,6 +110,20 @@ impl Device {
         })
     }
 
+    /// A device being made (mkfs): no superblock on it yet; `superblock`
+    /// is the one that will be written.
+    pub fn blank(path: &Path, dev: Arc<dyn BlockDev>, superblock: Superblock) -> Device {
+        Device {
+            path: path.to_path_buf(),
+            devid: superblock.dev_item.devid,
+            uuid: superblock.dev_item.uuid,
+            size: dev.size(),
+            superblock,
+            bad_supers: Vec::new(),
+            dev,
+        }
+    }
+
     /// The device itself, shared (readahead threads, writers).
     pub fn dev(&self) -> &Arc<dyn BlockDev> {
         &self.dev

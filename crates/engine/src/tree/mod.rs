@@ -3,4 +3,5 @@
 //! above [`crate::disk_io`]).
 
 pub mod block;
+pub mod buf;
 pub mod ctree;

@@ -1,0 +1,299 @@
+//! `ubtrfs mkfs`: make a btrfs filesystem on image files or devices, with
+//! mkfs.btrfs's options, without root.
+
+use crate::CmdResult;
+use clap::Args;
+use std::fs::OpenOptions;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use ubtrfs_engine::io::dev::{BlockDev, FileDev};
+use ubtrfs_engine::mkfs::{self, MkfsOptions};
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::Timespec;
+use ubtrfs_format::CsumType;
+
+#[derive(Args)]
+pub struct MkfsArgs {
+    /// Overwrite an existing filesystem (a btrfs superblock on a device).
+    #[arg(short = 'f', long)]
+    force: bool,
+    /// Print nothing but errors.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+    /// Filesystem label.
+    #[arg(short = 'L', long, default_value = "")]
+    label: String,
+    /// Tree block size (4096 to 65536, a power of two).
+    #[arg(short = 'n', long, value_parser = parse_size)]
+    nodesize: Option<u64>,
+    /// Data block (sector) size.
+    #[arg(short = 's', long, value_parser = parse_size)]
+    sectorsize: Option<u64>,
+    /// Checksum algorithm: crc32c, xxhash, sha256, blake2.
+    #[arg(long = "csum", alias = "checksum", default_value = "crc32c")]
+    csum: String,
+    /// Metadata profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10.
+    #[arg(short = 'm', long = "metadata")]
+    metadata: Option<String>,
+    /// Data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10.
+    #[arg(short = 'd', long = "data")]
+    data: Option<String>,
+    /// Features, comma separated; ^ turns one off (no-holes, free-space-tree).
+    #[arg(short = 'O', long = "features")]
+    features: Option<String>,
+    /// Filesystem UUID (fixes every other identifier too).
+    #[arg(short = 'U', long)]
+    uuid: Option<String>,
+    /// UUID of the (first) device.
+    #[arg(long = "device-uuid")]
+    device_uuid: Option<String>,
+    /// Size of the filesystem on each device (an image file is grown to it).
+    #[arg(short = 'b', long = "byte-count", value_parser = parse_size)]
+    byte_count: Option<u64>,
+    /// Print a summary as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Image files or block devices.
+    #[arg(required = true)]
+    devices: Vec<PathBuf>,
+}
+
+/// Sizes as mkfs.btrfs takes them: a number with an optional K/M/G/T/P/E suffix.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_lowercase() {
+                'k' => 1 << 10,
+                'm' => 1 << 20,
+                'g' => 1 << 30,
+                't' => 1 << 40,
+                'p' => 1 << 50,
+                'e' => 1 << 60,
+                _ => return Err(format!("unknown size suffix in {s:?}")),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size too large: {s:?}"))
+}
+
+fn parse_profile(s: &str) -> Result<u64, String> {
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "single" => 0,
+        "dup" => BG_DUP,
+        "raid0" => BG_RAID0,
+        "raid1" => BG_RAID1,
+        "raid1c3" => BG_RAID1C3,
+        "raid1c4" => BG_RAID1C4,
+        "raid10" => BG_RAID10,
+        "raid5" | "raid6" => {
+            return Err(format!("profile {s}: writing RAID5/6 is not supported yet"))
+        }
+        _ => return Err(format!("unknown profile {s:?}")),
+    })
+}
+
+fn parse_csum(s: &str) -> Result<CsumType, String> {
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "crc32c" => CsumType::Crc32c,
+        "xxhash" | "xxhash64" => CsumType::Xxhash64,
+        "sha256" => CsumType::Sha256,
+        "blake2" | "blake2b" => CsumType::Blake2b,
+        _ => return Err(format!("unknown checksum algorithm {s:?}")),
+    })
+}
+
+pub fn parse_uuid(s: &str) -> Result<[u8; 16], String> {
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!("not a UUID: {s:?}"));
+    }
+    let mut u = [0u8; 16];
+    for (i, b) in u.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    }
+    Ok(u)
+}
+
+/// The time stamped into the image: SOURCE_DATE_EPOCH when set (as
+/// reproducible builds expect), else now.
+fn mkfs_time() -> Result<Timespec, String> {
+    if let Ok(v) = std::env::var("SOURCE_DATE_EPOCH") {
+        let sec: i64 = v
+            .trim()
+            .parse()
+            .map_err(|_| format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds"))?;
+        return Ok(Timespec { sec, nsec: 0 });
+    }
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Ok(Timespec {
+        sec: d.as_secs() as i64,
+        nsec: d.subsec_nanos(),
+    })
+}
+
+fn options(a: &MkfsArgs) -> Result<MkfsOptions, String> {
+    let mut o = MkfsOptions {
+        csum: parse_csum(&a.csum)?,
+        label: a.label.clone(),
+        time: mkfs_time()?,
+        ..Default::default()
+    };
+    if a.label.len() >= 256 {
+        return Err("label is longer than 255 bytes".into());
+    }
+    if let Some(s) = a.sectorsize {
+        o.sectorsize = u32::try_from(s).map_err(|_| format!("sectorsize {s}"))?;
+    }
+    if let Some(n) = a.nodesize {
+        o.nodesize = u32::try_from(n).map_err(|_| format!("nodesize {n}"))?;
+    }
+    if !o.sectorsize.is_power_of_two() || !(4096..=65536).contains(&o.sectorsize) {
+        return Err(format!("invalid sectorsize {}", o.sectorsize));
+    }
+    if !o.nodesize.is_power_of_two() || o.nodesize < o.sectorsize || o.nodesize > 65536 {
+        return Err(format!(
+            "invalid nodesize {}: a power of two from the sectorsize ({}) to 65536",
+            o.nodesize, o.sectorsize
+        ));
+    }
+    let ndev = a.devices.len();
+    o.metadata_profile = match &a.metadata {
+        Some(p) => parse_profile(p)?,
+        None if ndev > 1 => BG_RAID1,
+        None => BG_DUP,
+    };
+    o.data_profile = match &a.data {
+        Some(p) => parse_profile(p)?,
+        None => 0,
+    };
+    for (what, p) in [("metadata", o.metadata_profile), ("data", o.data_profile)] {
+        let need = match p {
+            BG_RAID1 | BG_RAID10 | BG_RAID0 => 2,
+            BG_RAID1C3 => 3,
+            BG_RAID1C4 => 4,
+            _ => 1,
+        };
+        if ndev < need {
+            return Err(format!(
+                "{what} profile {} needs at least {need} devices, {ndev} given",
+                ubtrfs_format::items::profile_name(p)
+            ));
+        }
+    }
+    if let Some(f) = &a.features {
+        for feat in f.split(',').filter(|s| !s.is_empty()) {
+            let (on, name) = match feat.strip_prefix('^') {
+                Some(n) => (false, n),
+                None => (true, feat),
+            };
+            match name {
+                "no-holes" => o.no_holes = on,
+                "free-space-tree" | "fst" => o.free_space_tree = on,
+                "extref" | "skinny-metadata" if on => {}
+                _ => return Err(format!("feature {feat:?} is not supported")),
+            }
+        }
+    }
+    if let Some(u) = &a.uuid {
+        o.fsid = Some(parse_uuid(u)?);
+    }
+    if let Some(u) = &a.device_uuid {
+        o.dev_uuid = Some(parse_uuid(u)?);
+    }
+    Ok(o)
+}
+
+/// Opens (or creates, for an image file) a target device, growing an
+/// image file to `size` when given.
+fn open_target(
+    path: &PathBuf,
+    size: Option<u64>,
+    force: bool,
+) -> Result<Arc<dyn BlockDev>, String> {
+    let err = |op: &str, e: std::io::Error| format!("{}: {op}: {e}", path.display());
+    let exists = path.exists();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(!exists)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| err("open", e))?;
+    let meta = f.metadata().map_err(|e| err("stat", e))?;
+    if meta.is_file() {
+        if let Some(s) = size {
+            if meta.len() < s {
+                f.set_len(s).map_err(|e| err("grow", e))?;
+            }
+        }
+    }
+    drop(f);
+    let dev = FileDev::open(path, true).map_err(|e| err("open", e))?;
+    if !force {
+        let mut b = [0u8; 8];
+        if dev.read_at(&mut b, SUPER_OFFSETS[0] + 0x40).is_ok() && &b == SUPER_MAGIC {
+            return Err(format!(
+                "{}: appears to contain an existing btrfs filesystem; use -f to overwrite",
+                path.display()
+            ));
+        }
+    }
+    Ok(Arc::new(dev))
+}
+
+pub fn run(a: MkfsArgs) -> CmdResult {
+    let o = options(&a)?;
+    let mut devs = Vec::new();
+    for p in &a.devices {
+        devs.push((p.clone(), open_target(p, a.byte_count, a.force)?));
+    }
+    let t = mkfs::make(devs, &o)?;
+    let sb = &t.info.sb;
+    let fsid = ubtrfs_format::bytes::format_uuid(&sb.fsid);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "uuid": fsid,
+                "label": a.label,
+                "nodesize": o.nodesize,
+                "sectorsize": o.sectorsize,
+                "csum": o.csum.name(),
+                "devices": a.devices,
+                "total_bytes": sb.total_bytes,
+                "generation": sb.generation,
+            })
+        );
+    } else if !a.quiet {
+        println!(
+            "Label:              {}",
+            if a.label.is_empty() {
+                "(null)"
+            } else {
+                &a.label
+            }
+        );
+        println!("UUID:               {fsid}");
+        println!("Node size:          {}", o.nodesize);
+        println!("Sector size:        {}", o.sectorsize);
+        println!("Filesystem size:    {}", sb.total_bytes);
+        println!("Checksum:           {}", o.csum.name());
+        println!(
+            "Profiles:           metadata {}, data {}",
+            ubtrfs_format::items::profile_name(o.metadata_profile),
+            ubtrfs_format::items::profile_name(o.data_profile)
+        );
+        for p in &a.devices {
+            println!("Device:             {}", p.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

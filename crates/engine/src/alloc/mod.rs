@@ -1,0 +1,286 @@
+//! Extent allocation: block groups and the free space in each, kept in
+//! memory for the life of a writer (the kernel's block group cache and
+//! free-space cache). Space freed from extents that the last committed
+//! superblock still reaches is pinned: it is not handed out again until
+//! the transaction that freed it has committed.
+
+use std::collections::BTreeMap;
+use ubtrfs_format::consts::{BG_DATA, BG_METADATA, BG_SYSTEM};
+
+/// One block group: a chunk's logical range and what is free in it.
+#[derive(Debug, Clone)]
+pub struct BlockGroup {
+    pub start: u64,
+    pub len: u64,
+    pub flags: u64,
+    /// Bytes allocated (the BLOCK_GROUP_ITEM's `used`).
+    pub used: u64,
+    /// Free ranges: start -> length, non-adjacent.
+    free: BTreeMap<u64, u64>,
+    /// The free-space tree needs rewriting for this group.
+    pub fst_dirty: bool,
+    /// The BLOCK_GROUP_ITEM needs rewriting.
+    pub item_dirty: bool,
+    /// Made in this transaction: its items do not exist yet.
+    pub new: bool,
+}
+
+impl BlockGroup {
+    /// A block group that is entirely free.
+    pub fn new(start: u64, len: u64, flags: u64) -> Self {
+        let mut free = BTreeMap::new();
+        free.insert(start, len);
+        BlockGroup {
+            start,
+            len,
+            flags,
+            used: 0,
+            free,
+            fst_dirty: true,
+            item_dirty: true,
+            new: true,
+        }
+    }
+
+    /// A committed block group whose free ranges are still to be given.
+    pub fn committed(start: u64, len: u64, flags: u64, used: u64) -> Self {
+        BlockGroup {
+            start,
+            len,
+            flags,
+            used,
+            free: BTreeMap::new(),
+            fst_dirty: false,
+            item_dirty: false,
+            new: false,
+        }
+    }
+
+    pub fn end(&self) -> u64 {
+        self.start + self.len
+    }
+
+    /// Free ranges in address order.
+    pub fn free_ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.free.iter().map(|(&s, &l)| (s, l))
+    }
+
+    pub fn free_bytes(&self) -> u64 {
+        self.free.values().sum()
+    }
+
+    /// Marks `[start, start+len)` free, merging with neighbours.
+    pub fn add_free(&mut self, start: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let (mut s, mut l) = (start, len);
+        if let Some((&ps, &pl)) = self.free.range(..s).next_back() {
+            debug_assert!(ps + pl <= s, "double free at {s}");
+            if ps + pl == s {
+                self.free.remove(&ps);
+                s = ps;
+                l += pl;
+            }
+        }
+        if let Some(&nl) = self.free.get(&(s + l)) {
+            self.free.remove(&(s + l));
+            l += nl;
+        }
+        self.free.insert(s, l);
+        self.fst_dirty = true;
+    }
+
+    /// Removes `[start, start+len)` from the free ranges; false when some
+    /// of it is not free.
+    pub fn remove_free(&mut self, start: u64, len: u64) -> bool {
+        let Some((&fs, &fl)) = self.free.range(..=start).next_back() else {
+            return false;
+        };
+        if fs + fl < start + len {
+            return false;
+        }
+        self.free.remove(&fs);
+        if fs < start {
+            self.free.insert(fs, start - fs);
+        }
+        if start + len < fs + fl {
+            self.free.insert(start + len, fs + fl - start - len);
+        }
+        self.fst_dirty = true;
+        true
+    }
+
+    /// First free range of `len` bytes at an `align`-aligned address at or
+    /// after `hint`, or anywhere when none is after it.
+    fn find(&self, len: u64, align: u64, hint: u64) -> Option<u64> {
+        let fit = |s: u64, l: u64, from: u64| {
+            let a = s.max(from).next_multiple_of(align);
+            (a + len <= s + l).then_some(a)
+        };
+        let first = self.free.range(..=hint).next_back().map_or(0, |(&s, _)| s);
+        self.free
+            .range(first..)
+            .find_map(|(&s, &l)| fit(s, l, hint))
+            .or_else(|| self.free.iter().find_map(|(&s, &l)| fit(s, l, 0)))
+    }
+}
+
+/// What kind of space an allocation is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpaceKind {
+    Data,
+    Metadata,
+    System,
+}
+
+impl SpaceKind {
+    pub fn bg_flag(self) -> u64 {
+        match self {
+            SpaceKind::Data => BG_DATA,
+            SpaceKind::Metadata => BG_METADATA,
+            SpaceKind::System => BG_SYSTEM,
+        }
+    }
+}
+
+/// All block groups of a filesystem, and the pinned ranges.
+#[derive(Debug, Default)]
+pub struct Allocator {
+    pub groups: BTreeMap<u64, BlockGroup>,
+    /// Freed in this transaction, still reachable from the committed
+    /// superblock: (start, len).
+    pinned: Vec<(u64, u64)>,
+    /// Where the last allocation of each kind ended: allocations go
+    /// forward, so consecutive tree blocks and file data lie in order.
+    hints: [u64; 3],
+}
+
+impl Allocator {
+    fn hint_slot(kind: SpaceKind) -> usize {
+        kind as usize
+    }
+
+    /// The block group holding `bytenr`.
+    pub fn group_of(&mut self, bytenr: u64) -> Option<&mut BlockGroup> {
+        let (_, g) = self.groups.range_mut(..=bytenr).next_back()?;
+        (bytenr < g.end()).then_some(g)
+    }
+
+    /// Allocates `len` bytes aligned to `align` for `kind`; None when no
+    /// block group of that kind has room (the caller makes a new chunk).
+    pub fn alloc(&mut self, kind: SpaceKind, len: u64, align: u64) -> Option<u64> {
+        let flag = kind.bg_flag();
+        let hint = self.hints[Self::hint_slot(kind)];
+        let mut found = None;
+        // Groups at or after the hint first, then the rest.
+        let order = self
+            .groups
+            .range(..)
+            .filter(|(_, g)| g.flags & flag != 0)
+            .map(|(&s, g)| (s, g.end()))
+            .collect::<Vec<_>>();
+        let (after, before): (Vec<_>, Vec<_>) = order.into_iter().partition(|&(_, e)| e > hint);
+        for (s, _) in after.into_iter().chain(before) {
+            let g = &self.groups[&s];
+            if let Some(a) = g.find(len, align, hint.max(g.start)) {
+                found = Some((s, a));
+                break;
+            }
+        }
+        let (s, a) = found?;
+        let g = self.groups.get_mut(&s).unwrap();
+        let ok = g.remove_free(a, len);
+        debug_assert!(ok);
+        g.used += len;
+        g.item_dirty = true;
+        self.hints[Self::hint_slot(kind)] = a + len;
+        Some(a)
+    }
+
+    /// Returns space allocated in this transaction and never committed:
+    /// it may be handed out again at once.
+    pub fn free_now(&mut self, start: u64, len: u64) {
+        if let Some(g) = self.group_of(start) {
+            g.add_free(start, len);
+            g.used = g.used.saturating_sub(len);
+            g.item_dirty = true;
+        }
+    }
+
+    /// Frees space the committed superblock still reaches: accounted now,
+    /// reusable after commit.
+    pub fn pin(&mut self, start: u64, len: u64) {
+        if let Some(g) = self.group_of(start) {
+            g.used = g.used.saturating_sub(len);
+            g.item_dirty = true;
+            // The free-space tree records it free as of this commit.
+            g.fst_dirty = true;
+        }
+        self.pinned.push((start, len));
+    }
+
+    /// Pinned ranges that fall in `[start, end)`, for writing the
+    /// free-space tree (they are free once this transaction commits).
+    pub fn pinned_in(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut v: Vec<_> = self
+            .pinned
+            .iter()
+            .copied()
+            .filter(|&(s, _)| s >= start && s < end)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// After commit: pinned space becomes free space.
+    pub fn unpin_all(&mut self) {
+        for (s, l) in std::mem::take(&mut self.pinned) {
+            if let Some(g) = self.group_of(s) {
+                g.add_free(s, l);
+            }
+        }
+        for g in self.groups.values_mut() {
+            g.fst_dirty = false;
+            g.item_dirty = false;
+            g.new = false;
+        }
+    }
+
+    /// Bytes allocated in every group.
+    pub fn used_bytes(&self) -> u64 {
+        self.groups.values().map(|g| g.used).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_free_and_pin() {
+        let mut a = Allocator::default();
+        a.groups
+            .insert(1 << 20, BlockGroup::new(1 << 20, 1 << 20, BG_METADATA));
+        let x = a.alloc(SpaceKind::Metadata, 16384, 16384).unwrap();
+        let y = a.alloc(SpaceKind::Metadata, 16384, 16384).unwrap();
+        assert_eq!((x, y), (1 << 20, (1 << 20) + 16384));
+        assert!(a.alloc(SpaceKind::Data, 4096, 4096).is_none());
+        a.pin(x, 16384);
+        // Pinned space is not handed out before commit.
+        let z = a.alloc(SpaceKind::Metadata, 16384, 16384).unwrap();
+        assert_ne!(z, x);
+        a.free_now(z, 16384);
+        assert_eq!(a.groups[&(1 << 20)].used, 16384);
+        a.unpin_all();
+        let g = &a.groups[&(1 << 20)];
+        assert_eq!(g.free_bytes(), (1 << 20) - 16384);
+        assert_eq!(g.free_ranges().next(), Some((1 << 20, 16384)));
+        // Fill it up: then None.
+        let mut n = 0;
+        while a.alloc(SpaceKind::Metadata, 16384, 16384).is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 63);
+    }
+}

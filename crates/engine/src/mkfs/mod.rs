@@ -1,0 +1,293 @@
+//! Making a filesystem (mkfs): the first chunks, the trees every btrfs
+//! has (root, chunk, extent, dev, fs, csum, uuid, free-space, data
+//! relocation), the top-level directory, and the first commit, all through
+//! the transaction engine.
+//!
+//! With a fixed UUID and time the result is reproducible: every other
+//! identifier is derived from the fsid, allocation is in address order,
+//! and nothing depends on the clock or on randomness.
+
+use crate::alloc::SpaceKind;
+use crate::error::{Error, Result};
+use crate::io::dev::BlockDev;
+use crate::tx::Trans;
+use std::path::PathBuf;
+use std::sync::Arc;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{
+    encode_uuid_item, uuid_key, DevItem, DirEntry, InodeItem, InodeRef, RootItem, Timespec,
+};
+use ubtrfs_format::{CsumType, Key, Superblock};
+
+/// compat_ro flags: the free-space tree, and that it is valid.
+const FST_FLAGS: u64 = COMPAT_RO_FREE_SPACE_TREE | COMPAT_RO_FREE_SPACE_TREE_VALID;
+
+/// The smallest device mkfs accepts (as mkfs.btrfs's minimum, roughly).
+pub const MIN_DEVICE_SIZE: u64 = 114 << 20;
+
+/// What to make.
+#[derive(Debug, Clone)]
+pub struct MkfsOptions {
+    pub nodesize: u32,
+    pub sectorsize: u32,
+    pub csum: CsumType,
+    pub label: String,
+    /// Filesystem UUID; random when None.
+    pub fsid: Option<[u8; 16]>,
+    /// UUID of the first device; derived when None.
+    pub dev_uuid: Option<[u8; 16]>,
+    /// Profile bits (BG_DUP, BG_RAID1, ... or 0 for single).
+    pub metadata_profile: u64,
+    pub data_profile: u64,
+    pub no_holes: bool,
+    pub free_space_tree: bool,
+    /// Time stamped on the top directory and the trees.
+    pub time: Timespec,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        MkfsOptions {
+            nodesize: 16384,
+            sectorsize: 4096,
+            csum: CsumType::Crc32c,
+            label: String::new(),
+            fsid: None,
+            dev_uuid: None,
+            metadata_profile: BG_DUP,
+            data_profile: 0,
+            no_holes: true,
+            free_space_tree: true,
+            time: Timespec::default(),
+        }
+    }
+}
+
+/// 16 random bytes shaped as a version-4 UUID.
+pub fn random_uuid() -> Result<[u8; 16]> {
+    let mut u = [0u8; 16];
+    let f = std::fs::File::open("/dev/urandom").map_err(|e| Error::Io {
+        path: "/dev/urandom".into(),
+        op: "open".into(),
+        source: e,
+    })?;
+    std::io::Read::read_exact(&mut &f, &mut u).map_err(|e| Error::Io {
+        path: "/dev/urandom".into(),
+        op: "read".into(),
+        source: e,
+    })?;
+    Ok(as_v4(u))
+}
+
+fn as_v4(mut u: [u8; 16]) -> [u8; 16] {
+    u[6] = (u[6] & 0x0f) | 0x40;
+    u[8] = (u[8] & 0x3f) | 0x80;
+    u
+}
+
+/// A UUID derived from the fsid and a purpose, so that one fixed fsid
+/// fixes every identifier of the image.
+pub fn derived_uuid(fsid: &[u8; 16], what: &str) -> [u8; 16] {
+    let mut input = fsid.to_vec();
+    input.extend_from_slice(what.as_bytes());
+    let h = CsumType::Sha256.compute(&input);
+    as_v4(h[..16].try_into().unwrap())
+}
+
+/// A superblock with the given geometry and nothing else set.
+fn blank_superblock(o: &MkfsOptions) -> Result<Superblock> {
+    let mut b = [0u8; SUPER_SIZE];
+    b[0x40..0x48].copy_from_slice(SUPER_MAGIC);
+    b[0x90..0x94].copy_from_slice(&o.sectorsize.to_le_bytes());
+    b[0x94..0x98].copy_from_slice(&o.nodesize.to_le_bytes());
+    b[0x98..0x9c].copy_from_slice(&o.nodesize.to_le_bytes());
+    b[0x9c..0xa0].copy_from_slice(&o.sectorsize.to_le_bytes());
+    b[0xc4..0xc6].copy_from_slice(&o.csum.to_raw().to_le_bytes());
+    let sum = o.csum.compute(&b[0x20..]);
+    b[..o.csum.size()].copy_from_slice(&sum[..o.csum.size()]);
+    Superblock::parse(&b).map_err(|e| Error::Invalid(format!("mkfs options: {e}")))
+}
+
+/// The embedded inode of a ROOT_ITEM, as mkfs.btrfs writes it.
+fn root_item(o: &MkfsOptions, transid: u64, root_dirid: u64) -> RootItem {
+    RootItem {
+        inode: InodeItem {
+            generation: 1,
+            size: 3,
+            nbytes: o.nodesize as u64,
+            nlink: 1,
+            mode: 0o40755,
+            ..Default::default()
+        },
+        generation: transid,
+        root_dirid,
+        refs: 1,
+        ..Default::default()
+    }
+}
+
+/// A directory inode made at `transid`.
+pub fn dir_inode(transid: u64, time: Timespec, mode: u32) -> InodeItem {
+    InodeItem {
+        generation: transid,
+        transid,
+        nlink: 1,
+        mode,
+        atime: time,
+        ctime: time,
+        mtime: time,
+        otime: time,
+        ..Default::default()
+    }
+}
+
+/// The "..": the INODE_REF of a tree's top directory.
+pub fn top_dir_items(t: &mut Trans, tree: u64, dir: u64, inode: &InodeItem) -> Result<()> {
+    t.insert_item(tree, InodeItem::key(dir), inode.to_bytes())?;
+    let r = InodeRef {
+        parent: dir,
+        index: 0,
+        name: b"..",
+    };
+    let mut v = Vec::new();
+    r.encode_ref(&mut v);
+    t.insert_item(tree, r.ref_key(dir), v)
+}
+
+/// Makes an empty filesystem on `devices` (path, device) and commits it.
+/// Returns the writer, ready for the next transaction.
+pub fn make(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Result<Trans> {
+    if devices.is_empty() {
+        return Err(Error::Invalid("no device given".into()));
+    }
+    for (p, d) in &devices {
+        if d.size() < MIN_DEVICE_SIZE {
+            return Err(Error::Invalid(format!(
+                "{}: device of {} bytes is too small (at least {MIN_DEVICE_SIZE})",
+                p.display(),
+                d.size()
+            )));
+        }
+    }
+    let fsid = match o.fsid {
+        Some(u) => u,
+        None => random_uuid()?,
+    };
+    let transid = 1;
+    let mut sb = blank_superblock(o)?;
+    sb.fsid = fsid;
+    sb.metadata_uuid = fsid;
+    sb.flags = 1;
+    sb.root_dir_objectid = ROOT_TREE_DIR_OBJECTID;
+    sb.num_devices = devices.len() as u64;
+    sb.total_bytes = devices
+        .iter()
+        .map(|(_, d)| d.size() / o.sectorsize as u64 * o.sectorsize as u64)
+        .sum();
+    sb.label = o.label.as_bytes().to_vec();
+    sb.incompat_flags = INCOMPAT_MIXED_BACKREF | INCOMPAT_EXTENDED_IREF | INCOMPAT_SKINNY_METADATA;
+    if o.no_holes {
+        sb.incompat_flags |= INCOMPAT_NO_HOLES;
+    }
+    if (o.metadata_profile | o.data_profile) & (BG_RAID1C3 | BG_RAID1C4) != 0 {
+        sb.incompat_flags |= INCOMPAT_RAID1C34;
+    }
+    if o.free_space_tree {
+        sb.compat_ro_flags |= FST_FLAGS;
+    }
+    let mut devs = Vec::new();
+    for (i, (path, dev)) in devices.into_iter().enumerate() {
+        let devid = i as u64 + 1;
+        let uuid = match (i, o.dev_uuid) {
+            (0, Some(u)) => u,
+            _ if o.fsid.is_some() => derived_uuid(&fsid, &format!("device {devid}")),
+            _ => random_uuid()?,
+        };
+        let item = DevItem {
+            devid,
+            total_bytes: dev.size() / o.sectorsize as u64 * o.sectorsize as u64,
+            bytes_used: 0,
+            io_align: o.sectorsize,
+            io_width: o.sectorsize,
+            sector_size: o.sectorsize,
+            dev_type: 0,
+            generation: 0,
+            start_offset: 0,
+            dev_group: 0,
+            seek_speed: 0,
+            bandwidth: 0,
+            uuid,
+            fsid,
+        };
+        if devid == 1 {
+            sb.dev_item = item;
+        }
+        devs.push((path, dev, item));
+    }
+    let chunk_tree_uuid = match o.fsid {
+        Some(_) => derived_uuid(&fsid, "chunk tree"),
+        None => random_uuid()?,
+    };
+    let total = sb.total_bytes;
+    let mut t = Trans::create(devs, sb, chunk_tree_uuid, transid)?;
+    t.set_profile(SpaceKind::System, o.metadata_profile);
+    t.set_profile(SpaceKind::Metadata, o.metadata_profile);
+    t.set_profile(SpaceKind::Data, o.data_profile);
+    // First chunks as mkfs.btrfs sizes them; more are made on demand.
+    let meta = (total / 10).clamp(32 << 20, 256 << 20);
+    let data = (total / 10).clamp(64 << 20, 1 << 30);
+    t.add_chunk(SpaceKind::System, 8 << 20)?;
+    t.add_chunk(SpaceKind::Metadata, meta)?;
+    t.add_chunk(SpaceKind::Data, data)?;
+    t.init_roots()?;
+    let mut trees = vec![
+        (EXTENT_TREE_OBJECTID, 0),
+        (DEV_TREE_OBJECTID, 0),
+        (FS_TREE_OBJECTID, FIRST_INODE),
+        (CSUM_TREE_OBJECTID, 0),
+        (UUID_TREE_OBJECTID, 0),
+        (DATA_RELOC_TREE_OBJECTID, FIRST_INODE),
+    ];
+    if o.free_space_tree {
+        trees.push((FREE_SPACE_TREE_OBJECTID, 0));
+    }
+    for (id, dirid) in trees {
+        t.create_tree(id, root_item(o, transid, dirid))?;
+    }
+    let fs_uuid = match o.fsid {
+        Some(_) => derived_uuid(&fsid, "fs tree"),
+        None => random_uuid()?,
+    };
+    {
+        let item = t.root_item_mut(FS_TREE_OBJECTID)?;
+        item.uuid = fs_uuid;
+        item.ctime = o.time;
+        item.otime = o.time;
+    }
+    let top = dir_inode(transid, o.time, 0o40755);
+    top_dir_items(&mut t, FS_TREE_OBJECTID, FIRST_INODE, &top)?;
+    top_dir_items(&mut t, DATA_RELOC_TREE_OBJECTID, FIRST_INODE, &top)?;
+    // The root tree's directory, with "default" naming the default
+    // subvolume (the top level).
+    let mut rdir = dir_inode(transid, o.time, 0o40755);
+    rdir.transid = 0;
+    rdir.nbytes = o.nodesize as u64;
+    top_dir_items(&mut t, ROOT_TREE_OBJECTID, ROOT_TREE_DIR_OBJECTID, &rdir)?;
+    let default = DirEntry {
+        location: Key::new(FS_TREE_OBJECTID, ROOT_ITEM, u64::MAX),
+        transid: 0,
+        data: &[],
+        name: b"default",
+        file_type: FT_DIR,
+    };
+    t.insert_item(
+        ROOT_TREE_OBJECTID,
+        ubtrfs_format::items::dir_item_key(ROOT_TREE_DIR_OBJECTID, b"default"),
+        default.to_bytes(),
+    )?;
+    let mut v = Vec::new();
+    encode_uuid_item(&[FS_TREE_OBJECTID], &mut v);
+    t.insert_item(UUID_TREE_OBJECTID, uuid_key(&fs_uuid, UUID_KEY_SUBVOL), v)?;
+    t.commit()?;
+    Ok(t)
+}

@@ -1,0 +1,428 @@
+//! Changing B-trees (the kernel's ctree.c): every block on the path from
+//! the root to the leaf is copied on write into the transaction; a block
+//! that outgrows its size is split (a new root above a split root), one
+//! that empties is removed, one that falls below a quarter full is merged
+//! into a sibling, and a root node left with one child gives way to it.
+//! Parent keys follow their children's first keys.
+
+use super::Trans;
+use crate::error::{Error, Result};
+use crate::tree::block::BlockExpect;
+use crate::tree::buf::{self, Content, ExtentBuffer, Ptr};
+use ubtrfs_format::node::ITEM_SIZE;
+use ubtrfs_format::Key;
+
+/// (block, slot) per level, leaf first; the last entry is the root.
+pub type Path = Vec<(u64, usize)>;
+
+/// Position of `key` in a leaf: (slot, found); slot is where it would go.
+fn leaf_slot(items: &[(Key, Vec<u8>)], key: &Key) -> (usize, bool) {
+    match items.binary_search_by(|(k, _)| k.cmp(key)) {
+        Ok(i) => (i, true),
+        Err(i) => (i, false),
+    }
+}
+
+/// The child of a node whose range holds `key`: the last pointer whose
+/// key is not above it (the first when all are).
+fn node_slot(ptrs: &[Ptr], key: &Key) -> usize {
+    match ptrs.binary_search_by(|p| p.key.cmp(key)) {
+        Ok(i) => i,
+        Err(0) => 0,
+        Err(i) => i - 1,
+    }
+}
+
+fn expect_child(p: &Ptr, parent_level: u8) -> BlockExpect {
+    BlockExpect {
+        level: Some(parent_level - 1),
+        generation: Some(p.generation),
+        first_key: Some(p.key),
+    }
+}
+
+impl Trans {
+    fn root_expect(&mut self, tree: u64) -> Result<(u64, BlockExpect)> {
+        let r = self.root(tree)?;
+        Ok((
+            r.bytenr,
+            BlockExpect {
+                level: Some(r.level),
+                generation: Some(r.item.generation),
+                first_key: None,
+            },
+        ))
+    }
+
+    /// Descends to the leaf where `key` is or would be, copying every
+    /// block on the way into the transaction.
+    pub(crate) fn search_mut(&mut self, tree: u64, key: &Key) -> Result<(Path, bool)> {
+        let (root, expect) = self.root_expect(tree)?;
+        let mut b = self.cow(tree, root, expect, None)?;
+        let mut path = vec![(0, 0); self.buf(b).level as usize + 1];
+        loop {
+            let eb = self.buf(b);
+            if eb.is_leaf() {
+                let (slot, found) = leaf_slot(eb.items(), key);
+                path[0] = (b, slot);
+                return Ok((path, found));
+            }
+            let level = eb.level;
+            let slot = node_slot(eb.ptrs(), key);
+            let p = eb.ptrs()[slot];
+            path[level as usize] = (b, slot);
+            b = self.cow(tree, p.blockptr, expect_child(&p, level), Some((b, slot)))?;
+        }
+    }
+
+    /// Inserts an item; Exists when the key is there already.
+    pub fn insert_item(&mut self, tree: u64, key: Key, data: Vec<u8>) -> Result<()> {
+        self.check_item_size(tree, &key, data.len())?;
+        let (mut path, found) = self.search_mut(tree, &key)?;
+        if found {
+            return Err(Error::Exists(format!("tree {tree}: key {key} exists")));
+        }
+        let (leaf, slot) = path[0];
+        self.buf_mut(leaf).items_mut().insert(slot, (key, data));
+        if slot == 0 {
+            self.fixup_keys(&path, 0);
+        }
+        self.split_if_needed(tree, &mut path, 0)
+    }
+
+    /// Inserts the item or replaces its data.
+    pub fn put_item(&mut self, tree: u64, key: Key, data: Vec<u8>) -> Result<()> {
+        self.check_item_size(tree, &key, data.len())?;
+        let mut data = Some(data);
+        if self.update_item(tree, &key, |d| *d = data.take().unwrap())? {
+            return Ok(());
+        }
+        self.insert_item(tree, key, data.take().unwrap())
+    }
+
+    /// Changes an item's data in place (it may grow or shrink); false when
+    /// there is no such item.
+    pub fn update_item(
+        &mut self,
+        tree: u64,
+        key: &Key,
+        f: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<bool> {
+        let (mut path, found) = self.search_mut(tree, key)?;
+        if !found {
+            return Ok(false);
+        }
+        let (leaf, slot) = path[0];
+        let d = &mut self.buf_mut(leaf).items_mut()[slot].1;
+        f(d);
+        let len = d.len();
+        self.check_item_size(tree, key, len)?;
+        self.split_if_needed(tree, &mut path, 0)?;
+        Ok(true)
+    }
+
+    /// Deletes an item; false when there is none.
+    pub fn delete_item(&mut self, tree: u64, key: &Key) -> Result<bool> {
+        let (mut path, found) = self.search_mut(tree, key)?;
+        if !found {
+            return Ok(false);
+        }
+        let (leaf, slot) = path[0];
+        self.buf_mut(leaf).items_mut().remove(slot);
+        self.after_shrink(tree, &mut path, 0)?;
+        Ok(true)
+    }
+
+    /// Deletes every item with a key in `[lo, hi]`; returns how many.
+    pub fn delete_range(&mut self, tree: u64, lo: &Key, hi: &Key) -> Result<usize> {
+        let keys: Vec<Key> = self
+            .items_in(tree, lo, hi)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        for k in &keys {
+            self.delete_item(tree, k)?;
+        }
+        Ok(keys.len())
+    }
+
+    fn check_item_size(&self, tree: u64, key: &Key, len: usize) -> Result<()> {
+        if len > buf::max_item_data(self.nodesize()) {
+            return Err(Error::Invalid(format!(
+                "tree {tree}: item {key} of {len} bytes does not fit a leaf"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The item at `key`, if any.
+    pub fn lookup(&mut self, tree: u64, key: &Key) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .search_first(tree, key)?
+            .filter(|(k, _)| k == key)
+            .map(|(_, d)| d))
+    }
+
+    /// The first item at or after `key`.
+    pub fn search_first(&mut self, tree: u64, key: &Key) -> Result<Option<(Key, Vec<u8>)>> {
+        let mut out = None;
+        self.scan(tree, key, |k, d| {
+            out = Some((*k, d.to_vec()));
+            false
+        })?;
+        Ok(out)
+    }
+
+    /// Every item with a key in `[lo, hi]`, in order.
+    pub fn items_in(&mut self, tree: u64, lo: &Key, hi: &Key) -> Result<Vec<(Key, Vec<u8>)>> {
+        let mut out = Vec::new();
+        self.scan(tree, lo, |k, d| {
+            if k > hi {
+                return false;
+            }
+            out.push((*k, d.to_vec()));
+            true
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `f` on the items from `from` on, in order, while it returns
+    /// true. Reads only: nothing is copied into the transaction.
+    pub fn scan(
+        &mut self,
+        tree: u64,
+        from: &Key,
+        mut f: impl FnMut(&Key, &[u8]) -> bool,
+    ) -> Result<()> {
+        let (root, expect) = self.root_expect(tree)?;
+        // Stack of (node, next slot to visit) above the current block.
+        let mut stack: Vec<(ExtentBuffer, usize)> = Vec::new();
+        let mut cur = self.load(root, expect)?.into_owned();
+        let mut first = true;
+        loop {
+            if cur.is_leaf() {
+                let start = if first {
+                    leaf_slot(cur.items(), from).0
+                } else {
+                    0
+                };
+                first = false;
+                for (k, d) in &cur.items()[start..] {
+                    if !f(k, d) {
+                        return Ok(());
+                    }
+                }
+                // Up to the first node with a child left, then down it.
+                loop {
+                    let Some((node, slot)) = stack.last_mut() else {
+                        return Ok(());
+                    };
+                    if *slot < node.nritems() {
+                        let p = node.ptrs()[*slot];
+                        let level = node.level;
+                        *slot += 1;
+                        cur = self.load(p.blockptr, expect_child(&p, level))?.into_owned();
+                        break;
+                    }
+                    stack.pop();
+                }
+                continue;
+            }
+            let slot = if first {
+                node_slot(cur.ptrs(), from)
+            } else {
+                0
+            };
+            let p = cur.ptrs()[slot];
+            let level = cur.level;
+            let child = self.load(p.blockptr, expect_child(&p, level))?.into_owned();
+            stack.push((cur, slot + 1));
+            cur = child;
+        }
+    }
+
+    /// Sets the keys above level `level` of `path` to the first key of
+    /// the block there, as far up as it is a first child.
+    fn fixup_keys(&mut self, path: &Path, level: usize) {
+        let Some(first) = self.buf(path[level].0).first_key() else {
+            return;
+        };
+        for &(b, slot) in &path[level + 1..] {
+            self.buf_mut(b).ptrs_mut()[slot].key = first;
+            if slot != 0 {
+                break;
+            }
+        }
+    }
+
+    fn overfull(&self, b: u64) -> bool {
+        let eb = self.buf(b);
+        match eb.content {
+            Content::Leaf(_) => eb.used() > buf::capacity(self.nodesize()),
+            Content::Node(ref p) => p.len() > buf::max_ptrs(self.nodesize()),
+        }
+    }
+
+    /// Splits the block at `level` of `path` while it is too big, then its
+    /// parent, up to a new root.
+    fn split_if_needed(&mut self, tree: u64, path: &mut Path, level: usize) -> Result<()> {
+        let (b, _) = path[level];
+        if !self.overfull(b) {
+            return Ok(());
+        }
+        if level + 1 == path.len() {
+            // Splitting the root: a new root above it first.
+            let first = self.buf(b).first_key().unwrap_or(Key::MIN);
+            let root = self.alloc_tree_block(tree, level as u8 + 1, None)?;
+            let gen = self.transid;
+            self.buf_mut(root).ptrs_mut().push(Ptr {
+                key: first,
+                blockptr: b,
+                generation: gen,
+            });
+            path.push((root, 0));
+            self.set_root(tree, root, level as u8 + 1, gen);
+        }
+        let pieces = self.split_content(b);
+        let (parent, pslot) = path[level + 1];
+        for (at, content) in (pslot + 1..).zip(pieces) {
+            let nb = self.alloc_tree_block(tree, level as u8, Some(b))?;
+            let eb = self.buf_mut(nb);
+            eb.content = content;
+            let key = eb.first_key().expect("split piece is not empty");
+            let gen = self.transid;
+            self.buf_mut(parent).ptrs_mut().insert(
+                at,
+                Ptr {
+                    key,
+                    blockptr: nb,
+                    generation: gen,
+                },
+            );
+        }
+        self.split_if_needed(tree, path, level + 1)
+    }
+
+    /// Cuts the content of `b` so that the part left in `b` and each
+    /// returned piece fit a block: in two as even as possible, or in as
+    /// many as needed (a big item between full neighbours).
+    fn split_content(&mut self, b: u64) -> Vec<Content> {
+        let cap = buf::capacity(self.nodesize());
+        let eb = self.buf_mut(b);
+        match &mut eb.content {
+            Content::Node(ptrs) => {
+                let tail = ptrs.split_off(ptrs.len() / 2);
+                vec![Content::Node(tail)]
+            }
+            Content::Leaf(items) => {
+                let sizes: Vec<usize> = items.iter().map(|(_, d)| ITEM_SIZE + d.len()).collect();
+                let total: usize = sizes.iter().sum();
+                let mut left = 0;
+                let mut best: Option<(usize, usize)> = None;
+                for (k, s) in sizes.iter().enumerate().take(sizes.len() - 1) {
+                    left += s;
+                    let right = total - left;
+                    if left <= cap && right <= cap {
+                        let worst = left.max(right);
+                        if best.is_none_or(|(_, w)| worst < w) {
+                            best = Some((k + 1, worst));
+                        }
+                    }
+                }
+                if let Some((k, _)) = best {
+                    return vec![Content::Leaf(items.split_off(k))];
+                }
+                // Greedy: as many leaves as it takes.
+                let all = std::mem::take(items);
+                let mut groups: Vec<Vec<(Key, Vec<u8>)>> = vec![Vec::new()];
+                let mut used = 0;
+                for (it, s) in all.into_iter().zip(sizes) {
+                    if used + s > cap && !groups.last().unwrap().is_empty() {
+                        groups.push(Vec::new());
+                        used = 0;
+                    }
+                    used += s;
+                    groups.last_mut().unwrap().push(it);
+                }
+                let mut rest = groups.into_iter();
+                *items = rest.next().unwrap();
+                rest.map(Content::Leaf).collect()
+            }
+        }
+    }
+
+    /// After the block at `level` of `path` lost items: removes it when
+    /// empty, merges it with a sibling when under a quarter full, keeps
+    /// parent keys right, and lets a root node with one child go.
+    fn after_shrink(&mut self, tree: u64, path: &mut Path, level: usize) -> Result<()> {
+        let (b, _) = path[level];
+        let is_root = level + 1 == path.len();
+        let n = self.buf(b).nritems();
+        if is_root {
+            if level > 0 && n == 1 {
+                let child = self.buf(b).ptrs()[0];
+                self.free_tree_block(b, tree, level as u8);
+                path.pop();
+                self.set_root(tree, child.blockptr, level as u8 - 1, child.generation);
+            }
+            return Ok(());
+        }
+        let (parent, pslot) = path[level + 1];
+        if n == 0 {
+            self.free_tree_block(b, tree, level as u8);
+            self.buf_mut(parent).ptrs_mut().remove(pslot);
+            if pslot == 0 && self.buf(parent).nritems() > 0 {
+                self.fixup_keys(path, level + 1);
+            }
+            return self.after_shrink(tree, path, level + 1);
+        }
+        self.fixup_keys(path, level);
+        if !self.underfull(b) {
+            return Ok(());
+        }
+        let np = self.buf(parent).nritems();
+        // Merge with the left sibling (this block's content appended to
+        // it), else pull the right sibling into this block.
+        let (into, from, from_slot) = if pslot > 0 {
+            let left = self.cow_child(tree, parent, pslot - 1)?;
+            (left, b, pslot)
+        } else if pslot + 1 < np {
+            let right = self.cow_child(tree, parent, pslot + 1)?;
+            (b, right, pslot + 1)
+        } else {
+            return Ok(());
+        };
+        if self.buf(into).used() + self.buf(from).used() > buf::capacity(self.nodesize()) {
+            return Ok(());
+        }
+        let moved = std::mem::replace(&mut self.buf_mut(from).content, Content::Leaf(Vec::new()));
+        match (&mut self.buf_mut(into).content, moved) {
+            (Content::Leaf(a), Content::Leaf(m)) => a.extend(m),
+            (Content::Node(a), Content::Node(m)) => a.extend(m),
+            _ => unreachable!("siblings at one level"),
+        }
+        self.free_tree_block(from, tree, level as u8);
+        self.buf_mut(parent).ptrs_mut().remove(from_slot);
+        path[level + 1].1 = from_slot - 1;
+        self.after_shrink(tree, path, level + 1)
+    }
+
+    fn underfull(&self, b: u64) -> bool {
+        let eb = self.buf(b);
+        eb.used() < buf::capacity(self.nodesize()) / 4
+    }
+
+    /// Copies child `slot` of the (changed) node `parent` into the
+    /// transaction; returns its address.
+    fn cow_child(&mut self, tree: u64, parent: u64, slot: usize) -> Result<u64> {
+        let eb = self.buf(parent);
+        let p = eb.ptrs()[slot];
+        let level = eb.level;
+        self.cow(
+            tree,
+            p.blockptr,
+            expect_child(&p, level),
+            Some((parent, slot)),
+        )
+    }
+}

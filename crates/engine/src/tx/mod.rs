@@ -1,0 +1,288 @@
+//! Transactions: the write side of the engine, as the kernel's
+//! transaction.c, ctree.c (changes), extent-tree.c and free-space-tree.c.
+//!
+//! A [`Trans`] holds every tree block changed since the last commit,
+//! decoded ([`ExtentBuffer`]), at addresses never reached by the committed
+//! superblock (copy-on-write). Extent references are recorded as
+//! delayed refs and applied to the extent tree at commit, together with
+//! block group usage and the free-space tree, until nothing changes.
+//! Commit writes the blocks, flushes, writes the superblock on every copy
+//! of every device, and flushes again: until then the image on disk is the
+//! old one, whole.
+//!
+//! * [`ctree`]: search, insert, delete and resize items, with COW, split
+//!   and merge;
+//! * [`delayed_ref`]: reference changes and the extent tree;
+//! * [`free_space_tree`]: the free-space tree of changed block groups;
+//! * [`commit`]: the commit itself, superblocks and backup roots;
+//! * [`open`]: opening a committed image for writing.
+
+pub mod commit;
+pub mod ctree;
+pub mod delayed_ref;
+pub mod free_space_tree;
+pub mod open;
+pub mod volumes;
+
+use crate::alloc::{Allocator, SpaceKind};
+use crate::disk_io::FsInfo;
+use crate::error::{Error, Result};
+use crate::tree::block::BlockExpect;
+use crate::tree::buf::{ExtentBuffer, HEADER_FLAG_RELOC};
+use delayed_ref::{Backref, DelayedRefs};
+use std::collections::{BTreeMap, HashMap};
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{ChunkItem, DevItem, RootItem};
+use ubtrfs_format::Key;
+
+/// A tree as the transaction knows it: where its root is now.
+#[derive(Debug, Clone)]
+pub struct Root {
+    pub id: u64,
+    pub bytenr: u64,
+    pub level: u8,
+    /// The ROOT_ITEM (for the root and chunk trees, whose roots live in
+    /// the superblock, a default one that is never written).
+    pub item: RootItem,
+    /// The root moved or the item changed: the ROOT_ITEM needs writing.
+    pub dirty: bool,
+}
+
+/// An open transaction on a filesystem opened for writing.
+pub struct Trans {
+    /// The committed filesystem: devices (writable), chunk map, verified
+    /// reads of committed blocks, and the superblock being built.
+    pub info: FsInfo,
+    pub transid: u64,
+    /// Blocks changed or made in this transaction, by address.
+    bufs: HashMap<u64, ExtentBuffer>,
+    /// Trees loaded or changed in this transaction.
+    roots: BTreeMap<u64, Root>,
+    pub alloc: Allocator,
+    refs: DelayedRefs,
+    /// The fsid tree blocks carry (metadata_uuid when set).
+    fsid: [u8; 16],
+    chunk_tree_uuid: [u8; 16],
+    /// DEV_ITEMs by devid, as of this transaction.
+    dev_items: BTreeMap<u64, DevItem>,
+    /// Device space given to chunks.
+    dev_space: volumes::DevSpace,
+    /// Chunks made in this transaction whose items are still to write.
+    pending_chunks: Vec<(u64, ChunkItem)>,
+    /// Profile bits of new chunks, by [`SpaceKind`].
+    profiles: [u64; 3],
+}
+
+impl Trans {
+    pub fn nodesize(&self) -> u32 {
+        self.info.nodesize
+    }
+
+    pub fn sectorsize(&self) -> u32 {
+        self.info.sectorsize
+    }
+
+    /// The tree `id`, loading its ROOT_ITEM from the root tree the first
+    /// time; NotFound when there is none.
+    pub fn root(&mut self, id: u64) -> Result<&Root> {
+        if !self.roots.contains_key(&id) {
+            let key = Key::new(id, ROOT_ITEM, 0);
+            let (k, data) = self
+                .search_first(ROOT_TREE_OBJECTID, &key)?
+                .filter(|(k, _)| k.objectid == id && k.item_type == ROOT_ITEM)
+                .ok_or_else(|| Error::NotFound(format!("tree {id}: no ROOT_ITEM")))?;
+            let item = RootItem::parse(&data)
+                .map_err(|e| Error::format(format!("root tree key {k}"), e))?;
+            self.roots.insert(
+                id,
+                Root {
+                    id,
+                    bytenr: item.bytenr,
+                    level: item.level,
+                    item,
+                    dirty: false,
+                },
+            );
+        }
+        Ok(&self.roots[&id])
+    }
+
+    /// The ROOT_ITEM of tree `id`, to change; it is written at commit.
+    pub fn root_item_mut(&mut self, id: u64) -> Result<&mut RootItem> {
+        self.root(id)?;
+        let r = self.roots.get_mut(&id).unwrap();
+        r.dirty = true;
+        Ok(&mut r.item)
+    }
+
+    /// Whether tree `id` exists.
+    pub fn has_tree(&mut self, id: u64) -> Result<bool> {
+        match self.root(id) {
+            Ok(_) => Ok(true),
+            Err(Error::NotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes tree `id` with an empty leaf as root and `item` as its
+    /// ROOT_ITEM (bytenr, level and generation are filled in at commit).
+    pub fn create_tree(&mut self, id: u64, mut item: RootItem) -> Result<()> {
+        if id != ROOT_TREE_OBJECTID && id != CHUNK_TREE_OBJECTID && self.has_tree(id)? {
+            return Err(Error::Invalid(format!("tree {id} exists")));
+        }
+        let bytenr = self.alloc_tree_block(id, 0, None)?;
+        item.generation = self.transid;
+        self.roots.insert(
+            id,
+            Root {
+                id,
+                bytenr,
+                level: 0,
+                item,
+                dirty: true,
+            },
+        );
+        Ok(())
+    }
+
+    /// Ids of the trees changed in this transaction.
+    pub fn dirty_roots(&self) -> Vec<u64> {
+        self.roots
+            .values()
+            .filter(|r| r.dirty)
+            .map(|r| r.id)
+            .collect()
+    }
+
+    fn set_root(&mut self, id: u64, bytenr: u64, level: u8, generation: u64) {
+        let r = self.roots.get_mut(&id).expect("root loaded before change");
+        r.bytenr = bytenr;
+        r.level = level;
+        r.item.generation = generation;
+        r.dirty = true;
+    }
+
+    /// The block at `bytenr`: this transaction's copy, or the committed
+    /// one read and verified against what its parent pointer promised.
+    fn load(&self, bytenr: u64, expect: BlockExpect) -> Result<std::borrow::Cow<'_, ExtentBuffer>> {
+        if let Some(b) = self.bufs.get(&bytenr) {
+            return Ok(std::borrow::Cow::Borrowed(b));
+        }
+        let tb = self.info.read_tree_block(bytenr, expect)?;
+        let h = tb.header;
+        Ok(std::borrow::Cow::Owned(ExtentBuffer::decode(
+            tb.node(),
+            bytenr,
+            h.generation,
+            h.owner,
+            h.flags,
+        )))
+    }
+
+    fn buf(&self, bytenr: u64) -> &ExtentBuffer {
+        &self.bufs[&bytenr]
+    }
+
+    fn buf_mut(&mut self, bytenr: u64) -> &mut ExtentBuffer {
+        self.bufs
+            .get_mut(&bytenr)
+            .expect("block changed in this transaction")
+    }
+
+    /// Allocates a new tree block for tree `owner` at `level`, empty, and
+    /// records its reference. `near`: not used yet (allocation is in
+    /// address order).
+    fn alloc_tree_block(&mut self, owner: u64, level: u8, _near: Option<u64>) -> Result<u64> {
+        let ns = self.nodesize() as u64;
+        let kind = if owner == CHUNK_TREE_OBJECTID {
+            SpaceKind::System
+        } else {
+            SpaceKind::Metadata
+        };
+        let bytenr = match self.alloc.alloc(kind, ns, ns) {
+            Some(b) => b,
+            None => {
+                self.grow(kind)?;
+                self.alloc.alloc(kind, ns, ns).ok_or_else(|| {
+                    Error::NoSpace(format!(
+                        "no {kind:?} space for a tree block of tree {owner}"
+                    ))
+                })?
+            }
+        };
+        let mut eb = ExtentBuffer::new_leaf(bytenr, self.transid, owner);
+        eb.level = level;
+        if level > 0 {
+            eb.content = crate::tree::buf::Content::Node(Vec::new());
+        }
+        self.bufs.insert(bytenr, eb);
+        self.refs
+            .add_tree_block(bytenr, ns, level, Backref::Tree { root: owner }, 1, true);
+        Ok(bytenr)
+    }
+
+    /// Frees tree block `bytenr` of tree `owner`: at once when it was made
+    /// in this transaction, else at commit (pinned until then).
+    fn free_tree_block(&mut self, bytenr: u64, owner: u64, level: u8) {
+        let ns = self.nodesize() as u64;
+        self.bufs.remove(&bytenr);
+        self.refs
+            .add_tree_block(bytenr, ns, level, Backref::Tree { root: owner }, -1, false);
+    }
+
+    /// Makes the block at `bytenr` (child `slot` of `parent`, or the root
+    /// of `tree` when `parent` is None) writable in this transaction,
+    /// copying it to a new address if it was committed. Returns its
+    /// address now.
+    fn cow(
+        &mut self,
+        tree: u64,
+        bytenr: u64,
+        expect: BlockExpect,
+        parent: Option<(u64, usize)>,
+    ) -> Result<u64> {
+        if self.bufs.contains_key(&bytenr) {
+            return Ok(bytenr);
+        }
+        let old = self.load(bytenr, expect)?.into_owned();
+        if old.flags & HEADER_FLAG_RELOC != 0
+            || old.owner != tree
+            || self.may_be_shared(tree, &old)?
+        {
+            return Err(Error::Unsupported(format!(
+                "tree {tree}: block {bytenr} may be shared with a snapshot; changing shared blocks is not implemented yet"
+            )));
+        }
+        let new = self.alloc_tree_block(tree, old.level, Some(bytenr))?;
+        let mut eb = old;
+        let level = eb.level;
+        eb.bytenr = new;
+        eb.generation = self.transid;
+        eb.owner = tree;
+        self.bufs.insert(new, eb);
+        self.free_tree_block(bytenr, tree, level);
+        match parent {
+            Some((p, slot)) => {
+                let gen = self.transid;
+                let ptr = &mut self.buf_mut(p).ptrs_mut()[slot];
+                ptr.blockptr = new;
+                ptr.generation = gen;
+            }
+            None => self.set_root(tree, new, level, self.transid),
+        }
+        Ok(new)
+    }
+
+    /// Whether a committed block of a subvolume tree may also be reached
+    /// from a snapshot (the kernel's btrfs_block_can_be_shared).
+    fn may_be_shared(&mut self, tree: u64, b: &ExtentBuffer) -> Result<bool> {
+        let subvol = tree == FS_TREE_OBJECTID
+            || (FIRST_FREE_OBJECTID..=LAST_FREE_OBJECTID).contains(&tree)
+            || tree == DATA_RELOC_TREE_OBJECTID;
+        if !subvol {
+            return Ok(false);
+        }
+        let last_snapshot = self.root(tree)?.item.last_snapshot;
+        Ok(b.generation <= last_snapshot)
+    }
+}

@@ -1,0 +1,291 @@
+//! New chunks (the kernel's volumes.c, btrfs_create_chunk): device space
+//! for the stripes of a profile, a logical range after the last chunk, a
+//! new block group. The chunk is usable at once; its items (CHUNK_ITEM,
+//! DEV_EXTENTs, the devices' bytes_used, the superblock's system chunk
+//! array) are written at commit, as the kernel does in its second phase,
+//! so that a chunk made while a tree is being changed never changes that
+//! tree under the change.
+
+use super::Trans;
+use crate::alloc::{BlockGroup, SpaceKind};
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{ChunkItem, DevExtent, Stripe};
+use ubtrfs_format::Key;
+
+/// Stripe length of every chunk (BTRFS_STRIPE_LEN).
+pub const STRIPE_LEN: u64 = 64 << 10;
+/// Device space below this is never allocated (superblock, boot loaders).
+pub const DEV_RESERVED: u64 = 1 << 20;
+
+/// Device space already given to chunks: (devid, physical) -> length.
+#[derive(Debug, Default, Clone)]
+pub struct DevSpace {
+    pub extents: BTreeMap<(u64, u64), u64>,
+}
+
+impl DevSpace {
+    /// Holes on device `devid` of `size` bytes, in address order.
+    fn holes(&self, devid: u64, size: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut at = DEV_RESERVED;
+        for (&(_, start), &len) in self.extents.range((devid, 0)..=(devid, u64::MAX)) {
+            if start > at {
+                out.push((at, start - at));
+            }
+            at = at.max(start + len);
+        }
+        if size > at {
+            out.push((at, size - at));
+        }
+        out
+    }
+
+    /// Largest hole of a device.
+    fn largest(&self, devid: u64, size: u64) -> u64 {
+        self.holes(devid, size)
+            .iter()
+            .map(|h| h.1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// First hole of `len` bytes (aligned to 1 MiB as the kernel's
+    /// allocator aligns stripes).
+    fn find(&self, devid: u64, size: u64, len: u64) -> Option<u64> {
+        self.holes(devid, size).into_iter().find_map(|(s, l)| {
+            let a = s.next_multiple_of(DEV_RESERVED);
+            (a + len <= s + l).then_some(a)
+        })
+    }
+}
+
+/// How a profile lays out stripes: (copies, minimum devices, stripes per
+/// device for DUP, sub-stripes).
+struct Layout {
+    /// Devices used (0: all that have room).
+    devs: usize,
+    min_devs: usize,
+    dup: bool,
+    sub_stripes: u16,
+    /// Copies of each byte.
+    copies: u64,
+}
+
+fn layout(profile: u64) -> Result<Layout> {
+    let l = |devs, min_devs, dup, sub_stripes, copies| Layout {
+        devs,
+        min_devs,
+        dup,
+        sub_stripes,
+        copies,
+    };
+    Ok(match profile & BG_PROFILE_MASK {
+        0 => l(1, 1, false, 1, 1),
+        BG_DUP => l(1, 1, true, 1, 2),
+        BG_RAID0 => l(0, 1, false, 1, 1),
+        BG_RAID1 => l(2, 2, false, 1, 2),
+        BG_RAID1C3 => l(3, 3, false, 1, 3),
+        BG_RAID1C4 => l(4, 4, false, 1, 4),
+        BG_RAID10 => l(0, 2, false, 2, 2),
+        _ => {
+            return Err(Error::Unsupported(format!(
+                "writing {} block groups",
+                ubtrfs_format::items::profile_name(profile)
+            )))
+        }
+    })
+}
+
+impl Trans {
+    /// Profile bits for new chunks of `kind`.
+    pub fn set_profile(&mut self, kind: SpaceKind, profile: u64) {
+        self.profiles[kind as usize] = profile & BG_PROFILE_MASK;
+    }
+
+    /// Adds a chunk of `kind` with about `size` bytes of logical space
+    /// (less when the devices have less room). Returns its logical start.
+    pub fn add_chunk(&mut self, kind: SpaceKind, size: u64) -> Result<u64> {
+        let profile = self.profiles[kind as usize];
+        let lay = layout(profile)?;
+        let sizes: Vec<(u64, u64)> = self
+            .info
+            .devices
+            .values()
+            .map(|d| (d.devid, d.size))
+            .collect();
+        // Devices by free room, most first (the kernel sorts likewise).
+        let mut cands: Vec<(u64, u64, u64)> = sizes
+            .iter()
+            .map(|&(id, sz)| (self.dev_space.largest(id, sz), id, sz))
+            .filter(|&(room, _, _)| room >= DEV_RESERVED)
+            .collect();
+        cands.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut ndevs = if lay.devs == 0 { cands.len() } else { lay.devs };
+        if lay.sub_stripes == 2 {
+            ndevs -= ndevs % 2;
+        }
+        if ndevs < lay.min_devs || cands.len() < ndevs {
+            return Err(Error::NoSpace(format!(
+                "no device room for a new {kind:?} chunk ({} needs {} devices with free space, {} have)",
+                ubtrfs_format::items::profile_name(profile | kind.bg_flag()),
+                lay.min_devs.max(ndevs),
+                cands.len()
+            )));
+        }
+        let cands = &cands[..ndevs];
+        let per_dev_stripes: u64 = if lay.dup { 2 } else { 1 };
+        let num_stripes = ndevs as u64 * per_dev_stripes;
+        let data_stripes = (num_stripes / lay.copies).max(1);
+        // Stripe size: what the logical size asks, bounded by the room.
+        let room = cands.iter().map(|c| c.0).min().unwrap() / per_dev_stripes;
+        let want = size.div_ceil(data_stripes).next_multiple_of(STRIPE_LEN);
+        let stripe_size = want.min(room / STRIPE_LEN * STRIPE_LEN);
+        if stripe_size < STRIPE_LEN {
+            return Err(Error::NoSpace(format!(
+                "no device room for a new {kind:?} chunk"
+            )));
+        }
+        let mut stripes = Vec::new();
+        for &(_, devid, dsz) in cands {
+            for _ in 0..per_dev_stripes {
+                let at = self
+                    .dev_space
+                    .find(devid, dsz, stripe_size)
+                    .ok_or_else(|| {
+                        Error::NoSpace(format!("devid {devid}: no hole of {stripe_size} bytes"))
+                    })?;
+                self.dev_space.extents.insert((devid, at), stripe_size);
+                let uuid = self.dev_items[&devid].uuid;
+                stripes.push(Stripe {
+                    devid,
+                    offset: at,
+                    dev_uuid: uuid,
+                });
+                self.dev_items.get_mut(&devid).unwrap().bytes_used += stripe_size;
+            }
+        }
+        let length = stripe_size * data_stripes;
+        let logical = self
+            .alloc
+            .groups
+            .values()
+            .map(|g| g.end())
+            .max()
+            .unwrap_or(DEV_RESERVED)
+            .next_multiple_of(DEV_RESERVED);
+        let flags = kind.bg_flag() | profile;
+        let chunk = ChunkItem {
+            length,
+            owner: EXTENT_TREE_OBJECTID,
+            stripe_len: STRIPE_LEN,
+            chunk_type: flags,
+            io_align: STRIPE_LEN as u32,
+            io_width: STRIPE_LEN as u32,
+            sector_size: self.sectorsize(),
+            num_stripes: stripes.len() as u16,
+            sub_stripes: lay.sub_stripes,
+            stripes,
+        };
+        self.info.chunks.insert(logical, chunk.clone())?;
+        self.alloc
+            .groups
+            .insert(logical, BlockGroup::new(logical, length, flags));
+        self.pending_chunks.push((logical, chunk));
+        Ok(logical)
+    }
+
+    /// Makes room for `kind` when its block groups are full.
+    pub(crate) fn grow(&mut self, kind: SpaceKind) -> Result<()> {
+        let total: u64 = self.info.devices.values().map(|d| d.size).sum();
+        let size = match kind {
+            SpaceKind::Data => (1 << 30).min(total / 10),
+            SpaceKind::Metadata => (256 << 20).min(total / 10),
+            SpaceKind::System => (32 << 20).min(total / 10),
+        }
+        .max(16 << 20);
+        self.add_chunk(kind, size).map(|_| ())
+    }
+
+    /// Writes the items of chunks made in this transaction; returns
+    /// whether there were any.
+    pub(crate) fn write_pending_chunks(&mut self) -> Result<bool> {
+        let pending = std::mem::take(&mut self.pending_chunks);
+        if pending.is_empty() {
+            return Ok(false);
+        }
+        let mut sys_changed = false;
+        for (logical, chunk) in &pending {
+            let key = Key::new(FIRST_CHUNK_TREE_OBJECTID, CHUNK_ITEM, *logical);
+            self.insert_item(CHUNK_TREE_OBJECTID, key, chunk.to_bytes())?;
+            for s in &chunk.stripes {
+                let de = DevExtent {
+                    chunk_tree: CHUNK_TREE_OBJECTID,
+                    chunk_objectid: FIRST_CHUNK_TREE_OBJECTID,
+                    chunk_offset: *logical,
+                    length: self.dev_space.extents[&(s.devid, s.offset)],
+                    chunk_tree_uuid: self.chunk_tree_uuid,
+                };
+                self.insert_item(
+                    DEV_TREE_OBJECTID,
+                    Key::new(s.devid, DEV_EXTENT, s.offset),
+                    de.to_bytes(),
+                )?;
+            }
+            sys_changed |= chunk.chunk_type & BG_SYSTEM != 0;
+        }
+        for di in self.dev_items.values().cloned().collect::<Vec<_>>() {
+            self.put_item(
+                CHUNK_TREE_OBJECTID,
+                Key::new(DEV_ITEMS_OBJECTID, DEV_ITEM, di.devid),
+                di.to_bytes(),
+            )?;
+        }
+        if sys_changed {
+            let mut sys = self
+                .info
+                .sb
+                .sys_chunks()
+                .map_err(|e| Error::format("superblock sys_chunk_array", e))?;
+            for (logical, chunk) in pending
+                .iter()
+                .filter(|(_, c)| c.chunk_type & BG_SYSTEM != 0)
+            {
+                sys.push((
+                    Key::new(FIRST_CHUNK_TREE_OBJECTID, CHUNK_ITEM, *logical),
+                    chunk.clone(),
+                ));
+            }
+            sys.sort_by_key(|(k, _)| *k);
+            self.info
+                .sb
+                .set_sys_chunks(&sys)
+                .map_err(|e| Error::NoSpace(format!("system chunk array full: {e}")))?;
+        }
+        Ok(true)
+    }
+
+    /// Device extents from the dev tree (opening a committed image).
+    pub(crate) fn load_dev_space(&mut self) -> Result<()> {
+        let mut ds = DevSpace::default();
+        self.scan(DEV_TREE_OBJECTID, &Key::MIN, |k, d| {
+            if k.item_type == DEV_EXTENT {
+                if let Ok(de) = DevExtent::parse(d) {
+                    ds.extents.insert((k.objectid, k.offset), de.length);
+                }
+            }
+            true
+        })?;
+        self.dev_space = ds;
+        // New chunks follow the profiles already in use.
+        for g in self.alloc.groups.values() {
+            for kind in [SpaceKind::Data, SpaceKind::Metadata, SpaceKind::System] {
+                if g.flags & kind.bg_flag() != 0 {
+                    self.profiles[kind as usize] = g.flags & BG_PROFILE_MASK;
+                }
+            }
+        }
+        Ok(())
+    }
+}
