@@ -51,6 +51,9 @@ pub struct MkfsArgs {
     /// Size of the filesystem on each device (an image file is grown to it).
     #[arg(short = 'b', long = "byte-count", value_parser = parse_size)]
     byte_count: Option<u64>,
+    /// Fill the top-level subvolume from this directory (no root needed).
+    #[arg(short = 'r', long = "rootdir", value_name = "DIR")]
+    rootdir: Option<PathBuf>,
     /// Print a summary as JSON.
     #[arg(long)]
     json: bool,
@@ -249,13 +252,43 @@ fn open_target(
     Ok(Arc::new(dev))
 }
 
+/// A spinner with counts on stderr when it is a terminal.
+fn spinner(quiet: bool) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    if quiet || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let b = indicatif::ProgressBar::new_spinner();
+    b.enable_steady_tick(std::time::Duration::from_millis(200));
+    Some(b)
+}
+
 pub fn run(a: MkfsArgs) -> CmdResult {
     let o = options(&a)?;
     let mut devs = Vec::new();
     for p in &a.devices {
         devs.push((p.clone(), open_target(p, a.byte_count, a.force)?));
     }
-    let t = mkfs::make(devs, &o)?;
+    let mut t = mkfs::build(devs, &o)?;
+    let mut stats = None;
+    if let Some(dir) = &a.rootdir {
+        let ro = mkfs::rootdir::RootdirOptions {
+            dir: dir.clone(),
+            clamp_time: std::env::var_os("SOURCE_DATE_EPOCH").map(|_| o.time),
+            now: o.time,
+        };
+        let bar = spinner(a.quiet);
+        let mut tick = |s: &mkfs::rootdir::Stats| {
+            if let Some(b) = &bar {
+                b.set_message(format!("{} inodes, {} MiB", s.inodes, s.data_bytes >> 20));
+            }
+        };
+        stats = Some(mkfs::rootdir::populate(&mut t, &ro, &mut tick)?);
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+    }
+    t.commit()?;
     let sb = &t.info.sb;
     let fsid = ubtrfs_format::bytes::format_uuid(&sb.fsid);
     if a.json {
@@ -270,6 +303,8 @@ pub fn run(a: MkfsArgs) -> CmdResult {
                 "devices": a.devices,
                 "total_bytes": sb.total_bytes,
                 "generation": sb.generation,
+                "inodes": stats.map(|s| s.inodes),
+                "data_bytes": stats.map(|s| s.data_bytes),
             })
         );
     } else if !a.quiet {

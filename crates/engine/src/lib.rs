@@ -25,6 +25,7 @@ pub mod data;
 pub mod disk_io;
 pub mod error;
 pub mod fs;
+pub mod inode;
 pub mod io;
 pub mod mkfs;
 pub mod send;

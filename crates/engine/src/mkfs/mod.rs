@@ -1,11 +1,13 @@
 //! Making a filesystem (mkfs): the first chunks, the trees every btrfs
 //! has (root, chunk, extent, dev, fs, csum, uuid, free-space, data
 //! relocation), the top-level directory, and the first commit, all through
-//! the transaction engine.
+//! the transaction engine. [`rootdir`] fills it from a directory.
 //!
 //! With a fixed UUID and time the result is reproducible: every other
 //! identifier is derived from the fsid, allocation is in address order,
 //! and nothing depends on the clock or on randomness.
+
+pub mod rootdir;
 
 use crate::alloc::SpaceKind;
 use crate::error::{Error, Result};
@@ -157,6 +159,14 @@ pub fn top_dir_items(t: &mut Trans, tree: u64, dir: u64, inode: &InodeItem) -> R
 /// Makes an empty filesystem on `devices` (path, device) and commits it.
 /// Returns the writer, ready for the next transaction.
 pub fn make(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Result<Trans> {
+    let mut t = build(devices, o)?;
+    t.commit()?;
+    Ok(t)
+}
+
+/// Lays out an empty filesystem on `devices` in an open transaction, not
+/// yet committed (mkfs --rootdir fills it in the same transaction).
+pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Result<Trans> {
     if devices.is_empty() {
         return Err(Error::Invalid("no device given".into()));
     }
@@ -288,6 +298,5 @@ pub fn make(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Resu
     let mut v = Vec::new();
     encode_uuid_item(&[FS_TREE_OBJECTID], &mut v);
     t.insert_item(UUID_TREE_OBJECTID, uuid_key(&fs_uuid, UUID_KEY_SUBVOL), v)?;
-    t.commit()?;
     Ok(t)
 }

@@ -41,7 +41,8 @@ impl Trans {
     /// changes.
     fn settle(&mut self) -> Result<()> {
         for _ in 0..MAX_PASSES {
-            let mut changed = self.write_pending_chunks()?;
+            let mut changed = self.flush_csums()?;
+            changed |= self.write_pending_chunks()?;
             changed |= self.run_delayed_refs()?;
             changed |= self.update_block_group_items()?;
             changed |= self.update_free_space_tree()?;

@@ -71,6 +71,8 @@ pub struct Trans {
     pending_chunks: Vec<(u64, ChunkItem)>,
     /// Profile bits of new chunks, by [`SpaceKind`].
     profiles: [u64; 3],
+    /// Data checksums not yet in the csum tree.
+    pub(crate) csum_run: crate::inode::file_item::CsumRun,
 }
 
 impl Trans {
@@ -143,6 +145,12 @@ impl Trans {
             },
         );
         Ok(())
+    }
+
+    /// How many tree blocks this transaction holds changed (writers
+    /// commit when it grows, to bound memory).
+    pub fn dirty_blocks(&self) -> usize {
+        self.bufs.len()
     }
 
     /// Ids of the trees changed in this transaction.

@@ -126,6 +126,7 @@ impl Trans {
             dev_space: Default::default(),
             pending_chunks: Vec::new(),
             profiles: [0; 3],
+            csum_run: Default::default(),
             info,
         };
         t.load_chunk_state()?;
@@ -238,6 +239,7 @@ impl Trans {
             dev_space: Default::default(),
             pending_chunks: Vec::new(),
             profiles: [0; 3],
+            csum_run: Default::default(),
             info: FsInfo::new(sb, devs, 64 << 20),
         })
     }
