@@ -225,11 +225,10 @@ impl Walker<'_> {
             names.push(e.map_err(|e| io_err(src, "read directory", e))?.file_name());
         }
         names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-        let mut index = 2u64;
-        for name in names {
+        // Dir indexes start at 2, as the kernel numbers them.
+        for (index, name) in (2u64..).zip(names) {
             let path = src.join(&name);
             self.add_entry(&path, name.as_os_str(), dir, index)?;
-            index += 1;
             if self.t.dirty_blocks() > COMMIT_BLOCKS {
                 self.t.commit()?;
             }
