@@ -29,6 +29,7 @@ pub mod inode;
 pub mod io;
 pub mod mkfs;
 pub mod send;
+pub mod subvol;
 pub mod tools;
 pub mod tree;
 pub mod tx;

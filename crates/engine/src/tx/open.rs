@@ -43,6 +43,7 @@ fn root_of_super(id: u64, bytenr: u64, level: u8, generation: u64) -> Root {
             ..Default::default()
         },
         dirty: false,
+        key_offset: 0,
     }
 }
 
