@@ -29,6 +29,6 @@ pub mod send;
 pub mod tools;
 pub mod tree;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result, ResultExt};
 pub use fs::file::{FileHandle, MapRange, RangeKind};
 pub use fs::{DirEntryInfo, Filesystem, InodeId, OpenOptions, Stat, Subvolume};

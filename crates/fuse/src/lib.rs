@@ -390,18 +390,13 @@ impl Inner {
     /// The errno for an engine error; damage and I/O errors are logged with
     /// the path of the inode.
     fn errno(&self, e: &Error, id: InodeId, op: &str) -> Errno {
-        match e {
-            Error::NotFound(_) => Errno::ENOENT,
-            Error::Invalid(_) => Errno::EINVAL,
-            Error::Unsupported(_) => {
-                logging::error(&format!("{}: {op}: {e}", self.describe(id)));
-                Errno::EOPNOTSUPP
-            }
-            Error::Io { .. } | Error::Format { .. } | Error::Corrupt { .. } => {
-                logging::error(&format!("{}: {op}: I/O error: {e}", self.describe(id)));
-                Errno::EIO
-            }
+        let kind = e.kind();
+        if kind == ubtrfs_engine::ErrorKind::Unsupported {
+            logging::error(&format!("{}: {op}: {e}", self.describe(id)));
+        } else if kind.is_failure() {
+            logging::error(&format!("{}: {op}: I/O error: {e}", self.describe(id)));
         }
+        Errno::from_i32(e.errno())
     }
 
     /// Logs what the engine worked around (bad copies it read past).
