@@ -313,6 +313,9 @@ pub fn extract(a: ExtractArgs) -> CmdResult {
         "extracted {} files, {} directories, {} other; {} bytes of data",
         report.files, report.dirs, report.others, report.bytes
     );
+    if let Some(w) = report.skipped_xattrs_summary() {
+        eprintln!("ubtrfs: warning: {w}");
+    }
     if report.errors.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {

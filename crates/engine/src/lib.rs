@@ -34,6 +34,6 @@ pub mod tools;
 pub mod tree;
 pub mod tx;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result, ResultExt};
 pub use fs::file::{FileHandle, MapRange, RangeKind};
 pub use fs::{DirEntryInfo, Filesystem, InodeId, OpenOptions, Stat, Subvolume};

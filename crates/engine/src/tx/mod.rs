@@ -19,6 +19,7 @@
 
 pub mod commit;
 pub mod cow;
+pub mod csum_tree;
 pub mod ctree;
 pub mod delayed_ref;
 pub mod free_space_tree;
@@ -76,7 +77,7 @@ pub struct Trans {
     /// Profile bits of new chunks, by [`SpaceKind`].
     profiles: [u64; 3],
     /// Data checksums not yet in the csum tree.
-    pub(crate) csum_run: crate::inode::file_item::CsumRun,
+    pub(crate) csum_run: csum_tree::CsumRun,
 }
 
 impl Trans {
