@@ -54,6 +54,18 @@ pub struct MkfsArgs {
     /// Fill the top-level subvolume from this directory (no root needed).
     #[arg(short = 'r', long = "rootdir", value_name = "DIR")]
     rootdir: Option<PathBuf>,
+    /// Make SUBDIR of the rootdir a subvolume: [rw|ro|default|default-ro:]SUBDIR
+    /// (repeatable; "./" escapes a colon in the name).
+    #[arg(short = 'u', long = "subvol", value_name = "[TYPE:]SUBDIR")]
+    subvol: Vec<String>,
+    /// Inode flags for a path of the rootdir: FLAGS:PATH, FLAGS from
+    /// nodatacow,nodatasum (inherited below a directory; repeatable).
+    #[arg(long = "inode-flags", value_name = "FLAGS:PATH")]
+    inode_flags: Vec<String>,
+    /// Compress file data: zlib, lzo, zstd, with an optional :LEVEL
+    /// (zlib 1-9, zstd 1-15; default 3).
+    #[arg(long, value_name = "ALGO[:LEVEL]")]
+    compress: Option<String>,
     /// Print a summary as JSON.
     #[arg(long)]
     json: bool,
@@ -140,6 +152,73 @@ fn mkfs_time() -> Result<Timespec, String> {
         sec: d.as_secs() as i64,
         nsec: d.subsec_nanos(),
     })
+}
+
+/// `[TYPE:]SUBDIR` of --subvol.
+fn parse_subvol(s: &str) -> Result<(PathBuf, mkfs::rootdir::SubvolKind), String> {
+    use mkfs::rootdir::SubvolKind::*;
+    let (kind, path) = match s.split_once(':') {
+        Some(("rw", p)) => (Rw, p),
+        Some(("ro", p)) => (Ro, p),
+        Some(("default", p)) => (Default, p),
+        Some(("default-ro", p)) => (DefaultRo, p),
+        Some((t, _)) if !s.starts_with("./") => {
+            return Err(format!("--subvol {s:?}: unknown type {t:?}"))
+        }
+        _ => (Rw, s),
+    };
+    let p = PathBuf::from(path.trim_start_matches("./").trim_end_matches('/'));
+    if p.as_os_str().is_empty() || p.is_absolute() || p.components().any(|c| c.as_os_str() == "..")
+    {
+        return Err(format!("--subvol {s:?}: a directory below the rootdir"));
+    }
+    Ok((p, kind))
+}
+
+/// `FLAGS:PATH` of --inode-flags.
+fn parse_inode_flags(s: &str) -> Result<(PathBuf, u64), String> {
+    let (flags, path) = s
+        .split_once(':')
+        .ok_or_else(|| format!("--inode-flags {s:?}: FLAGS:PATH"))?;
+    let mut f = 0;
+    for fl in flags.split(',') {
+        f |= match fl {
+            "nodatacow" => mkfs::rootdir::INODE_NODATACOW,
+            "nodatasum" => mkfs::rootdir::INODE_NODATASUM,
+            _ => return Err(format!("--inode-flags {s:?}: unknown flag {fl:?}")),
+        };
+    }
+    let p = PathBuf::from(path.trim_start_matches("./").trim_end_matches('/'));
+    if p.is_absolute() || p.components().any(|c| c.as_os_str() == "..") {
+        return Err(format!("--inode-flags {s:?}: a path below the rootdir"));
+    }
+    Ok((p, f))
+}
+
+/// `ALGO[:LEVEL]` of --compress.
+fn parse_compress(s: &str) -> Result<(u8, i32), String> {
+    let (algo, level) = match s.split_once(':') {
+        Some((a, l)) => (
+            a,
+            Some(
+                l.parse::<i32>()
+                    .map_err(|_| format!("--compress {s:?}: bad level"))?,
+            ),
+        ),
+        None => (s, None),
+    };
+    let (code, max) = match algo {
+        "zlib" => (COMPRESS_ZLIB, 9),
+        "lzo" => (COMPRESS_LZO, 1),
+        "zstd" => (COMPRESS_ZSTD, 15),
+        "no" | "none" => return Err("--compress none: leave the option out".into()),
+        _ => return Err(format!("--compress {s:?}: zlib, lzo or zstd")),
+    };
+    let level = level.unwrap_or(3).min(max);
+    if level < 1 && code != COMPRESS_LZO {
+        return Err(format!("--compress {s:?}: level from 1 to {max}"));
+    }
+    Ok((code, level))
 }
 
 fn options(a: &MkfsArgs) -> Result<MkfsOptions, String> {
@@ -265,6 +344,11 @@ fn spinner(quiet: bool) -> Option<indicatif::ProgressBar> {
 
 pub fn run(a: MkfsArgs) -> CmdResult {
     let o = options(&a)?;
+    if a.rootdir.is_none()
+        && (!a.subvol.is_empty() || !a.inode_flags.is_empty() || a.compress.is_some())
+    {
+        return Err("--subvol, --inode-flags and --compress need --rootdir".into());
+    }
     let mut devs = Vec::new();
     for p in &a.devices {
         devs.push((p.clone(), open_target(p, a.byte_count, a.force)?));
@@ -274,6 +358,18 @@ pub fn run(a: MkfsArgs) -> CmdResult {
     if let Some(dir) = &a.rootdir {
         let ro = mkfs::rootdir::RootdirOptions {
             dir: dir.clone(),
+            subvols: a
+                .subvol
+                .iter()
+                .map(|s| parse_subvol(s))
+                .collect::<Result<_, _>>()?,
+            inode_flags: a
+                .inode_flags
+                .iter()
+                .map(|s| parse_inode_flags(s))
+                .collect::<Result<_, _>>()?,
+            compress: a.compress.as_deref().map(parse_compress).transpose()?,
+            uuid_seed: o.fsid,
             clamp_time: std::env::var_os("SOURCE_DATE_EPOCH").map(|_| o.time),
             now: o.time,
         };

@@ -63,5 +63,4 @@ impl Trans {
         }
         Ok(true)
     }
-
 }
