@@ -66,6 +66,9 @@ pub struct MkfsArgs {
     /// (zlib 1-9, zstd 1-15; default 3).
     #[arg(long, value_name = "ALGO[:LEVEL]")]
     compress: Option<String>,
+    /// With --rootdir: shrink the image file to the end of its last chunk.
+    #[arg(long)]
+    shrink: bool,
     /// Print a summary as JSON.
     #[arg(long)]
     json: bool,
@@ -293,6 +296,33 @@ fn options(a: &MkfsArgs) -> Result<MkfsOptions, String> {
     Ok(o)
 }
 
+/// Room for the files under `dir` (allocated bytes, so sparse files count
+/// what they hold) with metadata and chunk slack: the size mkfs gives a
+/// new image file for --rootdir when -b is not given.
+fn estimate_size(dir: &std::path::Path) -> Result<u64, String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0u64;
+    let mut entries = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let rd = std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        for e in rd {
+            let e = e.map_err(|e| format!("{}: {e}", d.display()))?;
+            let m = e
+                .path()
+                .symlink_metadata()
+                .map_err(|x| format!("{}: {x}", e.path().display()))?;
+            entries += 1;
+            total += (m.blocks() * 512).min(m.len().next_multiple_of(4096));
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    // Data, 2 KiB of (DUP) metadata per entry, and room for chunks.
+    Ok(total + total / 8 + entries * 2048 + (256 << 20))
+}
+
 /// Opens (or creates, for an image file) a target device, growing an
 /// image file to `size` when given.
 fn open_target(
@@ -349,9 +379,20 @@ pub fn run(a: MkfsArgs) -> CmdResult {
     {
         return Err("--subvol, --inode-flags and --compress need --rootdir".into());
     }
+    if a.shrink && (a.rootdir.is_none() || a.devices.len() != 1) {
+        return Err("--shrink needs --rootdir and one device".into());
+    }
+    let mut o = o;
+    o.small_chunks = a.shrink;
+    // A new image file for a rootdir is sized from the source when no
+    // size is given.
+    let size = match (a.byte_count, &a.rootdir) {
+        (None, Some(dir)) => Some(estimate_size(dir)?.max(mkfs::MIN_DEVICE_SIZE)),
+        (b, _) => b,
+    };
     let mut devs = Vec::new();
     for p in &a.devices {
-        devs.push((p.clone(), open_target(p, a.byte_count, a.force)?));
+        devs.push((p.clone(), open_target(p, size, a.force)?));
     }
     let mut t = mkfs::build(devs, &o)?;
     let mut stats = None;
@@ -385,6 +426,14 @@ pub fn run(a: MkfsArgs) -> CmdResult {
         }
     }
     t.commit()?;
+    if a.shrink {
+        let end = t.shrink_device(1)?;
+        t.commit()?;
+        let f = OpenOptions::new().write(true).open(&a.devices[0])?;
+        if f.metadata()?.is_file() {
+            f.set_len(end)?;
+        }
+    }
     let sb = &t.info.sb;
     let fsid = ubtrfs_format::bytes::format_uuid(&sb.fsid);
     if a.json {

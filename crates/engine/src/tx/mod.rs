@@ -76,6 +76,10 @@ pub struct Trans {
     pending_chunks: Vec<(u64, ChunkItem)>,
     /// Profile bits of new chunks, by [`SpaceKind`].
     profiles: [u64; 3],
+    /// Largest new chunk `grow` makes (mkfs --shrink keeps them small).
+    pub chunk_cap: Option<u64>,
+    /// Device items changed outside a new chunk (a shrunk device).
+    pub(crate) dev_items_dirty: bool,
     /// Data checksums not yet in the csum tree.
     pub(crate) csum_run: csum_tree::CsumRun,
 }

@@ -128,6 +128,8 @@ impl Trans {
             pending_chunks: Vec::new(),
             profiles: [0; 3],
             csum_run: Default::default(),
+            chunk_cap: None,
+            dev_items_dirty: false,
             info,
         };
         t.load_chunk_state()?;
@@ -241,6 +243,8 @@ impl Trans {
             pending_chunks: Vec::new(),
             profiles: [0; 3],
             csum_run: Default::default(),
+            chunk_cap: None,
+            dev_items_dirty: false,
             info: FsInfo::new(sb, devs, 64 << 20),
         })
     }
