@@ -36,3 +36,17 @@ fn second_transaction_cows_committed_blocks() {
     t.commit().unwrap();
     check_dev(m.clone()).unwrap();
 }
+
+/// A commit with nothing changed left the root tree's root block at the
+/// previous generation under a superblock of the new one: the image did
+/// not open ("generation 2 but parent expects 3").
+#[test]
+fn empty_commit_still_opens() {
+    let m = mkfs(4096);
+    let dev: Arc<dyn BlockDev> = m.clone();
+    let mut t = Trans::open_dev(vec![dev], 16 << 20).unwrap();
+    t.commit().unwrap();
+    check_dev(m.clone()).unwrap();
+    t.commit().unwrap();
+    check_dev(m.clone()).unwrap();
+}
