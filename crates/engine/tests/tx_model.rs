@@ -126,7 +126,7 @@ proptest! {
     fn fault_in_commit(
         ops in proptest::collection::vec(op_strategy(3, 4, 15), 1..150),
         commit in 0..6usize,
-        at in 0..200u64,
+        at in prop_oneof![0..16u64, 0..64u64, 0..200u64],
         small in any::<bool>(),
     ) {
         run(if small { 4096 } else { 16384 }, &ops, Some((commit, at)))

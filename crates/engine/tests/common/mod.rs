@@ -14,6 +14,7 @@ use std::sync::Arc;
 use ubtrfs_engine::fs::Filesystem;
 use ubtrfs_engine::io::dev::{BlockDev, MemDev};
 use ubtrfs_engine::io::device::Device;
+use ubtrfs_engine::io::fault::{Log, RecordDev};
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::tree::buf::max_item_data;
 use ubtrfs_engine::tree::ctree::for_each_item;
@@ -368,4 +369,64 @@ pub fn check_image(dev: Arc<dyn BlockDev>, m: &Model) -> Result<u64, String> {
     }
     ubtrfs_engine::tools::check::check_dev(dev).map_err(|e| e.to_string())?;
     Ok(gen)
+}
+
+/// Runs the workload of `seed` on a recording device: its log, and the
+/// model of each committed generation.
+pub fn record(seed: u64, nodesize: u32, n: usize) -> Result<(Log, BTreeMap<u64, Model>), String> {
+    let r = Arc::new(RecordDev::new(Arc::new(MemDev::new(DEV_SIZE))));
+    let rd: Arc<dyn BlockDev> = r.clone();
+    let mut t = make(vec![("rec".into(), rd.clone())], &mkfs_options(nodesize))
+        .map_err(|e| e.to_string())?;
+    let mut models = BTreeMap::new();
+    models.insert(t.transid - 1, Model::new());
+    for id in SCRATCH {
+        t.create_tree(id, ubtrfs_format::items::RootItem::default())
+            .map_err(|e| e.to_string())?;
+    }
+    let mut model = empty_model();
+    let mut ops = seeded_ops(seed, n, 3, 4, 12);
+    ops.insert(0, Op::Commit);
+    ops.push(Op::Commit);
+    for (step, op) in ops.iter().enumerate() {
+        match op {
+            Op::Commit | Op::Reopen => {
+                let g = t.transid;
+                t.commit()
+                    .map_err(|e| format!("step {step}: commit: {e}"))?;
+                models.insert(g, model.clone());
+                if matches!(op, Op::Reopen) {
+                    drop(t);
+                    t = ubtrfs_engine::tx::Trans::open_dev(vec![rd.clone()], 16 << 20)
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            _ => apply(&mut t, &mut model, op, step)?,
+        }
+    }
+    Ok((r.log(), models))
+}
+
+/// splitmix64, for picks that do not need shrinking.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            v.swap(i, j);
+        }
+    }
 }
