@@ -8,7 +8,9 @@
 //! of the writes between two flushes) must open at the commit before, or
 //! at the one whose superblock copies they hold.
 //!
-//!     UBTRFS_PROPTEST_CASES=200 cargo test --release -p ubtrfs-engine --test tx_crash
+//! Full run (about 15 s):
+//!
+//!     UBTRFS_PROPTEST_CASES=100 cargo test --release -p ubtrfs-engine --test tx_crash
 
 mod common;
 
@@ -113,7 +115,7 @@ fn expect_state(d: &Arc<MemDev>, gen: u64, models: &BTreeMap<u64, Model>) -> Res
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: cases(3),
+        cases: cases(6),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
