@@ -5,8 +5,9 @@
 //! flush is replayed onto a blank device, and must open at the last
 //! commit whose superblock it holds, with the trees of that commit, and
 //! pass `tools::check`. Torn variants (a random subset, in random order,
-//! of the writes between two flushes) must open at the commit before, or
-//! at the one whose superblock copies they hold.
+//! of the writes between two flushes, sometimes with one more write cut
+//! short at a sector boundary) must open at the commit before, or at the
+//! one whose superblock copies they hold.
 //!
 //! Full run (about 15 s):
 //!
