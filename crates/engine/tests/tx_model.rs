@@ -65,6 +65,17 @@ fn run(nodesize: u32, ops: &[Op], fault: Option<(usize, u64)>) -> Result<(), Str
                     };
                     check_image(m.clone(), want)
                         .map_err(|e| format!("after a failed commit (generation {g}): {e}"))?;
+                    if std::env::var_os("UBTRFS_TEST_VERBOSE").is_some() {
+                        eprintln!(
+                            "ns {nodesize}: commit {commits} failed at op {}: image at {}",
+                            f.ops(),
+                            if g == gen {
+                                "the old commit"
+                            } else {
+                                "the new commit"
+                            }
+                        );
+                    }
                     return Ok(());
                 }
                 let g = check_image(m.clone(), &model)

@@ -50,3 +50,23 @@ fn empty_commit_still_opens() {
     t.commit().unwrap();
     check_dev(m.clone()).unwrap();
 }
+
+/// update_item growing an item past what a leaf holds returned an error
+/// but left the oversized data in the leaf: the transaction could not be
+/// committed any more (and later reads saw the refused data).
+#[test]
+fn refused_update_leaves_the_item_alone() {
+    let m = mkfs(4096);
+    let dev: Arc<dyn BlockDev> = m.clone();
+    let mut t = Trans::open_dev(vec![dev], 16 << 20).unwrap();
+    let key = Key::new(1000, 250, 0);
+    t.insert_item(FS_TREE_OBJECTID, key, vec![1; 10]).unwrap();
+    let too_big = ubtrfs_engine::tree::buf::max_item_data(4096) + 1;
+    assert!(t
+        .update_item(FS_TREE_OBJECTID, &key, |d| *d = vec![2; too_big])
+        .is_err());
+    let now = t.lookup(FS_TREE_OBJECTID, &key).unwrap().unwrap();
+    assert!(now == vec![1; 10], "item now {} bytes", now.len());
+    t.commit().unwrap();
+    check_dev(m.clone()).unwrap();
+}
