@@ -21,8 +21,7 @@ use crate::tx::Trans;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{
     dir_index_key, dir_item_key, encode_uuid_item, parse_dir_entries, parse_uuid_item, uuid_key,
-    ExtentRecord, FileExtent, FileExtentKind, InodeItem, RootItem, RootRef, Timespec,
-    BLOCK_FLAG_FULL_BACKREF,
+    ExtentRecord, InodeItem, RootItem, RootRef, Timespec, BLOCK_FLAG_FULL_BACKREF,
 };
 use ubtrfs_format::Key;
 
@@ -258,7 +257,9 @@ impl Trans {
         item.drop_progress = Key::new(0, 0, 0);
         item.drop_level = 0;
         self.create_tree_from(id, item, transid, block.level, block.content.clone())?;
-        self.inc_refs_of(&block, id)?;
+        // The copy gives the new tree a reference to everything it
+        // points to: child blocks, or a leaf's data extents.
+        self.mod_refs_of(&block, id, false, 1)?;
         self.root_item_mut(src)?.last_snapshot = transid;
         self.link_subvol(id, place, time)?;
         self.add_uuid_entry(&uuid, UUID_KEY_SUBVOL, id)?;
@@ -267,42 +268,6 @@ impl Trans {
             self.add_uuid_entry(&r, UUID_KEY_RECEIVED_SUBVOL, id)?;
         }
         Ok(id)
-    }
-
-    /// Gives tree `root` a reference to everything block `b` points to:
-    /// child blocks (nodes) or data extents (leaves).
-    fn inc_refs_of(&mut self, b: &crate::tree::buf::ExtentBuffer, root: u64) -> Result<()> {
-        let ns = self.nodesize() as u64;
-        if b.is_leaf() {
-            for (k, d) in b.items() {
-                if k.item_type != EXTENT_DATA {
-                    continue;
-                }
-                let fe = FileExtent::parse(d)
-                    .map_err(|e| Error::format(format!("tree {} key {k}", b.owner), e))?;
-                if let FileExtentKind::Extent {
-                    disk_bytenr,
-                    disk_num_bytes,
-                    offset,
-                    ..
-                } = fe.kind
-                {
-                    if disk_bytenr != 0 {
-                        let backref = Backref::Data {
-                            root,
-                            objectid: k.objectid,
-                            offset: k.offset.wrapping_sub(offset),
-                        };
-                        self.add_data_ref(disk_bytenr, disk_num_bytes, backref, false);
-                    }
-                }
-            }
-        } else {
-            for p in b.ptrs() {
-                self.add_tree_ref(p.blockptr, ns, b.level - 1, Backref::Tree { root }, 1);
-            }
-        }
-        Ok(())
     }
 
     /// Deletes subvolume `id` (not the top level): unlinks it and drops
@@ -419,33 +384,7 @@ impl Trans {
         }
         let full = rec.item.flags & BLOCK_FLAG_FULL_BACKREF != 0;
         if b.is_leaf() {
-            for (k, d) in b.items() {
-                if k.item_type != EXTENT_DATA {
-                    continue;
-                }
-                let fe = FileExtent::parse(d)
-                    .map_err(|e| Error::format(format!("tree {tree} key {k}"), e))?;
-                if let FileExtentKind::Extent {
-                    disk_bytenr,
-                    disk_num_bytes,
-                    offset,
-                    ..
-                } = fe.kind
-                {
-                    if disk_bytenr != 0 {
-                        let backref = if full {
-                            Backref::SharedData { parent: bytenr }
-                        } else {
-                            Backref::Data {
-                                root: tree,
-                                objectid: k.objectid,
-                                offset: k.offset.wrapping_sub(offset),
-                            }
-                        };
-                        self.drop_data_ref(disk_bytenr, disk_num_bytes, backref);
-                    }
-                }
-            }
+            self.mod_refs_of(&b, tree, full, -1)?;
         } else {
             let child_ref = if full {
                 Backref::SharedBlock { parent: bytenr }

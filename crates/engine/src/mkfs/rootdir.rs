@@ -424,14 +424,7 @@ impl Walker<'_> {
             let mut buf = vec![0u8; size as usize];
             f.read_exact_at(&mut buf, 0)
                 .map_err(|e| io_err(path, "read", e))?;
-            let packed = match compress {
-                Some((algo, level)) => {
-                    ubtrfs_format::compress::compress(algo, level, &buf, ss as u32)
-                        .map_err(|e| Error::format(path.display().to_string(), e))?
-                        .map(|c| (c, algo))
-                }
-                None => None,
-            };
+            let packed = compress_piece(compress, &buf, ss, path)?;
             let (data, algo) = packed.unwrap_or((buf, 0));
             self.t
                 .insert_inline_extent(tree, ino, &data, size, algo)
@@ -478,14 +471,7 @@ impl Walker<'_> {
                 let mut buf = vec![0u8; n as usize];
                 f.read_exact_at(&mut buf[..want], at)
                     .map_err(|e| io_err(path, &format!("read at {at}"), e))?;
-                let packed = match compress {
-                    Some((algo, level)) => {
-                        ubtrfs_format::compress::compress(algo, level, &buf, ss as u32)
-                            .map_err(|e| Error::format(path.display().to_string(), e))?
-                            .map(|c| (c, algo))
-                    }
-                    None => None,
-                };
+                let packed = compress_piece(compress, &buf, ss, path)?;
                 if compress.is_some() && packed.is_none() && first {
                     // The first piece does not compress: neither will the
                     // file, as the kernel judges it.
@@ -520,6 +506,22 @@ impl Walker<'_> {
         }
         Ok((size, nbytes))
     }
+}
+
+/// `data` compressed with `compress` (algorithm, level) and the algorithm,
+/// or None when not asked or when it does not shrink.
+fn compress_piece(
+    compress: Option<(u8, i32)>,
+    data: &[u8],
+    ss: u64,
+    path: &Path,
+) -> Result<Option<(Vec<u8>, u8)>> {
+    let Some((algo, level)) = compress else {
+        return Ok(None);
+    };
+    let c = ubtrfs_format::compress::compress(algo, level, data, ss as u32)
+        .map_err(|e| Error::format(path.display().to_string(), e))?;
+    Ok(c.map(|c| (c, algo)))
 }
 
 /// The directory entries are being added to.

@@ -131,7 +131,13 @@ impl Trans {
     /// Adds (`delta` 1) or drops (-1) the references block `b` holds on
     /// its children or data extents: by its address (`full`) or as tree
     /// `tree`.
-    fn mod_refs_of(&mut self, b: &ExtentBuffer, tree: u64, full: bool, delta: i64) -> Result<()> {
+    pub(crate) fn mod_refs_of(
+        &mut self,
+        b: &ExtentBuffer,
+        tree: u64,
+        full: bool,
+        delta: i64,
+    ) -> Result<()> {
         let ns = self.nodesize() as u64;
         if b.is_leaf() {
             for (k, d) in b.items() {
