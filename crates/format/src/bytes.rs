@@ -64,6 +64,20 @@ pub fn uuid(b: &[u8], off: usize) -> [u8; 16] {
     b[off..off + 16].try_into().unwrap()
 }
 
+/// Little-endian appenders, the encoders' counterpart of the readers above.
+#[inline]
+pub fn put_u16(out: &mut Vec<u8>, v: u16) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+#[inline]
+pub fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+#[inline]
+pub fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
 /// Formats a UUID the usual 8-4-4-4-12 way.
 pub fn format_uuid(u: &[u8; 16]) -> String {
     let h: String = u.iter().map(|b| format!("{b:02x}")).collect();

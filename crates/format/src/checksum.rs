@@ -24,6 +24,16 @@ impl CsumType {
         })
     }
 
+    /// The superblock's csum_type value.
+    pub fn to_raw(self) -> u16 {
+        match self {
+            CsumType::Crc32c => 0,
+            CsumType::Xxhash64 => 1,
+            CsumType::Sha256 => 2,
+            CsumType::Blake2b => 3,
+        }
+    }
+
     /// Bytes each checksum takes in trees and the csum tree.
     pub fn size(self) -> usize {
         match self {
@@ -75,16 +85,18 @@ pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The hash btrfs uses for DIR_ITEM and XATTR_ITEM key offsets: crc32c seeded
-/// with ~1, without the final inversion.
+/// The hash btrfs uses for DIR_ITEM and XATTR_ITEM key offsets: the
+/// kernel's `btrfs_name_hash`, `crc32c((u32)~1, name, len)`, where the
+/// kernel's crc32c is the bare update (no inversion in or out).
 pub fn name_hash(name: &[u8]) -> u64 {
     // crc32c_append(c, d) is the standard (inverted in and out) update, so
     // inverting around it gives the raw update seeded with ~1.
     (!crc32c::crc32c_append(!0xFFFF_FFFEu32, name)) as u64
 }
 
-/// The hash of an INODE_EXTREF key offset: crc32c of the name seeded with the
-/// parent inode number (raw update, as the kernel computes it).
+/// The hash of an INODE_EXTREF key offset: the kernel's `btrfs_extref_hash`,
+/// `crc32c(parent, name, len)` with the bare update, the u64 parent passed
+/// as the u32 seed (so only its low 32 bits count).
 pub fn extref_hash(parent: u64, name: &[u8]) -> u64 {
     (!crc32c::crc32c_append(!(parent as u32), name)) as u64
 }
@@ -101,8 +113,42 @@ mod tests {
     }
 
     #[test]
+    fn name_hash_matches_kernel_made_keys() {
+        // DIR_ITEM / XATTR_ITEM key offsets in the committed kernel-made
+        // small-crc32c image (crates/engine/tests/reencode.rs checks all).
+        assert_eq!(name_hash(b"prealloc"), 80324327);
+        assert_eq!(name_hash(b"times"), 202599670);
+        assert_eq!(name_hash(b"snap2-ro"), 226513673);
+        assert_eq!(name_hash(b"files"), 1448230915);
+        assert_eq!(name_hash(b"user.on-dir"), 3280583798);
+    }
+
+    #[test]
+    fn extref_hash_matches_progs_made_keys() {
+        // No committed image has INODE_EXTREF items. These key offsets come
+        // from btrfs-progs 6.2 (`mkfs.btrfs --rootdir` of a directory with
+        // 120 hard links named nNNN_ + 180 'x', which overflow INODE_REF),
+        // whose hashing code is the kernel's.
+        let name = |n: &str| {
+            let mut v = format!("n{n}_").into_bytes();
+            v.extend_from_slice(&[b'x'; 180]);
+            v
+        };
+        assert_eq!(extref_hash(256, &name("021")), 75038791);
+        assert_eq!(extref_hash(256, &name("095")), 380780330);
+        // Only the low 32 bits of the parent seed the hash.
+        assert_eq!(
+            extref_hash(256 | (7 << 32), &name("021")),
+            extref_hash(256, &name("021"))
+        );
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(CsumType::from_raw(3).unwrap().size(), 32);
         assert!(CsumType::from_raw(9).is_err());
+        for v in 0..4 {
+            assert_eq!(CsumType::from_raw(v).unwrap().to_raw(), v);
+        }
     }
 }

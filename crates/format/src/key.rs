@@ -1,6 +1,6 @@
 //! The btrfs key: (objectid, type, offset), ordered in that order.
 
-use crate::bytes::{le64, slice};
+use crate::bytes::{le64, put_u64, slice};
 use crate::consts::item_type_name;
 use crate::error::Result;
 use std::fmt;
@@ -34,6 +34,20 @@ impl Key {
             item_type: b[8],
             offset: le64(b, 9),
         })
+    }
+
+    /// Appends the 17-byte disk form (objectid, type, offset; little endian).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.objectid);
+        out.push(self.item_type);
+        put_u64(out, self.offset);
+    }
+
+    /// The 17-byte disk form.
+    pub fn to_bytes(&self) -> [u8; KEY_SIZE] {
+        let mut v = Vec::with_capacity(KEY_SIZE);
+        self.encode(&mut v);
+        v.try_into().expect("a key encodes to 17 bytes")
     }
 
     /// The smallest key greater than this one.
@@ -71,5 +85,18 @@ impl fmt::Display for Key {
             item_type_name(self.item_type),
             off
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_round_trip() {
+        let k = Key::new(0x0102_0304_0506_0708, 0x54, u64::MAX - 3);
+        let b = k.to_bytes();
+        assert_eq!(b[8], 0x54);
+        assert_eq!(Key::parse(&b, 0).unwrap(), k);
     }
 }

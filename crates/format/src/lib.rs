@@ -4,6 +4,7 @@
 //! Parsing is zero-copy where it matters (tree blocks are borrowed, items are
 //! decoded on demand from slices of the block) and every accessor is bounds
 //! checked: a hostile image yields a [`FormatError`], never a panic.
+#![forbid(unsafe_code)]
 
 pub mod bytes;
 pub mod checksum;

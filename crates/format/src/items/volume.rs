@@ -1,0 +1,411 @@
+//! Volume management items: DEV_ITEM and CHUNK_ITEM (chunk tree), DEV_EXTENT
+//! (device tree), BLOCK_GROUP_ITEM (extent or block group tree) and the
+//! device statistics item.
+
+use crate::bytes::{le16, le32, le64, put_u16, put_u32, put_u64, slice, uuid};
+use crate::consts::*;
+use crate::error::{invalid, Result};
+
+pub const DEV_ITEM_SIZE: usize = 98;
+pub const CHUNK_HEADER_SIZE: usize = 48;
+pub const STRIPE_SIZE: usize = 32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DevItem {
+    pub devid: u64,
+    pub total_bytes: u64,
+    pub bytes_used: u64,
+    pub io_align: u32,
+    pub io_width: u32,
+    pub sector_size: u32,
+    pub dev_type: u64,
+    pub generation: u64,
+    pub start_offset: u64,
+    pub dev_group: u32,
+    pub seek_speed: u8,
+    pub bandwidth: u8,
+    pub uuid: [u8; 16],
+    pub fsid: [u8; 16],
+}
+
+impl DevItem {
+    pub const ENCODED_LEN: usize = DEV_ITEM_SIZE;
+
+    pub fn parse(data: &[u8]) -> Result<Self> {
+        let b = slice(data, 0, DEV_ITEM_SIZE, "DEV_ITEM")?;
+        Ok(DevItem {
+            devid: le64(b, 0),
+            total_bytes: le64(b, 8),
+            bytes_used: le64(b, 16),
+            io_align: le32(b, 24),
+            io_width: le32(b, 28),
+            sector_size: le32(b, 32),
+            dev_type: le64(b, 36),
+            generation: le64(b, 44),
+            start_offset: le64(b, 52),
+            dev_group: le32(b, 60),
+            seek_speed: b[64],
+            bandwidth: b[65],
+            uuid: uuid(b, 66),
+            fsid: uuid(b, 82),
+        })
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.devid);
+        put_u64(out, self.total_bytes);
+        put_u64(out, self.bytes_used);
+        put_u32(out, self.io_align);
+        put_u32(out, self.io_width);
+        put_u32(out, self.sector_size);
+        put_u64(out, self.dev_type);
+        put_u64(out, self.generation);
+        put_u64(out, self.start_offset);
+        put_u32(out, self.dev_group);
+        out.push(self.seek_speed);
+        out.push(self.bandwidth);
+        out.extend_from_slice(&self.uuid);
+        out.extend_from_slice(&self.fsid);
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(DEV_ITEM_SIZE);
+        self.encode(&mut v);
+        v
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stripe {
+    pub devid: u64,
+    pub offset: u64,
+    pub dev_uuid: [u8; 16],
+}
+
+impl Stripe {
+    pub const ENCODED_LEN: usize = STRIPE_SIZE;
+
+    fn at(b: &[u8], s: usize) -> Self {
+        Stripe {
+            devid: le64(b, s),
+            offset: le64(b, s + 8),
+            dev_uuid: uuid(b, s + 16),
+        }
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.devid);
+        put_u64(out, self.offset);
+        out.extend_from_slice(&self.dev_uuid);
+    }
+}
+
+/// A CHUNK_ITEM: one logical range and the device stripes backing it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkItem {
+    pub length: u64,
+    pub owner: u64,
+    pub stripe_len: u64,
+    pub chunk_type: u64,
+    pub io_align: u32,
+    pub io_width: u32,
+    pub sector_size: u32,
+    /// As read; equals `stripes.len()`, which is what [`ChunkItem::encode`]
+    /// writes.
+    pub num_stripes: u16,
+    pub sub_stripes: u16,
+    pub stripes: Vec<Stripe>,
+}
+
+impl ChunkItem {
+    pub fn parse(data: &[u8]) -> Result<Self> {
+        let b = slice(data, 0, CHUNK_HEADER_SIZE, "CHUNK_ITEM")?;
+        let num_stripes = le16(b, 44);
+        if num_stripes == 0 {
+            return Err(invalid("CHUNK_ITEM", "zero stripes"));
+        }
+        let all = slice(
+            data,
+            0,
+            CHUNK_HEADER_SIZE + num_stripes as usize * STRIPE_SIZE,
+            "CHUNK_ITEM stripes",
+        )?;
+        let stripes = (0..num_stripes as usize)
+            .map(|i| Stripe::at(all, CHUNK_HEADER_SIZE + i * STRIPE_SIZE))
+            .collect();
+        let c = ChunkItem {
+            length: le64(b, 0),
+            owner: le64(b, 8),
+            stripe_len: le64(b, 16),
+            chunk_type: le64(b, 24),
+            io_align: le32(b, 32),
+            io_width: le32(b, 36),
+            sector_size: le32(b, 40),
+            num_stripes,
+            sub_stripes: le16(b, 46),
+            stripes,
+        };
+        if c.length == 0 || c.stripe_len == 0 || !c.stripe_len.is_power_of_two() {
+            return Err(invalid(
+                "CHUNK_ITEM",
+                format!("length {} stripe_len {}", c.length, c.stripe_len),
+            ));
+        }
+        Ok(c)
+    }
+
+    pub fn encoded_len(&self) -> usize {
+        CHUNK_HEADER_SIZE + self.stripes.len() * STRIPE_SIZE
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.length);
+        put_u64(out, self.owner);
+        put_u64(out, self.stripe_len);
+        put_u64(out, self.chunk_type);
+        put_u32(out, self.io_align);
+        put_u32(out, self.io_width);
+        put_u32(out, self.sector_size);
+        put_u16(
+            out,
+            u16::try_from(self.stripes.len()).expect("more than 65535 stripes"),
+        );
+        put_u16(out, self.sub_stripes);
+        for s in &self.stripes {
+            s.encode(out);
+        }
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.encoded_len());
+        self.encode(&mut v);
+        v
+    }
+}
+
+/// Names a block group profile (from chunk or block group type flags).
+pub fn profile_name(flags: u64) -> &'static str {
+    match flags & BG_PROFILE_MASK {
+        0 => "single",
+        BG_RAID0 => "RAID0",
+        BG_RAID1 => "RAID1",
+        BG_DUP => "DUP",
+        BG_RAID10 => "RAID10",
+        BG_RAID5 => "RAID5",
+        BG_RAID6 => "RAID6",
+        BG_RAID1C3 => "RAID1C3",
+        BG_RAID1C4 => "RAID1C4",
+        _ => "invalid",
+    }
+}
+
+/// Names the kind of block group: Data, Metadata, System, or mixed.
+pub fn block_group_kind(flags: u64) -> &'static str {
+    match flags & (BG_DATA | BG_METADATA | BG_SYSTEM) {
+        BG_DATA => "Data",
+        BG_METADATA => "Metadata",
+        BG_SYSTEM => "System",
+        x if x == BG_DATA | BG_METADATA => "Data+Metadata",
+        _ => "unknown",
+    }
+}
+
+/// BLOCK_GROUP_ITEM, keyed (logical start, BLOCK_GROUP_ITEM, length).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BlockGroupItem {
+    pub used: u64,
+    /// Always FIRST_CHUNK_TREE_OBJECTID (256).
+    pub chunk_objectid: u64,
+    pub flags: u64,
+}
+
+impl BlockGroupItem {
+    pub const ENCODED_LEN: usize = 24;
+
+    pub fn parse(data: &[u8]) -> Result<Self> {
+        let b = slice(data, 0, Self::ENCODED_LEN, "BLOCK_GROUP_ITEM")?;
+        Ok(BlockGroupItem {
+            used: le64(b, 0),
+            chunk_objectid: le64(b, 8),
+            flags: le64(b, 16),
+        })
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.used);
+        put_u64(out, self.chunk_objectid);
+        put_u64(out, self.flags);
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(Self::ENCODED_LEN);
+        self.encode(&mut v);
+        v
+    }
+}
+
+/// DEV_EXTENT, keyed (devid, DEV_EXTENT, physical offset): which chunk a
+/// device range belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DevExtent {
+    /// Always CHUNK_TREE_OBJECTID (3).
+    pub chunk_tree: u64,
+    /// Always FIRST_CHUNK_TREE_OBJECTID (256).
+    pub chunk_objectid: u64,
+    /// Logical start of the chunk.
+    pub chunk_offset: u64,
+    pub length: u64,
+    /// The chunk tree's uuid (as in every tree block header).
+    pub chunk_tree_uuid: [u8; 16],
+}
+
+impl DevExtent {
+    pub const ENCODED_LEN: usize = 48;
+
+    pub fn parse(data: &[u8]) -> Result<Self> {
+        let b = slice(data, 0, Self::ENCODED_LEN, "DEV_EXTENT")?;
+        Ok(DevExtent {
+            chunk_tree: le64(b, 0),
+            chunk_objectid: le64(b, 8),
+            chunk_offset: le64(b, 16),
+            length: le64(b, 24),
+            chunk_tree_uuid: uuid(b, 32),
+        })
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.chunk_tree);
+        put_u64(out, self.chunk_objectid);
+        put_u64(out, self.chunk_offset);
+        put_u64(out, self.length);
+        out.extend_from_slice(&self.chunk_tree_uuid);
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(Self::ENCODED_LEN);
+        self.encode(&mut v);
+        v
+    }
+}
+
+/// Object id of device statistics items: keyed (0, PERSISTENT_ITEM, devid).
+pub const DEV_STATS_OBJECTID: u64 = 0;
+/// Counters in a device statistics item, in order: write errors, read
+/// errors, flush errors, corruption errors, generation errors.
+pub const DEV_STAT_VALUES: usize = 5;
+
+/// `btrfs_dev_stats_item`: the persistent per-device error counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DevStats {
+    pub values: [u64; DEV_STAT_VALUES],
+}
+
+impl DevStats {
+    pub const ENCODED_LEN: usize = 8 * DEV_STAT_VALUES;
+
+    /// Decodes the counters; a shorter item (from a kernel with fewer
+    /// counters) leaves the missing ones zero, as the kernel reads it.
+    pub fn parse(data: &[u8]) -> Result<Self> {
+        let mut values = [0u64; DEV_STAT_VALUES];
+        for (i, v) in values.iter_mut().enumerate() {
+            if let Ok(b) = slice(data, i * 8, 8, "DEV_STATS") {
+                *v = le64(b, 0);
+            }
+        }
+        Ok(DevStats { values })
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        for v in self.values {
+            put_u64(out, v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dev_item_round_trip() {
+        let d = DevItem {
+            devid: 1,
+            total_bytes: 1 << 30,
+            bytes_used: 1 << 25,
+            io_align: 4096,
+            io_width: 4096,
+            sector_size: 4096,
+            dev_type: 0,
+            generation: 0,
+            start_offset: 0,
+            dev_group: 0,
+            seek_speed: 0,
+            bandwidth: 0,
+            uuid: [7; 16],
+            fsid: [8; 16],
+        };
+        let b = d.to_bytes();
+        assert_eq!(b.len(), DEV_ITEM_SIZE);
+        assert_eq!(DevItem::parse(&b).unwrap(), d);
+    }
+
+    #[test]
+    fn chunk_round_trip() {
+        let c = ChunkItem {
+            length: 1 << 30,
+            owner: EXTENT_TREE_OBJECTID,
+            stripe_len: 1 << 16,
+            chunk_type: BG_DATA | BG_RAID1,
+            io_align: 1 << 16,
+            io_width: 1 << 16,
+            sector_size: 4096,
+            num_stripes: 2,
+            sub_stripes: 1,
+            stripes: vec![
+                Stripe {
+                    devid: 1,
+                    offset: 1 << 20,
+                    dev_uuid: [1; 16],
+                },
+                Stripe {
+                    devid: 2,
+                    offset: 1 << 21,
+                    dev_uuid: [2; 16],
+                },
+            ],
+        };
+        let b = c.to_bytes();
+        assert_eq!(b.len(), 48 + 64);
+        assert_eq!(b.len(), c.encoded_len());
+        assert_eq!(ChunkItem::parse(&b).unwrap(), c);
+        assert!(ChunkItem::parse(&b[..b.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn small_items_round_trip() {
+        let bg = BlockGroupItem {
+            used: 12345,
+            chunk_objectid: FIRST_CHUNK_TREE_OBJECTID,
+            flags: BG_METADATA | BG_DUP,
+        };
+        assert_eq!(BlockGroupItem::parse(&bg.to_bytes()).unwrap(), bg);
+        let de = DevExtent {
+            chunk_tree: CHUNK_TREE_OBJECTID,
+            chunk_objectid: FIRST_CHUNK_TREE_OBJECTID,
+            chunk_offset: 1 << 30,
+            length: 1 << 28,
+            chunk_tree_uuid: [9; 16],
+        };
+        let b = de.to_bytes();
+        assert_eq!(b.len(), 48);
+        assert_eq!(DevExtent::parse(&b).unwrap(), de);
+        let st = DevStats {
+            values: [1, 2, 3, 4, 5],
+        };
+        let mut b = Vec::new();
+        st.encode(&mut b);
+        assert_eq!(b.len(), DevStats::ENCODED_LEN);
+        assert_eq!(DevStats::parse(&b).unwrap(), st);
+        assert_eq!(DevStats::parse(&b[..16]).unwrap().values, [1, 2, 0, 0, 0]);
+    }
+}
