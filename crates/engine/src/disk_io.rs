@@ -13,6 +13,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use ubtrfs_format::{CsumType, Superblock};
 
+/// Largest data read [`FsInfo::read_data`] takes: callers read at most a
+/// megabyte or two at once, so a larger length comes from an unchecked
+/// on-disk value and must not size a buffer.
+pub const MAX_DATA_READ: usize = 16 << 20;
+
 /// Most recovery reports kept; later ones are counted, not stored.
 const MAX_REPORTS: usize = 1000;
 
@@ -288,6 +293,12 @@ impl FsInfo {
         len: usize,
         csums: &[Option<[u8; 32]>],
     ) -> Result<Vec<u8>> {
+        if len > MAX_DATA_READ {
+            return Err(Error::corrupt(
+                format!("data at logical {logical}"),
+                format!("read of {len} bytes is larger than {MAX_DATA_READ}"),
+            ));
+        }
         let ss = self.sectorsize as usize;
         let mut buf = vec![0u8; len];
         let mut done = 0usize;

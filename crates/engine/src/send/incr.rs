@@ -16,9 +16,9 @@
 //! a different directory.
 
 use super::compare::{compare_trees, Change};
-use super::data::{ExtKind, FileExt};
 use super::full::feed_new_item;
 use super::{trees, Cur, Loc, Sender};
+use crate::data::extent::Extent;
 use crate::error::{Error, FormatContext, Result};
 use crate::tree::ctree::Cursor;
 use std::collections::{BTreeMap, HashMap};
@@ -655,7 +655,7 @@ fn extents_in(
     ino: u64,
     start: u64,
     end: u64,
-) -> Result<Vec<FileExt>> {
+) -> Result<Vec<Extent>> {
     let mut out = Vec::new();
     let mut c = Cursor::new(&s.fs.info, tree);
     let mut ok = c.seek_le(&Key::new(ino, EXTENT_DATA, start))?;
@@ -670,8 +670,8 @@ fn extents_in(
         if k.objectid != ino || k.item_type != EXTENT_DATA || k.offset >= end {
             break;
         }
-        let e = FileExt::parse(tree, &k, d)?;
-        if e.end(s.sectorsize) > start {
+        let e = s.decode_extent(tree, &k, d)?;
+        if e.end > start {
             out.push(e);
         }
         ok = c.next()?;
@@ -688,10 +688,9 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
     let stree = s.send.tree;
     let new_size = s.cur.ii.size;
     let old_size = s.cur.old.map(|o| o.size).unwrap_or(0);
-    let ss = s.sectorsize;
     // Ranges touched by changed items on either side.
     let mut ranges: Vec<(u64, u64)> = Vec::new();
-    let mut left_exts: Vec<FileExt> = Vec::new();
+    let mut left_exts: Vec<Extent> = Vec::new();
     for &off in &d.ext_left {
         let e = extents_in(s, stree, ino, off, off + 1)?
             .into_iter()
@@ -702,7 +701,7 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
                     "extent item vanished",
                 )
             })?;
-        ranges.push((e.start, e.end(ss)));
+        ranges.push((e.start, e.end));
         left_exts.push(e);
     }
     for &off in &d.ext_right {
@@ -710,7 +709,7 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
             .into_iter()
             .find(|e| e.start == off)
         {
-            ranges.push((e.start, e.end(ss)));
+            ranges.push((e.start, e.end));
         }
     }
     ranges.sort_unstable();
@@ -723,7 +722,7 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
     }
     // Changed data.
     for e in &left_exts {
-        if !e.has_data() {
+        if !e.is_data() {
             continue;
         }
         if e.start >= new_size {
@@ -745,11 +744,11 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
         let olds = extents_in(s, ptree, ino, a, b)?;
         let mut holes = Vec::new();
         let mut pos = a;
-        for e in news.iter().filter(|e| e.has_data()) {
+        for e in news.iter().filter(|e| e.is_data()) {
             if e.start > pos {
                 holes.push((pos, e.start.min(b)));
             }
-            pos = pos.max(e.end(ss));
+            pos = pos.max(e.end);
             if pos >= b {
                 break;
             }
@@ -758,8 +757,8 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
             holes.push((pos, b));
         }
         for (h0, h1) in holes {
-            for o in olds.iter().filter(|o| o.has_data()) {
-                let (x0, x1) = (h0.max(o.start), h1.min(o.end(ss)));
+            for o in olds.iter().filter(|o| o.is_data()) {
+                let (x0, x1) = (h0.max(o.start), h1.min(o.end));
                 if x0 < x1 {
                     s.send_hole(x0, x1)?;
                 }
@@ -773,14 +772,14 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
 /// bytes of the same extent (same generation), within its old size.
 fn extent_unchanged(
     s: &Sender,
-    e: &FileExt,
+    e: &Extent,
     ptree: crate::tree::ctree::Tree,
     old_size: u64,
 ) -> Result<bool> {
     let Some((db, _, eoff, _)) = e.regular() else {
         return Ok(false);
     };
-    let end = e.end(s.sectorsize).min(s.cur.ii.size);
+    let end = e.end.min(s.cur.ii.size);
     if end > old_size {
         return Ok(false);
     }
@@ -790,8 +789,8 @@ fn extent_unchanged(
         if o.start > pos {
             return Ok(false);
         }
-        let same = match (&o.kind, o.regular()) {
-            (ExtKind::Extent { .. }, Some((odb, _, ooff, _))) => {
+        let same = match o.regular() {
+            Some((odb, _, ooff, _)) => {
                 odb == db
                     && o.compression == e.compression
                     && o.generation == e.generation
@@ -802,7 +801,7 @@ fn extent_unchanged(
         if !same {
             return Ok(false);
         }
-        pos = o.end(s.sectorsize);
+        pos = o.end;
         if pos >= end {
             return Ok(true);
         }

@@ -29,13 +29,12 @@ pub mod stream;
 mod trees;
 
 use crate::cache::reada::Readahead;
+use crate::data::read::DataReader;
 use crate::error::{Error, Result};
 use crate::fs::file::FileHandle;
 use crate::fs::{kernel_rdev_to_user, Filesystem, InodeId};
-use crate::tree::ctree::Tree;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use std::sync::Arc;
 use stream::{attr, cmd, StreamWriter};
 use trees::RootInfo;
 use ubtrfs_format::consts::*;
@@ -228,10 +227,9 @@ pub(crate) struct Sender<'a, 'w> {
     dirty: Vec<u64>,
     /// The top directory changed after its queued times were sent.
     root_stale: bool,
-    pub csum_tree: Option<Tree>,
     pub sectorsize: u64,
-    /// Last decompressed extent (disk_bytenr, data).
-    pub dcache: Option<(u64, Arc<Vec<u8>>)>,
+    /// Reads the data of the current inode's extents.
+    pub reader: DataReader,
     pub n_inodes: u64,
     pub n_changed: u64,
 }
@@ -246,6 +244,7 @@ impl<'a, 'w> Sender<'a, 'w> {
         out: Box<dyn Write + 'w>,
     ) -> Result<Self> {
         let w = StreamWriter::new(out, opts.proto);
+        let reader = DataReader::new(send.tree, 0, fs.tree_opt(CSUM_TREE_OBJECTID)?, false);
         Ok(Sender {
             fs,
             w,
@@ -262,9 +261,8 @@ impl<'a, 'w> Sender<'a, 'w> {
             parent_ref_cache: HashMap::new(),
             dirty: Vec::new(),
             root_stale: false,
-            csum_tree: fs.tree_opt(CSUM_TREE_OBJECTID)?,
+            reader,
             sectorsize: fs.info.sectorsize as u64,
-            dcache: None,
             n_inodes: 0,
             n_changed: 0,
             opts,
