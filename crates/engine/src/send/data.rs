@@ -7,7 +7,7 @@
 //! snapshot itself for inodes already sent, the parent, the -c sources).
 
 use super::stream::{attr, cmd, max_write, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
-use super::{trees, CloneRoot, Sender};
+use super::{CloneRoot, Sender};
 use crate::data::extent::{Extent, ExtentKind};
 use crate::data::read::DataReader;
 use crate::error::Result;
@@ -123,7 +123,9 @@ impl Sender<'_, '_> {
 
     fn clone_src_size(&self, src: CloneSrc) -> Result<u64> {
         let r = self.root_of(src.root);
-        Ok(trees::inode_item(self.fs, r.tree, src.ino)?
+        Ok(self
+            .fs
+            .inode_item_in(r.tree, src.ino)?
             .map(|i| i.size)
             .unwrap_or(0))
     }
@@ -597,7 +599,9 @@ impl Sender<'_, '_> {
             return self.send_extent_data(Some(ext), offset, len);
         }
         let root = self.root_of(src.root).clone();
-        let src_size = trees::inode_item(self.fs, root.tree, src.ino)?
+        let src_size = self
+            .fs
+            .inode_item_in(root.tree, src.ino)?
             .map(|i| i.size)
             .unwrap_or(0);
         let mut src_off = src.offset;
@@ -728,7 +732,7 @@ impl Sender<'_, '_> {
             self.path(ino)?
         } else {
             let r = self.root_of(root);
-            trees::path_in_tree(self.fs, r.tree, ino)?
+            self.fs.path_in(r.tree, ino)?
         };
         let r = self.root_of(root);
         let uuid = r.stream_uuid();

@@ -17,7 +17,7 @@
 
 use super::compare::{compare_trees, Change};
 use super::full::feed_new_item;
-use super::{trees, Cur, Loc, Sender};
+use super::{Cur, Loc, Sender};
 use crate::data::extent::Extent;
 use crate::error::{Error, FormatContext, Result};
 use crate::tree::ctree::Cursor;
@@ -123,11 +123,11 @@ pub(crate) fn incremental_send(s: &mut Sender) -> Result<()> {
     )?;
     for (&ino, d) in diffs.iter_mut() {
         if !d.left_known {
-            d.left = trees::inode_item(fs, s.send.tree, ino)?;
+            d.left = fs.inode_item_in(s.send.tree, ino)?;
             d.left_known = true;
         }
         if !d.right_known {
-            d.right = trees::inode_item(fs, parent.tree, ino)?;
+            d.right = fs.inode_item_in(parent.tree, ino)?;
             d.right_known = true;
         }
     }
@@ -158,7 +158,7 @@ pub(crate) fn incremental_send(s: &mut Sender) -> Result<()> {
         .map(|(i, _)| *i)
         .collect();
     for dir in regen_dirs {
-        for (_, loc) in trees::dir_entries(fs, s.send.tree, dir)? {
+        for (_, loc) in fs.dir_entries_in(s.send.tree, dir)? {
             if loc.item_type != INODE_ITEM {
                 continue;
             }
@@ -167,8 +167,8 @@ pub(crate) fn incremental_send(s: &mut Sender) -> Result<()> {
                 diffs.get_mut(&child).unwrap().refs_changed = true;
                 continue;
             }
-            let left = trees::inode_item(fs, s.send.tree, child)?;
-            let right = trees::inode_item(fs, parent.tree, child)?;
+            let left = fs.inode_item_in(s.send.tree, child)?;
+            let right = fs.inode_item_in(parent.tree, child)?;
             let d = InodeDiff {
                 left,
                 right,
@@ -283,7 +283,7 @@ fn edges(s: &mut Sender, ino: u64, old: bool) -> Result<Vec<Edge>> {
     } else {
         s.send.tree
     };
-    let refs = trees::refs(s.fs, tree, ino)?;
+    let refs = s.fs.refs_in(tree, ino)?;
     let mut out = Vec::with_capacity(refs.len());
     for (p, name) in refs {
         let g = dir_gen(s, p, old)?;
@@ -298,7 +298,8 @@ fn dir_gen(s: &mut Sender, dir: u64, old: bool) -> Result<u64> {
     } else {
         s.send.tree
     };
-    Ok(trees::inode_item(s.fs, tree, dir)?
+    Ok(s.fs
+        .inode_item_in(tree, dir)?
         .map(|i| i.generation)
         .unwrap_or(0))
 }
@@ -355,7 +356,7 @@ fn old_depth(s: &mut Sender, dir: u64, cache: &mut HashMap<u64, u64>) -> Result<
         }
         chain.push(cur);
         let tree = s.parent.as_ref().unwrap().tree;
-        match trees::first_ref(s.fs, tree, cur)? {
+        match s.fs.first_ref(tree, cur)? {
             Some((p, _)) => cur = p,
             None => break,
         }
@@ -518,7 +519,8 @@ fn remove_old_names(s: &mut Sender, plan: &mut Plan) -> Result<()> {
 /// Entries (inodes, not subvolume links) of directory `dir` in the parent.
 fn count_children(s: &Sender, dir: u64) -> Result<usize> {
     let tree = s.parent.as_ref().unwrap().tree;
-    Ok(trees::dir_entries(s.fs, tree, dir)?
+    Ok(s.fs
+        .dir_entries_in(tree, dir)?
         .iter()
         .filter(|(_, l)| l.item_type == INODE_ITEM)
         .count())
@@ -551,7 +553,7 @@ fn can_move_now(
         Some(Some(_)) => return Ok(false),
         Some(None) => {}
         None => {
-            if let Some(l) = trees::dir_lookup(s.fs, ptree, *tdir, tname)? {
+            if let Some(l) = s.fs.dir_lookup_in(ptree, *tdir, tname)? {
                 if l.item_type == INODE_ITEM {
                     return Ok(false);
                 }
@@ -622,8 +624,8 @@ fn process_changed_inode(s: &mut Sender, ino: u64, d: InodeDiff, plan: &Plan) ->
     // Xattrs.
     if d.xattrs_changed {
         let ptree = s.parent.as_ref().unwrap().tree;
-        let new = trees::xattrs(s.fs, s.send.tree, ino)?;
-        let old = trees::xattrs(s.fs, ptree, ino)?;
+        let new = s.fs.xattrs_in(s.send.tree, ino)?;
+        let old = s.fs.xattrs_in(ptree, ino)?;
         for (name, data) in &new {
             if name == b"security.capability" {
                 continue;
