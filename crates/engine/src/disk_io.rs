@@ -11,6 +11,7 @@ use crate::io::volumes::{ChunkMap, PhysLoc, Placement};
 use crate::tree::block::{check_expectations, verify_tree_block, BlockExpect, TreeBlock};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use ubtrfs_format::consts::CSUM_SIZE_MAX;
 use ubtrfs_format::{CsumType, Superblock};
 
 /// Largest data read [`FsInfo::read_data`] takes: callers read at most a
@@ -291,7 +292,7 @@ impl FsInfo {
         &self,
         logical: u64,
         len: usize,
-        csums: &[Option<[u8; 32]>],
+        csums: &[Option<[u8; CSUM_SIZE_MAX]>],
     ) -> Result<Vec<u8>> {
         if len > MAX_DATA_READ {
             return Err(Error::corrupt(
@@ -365,7 +366,12 @@ impl FsInfo {
     }
 
     /// Checks each sector of `buf` (read from `logical`) against `csums`.
-    pub fn verify_data(&self, logical: u64, buf: &[u8], csums: &[Option<[u8; 32]>]) -> Result<()> {
+    pub fn verify_data(
+        &self,
+        logical: u64,
+        buf: &[u8],
+        csums: &[Option<[u8; CSUM_SIZE_MAX]>],
+    ) -> Result<()> {
         let ss = self.sectorsize as usize;
         for (i, sector) in buf.chunks(ss).enumerate() {
             if let Some(Some(c)) = csums.get(i) {

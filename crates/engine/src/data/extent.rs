@@ -223,17 +223,12 @@ impl Extent {
     /// for regular and preallocated extents.
     pub fn disk(&self) -> Option<(u64, u64)> {
         match self.kind {
-            ExtentKind::Regular {
-                disk_bytenr,
-                offset,
-                ..
-            }
-            | ExtentKind::Prealloc {
+            ExtentKind::Prealloc {
                 disk_bytenr,
                 offset,
                 ..
             } => Some((disk_bytenr, offset)),
-            _ => None,
+            _ => self.regular().map(|(db, _, off, _)| (db, off)),
         }
     }
 }

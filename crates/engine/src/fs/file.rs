@@ -303,23 +303,11 @@ impl FileHandle {
                     out[..n].fill(0);
                     n
                 }
-                Some(e) => self.read_extent(fs, &e, pos, out)?,
+                Some(e) => self.reader.read_extent(&fs.info, &e, pos, out)?,
             };
             pos += n as u64;
         }
         Ok((end - off) as usize)
-    }
-
-    /// Fills the start of `out` from extent `e` at file offset `pos` (inside
-    /// `e`); returns how many bytes.
-    fn read_extent(
-        &mut self,
-        fs: &Filesystem,
-        e: &Extent,
-        pos: u64,
-        out: &mut [u8],
-    ) -> Result<usize> {
-        self.reader.read_extent(&fs.info, e, pos, out)
     }
 }
 
@@ -374,7 +362,7 @@ impl FileHandle {
                 ExtentKind::Hole | ExtentKind::Prealloc { .. } => {}
                 _ => {
                     let out = &mut buf[(pos - off) as usize..len];
-                    n = self.read_extent(fs, &e, pos, out)?;
+                    n = self.reader.read_extent(&fs.info, &e, pos, out)?;
                 }
             }
             pos += n as u64;
