@@ -249,34 +249,31 @@ mod tests {
         }
     }
 
-    fn regular(c: u8, db: u64, dn: u64, off: u64, nb: u64, ram: u64) -> Vec<u8> {
-        FileExtent {
+    fn item(c: u8, ram: u64, kind: FileExtentKind<'_>) -> Vec<u8> {
+        let fe = FileExtent {
             generation: 7,
             ram_bytes: ram,
             compression: c,
             encryption: 0,
             other_encoding: 0,
-            kind: FileExtentKind::Extent {
-                prealloc: false,
-                disk_bytenr: db,
-                disk_num_bytes: dn,
-                offset: off,
-                num_bytes: nb,
-            },
-        }
-        .to_bytes()
+            kind,
+        };
+        fe.to_bytes()
+    }
+
+    fn regular(c: u8, db: u64, dn: u64, off: u64, nb: u64, ram: u64) -> Vec<u8> {
+        let kind = FileExtentKind::Extent {
+            prealloc: false,
+            disk_bytenr: db,
+            disk_num_bytes: dn,
+            offset: off,
+            num_bytes: nb,
+        };
+        item(c, ram, kind)
     }
 
     fn inline(c: u8, ram: u64, data: &[u8]) -> Vec<u8> {
-        FileExtent {
-            generation: 7,
-            ram_bytes: ram,
-            compression: c,
-            encryption: 0,
-            other_encoding: 0,
-            kind: FileExtentKind::Inline { data },
-        }
-        .to_bytes()
+        item(c, ram, FileExtentKind::Inline { data })
     }
 
     fn decode_at(off: u64, item: &[u8]) -> Result<Extent> {

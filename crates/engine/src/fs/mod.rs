@@ -805,3 +805,73 @@ impl Filesystem {
         Ok(*stack.last().unwrap())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree() -> Tree {
+        Tree {
+            id: 257,
+            bytenr: 0,
+            level: 0,
+            generation: 1,
+        }
+    }
+
+    /// An INODE_REF item of inode 300 in directory 256 holding `names`,
+    /// or the INODE_EXTREF item when `ext`.
+    fn item(ext: bool, names: &[&[u8]]) -> (Key, Vec<u8>) {
+        let mut d = Vec::new();
+        let mut key = Key::new(300, INODE_REF, 256);
+        for (i, name) in names.iter().enumerate() {
+            let r = InodeRef {
+                parent: 256,
+                index: 2 + i as u64,
+                name,
+            };
+            if ext {
+                r.encode_extref(&mut d);
+                key = r.extref_key(300);
+            } else {
+                r.encode_ref(&mut d);
+            }
+        }
+        (key, d)
+    }
+
+    #[test]
+    fn ref_names_must_be_one_path_component() {
+        for ext in [false, true] {
+            let (k, d) = item(ext, &[b"a", b"b.txt"]);
+            let refs = decode_refs(tree(), &k, &d).unwrap();
+            assert_eq!(
+                refs.iter().map(|r| r.name).collect::<Vec<_>>(),
+                [b"a" as &[u8], b"b.txt"]
+            );
+            for bad in [&b""[..], b".", b"..", b"../x", b"a/b", b"a\0b"] {
+                let (k, d) = item(ext, &[b"ok", bad]);
+                let e = decode_refs(tree(), &k, &d).expect_err("bad name accepted");
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("subvolume 257 tree inode 300 key (300 INODE_")
+                        && msg.contains("invalid directory entry name"),
+                    "{msg}"
+                );
+            }
+        }
+        // A subvolume's root directory is its own parent, named "..".
+        let d = {
+            let mut d = Vec::new();
+            InodeRef {
+                parent: 256,
+                index: 0,
+                name: b"..",
+            }
+            .encode_ref(&mut d);
+            d
+        };
+        let k = Key::new(256, INODE_REF, 256);
+        assert_eq!(decode_refs(tree(), &k, &d).unwrap()[0].name, b"..");
+    }
+}
