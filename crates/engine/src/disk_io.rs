@@ -11,7 +11,13 @@ use crate::io::volumes::{ChunkMap, PhysLoc, Placement};
 use crate::tree::block::{check_expectations, verify_tree_block, BlockExpect, TreeBlock};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use ubtrfs_format::consts::CSUM_SIZE_MAX;
 use ubtrfs_format::{CsumType, Superblock};
+
+/// Largest data read [`FsInfo::read_data`] takes: callers read at most a
+/// megabyte or two at once, so a larger length comes from an unchecked
+/// on-disk value and must not size a buffer.
+pub const MAX_DATA_READ: usize = 16 << 20;
 
 /// Most recovery reports kept; later ones are counted, not stored.
 const MAX_REPORTS: usize = 1000;
@@ -286,8 +292,14 @@ impl FsInfo {
         &self,
         logical: u64,
         len: usize,
-        csums: &[Option<[u8; 32]>],
+        csums: &[Option<[u8; CSUM_SIZE_MAX]>],
     ) -> Result<Vec<u8>> {
+        if len > MAX_DATA_READ {
+            return Err(Error::corrupt(
+                format!("data at logical {logical}"),
+                format!("read of {len} bytes is larger than {MAX_DATA_READ}"),
+            ));
+        }
         let ss = self.sectorsize as usize;
         let mut buf = vec![0u8; len];
         let mut done = 0usize;
@@ -354,7 +366,12 @@ impl FsInfo {
     }
 
     /// Checks each sector of `buf` (read from `logical`) against `csums`.
-    pub fn verify_data(&self, logical: u64, buf: &[u8], csums: &[Option<[u8; 32]>]) -> Result<()> {
+    pub fn verify_data(
+        &self,
+        logical: u64,
+        buf: &[u8],
+        csums: &[Option<[u8; CSUM_SIZE_MAX]>],
+    ) -> Result<()> {
         let ss = self.sectorsize as usize;
         for (i, sector) in buf.chunks(ss).enumerate() {
             if let Some(Some(c)) = csums.get(i) {

@@ -8,9 +8,11 @@
 //! * [`disk_io`]: opening a filesystem, verified reads with mirror and
 //!   parity fallback;
 //! * [`tree::ctree`]: B-tree search and iteration;
-//! * [`data`]: data checksums;
-//! * [`fs`]: subvolumes, inodes, directories, xattrs, and file data
-//!   ([`fs::file`]: extent maps, reads, SEEK_DATA/SEEK_HOLE);
+//! * [`data`]: the one validated EXTENT_DATA decoder, data checksums,
+//!   and reads of extent data (checksummed, decompressed, inline);
+//! * [`fs`]: subvolumes, inodes, directories, xattrs (by inode, or by
+//!   tree and inode number for send), and file data ([`fs::file`]: extent
+//!   maps, reads, SEEK_DATA/SEEK_HOLE);
 //! * [`send`]: send streams, full and incremental;
 //! * [`tools`]: walk, extract, scrub.
 //!

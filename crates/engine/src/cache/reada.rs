@@ -150,6 +150,39 @@ pub fn plan(
     out
 }
 
+/// Which children of a node to read ahead when the lockstep compare of
+/// two trees (send's, the kernel's btrfs_compare_trees) descends into
+/// child `slot` of a node at `level`: the following children newer than
+/// `min_gen` (the other tree's generation: older ones may be shared and
+/// skipped), up to 128 KiB of leaves or one node's worth of nodes, as the
+/// kernel's tree_move_down. `generation(i)` is child `i`'s generation.
+pub fn plan_compare(
+    level: u8,
+    slot: usize,
+    nritems: usize,
+    nodesize: u32,
+    min_gen: u64,
+    generation: impl Fn(usize) -> u64,
+) -> Vec<usize> {
+    let budget = if level == 1 {
+        ALWAYS_LEAF_BUDGET
+    } else {
+        nodesize as u64
+    };
+    let mut out = Vec::new();
+    let mut done = 0u64;
+    for i in slot + 1..nritems {
+        if done >= budget {
+            break;
+        }
+        if generation(i) > min_gen {
+            out.push(i);
+            done += nodesize as u64;
+        }
+    }
+    out
+}
+
 /// Counters of one filesystem's readahead, for benchmarks and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReadaStats {

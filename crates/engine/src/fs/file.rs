@@ -8,62 +8,15 @@
 //! leaf of extent items. This is the userspace form of the kernel patch that
 //! caches extent state across lseek calls of one open file.
 
-use crate::data::csum::lookup_csums;
-use crate::error::{Error, FormatContext, Result};
+use crate::data::extent::{Extent, ExtentKind};
+use crate::data::read::DataReader;
+use crate::error::{Error, Result};
 use crate::fs::{Filesystem, InodeId};
 use crate::tree::block::TreeBlock;
 use crate::tree::ctree::{Cursor, Tree};
 use std::sync::Arc;
-use ubtrfs_format::compress::decompress;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{FileExtent, FileExtentKind};
 use ubtrfs_format::key::Key;
-
-/// Most bytes one read of a regular extent fetches at once.
-const READ_CHUNK: u64 = 1 << 20;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExtentKind {
-    /// Data inside the tree item (`data` as stored, maybe compressed).
-    Inline {
-        compression: u8,
-        ram_bytes: u64,
-        data: Vec<u8>,
-    },
-    Regular {
-        disk_bytenr: u64,
-        disk_num_bytes: u64,
-        offset: u64,
-        compression: u8,
-        ram_bytes: u64,
-    },
-    Prealloc {
-        disk_bytenr: u64,
-        disk_num_bytes: u64,
-        offset: u64,
-    },
-    /// An explicit hole item (filesystems without no-holes).
-    Hole,
-}
-
-/// One EXTENT_DATA item: the file range `[start, end)` it maps.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Extent {
-    pub start: u64,
-    pub end: u64,
-    pub generation: u64,
-    pub kind: ExtentKind,
-}
-
-impl Extent {
-    /// Whether SEEK_DATA counts this range as data.
-    pub fn is_data(&self) -> bool {
-        matches!(
-            self.kind,
-            ExtentKind::Inline { .. } | ExtentKind::Regular { .. }
-        )
-    }
-}
 
 /// What a range of a file is, for the extent-map listing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,139 +67,34 @@ pub struct FileHandle {
     pub id: InodeId,
     pub size: u64,
     tree: Tree,
-    csum_tree: Option<Tree>,
-    nodatasum: bool,
     sectorsize: u64,
     leaf: Option<CachedSlot>,
-    decompressed: Option<(u64, u64, Arc<Vec<u8>>)>,
+    reader: DataReader,
     pub stats: HandleStats,
 }
 
 impl FileHandle {
     pub fn open(fs: &Filesystem, id: InodeId) -> Result<FileHandle> {
         let inode = fs.inode_item(id)?;
+        let tree = fs.tree(id.subvol)?;
         Ok(FileHandle {
             id,
             size: inode.size,
-            tree: fs.tree(id.subvol)?,
-            csum_tree: fs.tree_opt(CSUM_TREE_OBJECTID)?,
-            nodatasum: inode.flags & INODE_NODATASUM != 0,
+            tree,
             sectorsize: fs.info.sectorsize as u64,
             leaf: None,
-            decompressed: None,
+            reader: DataReader::new(
+                tree,
+                id.ino,
+                fs.tree_opt(CSUM_TREE_OBJECTID)?,
+                inode.flags & INODE_NODATASUM != 0,
+            ),
             stats: HandleStats::default(),
         })
     }
 
-    fn here(&self, key: &Key) -> String {
-        format!("{} key {key}", self.tree.describe())
-    }
-
     fn decode(&self, key: Key, data: &[u8]) -> Result<Extent> {
-        let fe = FileExtent::parse(data).at(|| self.here(&key))?;
-        let bad = |d: String| Error::corrupt(self.here(&key), d);
-        if fe.encryption != 0 || fe.other_encoding != 0 {
-            return Err(Error::Unsupported(format!(
-                "{}: encrypted or encoded extent",
-                self.here(&key)
-            )));
-        }
-        if fe.compression > COMPRESS_ZSTD {
-            return Err(bad(format!("unknown compression {}", fe.compression)));
-        }
-        let (kind, len) = match fe.kind {
-            FileExtentKind::Inline { data } => {
-                let ram = if fe.compression == COMPRESS_NONE {
-                    data.len() as u64
-                } else {
-                    fe.ram_bytes
-                };
-                // A hostile ram_bytes near u64::MAX would overflow the
-                // rounding up to a sector.
-                let len = ram
-                    .div_ceil(self.sectorsize)
-                    .checked_mul(self.sectorsize)
-                    .ok_or_else(|| bad(format!("inline extent ram_bytes {ram} overflows")))?;
-                (
-                    ExtentKind::Inline {
-                        compression: fe.compression,
-                        ram_bytes: ram,
-                        data: data.to_vec(),
-                    },
-                    len,
-                )
-            }
-            FileExtentKind::Extent {
-                prealloc,
-                disk_bytenr,
-                disk_num_bytes,
-                offset,
-                num_bytes,
-            } => {
-                // The kernel's tree-checker requires sector-aligned disk
-                // ranges; with that and no overflow, every address `read_extent`
-                // computes (rounded out to sectors) stays inside the range.
-                let ss = self.sectorsize;
-                if disk_bytenr != 0
-                    && (!disk_bytenr.is_multiple_of(ss)
-                        || !disk_num_bytes.is_multiple_of(ss)
-                        || disk_bytenr.checked_add(disk_num_bytes).is_none())
-                {
-                    return Err(bad(format!(
-                        "extent disk range {disk_bytenr}+{disk_num_bytes} is not sector aligned or overflows"
-                    )));
-                }
-                let kind = if disk_bytenr == 0 {
-                    ExtentKind::Hole
-                } else if prealloc {
-                    ExtentKind::Prealloc {
-                        disk_bytenr,
-                        disk_num_bytes,
-                        offset,
-                    }
-                } else {
-                    if fe.compression != COMPRESS_NONE
-                        && (offset
-                            .checked_add(num_bytes)
-                            .is_none_or(|e| e > fe.ram_bytes)
-                            || fe.ram_bytes > MAX_UNCOMPRESSED
-                            || disk_num_bytes > MAX_UNCOMPRESSED)
-                    {
-                        return Err(bad(format!(
-                            "compressed extent offset {offset} num_bytes {num_bytes} ram_bytes {} disk_num_bytes {disk_num_bytes}",
-                            fe.ram_bytes
-                        )));
-                    }
-                    if fe.compression == COMPRESS_NONE
-                        && offset
-                            .checked_add(num_bytes)
-                            .is_none_or(|e| e > disk_num_bytes)
-                    {
-                        return Err(bad(format!(
-                            "extent offset {offset} + num_bytes {num_bytes} beyond disk_num_bytes {disk_num_bytes}"
-                        )));
-                    }
-                    ExtentKind::Regular {
-                        disk_bytenr,
-                        disk_num_bytes,
-                        offset,
-                        compression: fe.compression,
-                        ram_bytes: fe.ram_bytes,
-                    }
-                };
-                (kind, num_bytes)
-            }
-        };
-        let end = key
-            .offset
-            .checked_add(len)
-            .ok_or_else(|| bad(format!("extent length {len} overflows")))?;
-        Ok(Extent {
-            start: key.offset,
-            end,
-            generation: fe.generation,
-            kind,
-        })
+        Extent::decode(self.tree, &key, data, self.sectorsize)
     }
 
     /// Looks in the cached leaf, from the cached slot on, for the first
@@ -388,26 +236,14 @@ impl FileHandle {
                 None => (self.size, RangeKind::Hole, None),
                 Some(e) if e.start > pos => (e.start.min(self.size), RangeKind::Hole, None),
                 Some(e) => {
-                    let (kind, disk) = match e.kind {
-                        ExtentKind::Inline { .. } => (RangeKind::Inline, None),
-                        ExtentKind::Regular {
-                            disk_bytenr,
-                            offset,
-                            compression,
-                            ..
-                        } => (
-                            RangeKind::Data,
-                            Some((disk_bytenr, offset + (pos - e.start), compression)),
-                        ),
-                        ExtentKind::Prealloc {
-                            disk_bytenr,
-                            offset,
-                            ..
-                        } => (
-                            RangeKind::Prealloc,
-                            Some((disk_bytenr, offset + (pos - e.start), 0)),
-                        ),
-                        ExtentKind::Hole => (RangeKind::Hole, None),
+                    let disk = e
+                        .disk()
+                        .map(|(db, off)| (db, off + (pos - e.start), e.compression));
+                    let kind = match e.kind {
+                        ExtentKind::Inline { .. } => RangeKind::Inline,
+                        ExtentKind::Regular { .. } => RangeKind::Data,
+                        ExtentKind::Prealloc { .. } => RangeKind::Prealloc,
+                        ExtentKind::Hole => RangeKind::Hole,
                     };
                     (e.end.min(self.size), kind, disk)
                 }
@@ -467,132 +303,12 @@ impl FileHandle {
                     out[..n].fill(0);
                     n
                 }
-                Some(e) => self.read_extent(fs, &e, pos, out)?,
+                Some(e) => self.reader.read_extent(&fs.info, &e, pos, out)?,
             };
             pos += n as u64;
         }
         Ok((end - off) as usize)
     }
-
-    /// Fills the start of `out` from extent `e` at file offset `pos` (inside
-    /// `e`); returns how many bytes.
-    fn read_extent(
-        &mut self,
-        fs: &Filesystem,
-        e: &Extent,
-        pos: u64,
-        out: &mut [u8],
-    ) -> Result<usize> {
-        let n = out.len().min((e.end - pos) as usize);
-        let rel = pos - e.start;
-        match &e.kind {
-            ExtentKind::Hole | ExtentKind::Prealloc { .. } => out[..n].fill(0),
-            ExtentKind::Inline {
-                compression,
-                ram_bytes,
-                data,
-            } => {
-                let plain;
-                let src: &[u8] = if *compression == COMPRESS_NONE {
-                    data
-                } else {
-                    plain = decompress(*compression, data, *ram_bytes as usize, fs.info.sectorsize)
-                        .at(|| {
-                            format!(
-                                "{} inode {} inline extent",
-                                self.tree.describe(),
-                                self.id.ino
-                            )
-                        })?;
-                    &plain
-                };
-                copy_or_zero(&mut out[..n], src, rel);
-            }
-            ExtentKind::Regular {
-                disk_bytenr,
-                disk_num_bytes,
-                offset,
-                compression,
-                ram_bytes,
-            } => {
-                if *compression == COMPRESS_NONE {
-                    let ss = self.sectorsize;
-                    let n = (n as u64).min(READ_CHUNK) as usize;
-                    let logical = disk_bytenr + offset + rel;
-                    let a0 = logical / ss * ss;
-                    let a1 = (logical + n as u64).div_ceil(ss) * ss;
-                    let data = self.read_verified(fs, a0, a1 - a0)?;
-                    let skip = (logical - a0) as usize;
-                    out[..n].copy_from_slice(&data[skip..skip + n]);
-                    return Ok(n);
-                }
-                let plain = self.decompressed_extent(
-                    fs,
-                    *disk_bytenr,
-                    *disk_num_bytes,
-                    *compression,
-                    *ram_bytes,
-                )?;
-                copy_or_zero(&mut out[..n], &plain, offset + rel);
-            }
-        }
-        Ok(n)
-    }
-
-    fn read_verified(&self, fs: &Filesystem, logical: u64, len: u64) -> Result<Vec<u8>> {
-        let csums = match self.csum_tree {
-            Some(t) if !self.nodatasum => lookup_csums(&fs.info, t, logical, len)?,
-            _ => Vec::new(),
-        };
-        fs.info
-            .read_data(logical, len as usize, &csums)
-            .map_err(|e| match e {
-                Error::Corrupt { at, detail } => Error::Corrupt {
-                    at: format!("{at} ({} inode {})", self.tree.describe(), self.id.ino),
-                    detail,
-                },
-                other => other,
-            })
-    }
-
-    fn decompressed_extent(
-        &mut self,
-        fs: &Filesystem,
-        disk_bytenr: u64,
-        disk_num_bytes: u64,
-        compression: u8,
-        ram_bytes: u64,
-    ) -> Result<Arc<Vec<u8>>> {
-        if let Some((b, r, d)) = &self.decompressed {
-            if *b == disk_bytenr && *r == ram_bytes {
-                return Ok(d.clone());
-            }
-        }
-        let raw = self.read_verified(fs, disk_bytenr, disk_num_bytes)?;
-        let plain =
-            decompress(compression, &raw, ram_bytes as usize, fs.info.sectorsize).at(|| {
-                format!(
-                    "compressed extent at logical {disk_bytenr} ({} inode {})",
-                    self.tree.describe(),
-                    self.id.ino
-                )
-            })?;
-        let plain = Arc::new(plain);
-        self.decompressed = Some((disk_bytenr, ram_bytes, plain.clone()));
-        Ok(plain)
-    }
-}
-
-/// Copies `src[from..]` into `out`, zero-filling what `src` does not have.
-fn copy_or_zero(out: &mut [u8], src: &[u8], from: u64) {
-    let avail = src
-        .len()
-        .saturating_sub(from.min(src.len() as u64) as usize);
-    let k = avail.min(out.len());
-    if k > 0 {
-        out[..k].copy_from_slice(&src[from as usize..from as usize + k]);
-    }
-    out[k..].fill(0);
 }
 
 /// Most bytes [`FileHandle::read_at_merged`] reads from the devices at once.
@@ -630,9 +346,8 @@ impl FileHandle {
                 ExtentKind::Regular {
                     disk_bytenr,
                     offset,
-                    compression: COMPRESS_NONE,
                     ..
-                } => {
+                } if e.compression == COMPRESS_NONE => {
                     n = n.min(MERGED_READ_MAX as usize);
                     let logical = disk_bytenr + offset + (pos - e.start);
                     if let (Some(&(_, first, _)), Some(&(_, last, k))) = (run.first(), run.last()) {
@@ -647,7 +362,7 @@ impl FileHandle {
                 ExtentKind::Hole | ExtentKind::Prealloc { .. } => {}
                 _ => {
                     let out = &mut buf[(pos - off) as usize..len];
-                    n = self.read_extent(fs, &e, pos, out)?;
+                    n = self.reader.read_extent(&fs.info, &e, pos, out)?;
                 }
             }
             pos += n as u64;
@@ -671,7 +386,7 @@ impl FileHandle {
         let (first, (_, last, k)) = (run[0].1, run[run.len() - 1]);
         let a0 = first / ss * ss;
         let a1 = (last + k as u64).div_ceil(ss) * ss;
-        let data = self.read_verified(fs, a0, a1 - a0)?;
+        let data = self.reader.read_verified(&fs.info, a0, a1 - a0)?;
         for &(p, l, n) in run {
             let s = (l - a0) as usize;
             let d = (p - off) as usize;

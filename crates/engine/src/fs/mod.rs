@@ -15,8 +15,8 @@ use ubtrfs_format::bytes::format_uuid;
 use ubtrfs_format::checksum::name_hash;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{
-    parse_dir_entries, parse_inode_extrefs, parse_inode_refs, ChunkItem, DevItem, InodeItem,
-    RootItem, RootRef, Timespec,
+    parse_dir_entries, parse_inode_extrefs, parse_inode_refs, ChunkItem, DevItem, DirEntry,
+    InodeItem, InodeRef, RootItem, RootRef, Timespec,
 };
 use ubtrfs_format::key::Key;
 
@@ -104,6 +104,28 @@ pub fn check_entry_name(name: &[u8]) -> std::result::Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The (parent, name) pairs of an INODE_REF or INODE_EXTREF item `k` of
+/// `tree`; a name that is not one path component (but for the ".." a
+/// subvolume's root directory is its own parent by) is an error naming
+/// the tree, inode and key.
+pub fn decode_refs<'a>(tree: Tree, k: &Key, d: &'a [u8]) -> Result<Vec<InodeRef<'a>>> {
+    let here = || format!("{} inode {} key {k}", tree.describe(), k.objectid);
+    let refs = if k.item_type == INODE_REF {
+        parse_inode_refs(k, d)
+    } else {
+        parse_inode_extrefs(d)
+    }
+    .at(here)?;
+    for r in &refs {
+        // A subvolume's root directory names itself "..".
+        if r.parent == k.objectid && r.name == b".." {
+            continue;
+        }
+        check_entry_name(r.name).map_err(|why| Error::corrupt(here(), why))?;
+    }
+    Ok(refs)
 }
 
 /// btrfs keeps the kernel's internal dev_t (major << 20 | minor); stat(2)
@@ -283,6 +305,26 @@ impl Filesystem {
         }
     }
 
+    /// The first ROOT_BACKREF of subvolume `id`: (parent subvolume,
+    /// directory in it, name). The name must be one path component.
+    pub fn root_backref(&self, id: u64) -> Result<Option<(u64, u64, Vec<u8>)>> {
+        let mut out = None;
+        for_each_item(
+            &self.info,
+            self.root_tree,
+            Key::new(id, ROOT_BACKREF, 0),
+            Key::new(id, ROOT_BACKREF, u64::MAX),
+            |k, d| {
+                let here = || format!("root tree key {k}");
+                let r = RootRef::parse(d).at(here)?;
+                check_entry_name(r.name).map_err(|why| Error::corrupt(here(), why))?;
+                out = Some((k.offset, r.dirid, r.name.to_vec()));
+                Ok(ControlFlow::Break(()))
+            },
+        )?;
+        Ok(out)
+    }
+
     /// The tree with id `id` (a well-known tree or a subvolume).
     pub fn tree(&self, id: u64) -> Result<Tree> {
         self.tree_opt(id)?
@@ -384,9 +426,15 @@ impl Filesystem {
     /// Path of directory `dir` inside subvolume `subvol` (relative, no
     /// leading '/'), following the first INODE_REF of each directory.
     pub fn dir_path(&self, subvol: u64, dir: u64) -> Result<Vec<u8>> {
-        let tree = self.tree(subvol)?;
+        self.path_in(self.tree(subvol)?, dir)
+    }
+
+    /// The path of `ino` inside `tree` (relative, no leading '/'),
+    /// following the first name of each inode up to the root directory, as
+    /// the kernel's btrfs_ref_to_path. Every name is one path component.
+    pub fn path_in(&self, tree: Tree, ino: u64) -> Result<Vec<u8>> {
         let mut parts: Vec<Vec<u8>> = Vec::new();
-        let mut cur = dir;
+        let mut cur = ino;
         // A directory has one parent; a loop in a corrupt image is cut off.
         for _ in 0..4096 {
             if cur == FIRST_INODE {
@@ -396,21 +444,21 @@ impl Filesystem {
             let (parent, name) = self.first_ref(tree, cur)?.ok_or_else(|| {
                 Error::corrupt(
                     format!("{} inode {cur}", tree.describe()),
-                    "directory has no INODE_REF",
+                    "inode has no INODE_REF",
                 )
             })?;
             parts.push(name);
             cur = parent;
         }
         Err(Error::corrupt(
-            format!("{} inode {dir}", tree.describe()),
-            "directory parent chain does not reach the root",
+            format!("{} inode {ino}", tree.describe()),
+            "parent chain does not reach the root directory",
         ))
     }
 
     /// Calls `f` with each (parent dir, name) of inode `ino` in `tree`, from
     /// INODE_REF then INODE_EXTREF items, until it breaks.
-    fn for_each_ref<F>(&self, tree: Tree, ino: u64, mut f: F) -> Result<()>
+    pub fn for_each_ref<F>(&self, tree: Tree, ino: u64, mut f: F) -> Result<()>
     where
         F: FnMut(u64, &[u8]) -> ControlFlow<()>,
     {
@@ -420,13 +468,7 @@ impl Filesystem {
             Key::new(ino, INODE_REF, 0),
             Key::new(ino, INODE_EXTREF, u64::MAX),
             |k, d| {
-                let refs = if k.item_type == INODE_REF {
-                    parse_inode_refs(&k, d)
-                } else {
-                    parse_inode_extrefs(d)
-                }
-                .at(|| format!("{} key {k}", tree.describe()))?;
-                for r in refs {
+                for r in decode_refs(tree, &k, d)? {
                     if f(r.parent, r.name).is_break() {
                         return Ok(ControlFlow::Break(()));
                     }
@@ -436,8 +478,9 @@ impl Filesystem {
         )
     }
 
-    /// The first (parent, name) of an inode, from INODE_REF or INODE_EXTREF.
-    fn first_ref(&self, tree: Tree, ino: u64) -> Result<Option<(u64, Vec<u8>)>> {
+    /// The first (parent, name) of inode `ino` in `tree`, from INODE_REF or
+    /// INODE_EXTREF (the kernel's get_first_ref).
+    pub fn first_ref(&self, tree: Tree, ino: u64) -> Result<Option<(u64, Vec<u8>)>> {
         let mut out = None;
         self.for_each_ref(tree, ino, |parent, name| {
             out = Some((parent, name.to_vec()));
@@ -446,14 +489,19 @@ impl Filesystem {
         Ok(out)
     }
 
-    /// Every (parent dir, name) of an inode, for hardlink-aware tools.
-    pub fn inode_refs(&self, id: InodeId) -> Result<Vec<(u64, Vec<u8>)>> {
+    /// Every (parent dir, name) of inode `ino` in `tree`, in key order.
+    pub fn refs_in(&self, tree: Tree, ino: u64) -> Result<Vec<(u64, Vec<u8>)>> {
         let mut out = Vec::new();
-        self.for_each_ref(self.tree(id.subvol)?, id.ino, |parent, name| {
+        self.for_each_ref(tree, ino, |parent, name| {
             out.push((parent, name.to_vec()));
             ControlFlow::Continue(())
         })?;
         Ok(out)
+    }
+
+    /// Every (parent dir, name) of an inode, for hardlink-aware tools.
+    pub fn inode_refs(&self, id: InodeId) -> Result<Vec<(u64, Vec<u8>)>> {
+        self.refs_in(self.tree(id.subvol)?, id.ino)
     }
 
     /// The top-level subvolume's root directory.
@@ -467,11 +515,20 @@ impl Filesystem {
     /// The inode item of `id`.
     pub fn inode_item(&self, id: InodeId) -> Result<InodeItem> {
         let tree = self.tree(id.subvol)?;
-        let key = Key::new(id.ino, INODE_ITEM, 0);
-        let d = lookup(&self.info, tree, &key)?.ok_or_else(|| {
+        self.inode_item_in(tree, id.ino)?.ok_or_else(|| {
             Error::NotFound(format!("inode {} not found in {}", id.ino, tree.describe()))
-        })?;
-        InodeItem::parse(&d).at(|| format!("{} key {key}", tree.describe()))
+        })
+    }
+
+    /// The inode item of inode `ino` in `tree`, if it has one.
+    pub fn inode_item_in(&self, tree: Tree, ino: u64) -> Result<Option<InodeItem>> {
+        let key = Key::new(ino, INODE_ITEM, 0);
+        match lookup(&self.info, tree, &key)? {
+            Some(d) => Ok(Some(
+                InodeItem::parse(&d).at(|| format!("{} key {key}", tree.describe()))?,
+            )),
+            None => Ok(None),
+        }
     }
 
     pub fn stat(&self, id: InodeId) -> Result<Stat> {
@@ -566,8 +623,17 @@ impl Filesystem {
         if id.is_placeholder() {
             return Ok(None);
         }
-        let tree = self.tree(id.subvol)?;
-        let key = Key::new(id.ino, item_type, name_hash(name));
+        self.hashed_entry_in(self.tree(id.subvol)?, id.ino, item_type, name)
+    }
+
+    fn hashed_entry_in(
+        &self,
+        tree: Tree,
+        ino: u64,
+        item_type: u8,
+        name: &[u8],
+    ) -> Result<Option<(Key, u8, Vec<u8>)>> {
+        let key = Key::new(ino, item_type, name_hash(name));
         let Some(d) = lookup(&self.info, tree, &key)? else {
             return Ok(None);
         };
@@ -576,6 +642,17 @@ impl Filesystem {
             .into_iter()
             .find(|e| e.name == name)
             .map(|e| (e.location, e.file_type, e.data.to_vec())))
+    }
+
+    /// What the entry `name` of directory `dir` in `tree` points to (its
+    /// location key), from the DIR_ITEM.
+    pub fn dir_lookup_in(&self, tree: Tree, dir: u64, name: &[u8]) -> Result<Option<Key>> {
+        if check_entry_name(name).is_err() {
+            return Ok(None);
+        }
+        Ok(self
+            .hashed_entry_in(tree, dir, DIR_ITEM, name)?
+            .map(|(location, _, _)| location))
     }
 
     /// Looks `name` up in directory `dir`.
@@ -613,24 +690,39 @@ impl Filesystem {
             return Ok(());
         }
         let tree = self.tree(dir.subvol)?;
+        self.for_each_dir_index_in(tree, dir.ino, from_index, |index, e| {
+            f(DirEntryInfo {
+                name: e.name.to_vec(),
+                index,
+                file_type: e.file_type,
+                target: self.entry_target(dir, &e.location, e.name)?,
+            })
+        })
+    }
+
+    /// Calls `f(index, entry)` for each DIR_INDEX entry of directory `dir`
+    /// in `tree` with index >= `from_index`, in index order; a name that is
+    /// not one path component is an error naming the tree, inode and key.
+    pub fn for_each_dir_index_in<F>(
+        &self,
+        tree: Tree,
+        dir: u64,
+        from_index: u64,
+        mut f: F,
+    ) -> Result<()>
+    where
+        F: FnMut(u64, &DirEntry<'_>) -> Result<ControlFlow<()>>,
+    {
         for_each_item(
             &self.info,
             tree,
-            Key::new(dir.ino, DIR_INDEX, from_index),
-            Key::new(dir.ino, DIR_INDEX, u64::MAX),
+            Key::new(dir, DIR_INDEX, from_index),
+            Key::new(dir, DIR_INDEX, u64::MAX),
             |k, d| {
-                let entries = parse_dir_entries(d).at(|| format!("{} key {k}", tree.describe()))?;
-                for e in entries {
-                    check_entry_name(e.name).map_err(|why| {
-                        Error::corrupt(format!("{} key {k}", tree.describe()), why)
-                    })?;
-                    let info = DirEntryInfo {
-                        name: e.name.to_vec(),
-                        index: k.offset,
-                        file_type: e.file_type,
-                        target: self.entry_target(dir, &e.location, e.name)?,
-                    };
-                    if f(info)?.is_break() {
+                let here = || format!("{} inode {} key {k}", tree.describe(), k.objectid);
+                for e in parse_dir_entries(d).at(here)? {
+                    check_entry_name(e.name).map_err(|why| Error::corrupt(here(), why))?;
+                    if f(k.offset, &e)?.is_break() {
                         return Ok(ControlFlow::Break(()));
                     }
                 }
@@ -639,18 +731,36 @@ impl Filesystem {
         )
     }
 
+    /// The entries of directory `dir` in `tree` in index order: (name,
+    /// location key).
+    pub fn dir_entries_in(&self, tree: Tree, dir: u64) -> Result<Vec<(Vec<u8>, Key)>> {
+        let mut out = Vec::new();
+        self.for_each_dir_index_in(tree, dir, 0, |_, e| {
+            out.push((e.name.to_vec(), e.location));
+            Ok(ControlFlow::Continue(()))
+        })?;
+        Ok(out)
+    }
+
     /// All extended attributes of `id`, sorted by name.
     pub fn xattrs(&self, id: InodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         if id.is_placeholder() {
             return Ok(Vec::new());
         }
-        let tree = self.tree(id.subvol)?;
+        let mut out = self.xattrs_in(self.tree(id.subvol)?, id.ino)?;
+        out.sort();
+        Ok(out)
+    }
+
+    /// All extended attributes of inode `ino` in `tree`, in key (name
+    /// hash) order, as the kernel visits them.
+    pub fn xattrs_in(&self, tree: Tree, ino: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut out = Vec::new();
         for_each_item(
             &self.info,
             tree,
-            Key::new(id.ino, XATTR_ITEM, 0),
-            Key::new(id.ino, XATTR_ITEM, u64::MAX),
+            Key::new(ino, XATTR_ITEM, 0),
+            Key::new(ino, XATTR_ITEM, u64::MAX),
             |k, d| {
                 for e in parse_dir_entries(d).at(|| format!("{} key {k}", tree.describe()))? {
                     out.push((e.name.to_vec(), e.data.to_vec()));
@@ -658,7 +768,6 @@ impl Filesystem {
                 Ok(ControlFlow::Continue(()))
             },
         )?;
-        out.sort();
         Ok(out)
     }
 
@@ -666,6 +775,13 @@ impl Filesystem {
     pub fn xattr(&self, id: InodeId, name: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self
             .hashed_entry(id, XATTR_ITEM, name)?
+            .map(|(_, _, data)| data))
+    }
+
+    /// One extended attribute of inode `ino` in `tree`.
+    pub fn xattr_in(&self, tree: Tree, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .hashed_entry_in(tree, ino, XATTR_ITEM, name)?
             .map(|(_, _, data)| data))
     }
 
@@ -701,5 +817,75 @@ impl Filesystem {
             stack.push(e.target);
         }
         Ok(*stack.last().unwrap())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree() -> Tree {
+        Tree {
+            id: 257,
+            bytenr: 0,
+            level: 0,
+            generation: 1,
+        }
+    }
+
+    /// An INODE_REF item of inode 300 in directory 256 holding `names`,
+    /// or the INODE_EXTREF item when `ext`.
+    fn item(ext: bool, names: &[&[u8]]) -> (Key, Vec<u8>) {
+        let mut d = Vec::new();
+        let mut key = Key::new(300, INODE_REF, 256);
+        for (i, name) in names.iter().enumerate() {
+            let r = InodeRef {
+                parent: 256,
+                index: 2 + i as u64,
+                name,
+            };
+            if ext {
+                r.encode_extref(&mut d);
+                key = r.extref_key(300);
+            } else {
+                r.encode_ref(&mut d);
+            }
+        }
+        (key, d)
+    }
+
+    #[test]
+    fn ref_names_must_be_one_path_component() {
+        for ext in [false, true] {
+            let (k, d) = item(ext, &[b"a", b"b.txt"]);
+            let refs = decode_refs(tree(), &k, &d).unwrap();
+            assert_eq!(
+                refs.iter().map(|r| r.name).collect::<Vec<_>>(),
+                [b"a" as &[u8], b"b.txt"]
+            );
+            for bad in [&b""[..], b".", b"..", b"../x", b"a/b", b"a\0b"] {
+                let (k, d) = item(ext, &[b"ok", bad]);
+                let e = decode_refs(tree(), &k, &d).expect_err("bad name accepted");
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("subvolume 257 tree inode 300 key (300 INODE_")
+                        && msg.contains("invalid directory entry name"),
+                    "{msg}"
+                );
+            }
+        }
+        // A subvolume's root directory is its own parent, named "..".
+        let d = {
+            let mut d = Vec::new();
+            InodeRef {
+                parent: 256,
+                index: 0,
+                name: b"..",
+            }
+            .encode_ref(&mut d);
+            d
+        };
+        let k = Key::new(256, INODE_REF, 256);
+        assert_eq!(decode_refs(tree(), &k, &d).unwrap()[0].name, b"..");
     }
 }

@@ -132,18 +132,6 @@ impl ChunkMap {
         (logical < start + c.length).then_some((start, c))
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (u64, &ChunkItem)> {
-        self.chunks.iter().map(|(&s, c)| (s, c))
-    }
-
-    pub fn len(&self) -> usize {
-        self.chunks.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty()
-    }
-
     /// Maps the start of `[logical, logical + len)`: returns the first piece,
     /// at most `len` long, that lies in one stripe unit.
     pub fn map(&self, logical: u64, len: u64) -> Result<Piece> {

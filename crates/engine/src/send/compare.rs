@@ -5,13 +5,11 @@
 //! leaves, equal keys are compared bytewise.
 
 use crate::disk_io::FsInfo;
-use crate::error::{Error, Result};
-use crate::tree::block::BlockExpect;
+use crate::error::Result;
 use crate::tree::block::TreeBlock;
-use crate::tree::ctree::Tree;
+use crate::tree::ctree::{child_ptr, Tree};
 use std::sync::Arc;
 use ubtrfs_format::key::Key;
-use ubtrfs_format::node::MAX_LEVEL;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Change {
@@ -39,22 +37,7 @@ enum Advance {
 
 impl<'f> Walk<'f> {
     fn new(fs: &'f FsInfo, tree: Tree) -> Result<Self> {
-        if tree.level > MAX_LEVEL {
-            return Err(Error::corrupt(
-                tree.describe(),
-                format!("root level {}", tree.level),
-            ));
-        }
-        let root = fs
-            .read_tree_block(
-                tree.bytenr,
-                BlockExpect {
-                    level: Some(tree.level),
-                    generation: Some(tree.generation).filter(|&g| g != 0),
-                    first_key: None,
-                },
-            )
-            .map_err(|e| ctx(tree, e))?;
+        let root = tree.read_root(fs)?;
         let rl = tree.level as usize;
         let mut nodes = vec![None; rl + 1];
         let empty = root.node().nritems() == 0;
@@ -117,79 +100,26 @@ impl<'f> Walk<'f> {
     fn down(&mut self, reada: bool, reada_min_gen: u64) -> Result<()> {
         let parent = self.node().clone();
         let slot = self.slots[self.level];
-        let node = parent.node();
-        let ptr = node.key_ptr(slot);
-        let child_level = self.level as u8 - 1;
         if reada {
-            // The following children newer than the parent snapshot will be
-            // visited (they cannot be shared): up to 128K of leaves, or one
-            // node, as the kernel's tree_move_down.
-            let budget = if self.level == 1 {
-                128 * 1024
-            } else {
-                self.fs.nodesize as u64
-            };
-            let mut done = 0u64;
-            let mut blocks = Vec::new();
-            for s in slot + 1..node.nritems() {
-                if done >= budget {
-                    break;
-                }
-                let p = node.key_ptr(s);
-                if p.generation > reada_min_gen {
-                    blocks.push((
-                        p.blockptr,
-                        BlockExpect {
-                            level: Some(child_level),
-                            generation: Some(p.generation),
-                            first_key: Some(p.key),
-                        },
-                    ));
-                    done += self.fs.nodesize as u64;
-                }
-            }
-            if !blocks.is_empty() {
+            let node = parent.node();
+            let picked = crate::cache::reada::plan_compare(
+                parent.header.level,
+                slot,
+                node.nritems(),
+                self.fs.nodesize,
+                reada_min_gen,
+                |i| node.key_ptr(i).generation,
+            );
+            if !picked.is_empty() {
+                let blocks: Vec<_> = picked.into_iter().map(|i| child_ptr(&parent, i)).collect();
                 self.fs.reada.schedule(&self.fs.reada_source(), &blocks);
             }
         }
-        let child = self
-            .fs
-            .read_tree_block(
-                ptr.blockptr,
-                BlockExpect {
-                    level: Some(child_level),
-                    generation: Some(ptr.generation),
-                    first_key: Some(ptr.key),
-                },
-            )
-            .map_err(|e| ctx(self.tree, e))?;
-        if child.node().nritems() == 0 {
-            return Err(ctx(
-                self.tree,
-                Error::corrupt(
-                    format!("tree block {}", ptr.blockptr),
-                    "empty non-root block",
-                ),
-            ));
-        }
+        let child = self.tree.read_child(self.fs, &parent, slot)?;
         self.level -= 1;
         self.nodes[self.level] = Some(child);
         self.slots[self.level] = 0;
         Ok(())
-    }
-}
-
-fn ctx(tree: Tree, e: Error) -> Error {
-    match e {
-        Error::Corrupt { at, detail } => Error::Corrupt {
-            at: format!("{} ({})", at, tree.describe()),
-            detail,
-        },
-        Error::Format { at, source } => Error::Format {
-            at: format!("{} ({})", at, tree.describe()),
-            source,
-        },
-        other => other,
     }
 }
 

@@ -7,129 +7,22 @@
 //! snapshot itself for inodes already sent, the parent, the -c sources).
 
 use super::stream::{attr, cmd, max_write, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
-use super::{trees, CloneRoot, Sender};
-use crate::data::csum::lookup_csums;
-use crate::error::{Error, FormatContext, Result};
+use super::{CloneRoot, Sender};
+use crate::data::extent::{Extent, ExtentKind};
+use crate::data::read::DataReader;
+use crate::error::Result;
 use crate::fs::file::FileHandle;
 use crate::fs::InodeId;
 use crate::tree::block::BlockExpect;
 use crate::tree::ctree::{Cursor, Tree};
-use std::sync::Arc;
-use ubtrfs_format::bytes::le64;
-use ubtrfs_format::compress::decompress;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{FileExtent, FileExtentKind};
+use ubtrfs_format::items::{ExtentRecord, InlineRef};
 use ubtrfs_format::key::Key;
 
 /// Most references an extent may have for clones to be looked for (the
 /// kernel's SEND_MAX_EXTENT_REFS).
 const MAX_EXTENT_REFS: u64 = 1024;
 const PAGE: u64 = 4096;
-
-/// One EXTENT_DATA item, decoded.
-#[derive(Debug, Clone)]
-pub(crate) struct FileExt {
-    /// File offset (the key offset).
-    pub start: u64,
-    pub generation: u64,
-    pub compression: u8,
-    pub kind: ExtKind,
-}
-
-#[derive(Debug, Clone)]
-pub(crate) enum ExtKind {
-    Inline {
-        ram_bytes: u64,
-        /// The item's data as stored (compressed when `compression` != 0).
-        data: Vec<u8>,
-    },
-    /// Regular or preallocated extent; `disk_bytenr` 0 is an explicit hole.
-    Extent {
-        prealloc: bool,
-        disk_bytenr: u64,
-        disk_num_bytes: u64,
-        offset: u64,
-        num_bytes: u64,
-        ram_bytes: u64,
-    },
-}
-
-impl FileExt {
-    pub fn parse(tree: Tree, key: &Key, data: &[u8]) -> Result<FileExt> {
-        let fe = FileExtent::parse(data).at(|| format!("{} key {key}", tree.describe()))?;
-        if fe.encryption != 0 || fe.other_encoding != 0 {
-            return Err(Error::Unsupported(format!(
-                "{} key {key}: encrypted or encoded extent",
-                tree.describe()
-            )));
-        }
-        let kind = match fe.kind {
-            FileExtentKind::Inline { data } => ExtKind::Inline {
-                ram_bytes: if fe.compression == COMPRESS_NONE {
-                    data.len() as u64
-                } else {
-                    fe.ram_bytes
-                },
-                data: data.to_vec(),
-            },
-            FileExtentKind::Extent {
-                prealloc,
-                disk_bytenr,
-                disk_num_bytes,
-                offset,
-                num_bytes,
-            } => ExtKind::Extent {
-                prealloc,
-                disk_bytenr,
-                disk_num_bytes,
-                offset,
-                num_bytes,
-                ram_bytes: fe.ram_bytes,
-            },
-        };
-        Ok(FileExt {
-            start: key.offset,
-            generation: fe.generation,
-            compression: fe.compression,
-            kind,
-        })
-    }
-
-    /// End of the file range the item maps (inline: aligned to the sector,
-    /// as btrfs_file_extent_end).
-    pub fn end(&self, sectorsize: u64) -> u64 {
-        match &self.kind {
-            ExtKind::Inline { ram_bytes, .. } => {
-                (self.start + ram_bytes).div_ceil(sectorsize) * sectorsize
-            }
-            ExtKind::Extent { num_bytes, .. } => self.start + num_bytes,
-        }
-    }
-
-    pub fn is_inline(&self) -> bool {
-        matches!(self.kind, ExtKind::Inline { .. })
-    }
-
-    /// A regular extent with data (not a hole, not prealloc).
-    pub fn regular(&self) -> Option<(u64, u64, u64, u64)> {
-        match self.kind {
-            ExtKind::Extent {
-                prealloc: false,
-                disk_bytenr,
-                disk_num_bytes,
-                offset,
-                num_bytes,
-                ..
-            } if disk_bytenr != 0 => Some((disk_bytenr, disk_num_bytes, offset, num_bytes)),
-            _ => None,
-        }
-    }
-
-    /// Whether reading the range gives stored data (inline or regular).
-    pub fn has_data(&self) -> bool {
-        self.is_inline() || self.regular().is_some()
-    }
-}
 
 /// The attributes of an ENCODED_WRITE.
 struct Encoded {
@@ -182,32 +75,25 @@ impl Sender<'_, '_> {
         if self.cur.is_symlink() {
             return Ok(());
         }
-        let ext = FileExt::parse(self.send.tree, key, data)?;
-        if let ExtKind::Extent {
-            prealloc,
-            disk_bytenr,
-            ..
-        } = ext.kind
-        {
-            // No prealloc command in the stream; holes need nothing.
-            if prealloc || disk_bytenr == 0 {
-                return Ok(());
-            }
+        let ext = self.decode_extent(self.send.tree, key, data)?;
+        // No prealloc command in the stream; holes need nothing.
+        if matches!(ext.kind, ExtentKind::Prealloc { .. } | ExtentKind::Hole) {
+            return Ok(());
         }
         self.send_extent(&ext)
     }
 
     /// Sends the data of extent item `ext` of the current inode: a clone
     /// when a source is found, else writes.
-    pub(crate) fn send_extent(&mut self, ext: &FileExt) -> Result<()> {
+    pub(crate) fn send_extent(&mut self, ext: &Extent) -> Result<()> {
         let clone = self.find_clone(ext)?;
         self.send_write_or_clone(ext, clone)
     }
 
-    fn send_write_or_clone(&mut self, ext: &FileExt, clone: Option<CloneSrc>) -> Result<()> {
+    fn send_write_or_clone(&mut self, ext: &Extent, clone: Option<CloneSrc>) -> Result<()> {
         let size = self.cur.ii.size;
         let offset = ext.start;
-        let end = ext.end(self.sectorsize).min(size);
+        let end = ext.end.min(size);
         if offset >= end {
             return Ok(());
         }
@@ -237,7 +123,9 @@ impl Sender<'_, '_> {
 
     fn clone_src_size(&self, src: CloneSrc) -> Result<u64> {
         let r = self.root_of(src.root);
-        Ok(trees::inode_item(self.fs, r.tree, src.ino)?
+        Ok(self
+            .fs
+            .inode_item_in(r.tree, src.ino)?
             .map(|i| i.size)
             .unwrap_or(0))
     }
@@ -247,7 +135,7 @@ impl Sender<'_, '_> {
     /// writes of at most 48K (v1) / 128K (v2).
     pub(crate) fn send_extent_data(
         &mut self,
-        ext: Option<&FileExt>,
+        ext: Option<&Extent>,
         offset: u64,
         len: u64,
     ) -> Result<()> {
@@ -257,7 +145,7 @@ impl Sender<'_, '_> {
         if let Some(e) = ext {
             if self.opts.compressed_data && e.compression != COMPRESS_NONE {
                 match &e.kind {
-                    ExtKind::Inline { ram_bytes, data } if data.len() as u64 <= len => {
+                    ExtentKind::Inline { ram_bytes, data } if data.len() as u64 <= len => {
                         let (ram, data) = (*ram_bytes, data.clone());
                         let enc = Encoded {
                             offset,
@@ -269,15 +157,17 @@ impl Sender<'_, '_> {
                         };
                         return self.send_encoded(&enc, &data);
                     }
-                    ExtKind::Extent {
-                        prealloc: false,
+                    ExtentKind::Regular {
                         disk_bytenr,
                         disk_num_bytes,
                         offset: eoff,
                         num_bytes,
                         ram_bytes,
-                    } if *disk_bytenr != 0 && *disk_num_bytes <= len => {
-                        let raw = self.read_disk(*disk_bytenr, *disk_num_bytes)?;
+                    } if *disk_num_bytes <= len => {
+                        let fs = self.fs;
+                        let raw =
+                            self.reader()
+                                .read_disk(&fs.info, *disk_bytenr, *disk_num_bytes)?;
                         let enc = Encoded {
                             offset,
                             unencoded_file_len: (e.start + num_bytes - offset).min(len),
@@ -302,7 +192,7 @@ impl Sender<'_, '_> {
         Ok(())
     }
 
-    fn send_write(&mut self, ext: Option<&FileExt>, offset: u64, len: usize) -> Result<()> {
+    fn send_write(&mut self, ext: Option<&Extent>, offset: u64, len: usize) -> Result<()> {
         let p = self.cur_path()?;
         let mut buf = vec![0u8; len];
         self.read_file(ext, offset, &mut buf)?;
@@ -381,125 +271,37 @@ impl Sender<'_, '_> {
 
     // ------------------------------------------------------------ reading
 
-    fn csums(&self, logical: u64, len: u64) -> Result<Vec<Option<[u8; 32]>>> {
-        match self.csum_tree {
-            Some(t) if self.cur.ii.flags & INODE_NODATASUM == 0 => {
-                lookup_csums(&self.fs.info, t, logical, len)
-            }
-            _ => Ok(Vec::new()),
-        }
+    /// Decodes an EXTENT_DATA item of `tree` (the one validated decoder).
+    pub(crate) fn decode_extent(&self, tree: Tree, key: &Key, data: &[u8]) -> Result<Extent> {
+        Extent::decode(tree, key, data, self.sectorsize)
     }
 
-    /// Verified bytes of `[logical, logical + len)` (sector aligned start).
-    fn read_disk(&self, logical: u64, len: u64) -> Result<Vec<u8>> {
-        let ss = self.sectorsize;
-        let a0 = logical / ss * ss;
-        let a1 = (logical + len).div_ceil(ss) * ss;
-        let csums = self.csums(a0, a1 - a0)?;
-        let data = self
-            .fs
-            .info
-            .read_data(a0, (a1 - a0) as usize, &csums)
-            .map_err(|e| self.in_inode(e))?;
-        let skip = (logical - a0) as usize;
-        Ok(data[skip..skip + len as usize].to_vec())
-    }
-
-    fn in_inode(&self, e: Error) -> Error {
-        match e {
-            Error::Corrupt { at, detail } => Error::Corrupt {
-                at: format!(
-                    "{at} ({} inode {})",
-                    self.send.tree.describe(),
-                    self.cur.ino
-                ),
-                detail,
-            },
-            other => other,
-        }
-    }
-
-    fn decompressed(
-        &mut self,
-        disk_bytenr: u64,
-        disk_num_bytes: u64,
-        c: u8,
-        ram: u64,
-    ) -> Result<Arc<Vec<u8>>> {
-        if let Some((b, d)) = &self.dcache {
-            if *b == disk_bytenr && d.len() as u64 == ram {
-                return Ok(d.clone());
-            }
-        }
-        let raw = self.read_disk(disk_bytenr, disk_num_bytes)?;
-        let plain = decompress(c, &raw, ram as usize, self.fs.info.sectorsize).at(|| {
-            format!(
-                "compressed extent at logical {disk_bytenr} ({} inode {})",
-                self.send.tree.describe(),
-                self.cur.ino
-            )
-        })?;
-        let plain = Arc::new(plain);
-        self.dcache = Some((disk_bytenr, plain.clone()));
-        Ok(plain)
+    /// The data reader, set to the current inode.
+    fn reader(&mut self) -> &mut DataReader {
+        let nodatasum = self.cur.ii.flags & INODE_NODATASUM != 0;
+        self.reader.set_inode(self.cur.ino, nodatasum);
+        &mut self.reader
     }
 
     /// Reads `[offset, offset + out.len())` of the current file, from `ext`
     /// when it covers the range, else through the file's extent map.
-    fn read_file(&mut self, ext: Option<&FileExt>, offset: u64, out: &mut [u8]) -> Result<()> {
+    fn read_file(&mut self, ext: Option<&Extent>, offset: u64, out: &mut [u8]) -> Result<()> {
         let len = out.len() as u64;
         if let Some(e) = ext {
-            let covered = offset >= e.start && offset + len <= e.end(self.sectorsize);
-            if covered {
-                match &e.kind {
-                    ExtKind::Inline { ram_bytes, data } => {
-                        let plain;
-                        let src: &[u8] = if e.compression == COMPRESS_NONE {
-                            data
-                        } else {
-                            plain = decompress(
-                                e.compression,
-                                data,
-                                *ram_bytes as usize,
-                                self.fs.info.sectorsize,
-                            )
-                            .at(|| {
-                                format!(
-                                    "{} inode {} inline extent",
-                                    self.send.tree.describe(),
-                                    self.cur.ino
-                                )
-                            })?;
-                            &plain
-                        };
-                        copy_or_zero(out, src, offset - e.start);
-                        return Ok(());
+            if offset >= e.start && offset + len <= e.end {
+                let fs = self.fs;
+                let reader = self.reader();
+                let mut done = 0;
+                while done < out.len() {
+                    let n =
+                        reader.read_extent(&fs.info, e, offset + done as u64, &mut out[done..])?;
+                    if n == 0 {
+                        break;
                     }
-                    ExtKind::Extent {
-                        prealloc: false,
-                        disk_bytenr,
-                        disk_num_bytes,
-                        offset: eoff,
-                        ram_bytes,
-                        ..
-                    } if *disk_bytenr != 0 => {
-                        let rel = offset - e.start + eoff;
-                        if e.compression == COMPRESS_NONE {
-                            let d = self.read_disk(disk_bytenr + rel, len)?;
-                            out.copy_from_slice(&d);
-                        } else {
-                            let plain = self.decompressed(
-                                *disk_bytenr,
-                                *disk_num_bytes,
-                                e.compression,
-                                *ram_bytes,
-                            )?;
-                            copy_or_zero(out, &plain, rel);
-                        }
-                        return Ok(());
-                    }
-                    _ => {}
+                    done += n;
                 }
+                out[done..].fill(0);
+                return Ok(());
             }
         }
         if self.cur.fh.is_none() {
@@ -532,7 +334,7 @@ impl Sender<'_, '_> {
 
     /// A place the receiver already has the data of `ext` (a regular
     /// extent of the current inode), as the kernel's find_extent_clone.
-    fn find_clone(&mut self, ext: &FileExt) -> Result<Option<CloneSrc>> {
+    fn find_clone(&mut self, ext: &Extent) -> Result<Option<CloneSrc>> {
         let Some((disk_bytenr, disk_num, eoff, num_bytes)) = ext.regular() else {
             return Ok(None);
         };
@@ -561,7 +363,7 @@ impl Sender<'_, '_> {
         };
         let compressed = ext.compression != COMPRESS_NONE;
         let ram = match ext.kind {
-            ExtKind::Extent { ram_bytes, .. } if compressed => ram_bytes,
+            ExtentKind::Regular { ram_bytes, .. } if compressed => ram_bytes,
             _ => disk_num,
         };
         // A referencing item is a candidate when it covers our position in
@@ -620,7 +422,7 @@ impl Sender<'_, '_> {
                         if it.key.item_type != EXTENT_DATA {
                             continue;
                         }
-                        let Ok(fe) = FileExt::parse(self.send.tree, &it.key, it.data) else {
+                        let Ok(fe) = self.decode_extent(self.send.tree, &it.key, it.data) else {
                             continue;
                         };
                         let Some((d, _, o, n)) = fe.regular() else {
@@ -713,7 +515,7 @@ impl Sender<'_, '_> {
         ino: u64,
         from: u64,
         to: u64,
-    ) -> Result<Vec<(u64, u64, FileExt)>> {
+    ) -> Result<Vec<(u64, u64, Extent)>> {
         let mut out = Vec::new();
         let mut c = Cursor::new(&self.fs.info, tree);
         let mut ok = c.seek(&Key::new(ino, EXTENT_DATA, from))?;
@@ -723,7 +525,7 @@ impl Sender<'_, '_> {
                 break;
             }
             let leaf = c.leaf().map(|(b, _)| b.bytenr).unwrap_or(0);
-            out.push((leaf, k.offset, FileExt::parse(tree, &k, d)?));
+            out.push((leaf, k.offset, self.decode_extent(tree, &k, d)?));
             if out.len() > 4096 {
                 break;
             }
@@ -732,7 +534,9 @@ impl Sender<'_, '_> {
         Ok(out)
     }
 
-    /// The reference count and back references of a data extent.
+    /// The reference count and back references of a data extent (the
+    /// format crate's decoder of extent records: inline refs, then the
+    /// keyed ones).
     fn extent_backrefs(&self, extent_tree: Tree, bytenr: u64) -> Result<Option<(u64, Vec<Cand>)>> {
         let mut c = Cursor::new(&self.fs.info, extent_tree);
         if !c.seek(&Key::new(bytenr, EXTENT_ITEM, 0))? {
@@ -741,54 +545,41 @@ impl Sender<'_, '_> {
         let Some((k, d)) = c.item() else {
             return Ok(None);
         };
-        if k.objectid != bytenr || k.item_type != EXTENT_ITEM || d.len() < 24 {
+        if k.objectid != bytenr || k.item_type != EXTENT_ITEM {
             return Ok(None);
         }
-        let refs = le64(d, 0);
-        let flags = le64(d, 16);
-        if flags & 2 != 0 {
-            // A tree block: not data.
+        let Ok((item, _, inline)) = ExtentRecord::split(&k, d) else {
+            return Ok(None);
+        };
+        if item.is_tree_block() {
             return Ok(None);
         }
         let mut out = Vec::new();
-        if refs > MAX_EXTENT_REFS {
-            return Ok(Some((refs, out)));
+        if item.refs > MAX_EXTENT_REFS {
+            return Ok(Some((item.refs, out)));
         }
-        let mut p = 24;
-        while p < d.len() {
-            let t = d[p];
-            p += 1;
-            match t {
-                EXTENT_DATA_REF if p + 28 <= d.len() => {
-                    out.push(Cand::Direct {
-                        ino: le64(d, p + 8),
-                        base: le64(d, p + 16),
-                    });
-                    p += 28;
-                }
-                SHARED_DATA_REF if p + 12 <= d.len() => {
-                    out.push(Cand::Shared { leaf: le64(d, p) });
-                    p += 12;
-                }
-                TREE_BLOCK_REF | SHARED_BLOCK_REF | EXTENT_OWNER_REF if p + 8 <= d.len() => p += 8,
-                _ => break,
-            }
-        }
+        let cand = |r: InlineRef| match r {
+            InlineRef::ExtentData(d) => Some(Cand::Direct {
+                ino: d.objectid,
+                base: d.offset,
+            }),
+            InlineRef::SharedData { parent, .. } => Some(Cand::Shared { leaf: parent }),
+            _ => None,
+        };
+        // A damaged ref ends the list, as the kernel's walk stops there.
+        out.extend(inline.map_while(|r| r.ok()).filter_map(cand));
         while c.next()? {
             let Some((k, d)) = c.item() else { break };
             if k.objectid != bytenr {
                 break;
             }
-            match k.item_type {
-                EXTENT_DATA_REF if d.len() >= 28 => out.push(Cand::Direct {
-                    ino: le64(d, 8),
-                    base: le64(d, 16),
-                }),
-                SHARED_DATA_REF => out.push(Cand::Shared { leaf: k.offset }),
-                _ => {}
+            if matches!(k.item_type, EXTENT_DATA_REF | SHARED_DATA_REF) {
+                if let Some(r) = InlineRef::from_keyed(&k, d).ok().and_then(cand) {
+                    out.push(r);
+                }
             }
         }
-        Ok(Some((refs, out)))
+        Ok(Some((item.refs, out)))
     }
 
     /// Clones `[offset, offset + len)` of the current file from `src`,
@@ -796,7 +587,7 @@ impl Sender<'_, '_> {
     /// clone_range).
     fn clone_range(
         &mut self,
-        ext: &FileExt,
+        ext: &Extent,
         src: CloneSrc,
         mut offset: u64,
         mut len: u64,
@@ -808,12 +599,14 @@ impl Sender<'_, '_> {
             return self.send_extent_data(Some(ext), offset, len);
         }
         let root = self.root_of(src.root).clone();
-        let src_size = trees::inode_item(self.fs, root.tree, src.ino)?
+        let src_size = self
+            .fs
+            .inode_item_in(root.tree, src.ino)?
             .map(|i| i.size)
             .unwrap_or(0);
         let mut src_off = src.offset;
         // Source extent items from the one covering src_off.
-        let mut items: Vec<FileExt> = Vec::new();
+        let mut items: Vec<Extent> = Vec::new();
         {
             let mut c = Cursor::new(&self.fs.info, root.tree);
             let mut ok = c.seek_le(&Key::new(src.ino, EXTENT_DATA, src_off))?;
@@ -834,14 +627,14 @@ impl Sender<'_, '_> {
                 if k.offset >= src_off + len {
                     break;
                 }
-                items.push(FileExt::parse(root.tree, &k, d)?);
+                items.push(self.decode_extent(root.tree, &k, d)?);
                 ok = c.next()?;
             }
         }
         for it in items {
             let mut ext_len = match &it.kind {
-                ExtKind::Inline { ram_bytes, .. } => ram_bytes.div_ceil(PAGE) * PAGE,
-                ExtKind::Extent { num_bytes, .. } => *num_bytes,
+                ExtentKind::Inline { ram_bytes, .. } => ram_bytes.div_ceil(PAGE) * PAGE,
+                _ => it.end - it.start,
             };
             if it.start + ext_len <= src_off {
                 continue;
@@ -870,12 +663,8 @@ impl Sender<'_, '_> {
                 crossed_src_i_size = true;
             }
             let (it_disk, mut clone_data_offset) = match it.kind {
-                ExtKind::Extent {
-                    disk_bytenr,
-                    offset,
-                    ..
-                } => (disk_bytenr, offset),
-                ExtKind::Inline { .. } => (u64::MAX, 0),
+                ExtentKind::Inline { .. } => (u64::MAX, 0),
+                _ => it.disk().unwrap_or((0, 0)),
             };
             if it_disk == disk_byte {
                 src_off = it.start;
@@ -943,7 +732,7 @@ impl Sender<'_, '_> {
             self.path(ino)?
         } else {
             let r = self.root_of(root);
-            trees::path_in_tree(self.fs, r.tree, ino)?
+            self.fs.path_in(r.tree, ino)?
         };
         let r = self.root_of(root);
         let uuid = r.stream_uuid();
@@ -958,12 +747,4 @@ impl Sender<'_, '_> {
         self.w.put_u64(attr::CLONE_OFFSET, src_off);
         self.w.finish()
     }
-}
-
-/// Copies `src[from..]` into `out`, zero-filling what `src` does not have.
-fn copy_or_zero(out: &mut [u8], src: &[u8], from: u64) {
-    let from = from.min(src.len() as u64) as usize;
-    let k = (src.len() - from).min(out.len());
-    out[..k].copy_from_slice(&src[from..from + k]);
-    out[k..].fill(0);
 }

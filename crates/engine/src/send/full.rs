@@ -3,6 +3,7 @@
 
 use super::Sender;
 use crate::error::{FormatContext, Result};
+use crate::fs::decode_refs;
 use crate::tree::ctree::Cursor;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{parse_dir_entries, InodeItem};
@@ -46,7 +47,9 @@ pub(crate) fn feed_new_item(s: &mut Sender, k: &Key, d: &[u8]) -> Result<()> {
     match k.item_type {
         INODE_REF | INODE_EXTREF => {
             let mut refs = std::mem::take(&mut s.cur.refs);
-            super::trees::parse_ref_item(s.send.tree, k, d, &mut refs)?;
+            for r in decode_refs(s.send.tree, k, d)? {
+                refs.push((r.parent, r.name.to_vec()));
+            }
             s.cur.refs = refs;
         }
         XATTR_ITEM => {

@@ -16,9 +16,9 @@
 //! a different directory.
 
 use super::compare::{compare_trees, Change};
-use super::data::{ExtKind, FileExt};
 use super::full::feed_new_item;
-use super::{trees, Cur, Loc, Sender};
+use super::{Cur, Loc, Sender};
+use crate::data::extent::Extent;
 use crate::error::{Error, FormatContext, Result};
 use crate::tree::ctree::Cursor;
 use std::collections::{BTreeMap, HashMap};
@@ -123,11 +123,11 @@ pub(crate) fn incremental_send(s: &mut Sender) -> Result<()> {
     )?;
     for (&ino, d) in diffs.iter_mut() {
         if !d.left_known {
-            d.left = trees::inode_item(fs, s.send.tree, ino)?;
+            d.left = fs.inode_item_in(s.send.tree, ino)?;
             d.left_known = true;
         }
         if !d.right_known {
-            d.right = trees::inode_item(fs, parent.tree, ino)?;
+            d.right = fs.inode_item_in(parent.tree, ino)?;
             d.right_known = true;
         }
     }
@@ -158,7 +158,7 @@ pub(crate) fn incremental_send(s: &mut Sender) -> Result<()> {
         .map(|(i, _)| *i)
         .collect();
     for dir in regen_dirs {
-        for (_, loc) in trees::dir_entries(fs, s.send.tree, dir)? {
+        for (_, loc) in fs.dir_entries_in(s.send.tree, dir)? {
             if loc.item_type != INODE_ITEM {
                 continue;
             }
@@ -167,8 +167,8 @@ pub(crate) fn incremental_send(s: &mut Sender) -> Result<()> {
                 diffs.get_mut(&child).unwrap().refs_changed = true;
                 continue;
             }
-            let left = trees::inode_item(fs, s.send.tree, child)?;
-            let right = trees::inode_item(fs, parent.tree, child)?;
+            let left = fs.inode_item_in(s.send.tree, child)?;
+            let right = fs.inode_item_in(parent.tree, child)?;
             let d = InodeDiff {
                 left,
                 right,
@@ -283,7 +283,7 @@ fn edges(s: &mut Sender, ino: u64, old: bool) -> Result<Vec<Edge>> {
     } else {
         s.send.tree
     };
-    let refs = trees::refs(s.fs, tree, ino)?;
+    let refs = s.fs.refs_in(tree, ino)?;
     let mut out = Vec::with_capacity(refs.len());
     for (p, name) in refs {
         let g = dir_gen(s, p, old)?;
@@ -298,7 +298,8 @@ fn dir_gen(s: &mut Sender, dir: u64, old: bool) -> Result<u64> {
     } else {
         s.send.tree
     };
-    Ok(trees::inode_item(s.fs, tree, dir)?
+    Ok(s.fs
+        .inode_item_in(tree, dir)?
         .map(|i| i.generation)
         .unwrap_or(0))
 }
@@ -355,7 +356,7 @@ fn old_depth(s: &mut Sender, dir: u64, cache: &mut HashMap<u64, u64>) -> Result<
         }
         chain.push(cur);
         let tree = s.parent.as_ref().unwrap().tree;
-        match trees::first_ref(s.fs, tree, cur)? {
+        match s.fs.first_ref(tree, cur)? {
             Some((p, _)) => cur = p,
             None => break,
         }
@@ -518,7 +519,8 @@ fn remove_old_names(s: &mut Sender, plan: &mut Plan) -> Result<()> {
 /// Entries (inodes, not subvolume links) of directory `dir` in the parent.
 fn count_children(s: &Sender, dir: u64) -> Result<usize> {
     let tree = s.parent.as_ref().unwrap().tree;
-    Ok(trees::dir_entries(s.fs, tree, dir)?
+    Ok(s.fs
+        .dir_entries_in(tree, dir)?
         .iter()
         .filter(|(_, l)| l.item_type == INODE_ITEM)
         .count())
@@ -551,7 +553,7 @@ fn can_move_now(
         Some(Some(_)) => return Ok(false),
         Some(None) => {}
         None => {
-            if let Some(l) = trees::dir_lookup(s.fs, ptree, *tdir, tname)? {
+            if let Some(l) = s.fs.dir_lookup_in(ptree, *tdir, tname)? {
                 if l.item_type == INODE_ITEM {
                     return Ok(false);
                 }
@@ -622,8 +624,8 @@ fn process_changed_inode(s: &mut Sender, ino: u64, d: InodeDiff, plan: &Plan) ->
     // Xattrs.
     if d.xattrs_changed {
         let ptree = s.parent.as_ref().unwrap().tree;
-        let new = trees::xattrs(s.fs, s.send.tree, ino)?;
-        let old = trees::xattrs(s.fs, ptree, ino)?;
+        let new = s.fs.xattrs_in(s.send.tree, ino)?;
+        let old = s.fs.xattrs_in(ptree, ino)?;
         for (name, data) in &new {
             if name == b"security.capability" {
                 continue;
@@ -655,7 +657,7 @@ fn extents_in(
     ino: u64,
     start: u64,
     end: u64,
-) -> Result<Vec<FileExt>> {
+) -> Result<Vec<Extent>> {
     let mut out = Vec::new();
     let mut c = Cursor::new(&s.fs.info, tree);
     let mut ok = c.seek_le(&Key::new(ino, EXTENT_DATA, start))?;
@@ -670,8 +672,8 @@ fn extents_in(
         if k.objectid != ino || k.item_type != EXTENT_DATA || k.offset >= end {
             break;
         }
-        let e = FileExt::parse(tree, &k, d)?;
-        if e.end(s.sectorsize) > start {
+        let e = s.decode_extent(tree, &k, d)?;
+        if e.end > start {
             out.push(e);
         }
         ok = c.next()?;
@@ -688,10 +690,9 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
     let stree = s.send.tree;
     let new_size = s.cur.ii.size;
     let old_size = s.cur.old.map(|o| o.size).unwrap_or(0);
-    let ss = s.sectorsize;
     // Ranges touched by changed items on either side.
     let mut ranges: Vec<(u64, u64)> = Vec::new();
-    let mut left_exts: Vec<FileExt> = Vec::new();
+    let mut left_exts: Vec<Extent> = Vec::new();
     for &off in &d.ext_left {
         let e = extents_in(s, stree, ino, off, off + 1)?
             .into_iter()
@@ -702,7 +703,7 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
                     "extent item vanished",
                 )
             })?;
-        ranges.push((e.start, e.end(ss)));
+        ranges.push((e.start, e.end));
         left_exts.push(e);
     }
     for &off in &d.ext_right {
@@ -710,7 +711,7 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
             .into_iter()
             .find(|e| e.start == off)
         {
-            ranges.push((e.start, e.end(ss)));
+            ranges.push((e.start, e.end));
         }
     }
     ranges.sort_unstable();
@@ -723,7 +724,7 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
     }
     // Changed data.
     for e in &left_exts {
-        if !e.has_data() {
+        if !e.is_data() {
             continue;
         }
         if e.start >= new_size {
@@ -745,11 +746,11 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
         let olds = extents_in(s, ptree, ino, a, b)?;
         let mut holes = Vec::new();
         let mut pos = a;
-        for e in news.iter().filter(|e| e.has_data()) {
+        for e in news.iter().filter(|e| e.is_data()) {
             if e.start > pos {
                 holes.push((pos, e.start.min(b)));
             }
-            pos = pos.max(e.end(ss));
+            pos = pos.max(e.end);
             if pos >= b {
                 break;
             }
@@ -758,8 +759,8 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
             holes.push((pos, b));
         }
         for (h0, h1) in holes {
-            for o in olds.iter().filter(|o| o.has_data()) {
-                let (x0, x1) = (h0.max(o.start), h1.min(o.end(ss)));
+            for o in olds.iter().filter(|o| o.is_data()) {
+                let (x0, x1) = (h0.max(o.start), h1.min(o.end));
                 if x0 < x1 {
                     s.send_hole(x0, x1)?;
                 }
@@ -773,14 +774,14 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
 /// bytes of the same extent (same generation), within its old size.
 fn extent_unchanged(
     s: &Sender,
-    e: &FileExt,
+    e: &Extent,
     ptree: crate::tree::ctree::Tree,
     old_size: u64,
 ) -> Result<bool> {
     let Some((db, _, eoff, _)) = e.regular() else {
         return Ok(false);
     };
-    let end = e.end(s.sectorsize).min(s.cur.ii.size);
+    let end = e.end.min(s.cur.ii.size);
     if end > old_size {
         return Ok(false);
     }
@@ -790,8 +791,8 @@ fn extent_unchanged(
         if o.start > pos {
             return Ok(false);
         }
-        let same = match (&o.kind, o.regular()) {
-            (ExtKind::Extent { .. }, Some((odb, _, ooff, _))) => {
+        let same = match o.regular() {
+            Some((odb, _, ooff, _)) => {
                 odb == db
                     && o.compression == e.compression
                     && o.generation == e.generation
@@ -802,7 +803,7 @@ fn extent_unchanged(
         if !same {
             return Ok(false);
         }
-        pos = o.end(s.sectorsize);
+        pos = o.end;
         if pos >= end {
             return Ok(true);
         }

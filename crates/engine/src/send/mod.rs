@@ -21,27 +21,61 @@
 //!   references, as the kernel does), encoded writes, holes, truncates.
 
 mod compare;
-mod crc32c;
 mod data;
 mod full;
 mod incr;
 pub mod stream;
-mod trees;
 
 use crate::cache::reada::Readahead;
+use crate::data::read::DataReader;
 use crate::error::{Error, Result};
 use crate::fs::file::FileHandle;
 use crate::fs::{kernel_rdev_to_user, Filesystem, InodeId};
 use crate::tree::ctree::Tree;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use std::sync::Arc;
 use stream::{attr, cmd, StreamWriter};
-use trees::RootInfo;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::InodeItem;
+use ubtrfs_format::items::{InodeItem, RootItem};
 
-pub use trees::RootInfo as SendRoot;
+pub use RootInfo as SendRoot;
+
+/// A subvolume taking part in a send: the one sent, the parent, or a clone
+/// source.
+#[derive(Debug, Clone)]
+pub struct RootInfo {
+    pub id: u64,
+    pub tree: Tree,
+    pub item: RootItem,
+    /// Its name in its parent directory (ROOT_BACKREF), as SUBVOL carries it.
+    pub name: Vec<u8>,
+}
+
+impl RootInfo {
+    pub fn load(fs: &Filesystem, id: u64) -> Result<RootInfo> {
+        let item = fs
+            .root_item(id)?
+            .ok_or_else(|| Error::NotFound(format!("subvolume {id} does not exist")))?;
+        let tree = fs.tree(id)?;
+        let name = fs.root_backref(id)?.map(|b| b.2).unwrap_or_default();
+        Ok(RootInfo {
+            id,
+            tree,
+            item,
+            name,
+        })
+    }
+
+    /// The UUID a stream names this subvolume by: the received UUID when it
+    /// was itself received, else its own (what `btrfs receive` looks up).
+    pub fn stream_uuid(&self) -> [u8; 16] {
+        if self.item.received_uuid != [0u8; 16] {
+            self.item.received_uuid
+        } else {
+            self.item.uuid
+        }
+    }
+}
 
 /// What to send and how.
 #[derive(Debug, Clone)]
@@ -228,10 +262,9 @@ pub(crate) struct Sender<'a, 'w> {
     dirty: Vec<u64>,
     /// The top directory changed after its queued times were sent.
     root_stale: bool,
-    pub csum_tree: Option<Tree>,
     pub sectorsize: u64,
-    /// Last decompressed extent (disk_bytenr, data).
-    pub dcache: Option<(u64, Arc<Vec<u8>>)>,
+    /// Reads the data of the current inode's extents.
+    pub reader: DataReader,
     pub n_inodes: u64,
     pub n_changed: u64,
 }
@@ -246,6 +279,7 @@ impl<'a, 'w> Sender<'a, 'w> {
         out: Box<dyn Write + 'w>,
     ) -> Result<Self> {
         let w = StreamWriter::new(out, opts.proto);
+        let reader = DataReader::new(send.tree, 0, fs.tree_opt(CSUM_TREE_OBJECTID)?, false);
         Ok(Sender {
             fs,
             w,
@@ -262,9 +296,8 @@ impl<'a, 'w> Sender<'a, 'w> {
             parent_ref_cache: HashMap::new(),
             dirty: Vec::new(),
             root_stale: false,
-            csum_tree: fs.tree_opt(CSUM_TREE_OBJECTID)?,
+            reader,
             sectorsize: fs.info.sectorsize as u64,
-            dcache: None,
             n_inodes: 0,
             n_changed: 0,
             opts,
@@ -338,7 +371,7 @@ impl<'a, 'w> Sender<'a, 'w> {
         if let Some(r) = self.send_ref_cache.get(&ino) {
             return Ok(r.clone());
         }
-        let r = trees::first_ref(self.fs, self.send.tree, ino)?;
+        let r = self.fs.first_ref(self.send.tree, ino)?;
         if self.send_ref_cache.len() > 1 << 16 {
             self.send_ref_cache.clear();
         }
@@ -353,7 +386,7 @@ impl<'a, 'w> Sender<'a, 'w> {
         if let Some(r) = self.parent_ref_cache.get(&ino) {
             return Ok(r.clone());
         }
-        let r = trees::first_ref(self.fs, p.tree, ino)?;
+        let r = self.fs.first_ref(p.tree, ino)?;
         if self.parent_ref_cache.len() > 1 << 16 {
             self.parent_ref_cache.clear();
         }
@@ -429,11 +462,15 @@ impl<'a, 'w> Sender<'a, 'w> {
     pub fn orphan_name(&mut self, ino: u64, gen: u64) -> Result<Vec<u8>> {
         for idx in 0u64.. {
             let name = format!("o{ino}-{gen}-{idx}").into_bytes();
-            if trees::dir_lookup(self.fs, self.send.tree, FIRST_INODE, &name)?.is_some() {
+            if self
+                .fs
+                .dir_lookup_in(self.send.tree, FIRST_INODE, &name)?
+                .is_some()
+            {
                 continue;
             }
             if let Some(p) = &self.parent {
-                if trees::dir_lookup(self.fs, p.tree, FIRST_INODE, &name)?.is_some() {
+                if self.fs.dir_lookup_in(p.tree, FIRST_INODE, &name)?.is_some() {
                     continue;
                 }
             }
@@ -619,7 +656,7 @@ impl<'a, 'w> Sender<'a, 'w> {
     }
 
     fn send_dir_utimes(&mut self, dir: u64) -> Result<()> {
-        let ii = trees::inode_item(self.fs, self.send.tree, dir)?.ok_or_else(|| {
+        let ii = self.fs.inode_item_in(self.send.tree, dir)?.ok_or_else(|| {
             Error::corrupt(
                 format!("{} inode {dir}", self.send.tree.describe()),
                 "directory has no inode item",
@@ -664,7 +701,7 @@ impl<'a, 'w> Sender<'a, 'w> {
         if self.exists_now(p) {
             return Ok(());
         }
-        let ii = trees::inode_item(self.fs, self.send.tree, p)?.ok_or_else(|| {
+        let ii = self.fs.inode_item_in(self.send.tree, p)?.ok_or_else(|| {
             Error::corrupt(
                 format!("{} inode {p}", self.send.tree.describe()),
                 "parent directory has no inode item",
@@ -833,12 +870,8 @@ impl<'a, 'w> Sender<'a, 'w> {
         let caps = if self.cur.new {
             self.cur.caps.take().flatten()
         } else {
-            trees::xattr(
-                self.fs,
-                self.send.tree,
-                self.cur.ino,
-                b"security.capability",
-            )?
+            self.fs
+                .xattr_in(self.send.tree, self.cur.ino, b"security.capability")?
         };
         if let Some(caps) = caps {
             let p = self.cur_path()?;

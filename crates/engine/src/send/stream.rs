@@ -3,7 +3,6 @@
 //! Facts from btrfs-progs' Documentation/dev/dev-send-stream.rst and
 //! kernel-shared/send.h.
 
-use super::crc32c;
 use crate::error::{Error, Result};
 use std::io::Write;
 
@@ -191,7 +190,9 @@ impl<'w> StreamWriter<'w> {
     pub fn finish(&mut self) -> Result<()> {
         let len = (self.buf.len() - CMD_HEADER) as u32;
         self.buf[0..4].copy_from_slice(&len.to_le_bytes());
-        let crc = crc32c::update(0, &self.buf);
+        // The kernel's crc32c(0, ...): the bare register update from 0, no
+        // inversion in or out; crc32c_append inverts both ways.
+        let crc = !crc32c::crc32c_append(!0, &self.buf);
         self.buf[6..10].copy_from_slice(&crc.to_le_bytes());
         self.out.write_all(&self.buf).map_err(io_err)?;
         self.bytes += self.buf.len() as u64;

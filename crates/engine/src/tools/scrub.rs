@@ -7,12 +7,12 @@ use crate::disk_io::FsInfo;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::io::volumes::Placement;
+use crate::tree::block::{verify_tree_block, BlockExpect};
 use crate::tree::ctree::{for_each_item, Tree};
 use std::ops::ControlFlow;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{ExtentItem, EXTENT_FLAG_TREE_BLOCK};
+use ubtrfs_format::items::{ExtentDataRef, ExtentItem, ExtentRecord, InlineRef};
 use ubtrfs_format::key::Key;
-use ubtrfs_format::node::{Header, Node};
 
 /// Data read per verification step.
 const DATA_CHUNK: u64 = 1 << 20;
@@ -112,9 +112,7 @@ fn scrub_metadata(
     for_each_item(info, extent_tree, Key::MIN, Key::MAX, |k, d| {
         let is_tree = match k.item_type {
             METADATA_ITEM => true,
-            EXTENT_ITEM => {
-                ExtentItem::parse(d).is_ok_and(|e| e.flags & EXTENT_FLAG_TREE_BLOCK != 0)
-            }
+            EXTENT_ITEM => ExtentItem::parse(d).is_ok_and(|e| e.is_tree_block()),
             _ => false,
         };
         if is_tree {
@@ -122,14 +120,19 @@ fn scrub_metadata(
         }
         Ok(ControlFlow::Continue(()))
     })?;
-    let mut buf = vec![0u8; info.nodesize as usize];
+    let fsid = info.sb.tree_fsid();
     for bytenr in blocks {
         let copies = info.num_copies(bytenr)?;
         for m in 0..copies {
+            let mut buf = vec![0u8; info.nodesize as usize].into_boxed_slice();
             match info.read_copy(bytenr, &mut buf, m) {
                 Ok(()) => {
                     r.tree_blocks_checked += 1;
-                    if let Err(why) = verify_tree_block(info, bytenr, &buf) {
+                    // The verification demand reads use, without a parent
+                    // pointer's expectations.
+                    let expect = BlockExpect::default();
+                    if let Err(why) = verify_tree_block(buf, bytenr, info.csum_type, &fsid, &expect)
+                    {
                         r.tree_block_errors += 1;
                         r.errors.push(format!(
                             "tree block at logical {bytenr} copy {m} ({}): {why}",
@@ -148,21 +151,6 @@ fn scrub_metadata(
         *done += info.nodesize as u64;
         progress(*done);
     }
-    Ok(())
-}
-
-fn verify_tree_block(info: &FsInfo, bytenr: u64, buf: &[u8]) -> std::result::Result<(), String> {
-    info.csum_type
-        .verify(&buf[32..], &buf[..32])
-        .map_err(|e| e.to_string())?;
-    let h = Header::parse(buf).map_err(|e| e.to_string())?;
-    if h.bytenr != bytenr {
-        return Err(format!("header bytenr {}", h.bytenr));
-    }
-    if h.fsid != info.sb.tree_fsid() {
-        return Err("fsid mismatch".into());
-    }
-    Node::parse(buf).map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -268,7 +256,7 @@ pub fn owner_path(fs: &Filesystem, logical: u64) -> Option<String> {
             if k.objectid.saturating_add(k.offset) <= logical {
                 return None;
             }
-            found = first_data_ref(d);
+            found = first_data_ref(&k, d);
             if found.is_none() {
                 // Keyed EXTENT_DATA_REF items follow the extent item.
                 let start = k.objectid;
@@ -277,9 +265,11 @@ pub fn owner_path(fs: &Filesystem, logical: u64) -> Option<String> {
                     if k2.objectid != start {
                         break;
                     }
-                    if k2.item_type == EXTENT_DATA_REF && d2.len() >= 16 {
-                        found = Some((le64(d2, 0), le64(d2, 8)));
-                        break;
+                    if k2.item_type == EXTENT_DATA_REF {
+                        if let Ok(r) = ExtentDataRef::parse(d2) {
+                            found = Some((r.root, r.objectid));
+                            break;
+                        }
                     }
                 }
             }
@@ -310,27 +300,15 @@ pub fn owner_path(fs: &Filesystem, logical: u64) -> Option<String> {
     Some(String::from_utf8_lossy(&p).into_owned())
 }
 
-fn le64(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
-}
-
-/// (root, inode) of the first inline EXTENT_DATA_REF of an extent item.
-fn first_data_ref(d: &[u8]) -> Option<(u64, u64)> {
-    let e = ExtentItem::parse(d).ok()?;
-    if e.flags & EXTENT_FLAG_TREE_BLOCK != 0 {
+/// (root, inode) of the first inline EXTENT_DATA_REF of the data extent
+/// record `k`.
+fn first_data_ref(k: &Key, d: &[u8]) -> Option<(u64, u64)> {
+    let (item, _, refs) = ExtentRecord::split(k, d).ok()?;
+    if item.is_tree_block() {
         return None;
     }
-    let mut off = 24;
-    while off < d.len() {
-        let t = d[off];
-        match t {
-            EXTENT_DATA_REF if d.len() >= off + 1 + 28 => {
-                return Some((le64(d, off + 1), le64(d, off + 9)))
-            }
-            SHARED_DATA_REF => off += 1 + 12,
-            EXTENT_OWNER_REF => off += 1 + 8,
-            _ => return None,
-        }
-    }
-    None
+    refs.map_while(|r| r.ok()).find_map(|r| match r {
+        InlineRef::ExtentData(d) => Some((d.root, d.objectid)),
+        _ => None,
+    })
 }

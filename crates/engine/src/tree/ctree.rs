@@ -5,7 +5,7 @@
 
 use crate::cache::reada::Readahead;
 use crate::disk_io::FsInfo;
-use crate::error::{Error, Result, ResultExt};
+use crate::error::{Error, Result};
 use crate::tree::block::BlockExpect;
 use crate::tree::block::TreeBlock;
 use std::ops::ControlFlow;
@@ -31,6 +31,65 @@ impl Tree {
             None => format!("subvolume {} tree", self.id),
         }
     }
+
+    /// Adds the tree's name to the location of a corruption error.
+    pub fn context(&self, e: Error) -> Error {
+        e.context(|| self.describe())
+    }
+
+    /// Reads and verifies the tree's root block.
+    pub fn read_root(&self, fs: &FsInfo) -> Result<Arc<TreeBlock>> {
+        if self.level > MAX_LEVEL {
+            return Err(Error::corrupt(
+                self.describe(),
+                format!("root level {}", self.level),
+            ));
+        }
+        fs.read_tree_block(
+            self.bytenr,
+            BlockExpect {
+                level: Some(self.level),
+                generation: Some(self.generation).filter(|&g| g != 0),
+                first_key: None,
+            },
+        )
+        .map_err(|e| self.context(e))
+    }
+
+    /// Reads and verifies child `slot` of node `parent` of this tree: what
+    /// the parent's pointer promises must hold, and only a root may be
+    /// empty (an empty child would also let iteration spin over nothing).
+    pub fn read_child(
+        &self,
+        fs: &FsInfo,
+        parent: &TreeBlock,
+        slot: usize,
+    ) -> Result<Arc<TreeBlock>> {
+        let (bytenr, expect) = child_ptr(parent, slot);
+        let child = fs
+            .read_tree_block(bytenr, expect)
+            .map_err(|e| self.context(e))?;
+        if child.node().nritems() == 0 {
+            return Err(self.context(Error::corrupt(
+                format!("tree block {bytenr}"),
+                "empty non-root block",
+            )));
+        }
+        Ok(child)
+    }
+}
+
+/// Where child `slot` of node `parent` is and what its pointer promises.
+pub fn child_ptr(parent: &TreeBlock, slot: usize) -> (u64, BlockExpect) {
+    let p = parent.node().key_ptr(slot);
+    (
+        p.blockptr,
+        BlockExpect {
+            level: Some(parent.header.level - 1),
+            generation: Some(p.generation),
+            first_key: Some(p.key),
+        },
+    )
 }
 
 /// A position in a tree: one (block, slot) per level, leaf first.
@@ -64,58 +123,18 @@ impl<'f> Cursor<'f> {
         self.readahead = mode;
     }
 
-    pub fn readahead(&self) -> Readahead {
-        self.readahead
-    }
-
     fn read_root(&self) -> Result<Arc<TreeBlock>> {
-        if self.tree.level > MAX_LEVEL {
-            return Err(Error::corrupt(
-                self.tree.describe(),
-                format!("root level {}", self.tree.level),
-            ));
-        }
-        self.fs
-            .read_tree_block(
-                self.tree.bytenr,
-                BlockExpect {
-                    level: Some(self.tree.level),
-                    generation: Some(self.tree.generation).filter(|&g| g != 0),
-                    first_key: None,
-                },
-            )
-            .context(|| self.tree.describe())
+        self.tree.read_root(self.fs)
     }
 
     /// Reads child `slot` of `parent`, first reading ahead its siblings as
     /// the readahead mode says. `objectid` is that of the key the move is
     /// looking for (it bounds [`Readahead::Back`]; 0 for no bound).
     fn read_child(&self, parent: &TreeBlock, slot: usize, objectid: u64) -> Result<Arc<TreeBlock>> {
-        let ptr = parent.node().key_ptr(slot);
         if self.readahead != Readahead::None {
             self.read_ahead(parent, slot, objectid);
         }
-        let child = self
-            .fs
-            .read_tree_block(
-                ptr.blockptr,
-                BlockExpect {
-                    level: Some(parent.header.level - 1),
-                    generation: Some(ptr.generation),
-                    first_key: Some(ptr.key),
-                },
-            )
-            .context(|| self.tree.describe())?;
-        // Only a root may be empty; an empty child would also let iteration
-        // spin over nothing.
-        if child.node().nritems() == 0 {
-            return Err(Error::corrupt(
-                format!("tree block {}", ptr.blockptr),
-                "empty non-root block",
-            )
-            .context(|| self.tree.describe()));
-        }
-        Ok(child)
+        self.tree.read_child(self.fs, parent, slot)
     }
 
     /// Queues the siblings of child `slot` of `parent` that the kernel's
@@ -139,20 +158,8 @@ impl<'f> Cursor<'f> {
         if picked.is_empty() {
             return;
         }
-        let blocks: Vec<(u64, BlockExpect)> = picked
-            .into_iter()
-            .map(|i| {
-                let p = node.key_ptr(i);
-                (
-                    p.blockptr,
-                    BlockExpect {
-                        level: Some(parent.header.level - 1),
-                        generation: Some(p.generation),
-                        first_key: Some(p.key),
-                    },
-                )
-            })
-            .collect();
+        let blocks: Vec<(u64, BlockExpect)> =
+            picked.into_iter().map(|i| child_ptr(parent, i)).collect();
         self.fs.reada.schedule(&self.fs.reada_source(), &blocks);
     }
 
