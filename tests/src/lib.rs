@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+pub mod mkfs_support;
 pub mod send_support;
 
 /// The workspace root.
