@@ -470,7 +470,8 @@ fn has_btrfs_magic(img: &Path) -> bool {
 /// mkfs -b 150M -r of a 200 MiB source (into `img`, over whatever it
 /// holds): exit status 1 and a message naming the lack of space. Then the
 /// image is either no filesystem at all (nothing was committed: the
-/// superblocks are written at commit) or what was committed last is consistent: `btrfs check` (with data
+/// superblocks are written at commit, and any old ones were wiped first)
+/// or what was committed last is consistent: `btrfs check` (with data
 /// checksums) clean, mounts, every file it has is the source's.
 /// Returns whether the image is a filesystem.
 fn enospc_case(base: &Path, src: &Path, img: &Path, force: bool) -> bool {
@@ -524,5 +525,34 @@ fn mkfs_enospc() {
     let src = base.join("src");
     enospc_source(&src);
     enospc_case(&base, &src, &base.join("img"), false);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// The same over an existing (kernel-made, with files) filesystem with -f:
+/// the failed mkfs must not leave the old superblocks in place over the
+/// data it overwrote (the old filesystem would mount with corrupt files).
+#[test]
+fn mkfs_enospc_over_existing() {
+    if !kernel_available("mkfs_enospc_over_existing") {
+        return;
+    }
+    let base = scratch_dir("mkfs-enospc-old");
+    let src = base.join("src");
+    enospc_source(&src);
+    let img = base.join("img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(150 * MIB)
+        .unwrap();
+    must(Command::new("mkfs.btrfs").args(["-q", "-f"]).arg(&img));
+    {
+        let l = Loop::new(&img);
+        let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt")).unwrap();
+        for f in ["f00", "f01", "s00"] {
+            std::fs::copy(src.join(f), mnt.dir.join(f)).unwrap();
+        }
+        mnt.umount().unwrap();
+    }
+    enospc_case(&base, &src, &img, true);
     let _ = std::fs::remove_dir_all(&base);
 }
