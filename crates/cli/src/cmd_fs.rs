@@ -21,6 +21,37 @@ pub enum SubvolumeCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Create an empty subvolume at PATH (unmounted image, written in place).
+    Create {
+        /// The image (every device of it with -d).
+        image: PathBuf,
+        #[arg(short = 'd', long = "device", value_name = "PATH")]
+        devices: Vec<PathBuf>,
+        /// Paths inside the image, from the top level (/dir/name).
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Snapshot subvolume SOURCE as DEST (unmounted image, written in place).
+    Snapshot {
+        /// Make the snapshot read-only.
+        #[arg(short = 'r')]
+        readonly: bool,
+        image: PathBuf,
+        #[arg(short = 'd', long = "device", value_name = "PATH")]
+        devices: Vec<PathBuf>,
+        /// The subvolume to snapshot (a path inside the image).
+        source: String,
+        /// Where the snapshot goes (a path inside the image).
+        dest: String,
+    },
+    /// Delete subvolumes (unmounted image, written in place).
+    Delete {
+        image: PathBuf,
+        #[arg(short = 'd', long = "device", value_name = "PATH")]
+        devices: Vec<PathBuf>,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
 }
 
 #[derive(Args)]
@@ -72,7 +103,10 @@ fn pbytes(p: &std::path::Path) -> &[u8] {
 }
 
 pub fn run_subvolume(cmd: SubvolumeCmd) -> CmdResult {
-    let SubvolumeCmd::List { image, json } = cmd;
+    let (image, json) = match cmd {
+        SubvolumeCmd::List { image, json } => (image, json),
+        other => return crate::cmd_subvol::run(other),
+    };
     let fs = image.open()?;
     let subs = fs.subvolumes()?;
     let mut out = std::io::stdout().lock();
@@ -279,6 +313,9 @@ pub fn extract(a: ExtractArgs) -> CmdResult {
         "extracted {} files, {} directories, {} other; {} bytes of data",
         report.files, report.dirs, report.others, report.bytes
     );
+    if let Some(w) = report.skipped_xattrs_summary() {
+        eprintln!("ubtrfs: warning: {w}");
+    }
     if report.errors.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {

@@ -54,6 +54,21 @@ pub struct MkfsArgs {
     /// Fill the top-level subvolume from this directory (no root needed).
     #[arg(short = 'r', long = "rootdir", value_name = "DIR")]
     rootdir: Option<PathBuf>,
+    /// Make SUBDIR of the rootdir a subvolume: [rw|ro|default|default-ro:]SUBDIR
+    /// (repeatable; "./" escapes a colon in the name).
+    #[arg(short = 'u', long = "subvol", value_name = "[TYPE:]SUBDIR")]
+    subvol: Vec<String>,
+    /// Inode flags for a path of the rootdir: FLAGS:PATH, FLAGS from
+    /// nodatacow,nodatasum (inherited below a directory; repeatable).
+    #[arg(long = "inode-flags", value_name = "FLAGS:PATH")]
+    inode_flags: Vec<String>,
+    /// Compress file data: zlib, lzo, zstd, with an optional :LEVEL
+    /// (zlib 1-9, zstd 1-15; default 3).
+    #[arg(long, value_name = "ALGO[:LEVEL]")]
+    compress: Option<String>,
+    /// With --rootdir: shrink the image file to the end of its last chunk.
+    #[arg(long)]
+    shrink: bool,
     /// Print a summary as JSON.
     #[arg(long)]
     json: bool,
@@ -142,6 +157,73 @@ fn mkfs_time() -> Result<Timespec, String> {
     })
 }
 
+/// `[TYPE:]SUBDIR` of --subvol.
+fn parse_subvol(s: &str) -> Result<(PathBuf, mkfs::rootdir::SubvolKind), String> {
+    use mkfs::rootdir::SubvolKind::*;
+    let (kind, path) = match s.split_once(':') {
+        Some(("rw", p)) => (Rw, p),
+        Some(("ro", p)) => (Ro, p),
+        Some(("default", p)) => (Default, p),
+        Some(("default-ro", p)) => (DefaultRo, p),
+        Some((t, _)) if !s.starts_with("./") => {
+            return Err(format!("--subvol {s:?}: unknown type {t:?}"))
+        }
+        _ => (Rw, s),
+    };
+    let p = PathBuf::from(path.trim_start_matches("./").trim_end_matches('/'));
+    if p.as_os_str().is_empty() || p.is_absolute() || p.components().any(|c| c.as_os_str() == "..")
+    {
+        return Err(format!("--subvol {s:?}: a directory below the rootdir"));
+    }
+    Ok((p, kind))
+}
+
+/// `FLAGS:PATH` of --inode-flags.
+fn parse_inode_flags(s: &str) -> Result<(PathBuf, u64), String> {
+    let (flags, path) = s
+        .split_once(':')
+        .ok_or_else(|| format!("--inode-flags {s:?}: FLAGS:PATH"))?;
+    let mut f = 0;
+    for fl in flags.split(',') {
+        f |= match fl {
+            "nodatacow" => mkfs::rootdir::INODE_NODATACOW,
+            "nodatasum" => mkfs::rootdir::INODE_NODATASUM,
+            _ => return Err(format!("--inode-flags {s:?}: unknown flag {fl:?}")),
+        };
+    }
+    let p = PathBuf::from(path.trim_start_matches("./").trim_end_matches('/'));
+    if p.is_absolute() || p.components().any(|c| c.as_os_str() == "..") {
+        return Err(format!("--inode-flags {s:?}: a path below the rootdir"));
+    }
+    Ok((p, f))
+}
+
+/// `ALGO[:LEVEL]` of --compress.
+fn parse_compress(s: &str) -> Result<(u8, i32), String> {
+    let (algo, level) = match s.split_once(':') {
+        Some((a, l)) => (
+            a,
+            Some(
+                l.parse::<i32>()
+                    .map_err(|_| format!("--compress {s:?}: bad level"))?,
+            ),
+        ),
+        None => (s, None),
+    };
+    let (code, max) = match algo {
+        "zlib" => (COMPRESS_ZLIB, 9),
+        "lzo" => (COMPRESS_LZO, 1),
+        "zstd" => (COMPRESS_ZSTD, 15),
+        "no" | "none" => return Err("--compress none: leave the option out".into()),
+        _ => return Err(format!("--compress {s:?}: zlib, lzo or zstd")),
+    };
+    let level = level.unwrap_or(3).min(max);
+    if level < 1 && code != COMPRESS_LZO {
+        return Err(format!("--compress {s:?}: level from 1 to {max}"));
+    }
+    Ok((code, level))
+}
+
 fn options(a: &MkfsArgs) -> Result<MkfsOptions, String> {
     let mut o = MkfsOptions {
         csum: parse_csum(&a.csum)?,
@@ -214,6 +296,33 @@ fn options(a: &MkfsArgs) -> Result<MkfsOptions, String> {
     Ok(o)
 }
 
+/// Room for the files under `dir` (allocated bytes, so sparse files count
+/// what they hold) with metadata and chunk slack: the size mkfs gives a
+/// new image file for --rootdir when -b is not given.
+fn estimate_size(dir: &std::path::Path) -> Result<u64, String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0u64;
+    let mut entries = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let rd = std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        for e in rd {
+            let e = e.map_err(|e| format!("{}: {e}", d.display()))?;
+            let m = e
+                .path()
+                .symlink_metadata()
+                .map_err(|x| format!("{}: {x}", e.path().display()))?;
+            entries += 1;
+            total += (m.blocks() * 512).min(m.len().next_multiple_of(4096));
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    // Data, 2 KiB of (DUP) metadata per entry, and room for chunks.
+    Ok(total + total / 8 + entries * 2048 + (256 << 20))
+}
+
 /// Opens (or creates, for an image file) a target device, growing an
 /// image file to `size` when given.
 fn open_target(
@@ -273,15 +382,43 @@ pub fn run(a: MkfsArgs) -> CmdResult {
             Err(e) => return Err(format!("{}: {e}", dir.display()).into()),
         }
     }
+    if a.rootdir.is_none()
+        && (!a.subvol.is_empty() || !a.inode_flags.is_empty() || a.compress.is_some())
+    {
+        return Err("--subvol, --inode-flags and --compress need --rootdir".into());
+    }
+    if a.shrink && (a.rootdir.is_none() || a.devices.len() != 1) {
+        return Err("--shrink needs --rootdir and one device".into());
+    }
+    let mut o = o;
+    o.small_chunks = a.shrink;
+    // A new image file for a rootdir is sized from the source when no
+    // size is given.
+    let size = match (a.byte_count, &a.rootdir) {
+        (None, Some(dir)) => Some(estimate_size(dir)?.max(mkfs::MIN_DEVICE_SIZE)),
+        (b, _) => b,
+    };
     let mut devs = Vec::new();
     for p in &a.devices {
-        devs.push((p.clone(), open_target(p, a.byte_count, a.force)?));
+        devs.push((p.clone(), open_target(p, size, a.force)?));
     }
     let mut t = mkfs::build(devs, &o)?;
     let mut stats = None;
     if let Some(dir) = &a.rootdir {
         let ro = mkfs::rootdir::RootdirOptions {
             dir: dir.clone(),
+            subvols: a
+                .subvol
+                .iter()
+                .map(|s| parse_subvol(s))
+                .collect::<Result<_, _>>()?,
+            inode_flags: a
+                .inode_flags
+                .iter()
+                .map(|s| parse_inode_flags(s))
+                .collect::<Result<_, _>>()?,
+            compress: a.compress.as_deref().map(parse_compress).transpose()?,
+            uuid_seed: o.fsid,
             clamp_time: std::env::var_os("SOURCE_DATE_EPOCH").map(|_| o.time),
             now: o.time,
         };
@@ -297,6 +434,14 @@ pub fn run(a: MkfsArgs) -> CmdResult {
         }
     }
     t.commit()?;
+    if a.shrink {
+        let end = t.shrink_device(1)?;
+        t.commit()?;
+        let f = OpenOptions::new().write(true).open(&a.devices[0])?;
+        if f.metadata()?.is_file() {
+            f.set_len(end)?;
+        }
+    }
     let sb = &t.info.sb;
     let fsid = ubtrfs_format::bytes::format_uuid(&sb.fsid);
     if a.json {

@@ -52,6 +52,61 @@ pub struct SendArgs {
     /// Print what was sent (commands, bytes) to stderr.
     #[arg(short, long)]
     verbose: bool,
+    /// Print no messages ("At subvol ..."), only errors.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+/// Where the stream goes. A file this send created is removed if the send
+/// fails (a partial stream must not look like a complete one); anything
+/// that was there before (a device, a fifo, an existing file) is left as
+/// it is.
+struct Output {
+    path: PathBuf,
+    file: std::fs::File,
+    created: bool,
+}
+
+impl Output {
+    fn open(path: &std::path::Path) -> Result<Output, String> {
+        let err = |e: std::io::Error| format!("{}: {e}", path.display());
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true);
+        // As btrfs send: O_CREAT | O_TRUNC, mode 0600 when created.
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        match opts.clone().create_new(true).open(path) {
+            Ok(file) => Ok(Output {
+                path: path.to_path_buf(),
+                file,
+                created: true,
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let file = opts.truncate(true).open(path).map_err(err)?;
+                Ok(Output {
+                    path: path.to_path_buf(),
+                    file,
+                    created: false,
+                })
+            }
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    /// Removes the file after a failed send, if this send created it and
+    /// the path still names that regular file.
+    fn discard(self) {
+        use std::os::unix::fs::MetadataExt;
+        if !self.created {
+            return;
+        }
+        let (Ok(ours), Ok(now)) = (self.file.metadata(), std::fs::symlink_metadata(&self.path))
+        else {
+            return;
+        };
+        if now.file_type().is_file() && now.dev() == ours.dev() && now.ino() == ours.ino() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 pub fn run(a: SendArgs) -> CmdResult {
@@ -83,11 +138,12 @@ pub fn run(a: SendArgs) -> CmdResult {
         subs.push(subvolume_by_path(&fs, p.as_os_str().as_bytes())?);
     }
 
-    let mut out: Box<dyn Write> = match &a.outfile {
-        Some(f) => Box::new(BufWriter::with_capacity(
-            1 << 20,
-            std::fs::File::create(f).map_err(|e| format!("{}: {e}", f.display()))?,
-        )),
+    let output = match &a.outfile {
+        Some(f) => Some(Output::open(f)?),
+        None => None,
+    };
+    let mut out: Box<dyn Write> = match &output {
+        Some(o) => Box::new(BufWriter::with_capacity(1 << 20, &o.file)),
         None => Box::new(BufWriter::with_capacity(1 << 20, std::io::stdout().lock())),
     };
     // As btrfs-progs: with neither -p nor -c every subvolume is sent in
@@ -97,7 +153,9 @@ pub fn run(a: SendArgs) -> CmdResult {
     let all = fs.subvolumes()?;
     let res = (|| -> Result<(), Box<dyn std::error::Error>> {
         for sub in subs.iter() {
-            eprintln!("At subvol {}", String::from_utf8_lossy(&sub.path));
+            if !a.quiet {
+                eprintln!("At subvol {}", String::from_utf8_lossy(&sub.path));
+            }
             let this_parent = match parent {
                 Some(p) => Some(p),
                 None if full_send => None,
@@ -146,8 +204,8 @@ pub fn run(a: SendArgs) -> CmdResult {
     print_reports(&fs);
     if let Err(e) = res {
         // A partial stream must not look like a complete one.
-        if let Some(f) = &a.outfile {
-            let _ = std::fs::remove_file(f);
+        if let Some(o) = output {
+            o.discard();
         }
         return Err(e);
     }

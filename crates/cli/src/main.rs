@@ -8,6 +8,7 @@ mod cmd_mkfs;
 mod cmd_mount;
 mod cmd_scrub;
 mod cmd_send;
+mod cmd_subvol;
 mod manifest;
 mod output;
 

@@ -29,10 +29,11 @@ pub mod inode;
 pub mod io;
 pub mod mkfs;
 pub mod send;
+pub mod subvol;
 pub mod tools;
 pub mod tree;
 pub mod tx;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result, ResultExt};
 pub use fs::file::{FileHandle, MapRange, RangeKind};
 pub use fs::{DirEntryInfo, Filesystem, InodeId, OpenOptions, Stat, Subvolume};

@@ -1,7 +1,6 @@
 //! File data: extents written to data block groups, their EXTENT_DATA
-//! items and back references, inline extents, and data checksums in the
-//! csum tree (the kernel's file-item.c). Checksums of consecutive extents
-//! are gathered into one run and written as few, full items.
+//! items and back references, and inline extents (the kernel's
+//! file-item.c); their checksums go to [`crate::tx::csum_tree`].
 
 use crate::alloc::SpaceKind;
 use crate::error::{Error, Result};
@@ -13,13 +12,6 @@ use ubtrfs_format::Key;
 
 /// Largest extent the kernel makes (BTRFS_MAX_EXTENT_SIZE).
 pub const MAX_EXTENT_SIZE: u64 = 128 << 20;
-
-/// Checksums waiting to be written: a run of consecutive sectors.
-#[derive(Debug, Default)]
-pub struct CsumRun {
-    start: u64,
-    sums: Vec<u8>,
-}
 
 impl Trans {
     /// Allocates `len` bytes (a multiple of the sector size) of data space.
@@ -55,55 +47,6 @@ impl Trans {
             self.add_data_csums(at, bytes)?;
         }
         Ok((at, len as u64))
-    }
-
-    /// Queues the checksums of `data` written at `logical` (whole sectors).
-    pub fn add_data_csums(&mut self, logical: u64, data: &[u8]) -> Result<()> {
-        let ss = self.sectorsize() as usize;
-        let ct = self.info.csum_type;
-        let mut sums = Vec::with_capacity(data.len() / ss * ct.size());
-        for sector in data.chunks(ss) {
-            sums.extend_from_slice(&ct.compute(sector)[..ct.size()]);
-        }
-        self.add_csum_run(logical, sums)
-    }
-
-    /// Queues precomputed checksums of the sectors from `logical` on.
-    pub fn add_csum_run(&mut self, logical: u64, sums: Vec<u8>) -> Result<()> {
-        let ss = self.sectorsize() as u64;
-        let cs = self.info.csum_type.size() as u64;
-        let run = &mut self.csum_run;
-        if !run.sums.is_empty() && run.start + run.sums.len() as u64 / cs * ss == logical {
-            run.sums.extend_from_slice(&sums);
-            return Ok(());
-        }
-        self.flush_csums()?;
-        self.csum_run = CsumRun {
-            start: logical,
-            sums,
-        };
-        Ok(())
-    }
-
-    /// Writes the queued checksums as EXTENT_CSUM items, each as full as a
-    /// leaf allows.
-    pub fn flush_csums(&mut self) -> Result<bool> {
-        let run = std::mem::take(&mut self.csum_run);
-        if run.sums.is_empty() {
-            return Ok(false);
-        }
-        let ss = self.sectorsize() as u64;
-        let cs = self.info.csum_type.size();
-        let per_item = (crate::tree::buf::max_item_data(self.nodesize()) - 2 * 25) / cs;
-        for (i, chunk) in run.sums.chunks(per_item * cs).enumerate() {
-            let at = run.start + (i * per_item) as u64 * ss;
-            self.insert_item(
-                CSUM_TREE_OBJECTID,
-                Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, at),
-                chunk.to_vec(),
-            )?;
-        }
-        Ok(true)
     }
 
     /// Maps `[file_off, file_off + num_bytes)` of inode `ino` to `num_bytes`

@@ -45,6 +45,8 @@ pub struct MkfsOptions {
     pub free_space_tree: bool,
     /// Time stamped on the top directory and the trees.
     pub time: Timespec,
+    /// Small chunks, for an image shrunk to its contents afterwards.
+    pub small_chunks: bool,
 }
 
 impl Default for MkfsOptions {
@@ -61,6 +63,7 @@ impl Default for MkfsOptions {
             no_holes: true,
             free_space_tree: true,
             time: Timespec::default(),
+            small_chunks: false,
         }
     }
 }
@@ -268,8 +271,15 @@ pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Res
     t.set_profile(SpaceKind::Metadata, o.metadata_profile);
     t.set_profile(SpaceKind::Data, o.data_profile);
     // First chunks as mkfs.btrfs sizes them; more are made on demand.
-    let meta = (total / 10).clamp(32 << 20, 256 << 20);
-    let data = (total / 10).clamp(64 << 20, 1 << 30);
+    let (meta, data) = if o.small_chunks {
+        t.chunk_cap = Some(32 << 20);
+        (16 << 20, 16 << 20)
+    } else {
+        (
+            (total / 10).clamp(32 << 20, 256 << 20),
+            (total / 10).clamp(64 << 20, 1 << 30),
+        )
+    };
     t.add_chunk(SpaceKind::System, 8 << 20)?;
     t.add_chunk(SpaceKind::Metadata, meta)?;
     t.add_chunk(SpaceKind::Data, data)?;

@@ -30,10 +30,36 @@ const EXTENT_CHUNK: u64 = 32 << 20;
 /// whatever the size of the tree being copied.
 const COMMIT_BLOCKS: usize = 8192;
 
+/// Inode flags mkfs can set (`--inode-flags`), as btrfs stores them.
+pub const INODE_NODATASUM: u64 = 1 << 0;
+pub const INODE_NODATACOW: u64 = 1 << 1;
+pub const INODE_NOCOMPRESS: u64 = 1 << 3;
+
+/// Compressed extents hold at most this much data (BTRFS_MAX_COMPRESSED).
+const COMPRESSED_CHUNK: u64 = 128 << 10;
+
+/// What a directory given to `--subvol` becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubvolKind {
+    Rw,
+    Ro,
+    Default,
+    DefaultRo,
+}
+
 /// How to fill the filesystem.
 #[derive(Debug, Clone, Default)]
 pub struct RootdirOptions {
     pub dir: PathBuf,
+    /// Directories (relative to `dir`) made subvolumes.
+    pub subvols: Vec<(PathBuf, SubvolKind)>,
+    /// Inode flags for paths (relative to `dir`), inherited below them
+    /// within a subvolume.
+    pub inode_flags: Vec<(PathBuf, u64)>,
+    /// Compression algorithm (COMPRESS_*) and level.
+    pub compress: Option<(u8, i32)>,
+    /// Fixed fsid: subvolume UUIDs are derived from it.
+    pub uuid_seed: Option<[u8; 16]>,
     /// With SOURCE_DATE_EPOCH: every time is clamped to it, and atime,
     /// ctime and otime follow mtime, so reading the source (atime) or
     /// copying it (ctime) does not change the image.
@@ -56,10 +82,13 @@ pub struct Stats {
 struct Walker<'a> {
     t: &'a mut Trans,
     o: &'a RootdirOptions,
-    tree: u64,
-    next_ino: u64,
-    /// Source (dev, ino) of files with several links -> our inode.
-    links: HashMap<(u64, u64), u64>,
+    /// The next inode number of each tree.
+    next_ino: HashMap<u64, u64>,
+    /// Source (dev, ino) of files with several links, per tree -> our
+    /// inode (links do not cross subvolumes).
+    links: HashMap<(u64, u64, u64), u64>,
+    /// Subvolumes made, to mark read-only or default at the end.
+    made: Vec<(u64, SubvolKind)>,
     stats: Stats,
     progress: &'a mut dyn FnMut(&Stats),
 }
@@ -208,17 +237,18 @@ impl Walker<'_> {
         }
     }
 
-    fn set_xattrs(&mut self, ino: u64, path: &Path) -> Result<()> {
+    fn set_xattrs(&mut self, tree: u64, ino: u64, path: &Path) -> Result<()> {
         for (name, value) in xattrs(path)? {
             self.t
-                .set_xattr(self.tree, ino, &name, &value)
+                .set_xattr(tree, ino, &name, &value)
                 .map_err(|e| in_path(path, e))?;
         }
         Ok(())
     }
 
-    /// Copies directory `src` (already made as inode `dir`) entry by entry.
-    fn walk_dir(&mut self, src: &Path, dir: u64) -> Result<()> {
+    /// Copies directory `src` (already made as inode `dir` of `tree`, at
+    /// `rel` from the top) entry by entry; `flags` are inherited.
+    fn walk_dir(&mut self, src: &Path, tree: u64, dir: u64, rel: &Path, flags: u64) -> Result<()> {
         let rd = std::fs::read_dir(src).map_err(|e| io_err(src, "read directory", e))?;
         let mut names: Vec<std::ffi::OsString> = Vec::new();
         for e in rd {
@@ -228,7 +258,8 @@ impl Walker<'_> {
         // Dir indexes start at 2, as the kernel numbers them.
         for (index, name) in (2u64..).zip(names) {
             let path = src.join(&name);
-            self.add_entry(&path, name.as_os_str(), dir, index)?;
+            let here = Dir { tree, dir, flags };
+            self.add_entry(&path, &rel.join(&name), name.as_os_str(), here, index)?;
             if self.t.dirty_blocks() > COMMIT_BLOCKS {
                 self.t.commit()?;
             }
@@ -237,13 +268,25 @@ impl Walker<'_> {
         Ok(())
     }
 
-    fn add_entry(&mut self, path: &Path, name: &OsStr, dir: u64, index: u64) -> Result<()> {
+    fn add_entry(
+        &mut self,
+        path: &Path,
+        rel: &Path,
+        name: &OsStr,
+        at: Dir,
+        index: u64,
+    ) -> Result<()> {
         let m = std::fs::symlink_metadata(path).map_err(|e| io_err(path, "lstat", e))?;
         let name = name.as_bytes();
-        let tree = self.tree;
+        let (tree, dir) = (at.tree, at.dir);
         let ftype = file_type(m.mode());
+        if m.is_dir() {
+            if let Some(&(_, kind)) = self.o.subvols.iter().find(|(p, _)| p == rel) {
+                return self.add_subvol(path, rel, name, at, kind, &m);
+            }
+        }
         if !m.is_dir() && m.nlink() > 1 {
-            if let Some(&ino) = self.links.get(&(m.dev(), m.ino())) {
+            if let Some(&ino) = self.links.get(&(tree, m.dev(), m.ino())) {
                 self.t
                     .add_dir_entry(tree, dir, name, Key::new(ino, INODE_ITEM, 0), ftype, index)
                     .map_err(|e| in_path(path, e))?;
@@ -257,9 +300,9 @@ impl Walker<'_> {
                 return Ok(());
             }
         }
-        let ino = self.next_ino;
-        self.next_ino += 1;
+        let ino = self.take_ino(tree);
         let mut item = self.inode_item(&m);
+        item.flags = self.flags_for(rel, at.flags);
         self.t.put_inode(tree, ino, &item)?;
         self.t
             .add_dir_entry(tree, dir, name, Key::new(ino, INODE_ITEM, 0), ftype, index)
@@ -269,13 +312,13 @@ impl Walker<'_> {
             .map_err(|e| in_path(path, e))?;
         self.stats.inodes += 1;
         if !m.is_dir() && m.nlink() > 1 {
-            self.links.insert((m.dev(), m.ino()), ino);
+            self.links.insert((tree, m.dev(), m.ino()), ino);
         }
-        self.set_xattrs(ino, path)?;
+        self.set_xattrs(tree, ino, path)?;
         let ft = m.file_type();
         if ft.is_dir() {
             self.stats.dirs += 1;
-            self.walk_dir(path, ino)?;
+            self.walk_dir(path, tree, ino, rel, item.flags)?;
             // Links made the size; the rest of the item is the source's.
             let now = self.t.inode(tree, ino)?.expect("directory was made");
             item.size = now.size;
@@ -289,15 +332,79 @@ impl Walker<'_> {
             item.nbytes = target.len() as u64;
         } else if ft.is_file() {
             self.stats.files += 1;
-            let (size, nbytes) = self.copy_file(path, ino, m.len())?;
+            let (size, nbytes) = self.copy_file(path, tree, ino, m.len(), &mut item.flags)?;
             item.size = size;
             item.nbytes = nbytes;
         }
         self.t.put_inode(tree, ino, &item)
     }
 
-    /// Writes the data of file `path` as inode `ino`; returns (size, nbytes).
-    fn copy_file(&mut self, path: &Path, ino: u64, size: u64) -> Result<(u64, u64)> {
+    fn take_ino(&mut self, tree: u64) -> u64 {
+        let n = self.next_ino.entry(tree).or_insert(FIRST_INODE + 1);
+        *n += 1;
+        *n - 1
+    }
+
+    /// Flags of a new inode at `rel`: inherited, plus those asked for it.
+    fn flags_for(&self, rel: &Path, inherited: u64) -> u64 {
+        let mut f = inherited;
+        for (p, fl) in &self.o.inode_flags {
+            if p == rel {
+                f |= fl;
+            }
+        }
+        if f & INODE_NODATACOW != 0 {
+            f |= INODE_NODATASUM;
+        }
+        f
+    }
+
+    /// Makes directory `path` a subvolume linked at `at`, and fills it.
+    fn add_subvol(
+        &mut self,
+        path: &Path,
+        rel: &Path,
+        name: &[u8],
+        at: Dir,
+        kind: SubvolKind,
+        m: &Metadata,
+    ) -> Result<()> {
+        let uuid = match self.o.uuid_seed {
+            Some(seed) => crate::mkfs::derived_uuid(&seed, &format!("subvolume {}", rel.display())),
+            None => crate::mkfs::random_uuid()?,
+        };
+        let place = crate::subvol::Place {
+            tree: at.tree,
+            dir: at.dir,
+            name,
+        };
+        let (_, _, _, otime) = self.times(m);
+        let id = self
+            .t
+            .create_subvolume(&place, uuid, false, otime)
+            .map_err(|e| in_path(path, e))?;
+        self.made.push((id, kind));
+        let mut top = self.inode_item(m);
+        // Inode flags do not cross into a subvolume.
+        top.flags = self.flags_for(rel, 0);
+        self.set_xattrs(id, FIRST_INODE, path)?;
+        self.stats.dirs += 1;
+        self.walk_dir(path, id, FIRST_INODE, rel, top.flags)?;
+        top.size = self.t.inode(id, FIRST_INODE)?.expect("subvolume top").size;
+        self.t.put_inode(id, FIRST_INODE, &top)
+    }
+
+    /// Writes the data of file `path` as inode `ino`; returns (size,
+    /// nbytes). Sets NOCOMPRESS in `flags` when its data does not
+    /// compress, as the kernel does.
+    fn copy_file(
+        &mut self,
+        path: &Path,
+        tree: u64,
+        ino: u64,
+        size: u64,
+        flags: &mut u64,
+    ) -> Result<(u64, u64)> {
         if size == 0 {
             return Ok((0, 0));
         }
@@ -308,15 +415,26 @@ impl Walker<'_> {
             .or_else(|_| File::open(path))
             .map_err(|e| io_err(path, "open", e))?;
         let ss = self.t.sectorsize() as u64;
-        let tree = self.tree;
+        let csum = *flags & INODE_NODATASUM == 0;
+        let mut compress = self.o.compress.filter(|_| csum);
         // Small files live in their EXTENT_DATA item, as mkfs.btrfs keeps
         // them: under one sector.
-        if size < ss && (size as usize) <= crate::tree::buf::max_item_data(self.t.nodesize()) - 21 {
+        let max_inline = crate::tree::buf::max_item_data(self.t.nodesize()) - 21;
+        if size < ss && (size as usize) <= max_inline {
             let mut buf = vec![0u8; size as usize];
             f.read_exact_at(&mut buf, 0)
                 .map_err(|e| io_err(path, "read", e))?;
+            let packed = match compress {
+                Some((algo, level)) => {
+                    ubtrfs_format::compress::compress(algo, level, &buf, ss as u32)
+                        .map_err(|e| Error::format(path.display().to_string(), e))?
+                        .map(|c| (c, algo))
+                }
+                None => None,
+            };
+            let (data, algo) = packed.unwrap_or((buf, 0));
             self.t
-                .insert_inline_extent(tree, ino, &buf, size, 0)
+                .insert_inline_extent(tree, ino, &data, size, algo)
                 .map_err(|e| in_path(path, e))?;
             self.stats.inline_files += 1;
             self.stats.data_bytes += size;
@@ -326,6 +444,7 @@ impl Walker<'_> {
         let end_aligned = size.next_multiple_of(ss);
         let mut nbytes = 0;
         let mut covered = 0u64;
+        let mut first = true;
         for (s, e) in data_ranges(&f, size) {
             let s = s / ss * ss;
             let e = e.next_multiple_of(ss).min(end_aligned);
@@ -349,19 +468,46 @@ impl Walker<'_> {
             }
             let mut at = s;
             while at < e {
-                let n = (e - at).min(EXTENT_CHUNK);
+                let step = if compress.is_some() {
+                    COMPRESSED_CHUNK
+                } else {
+                    EXTENT_CHUNK
+                };
+                let n = (e - at).min(step);
                 let want = n.min(size.saturating_sub(at)) as usize;
-                let mut buf = vec![0u8; want];
-                f.read_exact_at(&mut buf, at)
+                let mut buf = vec![0u8; n as usize];
+                f.read_exact_at(&mut buf[..want], at)
                     .map_err(|e| io_err(path, &format!("read at {at}"), e))?;
+                let packed = match compress {
+                    Some((algo, level)) => {
+                        ubtrfs_format::compress::compress(algo, level, &buf, ss as u32)
+                            .map_err(|e| Error::format(path.display().to_string(), e))?
+                            .map(|c| (c, algo))
+                    }
+                    None => None,
+                };
+                if compress.is_some() && packed.is_none() && first {
+                    // The first piece does not compress: neither will the
+                    // file, as the kernel judges it.
+                    *flags |= INODE_NOCOMPRESS;
+                    compress = None;
+                }
+                first = false;
+                let (data, algo) = match packed {
+                    Some((c, algo)) => (c, algo),
+                    None => {
+                        buf.truncate(want);
+                        (buf, 0)
+                    }
+                };
                 let (disk, len) = self
                     .t
-                    .write_data_extent(&buf, true)
+                    .write_data_extent(&data, csum)
                     .map_err(|e| in_path(path, e))?;
                 self.t
-                    .insert_file_extent(tree, ino, at, disk, len, 0, len, len, 0, false, true)
+                    .insert_file_extent(tree, ino, at, disk, len, 0, n, n, algo, false, true)
                     .map_err(|e| in_path(path, e))?;
-                nbytes += len;
+                nbytes += n;
                 self.stats.data_bytes += want as u64;
                 at += n;
             }
@@ -376,6 +522,14 @@ impl Walker<'_> {
     }
 }
 
+/// The directory entries are being added to.
+#[derive(Debug, Clone, Copy)]
+struct Dir {
+    tree: u64,
+    dir: u64,
+    flags: u64,
+}
+
 /// Names the source path in an error from the engine.
 fn in_path(path: &Path, e: Error) -> Error {
     match e {
@@ -384,7 +538,8 @@ fn in_path(path: &Path, e: Error) -> Error {
     }
 }
 
-/// Fills the top-level subvolume from `o.dir`. The caller commits.
+/// Fills the top-level subvolume from `o.dir` (and the subvolumes asked
+/// for below it). The caller commits.
 pub fn populate(
     t: &mut Trans,
     o: &RootdirOptions,
@@ -397,21 +552,72 @@ pub fn populate(
             o.dir.display()
         )));
     }
+    for (p, _) in &o.subvols {
+        if !o.dir.join(p).is_dir() || p.as_os_str().is_empty() {
+            return Err(Error::Invalid(format!(
+                "--subvol {}: not a directory below {}",
+                p.display(),
+                o.dir.display()
+            )));
+        }
+    }
+    if o.subvols
+        .iter()
+        .filter(|(_, k)| matches!(k, SubvolKind::Default | SubvolKind::DefaultRo))
+        .count()
+        > 1
+    {
+        return Err(Error::Invalid(
+            "at most one --subvol can be the default".into(),
+        ));
+    }
+    if let Some((algo, _)) = o.compress {
+        t.info.sb.incompat_flags |= match algo {
+            COMPRESS_LZO => INCOMPAT_COMPRESS_LZO,
+            COMPRESS_ZSTD => INCOMPAT_COMPRESS_ZSTD,
+            _ => 0,
+        };
+    }
     let tree = FS_TREE_OBJECTID;
     let mut w = Walker {
         t,
         o,
-        tree,
-        next_ino: FIRST_INODE + 1,
+        next_ino: HashMap::new(),
         links: HashMap::new(),
+        made: Vec::new(),
         stats: Stats::default(),
         progress,
     };
     // The top directory takes the source's attributes.
     let mut top = w.inode_item(&m);
-    w.set_xattrs(FIRST_INODE, &o.dir)?;
-    w.walk_dir(&o.dir, FIRST_INODE)?;
+    top.flags = w.flags_for(Path::new(""), 0);
+    w.set_xattrs(tree, FIRST_INODE, &o.dir)?;
+    w.walk_dir(&o.dir, tree, FIRST_INODE, Path::new(""), top.flags)?;
     top.size = w.t.inode(tree, FIRST_INODE)?.expect("top directory").size;
     w.t.put_inode(tree, FIRST_INODE, &top)?;
-    Ok(w.stats)
+    let (made, stats) = (std::mem::take(&mut w.made), w.stats);
+    for (id, kind) in made {
+        if matches!(kind, SubvolKind::Ro | SubvolKind::DefaultRo) {
+            t.root_item_mut(id)?.flags |= ROOT_SUBVOL_RDONLY;
+        }
+        if matches!(kind, SubvolKind::Default | SubvolKind::DefaultRo) {
+            set_default_subvol(t, id)?;
+        }
+    }
+    Ok(stats)
+}
+
+/// Makes subvolume `id` the one mounted by default.
+pub fn set_default_subvol(t: &mut Trans, id: u64) -> Result<()> {
+    let key = ubtrfs_format::items::dir_item_key(ROOT_TREE_DIR_OBJECTID, b"default");
+    let entry = ubtrfs_format::items::DirEntry {
+        location: Key::new(id, ROOT_ITEM, u64::MAX),
+        transid: t.transid,
+        file_type: FT_DIR,
+        name: b"default",
+        data: &[],
+    };
+    t.put_item(ROOT_TREE_OBJECTID, key, entry.to_bytes())?;
+    t.info.sb.incompat_flags |= INCOMPAT_DEFAULT_SUBVOL;
+    Ok(())
 }

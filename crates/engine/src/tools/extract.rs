@@ -6,7 +6,8 @@ use crate::error::{Error, Result};
 use crate::fs::file::FileHandle;
 use crate::fs::{Filesystem, InodeId, Stat};
 use crate::tools::walk::{walk, Descend};
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::fs::{File, OpenOptions as FsOpen};
 use std::os::unix::ffi::OsStrExt;
@@ -28,7 +29,43 @@ pub struct ExtractReport {
     pub bytes: u64,
     /// Problems with single paths; the rest of the tree was extracted.
     pub errors: Vec<String>,
+    /// Extended attributes the destination would not hold (as `cp -a`,
+    /// the files were extracted without them), by name.
+    pub skipped_xattrs: BTreeMap<String, SkippedXattr>,
 }
+
+/// An extended attribute left out of the copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedXattr {
+    /// How many paths had it.
+    pub paths: u64,
+    /// Why the destination refused it (the first time).
+    pub why: String,
+}
+
+impl ExtractReport {
+    /// One line naming the extended attributes that were not kept, if any.
+    pub fn skipped_xattrs_summary(&self) -> Option<String> {
+        if self.skipped_xattrs.is_empty() {
+            return None;
+        }
+        let list: Vec<String> = self
+            .skipped_xattrs
+            .iter()
+            .map(|(name, s)| {
+                let n = if s.paths == 1 { "path" } else { "paths" };
+                format!("{name} on {} {n} ({})", s.paths, s.why)
+            })
+            .collect();
+        Some(format!(
+            "extended attributes not kept (the destination refused them): {}",
+            list.join(", ")
+        ))
+    }
+}
+
+/// Extended attributes skipped so far, shared by the walk's two visits.
+type Skipped = RefCell<BTreeMap<String, SkippedXattr>>;
 
 /// Extracts the tree at `root` to `dest` (which must not exist).
 /// `progress` is called with the bytes of data written so far.
@@ -40,15 +77,13 @@ pub fn extract(
     progress: &mut dyn FnMut(u64),
 ) -> Result<ExtractReport> {
     if dest.symlink_metadata().is_ok() {
-        return Err(Error::Invalid(format!(
-            "{}: already exists",
-            dest.display()
-        )));
+        return Err(Error::Exists(dest.display().to_string()));
     }
     let is_root = unsafe { libc::geteuid() } == 0;
     let mut report = ExtractReport::default();
     let mut links: HashMap<InodeId, PathBuf> = HashMap::new();
     let mut dir_errors = Vec::new();
+    let skipped = Skipped::default();
     walk(
         fs,
         root,
@@ -63,6 +98,7 @@ pub fn extract(
                 v.stat,
                 &target,
                 is_root,
+                &skipped,
                 &mut links,
                 &mut report,
                 progress,
@@ -71,7 +107,7 @@ pub fn extract(
                 Ok(()) => Ok(Descend::Yes),
                 Err(e) if v.stat.is_dir() && v.path.is_empty() => Err(e),
                 Err(e) => {
-                    report.errors.push(format!("{}: {e}", target.display()));
+                    report.errors.push(on_path(&target, &e));
                     Ok(Descend::No)
                 }
             }
@@ -80,14 +116,23 @@ pub fn extract(
             // Directory attributes last, so creating children does not
             // change the times we set.
             let target = join(dest, v.path);
-            if let Err(e) = set_attrs(fs, v.id, v.stat, &target, is_root) {
-                dir_errors.push(format!("{}: {e}", target.display()));
+            if let Err(e) = set_attrs(fs, v.id, v.stat, &target, is_root, &skipped) {
+                dir_errors.push(on_path(&target, &e));
             }
             Ok(())
         },
     )?;
     report.errors.extend(dir_errors);
+    report.skipped_xattrs = skipped.into_inner();
     Ok(report)
+}
+
+/// An error about one path, naming it once.
+fn on_path(target: &Path, e: &Error) -> String {
+    match e {
+        Error::Io { path, .. } if Path::new(path) == target => e.to_string(),
+        _ => format!("{}: {e}", target.display()),
+    }
 }
 
 fn join(dest: &Path, rel: &[u8]) -> PathBuf {
@@ -99,11 +144,7 @@ fn join(dest: &Path, rel: &[u8]) -> PathBuf {
 }
 
 fn io_err(p: &Path, op: &str, e: std::io::Error) -> Error {
-    Error::Io {
-        path: p.display().to_string(),
-        op: op.into(),
-        source: e,
-    }
+    Error::io(p.display().to_string(), op, e)
 }
 
 fn cpath(p: &Path) -> Result<CString> {
@@ -125,6 +166,7 @@ fn extract_one(
     st: &Stat,
     target: &Path,
     is_root: bool,
+    skipped: &Skipped,
     links: &mut HashMap<InodeId, PathBuf>,
     report: &mut ExtractReport,
     progress: &mut dyn FnMut(u64),
@@ -165,7 +207,7 @@ fn extract_one(
         check(rc, target, "mknod")?;
         report.others += 1;
     }
-    set_attrs(fs, id, st, target, is_root)
+    set_attrs(fs, id, st, target, is_root, skipped)
 }
 
 /// Writes the data ranges of inode `id` into `f`, leaving holes unwritten.
@@ -204,8 +246,17 @@ fn copy_data(
 }
 
 /// Owner, mode, xattrs and times, in the order that keeps each: chown
-/// clears set-id bits and capabilities, so it goes first.
-fn set_attrs(fs: &Filesystem, id: InodeId, st: &Stat, target: &Path, is_root: bool) -> Result<()> {
+/// clears set-id bits and capabilities, so it goes first. Extended
+/// attributes the destination refuses are skipped and counted in `skipped`,
+/// as `cp -a` does.
+fn set_attrs(
+    fs: &Filesystem,
+    id: InodeId,
+    st: &Stat,
+    target: &Path,
+    is_root: bool,
+    skipped: &Skipped,
+) -> Result<()> {
     let c = cpath(target)?;
     if is_root {
         check(
@@ -235,16 +286,21 @@ fn set_attrs(fs: &Filesystem, id: InodeId, st: &Stat, target: &Path, is_root: bo
         };
         if rc != 0 {
             let e = std::io::Error::last_os_error();
-            // Without root, trusted.* and security.* cannot be set; cp -a
-            // skips them the same way.
-            let privileged = name.starts_with(b"trusted.") || name.starts_with(b"security.");
-            if is_root || !privileged {
+            if !refused(&e, &name, is_root) {
                 return Err(io_err(
                     target,
                     &format!("setxattr {}", String::from_utf8_lossy(&name)),
                     e,
                 ));
             }
+            let mut skipped = skipped.borrow_mut();
+            let s = skipped
+                .entry(String::from_utf8_lossy(&name).into_owned())
+                .or_insert_with(|| SkippedXattr {
+                    paths: 0,
+                    why: strerror(&e),
+                });
+            s.paths += 1;
         }
     }
     let ts = |t: &Timespec| libc::timespec {
@@ -261,4 +317,27 @@ fn set_attrs(fs: &Filesystem, id: InodeId, st: &Stat, target: &Path, is_root: bo
         )
     };
     check(rc, target, "utimensat")
+}
+
+/// "Operation not supported" rather than "... (os error 95)".
+fn strerror(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error ") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+/// Whether a failed setxattr is the destination not holding that kind of
+/// attribute (which `cp -a` skips) rather than an error: a namespace or
+/// attribute the filesystem does not support (btrfs.* outside btrfs,
+/// user.* on some filesystems), or, without root, trusted.* and
+/// security.*.
+fn refused(e: &std::io::Error, name: &[u8], is_root: bool) -> bool {
+    let privileged = name.starts_with(b"trusted.") || name.starts_with(b"security.");
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) => true,
+        Some(libc::EPERM | libc::EACCES) => privileged && !is_root,
+        _ => false,
+    }
 }

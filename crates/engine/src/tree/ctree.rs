@@ -5,7 +5,7 @@
 
 use crate::cache::reada::Readahead;
 use crate::disk_io::FsInfo;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ResultExt};
 use crate::tree::block::BlockExpect;
 use crate::tree::block::TreeBlock;
 use std::ops::ControlFlow;
@@ -84,7 +84,7 @@ impl<'f> Cursor<'f> {
                     first_key: None,
                 },
             )
-            .map_err(|e| self.context(e))
+            .context(|| self.tree.describe())
     }
 
     /// Reads child `slot` of `parent`, first reading ahead its siblings as
@@ -105,14 +105,15 @@ impl<'f> Cursor<'f> {
                     first_key: Some(ptr.key),
                 },
             )
-            .map_err(|e| self.context(e))?;
+            .context(|| self.tree.describe())?;
         // Only a root may be empty; an empty child would also let iteration
         // spin over nothing.
         if child.node().nritems() == 0 {
-            return Err(self.context(Error::corrupt(
+            return Err(Error::corrupt(
                 format!("tree block {}", ptr.blockptr),
                 "empty non-root block",
-            )));
+            )
+            .context(|| self.tree.describe()));
         }
         Ok(child)
     }
@@ -153,20 +154,6 @@ impl<'f> Cursor<'f> {
             })
             .collect();
         self.fs.reada.schedule(&self.fs.reada_source(), &blocks);
-    }
-
-    fn context(&self, e: Error) -> Error {
-        match e {
-            Error::Corrupt { at, detail } => Error::Corrupt {
-                at: format!("{} ({})", at, self.tree.describe()),
-                detail,
-            },
-            Error::Format { at, source } => Error::Format {
-                at: format!("{} ({})", at, self.tree.describe()),
-                source,
-            },
-            other => other,
-        }
     }
 
     /// Positions the cursor at the first item with key >= `key`. Returns

@@ -30,7 +30,8 @@ impl Trans {
             r.item.bytenr = r.bytenr;
             r.item.level = r.level;
             let bytes = r.item.to_bytes();
-            let key = ubtrfs_format::Key::new(id, ROOT_ITEM, 0);
+            let key_offset = r.key_offset;
+            let key = ubtrfs_format::Key::new(id, ROOT_ITEM, key_offset);
             self.put_item(ROOT_TREE_OBJECTID, key, bytes)?;
             changed = true;
         }

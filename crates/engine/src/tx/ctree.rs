@@ -186,6 +186,30 @@ impl Trans {
         Ok(out)
     }
 
+    /// The last item at or before `key`. Parent keys are their children's
+    /// first keys, so the leaf the search lands in holds it unless `key`
+    /// is below every key.
+    pub fn search_last_le(&mut self, tree: u64, key: &Key) -> Result<Option<(Key, Vec<u8>)>> {
+        let (root, expect) = self.root_expect(tree)?;
+        let mut cur = self.load(root, expect)?.into_owned();
+        while !cur.is_leaf() {
+            let p = cur.ptrs()[node_slot(cur.ptrs(), key)];
+            cur = self
+                .load(p.blockptr, expect_child(&p, cur.level))?
+                .into_owned();
+        }
+        let (slot, found) = leaf_slot(cur.items(), key);
+        let i = if found {
+            slot
+        } else if slot > 0 {
+            slot - 1
+        } else {
+            return Ok(None);
+        };
+        let (k, d) = &cur.items()[i];
+        Ok(Some((*k, d.clone())))
+    }
+
     /// Calls `f` on the items from `from` on, in order, while it returns
     /// true. Reads only: nothing is copied into the transaction.
     pub fn scan(

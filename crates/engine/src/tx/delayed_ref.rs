@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{
-    ExtentDataRef, ExtentItem, ExtentRecord, InlineRef, EXTENT_FLAG_DATA, EXTENT_FLAG_TREE_BLOCK,
+    ExtentDataRef, ExtentItem, ExtentRecord, InlineRef, BLOCK_FLAG_FULL_BACKREF, EXTENT_FLAG_DATA,
+    EXTENT_FLAG_TREE_BLOCK,
 };
 use ubtrfs_format::node::{HEADER_SIZE, ITEM_SIZE};
 use ubtrfs_format::Key;
@@ -86,6 +87,8 @@ pub struct Head {
     /// Allocated in this transaction: no extent item exists yet.
     pub new: bool,
     pub deltas: BTreeMap<Backref, i64>,
+    /// Extent flags to set (FULL_BACKREF).
+    pub set_flags: u64,
 }
 
 /// Reference changes not yet in the extent tree, by extent address.
@@ -117,6 +120,7 @@ impl DelayedRefs {
             level,
             new,
             deltas: BTreeMap::new(),
+            set_flags: 0,
         };
         self.add(bytenr, head, backref, delta);
     }
@@ -136,8 +140,29 @@ impl DelayedRefs {
             level: 0,
             new,
             deltas: BTreeMap::new(),
+            set_flags: 0,
         };
         self.add(bytenr, head, backref, delta);
+    }
+
+    /// Marks tree block `bytenr` as referencing its children by address.
+    pub fn set_full_backref(&mut self, bytenr: u64, num_bytes: u64, level: u8) {
+        let h = self.heads.entry(bytenr).or_insert(Head {
+            num_bytes,
+            is_data: false,
+            level,
+            new: false,
+            deltas: BTreeMap::new(),
+            set_flags: 0,
+        });
+        h.set_flags |= BLOCK_FLAG_FULL_BACKREF;
+    }
+
+    /// The pending change of `bytenr`'s reference count, and flags to set.
+    pub fn pending(&self, bytenr: u64) -> (i64, u64) {
+        self.heads
+            .get(&bytenr)
+            .map_or((0, 0), |h| (h.deltas.values().sum(), h.set_flags))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -189,11 +214,10 @@ impl Trans {
     }
 
     fn run_head(&mut self, bytenr: u64, head: Head) -> Result<()> {
-        let total: i64 = head.deltas.values().sum();
         let key = Self::extent_key(bytenr, &head);
         let mut refs: BTreeMap<Backref, u64> = BTreeMap::new();
         let mut record = if head.new {
-            if total == 0 && head.deltas.values().all(|&d| d == 0) {
+            if head.deltas.values().all(|&d| d == 0) {
                 // Allocated and freed again before commit: never on disk.
                 self.alloc.free_now(bytenr, head.num_bytes);
                 return Ok(());
@@ -226,8 +250,10 @@ impl Trans {
                 }
             }
             // Keyed references.
-            let lo = Key::new(bytenr, EXTENT_ITEM + 1, 0);
-            let hi = Key::new(bytenr, u8::MAX, u64::MAX);
+            // Keyed references sort between the extent item (168/169)
+            // and a block group item that may start at the same address.
+            let lo = Key::new(bytenr, METADATA_ITEM + 1, 0);
+            let hi = Key::new(bytenr, SHARED_DATA_REF, u64::MAX);
             for (k, d) in self.items_in(EXTENT_TREE_OBJECTID, &lo, &hi)? {
                 let r = InlineRef::from_keyed(&k, &d)
                     .map_err(|e| Error::format(format!("extent tree key {k}"), e))?;
@@ -260,6 +286,7 @@ impl Trans {
             return Ok(());
         }
         record.item.refs = count;
+        record.item.flags |= head.set_flags;
         record.refs = refs.iter().map(|(b, &c)| b.to_inline(c)).collect();
         record.sort_refs();
         // Inline while the item stays under the limit; the rest keyed.

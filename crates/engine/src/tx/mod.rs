@@ -18,6 +18,8 @@
 //! * [`open`]: opening a committed image for writing.
 
 pub mod commit;
+pub mod cow;
+pub mod csum_tree;
 pub mod ctree;
 pub mod delayed_ref;
 pub mod free_space_tree;
@@ -28,7 +30,7 @@ use crate::alloc::{Allocator, SpaceKind};
 use crate::disk_io::FsInfo;
 use crate::error::{Error, Result};
 use crate::tree::block::BlockExpect;
-use crate::tree::buf::{ExtentBuffer, HEADER_FLAG_RELOC};
+use crate::tree::buf::ExtentBuffer;
 use delayed_ref::{Backref, DelayedRefs};
 use std::collections::{BTreeMap, HashMap};
 use ubtrfs_format::consts::*;
@@ -46,6 +48,9 @@ pub struct Root {
     pub item: RootItem,
     /// The root moved or the item changed: the ROOT_ITEM needs writing.
     pub dirty: bool,
+    /// The ROOT_ITEM key's offset: 0, or for snapshots the transid that
+    /// made them.
+    pub key_offset: u64,
 }
 
 /// An open transaction on a filesystem opened for writing.
@@ -71,8 +76,12 @@ pub struct Trans {
     pending_chunks: Vec<(u64, ChunkItem)>,
     /// Profile bits of new chunks, by [`SpaceKind`].
     profiles: [u64; 3],
+    /// Largest new chunk `grow` makes (mkfs --shrink keeps them small).
+    pub chunk_cap: Option<u64>,
+    /// Device items changed outside a new chunk (a shrunk device).
+    pub(crate) dev_items_dirty: bool,
     /// Data checksums not yet in the csum tree.
-    pub(crate) csum_run: crate::inode::file_item::CsumRun,
+    pub(crate) csum_run: csum_tree::CsumRun,
 }
 
 impl Trans {
@@ -103,6 +112,7 @@ impl Trans {
                     level: item.level,
                     item,
                     dirty: false,
+                    key_offset: k.offset,
                 },
             );
         }
@@ -128,20 +138,79 @@ impl Trans {
 
     /// Makes tree `id` with an empty leaf as root and `item` as its
     /// ROOT_ITEM (bytenr, level and generation are filled in at commit).
-    pub fn create_tree(&mut self, id: u64, mut item: RootItem) -> Result<()> {
+    pub fn create_tree(&mut self, id: u64, item: RootItem) -> Result<()> {
+        self.create_tree_at(id, item, 0, 0)
+    }
+
+    /// Makes tree `id` whose root block holds `content` at `level` (a
+    /// snapshot's copy of its source's root), the ROOT_ITEM keyed at
+    /// `key_offset`. The caller gives the references of what the block
+    /// points to.
+    pub fn create_tree_from(
+        &mut self,
+        id: u64,
+        item: RootItem,
+        key_offset: u64,
+        level: u8,
+        content: crate::tree::buf::Content,
+    ) -> Result<()> {
+        self.create_tree_at(id, item, key_offset, level)?;
+        let b = self.roots[&id].bytenr;
+        self.buf_mut(b).content = content;
+        Ok(())
+    }
+
+    /// Removes tree `id`'s ROOT_ITEM (its blocks are the caller's).
+    pub fn forget_tree(&mut self, id: u64) -> Result<()> {
+        let r = self
+            .roots
+            .remove(&id)
+            .ok_or_else(|| Error::NotFound(format!("tree {id}")))?;
+        self.delete_item(ROOT_TREE_OBJECTID, &Key::new(id, ROOT_ITEM, r.key_offset))?;
+        Ok(())
+    }
+
+    /// A block as it is now (this transaction's copy or the committed one).
+    pub fn load_block(&self, bytenr: u64, expect: BlockExpect) -> Result<ExtentBuffer> {
+        Ok(self.load(bytenr, expect)?.into_owned())
+    }
+
+    /// A reference change on an existing tree block.
+    pub fn add_tree_ref(
+        &mut self,
+        bytenr: u64,
+        num_bytes: u64,
+        level: u8,
+        backref: Backref,
+        delta: i64,
+    ) {
+        self.refs
+            .add_tree_block(bytenr, num_bytes, level, backref, delta, false);
+    }
+
+    /// Like [`Trans::create_tree`], the ROOT_ITEM keyed at `key_offset`,
+    /// the root an empty block at `level`.
+    fn create_tree_at(
+        &mut self,
+        id: u64,
+        mut item: RootItem,
+        key_offset: u64,
+        level: u8,
+    ) -> Result<()> {
         if id != ROOT_TREE_OBJECTID && id != CHUNK_TREE_OBJECTID && self.has_tree(id)? {
             return Err(Error::Invalid(format!("tree {id} exists")));
         }
-        let bytenr = self.alloc_tree_block(id, 0, None)?;
+        let bytenr = self.alloc_tree_block(id, level, None)?;
         item.generation = self.transid;
         self.roots.insert(
             id,
             Root {
                 id,
                 bytenr,
-                level: 0,
+                level,
                 item,
                 dirty: true,
+                key_offset,
             },
         );
         Ok(())
@@ -236,61 +305,5 @@ impl Trans {
         self.bufs.remove(&bytenr);
         self.refs
             .add_tree_block(bytenr, ns, level, Backref::Tree { root: owner }, -1, false);
-    }
-
-    /// Makes the block at `bytenr` (child `slot` of `parent`, or the root
-    /// of `tree` when `parent` is None) writable in this transaction,
-    /// copying it to a new address if it was committed. Returns its
-    /// address now.
-    fn cow(
-        &mut self,
-        tree: u64,
-        bytenr: u64,
-        expect: BlockExpect,
-        parent: Option<(u64, usize)>,
-    ) -> Result<u64> {
-        if self.bufs.contains_key(&bytenr) {
-            return Ok(bytenr);
-        }
-        let old = self.load(bytenr, expect)?.into_owned();
-        if old.flags & HEADER_FLAG_RELOC != 0
-            || old.owner != tree
-            || self.may_be_shared(tree, &old)?
-        {
-            return Err(Error::Unsupported(format!(
-                "tree {tree}: block {bytenr} may be shared with a snapshot; changing shared blocks is not implemented yet"
-            )));
-        }
-        let new = self.alloc_tree_block(tree, old.level, Some(bytenr))?;
-        let mut eb = old;
-        let level = eb.level;
-        eb.bytenr = new;
-        eb.generation = self.transid;
-        eb.owner = tree;
-        self.bufs.insert(new, eb);
-        self.free_tree_block(bytenr, tree, level);
-        match parent {
-            Some((p, slot)) => {
-                let gen = self.transid;
-                let ptr = &mut self.buf_mut(p).ptrs_mut()[slot];
-                ptr.blockptr = new;
-                ptr.generation = gen;
-            }
-            None => self.set_root(tree, new, level, self.transid),
-        }
-        Ok(new)
-    }
-
-    /// Whether a committed block of a subvolume tree may also be reached
-    /// from a snapshot (the kernel's btrfs_block_can_be_shared).
-    fn may_be_shared(&mut self, tree: u64, b: &ExtentBuffer) -> Result<bool> {
-        let subvol = tree == FS_TREE_OBJECTID
-            || (FIRST_FREE_OBJECTID..=LAST_FREE_OBJECTID).contains(&tree)
-            || tree == DATA_RELOC_TREE_OBJECTID;
-        if !subvol {
-            return Ok(false);
-        }
-        let last_snapshot = self.root(tree)?.item.last_snapshot;
-        Ok(b.generation <= last_snapshot)
     }
 }

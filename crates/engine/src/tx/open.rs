@@ -43,6 +43,7 @@ fn root_of_super(id: u64, bytenr: u64, level: u8, generation: u64) -> Root {
             ..Default::default()
         },
         dirty: false,
+        key_offset: 0,
     }
 }
 
@@ -127,6 +128,8 @@ impl Trans {
             pending_chunks: Vec::new(),
             profiles: [0; 3],
             csum_run: Default::default(),
+            chunk_cap: None,
+            dev_items_dirty: false,
             info,
         };
         t.load_chunk_state()?;
@@ -240,6 +243,8 @@ impl Trans {
             pending_chunks: Vec::new(),
             profiles: [0; 3],
             csum_run: Default::default(),
+            chunk_cap: None,
+            dev_items_dirty: false,
             info: FsInfo::new(sb, devs, 64 << 20),
         })
     }

@@ -204,7 +204,8 @@ impl Trans {
             SpaceKind::Metadata => (256 << 20).min(total / 10),
             SpaceKind::System => (32 << 20).min(total / 10),
         }
-        .max(16 << 20);
+        .max(16 << 20)
+        .min(self.chunk_cap.unwrap_or(u64::MAX));
         self.add_chunk(kind, size).map(|_| ())
     }
 
@@ -212,9 +213,10 @@ impl Trans {
     /// whether there were any.
     pub(crate) fn write_pending_chunks(&mut self) -> Result<bool> {
         let pending = std::mem::take(&mut self.pending_chunks);
-        if pending.is_empty() {
+        if pending.is_empty() && !self.dev_items_dirty {
             return Ok(false);
         }
+        self.dev_items_dirty = false;
         let mut sys_changed = false;
         for (logical, chunk) in &pending {
             let key = Key::new(FIRST_CHUNK_TREE_OBJECTID, CHUNK_ITEM, *logical);
@@ -264,6 +266,29 @@ impl Trans {
                 .map_err(|e| Error::NoSpace(format!("system chunk array full: {e}")))?;
         }
         Ok(true)
+    }
+
+    /// Shrinks device `devid` to the end of its last chunk (mkfs
+    /// --shrink); returns the new size. Written at the next commit.
+    pub fn shrink_device(&mut self, devid: u64) -> Result<u64> {
+        let end = self
+            .dev_space
+            .extents
+            .range((devid, 0)..=(devid, u64::MAX))
+            .map(|(&(_, s), &l)| s + l)
+            .max()
+            .unwrap_or(DEV_RESERVED);
+        let di = self
+            .dev_items
+            .get_mut(&devid)
+            .ok_or_else(|| Error::NotFound(format!("devid {devid}")))?;
+        let old = di.total_bytes;
+        if end < old {
+            di.total_bytes = end;
+            self.info.sb.total_bytes -= old - end;
+            self.dev_items_dirty = true;
+        }
+        Ok(end.min(old))
     }
 
     /// Device extents from the dev tree (opening a committed image).

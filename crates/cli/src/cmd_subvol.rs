@@ -1,0 +1,111 @@
+//! `ubtrfs subvolume create|snapshot|delete` on an unmounted image: one
+//! transaction per command, committed at the end; nothing is written when
+//! a command fails.
+
+use crate::cmd_fs::SubvolumeCmd;
+use crate::CmdResult;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use ubtrfs_engine::subvol::Place;
+use ubtrfs_engine::tx::Trans;
+use ubtrfs_format::items::Timespec;
+
+fn now() -> Timespec {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Timespec {
+        sec: d.as_secs() as i64,
+        nsec: d.subsec_nanos(),
+    }
+}
+
+fn open(image: &Path, devices: &[PathBuf]) -> Result<Trans, ubtrfs_engine::Error> {
+    let mut all = vec![image.to_path_buf()];
+    all.extend_from_slice(devices);
+    Trans::open(&all, 64 << 20)
+}
+
+/// Splits "/a/b/name" into ("/a/b", "name").
+fn split(path: &str) -> Result<(&str, &str), String> {
+    let p = path.trim_end_matches('/');
+    let (dir, name) = p.rsplit_once('/').unwrap_or(("", p));
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(format!("{path}: not a name to create"));
+    }
+    Ok((if dir.is_empty() { "/" } else { dir }, name))
+}
+
+fn new_uuid() -> Result<[u8; 16], ubtrfs_engine::Error> {
+    ubtrfs_engine::mkfs::random_uuid()
+}
+
+pub fn run(cmd: SubvolumeCmd) -> CmdResult {
+    match cmd {
+        SubvolumeCmd::List { .. } => unreachable!("listed by cmd_fs"),
+        SubvolumeCmd::Create {
+            image,
+            devices,
+            paths,
+        } => {
+            let mut t = open(&image, &devices)?;
+            for p in &paths {
+                let (dir, name) = split(p)?;
+                let (tree, ino) = t.resolve_path(dir.as_bytes())?;
+                let place = Place {
+                    tree,
+                    dir: ino,
+                    name: name.as_bytes(),
+                };
+                let id = t.create_subvolume(&place, new_uuid()?, false, now())?;
+                println!("Create subvolume '{p}' (id {id})");
+            }
+            t.commit()?;
+        }
+        SubvolumeCmd::Snapshot {
+            readonly,
+            image,
+            devices,
+            source,
+            dest,
+        } => {
+            let mut t = open(&image, &devices)?;
+            let (src_tree, src_ino) = t.resolve_path(source.as_bytes())?;
+            if src_ino != t.root(src_tree)?.item.root_dirid {
+                return Err(format!("{source}: not a subvolume").into());
+            }
+            let (dir, name) = split(&dest)?;
+            let (tree, ino) = t.resolve_path(dir.as_bytes())?;
+            let place = Place {
+                tree,
+                dir: ino,
+                name: name.as_bytes(),
+            };
+            let id = t.snapshot(src_tree, &place, new_uuid()?, readonly, now())?;
+            println!(
+                "Create {}snapshot of '{source}' in '{dest}' (id {id})",
+                if readonly { "a readonly " } else { "a " }
+            );
+            t.commit()?;
+        }
+        SubvolumeCmd::Delete {
+            image,
+            devices,
+            paths,
+        } => {
+            let mut t = open(&image, &devices)?;
+            for p in &paths {
+                let (tree, ino) = t.resolve_path(p.as_bytes())?;
+                if tree == ubtrfs_format::consts::FS_TREE_OBJECTID
+                    || ino != t.root(tree)?.item.root_dirid
+                {
+                    return Err(format!("{p}: not a subvolume").into());
+                }
+                t.delete_subvolume(tree, now())?;
+                println!("Delete subvolume (commit): '{p}'");
+            }
+            t.commit()?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,467 @@
+//! Subvolumes on an unmounted image (the kernel's ioctl.c create_subvol,
+//! transaction.c create_pending_snapshot, extent-tree.c
+//! btrfs_drop_snapshot), through the transaction engine:
+//!
+//! * create: a new tree with its top directory, linked in a directory of
+//!   another subvolume (DIR_ITEM/DIR_INDEX there, ROOT_REF/ROOT_BACKREF in
+//!   the root tree, UUID tree entry);
+//! * snapshot: the source's root block copied, every block and data
+//!   extent it points to given a reference from the new tree, the
+//!   source's last_snapshot advanced so that later changes to either copy
+//!   it first;
+//! * delete: the links removed and the tree dropped: blocks only it uses
+//!   freed (with the data extents their leaves reference), blocks shared
+//!   with another tree left with one reference less.
+
+use crate::error::{Error, Result};
+use crate::inode::NAME_MAX;
+use crate::tree::block::BlockExpect;
+use crate::tx::delayed_ref::Backref;
+use crate::tx::Trans;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{
+    dir_index_key, dir_item_key, encode_uuid_item, parse_dir_entries, parse_uuid_item, uuid_key,
+    ExtentRecord, FileExtent, FileExtentKind, InodeItem, RootItem, RootRef, Timespec,
+    BLOCK_FLAG_FULL_BACKREF,
+};
+use ubtrfs_format::Key;
+
+/// Where a new subvolume or snapshot is linked: directory `dir` of
+/// subvolume `tree`, under `name`.
+#[derive(Debug, Clone)]
+pub struct Place<'a> {
+    pub tree: u64,
+    pub dir: u64,
+    pub name: &'a [u8],
+}
+
+impl Trans {
+    /// Resolves an absolute path inside the image (from the top level,
+    /// crossing into subvolumes) to (tree, inode).
+    pub fn resolve_path(&mut self, path: &[u8]) -> Result<(u64, u64)> {
+        let (mut tree, mut ino) = (FS_TREE_OBJECTID, FIRST_INODE);
+        for comp in path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty() && *c != b".")
+        {
+            let key = dir_item_key(ino, comp);
+            let here = || format!("{}", String::from_utf8_lossy(path));
+            let d = self
+                .lookup(tree, &key)?
+                .ok_or_else(|| Error::NotFound(format!("{}: no such file or directory", here())))?;
+            let entries = parse_dir_entries(&d)
+                .map_err(|e| Error::format(format!("tree {tree} key {key}"), e))?;
+            let e = entries
+                .iter()
+                .find(|e| e.name == comp)
+                .ok_or_else(|| Error::NotFound(format!("{}: no such file or directory", here())))?;
+            if e.location.item_type == ROOT_ITEM {
+                tree = e.location.objectid;
+                ino = self.root(tree)?.item.root_dirid;
+            } else {
+                ino = e.location.objectid;
+            }
+        }
+        Ok((tree, ino))
+    }
+
+    /// The next free subvolume id (above every tree in the root tree).
+    fn new_subvol_id(&mut self) -> Result<u64> {
+        let last = self.search_last_le(
+            ROOT_TREE_OBJECTID,
+            &Key::new(LAST_FREE_OBJECTID, u8::MAX, u64::MAX),
+        )?;
+        Ok(last.map_or(FIRST_FREE_OBJECTID, |(k, _)| {
+            k.objectid.max(FIRST_FREE_OBJECTID - 1) + 1
+        }))
+    }
+
+    /// The next DIR_INDEX of directory `dir` in `tree`.
+    pub fn next_dir_index(&mut self, tree: u64, dir: u64) -> Result<u64> {
+        let last = self.search_last_le(tree, &dir_index_key(dir, u64::MAX))?;
+        Ok(match last {
+            Some((k, _)) if k.objectid == dir && k.item_type == DIR_INDEX => k.offset + 1,
+            _ => 2,
+        })
+    }
+
+    fn add_uuid_entry(&mut self, uuid: &[u8; 16], kind: u8, id: u64) -> Result<()> {
+        if uuid == &[0; 16] || !self.has_tree(UUID_TREE_OBJECTID)? {
+            return Ok(());
+        }
+        let key = uuid_key(uuid, kind);
+        let mut ids = match self.lookup(UUID_TREE_OBJECTID, &key)? {
+            Some(d) => {
+                parse_uuid_item(&d).map_err(|e| Error::format(format!("uuid tree key {key}"), e))?
+            }
+            None => Vec::new(),
+        };
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+        let mut v = Vec::new();
+        encode_uuid_item(&ids, &mut v);
+        self.put_item(UUID_TREE_OBJECTID, key, v)
+    }
+
+    fn remove_uuid_entry(&mut self, uuid: &[u8; 16], kind: u8, id: u64) -> Result<()> {
+        if uuid == &[0; 16] || !self.has_tree(UUID_TREE_OBJECTID)? {
+            return Ok(());
+        }
+        let key = uuid_key(uuid, kind);
+        let Some(d) = self.lookup(UUID_TREE_OBJECTID, &key)? else {
+            return Ok(());
+        };
+        let mut ids =
+            parse_uuid_item(&d).map_err(|e| Error::format(format!("uuid tree key {key}"), e))?;
+        ids.retain(|&i| i != id);
+        if ids.is_empty() {
+            self.delete_item(UUID_TREE_OBJECTID, &key)?;
+        } else {
+            let mut v = Vec::new();
+            encode_uuid_item(&ids, &mut v);
+            self.put_item(UUID_TREE_OBJECTID, key, v)?;
+        }
+        Ok(())
+    }
+
+    /// Links subvolume `id` at `place`: dir entries, root ref and backref,
+    /// the directory's times.
+    fn link_subvol(&mut self, id: u64, place: &Place<'_>, time: Timespec) -> Result<()> {
+        if place.name.is_empty() || place.name.len() > NAME_MAX || place.name.contains(&b'/') {
+            return Err(Error::Invalid(format!(
+                "subvolume name {:?}: 1 to {NAME_MAX} bytes, no '/'",
+                String::from_utf8_lossy(place.name)
+            )));
+        }
+        let index = self.next_dir_index(place.tree, place.dir)?;
+        self.add_dir_entry(
+            place.tree,
+            place.dir,
+            place.name,
+            Key::new(id, ROOT_ITEM, u64::MAX),
+            FT_DIR,
+            index,
+        )?;
+        let r = RootRef {
+            dirid: place.dir,
+            sequence: index,
+            name: place.name,
+        }
+        .to_bytes();
+        self.insert_item(
+            ROOT_TREE_OBJECTID,
+            Key::new(place.tree, ROOT_REF, id),
+            r.clone(),
+        )?;
+        self.insert_item(
+            ROOT_TREE_OBJECTID,
+            Key::new(id, ROOT_BACKREF, place.tree),
+            r,
+        )?;
+        let mut d = self.inode(place.tree, place.dir)?.ok_or_else(|| {
+            Error::NotFound(format!("tree {}: directory {}", place.tree, place.dir))
+        })?;
+        d.mtime = time;
+        d.ctime = time;
+        self.put_inode(place.tree, place.dir, &d)
+    }
+
+    /// Makes an empty subvolume at `place`; returns its id.
+    pub fn create_subvolume(
+        &mut self,
+        place: &Place<'_>,
+        uuid: [u8; 16],
+        readonly: bool,
+        time: Timespec,
+    ) -> Result<u64> {
+        let id = self.new_subvol_id()?;
+        let transid = self.transid;
+        let item = RootItem {
+            inode: InodeItem {
+                generation: 1,
+                size: 3,
+                nbytes: self.nodesize() as u64,
+                nlink: 1,
+                mode: 0o40755,
+                ..Default::default()
+            },
+            root_dirid: FIRST_INODE,
+            refs: 1,
+            flags: if readonly { ROOT_SUBVOL_RDONLY } else { 0 },
+            uuid,
+            ctransid: transid,
+            otransid: transid,
+            ctime: time,
+            otime: time,
+            ..Default::default()
+        };
+        self.create_tree(id, item)?;
+        let top = crate::mkfs::dir_inode(transid, time, 0o40755);
+        crate::mkfs::top_dir_items(self, id, FIRST_INODE, &top)?;
+        self.link_subvol(id, place, time)?;
+        self.add_uuid_entry(&uuid, UUID_KEY_SUBVOL, id)?;
+        Ok(id)
+    }
+
+    /// Snapshots subvolume `src` at `place`; returns the new id. The
+    /// source's pending changes are committed first, as the kernel
+    /// snapshots a tree as of a commit.
+    pub fn snapshot(
+        &mut self,
+        src: u64,
+        place: &Place<'_>,
+        uuid: [u8; 16],
+        readonly: bool,
+        time: Timespec,
+    ) -> Result<u64> {
+        let src_item = self.root(src)?.item.clone();
+        if self.root(src)?.dirty {
+            self.commit()?;
+        }
+        let id = self.new_subvol_id()?;
+        let transid = self.transid;
+        let src_root = self.root(src)?.clone();
+        let block = self.load_block(
+            src_root.bytenr,
+            BlockExpect {
+                level: Some(src_root.level),
+                generation: Some(src_root.item.generation),
+                first_key: None,
+            },
+        )?;
+        if block.flags & BLOCK_FLAG_FULL_BACKREF != 0 {
+            return Err(Error::Unsupported(format!(
+                "snapshot of tree {src}: its root block has shared (full) back references"
+            )));
+        }
+        // The new tree's root: a copy of the source's root block.
+        let mut item = src_item.clone();
+        item.flags = if readonly {
+            item.flags | ROOT_SUBVOL_RDONLY
+        } else {
+            item.flags & !ROOT_SUBVOL_RDONLY
+        };
+        item.uuid = uuid;
+        item.parent_uuid = src_item.uuid;
+        if !readonly {
+            item.received_uuid = [0; 16];
+            item.stime = Timespec::default();
+            item.rtime = Timespec::default();
+            item.stransid = 0;
+            item.rtransid = 0;
+        }
+        item.otime = time;
+        item.otransid = transid;
+        item.refs = 1;
+        item.last_snapshot = transid;
+        item.drop_progress = Key::new(0, 0, 0);
+        item.drop_level = 0;
+        self.create_tree_from(id, item, transid, block.level, block.content.clone())?;
+        self.inc_refs_of(&block, id)?;
+        self.root_item_mut(src)?.last_snapshot = transid;
+        self.link_subvol(id, place, time)?;
+        self.add_uuid_entry(&uuid, UUID_KEY_SUBVOL, id)?;
+        if readonly {
+            let r = self.root(id)?.item.received_uuid;
+            self.add_uuid_entry(&r, UUID_KEY_RECEIVED_SUBVOL, id)?;
+        }
+        Ok(id)
+    }
+
+    /// Gives tree `root` a reference to everything block `b` points to:
+    /// child blocks (nodes) or data extents (leaves).
+    fn inc_refs_of(&mut self, b: &crate::tree::buf::ExtentBuffer, root: u64) -> Result<()> {
+        let ns = self.nodesize() as u64;
+        if b.is_leaf() {
+            for (k, d) in b.items() {
+                if k.item_type != EXTENT_DATA {
+                    continue;
+                }
+                let fe = FileExtent::parse(d)
+                    .map_err(|e| Error::format(format!("tree {} key {k}", b.owner), e))?;
+                if let FileExtentKind::Extent {
+                    disk_bytenr,
+                    disk_num_bytes,
+                    offset,
+                    ..
+                } = fe.kind
+                {
+                    if disk_bytenr != 0 {
+                        let backref = Backref::Data {
+                            root,
+                            objectid: k.objectid,
+                            offset: k.offset.wrapping_sub(offset),
+                        };
+                        self.add_data_ref(disk_bytenr, disk_num_bytes, backref, false);
+                    }
+                }
+            }
+        } else {
+            for p in b.ptrs() {
+                self.add_tree_ref(p.blockptr, ns, b.level - 1, Backref::Tree { root }, 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes subvolume `id` (not the top level): unlinks it and drops
+    /// its tree.
+    pub fn delete_subvolume(&mut self, id: u64, time: Timespec) -> Result<()> {
+        if id == FS_TREE_OBJECTID || !(FIRST_FREE_OBJECTID..=LAST_FREE_OBJECTID).contains(&id) {
+            return Err(Error::Invalid(format!(
+                "tree {id} is not a deletable subvolume"
+            )));
+        }
+        let item = self.root(id)?.item.clone();
+        // Its links: the ROOT_BACKREF names the parent tree and directory.
+        let lo = Key::new(id, ROOT_BACKREF, 0);
+        let hi = Key::new(id, ROOT_BACKREF, u64::MAX);
+        for (k, d) in self.items_in(ROOT_TREE_OBJECTID, &lo, &hi)? {
+            let r =
+                RootRef::parse(&d).map_err(|e| Error::format(format!("root tree key {k}"), e))?;
+            let (parent, dir, name, seq) = (k.offset, r.dirid, r.name.to_vec(), r.sequence);
+            self.unlink_entry(parent, dir, &name, seq, time)?;
+            self.delete_item(ROOT_TREE_OBJECTID, &k)?;
+            self.delete_item(ROOT_TREE_OBJECTID, &Key::new(parent, ROOT_REF, id))?;
+        }
+        // Subvolumes linked inside it lose their parent: refuse, as the
+        // kernel does (ENOTEMPTY).
+        let lo = Key::new(id, ROOT_REF, 0);
+        let hi = Key::new(id, ROOT_REF, u64::MAX);
+        if !self.items_in(ROOT_TREE_OBJECTID, &lo, &hi)?.is_empty() {
+            return Err(Error::Invalid(format!(
+                "subvolume {id} has subvolumes inside it; delete them first"
+            )));
+        }
+        self.remove_uuid_entry(&item.uuid, UUID_KEY_SUBVOL, id)?;
+        self.remove_uuid_entry(&item.received_uuid, UUID_KEY_RECEIVED_SUBVOL, id)?;
+        self.drop_tree(id)
+    }
+
+    /// Removes the DIR_ITEM / DIR_INDEX `name` (index `seq`) from `dir`.
+    fn unlink_entry(
+        &mut self,
+        tree: u64,
+        dir: u64,
+        name: &[u8],
+        seq: u64,
+        time: Timespec,
+    ) -> Result<()> {
+        let key = dir_item_key(dir, name);
+        if let Some(d) = self.lookup(tree, &key)? {
+            let mut rest = Vec::new();
+            for e in parse_dir_entries(&d)
+                .map_err(|e| Error::format(format!("tree {tree} key {key}"), e))?
+            {
+                if e.name != name {
+                    rest.extend_from_slice(&e.to_bytes());
+                }
+            }
+            if rest.is_empty() {
+                self.delete_item(tree, &key)?;
+            } else {
+                self.put_item(tree, key, rest)?;
+            }
+        }
+        self.delete_item(tree, &dir_index_key(dir, seq))?;
+        if let Some(mut di) = self.inode(tree, dir)? {
+            di.size = di.size.saturating_sub(2 * name.len() as u64);
+            di.mtime = time;
+            di.ctime = time;
+            di.transid = self.transid;
+            self.put_inode(tree, dir, &di)?;
+        }
+        Ok(())
+    }
+
+    /// Drops tree `id` (btrfs_drop_snapshot, in one transaction): walks
+    /// it from the root; a block only this tree references is freed after
+    /// its children (a leaf's data extents lose this tree's references);
+    /// a block also referenced elsewhere only loses this tree's reference.
+    fn drop_tree(&mut self, id: u64) -> Result<()> {
+        let r = self.root(id)?.clone();
+        let expect = BlockExpect {
+            level: Some(r.level),
+            generation: Some(r.item.generation),
+            first_key: None,
+        };
+        self.drop_block(id, r.bytenr, expect, Backref::Tree { root: id })?;
+        self.forget_tree(id)
+    }
+
+    /// Drops this tree's reference `mine` to block `bytenr`, and, when it
+    /// was the only one, the block's own references first. A block whose
+    /// extent item has FULL_BACKREF references its children by its own
+    /// address; otherwise by the tree.
+    fn drop_block(
+        &mut self,
+        tree: u64,
+        bytenr: u64,
+        expect: BlockExpect,
+        mine: Backref,
+    ) -> Result<()> {
+        let ns = self.nodesize() as u64;
+        let b = self.load_block(bytenr, expect)?;
+        let level = b.level;
+        let key = Key::new(bytenr, METADATA_ITEM, level as u64);
+        let data = self.lookup(EXTENT_TREE_OBJECTID, &key)?.ok_or_else(|| {
+            Error::corrupt(
+                format!("extent tree key {key}"),
+                format!("tree {tree} block has no extent item"),
+            )
+        })?;
+        let rec = ExtentRecord::parse(&key, &data)
+            .map_err(|e| Error::format(format!("extent tree key {key}"), e))?;
+        if rec.item.refs > 1 {
+            self.add_tree_ref(bytenr, ns, level, mine, -1);
+            return Ok(());
+        }
+        let full = rec.item.flags & BLOCK_FLAG_FULL_BACKREF != 0;
+        if b.is_leaf() {
+            for (k, d) in b.items() {
+                if k.item_type != EXTENT_DATA {
+                    continue;
+                }
+                let fe = FileExtent::parse(d)
+                    .map_err(|e| Error::format(format!("tree {tree} key {k}"), e))?;
+                if let FileExtentKind::Extent {
+                    disk_bytenr,
+                    disk_num_bytes,
+                    offset,
+                    ..
+                } = fe.kind
+                {
+                    if disk_bytenr != 0 {
+                        let backref = if full {
+                            Backref::SharedData { parent: bytenr }
+                        } else {
+                            Backref::Data {
+                                root: tree,
+                                objectid: k.objectid,
+                                offset: k.offset.wrapping_sub(offset),
+                            }
+                        };
+                        self.drop_data_ref(disk_bytenr, disk_num_bytes, backref);
+                    }
+                }
+            }
+        } else {
+            let child_ref = if full {
+                Backref::SharedBlock { parent: bytenr }
+            } else {
+                Backref::Tree { root: tree }
+            };
+            for p in b.ptrs().clone() {
+                let e = BlockExpect {
+                    level: Some(level - 1),
+                    generation: Some(p.generation),
+                    first_key: Some(p.key),
+                };
+                self.drop_block(tree, p.blockptr, e, child_ref)?;
+            }
+        }
+        self.add_tree_ref(bytenr, ns, level, mine, -1);
+        Ok(())
+    }
+}

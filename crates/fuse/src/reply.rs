@@ -1,0 +1,155 @@
+//! The one way a request is answered: [`Inner::answer`] logs what the
+//! engine worked around (bad copies it read past), turns a failure into its
+//! errno (engine errors through [`ubtrfs_engine::Error::errno`], damage and
+//! I/O errors logged with the inode's path and the request's name), and
+//! replies.
+
+use crate::{logging, Inner};
+use fuser::Errno;
+use ubtrfs_engine::{Error, InodeId};
+
+/// Why a request failed.
+pub(crate) enum Fail {
+    /// An answer decided here (EROFS, EBADF, ENODATA, ...).
+    Errno(Errno),
+    /// An engine error about an inode, with what the request was doing
+    /// beyond its name (for the log line; may be empty).
+    Engine(Error, InodeId, String),
+}
+
+impl From<Errno> for Fail {
+    fn from(e: Errno) -> Fail {
+        Fail::Errno(e)
+    }
+}
+
+pub(crate) type OpResult<T> = Result<T, Fail>;
+
+/// Ties an engine error to the inode it is about.
+pub(crate) trait OnInode<T> {
+    fn on(self, id: InodeId) -> OpResult<T>;
+    /// As [`on`](OnInode::on), saying what the request was doing.
+    fn doing(self, id: InodeId, what: impl FnOnce() -> String) -> OpResult<T>;
+}
+
+impl<T> OnInode<T> for Result<T, Error> {
+    fn on(self, id: InodeId) -> OpResult<T> {
+        self.map_err(|e| Fail::Engine(e, id, String::new()))
+    }
+
+    fn doing(self, id: InodeId, what: impl FnOnce() -> String) -> OpResult<T> {
+        self.map_err(|e| Fail::Engine(e, id, what()))
+    }
+}
+
+/// A reply that can carry an errno (every fuser reply type can).
+pub(crate) trait Reply {
+    fn error(self, e: Errno);
+}
+
+macro_rules! replies {
+    ($($t:ident),* $(,)?) => {
+        $(impl Reply for fuser::$t {
+            fn error(self, e: Errno) {
+                fuser::$t::error(self, e)
+            }
+        })*
+    };
+}
+
+replies!(
+    ReplyAttr,
+    ReplyData,
+    ReplyDirectory,
+    ReplyDirectoryPlus,
+    ReplyEmpty,
+    ReplyEntry,
+    ReplyLseek,
+    ReplyOpen,
+    ReplyXattr,
+);
+
+impl Inner {
+    /// Answers request `op` with `res`: `ok` replies with the value, a
+    /// failure becomes its errno. Recovery reports are logged first,
+    /// whatever the outcome.
+    pub(crate) fn answer<R: Reply, T>(
+        &self,
+        op: &str,
+        reply: R,
+        res: OpResult<T>,
+        ok: impl FnOnce(R, T),
+    ) {
+        self.flush_reports();
+        match res {
+            Ok(v) => ok(reply, v),
+            Err(f) => reply.error(self.errno(op, f)),
+        }
+    }
+
+    /// The errno of a failure of request `op`; damage, I/O errors and what
+    /// the engine does not support are logged with the inode's path.
+    pub(crate) fn errno(&self, op: &str, f: Fail) -> Errno {
+        match f {
+            Fail::Errno(e) => e,
+            Fail::Engine(e, id, what) => {
+                let kind = e.kind();
+                if kind.is_failure() {
+                    let op = if what.is_empty() {
+                        op.to_string()
+                    } else {
+                        format!("{op} {what}")
+                    };
+                    let io = if kind == ubtrfs_engine::ErrorKind::Unsupported {
+                        ""
+                    } else {
+                        "I/O error: "
+                    };
+                    logging::error(&format!("{}: {op}: {io}{e}", self.describe(id)));
+                }
+                Errno::from_i32(e.errno())
+            }
+        }
+    }
+
+    /// Logs what the engine worked around (bad copies it read past).
+    pub(crate) fn flush_reports(&self) {
+        let (reports, dropped) = self.fs.info.take_reports();
+        for r in reports {
+            logging::warn(&r);
+        }
+        if dropped > 0 {
+            logging::warn(&format!("{dropped} more recovery reports not shown"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every engine error kind reaches the kernel as its errno.
+    #[test]
+    fn engine_errors_map_to_errnos() {
+        let cases = [
+            (Error::NotFound("x".into()), libc::ENOENT),
+            (Error::Invalid("x".into()), libc::EINVAL),
+            (Error::Unsupported("x".into()), libc::EOPNOTSUPP),
+            (Error::corrupt("logical 1", "bad csum"), libc::EIO),
+            (
+                Error::io("dev", "read", std::io::Error::from_raw_os_error(libc::EIO)),
+                libc::EIO,
+            ),
+            (Error::NoSpace("x".into()), libc::ENOSPC),
+            (Error::Exists("x".into()), libc::EEXIST),
+            (Error::NotEmpty("x".into()), libc::ENOTEMPTY),
+            (Error::ReadOnly("x".into()), libc::EROFS),
+            (Error::NotDir("x".into()), libc::ENOTDIR),
+            (Error::IsDir("x".into()), libc::EISDIR),
+        ];
+        for (e, want) in cases {
+            let text = e.to_string();
+            assert_eq!(Errno::from_i32(e.errno()).code(), want, "{text}");
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! User-reported CLI bugs (issue 8), each with a kernel-made image built
+//! here:
+//! - `send -f OUT` on a failing send removes only a regular file it created
+//!   (never a device node, a fifo or a file that was there before);
+//! - `send -q` prints nothing, `send` prints "At subvol NAME";
+//! - `extract` onto a filesystem that refuses btrfs.* xattrs (ext4) carries
+//!   on and says once which xattrs were not kept.
+//!
+//! Needs root, the kernel's btrfs, btrfs-progs, e2fsprogs and loop devices.
+//! In CI (UBTRFS_REQUIRE_KERNEL=1) a missing prerequisite fails the run.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use ubtrfs_oracle::*;
+
+/// Marks each 4 KiB block of the file whose data the send test damages.
+const MARK: &[u8] = b"ubtrfs-cli-bugs-damage-me";
+
+fn run_ok(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn sh(dir: &Path, script: &str) {
+    run_ok(
+        Command::new("bash")
+            .args(["-euo", "pipefail", "-c", script])
+            .current_dir(dir),
+        script,
+    );
+}
+
+/// Unmounts `mnt` when dropped (also when the test panics).
+struct Mounted(PathBuf);
+
+impl Mounted {
+    fn new(image: &Path, mnt: &Path, opts: &[&str]) -> Mounted {
+        std::fs::create_dir_all(mnt).unwrap();
+        run_ok(
+            Command::new("mount")
+                .args(["-o", "loop"])
+                .args(opts)
+                .arg(image)
+                .arg(mnt),
+            "mount",
+        );
+        Mounted(mnt.to_path_buf())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A fresh btrfs image at `base/btrfs.img`, filled by `fill` (run with the
+/// kernel's mount of it); returns the image.
+fn btrfs_image(base: &Path, fill: impl FnOnce(&Path)) -> PathBuf {
+    let image = base.join("btrfs.img");
+    let f = std::fs::File::create(&image).unwrap();
+    f.set_len(256 << 20).unwrap();
+    drop(f);
+    run_ok(
+        Command::new("mkfs.btrfs").args(["-q", "-f"]).arg(&image),
+        "mkfs.btrfs",
+    );
+    let mnt = base.join("btrfs-mnt");
+    let m = Mounted::new(&image, &mnt, &[]);
+    fill(&mnt);
+    sh(&mnt, "sync");
+    drop(m);
+    image
+}
+
+/// A read-only snapshot `snap` of a subvolume holding `f`, a file whose
+/// every 4 KiB block starts with [`MARK`].
+fn snapshot_image(base: &Path) -> PathBuf {
+    btrfs_image(base, |mnt| {
+        sh(mnt, "btrfs -q subvolume create sv");
+        let mut data = Vec::new();
+        for i in 0..64u32 {
+            let mut block = MARK.to_vec();
+            block.extend(std::iter::repeat_n((i % 251) as u8, 4096 - MARK.len()));
+            data.extend(block);
+        }
+        std::fs::write(mnt.join("sv/f"), &data).unwrap();
+        std::fs::write(mnt.join("sv/small"), b"hello\n").unwrap();
+        sh(mnt, "sync; btrfs -q subvolume snapshot -r sv snap");
+    })
+}
+
+/// Overwrites the data of every block starting with [`MARK`] (single data
+/// profile: the one copy), so reading that file fails its checksum.
+fn damage_marked_data(image: &Path) {
+    let img = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(image)
+        .unwrap();
+    let len = img.metadata().unwrap().len();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut hits = 0;
+    let mut off = 0u64;
+    while off < len {
+        let n = img.read_at(&mut buf, off).unwrap();
+        for b in (0..n).step_by(4096) {
+            if buf[b..n].starts_with(MARK) {
+                img.write_all_at(b"damaged!", off + (b + MARK.len()) as u64)
+                    .unwrap();
+                hits += 1;
+            }
+        }
+        off += n as u64;
+    }
+    assert!(hits > 0, "{}: marked data not found", image.display());
+}
+
+fn mknod(path: &Path, mode: libc::mode_t, dev: libc::dev_t) {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    let rc = unsafe { libc::mknod(c.as_ptr(), mode, dev) };
+    assert_eq!(
+        rc,
+        0,
+        "mknod {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+fn send_to(image: &Path, out: &Path) -> std::process::Output {
+    let out = ubtrfs(&[
+        "send",
+        &image.display().to_string(),
+        "snap",
+        "-f",
+        &out.display().to_string(),
+    ]);
+    assert!(
+        !out.status.success(),
+        "send of the damaged snapshot succeeded: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[test]
+fn failed_send_removes_only_a_file_it_created() {
+    if !kernel_available("failed_send_removes_only_a_file_it_created") {
+        return;
+    }
+    let base = scratch_dir("cli-bugs-send-f");
+    let image = snapshot_image(&base);
+    damage_marked_data(&image);
+    let dir = base.join("out");
+    std::fs::create_dir(&dir).unwrap();
+
+    // A character device (the same numbers as /dev/null).
+    let dev = dir.join("null");
+    mknod(&dev, libc::S_IFCHR | 0o666, libc::makedev(1, 3));
+    send_to(&image, &dev);
+    let m = std::fs::symlink_metadata(&dev).expect("the device node was removed");
+    assert!(m.file_type().is_char_device(), "{:?}", m.file_type());
+
+    // A fifo, with a reader so the send can write to it.
+    let fifo = dir.join("fifo");
+    mknod(&fifo, libc::S_IFIFO | 0o600, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).map(|d| d.len()))
+    };
+    send_to(&image, &fifo);
+    reader.join().unwrap().expect("read the fifo");
+    let m = std::fs::symlink_metadata(&fifo).expect("the fifo was removed");
+    assert!(m.file_type().is_fifo(), "{:?}", m.file_type());
+
+    // A regular file that was there before.
+    let old = dir.join("old");
+    std::fs::write(&old, b"was here").unwrap();
+    send_to(&image, &old);
+    assert!(old.exists(), "a file that was there before was removed");
+
+    // A file this send created: a partial stream must not be left.
+    let new = dir.join("new");
+    let out = send_to(&image, &new);
+    assert!(
+        !new.exists(),
+        "a partial stream was left: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn send_quiet_prints_nothing() {
+    if !kernel_available("send_quiet_prints_nothing") {
+        return;
+    }
+    let base = scratch_dir("cli-bugs-send-q");
+    let image = snapshot_image(&base);
+    let img = image.display().to_string();
+    for (quiet, args) in [
+        (false, vec!["send", &img, "snap", "-f", "/dev/null"]),
+        (true, vec!["send", &img, "snap", "-q", "-f", "/dev/null"]),
+        (
+            true,
+            vec!["send", "--quiet", &img, "snap", "-f", "/dev/null"],
+        ),
+    ] {
+        let out = ubtrfs(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        if quiet {
+            assert_eq!(err, "", "{args:?}");
+        } else {
+            assert_eq!(err, "At subvol snap\n", "{args:?}");
+        }
+    }
+}
+
+/// Relative path -> (kind, content or link target, listed xattrs) under
+/// `root`.
+fn tree(root: &Path) -> BTreeMap<String, (String, Vec<u8>, Vec<String>)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        let rel = p.strip_prefix(root).unwrap().display().to_string();
+        let (kind, data) = if m.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+            ("dir", Vec::new())
+        } else if m.file_type().is_symlink() {
+            (
+                "symlink",
+                std::fs::read_link(&p)
+                    .unwrap()
+                    .as_os_str()
+                    .as_bytes()
+                    .to_vec(),
+            )
+        } else {
+            ("file", std::fs::read(&p).unwrap())
+        };
+        out.insert(rel, (kind.to_string(), data, xattr_names(&p)));
+    }
+    out
+}
+
+fn xattr_names(p: &Path) -> Vec<String> {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    // SAFETY: a NUL-terminated path and a buffer of the given size.
+    let n = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(
+        n >= 0,
+        "{}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
+    let mut names: Vec<String> = buf[..n as usize]
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn extract_to_ext4_skips_btrfs_xattrs_and_says_so() {
+    if !kernel_available("extract_to_ext4_skips_btrfs_xattrs_and_says_so") {
+        return;
+    }
+    let base = scratch_dir("cli-bugs-extract");
+    let mut expected = BTreeMap::new();
+    let image = btrfs_image(&base, |mnt| {
+        sh(
+            mnt,
+            "mkdir d
+             btrfs property set d compression zstd
+             head -c 300000 /dev/urandom > d/inherits
+             mkdir d/sub
+             echo text > d/sub/file
+             touch c
+             chattr +c c
+             seq 1 20000 > c
+             echo plain > plain
+             setfattr -n user.kept -v one plain
+             setfattr -n trusted.kept -v two d/inherits
+             ln -s d/inherits link
+             sync",
+        );
+        expected = tree(mnt);
+    });
+    // What the kernel stored: btrfs.compression on d, what d holds, and c.
+    let with_prop: Vec<&String> = expected
+        .iter()
+        .filter(|(_, (_, _, x))| x.iter().any(|n| n == "btrfs.compression"))
+        .map(|(p, _)| p)
+        .collect();
+    assert!(with_prop.len() >= 4, "btrfs.compression on {with_prop:?}");
+
+    let ext4 = base.join("ext4.img");
+    std::fs::File::create(&ext4)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    run_ok(
+        Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&ext4),
+        "mkfs.ext4",
+    );
+    let dst = base.join("ext4-mnt");
+    let _m = Mounted::new(&ext4, &dst, &[]);
+    let out = ubtrfs(&[
+        "extract",
+        &image.display().to_string(),
+        "/",
+        &dst.join("x").display().to_string(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "extract failed: {err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains("btrfs.compression") && !warnings[0].contains("user.kept"),
+        "{err}"
+    );
+    assert!(!err.contains("ubtrfs: error"), "{err}");
+
+    // Everything else as the kernel showed it, xattrs but btrfs.* too.
+    let mut want = expected;
+    for (_, _, x) in want.values_mut() {
+        x.retain(|n| !n.starts_with("btrfs."));
+    }
+    let got = tree(&dst.join("x"));
+    let diff: Vec<String> = want
+        .iter()
+        .filter(|(p, v)| got.get(*p) != Some(v))
+        .map(|(p, v)| {
+            format!(
+                "{p}: want {:?}, got {:?}",
+                (&v.0, &v.2),
+                got.get(p).map(|g| (&g.0, &g.2))
+            )
+        })
+        .chain(
+            got.keys()
+                .filter(|p| !want.contains_key(*p))
+                .map(|p| format!("{p}: unexpected")),
+        )
+        .collect();
+    assert!(diff.is_empty(), "{}", diff.join("\n"));
+}
