@@ -10,35 +10,19 @@
 
 use std::path::Path;
 
-/// xorshift64*: small, deterministic, good enough to pick mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+// The tests' one PRNG (tests/src/rng.rs of the ubtrfs-oracle crate),
+// shared by path: this crate is a separate workspace without that crate.
+#[path = "../../tests/src/rng.rs"]
+#[allow(dead_code)]
+mod rng;
+use rng::Rng;
 
 fn iters() -> u64 {
-    std::env::var("UBTRFS_FUZZ_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000)
+    rng::env_u64("UBTRFS_FUZZ_ITERS").unwrap_or(20_000)
 }
 
 fn base_seed() -> u64 {
-    std::env::var("UBTRFS_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed_b7f5)
+    rng::env_u64("UBTRFS_FUZZ_SEED").unwrap_or(0x5eed_b7f5)
 }
 
 const INTERESTING: &[u64] = &[
@@ -64,24 +48,24 @@ const INTERESTING: &[u64] = &[
 /// Applies 1..=8 random mutations: bit flips, byte sets, little-endian
 /// "interesting" values at random offsets, truncation, or extension.
 fn mutate(rng: &mut Rng, input: &mut Vec<u8>) {
-    for _ in 0..1 + rng.below(8) {
+    for _ in 0..1 + rng.index(8) {
         if input.is_empty() {
             input.push(rng.next() as u8);
             continue;
         }
-        let at = rng.below(input.len());
-        match rng.below(10) {
-            0..=3 => input[at] ^= 1 << rng.below(8),
+        let at = rng.index(input.len());
+        match rng.index(10) {
+            0..=3 => input[at] ^= 1 << rng.index(8),
             4 | 5 => input[at] = rng.next() as u8,
             6 | 7 => {
-                let v = INTERESTING[rng.below(INTERESTING.len())].to_le_bytes();
-                let w = [1, 2, 4, 8][rng.below(4)];
+                let v = INTERESTING[rng.index(INTERESTING.len())].to_le_bytes();
+                let w = [1, 2, 4, 8][rng.index(4)];
                 let end = (at + w).min(input.len());
                 input[at..end].copy_from_slice(&v[..end - at]);
             }
             8 => input.truncate(at),
             _ => {
-                let n = rng.below(64);
+                let n = rng.index(64);
                 input.extend((0..n).map(|_| rng.next() as u8));
             }
         }
@@ -112,24 +96,23 @@ fn run(target: &str, f: fn(&[u8])) {
     for s in &seeds {
         f(s);
     }
-    let seed = base_seed()
-        ^ target
-            .bytes()
-            .fold(0u64, |h, b| h.rotate_left(5) ^ b as u64);
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::for_name(base_seed(), target);
     let n = iters();
     for i in 0..n {
         let mut input = if i % 8 == 0 || seeds.is_empty() {
             // Fully random bytes, sized around the interesting lengths.
-            let len = [rng.below(256), rng.below(4200), 4096, 16384][rng.below(4)];
+            let len = [rng.index(256), rng.index(4200), 4096, 16384][rng.index(4)];
             (0..len).map(|_| rng.next() as u8).collect()
         } else {
-            seeds[rng.below(seeds.len())].clone()
+            seeds[rng.index(seeds.len())].clone()
         };
         mutate(&mut rng, &mut input);
         let r = std::panic::catch_unwind(|| f(&input));
         if r.is_err() {
-            let out = std::env::temp_dir().join(format!("ubtrfs-fuzz-{target}-{seed:x}-{i}"));
+            let out = std::env::temp_dir().join(format!(
+                "ubtrfs-fuzz-{target}-{:x}-{i}",
+                base_seed()
+            ));
             let _ = std::fs::write(&out, &input);
             panic!(
                 "target {target}: input panicked (UBTRFS_FUZZ_SEED={} iteration {i}; input saved to {})",

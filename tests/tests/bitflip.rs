@@ -41,64 +41,29 @@
 
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use ubtrfs_format::consts::{INODE_ITEM, SUPER_OFFSETS};
 use ubtrfs_format::items::InodeItem;
 use ubtrfs_format::node::Node;
 use ubtrfs_format::CsumType;
-use ubtrfs_oracle::{compare_manifests, repo_root, ubtrfs_bin, Ignore};
+use ubtrfs_oracle::{
+    committed_fixture_copy, compare_manifests, env_u64, image_args, open_rw, repo_root,
+    run_limited, ubtrfs_bin, Ignore, Limits, Rng, Run, Workdir,
+};
 
 const DEFAULT_FIXTURES: &[&str] = &["small-crc32c", "small-xxhash-zstd", "small-raid1"];
 const DEFAULT_FLIPS: usize = 300;
 const TIMEOUT: Duration = Duration::from_secs(20);
+/// RLIMIT_AS of every command: an allocation sized by the image fails.
+const ADDRESS_SPACE: u64 = 2 << 30;
 /// Files `cat` reads per flip (the largest one and random others).
 const CATS_PER_FLIP: usize = 2;
-
-// ---------------------------------------------------------------- PRNG
-
-/// xorshift64*: deterministic from its seed, which every failure prints.
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        // splitmix64 of the seed, so neighbouring seeds diverge at once.
-        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        Rng((z ^ (z >> 31)) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
-        &v[self.below(v.len() as u64) as usize]
-    }
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    let v = v.trim();
-    match v.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16).ok(),
-        None => v.parse().ok(),
-    }
-}
 
 // ------------------------------------------------------- image layout
 
@@ -497,97 +462,19 @@ fn fingerprint(path: &Path) -> String {
 
 // ---------------------------------------------------------- commands
 
-struct Run {
-    code: Option<i32>,
-    signal: Option<i32>,
-    timed_out: bool,
-    stdout: Vec<u8>,
-    stderr: String,
-    elapsed: Duration,
-}
-
-/// Runs ubtrfs with `args`, output to files in `tmp` (no pipe to drain),
-/// killing it after TIMEOUT.
+/// Runs ubtrfs with `args` under TIMEOUT and ADDRESS_SPACE.
 fn run_ubtrfs(tmp: &Path, args: &[String]) -> Run {
-    let out_p = tmp.join("stdout");
-    let err_p = tmp.join("stderr");
-    // Resolved (maybe built) before the clock starts.
-    let bin = ubtrfs_bin();
-    let start = Instant::now();
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(File::create(&out_p).expect("stdout file"))
-        .stderr(File::create(&err_p).expect("stderr file"))
-        .spawn()
-        .expect("spawn ubtrfs");
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if start.elapsed() > TIMEOUT {
-            timed_out = true;
-            let _ = child.kill();
-            break child.wait().expect("wait after kill");
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    Run {
-        code: status.code(),
-        signal: status.signal(),
-        timed_out,
-        stdout: std::fs::read(&out_p).unwrap_or_default(),
-        stderr: String::from_utf8_lossy(&std::fs::read(&err_p).unwrap_or_default()).into_owned(),
-        elapsed: start.elapsed(),
-    }
-}
-
-/// The generic rules every command must follow on any image.
-fn check_run(what: &str, r: &Run) -> Result<(), String> {
-    let tail = |s: &str| {
-        s.chars()
-            .rev()
-            .take(600)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<String>()
-    };
-    if r.timed_out {
-        return Err(format!("{what}: timed out after {TIMEOUT:?} (hang)"));
-    }
-    if let Some(sig) = r.signal {
-        return Err(format!(
-            "{what}: killed by signal {sig}; stderr: {}",
-            tail(&r.stderr)
-        ));
-    }
-    if r.stderr.contains("panicked at") {
-        return Err(format!("{what}: panicked: {}", tail(&r.stderr)));
-    }
-    match r.code {
-        Some(0) => Ok(()),
-        Some(1) => {
-            // Scrub's report (its "error:" lines) goes to stdout.
-            let stdout_errors = what.starts_with("scrub")
-                && String::from_utf8_lossy(&r.stdout)
-                    .lines()
-                    .any(|l| l.starts_with("error:"));
-            if r.stderr.lines().any(|l| l.contains("error:")) || stdout_errors {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{what}: exit 1 without an 'error:' line; stderr: {}",
-                    tail(&r.stderr)
-                ))
-            }
-        }
-        c => Err(format!(
-            "{what}: exit code {c:?}; stderr: {}",
-            tail(&r.stderr)
-        )),
-    }
+    let mut cmd = Command::new(ubtrfs_bin());
+    cmd.args(args);
+    run_limited(
+        cmd,
+        tmp,
+        Limits {
+            timeout: TIMEOUT,
+            address_space: Some(ADDRESS_SPACE),
+            file_size: None,
+        },
+    )
 }
 
 fn contains_number(hay: &str, n: u64) -> bool {
@@ -605,36 +492,8 @@ fn sha256_hex(b: &[u8]) -> String {
 
 // ------------------------------------------------------------ setup
 
-struct Workdir(PathBuf);
-
-impl Drop for Workdir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn unpack(name: &str, devices: &[String], dir: &Path) {
-    std::fs::create_dir_all(dir).expect("mkdir");
-    let src = repo_root().join("tests/fixtures/committed").join(name);
-    for d in devices {
-        let st = Command::new("zstd")
-            .args(["-q", "-d", "-f", "--sparse"])
-            .arg(src.join(format!("{d}.zst")))
-            .arg("-o")
-            .arg(dir.join(d))
-            .status()
-            .expect("run zstd (needed to unpack the committed fixtures)");
-        assert!(st.success(), "zstd failed on {name}/{d}");
-    }
-}
-
-fn image_args(dir: &Path, devices: &[String]) -> Vec<String> {
-    let mut a = vec![dir.join(&devices[0]).display().to_string()];
-    for d in &devices[1..] {
-        a.push("-d".into());
-        a.push(dir.join(d).display().to_string());
-    }
-    a
+fn dev_paths(dir: &Path, devices: &[String]) -> Vec<PathBuf> {
+    devices.iter().map(|d| dir.join(d)).collect()
 }
 
 fn load_fixture(name: &str, dir: &Path) -> Fixture {
@@ -648,7 +507,7 @@ fn load_fixture(name: &str, dir: &Path) -> Fixture {
         .iter()
         .map(|d| d.as_str().expect("device name").to_string())
         .collect();
-    unpack(name, &devices, dir);
+    committed_fixture_copy(name, dir);
     let mut devid_index = BTreeMap::new();
     let mut dev_sizes = Vec::new();
     let mut sb0 = Vec::new();
@@ -665,7 +524,7 @@ fn load_fixture(name: &str, dir: &Path) -> Fixture {
         }
     }
     let mut args = vec!["inspect".to_string(), "dump-tree".to_string()];
-    args.extend(image_args(dir, &devices));
+    args.extend(image_args(&dev_paths(dir, &devices)));
     let r = run_ubtrfs(dir, &args);
     assert_eq!(
         r.code,
@@ -690,7 +549,7 @@ fn load_fixture(name: &str, dir: &Path) -> Fixture {
         .map(String::from)
         .collect();
     let mut args = vec!["inspect".to_string(), "manifest".to_string()];
-    args.extend(image_args(dir, &devices));
+    args.extend(image_args(&dev_paths(dir, &devices)));
     let r = run_ubtrfs(dir, &args);
     let pristine_manifest = (r.code == Some(0)).then(|| {
         String::from_utf8_lossy(&r.stdout)
@@ -758,7 +617,7 @@ fn run_flip(
     let mut failures = Vec::new();
     let orig = apply(files, fx, flip);
     let images: Vec<PathBuf> = fx.devices.iter().map(|d| dir.join(d)).collect();
-    let img = image_args(dir, &fx.devices);
+    let img = image_args(&dev_paths(dir, &fx.devices));
     let mut rng = Rng::new(flip.seed ^ 0xca75);
     let mut cats: Vec<&(String, String)> = fx.files.iter().take(1).collect();
     for _ in 1..CATS_PER_FLIP.min(fx.files.len()) {
@@ -812,7 +671,7 @@ fn run_flip(
             ));
             fp = after;
         }
-        if let Err(e) = check_run(what, &r) {
+        if let Err(e) = r.judge(what) {
             failures.push(e);
             continue;
         }
@@ -939,12 +798,7 @@ fn bitflips_never_crash_hang_or_write() {
                 .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
                 .expect("UBTRFS_BITFLIP_ONLY=FIXTURE:0xSEED")],
             None => {
-                let mut r = Rng::new(
-                    base_seed
-                        ^ name
-                            .bytes()
-                            .fold(0, |h: u64, b| h.rotate_left(7) ^ b as u64),
-                );
+                let mut r = Rng::for_name(base_seed, name);
                 (0..nflips).map(|_| r.next()).collect()
             }
         };
@@ -965,17 +819,7 @@ fn bitflips_never_crash_hang_or_write() {
                 let failures = &failures;
                 let all_stats = &all_stats;
                 s.spawn(move || {
-                    let files: Vec<File> = fx
-                        .devices
-                        .iter()
-                        .map(|d| {
-                            OpenOptions::new()
-                                .read(true)
-                                .write(true)
-                                .open(dir.join(d))
-                                .expect("open image rw")
-                        })
-                        .collect();
+                    let files = open_rw(&dev_paths(dir, &fx.devices));
                     let mut stats = Stats::default();
                     for &seed in seeds.iter().skip(t).step_by(threads) {
                         let flip = choose_flip(fx, seed);
@@ -1091,17 +935,7 @@ fn directory_linked_twice_is_an_error_not_an_exponential_walk() {
     // Rewrite the location of the first two DIR_INDEX entries of each
     // chained directory, in every leaf of the fs tree that holds them.
     let ct = CsumType::from_raw(l.csum_type).expect("csum type");
-    let files: Vec<File> = fx
-        .devices
-        .iter()
-        .map(|d| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(base.join(d))
-                .expect("open image rw")
-        })
-        .collect();
+    let files = open_rw(&dev_paths(&base, &fx.devices));
     let mut rewritten: BTreeMap<u64, usize> = BTreeMap::new();
     for &bytenr in &l.tree_blocks {
         let chunk = l.chunk_of(bytenr).expect("tree block in a chunk");
@@ -1153,9 +987,9 @@ fn directory_linked_twice_is_an_error_not_an_exponential_walk() {
         "{name}: only {fanned} directories got two links to the next"
     );
     let mut args = vec!["inspect".to_string(), "manifest".to_string()];
-    args.extend(image_args(&base, &fx.devices));
+    args.extend(image_args(&dev_paths(&base, &fx.devices)));
     let r = run_ubtrfs(&base, &args);
-    check_run("manifest", &r)
+    r.judge("manifest")
         .unwrap_or_else(|e| panic!("{name}, {fanned} directories linked twice: {e}"));
     assert_eq!(
         r.code,

@@ -44,8 +44,7 @@ fn committed_fixtures_scrub_clean() {
     for f in committed_fixtures() {
         let mut args = vec!["scrub".to_string()];
         args.extend(f.image_args(None));
-        let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let out = ubtrfs(&a);
+        let out = ubtrfs(&args);
         assert!(
             out.status.success(),
             "{}: scrub of a clean image failed: {}{}",
@@ -68,8 +67,7 @@ fn opening_never_changes_the_image() {
         ] {
             let mut args: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
             args.extend(f.image_args(None));
-            let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-            let _ = ubtrfs(&a);
+            let _ = ubtrfs(&args);
         }
         let after: Vec<String> = f.devices().iter().map(|d| sha256_file(d)).collect();
         assert_eq!(before, after, "{}: image changed by reading it", f.name);
@@ -79,13 +77,8 @@ fn opening_never_changes_the_image() {
 #[test]
 fn unknown_incompat_flags_are_refused_clearly() {
     use std::os::unix::fs::FileExt;
-    let f = committed_fixtures()
-        .iter()
-        .find(|f| f.name == "small-crc32c")
-        .unwrap();
-    let dir = scratch_dir("incompat");
-    let img = dir.join("dev0.img");
-    std::fs::copy(&f.devices()[0], &img).unwrap();
+    let dir = Workdir::new("incompat");
+    let img = committed_fixture_copy("small-crc32c", &dir).devices()[0].clone();
     // Set bit 13 (extent-tree-v2) in every superblock copy present and
     // re-checksum, as a newer kernel would have written it.
     let file = std::fs::OpenOptions::new()
@@ -121,13 +114,9 @@ fn unknown_incompat_flags_are_refused_clearly() {
 #[test]
 fn bad_primary_superblock_falls_back_to_a_mirror_and_scrub_reports_it() {
     use std::os::unix::fs::FileExt;
-    let f = committed_fixtures()
-        .iter()
-        .find(|f| f.name == "small-crc32c")
-        .unwrap();
-    let dir = scratch_dir("badsuper");
-    let img = dir.join("dev0.img");
-    std::fs::copy(&f.devices()[0], &img).unwrap();
+    let dir = Workdir::new("badsuper");
+    let f = committed_fixture_copy("small-crc32c", &dir);
+    let img = f.devices()[0].clone();
     let file = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
     file.write_all_at(b"garbage in the primary superblock", 0x1_0000 + 0x100)
         .unwrap();

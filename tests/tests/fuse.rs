@@ -17,258 +17,13 @@
 //! Hardlink groups ("link") are compared as they are.
 
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use ubtrfs_oracle::*;
 
 const INO_BITS: u32 = 40;
-
-fn fuse_available(test: &str) -> bool {
-    if !kernel_available(test) {
-        return false;
-    }
-    let tools = ["fusermount3", "rsync", "tar", "cp"].iter().all(|t| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if Path::new("/dev/fuse").exists() && tools {
-        return true;
-    }
-    let why = format!(
-        "/dev/fuse={} tools(fusermount3, rsync, tar)={tools}",
-        Path::new("/dev/fuse").exists()
-    );
-    if std::env::var("UBTRFS_REQUIRE_KERNEL").is_ok_and(|v| v == "1") {
-        panic!("{test}: FUSE test cannot run ({why}) and UBTRFS_REQUIRE_KERNEL=1");
-    }
-    eprintln!("SKIPPED {test}: needs FUSE ({why})");
-    false
-}
-
-fn is_mounted(dir: &Path) -> bool {
-    let want = dir.display().to_string();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
-}
-
-/// Processes whose command line mentions `needle`.
-fn processes_with(needle: &str) -> Vec<u32> {
-    let me = std::process::id();
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
-            let c = String::from_utf8_lossy(&c).replace('\0', " ");
-            if c.contains("ubtrfs") && c.contains(needle) {
-                out.push(pid);
-            }
-        }
-    }
-    out
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// An ubtrfs FUSE mount, unmounted (and its process reaped) on drop.
-struct FuseMount {
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
-impl FuseMount {
-    /// `ubtrfs mount [-o opts] IMAGE [-d DEV].. DIR`, in the background (the
-    /// default) or with -f as a child of this process.
-    fn new(image_args: &[String], opts: &[&str], dir: &Path, foreground: bool) -> FuseMount {
-        std::fs::create_dir_all(dir).unwrap();
-        let mut cmd = Command::new(ubtrfs_bin());
-        cmd.arg("mount");
-        for o in opts {
-            cmd.args(["-o", o]);
-        }
-        if foreground {
-            cmd.arg("-f");
-        }
-        cmd.args(image_args).arg(dir);
-        if foreground {
-            let child = cmd
-                .stdin(Stdio::null())
-                .spawn()
-                .expect("spawn ubtrfs mount -f");
-            let m = FuseMount {
-                dir: dir.to_path_buf(),
-                child: Some(child),
-            };
-            wait_until("the foreground mount", Duration::from_secs(30), || {
-                is_mounted(dir)
-            });
-            m
-        } else {
-            let out = cmd.output().expect("run ubtrfs mount");
-            assert!(
-                out.status.success(),
-                "ubtrfs mount {}: {}",
-                image_args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(
-                is_mounted(dir),
-                "ubtrfs mount returned but {} is not mounted",
-                dir.display()
-            );
-            FuseMount {
-                dir: dir.to_path_buf(),
-                child: None,
-            }
-        }
-    }
-
-    fn of(f: &Fixture, opts: &[&str], dir: &Path) -> FuseMount {
-        FuseMount::new(&f.image_args(None), opts, dir, false)
-    }
-
-    /// Unmounts and waits for the serving process to be gone.
-    fn unmount(&mut self) -> Option<std::process::ExitStatus> {
-        if is_mounted(&self.dir) {
-            let ok = Command::new("umount")
-                .arg(&self.dir)
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-            }
-        }
-        let dir = self.dir.display().to_string();
-        let status = self.child.take().map(|mut c| {
-            let t = Instant::now();
-            loop {
-                if let Some(s) = c.try_wait().unwrap() {
-                    break s;
-                }
-                if t.elapsed() > Duration::from_secs(20) {
-                    let _ = c.kill();
-                    break c.wait().unwrap();
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
-        let t = Instant::now();
-        while !processes_with(&dir).is_empty() && t.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        status
-    }
-}
-
-impl Drop for FuseMount {
-    fn drop(&mut self) {
-        self.unmount();
-    }
-}
-
-/// The kernel's read-only mount of a fixture (loop devices detached and
-/// forgotten on drop).
-struct KernelMount {
-    dir: PathBuf,
-    loops: Vec<String>,
-}
-
-impl KernelMount {
-    fn new(f: &Fixture, dir: &Path) -> KernelMount {
-        std::fs::create_dir_all(dir).unwrap();
-        let mut loops = Vec::new();
-        for img in f.devices() {
-            let out = Command::new("losetup")
-                .args(["-f", "--show", "-r"])
-                .arg(&img)
-                .output()
-                .expect("losetup");
-            assert!(
-                out.status.success(),
-                "losetup: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            loops.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
-        }
-        let m = KernelMount {
-            dir: dir.to_path_buf(),
-            loops,
-        };
-        let _ = Command::new("btrfs")
-            .args(["device", "scan"])
-            .args(&m.loops)
-            .output();
-        let out = Command::new("mount")
-            .args(["-t", "btrfs", "-o", "ro"])
-            .arg(&m.loops[0])
-            .arg(dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}: kernel mount: {}",
-            f.name,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        m
-    }
-}
-
-impl Drop for KernelMount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.dir).status();
-        for d in &self.loops {
-            let _ = Command::new("btrfs")
-                .args(["device", "scan", "--forget", d])
-                .output();
-            let _ = Command::new("losetup").args(["-d", d]).output();
-        }
-    }
-}
-
-fn manifest_of(dir: &Path) -> Vec<String> {
-    let m = Command::new("python3")
-        .arg(repo_root().join("tests/oracle/manifest.py"))
-        .arg(dir)
-        .output()
-        .expect("manifest.py");
-    assert!(
-        m.status.success(),
-        "manifest.py {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&m.stderr)
-    );
-    String::from_utf8_lossy(&m.stdout)
-        .lines()
-        .map(String::from)
-        .collect()
-}
-
-fn records(lines: &[String]) -> BTreeMap<String, Value> {
-    lines
-        .iter()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
-            (v["path"].as_str().unwrap().to_string(), v)
-        })
-        .collect()
-}
 
 /// Checks the inode number mapping against the kernel's numbers.
 fn check_inos(expected: &[String], actual: &[String]) -> Result<(), String> {
@@ -379,16 +134,6 @@ fn sparse_files(manifest: &[String]) -> Vec<(String, Value)> {
         .collect()
 }
 
-fn run_ok(cmd: &mut Command, what: &str) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// cp, tar --sparse and rsync -S of each sparse file, out of `src` into
 /// `dst/{cp,tar,rsync}`; the tar archive is kept as `dst/archive.tar`.
 fn copy_out(src: &Path, files: &[String], dst: &Path) {
@@ -449,7 +194,7 @@ fn fuse_sparse_copies_match_kernel() {
         let work = base.join(&f.name);
         let (kout, uout) = (work.join("out-kernel"), work.join("out-ubtrfs"));
         {
-            let k = KernelMount::new(f, &work.join("kernel"));
+            let k = Mount::fixture(f, &work.join("kernel"));
             copy_out(&k.dir, &files, &kout);
         }
         {
@@ -567,27 +312,6 @@ fn fuse_concurrent_readers() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// sha256 of a file's content (read through stdin: sha256sum escapes
-/// odd names in its output).
-fn sha256_of(p: &Path) -> String {
-    let f = std::fs::File::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let out = Command::new("sha256sum")
-        .stdin(f)
-        .output()
-        .expect("sha256sum");
-    assert!(
-        out.status.success(),
-        "{}: sha256sum: {}",
-        p.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
-        .to_string()
-}
-
 /// The first "extent data disk byte N" of inode `ino` in the fs tree.
 fn first_data_extent(image: &Path, ino: u64) -> Option<u64> {
     let out = Command::new("btrfs")
@@ -623,9 +347,7 @@ fn fuse_corrupt_block_gives_eio_for_its_file_only() {
     }
     let single = |f: &&Fixture| {
         f.devices().len() == 1
-            && f.meta["profile"]["data"]
-                .as_str()
-                .is_some_and(|p| p.eq_ignore_ascii_case("single"))
+            && f.profile("data") == "single"
             && f.meta["mount"]
                 .as_str()
                 .is_some_and(|m| !m.contains("compress"))
@@ -636,14 +358,7 @@ fn fuse_corrupt_block_gives_eio_for_its_file_only() {
         .find(|f| f.name != "big")
         .expect("a single-copy fixture");
     let base = scratch_dir("fuse-corrupt");
-    let image = base.join("dev0.img");
-    run_ok(
-        Command::new("cp")
-            .arg("--sparse=always")
-            .arg(&f.devices()[0])
-            .arg(&image),
-        "cp image",
-    );
+    let image = f.copy_to(&base).devices()[0].clone();
     let manifest = records(&f.kernel_manifest());
     // A top-level file with data of its own: an extent no other file
     // (snapshot, reflink) refers to.
@@ -719,7 +434,7 @@ fn fuse_corrupt_block_gives_eio_for_its_file_only() {
         if v["type"] != "file" || *p == target || p.contains('%') {
             continue;
         }
-        let got = sha256_of(&dir.join(&p[1..]));
+        let got = sha256_file(&dir.join(&p[1..]));
         assert_eq!(
             got,
             v["sha256"].as_str().unwrap(),
@@ -827,31 +542,6 @@ fn fuse_is_read_only_and_exits_on_unmount() {
     );
 }
 
-/// The kernel manifest of the subtree at `prefix`, re-rooted there.
-fn subtree(manifest: &[String], prefix: &str) -> Vec<String> {
-    manifest
-        .iter()
-        .filter_map(|l| {
-            let mut v: Value = serde_json::from_str(l).unwrap();
-            let p = v["path"].as_str().unwrap().to_string();
-            let rel = if p == prefix {
-                "/".to_string()
-            } else {
-                p.strip_prefix(&format!("{prefix}/"))
-                    .map(|r| format!("/{r}"))?
-            };
-            v["path"] = Value::String(rel);
-            for k in ["link"] {
-                if let Some(l) = v[k].as_str() {
-                    let l = l.strip_prefix(prefix).unwrap_or(l).to_string();
-                    v[k] = Value::String(l);
-                }
-            }
-            Some(serde_json::to_string(&v).unwrap())
-        })
-        .collect()
-}
-
 #[test]
 fn fuse_subvol_options_and_mount_helper() {
     if !fuse_available("fuse_subvol_options_and_mount_helper") {
@@ -862,7 +552,7 @@ fn fuse_subvol_options_and_mount_helper() {
         .find(|f| f.name == "zstd")
         .expect("kernel fixture 'zstd'");
     let base = scratch_dir("fuse-subvol");
-    let expected = subtree(&f.kernel_manifest(), "/snap1");
+    let expected = sub_manifest(&f.kernel_manifest(), "/snap1");
     assert!(expected.len() > 3, "fixture has no /snap1 subvolume");
     let list = ubtrfs(&[
         "subvolume",

@@ -11,13 +11,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use ubtrfs_oracle::*;
 
-fn profile(f: &Fixture, kind: &str) -> String {
-    f.meta["profile"][kind]
-        .as_str()
-        .unwrap_or("single")
-        .to_lowercase()
-}
-
 /// Profiles that survive losing one device.
 fn redundant(p: &str) -> bool {
     matches!(
@@ -58,7 +51,7 @@ fn kernel_raid_fixtures_read_degraded() {
     }
     let mut failures = Vec::new();
     for f in kernel_fixtures().iter().filter(|f| f.devices().len() > 1) {
-        let ok = redundant(&profile(f, "data")) && redundant(&profile(f, "metadata"));
+        let ok = redundant(&f.profile("data")) && redundant(&f.profile("metadata"));
         for skip in 0..f.devices().len() {
             let res = f.ubtrfs_manifest(Some(skip));
             match (ok, res) {
@@ -99,8 +92,7 @@ fn kernel_extract_reproduces_tree() {
         args.extend(f.image_args(None));
         args.push("/".into());
         args.push(dest.display().to_string());
-        let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let out = ubtrfs(&a);
+        let out = ubtrfs(&args);
         if !out.status.success() {
             failures.push(format!(
                 "{}: extract failed: {}",
@@ -109,20 +101,7 @@ fn kernel_extract_reproduces_tree() {
             ));
             continue;
         }
-        let m = Command::new("python3")
-            .arg(repo_root().join("tests/oracle/manifest.py"))
-            .arg(&dest)
-            .output()
-            .expect("manifest.py");
-        assert!(
-            m.status.success(),
-            "manifest.py: {}",
-            String::from_utf8_lossy(&m.stderr)
-        );
-        let actual: Vec<String> = String::from_utf8_lossy(&m.stdout)
-            .lines()
-            .map(String::from)
-            .collect();
+        let actual = manifest_of(&dest);
         // Inode numbers and directory sizes are the host filesystem's.
         let ignore = Ignore {
             fields: vec!["ino"],
@@ -146,8 +125,7 @@ fn kernel_fixtures_scrub_clean() {
     for f in kernel_fixtures() {
         let mut args = vec!["scrub".to_string()];
         args.extend(f.image_args(None));
-        let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let out = ubtrfs(&a);
+        let out = ubtrfs(&args);
         if !out.status.success() {
             failures.push(format!(
                 "{}: scrub of a clean image reported errors: {}{}",
@@ -160,64 +138,11 @@ fn kernel_fixtures_scrub_clean() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Loop devices for a fixture's images, detached (and forgotten by btrfs)
-/// on drop.
-struct Loops(Vec<(String, PathBuf)>);
-
-impl Loops {
-    fn attach(images: &[PathBuf]) -> Loops {
-        let mut v = Vec::new();
-        for img in images {
-            let out = Command::new("losetup")
-                .args(["-f", "--show"])
-                .arg(img)
-                .output()
-                .expect("losetup");
-            assert!(
-                out.status.success(),
-                "losetup: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            v.push((
-                String::from_utf8_lossy(&out.stdout).trim().to_string(),
-                img.clone(),
-            ));
-        }
-        let mut scan = Command::new("btrfs");
-        scan.args(["device", "scan"]);
-        for (d, _) in &v {
-            scan.arg(d);
-        }
-        let _ = scan.output();
-        Loops(v)
-    }
-
-    fn image_of(&self, dev: &str) -> &Path {
-        &self
-            .0
-            .iter()
-            .find(|(d, _)| d == dev)
-            .unwrap_or_else(|| panic!("unknown device {dev}"))
-            .1
-    }
-}
-
-impl Drop for Loops {
-    fn drop(&mut self) {
-        for (d, _) in &self.0 {
-            let _ = Command::new("btrfs")
-                .args(["device", "scan", "--forget", d])
-                .output();
-            let _ = Command::new("losetup").args(["-d", d]).output();
-        }
-    }
-}
-
 /// (image file, physical offset) of copy `mirror` (1-based) of `logical`,
 /// as btrfs-progs' btrfs-map-logical reports it.
 fn map_logical(loops: &Loops, logical: u64, mirror: usize) -> (PathBuf, u64) {
     let out = Command::new("btrfs-map-logical")
-        .args(["-l", &logical.to_string(), &loops.0[0].0])
+        .args(["-l", &logical.to_string(), loops.first()])
         .output()
         .expect("btrfs-map-logical");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -304,31 +229,19 @@ fn kernel_bad_copy_is_survived_and_scrub_finds_it() {
     let base = scratch_dir("badcopy");
     let mut tested = 0;
     for f in kernel_fixtures() {
-        let data_p = profile(f, "data");
-        let meta_p = profile(f, "metadata");
+        let data_p = f.profile("data");
+        let meta_p = f.profile("metadata");
         let mirrored = |p: &str| matches!(p, "dup" | "raid1" | "raid10" | "raid1c3" | "raid1c4");
         if !mirrored(&data_p) || !mirrored(&meta_p) {
             continue;
         }
         // Work on a copy so other tests keep a clean fixture.
         let dir = base.join(&f.name);
-        std::fs::create_dir_all(&dir).unwrap();
-        for d in f.devices() {
-            let st = Command::new("cp")
-                .arg("--sparse=always")
-                .arg(&d)
-                .arg(&dir)
-                .status()
-                .unwrap();
-            assert!(st.success());
-        }
-        std::fs::copy(f.dir.join("meta.json"), dir.join("meta.json")).unwrap();
-        std::fs::copy(f.dir.join("manifest.jsonl"), dir.join("manifest.jsonl")).unwrap();
-        let copy = Fixture::load(&dir);
+        let copy = f.copy_to(&dir);
         let (blocks, data);
         {
-            let loops = Loops::attach(&copy.devices());
-            (blocks, data) = pick_targets(Path::new(&loops.0[0].0), 4);
+            let loops = Loops::attach(&copy.devices(), false);
+            (blocks, data) = pick_targets(Path::new(loops.first()), 4);
             for &logical in blocks.iter().chain(&data) {
                 let (img, phys) = map_logical(&loops, logical, 1);
                 smash(&img, phys);
@@ -344,8 +257,7 @@ fn kernel_bad_copy_is_survived_and_scrub_finds_it() {
         // Scrub names every injected error, and nothing else.
         let mut args = vec!["scrub".to_string()];
         args.extend(copy.image_args(None));
-        let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let out = ubtrfs(&a);
+        let out = ubtrfs(&args);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             !out.status.success(),

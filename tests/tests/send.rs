@@ -29,8 +29,7 @@ fn subvolumes(image_args: &[String]) -> Vec<serde_json::Value> {
     let mut args = vec!["subvolume".to_string(), "list".into()];
     args.extend(image_args.iter().cloned());
     args.push("--json".into());
-    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    let out = ubtrfs(&a);
+    let out = ubtrfs(&args);
     assert!(
         out.status.success(),
         "subvolume list: {}",
@@ -107,13 +106,8 @@ fn send_committed_snapshots_give_valid_streams() {
 
 #[test]
 fn send_corrupt_block_fails_with_location() {
-    let f = committed_fixtures()
-        .iter()
-        .find(|f| f.name == "small-crc32c")
-        .expect("small-crc32c fixture");
     let dir = scratch_dir("send-corrupt");
-    let img = dir.join("dev0.img");
-    std::fs::copy(&f.devices()[0], &img).unwrap();
+    let img = committed_fixture_copy("small-crc32c", &dir).devices()[0].clone();
     // The root block of snap1's tree, on every copy.
     let fs = ubtrfs_engine::Filesystem::open(&img, &Default::default()).unwrap();
     let sub = ubtrfs_engine::send::subvolume_by_path(&fs, b"snap1").unwrap();
@@ -210,8 +204,8 @@ impl FullCheck<'_> {
             }
             receive(&theirs, &kd).unwrap_or_else(|e| panic!("{tag}: kernel stream: {e}"));
             let leaf = snap.rsplit('/').next().unwrap();
-            let got = manifest(&ud.join(leaf));
-            let kernel_got = manifest(&kd.join(leaf));
+            let got = manifest_of(&ud.join(leaf));
+            let kernel_got = manifest_of(&kd.join(leaf));
             let vs_source = Ignore {
                 fields: vec!["ino", "data"],
                 dir_size: true,
@@ -341,7 +335,7 @@ fn send_full_and_incremental_rich_scenarios() {
         let m = Mount::images(std::slice::from_ref(&img), "", true);
         let mut sources = Vec::new();
         for s in ["vol-ro", "vol-ro2"] {
-            let source = without_placeholders(&manifest(&m.path(s)));
+            let source = without_placeholders(&manifest_of(&m.path(s)));
             let c = FullCheck {
                 name: name.to_string(),
                 image_args: ia.clone(),
@@ -373,7 +367,7 @@ fn send_full_and_incremental_rich_scenarios() {
                 incr_fail.push(format!("{tag}: {e}"));
                 continue;
             }
-            let got = manifest(&dest.join("vol-ro2"));
+            let got = manifest_of(&dest.join("vol-ro2"));
             let ig = Ignore {
                 fields: vec!["ino", "data"],
                 dir_size: true,
@@ -449,7 +443,7 @@ fn send_incremental_random_scenarios() {
         let t_built = std::time::Instant::now();
         let source = {
             let m = Mount::images(std::slice::from_ref(&img), "", true);
-            let l = manifest(&m.dir);
+            let l = manifest_of(&m.dir);
             m.unmount();
             split_manifest(&l, 1)
         };
@@ -488,7 +482,7 @@ fn send_incremental_random_scenarios() {
             }
         }
         let t_sent = std::time::Instant::now();
-        let got = split_manifest(&manifest(&recv.dir), 2);
+        let got = split_manifest(&manifest_of(&recv.dir), 2);
         for (seed, step) in received {
             if batch_failed.iter().any(|f| f.0 == seed) {
                 continue;

@@ -107,6 +107,19 @@ impl Trans {
     /// Commits: after this returns the image on disk is the new one, and
     /// the transaction goes on as the next one.
     pub fn commit(&mut self) -> Result<()> {
+        // The superblock's generation is the root tree's: its root block
+        // is copied even when nothing else changed (the kernel's
+        // commit_cowonly_roots).
+        let r = self.root(ROOT_TREE_OBJECTID)?;
+        let (bytenr, level, gen) = (r.bytenr, r.level, r.item.generation);
+        if gen != self.transid {
+            let expect = crate::tree::block::BlockExpect {
+                level: Some(level),
+                generation: Some(gen),
+                first_key: None,
+            };
+            self.cow(ROOT_TREE_OBJECTID, bytenr, expect, None)?;
+        }
         self.settle()?;
         let ns = self.nodesize();
         let csum = self.info.csum_type;

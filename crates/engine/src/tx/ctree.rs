@@ -113,10 +113,11 @@ impl Trans {
             return Ok(false);
         }
         let (leaf, slot) = path[0];
-        let d = &mut self.buf_mut(leaf).items_mut()[slot].1;
-        f(d);
-        let len = d.len();
-        self.check_item_size(tree, key, len)?;
+        let mut new = self.buf(leaf).items()[slot].1.clone();
+        f(&mut new);
+        // Refused sizes leave the item as it was.
+        self.check_item_size(tree, key, new.len())?;
+        self.buf_mut(leaf).items_mut()[slot].1 = new;
         self.split_if_needed(tree, &mut path, 0)?;
         Ok(true)
     }

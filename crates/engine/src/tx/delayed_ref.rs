@@ -249,12 +249,15 @@ impl Trans {
                     refs.insert(b, c);
                 }
             }
-            // Keyed references.
-            // Keyed references sort between the extent item (168/169)
-            // and a block group item that may start at the same address.
-            let lo = Key::new(bytenr, METADATA_ITEM + 1, 0);
+            // Keyed references: only back reference types (the extent's
+            // own METADATA_ITEM and a BLOCK_GROUP_ITEM at the same address
+            // share the objectid).
+            let lo = Key::new(bytenr, EXTENT_OWNER_REF, 0);
             let hi = Key::new(bytenr, SHARED_DATA_REF, u64::MAX);
             for (k, d) in self.items_in(EXTENT_TREE_OBJECTID, &lo, &hi)? {
+                if InlineRef::inline_size_of(k.item_type).is_none() {
+                    continue;
+                }
                 let r = InlineRef::from_keyed(&k, &d)
                     .map_err(|e| Error::format(format!("extent tree key {k}"), e))?;
                 if let Some((b, c)) = Backref::from_inline(&r) {

@@ -62,8 +62,26 @@ impl Trans {
             })?;
             devs.push(Device::from_dev(p, Arc::new(dev))?);
         }
+        Self::open_devices(devs, cache_bytes)
+    }
+
+    /// Opens the filesystem on already opened devices (in memory, or
+    /// wrapped to record or fail writes in tests) for writing.
+    pub fn open_dev(devs: Vec<Arc<dyn BlockDev>>, cache_bytes: u64) -> Result<Trans> {
+        let devs = devs
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| Device::from_dev(Path::new(&format!("dev{i}")), d))
+            .collect::<Result<Vec<_>>>()?;
+        Self::open_devices(devs, cache_bytes)
+    }
+
+    fn open_devices(devs: Vec<Device>, cache_bytes: u64) -> Result<Trans> {
+        let name = devs
+            .first()
+            .map(|d| d.path.display().to_string())
+            .unwrap_or_default();
         let fs = Filesystem::from_devices(devs, cache_bytes)?;
-        let name = paths[0].display().to_string();
         if !fs.missing_devices.is_empty() {
             return Err(Error::Invalid(format!(
                 "{name}: devices {:?} are missing; writing needs every device",

@@ -3,18 +3,16 @@
 //! and a block whose read ahead fails is still read (from another copy)
 //! and reported, or its error reported, as without readahead.
 
-use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use ubtrfs_engine::cache::reada::plan;
 use ubtrfs_engine::cache::reada::Readahead;
 use ubtrfs_engine::io::volumes::Placement;
 use ubtrfs_engine::tree::block::BlockExpect;
-use ubtrfs_engine::tree::ctree::{for_each_item, Cursor, Tree};
+use ubtrfs_engine::tree::ctree::{Cursor, Tree};
 use ubtrfs_engine::{Filesystem, OpenOptions};
-use ubtrfs_format::consts::ROOT_ITEM;
 use ubtrfs_format::key::Key;
+use ubtrfs_oracle::{all_trees, committed_fixture, committed_fixture_copy, Workdir};
 
 const MODES: [Readahead; 4] = [
     Readahead::None,
@@ -23,56 +21,33 @@ const MODES: [Readahead; 4] = [
     Readahead::Back,
 ];
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// An unpacked image, removed when dropped.
-struct Image(PathBuf);
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+/// A private copy of committed fixture `name`'s first device (to
+/// corrupt), removed when dropped.
+struct Image {
+    _dir: Workdir,
+    path: PathBuf,
 }
 
 impl std::ops::Deref for Image {
     type Target = Path;
     fn deref(&self) -> &Path {
-        &self.0
+        &self.path
     }
 }
 
-/// Unpacks committed fixture `name`'s first device into a fresh sparse
-/// file named after `tag`.
-fn unpack(name: &str, tag: &str) -> Image {
-    let src = repo_root().join(format!("tests/fixtures/committed/{name}/dev0.img.zst"));
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readahead");
-    std::fs::create_dir_all(&dir).unwrap();
-    let img = Image(dir.join(format!("{name}-{tag}-{}.img", std::process::id())));
-    let mut dec = zstd::stream::Decoder::new(File::open(&src).unwrap()).unwrap();
-    let out = File::create(&img.0).unwrap();
-    let mut buf = vec![0u8; 1 << 16];
-    let mut at = 0u64;
-    loop {
-        // Fill the buffer (or reach the end), then write it unless all zero.
-        let mut n = 0;
-        while n < buf.len() {
-            match dec.read(&mut buf[n..]).unwrap() {
-                0 => break,
-                k => n += k,
-            }
-        }
-        if n == 0 {
-            break;
-        }
-        if buf[..n].iter().any(|&b| b != 0) {
-            out.write_all_at(&buf[..n], at).unwrap();
-        }
-        at += n as u64;
+fn private_copy(name: &str, tag: &str) -> Image {
+    let dir = Workdir::new(&format!("readahead-{name}-{tag}"));
+    let img = committed_fixture_copy(name, &dir).devices()[0].clone();
+    Image {
+        _dir: dir,
+        path: img,
     }
-    out.set_len(at).unwrap();
-    img
+}
+
+/// The shared (never written) copy of committed fixture `name`'s first
+/// device.
+fn shared(name: &str) -> PathBuf {
+    committed_fixture(name).devices()[0].clone()
 }
 
 fn open(img: &Path) -> Filesystem {
@@ -80,20 +55,6 @@ fn open(img: &Path) -> Filesystem {
 }
 
 /// The root tree and every tree it has a ROOT_ITEM for.
-fn all_trees(fs: &Filesystem) -> Vec<Tree> {
-    let mut ids = Vec::new();
-    for_each_item(&fs.info, fs.root_tree, Key::MIN, Key::MAX, |k, _| {
-        if k.item_type == ROOT_ITEM && ids.last() != Some(&k.objectid) {
-            ids.push(k.objectid);
-        }
-        Ok(std::ops::ControlFlow::Continue(()))
-    })
-    .unwrap();
-    let mut trees = vec![fs.root_tree];
-    trees.extend(ids.into_iter().filter_map(|id| fs.tree_opt(id).unwrap()));
-    trees
-}
-
 type Items = Vec<(Key, Vec<u8>)>;
 
 /// Every item of `tree` in key order, walking forward (or, in Back mode,
@@ -131,7 +92,7 @@ fn walk(
 #[test]
 fn every_mode_walks_the_same_items() {
     for name in ["small-crc32c", "small-sha256-dup", "small-xxhash-zstd"] {
-        let img = unpack(name, "modes");
+        let img = shared(name);
         let plain = open(&img);
         let trees = all_trees(&plain);
         assert!(
@@ -164,7 +125,7 @@ fn every_mode_walks_the_same_items() {
 
 #[test]
 fn forward_always_reads_ahead_and_the_blocks_are_used() {
-    let img = unpack("small-crc32c", "always");
+    let img = shared("small-crc32c");
     let fs = open(&img);
     let tree = fs.tree(5).unwrap();
     assert_eq!(
@@ -232,7 +193,7 @@ fn forward_always_reads_ahead_and_the_blocks_are_used() {
 fn forward_modes_read_ahead_on_moves_too() {
     // Forward and Back read ahead only around uncached targets, so a walk
     // without settling still gets some hits on a tree laid out closely.
-    let img = unpack("small-crc32c", "fwd");
+    let img = shared("small-crc32c");
     let tree = open(&img).tree(5).unwrap();
     for mode in [Readahead::Forward, Readahead::Back] {
         let fs = open(&img);
@@ -268,8 +229,8 @@ fn smash(img: &Path, physical: u64) {
 
 #[test]
 fn failed_read_ahead_is_left_to_the_demand_read() {
-    let pristine = unpack("small-crc32c", "pristine");
-    let img = unpack("small-crc32c", "bad-copy");
+    let pristine = shared("small-crc32c");
+    let img = private_copy("small-crc32c", "bad-copy");
     let (bytenr, copies) = leaf_copies(&open(&img), 2);
     smash(&img, copies[0]);
     let tree = open(&img).tree(5).unwrap();
@@ -297,7 +258,7 @@ fn failed_read_ahead_is_left_to_the_demand_read() {
 
 #[test]
 fn unreadable_block_errors_the_same_with_readahead() {
-    let img = unpack("small-crc32c", "bad-both");
+    let img = private_copy("small-crc32c", "bad-both");
     let (bytenr, copies) = leaf_copies(&open(&img), 3);
     for c in copies {
         smash(&img, c);

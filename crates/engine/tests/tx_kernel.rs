@@ -1,0 +1,189 @@
+//! Crash images checked by the real tools: prefixes (at flushes) and torn
+//! variants of a recorded workload, written to files and given to
+//! `btrfs check --readonly` (btrfs-progs), a few also loop-mounted by the
+//! kernel (root only), and the final image mounted read-write, written to
+//! by the kernel, and checked again.
+//!
+//! Skipped when `btrfs` (or, for mounts, root) is missing, unless
+//! UBTRFS_REQUIRE_KERNEL=1, which makes missing tools a failure:
+//!
+//!     UBTRFS_REQUIRE_KERNEL=1 cargo test --release -p ubtrfs-engine --test tx_kernel
+
+mod common;
+
+use common::*;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use ubtrfs_engine::io::dev::MemDev;
+use ubtrfs_engine::io::fault::Log;
+
+fn require() -> bool {
+    std::env::var("UBTRFS_REQUIRE_KERNEL").is_ok_and(|v| v == "1")
+}
+
+fn have(cmd: &str, arg: &str) -> bool {
+    Command::new(cmd)
+        .arg(arg)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Writes the device's bytes to a sparse file.
+fn write_image(d: &MemDev, path: &Path) {
+    let bytes = d.snapshot();
+    let f = std::fs::File::create(path).unwrap();
+    f.set_len(bytes.len() as u64).unwrap();
+    const CH: usize = 64 << 10;
+    for (i, c) in bytes.chunks(CH).enumerate() {
+        if c.iter().any(|&b| b != 0) {
+            f.write_all_at(c, (i * CH) as u64).unwrap();
+        }
+    }
+}
+
+fn btrfs_check(path: &Path) -> Result<(), String> {
+    let o = Command::new("btrfs")
+        .args(["check", "--readonly"])
+        .arg(path)
+        .output()
+        .map_err(|e| format!("btrfs check: {e}"))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "btrfs check failed:\n{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ))
+    }
+}
+
+fn run(cmd: &mut Command) -> Result<String, String> {
+    let o = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if !o.status.success() {
+        return Err(format!(
+            "{cmd:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// Loop-mounts `img` (read-only, or read-write and writes a file), lists
+/// the top directory, unmounts.
+fn kernel_mount(img: &Path, dir: &Path, rw: bool) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let opts = if rw { "loop" } else { "loop,ro" };
+    run(Command::new("mount").args(["-o", opts]).arg(img).arg(dir))?;
+    let r = (|| {
+        std::fs::read_dir(dir).map_err(|e| e.to_string())?.count();
+        if rw {
+            std::fs::write(dir.join("written-by-kernel"), b"hello").map_err(|e| e.to_string())?;
+            run(Command::new("sync").arg("-f").arg(dir))?;
+        }
+        Ok(())
+    })();
+    let u = run(Command::new("umount").arg(dir));
+    r.and(u.map(|_| ()))
+}
+
+struct Tmp(PathBuf);
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn crash_images_pass_btrfs_check_and_mount() {
+    if !have("btrfs", "--version") {
+        assert!(!require(), "UBTRFS_REQUIRE_KERNEL=1 but `btrfs` is missing");
+        eprintln!("skipped: no btrfs-progs");
+        return;
+    }
+    let mount = is_root() && have("mount", "--version");
+    if !mount {
+        assert!(
+            !require(),
+            "UBTRFS_REQUIRE_KERNEL=1 but loop mounts need root"
+        );
+        eprintln!("no root: btrfs check only");
+    }
+    let seed: u64 = std::env::var("UBTRFS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed);
+    let checks = cases(20) as usize;
+    let tmp = Tmp(std::env::temp_dir().join(format!("ubtrfs-txk-{}", std::process::id())));
+    std::fs::create_dir_all(&tmp.0).unwrap();
+    let img = tmp.0.join("img");
+    let mnt = tmp.0.join("mnt");
+    for (round, ns) in [4096u32, 16384].into_iter().enumerate() {
+        let (log, _) = record(seed + round as u64, ns, 150).unwrap();
+        let flushes = log.flushes();
+        let mut rng = Rng(seed ^ ns as u64);
+        // Which flush prefixes to check: the last always, others at random.
+        let mut pick: Vec<usize> = (1..flushes.len()).collect();
+        rng.shuffle(&mut pick);
+        pick.truncate(checks / 2);
+        pick.push(flushes.len() - 1);
+        pick.sort_unstable();
+        pick.dedup();
+        let d = MemDev::new(DEV_SIZE);
+        let mut at = 0;
+        let mut mounts = 0;
+        let mut checked = 0;
+        for &fi in &pick {
+            let f = flushes[fi];
+            log.replay(&d, at, f).unwrap();
+            at = f;
+            write_image(&d, &img);
+            btrfs_check(&img).unwrap_or_else(|e| panic!("ns {ns} prefix to flush {fi}: {e}"));
+            checked += 1;
+            // A torn variant of the writes up to the next flush.
+            let next = flushes.get(fi + 1).copied().unwrap_or(log.events.len());
+            let mut picks: Vec<usize> = log
+                .writes_in(f, next)
+                .iter()
+                .map(|w| w.0)
+                .filter(|_| rng.below(2) == 0)
+                .collect();
+            if !picks.is_empty() {
+                rng.shuffle(&mut picks);
+                let undo = log.torn(&d, &picks).unwrap();
+                write_image(&d, &img);
+                btrfs_check(&img).unwrap_or_else(|e| panic!("ns {ns} torn after flush {fi}: {e}"));
+                Log::undo(&d, undo).unwrap();
+            }
+            if mount && mounts < 2 && rng.below(3) == 0 {
+                write_image(&d, &img);
+                kernel_mount(&img, &mnt, false)
+                    .unwrap_or_else(|e| panic!("ns {ns} prefix to flush {fi}: mount: {e}"));
+                mounts += 1;
+            }
+        }
+        if mount {
+            // The final image: the kernel writes to it, and it stays clean.
+            write_image(&d, &img);
+            kernel_mount(&img, &mnt, true).unwrap_or_else(|e| panic!("ns {ns}: rw mount: {e}"));
+            btrfs_check(&img).unwrap_or_else(|e| panic!("ns {ns} after kernel writes: {e}"));
+            checked += 1;
+        }
+        eprintln!(
+            "ns {ns}: {} flushes, {checked} images passed btrfs check, {mounts} read-only mounts{}",
+            flushes.len(),
+            if mount {
+                ", final image mounted rw"
+            } else {
+                ""
+            }
+        );
+    }
+}
