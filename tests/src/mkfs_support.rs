@@ -68,9 +68,18 @@ pub fn manifest(dir: &Path) -> Vec<String> {
 pub struct Loop(pub PathBuf);
 
 impl Loop {
+    /// `losetup -f` can lose a race for the free device to another process
+    /// (other tests, other users of loop devices): a few tries.
     pub fn new(image: &Path) -> Loop {
-        let dev = must(Command::new("losetup").args(["-f", "--show"]).arg(image));
-        Loop(PathBuf::from(dev.trim()))
+        let mut last = String::new();
+        for _ in 0..5 {
+            match run(Command::new("losetup").args(["-f", "--show"]).arg(image)) {
+                Ok(dev) => return Loop(PathBuf::from(dev.trim())),
+                Err(e) => last = e,
+            }
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        panic!("{last}");
     }
 }
 
