@@ -9,6 +9,8 @@
 //!   skip, under UBTRFS_REQUIRE_KERNEL=1);
 //! * [`fixtures`]: committed and kernel-made fixtures, private copies;
 //! * [`manifest`]: manifest.py, and comparing manifests;
+//! * [`mkfs_support`]: the `ubtrfs mkfs` tests' source tree, loop devices,
+//!   mounts and `btrfs check` (not re-exported: its names are its own);
 //! * [`loops`], [`mounts`]: loop devices, kernel and FUSE mounts, released
 //!   on drop (unmount with a lazy fallback);
 //! * [`rng`]: the seeded PRNG;
@@ -20,6 +22,7 @@
 pub mod fixtures;
 pub mod loops;
 pub mod manifest;
+pub mod mkfs_support;
 pub mod mounts;
 pub mod paths;
 pub mod require;

@@ -374,6 +374,14 @@ fn spinner(quiet: bool) -> Option<indicatif::ProgressBar> {
 
 pub fn run(a: MkfsArgs) -> CmdResult {
     let o = options(&a)?;
+    // Before any device is touched (as mkfs.btrfs does).
+    if let Some(dir) = &a.rootdir {
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(format!("{}: not a directory", dir.display()).into()),
+            Err(e) => return Err(format!("{}: {e}", dir.display()).into()),
+        }
+    }
     if a.rootdir.is_none()
         && (!a.subvol.is_empty() || !a.inode_flags.is_empty() || a.compress.is_some())
     {

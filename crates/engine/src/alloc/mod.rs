@@ -111,6 +111,28 @@ impl BlockGroup {
         true
     }
 
+    /// Takes whatever part of `[start, start+len)` is free out of the free
+    /// ranges (superblock stripes: never allocated, never free).
+    pub fn exclude(&mut self, start: u64, len: u64) {
+        let end = start + len;
+        let hits: Vec<(u64, u64)> = self
+            .free
+            .range(..end)
+            .filter(|(&s, &l)| s + l > start)
+            .map(|(&s, &l)| (s, l))
+            .collect();
+        for (s, l) in hits {
+            self.free.remove(&s);
+            if s < start {
+                self.free.insert(s, start - s);
+            }
+            if s + l > end {
+                self.free.insert(end, s + l - end);
+            }
+            self.fst_dirty = true;
+        }
+    }
+
     /// First free range of `len` bytes at an `align`-aligned address at or
     /// after `hint`, or anywhere when none is after it.
     fn find(&self, len: u64, align: u64, hint: u64) -> Option<u64> {

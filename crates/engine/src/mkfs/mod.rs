@@ -167,6 +167,29 @@ pub fn make(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Resu
     Ok(t)
 }
 
+/// Zeroes every superblock copy on every device before anything else is
+/// written (as mkfs.btrfs does): when mkfs fails before its first commit
+/// (ENOSPC in --rootdir, say) after overwriting blocks, the device must not
+/// still carry an old filesystem's superblock pointing at those blocks.
+fn wipe_superblocks(devices: &[(PathBuf, Arc<dyn BlockDev>)]) -> Result<()> {
+    let zero = [0u8; SUPER_SIZE];
+    for (p, d) in devices {
+        let err = |op: &str, e: std::io::Error| Error::Io {
+            path: p.display().to_string(),
+            op: op.into(),
+            source: e,
+        };
+        for off in SUPER_OFFSETS {
+            if off + SUPER_SIZE as u64 <= d.size() {
+                d.write_at(&zero, off)
+                    .map_err(|e| err("wipe superblock", e))?;
+            }
+        }
+        d.flush().map_err(|e| err("flush", e))?;
+    }
+    Ok(())
+}
+
 /// Lays out an empty filesystem on `devices` in an open transaction, not
 /// yet committed (mkfs --rootdir fills it in the same transaction).
 pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Result<Trans> {
@@ -182,6 +205,7 @@ pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Res
             )));
         }
     }
+    wipe_superblocks(&devices)?;
     let fsid = match o.fsid {
         Some(u) => u,
         None => random_uuid()?,

@@ -224,6 +224,11 @@ impl Trans {
             if c < g.end() {
                 g.add_free(c, g.end() - c);
             }
+            if let Some((cs, chunk)) = self.info.chunks.lookup(*gs) {
+                for (s, l) in super::volumes::super_stripes(cs, chunk) {
+                    g.exclude(s, l);
+                }
+            }
             g.fst_dirty = false;
         }
         self.alloc.groups = groups;
