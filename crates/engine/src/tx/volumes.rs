@@ -42,11 +42,12 @@ impl DevSpace {
         out
     }
 
-    /// Largest hole of a device.
+    /// Largest hole of a device, from its first 1 MiB-aligned byte (where
+    /// [`DevSpace::find`] places stripes).
     fn largest(&self, devid: u64, size: u64) -> u64 {
         self.holes(devid, size)
             .iter()
-            .map(|h| h.1)
+            .map(|&(s, l)| (s + l).saturating_sub(s.next_multiple_of(DEV_RESERVED)))
             .max()
             .unwrap_or(0)
     }
@@ -140,9 +141,11 @@ impl Trans {
         let data_stripes = (num_stripes / lay.copies).max(1);
         // Stripe size: what the logical size asks, bounded by the room.
         let room = cands.iter().map(|c| c.0).min().unwrap() / per_dev_stripes;
-        let want = size.div_ceil(data_stripes).next_multiple_of(STRIPE_LEN);
-        let stripe_size = want.min(room / STRIPE_LEN * STRIPE_LEN);
-        if stripe_size < STRIPE_LEN {
+        // Stripes are whole MiBs, so that two on one device (DUP) and the
+        // next chunk's pack against each other at aligned starts.
+        let want = size.div_ceil(data_stripes).next_multiple_of(DEV_RESERVED);
+        let stripe_size = want.min(room / DEV_RESERVED * DEV_RESERVED);
+        if stripe_size < DEV_RESERVED {
             return Err(Error::NoSpace(format!(
                 "no device room for a new {kind:?} chunk"
             )));
