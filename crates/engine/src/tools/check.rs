@@ -518,8 +518,17 @@ fn check_free_space_tree(
         }
         Ok(ControlFlow::Continue(()))
     })?;
+    // Superblock copies inside chunks are neither used nor free.
+    let mut taken = extents.clone();
+    for &gs in groups.keys() {
+        if let Some((logical, chunk)) = fs.info.chunks.lookup(gs) {
+            for (s, l) in crate::io::volumes::super_stripes(logical, chunk) {
+                taken.insert(s, (l, 0));
+            }
+        }
+    }
     for (&gs, (glen, _)) in groups {
-        let want = complement(gs, gs + glen, extents);
+        let want = complement(gs, gs + glen, &taken);
         let have = free.remove(&gs).unwrap_or_default();
         match infos.remove(&gs) {
             Some((l, fi)) => {

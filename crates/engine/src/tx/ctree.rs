@@ -308,7 +308,12 @@ impl Trans {
             path.push((root, 0));
             self.set_root(tree, root, level as u8 + 1, gen);
         }
-        let pieces = self.split_content(b);
+        // Appending at the end (sequential inserts) leaves the block full
+        // and starts a new one, as the kernel's split does, instead of
+        // leaving every block half empty.
+        let n = self.buf(b).nritems();
+        let at_end = path[level].1 + usize::from(level > 0) + 1 >= n;
+        let pieces = self.split_content(b, at_end);
         let (parent, pslot) = path[level + 1];
         for (at, content) in (pslot + 1..).zip(pieces) {
             let nb = self.alloc_tree_block(tree, level as u8, Some(b))?;
@@ -331,17 +336,22 @@ impl Trans {
     /// Cuts the content of `b` so that the part left in `b` and each
     /// returned piece fit a block: in two as even as possible, or in as
     /// many as needed (a big item between full neighbours).
-    fn split_content(&mut self, b: u64) -> Vec<Content> {
+    fn split_content(&mut self, b: u64, at_end: bool) -> Vec<Content> {
         let cap = buf::capacity(self.nodesize());
         let eb = self.buf_mut(b);
         match &mut eb.content {
             Content::Node(ptrs) => {
-                let tail = ptrs.split_off(ptrs.len() / 2);
+                let at = if at_end { ptrs.len() - 1 } else { ptrs.len() / 2 };
+                let tail = ptrs.split_off(at);
                 vec![Content::Node(tail)]
             }
             Content::Leaf(items) => {
                 let sizes: Vec<usize> = items.iter().map(|(_, d)| ITEM_SIZE + d.len()).collect();
                 let total: usize = sizes.iter().sum();
+                let last = sizes.len() - 1;
+                if at_end && total - sizes[last] <= cap {
+                    return vec![Content::Leaf(items.split_off(last))];
+                }
                 let mut left = 0;
                 let mut best: Option<(usize, usize)> = None;
                 for (k, s) in sizes.iter().enumerate().take(sizes.len() - 1) {

@@ -225,7 +225,7 @@ impl Trans {
                 g.add_free(c, g.end() - c);
             }
             if let Some((cs, chunk)) = self.info.chunks.lookup(*gs) {
-                for (s, l) in super::volumes::super_stripes(cs, chunk) {
+                for (s, l) in crate::io::volumes::super_stripes(cs, chunk) {
                     g.exclude(s, l);
                 }
             }

@@ -193,7 +193,7 @@ impl Trans {
         };
         self.info.chunks.insert(logical, chunk.clone())?;
         let mut bg = BlockGroup::new(logical, length, flags);
-        for (s, l) in super_stripes(logical, &chunk) {
+        for (s, l) in crate::io::volumes::super_stripes(logical, &chunk) {
             bg.exclude(s, l);
         }
         self.alloc.groups.insert(logical, bg);
@@ -318,46 +318,4 @@ impl Trans {
         }
         Ok(())
     }
-}
-
-/// The logical ranges of a chunk that lie on a superblock copy: one stripe
-/// unit (64 KiB) each, as the kernel's exclude_super_stripes and btrfs
-/// check count them. They are neither allocated nor free space; a tree
-/// block or data extent there would be overwritten by the next commit's
-/// superblocks.
-pub(crate) fn super_stripes(logical: u64, c: &ChunkItem) -> Vec<(u64, u64)> {
-    let n = c.stripes.len() as u64;
-    let sub = (c.sub_stripes as u64).max(1);
-    let raid0 = c.chunk_type & BG_RAID0 != 0;
-    let raid10 = c.chunk_type & BG_RAID10 != 0;
-    let data_stripes = if raid0 {
-        n
-    } else if raid10 {
-        n / sub
-    } else {
-        1
-    };
-    let per_dev = c.length / data_stripes.max(1);
-    let mut v = Vec::new();
-    for (i, st) in c.stripes.iter().enumerate() {
-        let i = i as u64;
-        for off in SUPER_OFFSETS {
-            if off < st.offset || off >= st.offset + per_dev {
-                continue;
-            }
-            let nr = (off - st.offset) / c.stripe_len;
-            let l = if raid0 {
-                nr * n + i
-            } else if raid10 {
-                (nr * n + i) / sub
-            } else {
-                nr
-            };
-            let start = logical + l * c.stripe_len;
-            v.push((start, c.stripe_len.min(logical + c.length - start)));
-        }
-    }
-    v.sort_unstable();
-    v.dedup();
-    v
 }
