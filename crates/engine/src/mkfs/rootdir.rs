@@ -27,8 +27,17 @@ use ubtrfs_format::Key;
 const EXTENT_CHUNK: u64 = 32 << 20;
 
 /// Changed tree blocks after which a commit is made, bounding memory
-/// whatever the size of the tree being copied.
+/// whatever the size of the tree being copied. UBTRFS_MKFS_COMMIT_BLOCKS
+/// overrides it (crash tests make commits frequent with a small tree).
 const COMMIT_BLOCKS: usize = 8192;
+
+fn commit_blocks() -> usize {
+    std::env::var("UBTRFS_MKFS_COMMIT_BLOCKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(COMMIT_BLOCKS)
+}
 
 /// Inode flags mkfs can set (`--inode-flags`), as btrfs stores them.
 pub const INODE_NODATASUM: u64 = 1 << 0;
@@ -89,6 +98,8 @@ struct Walker<'a> {
     links: HashMap<(u64, u64, u64), u64>,
     /// Subvolumes made, to mark read-only or default at the end.
     made: Vec<(u64, SubvolKind)>,
+    /// Commit when this many tree blocks are changed.
+    commit_blocks: usize,
     stats: Stats,
     progress: &'a mut dyn FnMut(&Stats),
 }
@@ -260,7 +271,7 @@ impl Walker<'_> {
             let path = src.join(&name);
             let here = Dir { tree, dir, flags };
             self.add_entry(&path, &rel.join(&name), name.as_os_str(), here, index)?;
-            if self.t.dirty_blocks() > COMMIT_BLOCKS {
+            if self.t.dirty_blocks() > self.commit_blocks {
                 self.t.commit()?;
             }
             (self.progress)(&self.stats);
@@ -587,6 +598,7 @@ pub fn populate(
         next_ino: HashMap::new(),
         links: HashMap::new(),
         made: Vec::new(),
+        commit_blocks: commit_blocks(),
         stats: Stats::default(),
         progress,
     };

@@ -341,7 +341,11 @@ impl Trans {
         let eb = self.buf_mut(b);
         match &mut eb.content {
             Content::Node(ptrs) => {
-                let at = if at_end { ptrs.len() - 1 } else { ptrs.len() / 2 };
+                let at = if at_end {
+                    ptrs.len() - 1
+                } else {
+                    ptrs.len() / 2
+                };
                 let tail = ptrs.split_off(at);
                 vec![Content::Node(tail)]
             }
