@@ -21,7 +21,7 @@ use crate::tx::Trans;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{
     dir_index_key, dir_item_key, encode_uuid_item, parse_dir_entries, parse_uuid_item, uuid_key,
-    ExtentRecord, InodeItem, RootItem, RootRef, Timespec, BLOCK_FLAG_FULL_BACKREF,
+    ExtentRecord, RootItem, RootRef, Timespec, BLOCK_FLAG_FULL_BACKREF,
 };
 use ubtrfs_format::Key;
 
@@ -177,23 +177,13 @@ impl Trans {
         let id = self.new_subvol_id()?;
         let transid = self.transid;
         let item = RootItem {
-            inode: InodeItem {
-                generation: 1,
-                size: 3,
-                nbytes: self.nodesize() as u64,
-                nlink: 1,
-                mode: 0o40755,
-                ..Default::default()
-            },
-            root_dirid: FIRST_INODE,
-            refs: 1,
             flags: if readonly { ROOT_SUBVOL_RDONLY } else { 0 },
             uuid,
             ctransid: transid,
             otransid: transid,
             ctime: time,
             otime: time,
-            ..Default::default()
+            ..crate::mkfs::new_root_item(self.nodesize(), transid, FIRST_INODE)
         };
         self.create_tree(id, item)?;
         let top = crate::mkfs::dir_inode(transid, time, 0o40755);
@@ -252,6 +242,7 @@ impl Trans {
         }
         item.otime = time;
         item.otransid = transid;
+        item.inode.flags |= crate::mkfs::INODE_ROOT_ITEM_INIT;
         item.refs = 1;
         item.last_snapshot = transid;
         item.drop_progress = Key::new(0, 0, 0);

@@ -113,19 +113,28 @@ fn blank_superblock(o: &MkfsOptions) -> Result<Superblock> {
     Superblock::parse(&b).map_err(|e| Error::Invalid(format!("mkfs options: {e}")))
 }
 
-/// The embedded inode of a ROOT_ITEM, as mkfs.btrfs writes it.
-fn root_item(o: &MkfsOptions, transid: u64, root_dirid: u64) -> RootItem {
+/// The root item inode flag the kernel checks before trusting a root
+/// item's flags (BTRFS_INODE_ROOT_ITEM_INIT): without it, the kernel clears
+/// the flags when it loads the root, and a read-only subvolume reads as
+/// writable.
+pub const INODE_ROOT_ITEM_INIT: u64 = 1 << 31;
+
+/// A new tree's ROOT_ITEM as the kernel makes one: the embedded inode of a
+/// directory, one reference, one block used.
+pub fn new_root_item(nodesize: u32, transid: u64, root_dirid: u64) -> RootItem {
     RootItem {
         inode: InodeItem {
             generation: 1,
             size: 3,
-            nbytes: o.nodesize as u64,
+            nbytes: nodesize as u64,
             nlink: 1,
             mode: 0o40755,
+            flags: INODE_ROOT_ITEM_INIT,
             ..Default::default()
         },
         generation: transid,
         root_dirid,
+        bytes_used: nodesize as u64,
         refs: 1,
         ..Default::default()
     }
@@ -296,7 +305,7 @@ pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Res
         trees.push((FREE_SPACE_TREE_OBJECTID, 0));
     }
     for (id, dirid) in trees {
-        t.create_tree(id, root_item(o, transid, dirid))?;
+        t.create_tree(id, new_root_item(o.nodesize, transid, dirid))?;
     }
     let fs_uuid = match o.fsid {
         Some(_) => derived_uuid(&fsid, "fs tree"),

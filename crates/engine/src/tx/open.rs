@@ -89,6 +89,11 @@ impl Trans {
             )));
         }
         let sb = fs.info.sb.clone();
+        if sb.incompat_flags & INCOMPAT_RAID56 != 0 {
+            return Err(Error::Unsupported(format!(
+                "{name}: writing RAID5/RAID6 filesystems is not supported"
+            )));
+        }
         let unknown = sb.incompat_flags & !WRITE_INCOMPAT;
         if unknown != 0 {
             return Err(Error::Unsupported(format!(
