@@ -495,7 +495,11 @@ fn raid56_refused(fx: &Fixture, work: &Path) -> Result<(), String> {
     args.push("/ub-refused".into());
     let o = ubtrfs(&args);
     let t = out_text(&o);
-    if o.status.success() || !(t.contains("RAID5") || t.contains("RAID6") || t.contains("raid5")) {
+    // RAID5/6 block groups, or the RAID56 incompat flag (0x80).
+    let clear = ["RAID5", "RAID6", "raid5", "raid6", "RAID56", "0x80"]
+        .iter()
+        .any(|w| t.contains(w));
+    if o.status.success() || !clear {
         return Err(format!(
             "{}: subvolume create should refuse RAID5/6 ({}): {t}",
             fx.name, o.status
