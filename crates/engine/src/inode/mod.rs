@@ -155,6 +155,23 @@ impl Trans {
         self.append_to_item(tree, r.extref_key(ino), v)
     }
 
+    /// Links inode `ino` (of type `ftype`) as `name` in directory `dir`
+    /// at dir index `index`: the directory's entries and the inode's back
+    /// reference (the kernel's btrfs_add_link). The inode's nlink is the
+    /// caller's.
+    pub fn link_inode(
+        &mut self,
+        tree: u64,
+        dir: u64,
+        name: &[u8],
+        ino: u64,
+        ftype: u8,
+        index: u64,
+    ) -> Result<()> {
+        self.add_dir_entry(tree, dir, name, Key::new(ino, INODE_ITEM, 0), ftype, index)?;
+        self.add_inode_ref(tree, ino, dir, name, index)
+    }
+
     /// Sets xattr `name` of inode `ino` to `value` (replacing it).
     pub fn set_xattr(&mut self, tree: u64, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
         check_name("xattr", name)?;

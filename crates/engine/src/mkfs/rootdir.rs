@@ -299,10 +299,7 @@ impl Walker<'_> {
         if !m.is_dir() && m.nlink() > 1 {
             if let Some(&ino) = self.links.get(&(tree, m.dev(), m.ino())) {
                 self.t
-                    .add_dir_entry(tree, dir, name, Key::new(ino, INODE_ITEM, 0), ftype, index)
-                    .map_err(|e| in_path(path, e))?;
-                self.t
-                    .add_inode_ref(tree, ino, dir, name, index)
+                    .link_inode(tree, dir, name, ino, ftype, index)
                     .map_err(|e| in_path(path, e))?;
                 let mut it = self.t.inode(tree, ino)?.expect("linked inode was made");
                 it.nlink += 1;
@@ -316,10 +313,7 @@ impl Walker<'_> {
         item.flags = self.flags_for(rel, at.flags);
         self.t.put_inode(tree, ino, &item)?;
         self.t
-            .add_dir_entry(tree, dir, name, Key::new(ino, INODE_ITEM, 0), ftype, index)
-            .map_err(|e| in_path(path, e))?;
-        self.t
-            .add_inode_ref(tree, ino, dir, name, index)
+            .link_inode(tree, dir, name, ino, ftype, index)
             .map_err(|e| in_path(path, e))?;
         self.stats.inodes += 1;
         if !m.is_dir() && m.nlink() > 1 {
