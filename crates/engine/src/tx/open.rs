@@ -138,15 +138,32 @@ impl Trans {
                 sb.chunk_root_generation,
             ),
         );
-        let mut t = Trans {
-            transid: sb.generation + 1,
-            fsid: sb.tree_fsid(),
-            chunk_tree_uuid: [0; 16],
+        let mut t = Trans::fresh(info, sb.generation + 1, [0; 16], roots, BTreeMap::new());
+        t.load_chunk_state()?;
+        t.load_block_groups()?;
+        t.load_dev_space()?;
+        Ok(t)
+    }
+
+    /// A transaction over `info` with nothing changed yet: no dirty
+    /// blocks, delayed refs, block groups or pending chunks (the openers
+    /// load or make those).
+    fn fresh(
+        info: FsInfo,
+        transid: u64,
+        chunk_tree_uuid: [u8; 16],
+        roots: BTreeMap<u64, Root>,
+        dev_items: BTreeMap<u64, DevItem>,
+    ) -> Trans {
+        Trans {
+            transid,
+            fsid: info.sb.tree_fsid(),
+            chunk_tree_uuid,
             bufs: HashMap::new(),
             roots,
             alloc: Allocator::default(),
             refs: DelayedRefs::default(),
-            dev_items: BTreeMap::new(),
+            dev_items,
             dev_space: Default::default(),
             pending_chunks: Vec::new(),
             profiles: [0; 3],
@@ -154,11 +171,7 @@ impl Trans {
             chunk_cap: None,
             dev_items_dirty: false,
             info,
-        };
-        t.load_chunk_state()?;
-        t.load_block_groups()?;
-        t.load_dev_space()?;
-        Ok(t)
+        }
     }
 
     /// Device items and the chunk tree's uuid (stamped in every block).
@@ -258,23 +271,14 @@ impl Trans {
             dev_items.insert(item.devid, item);
             devs.insert(item.devid, Device::blank(&path, dev, dsb));
         }
-        Ok(Trans {
+        let info = FsInfo::new(sb, devs, 64 << 20);
+        Ok(Trans::fresh(
+            info,
             transid,
-            fsid: sb.tree_fsid(),
             chunk_tree_uuid,
-            bufs: HashMap::new(),
-            roots: BTreeMap::new(),
-            alloc: Allocator::default(),
-            refs: DelayedRefs::default(),
+            BTreeMap::new(),
             dev_items,
-            dev_space: Default::default(),
-            pending_chunks: Vec::new(),
-            profiles: [0; 3],
-            csum_run: Default::default(),
-            chunk_cap: None,
-            dev_items_dirty: false,
-            info: FsInfo::new(sb, devs, 64 << 20),
-        })
+        ))
     }
 
     /// Makes the root tree and the chunk tree, empty (mkfs, after the
