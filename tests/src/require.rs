@@ -39,6 +39,15 @@ pub fn kernel_available(test: &str) -> bool {
     unavailable(test, "root, the kernel's btrfs and btrfs-progs", &why)
 }
 
+/// btrfs-progs (`btrfs receive --dump`, `btrfs check` on image files:
+/// no root needed).
+pub fn btrfs_progs_available(test: &str) -> bool {
+    if have("btrfs") {
+        return true;
+    }
+    unavailable(test, "btrfs-progs", "no btrfs command")
+}
+
 /// [`kernel_available`], /dev/fuse, and the tools of
 /// tests/fixtures/APT_PACKAGES the FUSE tests use.
 pub fn fuse_available(test: &str) -> bool {

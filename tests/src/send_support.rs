@@ -1,10 +1,64 @@
 //! Helpers for the send tests: mkfs, the kernel's and ubtrfs' `send`,
 //! `btrfs receive`, and a send-stream reader to compare two streams.
 
-use crate::run::{run, ubtrfs_bin};
+use crate::run::{run, ubtrfs, ubtrfs_bin};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+
+/// `ubtrfs subvolume list --json` of an image.
+pub fn subvolumes(image_args: &[String]) -> Vec<serde_json::Value> {
+    let mut args = vec!["subvolume".to_string(), "list".into()];
+    args.extend(image_args.iter().cloned());
+    args.push("--json".into());
+    let out = ubtrfs(&args);
+    assert!(
+        out.status.success(),
+        "subvolume list: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .expect("subvolume list json")
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// The read-only subvolumes of an image, by path, in id order.
+pub fn readonly_snapshots(image_args: &[String]) -> Vec<String> {
+    subvolumes(image_args)
+        .iter()
+        .filter(|s| s["readonly"] == true)
+        .map(|s| s["path"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A send stream made of `cmds` ((command, [(attribute, value)])), framed
+/// with lengths and crc32c, protocol `version` (the data attribute of v2
+/// carries no length and must be last).
+pub fn build_stream(version: u32, cmds: &[(u16, Vec<(u16, Vec<u8>)>)]) -> Vec<u8> {
+    let mut out = b"btrfs-stream\0".to_vec();
+    out.extend_from_slice(&version.to_le_bytes());
+    for (c, attrs) in cmds {
+        let mut body = Vec::new();
+        for (t, v) in attrs {
+            body.extend_from_slice(&t.to_le_bytes());
+            if !(version >= 2 && *t == A_DATA) {
+                body.extend_from_slice(&(v.len() as u16).to_le_bytes());
+            }
+            body.extend_from_slice(v);
+        }
+        let mut hdr = Vec::new();
+        hdr.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        hdr.extend_from_slice(&c.to_le_bytes());
+        hdr.extend_from_slice(&[0; 4]);
+        let crc = crc32c_raw(crc32c_raw(0, &hdr), &body);
+        hdr[6..10].copy_from_slice(&crc.to_le_bytes());
+        out.extend_from_slice(&hdr);
+        out.extend_from_slice(&body);
+    }
+    out
+}
 
 /// A sparse image file with a new btrfs.
 pub fn mkfs(img: &Path, size: &str, opts: &[&str]) {

@@ -25,31 +25,6 @@ use std::process::Command;
 use ubtrfs_oracle::send_support::*;
 use ubtrfs_oracle::*;
 
-fn subvolumes(image_args: &[String]) -> Vec<serde_json::Value> {
-    let mut args = vec!["subvolume".to_string(), "list".into()];
-    args.extend(image_args.iter().cloned());
-    args.push("--json".into());
-    let out = ubtrfs(&args);
-    assert!(
-        out.status.success(),
-        "subvolume list: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice::<serde_json::Value>(&out.stdout)
-        .expect("subvolume list json")
-        .as_array()
-        .unwrap()
-        .clone()
-}
-
-fn readonly_snapshots(image_args: &[String]) -> Vec<String> {
-    subvolumes(image_args)
-        .iter()
-        .filter(|s| s["readonly"] == true)
-        .map(|s| s["path"].as_str().unwrap().to_string())
-        .collect()
-}
-
 fn have_btrfs_progs() -> bool {
     Command::new("btrfs")
         .arg("--version")

@@ -6,6 +6,7 @@ mod cmd_fs;
 mod cmd_inspect;
 mod cmd_mkfs;
 mod cmd_mount;
+mod cmd_receive;
 mod cmd_scrub;
 mod cmd_send;
 mod cmd_subvol;
@@ -77,6 +78,9 @@ enum Command {
     Mount(cmd_mount::MountArgs),
     /// Make a btrfs filesystem (options as mkfs.btrfs).
     Mkfs(cmd_mkfs::MkfsArgs),
+    /// Apply send streams to an unmounted image (as btrfs receive), or
+    /// print them (--dump).
+    Receive(cmd_receive::ReceiveArgs),
 }
 
 fn main() -> ExitCode {
@@ -95,6 +99,7 @@ fn main() -> ExitCode {
         Command::Send(a) => cmd_send::run(a),
         Command::Mount(a) => cmd_mount::run_mount(a),
         Command::Mkfs(a) => cmd_mkfs::run(a),
+        Command::Receive(a) => cmd_receive::run(a),
     };
     match res {
         Ok(code) => code,

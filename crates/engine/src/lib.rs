@@ -30,6 +30,7 @@ pub mod fs;
 pub mod inode;
 pub mod io;
 pub mod mkfs;
+pub mod receive;
 pub mod send;
 pub mod subvol;
 pub mod tools;

@@ -84,7 +84,7 @@ impl Trans {
         })
     }
 
-    fn add_uuid_entry(&mut self, uuid: &[u8; 16], kind: u8, id: u64) -> Result<()> {
+    pub(crate) fn add_uuid_entry(&mut self, uuid: &[u8; 16], kind: u8, id: u64) -> Result<()> {
         if uuid == &[0; 16] || !self.has_tree(UUID_TREE_OBJECTID)? {
             return Ok(());
         }
@@ -103,7 +103,7 @@ impl Trans {
         self.put_item(UUID_TREE_OBJECTID, key, v)
     }
 
-    fn remove_uuid_entry(&mut self, uuid: &[u8; 16], kind: u8, id: u64) -> Result<()> {
+    pub(crate) fn remove_uuid_entry(&mut self, uuid: &[u8; 16], kind: u8, id: u64) -> Result<()> {
         if uuid == &[0; 16] || !self.has_tree(UUID_TREE_OBJECTID)? {
             return Ok(());
         }
@@ -122,6 +122,27 @@ impl Trans {
             self.put_item(UUID_TREE_OBJECTID, key, v)?;
         }
         Ok(())
+    }
+
+    /// The subvolume (still present) that the UUID tree lists under
+    /// `uuid` with key type `kind` (UUID_KEY_SUBVOL or
+    /// UUID_KEY_RECEIVED_SUBVOL).
+    pub fn uuid_lookup(&mut self, uuid: &[u8; 16], kind: u8) -> Result<Option<u64>> {
+        if !self.has_tree(UUID_TREE_OBJECTID)? {
+            return Ok(None);
+        }
+        let key = uuid_key(uuid, kind);
+        let Some(d) = self.lookup(UUID_TREE_OBJECTID, &key)? else {
+            return Ok(None);
+        };
+        let ids =
+            parse_uuid_item(&d).map_err(|e| Error::format(format!("uuid tree key {key}"), e))?;
+        for id in ids {
+            if self.has_tree(id)? {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
     }
 
     /// Links subvolume `id` at `place`: dir entries, root ref and backref,
@@ -277,7 +298,7 @@ impl Trans {
             let r =
                 RootRef::parse(&d).map_err(|e| Error::format(format!("root tree key {k}"), e))?;
             let (parent, dir, name, seq) = (k.offset, r.dirid, r.name.to_vec(), r.sequence);
-            self.unlink_entry(parent, dir, &name, seq, time)?;
+            self.remove_dir_entry(parent, dir, &name, seq, time)?;
             self.delete_item(ROOT_TREE_OBJECTID, &k)?;
             self.delete_item(ROOT_TREE_OBJECTID, &Key::new(parent, ROOT_REF, id))?;
         }
@@ -293,42 +314,6 @@ impl Trans {
         self.remove_uuid_entry(&item.uuid, UUID_KEY_SUBVOL, id)?;
         self.remove_uuid_entry(&item.received_uuid, UUID_KEY_RECEIVED_SUBVOL, id)?;
         self.drop_tree(id)
-    }
-
-    /// Removes the DIR_ITEM / DIR_INDEX `name` (index `seq`) from `dir`.
-    fn unlink_entry(
-        &mut self,
-        tree: u64,
-        dir: u64,
-        name: &[u8],
-        seq: u64,
-        time: Timespec,
-    ) -> Result<()> {
-        let key = dir_item_key(dir, name);
-        if let Some(d) = self.lookup(tree, &key)? {
-            let mut rest = Vec::new();
-            for e in parse_dir_entries(&d)
-                .map_err(|e| Error::format(format!("tree {tree} key {key}"), e))?
-            {
-                if e.name != name {
-                    rest.extend_from_slice(&e.to_bytes());
-                }
-            }
-            if rest.is_empty() {
-                self.delete_item(tree, &key)?;
-            } else {
-                self.put_item(tree, key, rest)?;
-            }
-        }
-        self.delete_item(tree, &dir_index_key(dir, seq))?;
-        if let Some(mut di) = self.inode(tree, dir)? {
-            di.size = di.size.saturating_sub(2 * name.len() as u64);
-            di.mtime = time;
-            di.ctime = time;
-            di.transid = self.transid;
-            self.put_inode(tree, dir, &di)?;
-        }
-        Ok(())
     }
 
     /// Drops tree `id` (btrfs_drop_snapshot, in one transaction): walks

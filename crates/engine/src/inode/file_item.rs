@@ -86,7 +86,7 @@ impl Trans {
             let backref = Backref::Data {
                 root: tree,
                 objectid: ino,
-                offset: file_off - offset,
+                offset: file_off.wrapping_sub(offset),
             };
             self.add_data_ref(disk_bytenr, disk_len, backref, new_extent);
         }

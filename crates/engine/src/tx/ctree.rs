@@ -57,6 +57,7 @@ impl Trans {
     /// Descends to the leaf where `key` is or would be, copying every
     /// block on the way into the transaction.
     pub(crate) fn search_mut(&mut self, tree: u64, key: &Key) -> Result<(Path, bool)> {
+        self.mutations += 1;
         let (root, expect) = self.root_expect(tree)?;
         let mut b = self.cow(tree, root, expect, None)?;
         let mut path = vec![(0, 0); self.buf(b).level as usize + 1];

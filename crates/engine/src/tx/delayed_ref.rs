@@ -218,7 +218,12 @@ impl Trans {
         let mut refs: BTreeMap<Backref, u64> = BTreeMap::new();
         let mut record = if head.new {
             if head.deltas.values().all(|&d| d == 0) {
-                // Allocated and freed again before commit: never on disk.
+                // Allocated and freed again before commit: never on disk,
+                // and neither are its checksums.
+                if head.is_data {
+                    self.flush_csums()?;
+                    self.delete_csums(bytenr, head.num_bytes)?;
+                }
                 self.alloc.free_now(bytenr, head.num_bytes);
                 return Ok(());
             }

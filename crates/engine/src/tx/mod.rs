@@ -82,6 +82,9 @@ pub struct Trans {
     pub(crate) dev_items_dirty: bool,
     /// Data checksums not yet in the csum tree.
     pub(crate) csum_run: csum_tree::CsumRun,
+    /// Tree changes made so far (callers tell whether a failed
+    /// operation changed anything).
+    pub(crate) mutations: u64,
 }
 
 impl Trans {
@@ -218,6 +221,11 @@ impl Trans {
 
     /// How many tree blocks this transaction holds changed (writers
     /// commit when it grows, to bound memory).
+    /// How many tree changes this transaction has made.
+    pub fn mutations(&self) -> u64 {
+        self.mutations
+    }
+
     pub fn dirty_blocks(&self) -> usize {
         self.bufs.len()
     }

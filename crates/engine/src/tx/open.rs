@@ -168,6 +168,7 @@ impl Trans {
             pending_chunks: Vec::new(),
             profiles: [0; 3],
             csum_run: Default::default(),
+            mutations: 0,
             chunk_cap: None,
             dev_items_dirty: false,
             info,

@@ -1,0 +1,838 @@
+//! File data changed through a transaction, as the kernel changes it
+//! (file.c btrfs_drop_extents, inode.c cow_file_range and
+//! cow_file_range_inline, btrfs_truncate and btrfs_cont_expand, file.c
+//! btrfs_punch_hole and btrfs_fallocate, reflink.c): every write is
+//! copy-on-write to new extents, whole sectors at a time (the partial
+//! sectors at its edges read back and merged, as the page cache would);
+//! a file that fits in its first sector up to the kernel's default
+//! max_inline (2048 bytes) is stored inline; replaced extents lose this
+//! file's reference (and are freed, with their checksums, when it was the
+//! last); explicit hole items are kept on filesystems without no-holes.
+//!
+//! Callers (receive, the mount) keep inode times; these functions keep
+//! `size`, `nbytes` and the item's transid.
+
+use crate::data::extent::{Extent, ExtentKind};
+use crate::data::read::copy_or_zero;
+use crate::error::{Error, Result};
+use crate::tree::ctree::Tree;
+use crate::tx::delayed_ref::Backref;
+use crate::tx::Trans;
+use ubtrfs_format::compress::{compress, decompress};
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::InodeItem;
+use ubtrfs_format::Key;
+
+/// The kernel's default max_inline: the largest file kept in its
+/// EXTENT_DATA item.
+pub const MAX_INLINE: u64 = 2048;
+/// Largest uncompressed piece of one compressed extent.
+const COMPRESSED_CHUNK: u64 = 128 * 1024;
+/// Largest uncompressed extent a write makes here.
+const EXTENT_CHUNK: u64 = super::file_item::MAX_EXTENT_SIZE;
+/// Largest read of disk data at once.
+const READ_CHUNK: u64 = 8 << 20;
+
+/// How a file's new data is stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DataPolicy {
+    /// Checksums in the csum tree (not for NODATASUM inodes).
+    pub csum: bool,
+    /// Compression (algorithm, level), kept only where it saves a sector.
+    pub compress: Option<(u8, i32)>,
+}
+
+impl DataPolicy {
+    /// What the inode's flags ask for: checksums unless NODATASUM;
+    /// compression with `algo` when the inode has the COMPRESS flag (the
+    /// btrfs.compression property) and neither NOCOMPRESS nor NODATACOW.
+    pub fn of_inode(inode: &InodeItem, algo: Option<u8>) -> DataPolicy {
+        let f = inode.flags;
+        let csum = f & INODE_NODATASUM == 0;
+        let compress = algo
+            .filter(|_| f & INODE_COMPRESS != 0)
+            .filter(|_| f & (INODE_NOCOMPRESS | INODE_NODATACOW) == 0 && csum)
+            .map(|a| (a, 0));
+        DataPolicy { csum, compress }
+    }
+}
+
+/// Inode flag: compress new data (the btrfs.compression property or
+/// `chattr +c`).
+pub const INODE_COMPRESS: u64 = 1 << 11;
+/// Inode flag: do not compress.
+pub const INODE_NOCOMPRESS: u64 = 1 << 3;
+
+fn round_up(v: u64, ss: u64) -> u64 {
+    v.div_ceil(ss) * ss
+}
+
+fn extent_tree(tree: u64) -> Tree {
+    Tree {
+        id: tree,
+        bytenr: 0,
+        level: 0,
+        generation: 0,
+    }
+}
+
+fn missing(tree: u64, ino: u64) -> Error {
+    Error::NotFound(format!("tree {tree}: inode {ino}"))
+}
+
+impl Trans {
+    fn no_holes(&self) -> bool {
+        self.info.sb.incompat_flags & INCOMPAT_NO_HOLES != 0
+    }
+
+    /// The inode item of `ino`, NotFound when there is none.
+    pub fn inode_of(&mut self, tree: u64, ino: u64) -> Result<InodeItem> {
+        self.inode(tree, ino)?.ok_or_else(|| missing(tree, ino))
+    }
+
+    /// The file extents of `ino` that overlap `[start, end)`, in order.
+    pub fn file_extents(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<(Key, Extent)>> {
+        let ss = self.sectorsize() as u64;
+        let t = extent_tree(tree);
+        let mut out = Vec::new();
+        if end <= start {
+            return Ok(out);
+        }
+        // An extent starting before `start` may reach into it.
+        if start > 0 {
+            if let Some((k, d)) = self.search_last_le(tree, &Key::new(ino, EXTENT_DATA, start))? {
+                if k.objectid == ino && k.item_type == EXTENT_DATA && k.offset < start {
+                    let e = Extent::decode(t, &k, &d, ss)?;
+                    if e.end > start {
+                        out.push((k, e));
+                    }
+                }
+            }
+        }
+        let lo = Key::new(ino, EXTENT_DATA, start);
+        let hi = Key::new(ino, EXTENT_DATA, end - 1);
+        for (k, d) in self.items_in(tree, &lo, &hi)? {
+            out.push((k, Extent::decode(t, &k, &d, ss)?));
+        }
+        Ok(out)
+    }
+
+    /// The file's bytes `[off, off + len)` as they read now (zeros in holes
+    /// and preallocated ranges; checksums are not verified).
+    pub fn read_file(&mut self, tree: u64, ino: u64, off: u64, len: u64) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; len as usize];
+        let end = off + len;
+        let ss = self.sectorsize();
+        for (_, e) in self.file_extents(tree, ino, off, end)? {
+            let (s, en) = (e.start.max(off), e.end.min(end));
+            if s >= en {
+                continue;
+            }
+            let dst = &mut out[(s - off) as usize..(en - off) as usize];
+            let rel = s - e.start;
+            match &e.kind {
+                ExtentKind::Hole | ExtentKind::Prealloc { .. } => {}
+                ExtentKind::Inline { ram_bytes, data } => {
+                    if e.compression == COMPRESS_NONE {
+                        copy_or_zero(dst, data, rel);
+                    } else {
+                        let plain = decompress(e.compression, data, *ram_bytes as usize, ss)
+                            .map_err(|er| {
+                                Error::format(format!("tree {tree} inode {ino} inline"), er)
+                            })?;
+                        copy_or_zero(dst, &plain, rel);
+                    }
+                }
+                ExtentKind::Regular {
+                    disk_bytenr,
+                    disk_num_bytes,
+                    offset,
+                    ram_bytes,
+                    ..
+                } => {
+                    if e.compression == COMPRESS_NONE {
+                        let mut done = 0u64;
+                        while done < en - s {
+                            let n = (en - s - done).min(READ_CHUNK);
+                            let at = disk_bytenr + offset + rel + done;
+                            let d = self.info.read_data(at, n as usize, &[])?;
+                            dst[done as usize..(done + n) as usize].copy_from_slice(&d);
+                            done += n;
+                        }
+                    } else {
+                        let raw =
+                            self.info
+                                .read_data(*disk_bytenr, *disk_num_bytes as usize, &[])?;
+                        let plain = decompress(e.compression, &raw, *ram_bytes as usize, ss)
+                            .map_err(|er| {
+                                Error::format(format!("extent at logical {disk_bytenr}"), er)
+                            })?;
+                        copy_or_zero(dst, &plain, offset + rel);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Inserts an EXTENT_DATA item for `[file_off, file_off + num)` taken
+    /// from extent `e` at `offset` into it (a piece of an existing item,
+    /// or a reflink), with a reference from this file.
+    #[allow(clippy::too_many_arguments)]
+    fn insert_extent_piece(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        file_off: u64,
+        e: &Extent,
+        skip: u64,
+        num: u64,
+    ) -> Result<()> {
+        match e.kind {
+            ExtentKind::Regular {
+                disk_bytenr,
+                disk_num_bytes,
+                offset,
+                ram_bytes,
+                ..
+            } => self.insert_file_extent(
+                tree,
+                ino,
+                file_off,
+                disk_bytenr,
+                disk_num_bytes,
+                offset + skip,
+                num,
+                ram_bytes,
+                e.compression,
+                false,
+                false,
+            ),
+            ExtentKind::Prealloc {
+                disk_bytenr,
+                disk_num_bytes,
+                offset,
+                ..
+            } => self.insert_file_extent(
+                tree,
+                ino,
+                file_off,
+                disk_bytenr,
+                disk_num_bytes,
+                offset + skip,
+                num,
+                disk_num_bytes,
+                COMPRESS_NONE,
+                true,
+                false,
+            ),
+            ExtentKind::Hole => self.insert_hole(tree, ino, file_off, num),
+            ExtentKind::Inline { .. } => Err(Error::Invalid(format!(
+                "tree {tree} inode {ino}: an inline extent cannot be split"
+            ))),
+        }
+    }
+
+    fn insert_hole(&mut self, tree: u64, ino: u64, file_off: u64, num: u64) -> Result<()> {
+        self.insert_file_extent(tree, ino, file_off, 0, 0, 0, num, num, 0, false, false)
+    }
+
+    /// Removes the file's extents from `[start, end)` (sector aligned;
+    /// `end` may be u64::MAX), keeping the parts of extents outside it
+    /// (btrfs_drop_extents). Returns the bytes of data and preallocated
+    /// extents removed (what leaves the inode's nbytes).
+    pub fn drop_extents(&mut self, tree: u64, ino: u64, start: u64, end: u64) -> Result<u64> {
+        let mut removed = 0;
+        for (k, e) in self.file_extents(tree, ino, start, end)? {
+            if e.end <= start || e.start >= end {
+                continue;
+            }
+            self.delete_item(tree, &k)?;
+            match e.kind {
+                ExtentKind::Inline { ram_bytes, .. } => {
+                    // Inline extents are alone in the first sector: a
+                    // sector-aligned range drops them whole.
+                    removed += ram_bytes;
+                    continue;
+                }
+                ExtentKind::Hole => {}
+                _ => {
+                    let (disk, disk_len, off) = match e.kind {
+                        ExtentKind::Regular {
+                            disk_bytenr,
+                            disk_num_bytes,
+                            offset,
+                            ..
+                        }
+                        | ExtentKind::Prealloc {
+                            disk_bytenr,
+                            disk_num_bytes,
+                            offset,
+                            ..
+                        } => (disk_bytenr, disk_num_bytes, offset),
+                        _ => unreachable!(),
+                    };
+                    let backref = Backref::Data {
+                        root: tree,
+                        objectid: ino,
+                        offset: k.offset.wrapping_sub(off),
+                    };
+                    self.drop_data_ref(disk, disk_len, backref);
+                    removed += e.end.min(end) - e.start.max(start);
+                }
+            }
+            if e.start < start {
+                self.insert_extent_piece(tree, ino, e.start, &e, 0, start - e.start)?;
+            }
+            if e.end > end {
+                self.insert_extent_piece(tree, ino, end, &e, end - e.start, e.end - end)?;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// On filesystems without no-holes: hole items for every gap between
+    /// the extents in `[start, end)`.
+    fn fill_holes(&mut self, tree: u64, ino: u64, start: u64, end: u64) -> Result<()> {
+        if self.no_holes() || end <= start {
+            return Ok(());
+        }
+        let mut at = start;
+        for (_, e) in self.file_extents(tree, ino, start, end)? {
+            if e.start > at {
+                self.insert_hole(tree, ino, at, e.start - at)?;
+            }
+            at = at.max(e.end);
+        }
+        if at < end {
+            self.insert_hole(tree, ino, at, end - at)?;
+        }
+        Ok(())
+    }
+
+    fn has_inline(&mut self, tree: u64, ino: u64) -> Result<bool> {
+        let ss = self.sectorsize() as u64;
+        Ok(self
+            .file_extents(tree, ino, 0, ss)?
+            .first()
+            .is_some_and(|(_, e)| e.is_inline()))
+    }
+
+    /// Turns an inline extent into a regular one-sector extent (what the
+    /// kernel's writeback does once the file outgrows inline).
+    fn uninline(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        inode: &mut InodeItem,
+        policy: DataPolicy,
+    ) -> Result<()> {
+        if !self.has_inline(tree, ino)? {
+            return Ok(());
+        }
+        let ss = self.sectorsize() as u64;
+        let data = self.read_file(tree, ino, 0, ss)?;
+        inode.nbytes = inode
+            .nbytes
+            .saturating_sub(self.drop_extents(tree, ino, 0, ss)?);
+        self.write_extents(tree, ino, inode, 0, &data, policy)
+    }
+
+    /// Writes `buf` (whole sectors) as new extents at `at`, which holds no
+    /// extents; adds to nbytes.
+    fn write_extents(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        inode: &mut InodeItem,
+        at: u64,
+        buf: &[u8],
+        policy: DataPolicy,
+    ) -> Result<()> {
+        let ss = self.sectorsize() as u64;
+        let step = if policy.compress.is_some() {
+            COMPRESSED_CHUNK
+        } else {
+            EXTENT_CHUNK
+        } as usize;
+        let mut pos = at;
+        for piece in buf.chunks(step) {
+            let n = piece.len() as u64;
+            let packed = match policy.compress {
+                Some((algo, level)) => compress(algo, level, piece, ss as u32)
+                    .map_err(|e| Error::format(format!("tree {tree} inode {ino}"), e))?
+                    .filter(|c| round_up(c.len() as u64, ss) < n)
+                    .map(|c| (c, algo)),
+                None => None,
+            };
+            let (data, algo) = match &packed {
+                Some((c, algo)) => (&c[..], *algo),
+                None => (piece, COMPRESS_NONE),
+            };
+            self.note_compression(algo);
+            let (disk, len) = self.write_data_extent(data, policy.csum)?;
+            self.insert_file_extent(tree, ino, pos, disk, len, 0, n, n, algo, false, true)?;
+            inode.nbytes += n;
+            pos += n;
+        }
+        Ok(())
+    }
+
+    /// Sets the incompat flag the kernel sets when it first writes an
+    /// extent compressed with LZO or ZSTD.
+    pub fn note_compression(&mut self, algo: u8) {
+        self.info.sb.incompat_flags |= match algo {
+            COMPRESS_LZO => INCOMPAT_COMPRESS_LZO,
+            COMPRESS_ZSTD => INCOMPAT_COMPRESS_ZSTD,
+            _ => 0,
+        };
+    }
+
+    /// Replaces `[at, at + buf.len())` (sector aligned) with `buf` for a
+    /// file whose size will be `isize`: inline when the whole file fits
+    /// in the first sector and in max_inline (cow_file_range_inline's
+    /// rule), else new extents.
+    fn rewrite(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        inode: &mut InodeItem,
+        at: u64,
+        buf: &[u8],
+        isize: u64,
+        policy: DataPolicy,
+    ) -> Result<()> {
+        let ss = self.sectorsize() as u64;
+        let max_inline =
+            MAX_INLINE.min(crate::tree::buf::max_item_data(self.nodesize()) as u64 - 21);
+        let inline = at == 0
+            && isize > 0
+            && isize < ss
+            && isize <= max_inline
+            && isize <= buf.len() as u64
+            && self.file_extents(tree, ino, ss, u64::MAX)?.is_empty();
+        if inline {
+            let removed = self.drop_extents(tree, ino, 0, ss)?;
+            inode.nbytes = inode.nbytes.saturating_sub(removed);
+            let data = &buf[..isize as usize];
+            let packed = match policy.compress {
+                Some((algo, level)) => compress(algo, level, data, ss as u32)
+                    .map_err(|e| Error::format(format!("tree {tree} inode {ino}"), e))?
+                    .filter(|c| c.len() < data.len())
+                    .map(|c| (c, algo)),
+                None => None,
+            };
+            match packed {
+                Some((c, algo)) => {
+                    self.note_compression(algo);
+                    self.insert_inline_extent(tree, ino, &c, isize, algo)?;
+                }
+                None => self.insert_inline_extent(tree, ino, data, isize, COMPRESS_NONE)?,
+            }
+            inode.nbytes += isize;
+            return Ok(());
+        }
+        self.uninline(tree, ino, inode, policy)?;
+        let removed = self.drop_extents(tree, ino, at, at + buf.len() as u64)?;
+        inode.nbytes = inode.nbytes.saturating_sub(removed);
+        self.write_extents(tree, ino, inode, at, buf, policy)
+    }
+
+    /// The sector at `sector` merged for a change of the file: its bytes
+    /// below `keep_below` (and below the file size) as they are, the
+    /// rest zero.
+    fn sector_prefix(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        size: u64,
+        sector: u64,
+        keep_below: u64,
+    ) -> Result<Vec<u8>> {
+        let ss = self.sectorsize() as u64;
+        let keep = keep_below.min(size).saturating_sub(sector).min(ss);
+        let mut buf = self.read_file(tree, ino, sector, keep)?;
+        buf.resize(ss as usize, 0);
+        Ok(buf)
+    }
+
+    /// Whether the sector at `sector` reads stored data (inline or
+    /// regular), which a partial zeroing must rewrite.
+    fn sector_has_data(&mut self, tree: u64, ino: u64, sector: u64) -> Result<bool> {
+        let ss = self.sectorsize() as u64;
+        Ok(self
+            .file_extents(tree, ino, sector, sector + ss)?
+            .iter()
+            .any(|(_, e)| e.is_data()))
+    }
+
+    /// Writes `data` at `off` (a pwrite through the page cache, then
+    /// writeback): the file grows to cover it.
+    pub fn write_file(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        policy: DataPolicy,
+    ) -> Result<InodeItem> {
+        let mut inode = self.inode_of(tree, ino)?;
+        if data.is_empty() {
+            return Ok(inode);
+        }
+        let ss = self.sectorsize() as u64;
+        let end = off
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or_else(|| Error::Invalid(format!("write at {off}: past the largest file size")))?;
+        let (a0, a1) = (off / ss * ss, round_up(end, ss));
+        let size = inode.size;
+        let mut buf = self.sector_prefix(tree, ino, size, a0, off)?;
+        buf.truncate((off - a0) as usize);
+        buf.extend_from_slice(data);
+        if end < a1 && end < size {
+            let tail = self.read_file(tree, ino, end, size.min(a1) - end)?;
+            buf.extend_from_slice(&tail);
+        }
+        buf.resize((a1 - a0) as usize, 0);
+        let isize = size.max(end);
+        self.rewrite(tree, ino, &mut inode, a0, &buf, isize, policy)?;
+        if a0 > size {
+            self.fill_holes(tree, ino, round_up(size, ss), a0)?;
+        }
+        inode.size = isize;
+        inode.transid = self.transid;
+        Ok(inode)
+    }
+
+    /// Zeroes `[from, to)` inside the sector at `sector` when it holds
+    /// data (btrfs_truncate_block).
+    fn zero_in_sector(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        inode: &mut InodeItem,
+        sector: u64,
+        from: u64,
+        to: u64,
+        isize: u64,
+        policy: DataPolicy,
+    ) -> Result<()> {
+        if !self.sector_has_data(tree, ino, sector)? {
+            return Ok(());
+        }
+        let ss = self.sectorsize() as u64;
+        let mut buf = self.read_file(tree, ino, sector, ss)?;
+        let valid = inode.size.saturating_sub(sector).min(ss) as usize;
+        buf[valid..].fill(0);
+        buf[(from - sector) as usize..(to - sector) as usize].fill(0);
+        self.rewrite(tree, ino, inode, sector, &buf, isize, policy)
+    }
+
+    /// Sets the file's size (truncate(2)): extents past the new end are
+    /// dropped, the partial last sector is zeroed past it, and a file
+    /// that grows reads zeros in the new range.
+    pub fn truncate_file(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        new_size: u64,
+        policy: DataPolicy,
+    ) -> Result<InodeItem> {
+        let mut inode = self.inode_of(tree, ino)?;
+        let ss = self.sectorsize() as u64;
+        let size = inode.size;
+        if new_size > i64::MAX as u64 {
+            return Err(Error::Invalid(format!(
+                "truncate to {new_size}: past the largest file size"
+            )));
+        }
+        if new_size < size {
+            let removed = self.drop_extents(tree, ino, round_up(new_size, ss), u64::MAX)?;
+            inode.nbytes = inode.nbytes.saturating_sub(removed);
+            if new_size % ss != 0 {
+                let s = new_size / ss * ss;
+                self.zero_in_sector(tree, ino, &mut inode, s, new_size, s + ss, new_size, policy)?;
+            }
+        } else if new_size > size && size % ss != 0 {
+            let s = size / ss * ss;
+            self.zero_in_sector(tree, ino, &mut inode, s, size, s + ss, new_size, policy)?;
+        } else if new_size > size && self.has_inline(tree, ino)? {
+            self.uninline(tree, ino, &mut inode, policy)?;
+        }
+        self.fill_holes(tree, ino, 0, round_up(new_size, ss))?;
+        inode.size = new_size;
+        inode.transid = self.transid;
+        Ok(inode)
+    }
+
+    /// Punches `[off, off + len)` (fallocate PUNCH_HOLE | KEEP_SIZE):
+    /// whole sectors become holes, partial ones are zeroed.
+    pub fn punch_hole(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        off: u64,
+        len: u64,
+        policy: DataPolicy,
+    ) -> Result<InodeItem> {
+        let mut inode = self.inode_of(tree, ino)?;
+        let ss = self.sectorsize() as u64;
+        let end = off
+            .saturating_add(len)
+            .min(round_up(inode.size, ss).max(off));
+        if end <= off {
+            return Ok(inode);
+        }
+        let (h, t) = (off / ss * ss, end / ss * ss);
+        let isize = inode.size;
+        if off % ss != 0 {
+            let to = end.min(h + ss);
+            self.zero_in_sector(tree, ino, &mut inode, h, off, to, isize, policy)?;
+        }
+        if end % ss != 0 && (t != h || off % ss == 0) {
+            let from = off.max(t);
+            self.zero_in_sector(tree, ino, &mut inode, t, from, end, isize, policy)?;
+        }
+        let (m0, m1) = (round_up(off, ss), t);
+        if m0 < m1 {
+            let removed = self.drop_extents(tree, ino, m0, m1)?;
+            inode.nbytes = inode.nbytes.saturating_sub(removed);
+            self.fill_holes(tree, ino, m0, m1)?;
+        }
+        inode.transid = self.transid;
+        Ok(inode)
+    }
+
+    /// Preallocates `[off, off + len)` (fallocate, mode 0 or KEEP_SIZE):
+    /// the holes in it get preallocated extents.
+    pub fn prealloc(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        off: u64,
+        len: u64,
+        keep_size: bool,
+    ) -> Result<InodeItem> {
+        let mut inode = self.inode_of(tree, ino)?;
+        let ss = self.sectorsize() as u64;
+        let end = off
+            .checked_add(len)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or_else(|| Error::Invalid(format!("fallocate at {off}+{len}: too large")))?;
+        let (a0, a1) = (off / ss * ss, round_up(end, ss));
+        if a0 < a1 && a0 >= ss {
+            self.uninline(tree, ino, &mut inode, DataPolicy::default())?;
+        }
+        // The holes: gaps between extents, and hole items.
+        let mut gaps = Vec::new();
+        let mut at = a0;
+        for (_, e) in self.file_extents(tree, ino, a0, a1)? {
+            if e.start > at {
+                gaps.push((at, e.start));
+            }
+            if matches!(e.kind, ExtentKind::Hole) {
+                gaps.push((e.start.max(a0), e.end.min(a1)));
+            }
+            at = at.max(e.end);
+        }
+        if at < a1 {
+            gaps.push((at, a1));
+        }
+        for (s, e) in gaps {
+            self.drop_extents(tree, ino, s, e)?;
+            let mut p = s;
+            while p < e {
+                let n = (e - p).min(EXTENT_CHUNK);
+                let disk = self.alloc_data(n)?;
+                self.insert_file_extent(tree, ino, p, disk, n, 0, n, n, 0, true, true)?;
+                inode.nbytes += n;
+                p += n;
+            }
+        }
+        if !keep_size && end > inode.size {
+            inode.size = end;
+        }
+        inode.transid = self.transid;
+        Ok(inode)
+    }
+
+    /// Clones `[src_off, src_off + len)` of `src_ino` in `src_tree` to
+    /// `dst_off` of `dst_ino` in `dst_tree`, sharing the extents
+    /// (BTRFS_IOC_CLONE_RANGE). `len` 0 means to the source's end.
+    /// Offsets are sector aligned, and so is `len` unless the range ends
+    /// at the source's end of file.
+    #[allow(clippy::too_many_arguments)]
+    pub fn clone_range(
+        &mut self,
+        src_tree: u64,
+        src_ino: u64,
+        src_off: u64,
+        len: u64,
+        dst_tree: u64,
+        dst_ino: u64,
+        dst_off: u64,
+        policy: DataPolicy,
+    ) -> Result<InodeItem> {
+        let ss = self.sectorsize() as u64;
+        let src = self.inode_of(src_tree, src_ino)?;
+        let len = if len == 0 {
+            src.size.saturating_sub(src_off)
+        } else {
+            len
+        };
+        let here = || {
+            format!("clone of {len} bytes from tree {src_tree} inode {src_ino} offset {src_off} to tree {dst_tree} inode {dst_ino} offset {dst_off}")
+        };
+        let src_end = src_off
+            .checked_add(len)
+            .ok_or_else(|| Error::Invalid(here()))?;
+        if src_off % ss != 0
+            || dst_off % ss != 0
+            || src_end > src.size
+            || (len % ss != 0 && src_end != src.size)
+            || dst_off.checked_add(len).is_none_or(|e| e > i64::MAX as u64)
+        {
+            return Err(Error::Invalid(format!(
+                "{}: unaligned or past the source's end ({} bytes)",
+                here(),
+                src.size
+            )));
+        }
+        if src_tree == dst_tree
+            && src_ino == dst_ino
+            && src_off < dst_off + round_up(len, ss)
+            && dst_off < src_off + round_up(len, ss)
+        {
+            return Err(Error::Invalid(format!("{}: the ranges overlap", here())));
+        }
+        let mut dst = self.inode_of(dst_tree, dst_ino)?;
+        if len == 0 {
+            return Ok(dst);
+        }
+        let alen = round_up(len, ss);
+        let pieces = self.file_extents(src_tree, src_ino, src_off, src_off + alen)?;
+        // Inline source data is copied, not shared.
+        let mut inline_data = Vec::new();
+        for (_, e) in &pieces {
+            if e.is_inline() {
+                inline_data = self.read_file(src_tree, src_ino, 0, ss)?;
+                inline_data.truncate(src.size.min(ss) as usize);
+            }
+        }
+        let new_size = dst.size.max(dst_off + len);
+        if dst_off > 0 || pieces.iter().any(|(_, e)| !e.is_inline()) {
+            self.uninline(dst_tree, dst_ino, &mut dst, policy)?;
+        }
+        let removed = self.drop_extents(dst_tree, dst_ino, dst_off, dst_off + alen)?;
+        dst.nbytes = dst.nbytes.saturating_sub(removed);
+        for (_, e) in &pieces {
+            let s = e.start.max(src_off);
+            let en = e.end.min(src_off + alen);
+            if s >= en {
+                continue;
+            }
+            let at = dst_off + (s - src_off);
+            match e.kind {
+                ExtentKind::Hole => {}
+                ExtentKind::Inline { .. } => {
+                    let mut buf = inline_data.clone();
+                    buf.resize(ss as usize, 0);
+                    let isize = new_size.max(dst.size);
+                    self.rewrite(dst_tree, dst_ino, &mut dst, at, &buf, isize, policy)?;
+                }
+                _ => {
+                    self.insert_extent_piece(dst_tree, dst_ino, at, e, s - e.start, en - s)?;
+                    dst.nbytes += en - s;
+                }
+            }
+        }
+        self.fill_holes(dst_tree, dst_ino, 0, round_up(new_size, ss))?;
+        dst.size = new_size;
+        dst.transid = self.transid;
+        Ok(dst)
+    }
+
+    /// Stores already-compressed data as one extent (the kernel's
+    /// encoded write): `data` decompresses (with btrfs compression type
+    /// `compression`) to `ram_bytes`, of which `[offset, offset +
+    /// num_bytes)` is the file's at `off`. The data is checked to
+    /// decompress. Where the kernel would not store it encoded (not
+    /// aligned, not smaller), it is written decompressed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn encoded_write(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        off: u64,
+        num_bytes: u64,
+        ram_bytes: u64,
+        offset: u64,
+        compression: u8,
+        data: &[u8],
+        policy: DataPolicy,
+    ) -> Result<InodeItem> {
+        let ss = self.sectorsize() as u64;
+        let here = || format!("encoded write of tree {tree} inode {ino} at {off}");
+        if ram_bytes > MAX_UNCOMPRESSED || data.len() as u64 > MAX_UNCOMPRESSED {
+            return Err(Error::Invalid(format!(
+                "{}: {ram_bytes} bytes unencoded, {} encoded (at most {MAX_UNCOMPRESSED})",
+                here(),
+                data.len()
+            )));
+        }
+        if offset.checked_add(num_bytes).is_none_or(|e| e > ram_bytes) {
+            return Err(Error::Invalid(format!(
+                "{}: range {offset}+{num_bytes} past the unencoded length {ram_bytes}",
+                here()
+            )));
+        }
+        let plain = decompress(compression, data, ram_bytes as usize, ss as u32)
+            .map_err(|e| Error::format(here(), e))?;
+        let inode = self.inode_of(tree, ino)?;
+        let end = off + num_bytes;
+        let stored = round_up(data.len() as u64, ss);
+        if off % ss != 0
+            || off == 0 && end < ss
+            || stored >= round_up(ram_bytes, ss)
+            || (num_bytes % ss != 0 && end < inode.size)
+            || !policy.csum
+        {
+            let piece = &plain[offset as usize..(offset + num_bytes) as usize];
+            return self.write_file(tree, ino, off, piece, policy);
+        }
+        let mut inode = inode;
+        let num = round_up(num_bytes, ss);
+        self.uninline(tree, ino, &mut inode, policy)?;
+        let removed = self.drop_extents(tree, ino, off, off + num)?;
+        inode.nbytes = inode.nbytes.saturating_sub(removed);
+        let (disk, len) = self.write_data_extent(data, true)?;
+        self.note_compression(compression);
+        self.insert_file_extent(
+            tree,
+            ino,
+            off,
+            disk,
+            len,
+            offset,
+            num,
+            ram_bytes,
+            compression,
+            false,
+            true,
+        )?;
+        inode.nbytes += num;
+        if off > inode.size {
+            self.fill_holes(tree, ino, round_up(inode.size, ss), off)?;
+        }
+        inode.size = inode.size.max(end);
+        inode.transid = self.transid;
+        Ok(inode)
+    }
+}

@@ -1,0 +1,467 @@
+//! Names changed through a transaction (the kernel's inode.c
+//! btrfs_create_new_inode, btrfs_unlink_inode, btrfs_rmdir, btrfs_rename,
+//! btrfs_link, btrfs_evict_inode; xattr.c removal): lookups by name,
+//! new inodes with the flags and properties they inherit, and removal of
+//! names, back references and, with the last link, the inode and its
+//! extents.
+
+use super::file::{INODE_COMPRESS, INODE_NOCOMPRESS};
+use crate::data::extent::ExtentKind;
+use crate::error::{Error, Result};
+use crate::tx::delayed_ref::Backref;
+use crate::tx::Trans;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{
+    dir_index_key, dir_item_key, parse_dir_entries, parse_inode_extrefs, parse_inode_refs,
+    xattr_item_key, InodeItem, InodeRef, Timespec,
+};
+use ubtrfs_format::Key;
+
+/// The property xattr that sets a file's compression.
+pub const XATTR_COMPRESSION: &[u8] = b"btrfs.compression";
+
+/// A directory entry found by name: where it points and its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub location: Key,
+    pub file_type: u8,
+}
+
+impl Entry {
+    /// The inode it names (None for a subvolume's entry).
+    pub fn ino(&self) -> Option<u64> {
+        (self.location.item_type == INODE_ITEM).then_some(self.location.objectid)
+    }
+}
+
+fn name_str(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+impl Trans {
+    /// The entry `name` in directory `dir`, if any.
+    pub fn lookup_name(&mut self, tree: u64, dir: u64, name: &[u8]) -> Result<Option<Entry>> {
+        let key = dir_item_key(dir, name);
+        let Some(d) = self.lookup(tree, &key)? else {
+            return Ok(None);
+        };
+        let entries = parse_dir_entries(&d)
+            .map_err(|e| Error::format(format!("tree {tree} key {key}"), e))?;
+        Ok(entries.iter().find(|e| e.name == name).map(|e| Entry {
+            location: e.location,
+            file_type: e.file_type,
+        }))
+    }
+
+    /// The highest inode number in use in `tree` (at least 256, the top
+    /// directory): new inodes take the numbers above it, as the kernel's
+    /// free_objectid.
+    pub fn highest_ino(&mut self, tree: u64) -> Result<u64> {
+        let last = self.search_last_le(tree, &Key::new(LAST_FREE_OBJECTID, u8::MAX, u64::MAX))?;
+        Ok(last.map_or(FIRST_INODE, |(k, _)| k.objectid.max(FIRST_INODE)))
+    }
+
+    /// Makes inode `ino` (mode with its type bits) linked as `name` in
+    /// directory `dir`, owned by `uid`:`gid`, all times `time`; it
+    /// inherits the directory's NODATACOW (and for files NODATASUM),
+    /// COMPRESS / NOCOMPRESS flags and its compression property, as the
+    /// kernel's btrfs_inherit_iflags and btrfs_inode_inherit_props.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_inode(
+        &mut self,
+        tree: u64,
+        dir: u64,
+        name: &[u8],
+        ino: u64,
+        mode: u32,
+        rdev: u64,
+        owner: (u32, u32),
+        time: Timespec,
+    ) -> Result<InodeItem> {
+        if self.lookup_name(tree, dir, name)?.is_some() {
+            return Err(Error::Exists(format!(
+                "tree {tree} directory {dir}: {:?} exists",
+                name_str(name)
+            )));
+        }
+        let parent = self.inode_of(tree, dir)?;
+        if parent.mode & 0o170000 != 0o040000 {
+            return Err(Error::Invalid(format!(
+                "tree {tree} inode {dir} is not a directory"
+            )));
+        }
+        let is_reg = mode & 0o170000 == 0o100000;
+        let is_dir = mode & 0o170000 == 0o040000;
+        let mut flags = 0;
+        if parent.flags & INODE_NOCOMPRESS != 0 {
+            flags |= INODE_NOCOMPRESS;
+        } else if parent.flags & INODE_COMPRESS != 0 {
+            flags |= INODE_COMPRESS;
+        }
+        if parent.flags & INODE_NODATACOW != 0 {
+            flags |= INODE_NODATACOW;
+            if is_reg {
+                flags |= INODE_NODATASUM;
+            }
+        }
+        let inode = InodeItem {
+            generation: self.transid,
+            transid: self.transid,
+            size: 0,
+            nbytes: 0,
+            block_group: 0,
+            nlink: 1,
+            uid: owner.0,
+            gid: owner.1,
+            mode,
+            rdev,
+            flags,
+            sequence: 0,
+            atime: time,
+            ctime: time,
+            mtime: time,
+            otime: time,
+        };
+        self.put_inode(tree, ino, &inode)?;
+        let index = self.next_dir_index(tree, dir)?;
+        self.link_inode(tree, dir, name, ino, super::file_type(mode), index)?;
+        self.touch_dir(tree, dir, time)?;
+        if (is_reg || is_dir) && flags & INODE_NODATACOW == 0 {
+            if let Some(v) = self.get_xattr(tree, dir, XATTR_COMPRESSION)? {
+                self.set_xattr(tree, ino, XATTR_COMPRESSION, &v)?;
+            }
+        }
+        Ok(inode)
+    }
+
+    /// A directory's times after a change of its entries.
+    fn touch_dir(&mut self, tree: u64, dir: u64, time: Timespec) -> Result<()> {
+        let mut d = self.inode_of(tree, dir)?;
+        d.mtime = time;
+        d.ctime = time;
+        d.transid = self.transid;
+        d.sequence += 1;
+        self.put_inode(tree, dir, &d)
+    }
+
+    /// The value of xattr `name` of `ino`.
+    pub fn get_xattr(&mut self, tree: u64, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        let key = xattr_item_key(ino, name);
+        let Some(d) = self.lookup(tree, &key)? else {
+            return Ok(None);
+        };
+        let entries = parse_dir_entries(&d)
+            .map_err(|e| Error::format(format!("tree {tree} key {key}"), e))?;
+        Ok(entries
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| e.data.to_vec()))
+    }
+
+    /// Removes xattr `name` of `ino`; NotFound (ENODATA) when it has none.
+    pub fn remove_xattr(&mut self, tree: u64, ino: u64, name: &[u8]) -> Result<()> {
+        let key = xattr_item_key(ino, name);
+        let removed = self.remove_named(tree, &key, name)?;
+        if !removed {
+            return Err(Error::NotFound(format!(
+                "tree {tree} inode {ino}: no xattr {:?}",
+                name_str(name)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Removes entry `name` from the DIR_ITEM / XATTR_ITEM at `key` (the
+    /// item goes with its last entry); whether it was there.
+    fn remove_named(&mut self, tree: u64, key: &Key, name: &[u8]) -> Result<bool> {
+        let Some(d) = self.lookup(tree, key)? else {
+            return Ok(false);
+        };
+        let mut rest = Vec::new();
+        let mut found = false;
+        for e in
+            parse_dir_entries(&d).map_err(|e| Error::format(format!("tree {tree} key {key}"), e))?
+        {
+            if e.name == name {
+                found = true;
+            } else {
+                rest.extend_from_slice(&e.to_bytes());
+            }
+        }
+        if !found {
+            return Ok(false);
+        }
+        if rest.is_empty() {
+            self.delete_item(tree, key)?;
+        } else {
+            self.put_item(tree, *key, rest)?;
+        }
+        Ok(true)
+    }
+
+    /// Removes the DIR_ITEM / DIR_INDEX `name` (index `index`) from `dir`
+    /// and shrinks the directory; its times become `time`.
+    pub fn remove_dir_entry(
+        &mut self,
+        tree: u64,
+        dir: u64,
+        name: &[u8],
+        index: u64,
+        time: Timespec,
+    ) -> Result<()> {
+        self.remove_named(tree, &dir_item_key(dir, name), name)?;
+        self.delete_item(tree, &dir_index_key(dir, index))?;
+        if let Some(mut di) = self.inode(tree, dir)? {
+            di.size = di.size.saturating_sub(2 * name.len() as u64);
+            di.mtime = time;
+            di.ctime = time;
+            di.transid = self.transid;
+            di.sequence += 1;
+            self.put_inode(tree, dir, &di)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the back reference of `ino` named `name` in `parent`
+    /// (INODE_REF, else INODE_EXTREF); returns its dir index.
+    fn remove_inode_ref(&mut self, tree: u64, ino: u64, parent: u64, name: &[u8]) -> Result<u64> {
+        let key = Key::new(ino, INODE_REF, parent);
+        if let Some(d) = self.lookup(tree, &key)? {
+            let refs = parse_inode_refs(&key, &d)
+                .map_err(|e| Error::format(format!("tree {tree} key {key}"), e))?;
+            if let Some(r) = refs.iter().find(|r| r.name == name) {
+                let index = r.index;
+                let mut rest = Vec::new();
+                for o in refs.iter().filter(|o| o.name != name) {
+                    o.encode_ref(&mut rest);
+                }
+                if rest.is_empty() {
+                    self.delete_item(tree, &key)?;
+                } else {
+                    self.put_item(tree, key, rest)?;
+                }
+                return Ok(index);
+            }
+        }
+        let key = InodeRef {
+            parent,
+            index: 0,
+            name,
+        }
+        .extref_key(ino);
+        if let Some(d) = self.lookup(tree, &key)? {
+            let refs = parse_inode_extrefs(&d)
+                .map_err(|e| Error::format(format!("tree {tree} key {key}"), e))?;
+            if let Some(r) = refs.iter().find(|r| r.name == name && r.parent == parent) {
+                let index = r.index;
+                let mut rest = Vec::new();
+                for o in refs
+                    .iter()
+                    .filter(|o| !(o.name == name && o.parent == parent))
+                {
+                    o.encode_extref(&mut rest);
+                }
+                if rest.is_empty() {
+                    self.delete_item(tree, &key)?;
+                } else {
+                    self.put_item(tree, key, rest)?;
+                }
+                return Ok(index);
+            }
+        }
+        Err(Error::corrupt(
+            format!("tree {tree} inode {ino}"),
+            format!(
+                "no back reference for name {:?} in directory {parent}",
+                name_str(name)
+            ),
+        ))
+    }
+
+    /// The entry `name` of `dir`, NotFound when missing; subvolume
+    /// entries are refused (receive and the mount do not move them).
+    fn entry_ino(&mut self, tree: u64, dir: u64, name: &[u8]) -> Result<(u64, Entry)> {
+        let e = self.lookup_name(tree, dir, name)?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "tree {tree} directory {dir}: no entry {:?}",
+                name_str(name)
+            ))
+        })?;
+        let ino = e.ino().ok_or_else(|| {
+            Error::Unsupported(format!(
+                "tree {tree} directory {dir}: {:?} is a subvolume",
+                name_str(name)
+            ))
+        })?;
+        Ok((ino, e))
+    }
+
+    /// Removes name `name` from `dir` (unlink(2), or rmdir(2) of an empty
+    /// directory): the entry, the back reference and one link; the last
+    /// link takes the inode, its xattrs and its extents.
+    pub fn unlink(&mut self, tree: u64, dir: u64, name: &[u8], time: Timespec) -> Result<()> {
+        let (ino, e) = self.entry_ino(tree, dir, name)?;
+        let mut inode = self.inode_of(tree, ino)?;
+        if e.file_type == FT_DIR && inode.size != 0 {
+            return Err(Error::Invalid(format!(
+                "tree {tree}: directory {:?} (inode {ino}) is not empty",
+                name_str(name)
+            )));
+        }
+        let index = self.remove_inode_ref(tree, ino, dir, name)?;
+        self.remove_dir_entry(tree, dir, name, index, time)?;
+        inode.nlink = inode.nlink.saturating_sub(1);
+        if inode.nlink == 0 || e.file_type == FT_DIR {
+            return self.evict(tree, ino);
+        }
+        inode.ctime = time;
+        inode.transid = self.transid;
+        inode.sequence += 1;
+        self.put_inode(tree, ino, &inode)
+    }
+
+    /// Deletes every item of inode `ino` (its last link is gone): data
+    /// extents lose this file's references.
+    fn evict(&mut self, tree: u64, ino: u64) -> Result<()> {
+        let ss = self.sectorsize() as u64;
+        let t = crate::tree::ctree::Tree {
+            id: tree,
+            bytenr: 0,
+            level: 0,
+            generation: 0,
+        };
+        let lo = Key::new(ino, EXTENT_DATA, 0);
+        let hi = Key::new(ino, EXTENT_DATA, u64::MAX);
+        for (k, d) in self.items_in(tree, &lo, &hi)? {
+            let e = crate::data::extent::Extent::decode(t, &k, &d, ss)?;
+            if let ExtentKind::Regular {
+                disk_bytenr,
+                disk_num_bytes,
+                offset,
+                ..
+            }
+            | ExtentKind::Prealloc {
+                disk_bytenr,
+                disk_num_bytes,
+                offset,
+                ..
+            } = e.kind
+            {
+                let backref = Backref::Data {
+                    root: tree,
+                    objectid: ino,
+                    offset: k.offset.wrapping_sub(offset),
+                };
+                self.drop_data_ref(disk_bytenr, disk_num_bytes, backref);
+            }
+        }
+        self.delete_range(
+            tree,
+            &Key::new(ino, 0, 0),
+            &Key::new(ino, u8::MAX, u64::MAX),
+        )?;
+        Ok(())
+    }
+
+    /// Adds name `name` in `dir` for the existing inode `ino` (link(2)).
+    pub fn link(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        dir: u64,
+        name: &[u8],
+        time: Timespec,
+    ) -> Result<()> {
+        let mut inode = self.inode_of(tree, ino)?;
+        if inode.mode & 0o170000 == 0o040000 {
+            return Err(Error::Invalid(format!(
+                "tree {tree}: inode {ino} is a directory: no hard links"
+            )));
+        }
+        if self.lookup_name(tree, dir, name)?.is_some() {
+            return Err(Error::Exists(format!(
+                "tree {tree} directory {dir}: {:?} exists",
+                name_str(name)
+            )));
+        }
+        let index = self.next_dir_index(tree, dir)?;
+        self.link_inode(tree, dir, name, ino, super::file_type(inode.mode), index)?;
+        self.touch_dir(tree, dir, time)?;
+        inode.nlink += 1;
+        inode.ctime = time;
+        inode.transid = self.transid;
+        inode.sequence += 1;
+        self.put_inode(tree, ino, &inode)
+    }
+
+    /// Moves `from_name` in `from_dir` to `to_name` in `to_dir`
+    /// (rename(2)): a file there is replaced, a directory there only when
+    /// empty and when the moved one is a directory too.
+    pub fn rename(
+        &mut self,
+        tree: u64,
+        from_dir: u64,
+        from_name: &[u8],
+        to_dir: u64,
+        to_name: &[u8],
+        time: Timespec,
+    ) -> Result<()> {
+        let (ino, e) = self.entry_ino(tree, from_dir, from_name)?;
+        if from_dir == to_dir && from_name == to_name {
+            return Ok(());
+        }
+        if let Some(old) = self.lookup_name(tree, to_dir, to_name)? {
+            if old.location == e.location {
+                // Two names of one inode: rename(2) does nothing.
+                return Ok(());
+            }
+            let is_dir = e.file_type == FT_DIR;
+            if (old.file_type == FT_DIR) != is_dir {
+                return Err(Error::Invalid(format!(
+                    "rename {:?} over {:?}: one is a directory, the other is not",
+                    name_str(from_name),
+                    name_str(to_name)
+                )));
+            }
+            self.unlink(tree, to_dir, to_name, time)?;
+        }
+        if e.file_type == FT_DIR && to_dir != from_dir {
+            // A directory may not move below itself.
+            let mut d = to_dir;
+            while d != FIRST_INODE {
+                if d == ino {
+                    return Err(Error::Invalid(format!(
+                        "rename {:?}: a directory cannot move below itself",
+                        name_str(from_name)
+                    )));
+                }
+                d = self.parent_of(tree, d)?;
+            }
+        }
+        let index = self.remove_inode_ref(tree, ino, from_dir, from_name)?;
+        self.remove_dir_entry(tree, from_dir, from_name, index, time)?;
+        let new_index = self.next_dir_index(tree, to_dir)?;
+        self.link_inode(tree, to_dir, to_name, ino, e.file_type, new_index)?;
+        self.touch_dir(tree, to_dir, time)?;
+        let mut inode = self.inode_of(tree, ino)?;
+        inode.ctime = time;
+        inode.transid = self.transid;
+        inode.sequence += 1;
+        self.put_inode(tree, ino, &inode)
+    }
+
+    /// The parent directory of directory `dir` (its one INODE_REF).
+    fn parent_of(&mut self, tree: u64, dir: u64) -> Result<u64> {
+        let lo = Key::new(dir, INODE_REF, 0);
+        let hi = Key::new(dir, INODE_REF, u64::MAX);
+        match self.search_first(tree, &lo)? {
+            Some((k, _)) if k <= hi && k.objectid == dir && k.item_type == INODE_REF => {
+                Ok(k.offset)
+            }
+            _ => Err(Error::corrupt(
+                format!("tree {tree} directory {dir}"),
+                "no INODE_REF to its parent",
+            )),
+        }
+    }
+}

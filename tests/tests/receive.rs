@@ -1,0 +1,737 @@
+//! `ubtrfs receive` judged by the kernel.
+//!
+//! * Dump (btrfs-progs, no root): `ubtrfs receive --dump` prints every
+//!   committed fixture's streams (full and incremental, v1, v2, v2 with
+//!   compressed data) exactly as `btrfs receive --dump`.
+//! * Bad streams (btrfs-progs, no root): truncated, corrupted, unknown
+//!   commands, escaping paths, clones from a missing subvolume and a full
+//!   filesystem stop with an error naming the stream offset; the image
+//!   passes `btrfs check`, and the partial subvolume is writable and not
+//!   marked received.
+//! * Kernel fixtures (root): the kernel's `btrfs send` of every read-only
+//!   snapshot, full, incremental (-p) and with a clone source (-c), v1 and
+//!   v2 with compressed data, received by `ubtrfs receive` into an image
+//!   made by `ubtrfs mkfs` and into a copy of the kernel-made fixture:
+//!   `btrfs check` clean, and the kernel mount shows each received
+//!   subvolume as the kernel's own `btrfs receive` makes it from the same
+//!   streams (manifests with SEEK_DATA/HOLE maps and directory sizes),
+//!   read-only with the same received UUID. Then the kernel's receive
+//!   applies the incremental streams on top of a snapshot ubtrfs received,
+//!   and `ubtrfs send` of a received snapshot is received by the kernel.
+//!   UBTRFS_RECEIVE_FIXTURES=all runs every fixture (default: a few).
+//! * Seeded scenarios (root): tests/fixtures/send_scenarios.py changes a
+//!   tree between snapshots; the kernel sends the full and incremental
+//!   streams and ubtrfs receives them; every received snapshot must equal
+//!   its source. UBTRFS_RECEIVE_SEEDS=N (default 40), UBTRFS_RECEIVE_SEED=S.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use ubtrfs_oracle::mkfs_support::btrfs_check;
+use ubtrfs_oracle::send_support::*;
+use ubtrfs_oracle::*;
+
+/// `ubtrfs receive [-e] -f STREAM IMAGE [-d DEV]... DEST`.
+fn ubtrfs_receive(image_args: &[String], stream: &Path, dest: &str) -> Result<String, String> {
+    let mut args: Vec<String> = vec!["receive".into(), "-f".into()];
+    args.push(stream.display().to_string());
+    args.extend(image_args.iter().cloned());
+    args.push(dest.into());
+    let out = ubtrfs(&args);
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+    } else {
+        Err(out_text(&out))
+    }
+}
+
+fn ubtrfs_ok(args: &[&str]) {
+    let out = ubtrfs(args);
+    assert!(out.status.success(), "ubtrfs {args:?}: {}", out_text(&out));
+}
+
+/// A fresh image made by `ubtrfs mkfs`.
+fn ubtrfs_mkfs(img: &Path, size: &str) {
+    let _ = std::fs::remove_file(img);
+    run_ok(
+        Command::new("truncate").args(["-s", size]).arg(img),
+        "truncate",
+    );
+    ubtrfs_ok(&["mkfs", "-q", "-f", &img.display().to_string()]);
+}
+
+/// `btrfs check --readonly` of a filesystem's device images: through
+/// loop devices when there are several (btrfs check finds the others
+/// among block devices only).
+fn check_devices(devs: &[PathBuf]) -> Result<(), String> {
+    let loops = (devs.len() > 1).then(|| Loops::attach(devs, true));
+    let first = match &loops {
+        Some(l) => PathBuf::from(l.first()),
+        None => devs[0].clone(),
+    };
+    btrfs_check(&first, false)
+}
+
+fn dump_with(cmd: &mut Command) -> Result<String, String> {
+    run(cmd.env("TZ", "UTC")).map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+#[test]
+fn receive_dump_prints_as_btrfs_receive() {
+    if !btrfs_progs_available("receive_dump_prints_as_btrfs_receive") {
+        return;
+    }
+    let dir = scratch_dir("receive-dump");
+    let mut n = 0;
+    for f in committed_fixtures() {
+        let ia = f.image_args(None);
+        let snaps = readonly_snapshots(&ia);
+        for (i, s) in snaps.iter().enumerate() {
+            for args in [&[][..], &["--proto", "2"], &["--compressed-data"]] {
+                let mut a = args.to_vec();
+                if i > 0 {
+                    a.extend(["-p", snaps[i - 1].as_str()]);
+                }
+                let out = dir.join("stream");
+                ubtrfs_send(&ia, &a, s, &out).unwrap_or_else(|e| panic!("{e}"));
+                let theirs = dump_with(
+                    Command::new("btrfs")
+                        .args(["receive", "--dump", "-f"])
+                        .arg(&out),
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
+                let ours = dump_with(
+                    Command::new(ubtrfs_bin())
+                        .args(["receive", "--dump", "-f"])
+                        .arg(&out),
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(ours, theirs, "{} {s} {a:?}: dumps differ", f.name);
+                n += 1;
+            }
+        }
+    }
+    assert!(n > 0);
+    eprintln!("{n} dumps equal to btrfs receive --dump");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ------------------------------------------------------------ bad streams
+
+fn attr_u64(t: u16, v: u64) -> (u16, Vec<u8>) {
+    (t, v.to_le_bytes().to_vec())
+}
+
+fn attr_bytes(t: u16, v: &[u8]) -> (u16, Vec<u8>) {
+    (t, v.to_vec())
+}
+
+const C_SUBVOL: u16 = 1;
+const C_MKFILE: u16 = 3;
+const C_END: u16 = 21;
+const A_UUID: u16 = 1;
+const A_CTRANSID: u16 = 2;
+const A_CLONE_UUID: u16 = 20;
+const A_CLONE_CTRANSID: u16 = 21;
+const A_CLONE_PATH: u16 = 22;
+const A_CLONE_OFFSET: u16 = 23;
+
+/// A stream that makes subvolume `name` with one file, then `more`.
+fn small_stream(name: &str, more: Vec<(u16, Vec<(u16, Vec<u8>)>)>) -> Vec<u8> {
+    let mut cmds = vec![
+        (
+            C_SUBVOL,
+            vec![
+                attr_bytes(A_PATH, name.as_bytes()),
+                attr_bytes(A_UUID, &[7; 16]),
+                attr_u64(A_CTRANSID, 9),
+            ],
+        ),
+        (C_MKFILE, vec![attr_bytes(A_PATH, b"f")]),
+        (
+            C_WRITE,
+            vec![
+                attr_bytes(A_PATH, b"f"),
+                attr_u64(A_FILE_OFFSET, 0),
+                attr_bytes(A_DATA, &[0x5a; 9000]),
+            ],
+        ),
+    ];
+    cmds.extend(more);
+    cmds.push((C_END, vec![]));
+    build_stream(1, &cmds)
+}
+
+/// The subvolume at `path` in the image: (exists, readonly, received).
+fn subvol_state(image: &Path, path: &str) -> (bool, bool, bool) {
+    let ia = vec![image.display().to_string()];
+    for s in subvolumes(&ia) {
+        if s["path"] == path {
+            let received = s["received_uuid"]
+                .as_str()
+                .is_some_and(|u| !u.is_empty() && u != "-" && !u.starts_with("00000000"));
+            return (true, s["readonly"] == true, received);
+        }
+    }
+    (false, false, false)
+}
+
+#[test]
+fn receive_bad_streams_fail_with_offsets_and_leave_a_valid_image() {
+    if !btrfs_progs_available("receive_bad_streams_fail_with_offsets_and_leave_a_valid_image") {
+        return;
+    }
+    let dir = scratch_dir("receive-bad");
+    let img = dir.join("img");
+    let ia = vec![img.display().to_string()];
+    let stream = dir.join("stream");
+    // A good one first: received, read-only.
+    ubtrfs_mkfs(&img, "256M");
+    std::fs::write(&stream, small_stream("good", vec![])).unwrap();
+    ubtrfs_receive(&ia, &stream, "/").unwrap_or_else(|e| panic!("good stream: {e}"));
+    assert_eq!(subvol_state(&img, "good"), (true, true, true));
+    let good = std::fs::read(&stream).unwrap();
+
+    let clone_missing = small_stream(
+        "s",
+        vec![(
+            C_CLONE,
+            vec![
+                attr_bytes(A_PATH, b"f"),
+                attr_u64(A_FILE_OFFSET, 0),
+                attr_u64(A_CLONE_LEN, 4096),
+                attr_bytes(A_CLONE_UUID, &[0xee; 16]),
+                attr_u64(A_CLONE_CTRANSID, 5),
+                attr_bytes(A_CLONE_PATH, b"f"),
+                attr_u64(A_CLONE_OFFSET, 0),
+            ],
+        )],
+    );
+    let escape = small_stream("s", vec![(C_MKFILE, vec![attr_bytes(A_PATH, b"../x")])]);
+    let slash = small_stream("s", vec![(C_MKFILE, vec![attr_bytes(A_PATH, b"/etc/x")])]);
+    let unknown = small_stream("s", vec![(99, vec![attr_bytes(A_PATH, b"f")])]);
+    let mut crc = small_stream("s", vec![]);
+    let n = crc.len();
+    crc[n - 20] ^= 0x40;
+    let truncated = small_stream("s", vec![])[..200].to_vec();
+    let no_end = {
+        let s = small_stream("s", vec![]);
+        s[..s.len() - 10].to_vec()
+    };
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "clone from a missing subvolume",
+            clone_missing,
+            "did not find source",
+        ),
+        ("path escaping the subvolume", escape, "'..'"),
+        ("absolute path", slash, "absolute"),
+        ("unknown command", unknown, "unknown command 99"),
+        ("bad crc", crc, "crc"),
+        ("truncated", truncated, "stream ends inside"),
+        ("no end command", no_end, "without an end command"),
+        (
+            "not a stream",
+            b"hello world, not a stream".to_vec(),
+            "not a send stream",
+        ),
+        ("subvolume exists", good.clone(), "exists"),
+    ];
+    for (what, bytes, want) in cases {
+        let name = if what == "subvolume exists" {
+            "good"
+        } else {
+            "s"
+        };
+        std::fs::write(&stream, &bytes).unwrap();
+        let before = subvol_state(&img, name);
+        let err = ubtrfs_receive(&ia, &stream, "/").expect_err(what);
+        assert!(err.contains(want), "{what}: {err}");
+        if !what.starts_with("not a stream") && what != "subvolume exists" {
+            assert!(err.contains("offset"), "{what}: no stream offset in {err}");
+        }
+        btrfs_check(&img, false).unwrap_or_else(|e| panic!("{what}: btrfs check: {e}"));
+        let (exists, ro, received) = subvol_state(&img, name);
+        if what == "subvolume exists" {
+            assert_eq!(
+                (exists, ro, received),
+                before,
+                "{what}: the old one changed"
+            );
+        } else if exists {
+            assert!(
+                !ro && !received,
+                "{what}: partial subvolume marked received"
+            );
+            ubtrfs_ok(&["subvolume", "delete", &ia[0], "/s"]);
+        }
+    }
+    // A full filesystem: ENOSPC, not corruption.
+    let small = dir.join("small");
+    ubtrfs_mkfs(&small, "128M");
+    let sa = vec![small.display().to_string()];
+    let mut cmds = vec![
+        (
+            C_SUBVOL,
+            vec![
+                attr_bytes(A_PATH, b"big"),
+                attr_bytes(A_UUID, &[8; 16]),
+                attr_u64(A_CTRANSID, 9),
+            ],
+        ),
+        (C_MKFILE, vec![attr_bytes(A_PATH, b"f")]),
+    ];
+    let chunk: Vec<u8> = (0..48 * 1024u32)
+        .map(|i| (i * 2654435761u32 >> 24) as u8)
+        .collect();
+    for i in 0..4000u64 {
+        cmds.push((
+            C_WRITE,
+            vec![
+                attr_bytes(A_PATH, b"f"),
+                attr_u64(A_FILE_OFFSET, i * chunk.len() as u64),
+                attr_bytes(A_DATA, &chunk),
+            ],
+        ));
+    }
+    cmds.push((C_END, vec![]));
+    std::fs::write(&stream, build_stream(1, &cmds)).unwrap();
+    let err = ubtrfs_receive(&sa, &stream, "/").expect_err("190 MB into 128 MB");
+    assert!(err.contains("no space"), "full filesystem: {err}");
+    btrfs_check(&small, false).unwrap_or_else(|e| panic!("after ENOSPC: btrfs check: {e}"));
+    let (_, ro, received) = subvol_state(&small, "big");
+    assert!(!ro && !received, "a partial subvolume was marked received");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ------------------------------------------------------------ kernel fixtures
+
+/// The fixtures the fixture test runs on by default (all with
+/// UBTRFS_RECEIVE_FIXTURES=all).
+fn fixture_set() -> Vec<&'static Fixture> {
+    let all = std::env::var("UBTRFS_RECEIVE_FIXTURES").is_ok_and(|v| v == "all");
+    kernel_fixtures()
+        .iter()
+        .filter(|f| {
+            all || ["zstd", "noholes-off", "big", "lzo", "raid1", "sha256-64k"]
+                .contains(&f.name.as_str())
+        })
+        .collect()
+}
+
+/// `btrfs subvolume show` fields of a mounted subvolume: (received UUID,
+/// read-only).
+fn show(path: &Path) -> (String, bool) {
+    let o = run(Command::new("btrfs").args(["subvolume", "show"]).arg(path))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(name).map(|v| v.trim().to_string()))
+            .unwrap_or_default()
+    };
+    (
+        field("Received UUID:"),
+        field("Flags:").contains("readonly"),
+    )
+}
+
+/// Compares what ubtrfs received (at `ours`) with the kernel's receive of
+/// the same stream (at `kernel`).
+fn compare_received(tag: &str, kernel: &Path, ours: &Path, failures: &mut Vec<String>) {
+    let want = manifest_of(kernel);
+    let got = manifest_of(ours);
+    assert!(
+        want.len() > 1,
+        "{tag}: the kernel received nothing at {}",
+        kernel.display()
+    );
+    let ig = Ignore {
+        fields: vec!["ino"],
+        dir_size: false,
+    };
+    if let Err(d) = compare_manifests(&want, &got, &ig) {
+        failures.push(format!("{tag}: received != kernel's receive: {d}"));
+    }
+    let (ku, kro) = show(kernel);
+    let (uu, uro) = show(ours);
+    if ku != uu || kro != uro {
+        failures.push(format!(
+            "{tag}: received UUID / read-only {uu} {uro}, kernel's {ku} {kro}"
+        ));
+    }
+}
+
+struct Streams {
+    /// (snapshot leaf name, stream): the full stream of the first
+    /// snapshot, then each next one incremental from the one before.
+    chain: Vec<(String, PathBuf)>,
+    /// The last snapshot sent incremental from the first, with the first
+    /// as a clone source (-c); received after the first's full stream.
+    with_clone: Option<(String, PathBuf)>,
+}
+
+fn kernel_streams(m: &Mount, snaps: &[String], args: &[&str], work: &Path) -> Streams {
+    let leaf = |s: &str| s.rsplit('/').next().unwrap().to_string();
+    let mut chain = Vec::new();
+    for (i, s) in snaps.iter().enumerate() {
+        let out = work.join(format!("chain-{i}"));
+        let mut a = args.to_vec();
+        let parent = if i > 0 {
+            m.path(&snaps[i - 1])
+        } else {
+            PathBuf::new()
+        };
+        let ps = parent.display().to_string();
+        if i > 0 {
+            a.extend(["-p", ps.as_str()]);
+        }
+        kernel_send(&m.path(s), &a, &out).unwrap_or_else(|e| panic!("{e}"));
+        chain.push((leaf(s), out));
+    }
+    let with_clone = (snaps.len() >= 2).then(|| {
+        let out = work.join("clone");
+        let first = m.path(&snaps[0]).display().to_string();
+        let mut a = args.to_vec();
+        // -c alone needs the sent snapshot's parent among the clone
+        // sources; with -p the first snapshot is both.
+        a.extend(["-p", first.as_str(), "-c", first.as_str()]);
+        kernel_send(&m.path(snaps.last().unwrap()), &a, &out).unwrap_or_else(|e| panic!("{e}"));
+        (leaf(snaps.last().unwrap()), out)
+    });
+    Streams { chain, with_clone }
+}
+
+#[test]
+fn receive_kernel_fixture_streams_as_the_kernel_does() {
+    if !kernel_available("receive_kernel_fixture_streams_as_the_kernel_does") {
+        return;
+    }
+    let work = scratch_dir("receive-fixtures");
+    let kimg = work.join("kernel-recv.img");
+    mkfs(&kimg, "4G", &[]);
+    let krecv = Mount::images(std::slice::from_ref(&kimg), "", false);
+    let mut failures = Vec::new();
+    let mut received = 0;
+    for f in fixture_set() {
+        let ia = f.image_args(None);
+        let snaps = readonly_snapshots(&ia);
+        if snaps.is_empty() {
+            continue;
+        }
+        // The streams first: the fixture's copies share its fsid, so it
+        // is not mounted while they are.
+        let variants = [("v1", &[][..]), ("c", &["--compressed-data"][..])];
+        let m = Mount::images(&f.devices(), "", true);
+        let all: Vec<Streams> = variants
+            .iter()
+            .map(|(v, args)| {
+                let sdir = work.join(format!("streams-{}-{v}", f.name));
+                std::fs::create_dir_all(&sdir).unwrap();
+                kernel_streams(&m, &snaps, args, &sdir)
+            })
+            .collect();
+        m.unmount();
+        let _ = Command::new("btrfs")
+            .args(["device", "scan", "--forget"])
+            .output();
+        for ((v, _), st) in variants.iter().zip(all) {
+            let tag = format!("{} {v}", f.name);
+            let sdir = work.join(format!("streams-{}-{v}", f.name));
+            // The kernel's receive: the reference.
+            let kdir = krecv.dir.join(format!("{}-{v}", f.name));
+            for (_, s) in &st.chain {
+                receive(s, &kdir).unwrap_or_else(|e| panic!("{tag}: kernel receive: {e}"));
+            }
+            if let Some((_, s)) = &st.with_clone {
+                receive(&st.chain[0].1, &kdir.join("c"))
+                    .unwrap_or_else(|e| panic!("{tag}: kernel receive: {e}"));
+                receive(s, &kdir.join("c"))
+                    .unwrap_or_else(|e| panic!("{tag}: kernel receive -c: {e}"));
+            }
+            // Ours, into a fresh ubtrfs image, and into a copy of the
+            // kernel-made fixture (its snapshots kept).
+            let uimg = work.join("ours.img");
+            ubtrfs_mkfs(&uimg, "1G");
+            let copy = f.copy_to(&work.join("copy"));
+            let targets: Vec<(String, Vec<PathBuf>)> = if f.profile("data").starts_with("raid5")
+                || f.profile("data").starts_with("raid6")
+            {
+                vec![("mkfs".into(), vec![uimg.clone()])]
+            } else {
+                vec![
+                    ("mkfs".into(), vec![uimg.clone()]),
+                    ("fixture copy".into(), copy.devices()),
+                ]
+            };
+            for (what, devs) in &targets {
+                let tag = format!("{tag} into {what}");
+                let ta = image_args(devs);
+                ubtrfs_ok(
+                    &[
+                        &["subvolume", "create"][..],
+                        &ta.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+                        &["/recv"],
+                    ]
+                    .concat(),
+                );
+                let mut ok = true;
+                for (name, s) in &st.chain {
+                    if let Err(e) = ubtrfs_receive(&ta, s, "/recv") {
+                        failures.push(format!("{tag}: receive of {name}: {e}"));
+                        ok = false;
+                        break;
+                    }
+                    received += 1;
+                }
+                if let Some((name, s)) = &st.with_clone {
+                    ubtrfs_ok(
+                        &[
+                            &["subvolume", "create"][..],
+                            &ta.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+                            &["/recv/c"],
+                        ]
+                        .concat(),
+                    );
+                    if let Err(e) = ubtrfs_receive(&ta, &st.chain[0].1, "/recv/c")
+                        .and_then(|_| ubtrfs_receive(&ta, s, "/recv/c"))
+                    {
+                        failures.push(format!("{tag}: receive -c of {name}: {e}"));
+                        ok = false;
+                    }
+                    received += 1;
+                }
+                if let Err(e) = check_devices(devs) {
+                    failures.push(format!("{tag}: btrfs check: {e}"));
+                    continue;
+                }
+                if !ok {
+                    continue;
+                }
+                let um = Mount::images(devs, "", true);
+                for (name, _) in &st.chain {
+                    compare_received(
+                        &format!("{tag} {name}"),
+                        &kdir.join(name),
+                        &um.path(&format!("recv/{name}")),
+                        &mut failures,
+                    );
+                }
+                if let Some((name, _)) = &st.with_clone {
+                    compare_received(
+                        &format!("{tag} -c {name}"),
+                        &kdir.join("c").join(name),
+                        &um.path(&format!("recv/c/{name}")),
+                        &mut failures,
+                    );
+                }
+                um.unmount();
+            }
+            // The kernel on top of ours: ubtrfs receives the full stream,
+            // the kernel's receive the incremental ones (finding their
+            // parent by the received UUID ubtrfs set), then writes.
+            if st.chain.len() >= 2 {
+                ubtrfs_mkfs(&uimg, "1G");
+                let ua = vec![uimg.display().to_string()];
+                ubtrfs_receive(&ua, &st.chain[0].1, "/").unwrap_or_else(|e| panic!("{tag}: {e}"));
+                let um = Mount::images(std::slice::from_ref(&uimg), "", false);
+                for (name, s) in &st.chain[1..] {
+                    if let Err(e) = receive(s, &um.dir) {
+                        failures.push(format!(
+                            "{tag}: kernel receive of {name} on ubtrfs-received parent: {e}"
+                        ));
+                    }
+                }
+                let (last, _) = st.chain.last().unwrap();
+                compare_received(
+                    &format!("{tag} kernel-on-ubtrfs {last}"),
+                    &kdir.join(last),
+                    &um.path(last),
+                    &mut failures,
+                );
+                std::fs::write(um.path("after.txt"), b"kernel writes").unwrap();
+                um.unmount();
+                if let Err(e) = btrfs_check(&uimg, false) {
+                    failures.push(format!("{tag}: kernel-on-ubtrfs btrfs check: {e}"));
+                }
+                // ubtrfs send of the snapshot ubtrfs received, received by
+                // the kernel, equals the kernel's own receive.
+                let out = sdir.join("resend");
+                let first = &st.chain[0].0;
+                match ubtrfs_send(&ua, &[], first, &out) {
+                    Err(e) => failures.push(format!("{tag}: ubtrfs send of received: {e}")),
+                    Ok(()) => {
+                        let dest = krecv.dir.join(format!("{}-{v}-resend", f.name));
+                        match receive(&out, &dest) {
+                            Err(e) => failures.push(format!("{tag}: resend: {e}")),
+                            Ok(()) => {
+                                let want = manifest_of(&kdir.join(first));
+                                let got = manifest_of(&dest.join(first));
+                                let ig = Ignore {
+                                    fields: vec!["ino"],
+                                    dir_size: false,
+                                };
+                                if let Err(d) = compare_manifests(&want, &got, &ig) {
+                                    failures.push(format!("{tag}: resent != received: {d}"));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let _ = std::fs::remove_dir_all(&sdir);
+            let _ = std::fs::remove_dir_all(work.join("copy"));
+            let _ = Command::new("btrfs")
+                .args(["device", "scan", "--forget"])
+                .output();
+        }
+    }
+    krecv.unmount();
+    let _ = std::fs::remove_dir_all(&work);
+    eprintln!("{received} streams received by ubtrfs");
+    assert!(received > 0);
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+// ------------------------------------------------------------ seeded
+
+const STEPS: usize = 4;
+const BATCH: usize = 20;
+
+fn seeds() -> Vec<u64> {
+    if let Ok(s) = std::env::var("UBTRFS_RECEIVE_SEED") {
+        return vec![s.parse().expect("UBTRFS_RECEIVE_SEED")];
+    }
+    let n = env_u64("UBTRFS_RECEIVE_SEEDS").unwrap_or(40);
+    (1..=n).collect()
+}
+
+#[test]
+fn receive_incremental_random_scenarios() {
+    if !kernel_available("receive_incremental_random_scenarios") {
+        return;
+    }
+    let work = scratch_dir("receive-incr");
+    let seeds = seeds();
+    let mut failed: Vec<(u64, String)> = Vec::new();
+    let mut streams = 0;
+    for (bi, batch) in seeds.chunks(BATCH).enumerate() {
+        let compress = bi % 2 == 1;
+        let mount_opts = if compress { "compress=zstd" } else { "" };
+        let img = work.join("src.img");
+        mkfs(&img, "2G", &[]);
+        let names: Vec<String> = batch.iter().map(|s| s.to_string()).collect();
+        let script = repo_root().join("tests/fixtures/send_scenarios.py");
+        {
+            let m = Mount::images(std::slice::from_ref(&img), mount_opts, false);
+            run(Command::new("python3")
+                .arg(&script)
+                .arg("init")
+                .arg(&m.dir)
+                .args(&names))
+            .unwrap_or_else(|e| panic!("seeds {names:?}: {e}"));
+            m.unmount();
+        }
+        for step in 1..=STEPS {
+            let m = Mount::images(std::slice::from_ref(&img), mount_opts, false);
+            run(Command::new("python3")
+                .arg(&script)
+                .arg("step")
+                .arg(&m.dir)
+                .arg(step.to_string())
+                .args(&names))
+            .unwrap_or_else(|e| panic!("seeds {names:?} step {step}: {e}"));
+            m.unmount();
+        }
+        let rimg = work.join("recv.img");
+        ubtrfs_mkfs(&rimg, "4G");
+        let ra = vec![rimg.display().to_string()];
+        let m = Mount::images(std::slice::from_ref(&img), "", true);
+        let source = split_manifest(&manifest_of(&m.dir), 1);
+        let mut batch_failed: Vec<(u64, String)> = Vec::new();
+        let mut received = Vec::new();
+        for &seed in batch {
+            let mut base: Vec<&str> = if seed % 2 == 0 {
+                vec![]
+            } else {
+                vec!["--proto", "2"]
+            };
+            if compress && seed % 2 == 1 {
+                base.push("--compressed-data");
+            }
+            let dest = format!("/r{seed}");
+            ubtrfs_ok(&["subvolume", "create", &ra[0], &dest]);
+            for step in 0..=STEPS {
+                let snap = format!("s{seed}.{step}");
+                let out = work.join("stream");
+                let mut args = base.clone();
+                let parent = m.path(&format!("s{seed}.{}", step.saturating_sub(1)));
+                let ps = parent.display().to_string();
+                if step > 0 {
+                    args.extend(["-p", ps.as_str()]);
+                }
+                let r = kernel_send(&m.path(&snap), &args, &out)
+                    .and_then(|_| ubtrfs_receive(&ra, &out, &dest).map(|_| ()));
+                streams += 1;
+                if let Err(e) = r {
+                    batch_failed.push((seed, format!("step {step}: {e}")));
+                    break;
+                }
+                received.push((seed, step));
+            }
+        }
+        m.unmount();
+        if let Err(e) = btrfs_check(&rimg, false) {
+            panic!("seeds {names:?}: btrfs check after receiving: {e}");
+        }
+        let um = Mount::images(std::slice::from_ref(&rimg), "", true);
+        let got = split_manifest(&manifest_of(&um.dir), 2);
+        um.unmount();
+        for (seed, step) in received {
+            if batch_failed.iter().any(|f| f.0 == seed) {
+                continue;
+            }
+            let snap = format!("s{seed}.{step}");
+            let Some(want) = source.get(&format!("/{snap}")).cloned() else {
+                batch_failed.push((seed, format!("{snap} is not in the source manifest")));
+                continue;
+            };
+            let have = got
+                .get(&format!("/r{seed}/{snap}"))
+                .cloned()
+                .unwrap_or_default();
+            let ig = Ignore {
+                fields: vec!["ino", "data"],
+                dir_size: false,
+            };
+            if let Err(d) = compare_manifests(&want, &have, &ig) {
+                batch_failed.push((
+                    seed,
+                    format!("step {step} ({snap}): received != source: {d}"),
+                ));
+            }
+        }
+        for (seed, e) in batch_failed {
+            eprintln!("FAILED seed {seed}: {e}");
+            failed.push((seed, e));
+        }
+        let _ = std::fs::remove_file(&rimg);
+        let _ = std::fs::remove_file(&img);
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    eprintln!(
+        "{} seeded scenarios, {streams} streams received",
+        seeds.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {} scenarios failed (rerun one with UBTRFS_RECEIVE_SEED=N): {:?}",
+        failed.len(),
+        seeds.len(),
+        failed
+    );
+}
