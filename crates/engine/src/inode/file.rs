@@ -346,6 +346,7 @@ impl Trans {
 
     /// Writes `buf` (whole sectors) as new extents at `at`, which holds no
     /// extents; adds to nbytes.
+    #[allow(clippy::too_many_arguments)]
     fn write_extents(
         &mut self,
         tree: u64,
@@ -398,6 +399,7 @@ impl Trans {
     /// file whose size will be `isize`: inline when the whole file fits
     /// in the first sector and in max_inline (cow_file_range_inline's
     /// rule), else new extents.
+    #[allow(clippy::too_many_arguments)]
     fn rewrite(
         &mut self,
         tree: u64,
@@ -513,6 +515,7 @@ impl Trans {
 
     /// Zeroes `[from, to)` inside the sector at `sector` when it holds
     /// data (btrfs_truncate_block).
+    #[allow(clippy::too_many_arguments)]
     fn zero_in_sector(
         &mut self,
         tree: u64,
@@ -556,7 +559,7 @@ impl Trans {
         if new_size < size {
             let removed = self.drop_extents(tree, ino, round_up(new_size, ss), u64::MAX)?;
             inode.nbytes = inode.nbytes.saturating_sub(removed);
-            if new_size % ss != 0 {
+            if !new_size.is_multiple_of(ss) {
                 let s = new_size / ss * ss;
                 self.zero_in_sector(tree, ino, &mut inode, s, new_size, s + ss, new_size, policy)?;
             }
@@ -592,11 +595,11 @@ impl Trans {
         }
         let (h, t) = (off / ss * ss, end / ss * ss);
         let isize = inode.size;
-        if off % ss != 0 {
+        if !off.is_multiple_of(ss) {
             let to = end.min(h + ss);
             self.zero_in_sector(tree, ino, &mut inode, h, off, to, isize, policy)?;
         }
-        if end % ss != 0 && (t != h || off % ss == 0) {
+        if !end.is_multiple_of(ss) && (t != h || off.is_multiple_of(ss)) {
             let from = off.max(t);
             self.zero_in_sector(tree, ino, &mut inode, t, from, end, isize, policy)?;
         }
@@ -619,6 +622,7 @@ impl Trans {
         off: u64,
         len: u64,
         keep_size: bool,
+        policy: DataPolicy,
     ) -> Result<InodeItem> {
         let mut inode = self.inode_of(tree, ino)?;
         let ss = self.sectorsize() as u64;
@@ -628,7 +632,7 @@ impl Trans {
             .ok_or_else(|| Error::Invalid(format!("fallocate at {off}+{len}: too large")))?;
         let (a0, a1) = (off / ss * ss, round_up(end, ss));
         if a0 < a1 && a0 >= ss {
-            self.uninline(tree, ino, &mut inode, DataPolicy::default())?;
+            self.uninline(tree, ino, &mut inode, policy)?;
         }
         // The holes: gaps between extents, and hole items.
         let mut gaps = Vec::new();
@@ -659,6 +663,7 @@ impl Trans {
         if !keep_size && end > inode.size {
             inode.size = end;
         }
+        self.fill_holes(tree, ino, 0, round_up(inode.size, ss))?;
         inode.transid = self.transid;
         Ok(inode)
     }
@@ -693,8 +698,8 @@ impl Trans {
         let src_end = src_off
             .checked_add(len)
             .ok_or_else(|| Error::Invalid(here()))?;
-        if src_off % ss != 0
-            || dst_off % ss != 0
+        if !src_off.is_multiple_of(ss)
+            || !dst_off.is_multiple_of(ss)
             || src_end > src.size
             || (len % ss != 0 && src_end != src.size)
             || dst_off.checked_add(len).is_none_or(|e| e > i64::MAX as u64)
@@ -798,10 +803,10 @@ impl Trans {
         let inode = self.inode_of(tree, ino)?;
         let end = off + num_bytes;
         let stored = round_up(data.len() as u64, ss);
-        if off % ss != 0
+        if !off.is_multiple_of(ss)
             || off == 0 && end < ss
             || stored >= round_up(ram_bytes, ss)
-            || (num_bytes % ss != 0 && end < inode.size)
+            || (!num_bytes.is_multiple_of(ss) && end < inode.size)
             || !policy.csum
         {
             let piece = &plain[offset as usize..(offset + num_bytes) as usize];

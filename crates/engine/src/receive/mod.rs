@@ -538,8 +538,9 @@ impl<'t> Receiver<'t> {
                     let policy = self.policy(tree, ino)?;
                     self.t.punch_hole(tree, ino, off, len, policy)?
                 } else if mode & !FALLOC_FL_KEEP_SIZE == 0 {
-                    self.t
-                        .prealloc(tree, ino, off, len, mode & FALLOC_FL_KEEP_SIZE != 0)?
+                    let policy = self.policy(tree, ino)?;
+                    let keep = mode & FALLOC_FL_KEEP_SIZE != 0;
+                    self.t.prealloc(tree, ino, off, len, keep, policy)?
                 } else {
                     return Err(Error::Unsupported(format!("fallocate mode {mode:#x}")));
                 };

@@ -140,6 +140,7 @@ impl Trans {
             self.info.cache.remove(a);
         }
         self.bufs.clear();
+        self.forget_decoded();
         self.alloc.unpin_all();
         self.info.sb = sb;
         self.transid += 1;

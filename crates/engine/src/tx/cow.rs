@@ -36,6 +36,8 @@ impl Trans {
             return Ok(bytenr);
         }
         let old = self.load(bytenr, expect)?.into_owned();
+        // Its committed copy is no longer read through this address.
+        self.decoded.get_mut().remove(&bytenr);
         if old.flags & HEADER_FLAG_RELOC != 0 {
             return Err(Error::Unsupported(format!(
                 "tree {tree}: block {bytenr} belongs to an unfinished relocation"

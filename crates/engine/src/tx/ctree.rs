@@ -5,10 +5,10 @@
 //! into a sibling, and a root node left with one child gives way to it.
 //! Parent keys follow their children's first keys.
 
-use super::Trans;
+use super::{BlockRef, Trans};
 use crate::error::{Error, Result};
 use crate::tree::block::BlockExpect;
-use crate::tree::buf::{self, Content, ExtentBuffer, Ptr};
+use crate::tree::buf::{self, Content, Ptr};
 use ubtrfs_format::node::ITEM_SIZE;
 use ubtrfs_format::Key;
 
@@ -193,12 +193,11 @@ impl Trans {
     /// is below every key.
     pub fn search_last_le(&mut self, tree: u64, key: &Key) -> Result<Option<(Key, Vec<u8>)>> {
         let (root, expect) = self.root_expect(tree)?;
-        let mut cur = self.load(root, expect)?.into_owned();
+        let this = &*self;
+        let mut cur = this.load(root, expect)?;
         while !cur.is_leaf() {
             let p = cur.ptrs()[node_slot(cur.ptrs(), key)];
-            cur = self
-                .load(p.blockptr, expect_child(&p, cur.level))?
-                .into_owned();
+            cur = this.load(p.blockptr, expect_child(&p, cur.level))?;
         }
         let (slot, found) = leaf_slot(cur.items(), key);
         let i = if found {
@@ -221,9 +220,10 @@ impl Trans {
         mut f: impl FnMut(&Key, &[u8]) -> bool,
     ) -> Result<()> {
         let (root, expect) = self.root_expect(tree)?;
+        let this = &*self;
         // Stack of (node, next slot to visit) above the current block.
-        let mut stack: Vec<(ExtentBuffer, usize)> = Vec::new();
-        let mut cur = self.load(root, expect)?.into_owned();
+        let mut stack: Vec<(BlockRef<'_>, usize)> = Vec::new();
+        let mut cur = this.load(root, expect)?;
         let mut first = true;
         loop {
             if cur.is_leaf() {
@@ -247,7 +247,7 @@ impl Trans {
                         let p = node.ptrs()[*slot];
                         let level = node.level;
                         *slot += 1;
-                        cur = self.load(p.blockptr, expect_child(&p, level))?.into_owned();
+                        cur = this.load(p.blockptr, expect_child(&p, level))?;
                         break;
                     }
                     stack.pop();
@@ -261,7 +261,7 @@ impl Trans {
             };
             let p = cur.ptrs()[slot];
             let level = cur.level;
-            let child = self.load(p.blockptr, expect_child(&p, level))?.into_owned();
+            let child = this.load(p.blockptr, expect_child(&p, level))?;
             stack.push((cur, slot + 1));
             cur = child;
         }

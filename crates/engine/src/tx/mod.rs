@@ -60,7 +60,7 @@ pub struct Trans {
     pub info: FsInfo,
     pub transid: u64,
     /// Blocks changed or made in this transaction, by address.
-    bufs: HashMap<u64, ExtentBuffer>,
+    bufs: BlockMap<ExtentBuffer>,
     /// Trees loaded or changed in this transaction.
     roots: BTreeMap<u64, Root>,
     pub alloc: Allocator,
@@ -85,6 +85,60 @@ pub struct Trans {
     /// Tree changes made so far (callers tell whether a failed
     /// operation changed anything).
     pub(crate) mutations: u64,
+    /// Committed blocks read in this transaction, decoded.
+    decoded: std::cell::RefCell<BlockMap<std::sync::Arc<ExtentBuffer>>>,
+}
+
+/// Maps by block address, hashed by one multiplication (addresses are
+/// distinct multiples of the node size: SipHash's care is not needed on
+/// this hot path).
+pub(crate) type BlockMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<AddrHasher>>;
+
+/// The hasher of [`BlockMap`].
+#[derive(Default)]
+pub(crate) struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Most decoded committed blocks kept (about 64 KiB each at most).
+const DECODED_BLOCKS: usize = 4096;
+
+/// A block being read: this transaction's copy, or a decoded committed
+/// one.
+pub(crate) enum BlockRef<'a> {
+    Tx(&'a ExtentBuffer),
+    Committed(std::sync::Arc<ExtentBuffer>),
+}
+
+impl std::ops::Deref for BlockRef<'_> {
+    type Target = ExtentBuffer;
+    fn deref(&self) -> &ExtentBuffer {
+        match self {
+            BlockRef::Tx(b) => b,
+            BlockRef::Committed(b) => b,
+        }
+    }
+}
+
+impl BlockRef<'_> {
+    pub(crate) fn into_owned(self) -> ExtentBuffer {
+        match self {
+            BlockRef::Tx(b) => b.clone(),
+            BlockRef::Committed(b) => std::sync::Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone()),
+        }
+    }
 }
 
 impl Trans {
@@ -248,20 +302,37 @@ impl Trans {
     }
 
     /// The block at `bytenr`: this transaction's copy, or the committed
-    /// one read and verified against what its parent pointer promised.
-    fn load(&self, bytenr: u64, expect: BlockExpect) -> Result<std::borrow::Cow<'_, ExtentBuffer>> {
+    /// one read and verified against what its parent pointer promised
+    /// (decoded once and kept until the commit: committed blocks do not
+    /// change, and their addresses stay pinned until then).
+    fn load(&self, bytenr: u64, expect: BlockExpect) -> Result<BlockRef<'_>> {
         if let Some(b) = self.bufs.get(&bytenr) {
-            return Ok(std::borrow::Cow::Borrowed(b));
+            return Ok(BlockRef::Tx(b));
+        }
+        if let Some(b) = self.decoded.borrow().get(&bytenr) {
+            return Ok(BlockRef::Committed(b.clone()));
         }
         let tb = self.info.read_tree_block(bytenr, expect)?;
         let h = tb.header;
-        Ok(std::borrow::Cow::Owned(ExtentBuffer::decode(
+        let eb = std::sync::Arc::new(ExtentBuffer::decode(
             tb.node(),
             bytenr,
             h.generation,
             h.owner,
             h.flags,
-        )))
+        ));
+        let mut d = self.decoded.borrow_mut();
+        if d.len() >= DECODED_BLOCKS {
+            d.clear();
+        }
+        d.insert(bytenr, eb.clone());
+        Ok(BlockRef::Committed(eb))
+    }
+
+    /// Forgets the decoded committed blocks (at commit: their addresses
+    /// may be reused from now on).
+    pub(crate) fn forget_decoded(&mut self) {
+        self.decoded.get_mut().clear();
     }
 
     fn buf(&self, bytenr: u64) -> &ExtentBuffer {

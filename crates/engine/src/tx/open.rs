@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::io::dev::{BlockDev, FileDev};
 use crate::io::device::Device;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use ubtrfs_format::consts::*;
@@ -159,7 +159,7 @@ impl Trans {
             transid,
             fsid: info.sb.tree_fsid(),
             chunk_tree_uuid,
-            bufs: HashMap::new(),
+            bufs: Default::default(),
             roots,
             alloc: Allocator::default(),
             refs: DelayedRefs::default(),
@@ -169,6 +169,7 @@ impl Trans {
             profiles: [0; 3],
             csum_run: Default::default(),
             mutations: 0,
+            decoded: Default::default(),
             chunk_cap: None,
             dev_items_dirty: false,
             info,

@@ -1,0 +1,291 @@
+//! File data changes (inode/file.rs: writes, truncate, punch, prealloc,
+//! clone; inode/namei.rs: links and unlinks) against a model: seeded
+//! sequences on a few files of an in-memory image, every file read back
+//! after every operation equal to its model (a byte vector), then the
+//! image checked by btrfs-progs' `btrfs check --readonly` (data extent
+//! references, nbytes, csums, holes) after each commit and at the end,
+//! with and without no-holes.
+//!
+//! UBTRFS_FILE_MODEL_SEEDS=N (default 40), UBTRFS_FILE_MODEL_SEED=S;
+//! UBTRFS_FILE_MODEL_KEEP=PATH keeps the image a check failed on.
+
+use std::process::Command;
+use std::sync::Arc;
+use ubtrfs_engine::inode::file::DataPolicy;
+use ubtrfs_engine::io::dev::MemDev;
+use ubtrfs_engine::mkfs::{make, MkfsOptions};
+use ubtrfs_engine::tx::Trans;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::Timespec;
+
+const SS: u64 = 4096;
+const FILES: usize = 3;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn btrfs_available() -> bool {
+    let have = Command::new("btrfs").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !have {
+        assert!(
+            std::env::var("UBTRFS_REQUIRE_KERNEL").as_deref() != Ok("1"),
+            "file_model: btrfs-progs missing and UBTRFS_REQUIRE_KERNEL=1"
+        );
+        eprintln!("SKIPPED btrfs check in file_model: no btrfs-progs");
+    }
+    have
+}
+
+fn btrfs_check(dev: &MemDev, what: &str) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("ubtrfs-file-model-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("img");
+    // Sparse: only the chunks that hold something.
+    let bytes = dev.snapshot();
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(bytes.len() as u64).unwrap();
+    for (i, c) in bytes.chunks(64 << 10).enumerate() {
+        if c.iter().any(|&b| b != 0) {
+            std::os::unix::fs::FileExt::write_all_at(&f, c, (i as u64) << 16).unwrap();
+        }
+    }
+    drop(f);
+    let o = Command::new("btrfs")
+        .args(["check", "--readonly"])
+        .arg(&img)
+        .output()
+        .expect("btrfs check");
+    if let (false, Ok(keep)) = (o.status.success(), std::env::var("UBTRFS_FILE_MODEL_KEEP")) {
+        let _ = std::fs::copy(&img, keep);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "btrfs check after {what}:\n{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ))
+    }
+}
+
+/// A file's expected content.
+fn pattern(rng: &mut Rng, len: usize) -> Vec<u8> {
+    match rng.below(4) {
+        // Zeros (still data when written).
+        0 => vec![0; len],
+        // Compressible.
+        1 => (0..len).map(|i| (i / 512) as u8).collect(),
+        _ => {
+            let seed = rng.next();
+            (0..len)
+                .map(|i| (seed.wrapping_mul(i as u64 + 1) >> 29) as u8)
+                .collect()
+        }
+    }
+}
+
+fn offset(rng: &mut Rng, size: u64) -> u64 {
+    match rng.below(4) {
+        0 => rng.below(SS),
+        1 => rng.below(size + 2 * SS) / SS * SS,
+        _ => rng.below(size + 3 * SS),
+    }
+}
+
+fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let dev = Arc::new(MemDev::new(160 << 20));
+    let opts = MkfsOptions {
+        nodesize: [4096, 16384][seed as usize % 2],
+        fsid: Some([0x24; 16]),
+        no_holes,
+        ..Default::default()
+    };
+    let mut t: Trans =
+        make(vec![("mem".into(), dev.clone())], &opts).map_err(|e| e.to_string())?;
+    let tree = FS_TREE_OBJECTID;
+    let time = Timespec { sec: 1, nsec: 0 };
+    let mut inos = Vec::new();
+    for i in 0..FILES {
+        let ino = 257 + i as u64;
+        t.create_inode(tree, 256, format!("f{i}").as_bytes(), ino, 0o100644, 0, (0, 0), time)
+            .map_err(|e| e.to_string())?;
+        inos.push(ino);
+    }
+    let mut model: Vec<Vec<u8>> = vec![Vec::new(); FILES];
+    let steps = 30 + rng.below(40) as usize;
+    let mut log = Vec::new();
+    // btrfs check after the first commit and at the end.
+    let mut checked_mid = false;
+    for step in 0..steps {
+        let f = rng.below(FILES as u64) as usize;
+        let ino = inos[f];
+        let policy = DataPolicy {
+            csum: true,
+            compress: (rng.below(4) == 0).then_some((COMPRESS_ZSTD, 1)),
+        };
+        let size = model[f].len() as u64;
+        let op = rng.below(12);
+        let what;
+        let inode = match op {
+            0..=4 => {
+                let off = offset(&mut rng, size);
+                let len = match rng.below(4) {
+                    0 => 1 + rng.below(100),
+                    1 => 1 + rng.below(3000),
+                    2 => SS * (1 + rng.below(40)),
+                    _ => 1 + rng.below(300_000),
+                } as usize;
+                let data = pattern(&mut rng, len);
+                what = format!("write f{f} at {off} len {len} {policy:?}");
+                let m = &mut model[f];
+                if m.len() < off as usize + len {
+                    m.resize(off as usize + len, 0);
+                }
+                m[off as usize..off as usize + len].copy_from_slice(&data);
+                t.write_file(tree, ino, off, &data, policy)
+            }
+            5 | 6 => {
+                let n = offset(&mut rng, size);
+                what = format!("truncate f{f} to {n}");
+                model[f].resize(n as usize, 0);
+                t.truncate_file(tree, ino, n, policy)
+            }
+            7 => {
+                let off = offset(&mut rng, size);
+                let len = 1 + rng.below(size.max(SS));
+                what = format!("punch f{f} at {off} len {len}");
+                let m = &mut model[f];
+                let end = (off + len).min(m.len() as u64);
+                if off < end {
+                    m[off as usize..end as usize].fill(0);
+                }
+                t.punch_hole(tree, ino, off, len, policy)
+            }
+            8 => {
+                let off = offset(&mut rng, size);
+                let len = 1 + rng.below(6 * SS);
+                let keep = rng.below(2) == 0;
+                what = format!("prealloc f{f} at {off} len {len} keep {keep}");
+                if !keep && model[f].len() < (off + len) as usize {
+                    model[f].resize((off + len) as usize, 0);
+                }
+                t.prealloc(tree, ino, off, len, keep, policy)
+            }
+            9 | 10 => {
+                let g = rng.below(FILES as u64) as usize;
+                let gsize = model[g].len() as u64;
+                if gsize == 0 {
+                    continue;
+                }
+                let src_off = rng.below(gsize) / SS * SS;
+                let to_end = rng.below(2) == 0;
+                let len = if to_end {
+                    gsize - src_off
+                } else {
+                    ((1 + rng.below(8)) * SS).min((gsize - src_off) / SS * SS)
+                };
+                let dst_off = rng.below(size + 2 * SS) / SS * SS;
+                if len == 0
+                    || (g == f
+                        && src_off < dst_off + len.next_multiple_of(SS)
+                        && dst_off < src_off + len.next_multiple_of(SS))
+                    || (len % SS != 0 && dst_off + len < size)
+                {
+                    continue;
+                }
+                what = format!("clone f{g} {src_off}+{len} to f{f} at {dst_off}");
+                let piece = model[g][src_off as usize..(src_off + len) as usize].to_vec();
+                let m = &mut model[f];
+                if m.len() < (dst_off + len) as usize {
+                    m.resize((dst_off + len) as usize, 0);
+                }
+                m[dst_off as usize..(dst_off + len) as usize].copy_from_slice(&piece);
+                t.clone_range(tree, inos[g], src_off, len, tree, ino, dst_off, policy)
+            }
+            _ => {
+                what = "commit".to_string();
+                log.push(what.clone());
+                t.commit().map_err(|e| format!("step {step} commit: {e}"))?;
+                if check && !checked_mid {
+                    btrfs_check(&dev, &format!("seed {seed} step {step}\n{}", log.join("\n")))?;
+                    checked_mid = true;
+                }
+                continue;
+            }
+        };
+        log.push(what.clone());
+        let inode = inode.map_err(|e| format!("seed {seed} step {step} {what}: {e}"))?;
+        t.put_inode(tree, ino, &inode).map_err(|e| e.to_string())?;
+        // Every file reads as its model.
+        for (i, &n) in inos.iter().enumerate() {
+            let ii = t.inode(tree, n).map_err(|e| e.to_string())?.unwrap();
+            let got = t
+                .read_file(tree, n, 0, ii.size)
+                .map_err(|e| format!("seed {seed} step {step} read f{i}: {e}"))?;
+            if ii.size != model[i].len() as u64 || got != model[i] {
+                let at = got.iter().zip(&model[i]).position(|(a, b)| a != b);
+                return Err(format!(
+                    "seed {seed} step {step} after {what}: f{i} size {} (model {}), first difference at {at:?}\n{}",
+                    ii.size,
+                    model[i].len(),
+                    log.join("\n")
+                ));
+            }
+        }
+    }
+    // Unlink one file, keep a hard link of another.
+    t.link(tree, inos[1], 256, b"f1-link", time).map_err(|e| e.to_string())?;
+    t.unlink(tree, 256, b"f0", time).map_err(|e| e.to_string())?;
+    t.unlink(tree, 256, b"f1", time).map_err(|e| e.to_string())?;
+    t.commit().map_err(|e| e.to_string())?;
+    if check {
+        btrfs_check(&dev, &format!("seed {seed} end\n{}", log.join("\n")))?;
+    }
+    Ok(steps)
+}
+
+#[test]
+fn file_changes_match_the_model_and_btrfs_check() {
+    let check = btrfs_available();
+    let seeds: Vec<u64> = match std::env::var("UBTRFS_FILE_MODEL_SEED") {
+        Ok(s) => vec![s.parse().unwrap()],
+        Err(_) => {
+            let n = std::env::var("UBTRFS_FILE_MODEL_SEEDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(40);
+            (1..=n).collect()
+        }
+    };
+    let mut failures = Vec::new();
+    let mut steps = 0;
+    for &seed in &seeds {
+        for no_holes in [true, false] {
+            match run_seed(seed, no_holes, check) {
+                Ok(n) => steps += n,
+                Err(e) => failures.push(format!("no_holes={no_holes}: {e}")),
+            }
+        }
+    }
+    eprintln!("{} seeds, {steps} operations", seeds.len());
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
