@@ -36,7 +36,10 @@ impl Rng {
 }
 
 fn btrfs_available() -> bool {
-    let have = Command::new("btrfs").arg("--version").output().is_ok_and(|o| o.status.success());
+    let have = Command::new("btrfs")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !have {
         assert!(
             std::env::var("UBTRFS_REQUIRE_KERNEL").as_deref() != Ok("1"),
@@ -114,15 +117,23 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
         no_holes,
         ..Default::default()
     };
-    let mut t: Trans =
-        make(vec![("mem".into(), dev.clone())], &opts).map_err(|e| e.to_string())?;
+    let mut t: Trans = make(vec![("mem".into(), dev.clone())], &opts).map_err(|e| e.to_string())?;
     let tree = FS_TREE_OBJECTID;
     let time = Timespec { sec: 1, nsec: 0 };
     let mut inos = Vec::new();
     for i in 0..FILES {
         let ino = 257 + i as u64;
-        t.create_inode(tree, 256, format!("f{i}").as_bytes(), ino, 0o100644, 0, (0, 0), time)
-            .map_err(|e| e.to_string())?;
+        t.create_inode(
+            tree,
+            256,
+            format!("f{i}").as_bytes(),
+            ino,
+            0o100644,
+            0,
+            (0, 0),
+            time,
+        )
+        .map_err(|e| e.to_string())?;
         inos.push(ino);
     }
     let mut model: Vec<Vec<u8>> = vec![Vec::new(); FILES];
@@ -221,7 +232,10 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
                 log.push(what.clone());
                 t.commit().map_err(|e| format!("step {step} commit: {e}"))?;
                 if check && !checked_mid {
-                    btrfs_check(&dev, &format!("seed {seed} step {step}\n{}", log.join("\n")))?;
+                    btrfs_check(
+                        &dev,
+                        &format!("seed {seed} step {step}\n{}", log.join("\n")),
+                    )?;
                     checked_mid = true;
                 }
                 continue;
@@ -248,9 +262,12 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
         }
     }
     // Unlink one file, keep a hard link of another.
-    t.link(tree, inos[1], 256, b"f1-link", time).map_err(|e| e.to_string())?;
-    t.unlink(tree, 256, b"f0", time).map_err(|e| e.to_string())?;
-    t.unlink(tree, 256, b"f1", time).map_err(|e| e.to_string())?;
+    t.link(tree, inos[1], 256, b"f1-link", time)
+        .map_err(|e| e.to_string())?;
+    t.unlink(tree, 256, b"f0", time)
+        .map_err(|e| e.to_string())?;
+    t.unlink(tree, 256, b"f1", time)
+        .map_err(|e| e.to_string())?;
     t.commit().map_err(|e| e.to_string())?;
     if check {
         btrfs_check(&dev, &format!("seed {seed} end\n{}", log.join("\n")))?;

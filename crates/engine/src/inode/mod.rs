@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::tx::Trans;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{
-    dir_index_key, dir_item_key, xattr_item_key, DirEntry, InodeItem, InodeRef,
+    dir_index_key, dir_item_key, xattr_item_key, DirEntry, InodeItem, InodeRef, Timespec,
 };
 use ubtrfs_format::Key;
 
@@ -92,6 +92,22 @@ impl Trans {
         ftype: u8,
         index: u64,
     ) -> Result<()> {
+        self.add_dir_entry_at(tree, dir, name, location, ftype, index, None)
+    }
+
+    /// [`Trans::add_dir_entry`], the directory's mtime and ctime set to
+    /// `time` when given (in the same update of its inode).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn add_dir_entry_at(
+        &mut self,
+        tree: u64,
+        dir: u64,
+        name: &[u8],
+        location: Key,
+        ftype: u8,
+        index: u64,
+        time: Option<Timespec>,
+    ) -> Result<()> {
         check_name("name", name)?;
         let transid = self.transid;
         let entry = DirEntry {
@@ -120,6 +136,11 @@ impl Trans {
             .ok_or_else(|| Error::NotFound(format!("tree {tree}: directory inode {dir}")))?;
         di.size += 2 * name.len() as u64;
         di.transid = transid;
+        if let Some(t) = time {
+            di.mtime = t;
+            di.ctime = t;
+            di.sequence += 1;
+        }
         self.put_inode(tree, dir, &di)
     }
 
@@ -170,7 +191,23 @@ impl Trans {
         ftype: u8,
         index: u64,
     ) -> Result<()> {
-        self.add_dir_entry(tree, dir, name, Key::new(ino, INODE_ITEM, 0), ftype, index)?;
+        self.link_inode_at(tree, dir, name, ino, ftype, index, None)
+    }
+
+    /// [`Trans::link_inode`], the directory's times set to `time`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn link_inode_at(
+        &mut self,
+        tree: u64,
+        dir: u64,
+        name: &[u8],
+        ino: u64,
+        ftype: u8,
+        index: u64,
+        time: Option<Timespec>,
+    ) -> Result<()> {
+        let loc = Key::new(ino, INODE_ITEM, 0);
+        self.add_dir_entry_at(tree, dir, name, loc, ftype, index, time)?;
         self.add_inode_ref(tree, ino, dir, name, index)
     }
 

@@ -124,24 +124,23 @@ impl Trans {
         };
         self.put_inode(tree, ino, &inode)?;
         let index = self.next_dir_index(tree, dir)?;
-        self.link_inode(tree, dir, name, ino, super::file_type(mode), index)?;
-        self.touch_dir(tree, dir, time)?;
-        if (is_reg || is_dir) && flags & INODE_NODATACOW == 0 {
+        self.link_inode_at(
+            tree,
+            dir,
+            name,
+            ino,
+            super::file_type(mode),
+            index,
+            Some(time),
+        )?;
+        // The compression property is inherited with the flag it sets.
+        let prop = parent.flags & (INODE_COMPRESS | INODE_NOCOMPRESS) != 0;
+        if prop && (is_reg || is_dir) && flags & INODE_NODATACOW == 0 {
             if let Some(v) = self.get_xattr(tree, dir, XATTR_COMPRESSION)? {
                 self.set_xattr(tree, ino, XATTR_COMPRESSION, &v)?;
             }
         }
         Ok(inode)
-    }
-
-    /// A directory's times after a change of its entries.
-    fn touch_dir(&mut self, tree: u64, dir: u64, time: Timespec) -> Result<()> {
-        let mut d = self.inode_of(tree, dir)?;
-        d.mtime = time;
-        d.ctime = time;
-        d.transid = self.transid;
-        d.sequence += 1;
-        self.put_inode(tree, dir, &d)
     }
 
     /// The value of xattr `name` of `ino`.
@@ -385,8 +384,8 @@ impl Trans {
             )));
         }
         let index = self.next_dir_index(tree, dir)?;
-        self.link_inode(tree, dir, name, ino, super::file_type(inode.mode), index)?;
-        self.touch_dir(tree, dir, time)?;
+        let ftype = super::file_type(inode.mode);
+        self.link_inode_at(tree, dir, name, ino, ftype, index, Some(time))?;
         inode.nlink += 1;
         inode.ctime = time;
         inode.transid = self.transid;
@@ -441,8 +440,15 @@ impl Trans {
         let index = self.remove_inode_ref(tree, ino, from_dir, from_name)?;
         self.remove_dir_entry(tree, from_dir, from_name, index, time)?;
         let new_index = self.next_dir_index(tree, to_dir)?;
-        self.link_inode(tree, to_dir, to_name, ino, e.file_type, new_index)?;
-        self.touch_dir(tree, to_dir, time)?;
+        self.link_inode_at(
+            tree,
+            to_dir,
+            to_name,
+            ino,
+            e.file_type,
+            new_index,
+            Some(time),
+        )?;
         let mut inode = self.inode_of(tree, ino)?;
         inode.ctime = time;
         inode.transid = self.transid;

@@ -101,6 +101,9 @@ pub struct Receiver<'t> {
     cur: Option<Subvol>,
     next_ino: HashMap<u64, u64>,
     pending: Option<PendingWrite>,
+    /// Paths of the current subvolume resolved to inodes (entries go
+    /// with renames and removals).
+    resolved: HashMap<Vec<u8>, u64>,
     /// security.capability set on the current file, restored after chown
     /// (receive.c does this: the kernel's chown drops it).
     cached_caps: Option<Vec<u8>>,
@@ -170,6 +173,7 @@ impl<'t> Receiver<'t> {
             cur: None,
             next_ino: HashMap::new(),
             pending: None,
+            resolved: HashMap::new(),
             cached_caps: None,
             report: ReceiveReport::default(),
         })
@@ -264,6 +268,28 @@ impl<'t> Receiver<'t> {
 
     /// The inode at `path` in the current subvolume.
     fn resolve(&mut self, path: &[u8]) -> Result<u64> {
+        if let Some(&ino) = self.resolved.get(path) {
+            return Ok(ino);
+        }
+        let ino = self.lookup_path(path)?;
+        if self.resolved.len() >= 1 << 16 {
+            self.resolved.clear();
+        }
+        self.resolved.insert(path.to_vec(), ino);
+        Ok(ino)
+    }
+
+    /// Forgets resolved paths after `path` was renamed or removed: the
+    /// path alone for a non-directory, everything for a directory.
+    fn forget_path(&mut self, path: &[u8], is_dir: bool) {
+        if is_dir {
+            self.resolved.clear();
+        } else {
+            self.resolved.remove(path);
+        }
+    }
+
+    fn lookup_path(&mut self, path: &[u8]) -> Result<u64> {
         let tree = self.tree()?;
         let mut ino = FIRST_INODE;
         for comp in path.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
@@ -400,6 +426,16 @@ impl<'t> Receiver<'t> {
                 let tree = self.tree()?;
                 let (fd, fname) = self.resolve_parent(from)?;
                 let (td, tname) = self.resolve_parent(to)?;
+                let is_dir = self
+                    .t
+                    .lookup_name(tree, fd, fname)?
+                    .is_none_or(|e| e.file_type == FT_DIR);
+                let over_dir = self
+                    .t
+                    .lookup_name(tree, td, tname)?
+                    .is_some_and(|e| e.file_type == FT_DIR);
+                self.forget_path(from, is_dir);
+                self.forget_path(to, over_dir);
                 self.t.rename(tree, fd, fname, td, tname, now)?;
             }
             cmd::LINK => {
@@ -424,6 +460,7 @@ impl<'t> Receiver<'t> {
                 if c.cmd == cmd::RMDIR && !is_dir {
                     return Err(Error::NotDir(lossy(path)));
                 }
+                self.forget_path(path, is_dir);
                 self.t.unlink(tree, dir, name, now)?;
             }
             cmd::SET_XATTR => {
@@ -568,6 +605,7 @@ impl<'t> Receiver<'t> {
     }
 
     fn begin_subvol(&mut self, id: u64, name: &[u8], uuid: [u8; 16], stransid: u64) {
+        self.resolved.clear();
         let path = self.sub_path(name);
         self.report.subvolumes.push(path);
         self.cur = Some(Subvol {

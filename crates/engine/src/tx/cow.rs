@@ -35,9 +35,7 @@ impl Trans {
         if self.bufs.contains_key(&bytenr) {
             return Ok(bytenr);
         }
-        let old = self.load(bytenr, expect)?.into_owned();
-        // Its committed copy is no longer read through this address.
-        self.decoded.get_mut().remove(&bytenr);
+        let old = self.take_committed(bytenr, expect)?;
         if old.flags & HEADER_FLAG_RELOC != 0 {
             return Err(Error::Unsupported(format!(
                 "tree {tree}: block {bytenr} belongs to an unfinished relocation"

@@ -89,9 +89,8 @@ pub struct Trans {
     decoded: std::cell::RefCell<BlockMap<std::sync::Arc<ExtentBuffer>>>,
 }
 
-/// Maps by block address, hashed by one multiplication (addresses are
-/// distinct multiples of the node size: SipHash's care is not needed on
-/// this hot path).
+/// Maps by block address, with a cheap integer mixer (SipHash's
+/// resistance to chosen keys is not needed on this hot path).
 pub(crate) type BlockMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<AddrHasher>>;
 
 /// The hasher of [`BlockMap`].
@@ -108,7 +107,14 @@ impl std::hash::Hasher for AddrHasher {
         }
     }
     fn write_u64(&mut self, v: u64) {
-        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // murmur3's finalizer: every input bit reaches the low bits (the
+        // bucket) and the top bits (the tag); addresses differ only above
+        // bit 12.
+        let mut x = v ^ (v >> 33);
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        self.0 = x ^ (x >> 33);
     }
 }
 
@@ -136,7 +142,9 @@ impl BlockRef<'_> {
     pub(crate) fn into_owned(self) -> ExtentBuffer {
         match self {
             BlockRef::Tx(b) => b.clone(),
-            BlockRef::Committed(b) => std::sync::Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone()),
+            BlockRef::Committed(b) => {
+                std::sync::Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone())
+            }
         }
     }
 }
@@ -312,21 +320,40 @@ impl Trans {
         if let Some(b) = self.decoded.borrow().get(&bytenr) {
             return Ok(BlockRef::Committed(b.clone()));
         }
-        let tb = self.info.read_tree_block(bytenr, expect)?;
-        let h = tb.header;
-        let eb = std::sync::Arc::new(ExtentBuffer::decode(
-            tb.node(),
-            bytenr,
-            h.generation,
-            h.owner,
-            h.flags,
-        ));
+        let eb = std::sync::Arc::new(self.read_committed(bytenr, expect)?);
         let mut d = self.decoded.borrow_mut();
         if d.len() >= DECODED_BLOCKS {
             d.clear();
         }
         d.insert(bytenr, eb.clone());
         Ok(BlockRef::Committed(eb))
+    }
+
+    /// The committed block at `bytenr`, read, verified and decoded.
+    fn read_committed(&self, bytenr: u64, expect: BlockExpect) -> Result<ExtentBuffer> {
+        let tb = self.info.read_tree_block(bytenr, expect)?;
+        let h = tb.header;
+        Ok(ExtentBuffer::decode(
+            tb.node(),
+            bytenr,
+            h.generation,
+            h.owner,
+            h.flags,
+        ))
+    }
+
+    /// The block at `bytenr` to change: taken out of the decoded blocks
+    /// (the committed copy is not read through this address again in this
+    /// transaction), else read.
+    pub(crate) fn take_committed(
+        &mut self,
+        bytenr: u64,
+        expect: BlockExpect,
+    ) -> Result<ExtentBuffer> {
+        match self.decoded.get_mut().remove(&bytenr) {
+            Some(b) => Ok(std::sync::Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone())),
+            None => self.read_committed(bytenr, expect),
+        }
     }
 
     /// Forgets the decoded committed blocks (at commit: their addresses
