@@ -15,7 +15,9 @@
 //!   `btrfs check` clean, and the kernel mount shows each received
 //!   subvolume as the kernel's own `btrfs receive` makes it from the same
 //!   streams (manifests with SEEK_DATA/HOLE maps and directory sizes),
-//!   read-only with the same received UUID. Then the kernel's receive
+//!   read-only with the same received UUID, the same shared and exclusive
+//!   bytes (`btrfs fi du`: clones share) and compressed extents where the
+//!   kernel's have them. Then the kernel's receive
 //!   applies the incremental streams on top of a snapshot ubtrfs received,
 //!   and `ubtrfs send` of a received snapshot is received by the kernel.
 //!   UBTRFS_RECEIVE_FIXTURES=all runs every fixture (default: a few).
@@ -337,6 +339,70 @@ fn show(path: &Path) -> (String, bool) {
     )
 }
 
+/// `btrfs filesystem du -s --raw`: (total, exclusive, set shared) bytes
+/// of the file extents under `path` (clones and snapshots share).
+fn du(path: &Path) -> String {
+    let _ = Command::new("sync").output();
+    let o = run(Command::new("btrfs")
+        .args(["filesystem", "du", "-s", "--raw"])
+        .arg(path))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let last = text.lines().last().unwrap_or("").to_string();
+    last.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// How many compressed EXTENT_DATA items the subvolume mounted at
+/// `path` has, read from its device `dev`.
+fn compressed_extents(dev: &Path, path: &Path) -> usize {
+    let _ = Command::new("sync").output();
+    let id = run(Command::new("btrfs")
+        .args(["inspect-internal", "rootid"])
+        .arg(path))
+    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    .unwrap_or_else(|e| panic!("{e}"));
+    let o = run(Command::new("btrfs")
+        .args(["inspect-internal", "dump-tree", "-t", &id])
+        .arg(dev))
+    .unwrap_or_else(|e| panic!("{e}"));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| {
+            l.trim()
+                .strip_prefix("extent compression ")
+                .is_some_and(|v| !v.starts_with('0'))
+        })
+        .count()
+}
+
+/// Sharing and compression as the kernel's receive made them: the same
+/// `btrfs fi du` figures, and compressed extents where it has some.
+fn compare_extents(
+    tag: &str,
+    kernel: (&Path, &Path),
+    ours: (&Path, &Path),
+    failures: &mut Vec<String>,
+) {
+    let (kd, ud) = (du(kernel.1), du(ours.1));
+    if kd != ud {
+        failures.push(format!(
+            "{tag}: fi du (total exclusive shared) {ud}, kernel's receive {kd}"
+        ));
+    }
+    let (kc, uc) = (
+        compressed_extents(kernel.0, kernel.1),
+        compressed_extents(ours.0, ours.1),
+    );
+    if (kc > 0) != (uc > 0) {
+        failures.push(format!(
+            "{tag}: {uc} compressed extents, the kernel's receive {kc}"
+        ));
+    }
+}
+
 /// Compares what ubtrfs received (at `ours`) with the kernel's receive of
 /// the same stream (at `kernel`).
 fn compare_received(tag: &str, kernel: &Path, ours: &Path, failures: &mut Vec<String>) {
@@ -410,8 +476,6 @@ fn receive_kernel_fixture_streams_as_the_kernel_does() {
     }
     let work = scratch_dir("receive-fixtures");
     let kimg = work.join("kernel-recv.img");
-    mkfs(&kimg, "4G", &[]);
-    let krecv = Mount::images(std::slice::from_ref(&kimg), "", false);
     let mut failures = Vec::new();
     let mut received = 0;
     for f in fixture_set() {
@@ -440,6 +504,10 @@ fn receive_kernel_fixture_streams_as_the_kernel_does() {
             let tag = format!("{} {v}", f.name);
             let sdir = work.join(format!("streams-{}-{v}", f.name));
             // The kernel's receive: the reference.
+            // A kernel image per fixture and variant: receive finds a
+            // parent by received UUID, the first subvolume that has it.
+            mkfs(&kimg, "1G", &[]);
+            let krecv = Mount::images(std::slice::from_ref(&kimg), "", false);
             let kdir = krecv.dir.join(format!("{}-{v}", f.name));
             for (_, s) in &st.chain {
                 receive(s, &kdir).unwrap_or_else(|e| panic!("{tag}: kernel receive: {e}"));
@@ -511,10 +579,12 @@ fn receive_kernel_fixture_streams_as_the_kernel_does() {
                 }
                 let um = Mount::images(devs, "", true);
                 for (name, _) in &st.chain {
-                    compare_received(
+                    let (k, u) = (kdir.join(name), um.path(&format!("recv/{name}")));
+                    compare_received(&format!("{tag} {name}"), &k, &u, &mut failures);
+                    compare_extents(
                         &format!("{tag} {name}"),
-                        &kdir.join(name),
-                        &um.path(&format!("recv/{name}")),
+                        (&kimg, &k),
+                        (&devs[0], &u),
                         &mut failures,
                     );
                 }
@@ -580,6 +650,7 @@ fn receive_kernel_fixture_streams_as_the_kernel_does() {
                     }
                 }
             }
+            krecv.unmount();
             let _ = std::fs::remove_dir_all(&sdir);
             let _ = std::fs::remove_dir_all(work.join("copy"));
             let _ = Command::new("btrfs")
@@ -587,7 +658,6 @@ fn receive_kernel_fixture_streams_as_the_kernel_does() {
                 .output();
         }
     }
-    krecv.unmount();
     let _ = std::fs::remove_dir_all(&work);
     eprintln!("{received} streams received by ubtrfs");
     assert!(received > 0);
