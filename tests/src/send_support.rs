@@ -60,6 +60,27 @@ pub fn build_stream(version: u32, cmds: &[(u16, Vec<(u16, Vec<u8>)>)]) -> Vec<u8
     out
 }
 
+/// A kernel-made image at `img` with the seeded scenarios `names` of
+/// tests/fixtures/send_scenarios.py: `init`, then `steps` steps (each
+/// snapshotted), each on a new mount with `mount_opts`.
+pub fn scenario_image(img: &Path, names: &[String], steps: usize, mount_opts: &str) {
+    mkfs(img, "2G", &[]);
+    let script = crate::paths::repo_root().join("tests/fixtures/send_scenarios.py");
+    for step in 0..=steps {
+        // Remounting lets deleted inode numbers be used again.
+        let m = crate::mounts::Mount::images(&[img.to_path_buf()], mount_opts, false);
+        let mut cmd = Command::new("python3");
+        cmd.arg(&script);
+        if step == 0 {
+            cmd.arg("init").arg(&m.dir);
+        } else {
+            cmd.arg("step").arg(&m.dir).arg(step.to_string());
+        }
+        run(cmd.args(names)).unwrap_or_else(|e| panic!("seeds {names:?} step {step}: {e}"));
+        m.unmount();
+    }
+}
+
 /// A sparse image file with a new btrfs.
 pub fn mkfs(img: &Path, size: &str, opts: &[&str]) {
     let _ = std::fs::remove_file(img);

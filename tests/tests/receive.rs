@@ -737,30 +737,8 @@ fn receive_incremental_random_scenarios() {
         let compress = bi % 2 == 1;
         let mount_opts = if compress { "compress=zstd" } else { "" };
         let img = work.join("src.img");
-        mkfs(&img, "2G", &[]);
         let names: Vec<String> = batch.iter().map(|s| s.to_string()).collect();
-        let script = repo_root().join("tests/fixtures/send_scenarios.py");
-        {
-            let m = Mount::images(std::slice::from_ref(&img), mount_opts, false);
-            run(Command::new("python3")
-                .arg(&script)
-                .arg("init")
-                .arg(&m.dir)
-                .args(&names))
-            .unwrap_or_else(|e| panic!("seeds {names:?}: {e}"));
-            m.unmount();
-        }
-        for step in 1..=STEPS {
-            let m = Mount::images(std::slice::from_ref(&img), mount_opts, false);
-            run(Command::new("python3")
-                .arg(&script)
-                .arg("step")
-                .arg(&m.dir)
-                .arg(step.to_string())
-                .args(&names))
-            .unwrap_or_else(|e| panic!("seeds {names:?} step {step}: {e}"));
-            m.unmount();
-        }
+        scenario_image(&img, &names, STEPS, mount_opts);
         let rimg = work.join("recv.img");
         ubtrfs_mkfs(&rimg, "4G");
         // The kernel's receive of the same streams: directories that a

@@ -390,31 +390,8 @@ fn send_incremental_random_scenarios() {
         let compress = bi % 4 == 3;
         let mount_opts = if compress { "compress=zstd" } else { "" };
         let img = work.join("src.img");
-        mkfs(&img, "2G", &[]);
         let names: Vec<String> = batch.iter().map(|s| s.to_string()).collect();
-        let script = repo_root().join("tests/fixtures/send_scenarios.py");
-        {
-            let m = Mount::images(std::slice::from_ref(&img), mount_opts, false);
-            run(Command::new("python3")
-                .arg(&script)
-                .arg("init")
-                .arg(&m.dir)
-                .args(&names))
-            .unwrap_or_else(|e| panic!("seeds {names:?}: {e}"));
-            m.unmount();
-        }
-        for step in 1..=STEPS {
-            // Remounting lets deleted inode numbers be used again.
-            let m = Mount::images(std::slice::from_ref(&img), mount_opts, false);
-            run(Command::new("python3")
-                .arg(&script)
-                .arg("step")
-                .arg(&m.dir)
-                .arg(step.to_string())
-                .args(&names))
-            .unwrap_or_else(|e| panic!("seeds {names:?} step {step}: {e}"));
-            m.unmount();
-        }
+        scenario_image(&img, &names, STEPS, mount_opts);
         let t_built = std::time::Instant::now();
         let source = {
             let m = Mount::images(std::slice::from_ref(&img), "", true);

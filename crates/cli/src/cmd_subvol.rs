@@ -8,17 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use ubtrfs_engine::subvol::Place;
 use ubtrfs_engine::tx::Trans;
-use ubtrfs_format::items::Timespec;
 
-fn now() -> Timespec {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    Timespec {
-        sec: d.as_secs() as i64,
-        nsec: d.subsec_nanos(),
-    }
-}
+use ubtrfs_engine::inode::now;
 
 fn open(image: &Path, devices: &[PathBuf]) -> Result<Trans, ubtrfs_engine::Error> {
     let mut all = vec![image.to_path_buf()];

@@ -219,6 +219,27 @@ impl Extent {
         }
     }
 
+    /// The disk extent a regular or preallocated extent references:
+    /// (disk_bytenr, disk_num_bytes, offset into it); None for inline
+    /// extents and holes.
+    pub fn disk_extent(&self) -> Option<(u64, u64, u64)> {
+        match self.kind {
+            ExtentKind::Regular {
+                disk_bytenr,
+                disk_num_bytes,
+                offset,
+                ..
+            }
+            | ExtentKind::Prealloc {
+                disk_bytenr,
+                disk_num_bytes,
+                offset,
+                ..
+            } => Some((disk_bytenr, disk_num_bytes, offset)),
+            _ => None,
+        }
+    }
+
     /// Where the range is on disk: (disk_bytenr, offset into the extent)
     /// for regular and preallocated extents.
     pub fn disk(&self) -> Option<(u64, u64)> {

@@ -254,38 +254,20 @@ impl Trans {
                 continue;
             }
             self.delete_item(tree, &k)?;
-            match e.kind {
-                ExtentKind::Inline { ram_bytes, .. } => {
-                    // Inline extents are alone in the first sector: a
-                    // sector-aligned range drops them whole.
-                    removed += ram_bytes;
-                    continue;
-                }
-                ExtentKind::Hole => {}
-                _ => {
-                    let (disk, disk_len, off) = match e.kind {
-                        ExtentKind::Regular {
-                            disk_bytenr,
-                            disk_num_bytes,
-                            offset,
-                            ..
-                        }
-                        | ExtentKind::Prealloc {
-                            disk_bytenr,
-                            disk_num_bytes,
-                            offset,
-                            ..
-                        } => (disk_bytenr, disk_num_bytes, offset),
-                        _ => unreachable!(),
-                    };
-                    let backref = Backref::Data {
-                        root: tree,
-                        objectid: ino,
-                        offset: k.offset.wrapping_sub(off),
-                    };
-                    self.drop_data_ref(disk, disk_len, backref);
-                    removed += e.end.min(end) - e.start.max(start);
-                }
+            if let ExtentKind::Inline { ram_bytes, .. } = e.kind {
+                // Inline extents are alone in the first sector: a
+                // sector-aligned range drops them whole.
+                removed += ram_bytes;
+                continue;
+            }
+            if let Some((disk, disk_len, off)) = e.disk_extent() {
+                let backref = Backref::Data {
+                    root: tree,
+                    objectid: ino,
+                    offset: k.offset.wrapping_sub(off),
+                };
+                self.drop_data_ref(disk, disk_len, backref);
+                removed += e.end.min(end) - e.start.max(start);
             }
             if e.start < start {
                 self.insert_extent_piece(tree, ino, e.start, &e, 0, start - e.start)?;

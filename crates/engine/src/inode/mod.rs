@@ -19,6 +19,17 @@ use ubtrfs_format::Key;
 /// Largest name of a directory entry or xattr (BTRFS_NAME_LEN).
 pub const NAME_MAX: usize = 255;
 
+/// The current time, as inode times hold it.
+pub fn now() -> Timespec {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Timespec {
+        sec: d.as_secs() as i64,
+        nsec: d.subsec_nanos(),
+    }
+}
+
 /// The dir item type of a file mode.
 pub fn file_type(mode: u32) -> u8 {
     match mode & 0o170000 {

@@ -6,7 +6,6 @@
 //! extents.
 
 use super::file::{INODE_COMPRESS, INODE_NOCOMPRESS};
-use crate::data::extent::ExtentKind;
 use crate::error::{Error, Result};
 use crate::tx::delayed_ref::Backref;
 use crate::tx::Trans;
@@ -333,25 +332,13 @@ impl Trans {
         let hi = Key::new(ino, EXTENT_DATA, u64::MAX);
         for (k, d) in self.items_in(tree, &lo, &hi)? {
             let e = crate::data::extent::Extent::decode(t, &k, &d, ss)?;
-            if let ExtentKind::Regular {
-                disk_bytenr,
-                disk_num_bytes,
-                offset,
-                ..
-            }
-            | ExtentKind::Prealloc {
-                disk_bytenr,
-                disk_num_bytes,
-                offset,
-                ..
-            } = e.kind
-            {
+            if let Some((disk, disk_len, offset)) = e.disk_extent() {
                 let backref = Backref::Data {
                     root: tree,
                     objectid: ino,
                     offset: k.offset.wrapping_sub(offset),
                 };
-                self.drop_data_ref(disk_bytenr, disk_num_bytes, backref);
+                self.drop_data_ref(disk, disk_len, backref);
             }
         }
         self.delete_range(

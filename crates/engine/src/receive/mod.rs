@@ -110,16 +110,6 @@ pub struct Receiver<'t> {
     report: ReceiveReport,
 }
 
-fn timespec_now() -> Timespec {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    Timespec {
-        sec: d.as_secs() as i64,
-        nsec: d.subsec_nanos(),
-    }
-}
-
 impl ReceiveOptions {
     pub fn new() -> Self {
         ReceiveOptions {
@@ -128,7 +118,7 @@ impl ReceiveOptions {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(8192),
-            now: timespec_now(),
+            now: crate::inode::now(),
             max_errors: 1,
         }
     }
@@ -303,6 +293,13 @@ impl<'t> Receiver<'t> {
         Ok(ino)
     }
 
+    /// The current subvolume and the inode at the command's path.
+    fn target(&mut self, c: &Command) -> Result<(u64, u64)> {
+        let path = c.path(attr::PATH)?;
+        let tree = self.tree()?;
+        Ok((tree, self.resolve(path)?))
+    }
+
     /// The directory holding `path` and its last component.
     fn resolve_parent<'p>(&mut self, path: &'p [u8]) -> Result<(u64, &'p [u8])> {
         if path.is_empty() {
@@ -464,21 +461,17 @@ impl<'t> Receiver<'t> {
                 self.t.unlink(tree, dir, name, now)?;
             }
             cmd::SET_XATTR => {
-                let path = c.path(attr::PATH)?;
                 let name = c.bytes(attr::XATTR_NAME)?;
                 let value = c.bytes(attr::XATTR_DATA)?;
-                let tree = self.tree()?;
-                let ino = self.resolve(path)?;
+                let (tree, ino) = self.target(c)?;
                 if name == b"security.capability" {
                     self.cached_caps = Some(value.to_vec());
                 }
                 self.set_xattr(tree, ino, name, value)?;
             }
             cmd::REMOVE_XATTR => {
-                let path = c.path(attr::PATH)?;
                 let name = c.bytes(attr::XATTR_NAME)?;
-                let tree = self.tree()?;
-                let ino = self.resolve(path)?;
+                let (tree, ino) = self.target(c)?;
                 self.t.remove_xattr(tree, ino, name)?;
                 let mut i = self.t.inode_of(tree, ino)?;
                 if name == XATTR_COMPRESSION {
@@ -487,38 +480,30 @@ impl<'t> Receiver<'t> {
                 self.put_changed(tree, ino, i, false)?;
             }
             cmd::WRITE => {
-                let path = c.path(attr::PATH)?;
                 let off = c.u64(attr::FILE_OFFSET)?;
                 let data = c.bytes(attr::DATA)?;
-                let tree = self.tree()?;
-                let ino = self.resolve(path)?;
+                let (tree, ino) = self.target(c)?;
                 self.buffer_write(tree, ino, off, data)?;
             }
             cmd::CLONE => self.clone_cmd(c)?,
             cmd::TRUNCATE => {
-                let path = c.path(attr::PATH)?;
                 let size = c.u64(attr::SIZE)?;
-                let tree = self.tree()?;
-                let ino = self.resolve(path)?;
+                let (tree, ino) = self.target(c)?;
                 let policy = self.policy(tree, ino)?;
                 let i = self.t.truncate_file(tree, ino, size, policy)?;
                 self.put_changed(tree, ino, i, true)?;
             }
             cmd::CHMOD => {
-                let path = c.path(attr::PATH)?;
                 let mode = c.u64(attr::MODE)?;
-                let tree = self.tree()?;
-                let ino = self.resolve(path)?;
+                let (tree, ino) = self.target(c)?;
                 let mut i = self.t.inode_of(tree, ino)?;
                 i.mode = (i.mode & S_IFMT) | (mode as u32 & 0o7777);
                 self.put_changed(tree, ino, i, false)?;
             }
             cmd::CHOWN => {
-                let path = c.path(attr::PATH)?;
                 let uid = c.u64(attr::UID)?;
                 let gid = c.u64(attr::GID)?;
-                let tree = self.tree()?;
-                let ino = self.resolve(path)?;
+                let (tree, ino) = self.target(c)?;
                 let (Ok(uid), Ok(gid)) = (u32::try_from(uid), u32::try_from(gid)) else {
                     return Err(Error::Invalid(format!(
                         "uid {uid} / gid {gid} out of range"
@@ -549,11 +534,9 @@ impl<'t> Receiver<'t> {
                 }
             }
             cmd::UTIMES => {
-                let path = c.path(attr::PATH)?;
                 let atime = c.timespec(attr::ATIME)?;
                 let mtime = c.timespec(attr::MTIME)?;
-                let tree = self.tree()?;
-                let ino = self.resolve(path)?;
+                let (tree, ino) = self.target(c)?;
                 let mut i = self.t.inode_of(tree, ino)?;
                 i.atime = atime;
                 i.mtime = mtime;
@@ -565,12 +548,10 @@ impl<'t> Receiver<'t> {
                 c.path(attr::PATH)?;
             }
             cmd::FALLOCATE => {
-                let path = c.path(attr::PATH)?;
                 let mode = c.u32(attr::FALLOCATE_MODE)?;
                 let off = c.u64(attr::FILE_OFFSET)?;
                 let len = c.u64(attr::SIZE)?;
-                let tree = self.tree()?;
-                let ino = self.resolve(path)?;
+                let (tree, ino) = self.target(c)?;
                 let i = if mode == FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE {
                     let policy = self.policy(tree, ino)?;
                     self.t.punch_hole(tree, ino, off, len, policy)?
