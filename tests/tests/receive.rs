@@ -269,6 +269,16 @@ fn receive_bad_streams_fail_with_offsets_and_leave_a_valid_image() {
             ubtrfs_ok(&["subvolume", "delete", &ia[0], "/s"]);
         }
     }
+    // Into a read-only subvolume: refused, nothing written.
+    let before = sha256_file(&img);
+    std::fs::write(&stream, small_stream("s", vec![])).unwrap();
+    let err = ubtrfs_receive(&ia, &stream, "/good").expect_err("into a read-only subvolume");
+    assert!(err.contains("read-only"), "{err}");
+    assert_eq!(
+        sha256_file(&img),
+        before,
+        "a refused receive changed the image"
+    );
     // A full filesystem: ENOSPC, not corruption.
     let small = dir.join("small");
     ubtrfs_mkfs(&small, "128M");

@@ -145,6 +145,19 @@ impl Trans {
         Ok(None)
     }
 
+    /// Refuses a place inside a read-only subvolume (before anything is
+    /// changed).
+    fn check_writable(&mut self, place: &Place<'_>) -> Result<()> {
+        if self.root(place.tree)?.item.flags & ROOT_SUBVOL_RDONLY != 0 {
+            return Err(Error::ReadOnly(format!(
+                "subvolume {} (where {:?} would go)",
+                place.tree,
+                String::from_utf8_lossy(place.name)
+            )));
+        }
+        Ok(())
+    }
+
     /// Links subvolume `id` at `place`: dir entries, root ref and backref,
     /// the directory's times.
     fn link_subvol(&mut self, id: u64, place: &Place<'_>, time: Timespec) -> Result<()> {
@@ -195,6 +208,7 @@ impl Trans {
         readonly: bool,
         time: Timespec,
     ) -> Result<u64> {
+        self.check_writable(place)?;
         let id = self.new_subvol_id()?;
         let transid = self.transid;
         let item = RootItem {
@@ -225,6 +239,7 @@ impl Trans {
         readonly: bool,
         time: Timespec,
     ) -> Result<u64> {
+        self.check_writable(place)?;
         let src_item = self.root(src)?.item.clone();
         if self.root(src)?.dirty {
             self.commit()?;
