@@ -33,10 +33,13 @@ pub fn readonly_snapshots(image_args: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// A command for [`build_stream`]: number, then (attribute, value) pairs.
+pub type StreamCmd = (u16, Vec<(u16, Vec<u8>)>);
+
 /// A send stream made of `cmds` ((command, [(attribute, value)])), framed
 /// with lengths and crc32c, protocol `version` (the data attribute of v2
 /// carries no length and must be last).
-pub fn build_stream(version: u32, cmds: &[(u16, Vec<(u16, Vec<u8>)>)]) -> Vec<u8> {
+pub fn build_stream(version: u32, cmds: &[StreamCmd]) -> Vec<u8> {
     let mut out = b"btrfs-stream\0".to_vec();
     out.extend_from_slice(&version.to_le_bytes());
     for (c, attrs) in cmds {

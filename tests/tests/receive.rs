@@ -140,7 +140,7 @@ const A_CLONE_PATH: u16 = 22;
 const A_CLONE_OFFSET: u16 = 23;
 
 /// A stream that makes subvolume `name` with one file, then `more`.
-fn small_stream(name: &str, more: Vec<(u16, Vec<(u16, Vec<u8>)>)>) -> Vec<u8> {
+fn small_stream(name: &str, more: Vec<StreamCmd>) -> Vec<u8> {
     let mut cmds = vec![
         (
             C_SUBVOL,
@@ -295,7 +295,7 @@ fn receive_bad_streams_fail_with_offsets_and_leave_a_valid_image() {
         (C_MKFILE, vec![attr_bytes(A_PATH, b"f")]),
     ];
     let chunk: Vec<u8> = (0..48 * 1024u32)
-        .map(|i| (i * 2654435761u32 >> 24) as u8)
+        .map(|i| (i.wrapping_mul(2654435761u32) >> 24) as u8)
         .collect();
     for i in 0..4000u64 {
         cmds.push((
