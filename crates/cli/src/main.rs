@@ -6,6 +6,7 @@ mod cmd_fs;
 mod cmd_inspect;
 mod cmd_mkfs;
 mod cmd_mount;
+mod cmd_rescue;
 mod cmd_scrub;
 mod cmd_send;
 mod cmd_subvol;
@@ -39,17 +40,34 @@ pub struct ImageArgs {
     /// Memory budget of the tree block cache, in MiB.
     #[arg(long = "cache-mb", default_value_t = 64)]
     pub cache_mb: u64,
+    /// Read the image as of its last commit, without replaying an
+    /// unreplayed log tree (what was fsynced since is not shown).
+    #[arg(long = "no-log-replay")]
+    pub no_log_replay: bool,
 }
 
 impl ImageArgs {
+    fn options(&self) -> OpenOptions {
+        OpenOptions {
+            devices: self.devices.clone(),
+            cache_bytes: self.cache_mb << 20,
+        }
+    }
+
+    /// The filesystem as the kernel would show it: an unreplayed log tree
+    /// (fsyncs after the last commit, then a crash) is replayed in memory,
+    /// nothing is written to the image.
     pub fn open(&self) -> Result<Filesystem, ubtrfs_engine::Error> {
-        Filesystem::open(
-            &self.image,
-            &OpenOptions {
-                devices: self.devices.clone(),
-                cache_bytes: self.cache_mb << 20,
-            },
-        )
+        if self.no_log_replay {
+            return self.open_raw();
+        }
+        let (fs, _) = ubtrfs_engine::tree_log::open_replayed(&self.image, &self.options())?;
+        Ok(fs)
+    }
+
+    /// The image's last commit as it is on disk (dump-tree, scrub).
+    pub fn open_raw(&self) -> Result<Filesystem, ubtrfs_engine::Error> {
+        Filesystem::open(&self.image, &self.options())
     }
 }
 
@@ -77,6 +95,9 @@ enum Command {
     Mount(cmd_mount::MountArgs),
     /// Make a btrfs filesystem (options as mkfs.btrfs).
     Mkfs(cmd_mkfs::MkfsArgs),
+    /// Repair commands on an unmounted image (log trees).
+    #[command(subcommand)]
+    Rescue(cmd_rescue::RescueCmd),
 }
 
 fn main() -> ExitCode {
@@ -95,6 +116,7 @@ fn main() -> ExitCode {
         Command::Send(a) => cmd_send::run(a),
         Command::Mount(a) => cmd_mount::run_mount(a),
         Command::Mkfs(a) => cmd_mkfs::run(a),
+        Command::Rescue(c) => cmd_rescue::run(c),
     };
     match res {
         Ok(code) => code,

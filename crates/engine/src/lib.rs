@@ -34,6 +34,7 @@ pub mod send;
 pub mod subvol;
 pub mod tools;
 pub mod tree;
+pub mod tree_log;
 pub mod tx;
 
 pub use error::{Error, ErrorKind, Result, ResultExt};

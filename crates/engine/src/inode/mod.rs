@@ -4,7 +4,9 @@
 //! and data checksums. Callers (mkfs, receive, the mount) decide what to
 //! make; this module makes the items exactly as the kernel lays them out.
 
+pub mod drop_extents;
 pub mod file_item;
+pub mod unlink;
 
 use crate::error::{Error, Result};
 use crate::tx::Trans;
