@@ -61,8 +61,18 @@ impl ImageArgs {
         if self.no_log_replay {
             return self.open_raw();
         }
-        let (fs, _) = ubtrfs_engine::tree_log::open_replayed(&self.image, &self.options())?;
-        Ok(fs)
+        match ubtrfs_engine::tree_log::open_replayed(&self.image, &self.options()) {
+            Ok((fs, _)) => Ok(fs),
+            Err(e) => {
+                if self.open_raw().is_ok_and(|fs| fs.info.sb.log_root != 0) {
+                    eprintln!(
+                        "ubtrfs: the image has an unreplayed log tree that could not be replayed; \
+                         --no-log-replay reads the last commit, `ubtrfs rescue zero-log` drops the log"
+                    );
+                }
+                Err(e)
+            }
+        }
     }
 
     /// The image's last commit as it is on disk (dump-tree, scrub).

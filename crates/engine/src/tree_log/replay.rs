@@ -109,8 +109,9 @@ impl<'a> Replayer<'a> {
         Replayer { t, log, st, dest }
     }
 
+    /// Where in the log (the caller names the log tree).
     fn at(&self, k: &Key) -> String {
-        format!("{} key {k}", self.log.describe())
+        format!("log item {k}")
     }
 
     /// One stage over every item of the log, in key order.
@@ -150,7 +151,7 @@ impl<'a> Replayer<'a> {
     fn need_inode(&mut self, ino: u64, why: &str) -> Result<InodeItem> {
         self.inode(ino)?.ok_or_else(|| {
             corrupt(
-                format!("{} inode {ino}", self.log.describe()),
+                format!("log replay of inode {ino}"),
                 format!(
                     "{why}: the inode exists neither in the log nor in subvolume {}",
                     self.dest
