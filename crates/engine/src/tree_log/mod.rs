@@ -27,7 +27,7 @@
 
 mod replay;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fs::{Filesystem, OpenOptions};
 use crate::io::dev::{BlockDev, FileDev};
 use crate::io::device::Device;
@@ -160,7 +160,7 @@ pub fn read_logs(t: &Trans) -> Result<Logs> {
         });
     }
     // The kernel replays from the highest subvolume id down.
-    logs.trees.sort_by(|a, b| b.dest.cmp(&a.dest));
+    logs.trees.sort_by_key(|l| std::cmp::Reverse(l.dest));
     Ok(logs)
 }
 
@@ -279,7 +279,10 @@ fn has_log(devs: &[(PathBuf, Arc<dyn BlockDev>)]) -> Result<bool> {
 /// kernel would show it: when the superblock points to a log tree, the
 /// log is replayed and committed onto in-memory overlays of the devices
 /// (nothing is written to them), and the filesystem read from those.
-/// Returns what the replay did, if there was one.
+/// Returns what the replay did, if there was one. Images the writer
+/// cannot change (RAID5/6, a missing device, ...) are read as of their
+/// last commit, with a warning in the filesystem's reports; a log that
+/// cannot be read or replayed is an error.
 pub fn open_replayed(
     image: &Path,
     opts: &OpenOptions,
@@ -293,10 +296,31 @@ pub fn open_replayed(
         return Ok((Filesystem::from_devices(devs, opts.cache_bytes)?, None));
     }
     let overlays: Vec<(PathBuf, Arc<dyn BlockDev>)> = devs
-        .into_iter()
-        .map(|(p, d)| (p, Arc::new(OverlayDev::new(d)) as Arc<dyn BlockDev>))
+        .iter()
+        .map(|(p, d)| {
+            (
+                p.clone(),
+                Arc::new(OverlayDev::new(d.clone())) as Arc<dyn BlockDev>,
+            )
+        })
         .collect();
-    let stats = replay_on(overlays.clone(), opts.cache_bytes)?;
+    let stats = match replay_on(overlays.clone(), opts.cache_bytes) {
+        Ok(s) => s,
+        // What the writer cannot do (RAID5/6, a block group tree, a
+        // missing device, ...): the last commit, with a warning.
+        Err(e) if matches!(e.kind(), ErrorKind::Unsupported | ErrorKind::Invalid) => {
+            let devs = devs
+                .into_iter()
+                .map(|(p, d)| Device::from_dev(&p, d))
+                .collect::<Result<Vec<_>>>()?;
+            let fs = Filesystem::from_devices(devs, opts.cache_bytes)?;
+            fs.info.report(format!(
+                "the log tree was not replayed ({e}); showing the last commit, without what was fsynced since"
+            ));
+            return Ok((fs, None));
+        }
+        Err(e) => return Err(e),
+    };
     let devs = overlays
         .into_iter()
         .map(|(p, d)| Device::from_dev(&p, d))

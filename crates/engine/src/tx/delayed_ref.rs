@@ -219,6 +219,11 @@ impl Trans {
         let mut record = if head.new {
             if head.deltas.values().all(|&d| d == 0) {
                 // Allocated and freed again before commit: never on disk.
+                // (Checksums written for it go too: log replay copies a
+                // logged extent's checksums before later log items drop it.)
+                if head.is_data {
+                    self.delete_csums(bytenr, head.num_bytes)?;
+                }
                 self.alloc.free_now(bytenr, head.num_bytes);
                 return Ok(());
             }
