@@ -763,8 +763,10 @@ impl<'a> Replayer<'a> {
                 return Ok(());
             };
             let mut ii = self.need_inode(ino, "link count fixup")?;
+            // The kernel's link_to_fixup_dir writes every such inode (a
+            // link more, taken back here): its transid is the replay's.
             let nlink = self.t.inode_refs(self.dest, ino)?.len() as u32;
-            if nlink != ii.nlink {
+            if nlink != ii.nlink || ii.transid != self.t.transid {
                 ii.nlink = nlink;
                 ii.transid = self.t.transid;
                 self.t.put_inode(self.dest, ino, &ii)?;
