@@ -48,7 +48,7 @@ pub fn run(cmd: RescueCmd) -> CmdResult {
                 println!("{}: no log tree to replay", a.image.display());
             } else {
                 println!(
-                    "{}: replayed {} log tree(s) ({} items, {} blocks; {} skipped for deleted subvolumes), {} logged data extent(s) kept, {} orphan(s), in {:.3}s",
+                    "{}: replayed {} log tree(s) ({} items, {} blocks; {} skipped for deleted subvolumes), {} logged data extent(s) kept, {} unlinked inode(s) deleted, in {:.3}s (open {:.3}s, replay {:.3}s, commit {:.3}s)",
                     a.image.display(),
                     s.log_trees,
                     s.log_items,
@@ -56,7 +56,10 @@ pub fn run(cmd: RescueCmd) -> CmdResult {
                     s.skipped_trees,
                     s.claimed_extents,
                     s.orphans,
-                    t0.elapsed().as_secs_f64()
+                    t0.elapsed().as_secs_f64(),
+                    s.open_secs,
+                    s.replay_secs,
+                    s.commit_secs
                 );
             }
             Ok(ExitCode::SUCCESS)
