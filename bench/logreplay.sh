@@ -61,7 +61,7 @@ EOF
 fi
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
+secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.%N); printf '%.3f\n' "$(echo "$t1 - $t0" | bc)"; }
 
 echo "| image | log items | logged extents | replay-log s (open / replay / commit) | ls+replay s | ls raw s | kernel rw mount s (replays) | kernel mount after replay s |"
 echo "|---|---|---|---|---|---|---|---|"
