@@ -435,7 +435,8 @@ impl<'a> Replayer<'a> {
         let at = || self.at(k);
         let refs = refs_of(k, d, &at)?;
         let extref = k.item_type == INODE_EXTREF;
-        if !extref && self.inode(k.offset)?.is_none() {
+        let first_parent = refs.first().map_or(k.offset, |r| r.0);
+        if self.inode(first_parent)?.is_none() {
             // The parent was not logged: the link count fixup sees to it.
             return Ok(());
         }
