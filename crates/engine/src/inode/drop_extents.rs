@@ -43,15 +43,22 @@ impl Trans {
             let here = || format!("tree {tree} inode {ino} key {k}");
             let fe = FileExtent::parse(&d).map_err(|e| Error::format(here(), e))?;
             let pos = k.offset;
+            let end_of = |len: u64| {
+                pos.checked_add(len)
+                    .ok_or_else(|| Error::corrupt(here(), "extent end past 2^64"))
+            };
             let (extent_end, real) = match fe.kind {
-                FileExtentKind::Inline { .. } => (pos + fe.ram_bytes, None),
+                FileExtentKind::Inline { .. } => (end_of(fe.ram_bytes)?, None),
                 FileExtentKind::Extent {
                     disk_bytenr,
                     disk_num_bytes,
                     offset,
                     num_bytes,
                     ..
-                } => (pos + num_bytes, Some((disk_bytenr, disk_num_bytes, offset))),
+                } => (
+                    end_of(num_bytes)?,
+                    Some((disk_bytenr, disk_num_bytes, offset)),
+                ),
             };
             if extent_end <= start {
                 continue;
@@ -81,7 +88,7 @@ impl Trans {
                         self.insert_item(
                             tree,
                             Key::new(ino, EXTENT_DATA, end),
-                            with_range(&d, off + (end - pos), extent_end - end),
+                            with_range(&d, off.wrapping_add(end - pos), extent_end - end),
                         )?;
                         if data_ref {
                             self.add_data_ref(disk, dlen, backref(off), false);
@@ -95,7 +102,7 @@ impl Trans {
                         self.insert_item(
                             tree,
                             Key::new(ino, EXTENT_DATA, end),
-                            with_range(&d, off + (end - pos), extent_end - end),
+                            with_range(&d, off.wrapping_add(end - pos), extent_end - end),
                         )?;
                         if data_ref {
                             found += end - pos;

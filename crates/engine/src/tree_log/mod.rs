@@ -212,6 +212,10 @@ pub fn replay(t: &mut Trans) -> Result<ReplayStats> {
     }
     let mut held = BTreeMap::new();
     for (bytenr, len) in logged_extents(&logs)? {
+        if len == 0 || bytenr.checked_add(len).is_none() {
+            // Nonsense: replay refuses it when it gets there.
+            continue;
+        }
         let key = Key::new(bytenr, EXTENT_ITEM, len);
         if t.lookup(EXTENT_TREE_OBJECTID, &key)?.is_some() {
             continue;
@@ -309,10 +313,11 @@ pub fn open_replayed(
             )
         })
         .collect();
-    let stats = match replay_on(overlays.clone(), opts.cache_bytes) {
-        Ok(s) => s,
-        // What the writer cannot do (RAID5/6, a block group tree, a
-        // missing device, ...): the last commit, with a warning.
+    // Only what the writer refuses to open (RAID5/6, a block group tree,
+    // a missing device, ...) falls back to the last commit, with a
+    // warning; a log that does not replay is an error.
+    let t = match Trans::open_dev_with_log(overlays.clone(), opts.cache_bytes) {
+        Ok(t) => t,
         Err(e) if matches!(e.kind(), ErrorKind::Unsupported | ErrorKind::Invalid) => {
             let devs = devs
                 .into_iter()
@@ -326,6 +331,7 @@ pub fn open_replayed(
         }
         Err(e) => return Err(e),
     };
+    let stats = replay_and_commit(t)?;
     let devs = overlays
         .into_iter()
         .map(|(p, d)| Device::from_dev(&p, d))
@@ -341,7 +347,14 @@ pub fn open_replayed(
 /// nothing is written.
 pub fn replay_on(devs: Vec<(PathBuf, Arc<dyn BlockDev>)>, cache_bytes: u64) -> Result<ReplayStats> {
     let t0 = std::time::Instant::now();
-    let mut t = Trans::open_dev_with_log(devs, cache_bytes)?;
+    let t = Trans::open_dev_with_log(devs, cache_bytes)?;
+    let mut stats = replay_and_commit(t)?;
+    stats.open_secs = t0.elapsed().as_secs_f64() - stats.replay_secs - stats.commit_secs;
+    Ok(stats)
+}
+
+/// Replays the log in `t` and commits (nothing without a log).
+fn replay_and_commit(mut t: Trans) -> Result<ReplayStats> {
     if t.log_root().0 == 0 {
         return Ok(ReplayStats::default());
     }
@@ -349,7 +362,6 @@ pub fn replay_on(devs: Vec<(PathBuf, Arc<dyn BlockDev>)>, cache_bytes: u64) -> R
     let mut stats = replay(&mut t)?;
     let t2 = std::time::Instant::now();
     t.commit()?;
-    stats.open_secs = (t1 - t0).as_secs_f64();
     stats.replay_secs = (t2 - t1).as_secs_f64();
     stats.commit_secs = t2.elapsed().as_secs_f64();
     Ok(stats)

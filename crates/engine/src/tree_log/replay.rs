@@ -341,6 +341,7 @@ impl<'a> Replayer<'a> {
             .first()
             .ok_or_else(|| corrupt(self.at(k), "empty DIR_INDEX item"))?;
         let (name, loc, ftype) = (e.name.to_vec(), e.location, e.file_type);
+        crate::fs::check_entry_name(&name).map_err(|why| corrupt(self.at(k), why))?;
         self.need_inode(dir, "directory of a logged entry")?;
         let exists = loc.item_type == INODE_ITEM && self.inode(loc.objectid)?.is_some();
         let mut matches = 0;
@@ -434,6 +435,12 @@ impl<'a> Replayer<'a> {
         let ino = k.objectid;
         let at = || self.at(k);
         let refs = refs_of(k, d, &at)?;
+        for (parent, name, _) in &refs {
+            // A subvolume's root directory names itself "..".
+            if !(*parent == k.objectid && name == b"..") {
+                crate::fs::check_entry_name(name).map_err(|why| corrupt(self.at(k), why))?;
+            }
+        }
         let extref = k.item_type == INODE_EXTREF;
         let first_parent = refs.first().map_or(k.offset, |r| r.0);
         if self.inode(first_parent)?.is_none() {
@@ -619,9 +626,13 @@ impl<'a> Replayer<'a> {
                     .ok_or_else(|| corrupt(self.at(k), "extent end past 2^64"))?,
                 if disk_bytenr == 0 { 0 } else { num_bytes },
             ),
-            FileExtentKind::Inline { .. } => {
-                ((start + fe.ram_bytes).next_multiple_of(ss), fe.ram_bytes)
-            }
+            FileExtentKind::Inline { .. } => (
+                start
+                    .checked_add(fe.ram_bytes)
+                    .and_then(|e| e.checked_next_multiple_of(ss))
+                    .ok_or_else(|| corrupt(self.at(k), "inline extent end past 2^64"))?,
+                fe.ram_bytes,
+            ),
         };
         self.need_inode(ino, "logged file extent")?;
         let regular = matches!(fe.kind, FileExtentKind::Extent { .. });
@@ -656,18 +667,22 @@ impl<'a> Replayer<'a> {
                         disk_num_bytes,
                         start.wrapping_sub(offset),
                     )?;
-                    let (cs, ce) = if fe.compression != 0 {
-                        (disk_bytenr, disk_bytenr + disk_num_bytes)
+                    let range = if fe.compression != 0 {
+                        Some(disk_bytenr).zip(disk_bytenr.checked_add(disk_num_bytes))
                     } else {
-                        (disk_bytenr + offset, disk_bytenr + offset + num_bytes)
+                        disk_bytenr
+                            .checked_add(offset)
+                            .and_then(|s| Some(s).zip(s.checked_add(num_bytes)))
                     };
+                    let (cs, ce) =
+                        range.ok_or_else(|| corrupt(self.at(k), "extent range past 2^64"))?;
                     self.copy_csums(cs, ce)?;
                 }
             }
             FileExtentKind::Inline { .. } => self.overwrite(k, d)?,
         }
         let mut ii = self.need_inode(ino, "logged file extent")?;
-        ii.nbytes = (ii.nbytes + nbytes).saturating_sub(found);
+        ii.nbytes = ii.nbytes.saturating_add(nbytes).saturating_sub(found);
         ii.transid = self.t.transid;
         self.t.put_inode(self.dest, ino, &ii)
     }
@@ -689,7 +704,7 @@ impl<'a> Replayer<'a> {
             self.t.add_data_ref(bytenr, len, backref, false);
             return Ok(());
         }
-        if self.st.held.get(&bytenr) != Some(&len) {
+        if self.st.held.get(&bytenr) != Some(&len) || bytenr.checked_add(len).is_none() {
             return Err(corrupt(
                 self.at(k),
                 format!(
@@ -712,7 +727,7 @@ impl<'a> Replayer<'a> {
         // Runs of consecutive sectors: (start, sums).
         let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
         for (k, d) in self.log.items.range(lo..=hi).rev() {
-            let item_end = k.offset + d.len() as u64 / cs * ss;
+            let item_end = k.offset.saturating_add(d.len() as u64 / cs * ss);
             if item_end <= start {
                 break;
             }
