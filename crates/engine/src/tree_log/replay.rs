@@ -478,7 +478,7 @@ impl<'a> Replayer<'a> {
             }
             self.add_link(*parent, ino, name, false, *index)?;
         }
-        if !self.unlink_old_refs(k, d, &refs)? {
+        if !self.unlink_old_refs(k, &refs)? {
             return Ok(());
         }
         self.overwrite(k, d)
@@ -585,7 +585,7 @@ impl<'a> Replayer<'a> {
     /// The kernel's unlink_old_inode_refs: names in the subvolume's item
     /// at `k` that the logged item does not have are unlinked. False when
     /// a parent is missing (the kernel then leaves the item alone).
-    fn unlink_old_refs(&mut self, k: &Key, _d: &[u8], logged: &[Ref]) -> Result<bool> {
+    fn unlink_old_refs(&mut self, k: &Key, logged: &[Ref]) -> Result<bool> {
         let ino = k.objectid;
         let Some(cur) = self.t.lookup(self.dest, k)? else {
             return Ok(true);
