@@ -177,7 +177,7 @@ fn parse_tree_id(s: &str) -> Option<u64> {
 }
 
 fn dump_tree(a: DumpTreeArgs) -> CmdResult {
-    let fs = a.image.open()?;
+    let fs = a.image.open_raw()?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut trees: Vec<(String, ubtrfs_engine::tree::ctree::Tree)> = Vec::new();
     let sb = &fs.info.sb;
@@ -193,6 +193,13 @@ fn dump_tree(a: DumpTreeArgs) -> CmdResult {
             let tree = match id {
                 ROOT_TREE_OBJECTID => fs.root_tree,
                 CHUNK_TREE_OBJECTID => chunk,
+                // The log root tree (its ROOT_ITEMs point to the log trees).
+                TREE_LOG_OBJECTID if sb.log_root != 0 => ubtrfs_engine::tree::ctree::Tree {
+                    id,
+                    bytenr: sb.log_root,
+                    level: sb.log_root_level,
+                    generation: sb.generation + 1,
+                },
                 _ => fs.tree(id)?,
             };
             trees.push((

@@ -47,7 +47,7 @@ pub fn with_progress<T>(total: u64, what: &str, work: impl FnOnce(&mut dyn FnMut
 }
 
 pub fn run(a: ScrubArgs) -> CmdResult {
-    let fs = a.image.open()?;
+    let fs = a.image.open_raw()?;
     let report = with_progress(fs.info.sb.bytes_used, "scrub", |p| {
         ubtrfs_engine::tools::scrub::scrub(&fs, p)
     })?;

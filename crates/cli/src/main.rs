@@ -7,6 +7,7 @@ mod cmd_inspect;
 mod cmd_mkfs;
 mod cmd_mount;
 mod cmd_receive;
+mod cmd_rescue;
 mod cmd_scrub;
 mod cmd_send;
 mod cmd_subvol;
@@ -40,17 +41,44 @@ pub struct ImageArgs {
     /// Memory budget of the tree block cache, in MiB.
     #[arg(long = "cache-mb", default_value_t = 64)]
     pub cache_mb: u64,
+    /// Read the image as of its last commit, without replaying an
+    /// unreplayed log tree (what was fsynced since is not shown).
+    #[arg(long = "no-log-replay")]
+    pub no_log_replay: bool,
 }
 
 impl ImageArgs {
+    fn options(&self) -> OpenOptions {
+        OpenOptions {
+            devices: self.devices.clone(),
+            cache_bytes: self.cache_mb << 20,
+        }
+    }
+
+    /// The filesystem as the kernel would show it: an unreplayed log tree
+    /// (fsyncs after the last commit, then a crash) is replayed in memory,
+    /// nothing is written to the image.
     pub fn open(&self) -> Result<Filesystem, ubtrfs_engine::Error> {
-        Filesystem::open(
-            &self.image,
-            &OpenOptions {
-                devices: self.devices.clone(),
-                cache_bytes: self.cache_mb << 20,
-            },
-        )
+        if self.no_log_replay {
+            return self.open_raw();
+        }
+        match ubtrfs_engine::tree_log::open_replayed(&self.image, &self.options()) {
+            Ok((fs, _)) => Ok(fs),
+            Err(e) => {
+                if self.open_raw().is_ok_and(|fs| fs.info.sb.log_root != 0) {
+                    eprintln!(
+                        "ubtrfs: the image has an unreplayed log tree that could not be replayed; \
+                         --no-log-replay reads the last commit, `ubtrfs rescue zero-log` drops the log"
+                    );
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The image's last commit as it is on disk (dump-tree, scrub).
+    pub fn open_raw(&self) -> Result<Filesystem, ubtrfs_engine::Error> {
+        Filesystem::open(&self.image, &self.options())
     }
 }
 
@@ -81,6 +109,9 @@ enum Command {
     /// Apply send streams to an unmounted image (as btrfs receive), or
     /// print them (--dump).
     Receive(cmd_receive::ReceiveArgs),
+    /// Repair commands on an unmounted image (log trees).
+    #[command(subcommand)]
+    Rescue(cmd_rescue::RescueCmd),
 }
 
 fn main() -> ExitCode {
@@ -100,6 +131,7 @@ fn main() -> ExitCode {
         Command::Mount(a) => cmd_mount::run_mount(a),
         Command::Mkfs(a) => cmd_mkfs::run(a),
         Command::Receive(a) => cmd_receive::run(a),
+        Command::Rescue(c) => cmd_rescue::run(c),
     };
     match res {
         Ok(code) => code,

@@ -242,7 +242,9 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let o = &req.options;
-    let fs = Filesystem::open(
+    // An unreplayed log tree is replayed in memory: the mount shows what
+    // the kernel would after its replay, the image is not written.
+    let (fs, _) = ubtrfs_engine::tree_log::open_replayed(
         &req.image,
         &OpenOptions {
             devices: req.devices.clone(),

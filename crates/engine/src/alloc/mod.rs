@@ -242,6 +242,36 @@ impl Allocator {
         self.pinned.push((start, len));
     }
 
+    /// Takes what is free of `[start, start+len)` out of the free space
+    /// without accounting it as used, until commit: space the committed
+    /// trees do not reach but something still reads (an unreplayed log
+    /// tree's blocks and the data extents it logged). Returns whether any
+    /// of it was free.
+    pub fn hold(&mut self, start: u64, len: u64) -> bool {
+        let Some(g) = self.group_of(start) else {
+            return false;
+        };
+        let before = g.free_bytes();
+        g.exclude(start, len);
+        let took = g.free_bytes() != before;
+        if took {
+            self.pinned.push((start, len));
+        }
+        took
+    }
+
+    /// Accounts held space `[start, start+len)` as allocated (a logged
+    /// data extent that replay keeps): it stays out of the free space
+    /// after commit.
+    pub fn claim_held(&mut self, start: u64, len: u64) {
+        self.pinned.retain(|&(s, l)| !(s == start && l == len));
+        if let Some(g) = self.group_of(start) {
+            g.used += len;
+            g.item_dirty = true;
+            g.fst_dirty = true;
+        }
+    }
+
     /// Pinned ranges that fall in `[start, end)`, for writing the
     /// free-space tree (they are free once this transaction commits).
     pub fn pinned_in(&self, start: u64, end: u64) -> Vec<(u64, u64)> {

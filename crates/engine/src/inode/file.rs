@@ -253,6 +253,13 @@ impl Trans {
             if e.end <= start || e.start >= end {
                 continue;
             }
+            if let ExtentKind::Inline { ram_bytes, .. } = e.kind {
+                if start > e.start || end < e.start + ram_bytes {
+                    return Err(Error::Unsupported(format!(
+                        "tree {tree} inode {ino}: dropping [{start}, {end}) would cut into the inline extent of {ram_bytes} bytes"
+                    )));
+                }
+            }
             self.delete_item(tree, &k)?;
             if let ExtentKind::Inline { ram_bytes, .. } = e.kind {
                 // Inline extents are alone in the first sector: a

@@ -7,5 +7,6 @@
 pub mod dev;
 pub mod device;
 pub mod fault;
+pub mod overlay;
 pub mod raid56;
 pub mod volumes;

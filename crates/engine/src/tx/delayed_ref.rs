@@ -219,7 +219,8 @@ impl Trans {
         let mut record = if head.new {
             if head.deltas.values().all(|&d| d == 0) {
                 // Allocated and freed again before commit: never on disk,
-                // and neither are its checksums.
+                // and neither are its checksums (log replay copies a logged
+                // extent's checksums before later log items drop it).
                 if head.is_data {
                     self.flush_csums()?;
                     self.delete_csums(bytenr, head.num_bytes)?;

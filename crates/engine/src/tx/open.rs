@@ -62,7 +62,7 @@ impl Trans {
             })?;
             devs.push(Device::from_dev(p, Arc::new(dev))?);
         }
-        Self::open_devices(devs, cache_bytes)
+        Self::open_devices(devs, cache_bytes, false)
     }
 
     /// Opens the filesystem on already opened devices (in memory, or
@@ -73,10 +73,37 @@ impl Trans {
             .enumerate()
             .map(|(i, d)| Device::from_dev(Path::new(&format!("dev{i}")), d))
             .collect::<Result<Vec<_>>>()?;
-        Self::open_devices(devs, cache_bytes)
+        Self::open_devices(devs, cache_bytes, false)
     }
 
-    fn open_devices(devs: Vec<Device>, cache_bytes: u64) -> Result<Trans> {
+    /// Like [`Trans::open_dev`] (each device named by its path in
+    /// messages), but an unreplayed log tree is allowed: only for log
+    /// replay and for dropping the log (`tree_log`). Writers that change
+    /// the filesystem's trees must not use it before the log is gone.
+    pub fn open_dev_with_log(
+        devs: Vec<(PathBuf, Arc<dyn BlockDev>)>,
+        cache_bytes: u64,
+    ) -> Result<Trans> {
+        let devs = devs
+            .into_iter()
+            .map(|(p, d)| Device::from_dev(&p, d))
+            .collect::<Result<Vec<_>>>()?;
+        Self::open_devices(devs, cache_bytes, true)
+    }
+
+    /// The superblock's log tree root (0 when there is none) and level.
+    pub fn log_root(&self) -> (u64, u8) {
+        (self.info.sb.log_root, self.info.sb.log_root_level)
+    }
+
+    /// Drops the superblock's pointer to the log tree: the next commit
+    /// writes a superblock without one (btrfs rescue zero-log).
+    pub fn clear_log_root(&mut self) {
+        self.info.sb.log_root = 0;
+        self.info.sb.log_root_level = 0;
+    }
+
+    fn open_devices(devs: Vec<Device>, cache_bytes: u64, allow_log: bool) -> Result<Trans> {
         let name = devs
             .first()
             .map(|d| d.path.display().to_string())
@@ -117,9 +144,9 @@ impl Trans {
                 "{name}: the free-space tree is marked not valid; mount it once with the kernel first"
             )));
         }
-        if sb.log_root != 0 {
+        if sb.log_root != 0 && !allow_log {
             return Err(Error::Unsupported(format!(
-                "{name}: the log tree at {} has not been replayed; mount with the kernel or run `btrfs rescue zero-log` first",
+                "{name}: the log tree at {} has not been replayed; run `ubtrfs rescue replay-log` (or mount with the kernel) or `ubtrfs rescue zero-log` first",
                 sb.log_root
             )));
         }
