@@ -875,7 +875,9 @@ pub fn receive(
             Ok(rep)
         }
         Err(ReceiveError { error, clean }) => {
-            if clean {
+            // Nothing changed (a refusal before the first command took
+            // effect): nothing is written.
+            if clean && t.mutations() > 0 {
                 t.commit()?;
             }
             Err(error)
