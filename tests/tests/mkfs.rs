@@ -476,6 +476,52 @@ fn mkfs_reproducible() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// The data threads change nothing: 1, 2 and 5 threads (reading,
+/// compressing and checksumming file data, the walker allocating in its
+/// order) give byte-identical images, with and without compression.
+#[test]
+fn mkfs_threads_identical() {
+    if !kernel_available("mkfs_threads_identical") {
+        return;
+    }
+    let (src, _) = source_tree();
+    let base = scratch_dir("mkfs-threads");
+    for extra in [
+        &[][..],
+        &["--compress", "zstd"][..],
+        &["--compress", "lzo"][..],
+    ] {
+        let images: Vec<PathBuf> = ["1", "2", "5"]
+            .iter()
+            .map(|threads| {
+                let p = base.join(format!("t{threads}.img"));
+                let _ = std::fs::remove_file(&p);
+                let mut cmd = Command::new(ubtrfs_bin());
+                cmd.env("SOURCE_DATE_EPOCH", "1700000000")
+                    .args(["mkfs", "-q", "-b", "300M", "--threads", threads])
+                    .args(["-U", "0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"])
+                    .args(extra)
+                    .arg("-r")
+                    .arg(src);
+                must(cmd.arg(&p));
+                p
+            })
+            .collect();
+        for other in &images[1..] {
+            let same = Command::new("cmp")
+                .arg("-s")
+                .arg(&images[0])
+                .arg(other)
+                .status()
+                .unwrap()
+                .success();
+            assert!(same, "{extra:?}: {} differs from 1 thread", other.display());
+        }
+        btrfs_check(&images[1], false).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// 200 MiB of pseudo-random data in 20 files, plus small files.
 fn enospc_source(src: &Path) {
     std::fs::create_dir_all(src).unwrap();

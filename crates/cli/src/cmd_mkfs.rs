@@ -69,6 +69,10 @@ pub struct MkfsArgs {
     /// With --rootdir: shrink the image file to the end of its last chunk.
     #[arg(long)]
     shrink: bool,
+    /// With --rootdir: threads reading, compressing and checksumming file
+    /// data (default: one per CPU; the image is the same for any number).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
     /// Print a summary as JSON.
     #[arg(long)]
     json: bool,
@@ -319,8 +323,10 @@ fn estimate_size(dir: &std::path::Path) -> Result<u64, String> {
             }
         }
     }
-    // Data, 2 KiB of (DUP) metadata per entry, and room for chunks.
-    Ok(total + total / 8 + entries * 2048 + (256 << 20))
+    // Data, 2 KiB of (DUP) metadata per entry, the first metadata and
+    // system chunks (DUP: 2 x 256 MiB and 2 x 32 MiB), and room for the
+    // last, partly used, data chunk.
+    Ok(total + total / 8 + entries * 2048 + (576 << 20) + (256 << 20))
 }
 
 /// Opens (or creates, for an image file) a target device, growing an
@@ -421,6 +427,7 @@ pub fn run(a: MkfsArgs) -> CmdResult {
             uuid_seed: o.fsid,
             clamp_time: std::env::var_os("SOURCE_DATE_EPOCH").map(|_| o.time),
             now: o.time,
+            threads: a.threads.unwrap_or(0),
         };
         let bar = spinner(a.quiet);
         let mut tick = |s: &mkfs::rootdir::Stats| {

@@ -24,6 +24,9 @@ pub trait BlockDev: Send + Sync + std::fmt::Debug {
     fn flush(&self) -> io::Result<()>;
     /// Whether writes are allowed.
     fn writable(&self) -> bool;
+    /// Starts writing back `len` bytes written at `off` without waiting
+    /// for them (a hint; a flush still makes them durable).
+    fn start_write_back(&self, _off: u64, _len: u64) {}
 }
 
 /// An image file or block device.
@@ -75,6 +78,19 @@ impl BlockDev for FileDev {
 
     fn writable(&self) -> bool {
         self.writable
+    }
+
+    fn start_write_back(&self, off: u64, len: u64) {
+        // SAFETY: sync_file_range on an open descriptor; no memory is
+        // involved. A failure is only a lost hint.
+        unsafe {
+            libc::sync_file_range(
+                std::os::unix::io::AsRawFd::as_raw_fd(&self.file),
+                off as i64,
+                len as i64,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
     }
 }
 

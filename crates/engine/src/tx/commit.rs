@@ -60,6 +60,17 @@ impl Trans {
 
     /// Writes `data` at logical address `logical` on every copy.
     pub(crate) fn write_logical(&self, logical: u64, data: &[u8]) -> Result<()> {
+        self.write_logical_to(logical, data, false)
+    }
+
+    /// As [`Trans::write_logical`] for file data, which nothing reads
+    /// again in this transaction: the device starts writing it back at
+    /// once, so that the flush at commit does not find gigabytes waiting.
+    pub(crate) fn write_logical_data(&self, logical: u64, data: &[u8]) -> Result<()> {
+        self.write_logical_to(logical, data, true)
+    }
+
+    fn write_logical_to(&self, logical: u64, data: &[u8], write_back: bool) -> Result<()> {
         let mut done = 0usize;
         while done < data.len() {
             let at = logical + done as u64;
@@ -87,6 +98,9 @@ impl Trans {
                         ),
                         source: e,
                     })?;
+                if write_back {
+                    dev.dev().start_write_back(loc.physical, n as u64);
+                }
             }
             done += n;
         }

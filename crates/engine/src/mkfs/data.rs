@@ -1,0 +1,357 @@
+//! File data for mkfs --rootdir on worker threads: reading the source,
+//! compressing and checksumming, the three jobs that do not touch the
+//! trees. The walker (one thread, the only one changing the transaction)
+//! asks for pieces in the order it writes them and takes their results in
+//! that same order, so allocation, items and the image stay what one
+//! thread makes: the threads only decide when a piece is ready, never
+//! where it goes.
+//!
+//! A [`Pipe`] holds the pieces asked for, in order; at most `budget` bytes
+//! of them are handed to the workers at a time (memory stays bounded
+//! whatever the tree size). A piece the walker needs before its turn
+//! (a file planned on demand, while lookahead filled the budget) jumps
+//! the queue. With one thread there are no workers: each piece is made
+//! when it is taken, in the walker's thread.
+
+use crate::error::{Error, Result};
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use ubtrfs_format::CsumType;
+
+/// One piece of a file: `n` bytes (a multiple of the sector size, the
+/// extent's length in the file) from `at`, of which `want` are in the
+/// file (the rest is the zeros of the last sector).
+#[derive(Debug)]
+pub struct Job {
+    pub path: Arc<PathBuf>,
+    pub file: Arc<File>,
+    pub at: u64,
+    pub n: u64,
+    pub want: usize,
+    /// Compression (algorithm, level) to try.
+    pub compress: Option<(u8, i32)>,
+    /// Checksums of the written bytes, with this algorithm.
+    pub csum: Option<CsumType>,
+    pub sectorsize: u32,
+    /// The whole (small) file, stored in its EXTENT_DATA item: not padded,
+    /// not checksummed.
+    pub inline: bool,
+}
+
+/// A piece ready to write.
+#[derive(Debug)]
+pub struct Piece {
+    pub at: u64,
+    pub n: u64,
+    pub want: usize,
+    /// The bytes to write: compressed or not, padded to whole sectors
+    /// (inline data is not padded).
+    pub data: Vec<u8>,
+    /// Compression algorithm of `data` (0: none).
+    pub algo: u8,
+    /// Checksums of `data`'s sectors, when asked.
+    pub sums: Option<Vec<u8>>,
+}
+
+fn io_err(path: &std::path::Path, op: String, e: std::io::Error) -> Error {
+    Error::Io {
+        path: path.display().to_string(),
+        op,
+        source: e,
+    }
+}
+
+impl Job {
+    /// Reads, compresses (keeping the result only when it shrinks) and
+    /// checksums the piece.
+    pub fn run(self) -> Result<Piece> {
+        let ss = self.sectorsize as usize;
+        let len = if self.inline {
+            self.want
+        } else {
+            self.n as usize
+        };
+        let mut buf = vec![0u8; len];
+        self.file
+            .read_exact_at(&mut buf[..self.want], self.at)
+            .map_err(|e| io_err(&self.path, format!("read at {}", self.at), e))?;
+        let mut algo = 0;
+        if let Some((a, level)) = self.compress {
+            let c = ubtrfs_format::compress::compress(a, level, &buf, self.sectorsize)
+                .map_err(|e| Error::format(self.path.display().to_string(), e))?;
+            if let Some(mut c) = c {
+                if !self.inline {
+                    c.resize(c.len().next_multiple_of(ss), 0);
+                }
+                buf = c;
+                algo = a;
+            }
+        }
+        let sums = match self.csum {
+            Some(ct) if !self.inline => {
+                let mut s = Vec::with_capacity(buf.len() / ss * ct.size());
+                for sector in buf.chunks(ss) {
+                    s.extend_from_slice(&ct.compute(sector)[..ct.size()]);
+                }
+                Some(s)
+            }
+            _ => None,
+        };
+        Ok(Piece {
+            at: self.at,
+            n: self.n,
+            want: self.want,
+            data: buf,
+            algo,
+            sums,
+        })
+    }
+}
+
+enum State {
+    /// Asked for, not handed to a worker yet.
+    Pending(Job),
+    /// In the workers' queue.
+    Queued(Job),
+    Running,
+    Done(Result<Piece>),
+    Taken,
+}
+
+/// Where a piece's result appears.
+pub struct Slot {
+    state: Mutex<State>,
+    ready: Condvar,
+    bytes: u64,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Slot({} bytes)", self.bytes)
+    }
+}
+
+struct Queue {
+    jobs: VecDeque<Arc<Slot>>,
+    closed: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    more: Condvar,
+}
+
+struct Pool {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    fn new(n: usize) -> Result<Pool> {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                jobs: VecDeque::new(),
+                closed: false,
+            }),
+            more: Condvar::new(),
+        });
+        let mut threads = Vec::new();
+        for i in 0..n {
+            let s = shared.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("mkfs-data-{i}"))
+                .spawn(move || worker(&s))
+                .map_err(|e| io_err(std::path::Path::new("thread"), "spawn".into(), e))?;
+            threads.push(h);
+        }
+        Ok(Pool { shared, threads })
+    }
+
+    fn push(&self, slot: Arc<Slot>, front: bool) {
+        let mut q = self.shared.queue.lock().unwrap();
+        if front {
+            q.jobs.push_front(slot);
+        } else {
+            q.jobs.push_back(slot);
+        }
+        drop(q);
+        self.shared.more.notify_one();
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.queue.lock().unwrap().closed = true;
+        self.shared.more.notify_all();
+        for h in self.threads.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+fn worker(s: &Shared) {
+    loop {
+        let slot = {
+            let mut q = s.queue.lock().unwrap();
+            loop {
+                if q.closed {
+                    return;
+                }
+                if let Some(slot) = q.jobs.pop_front() {
+                    break slot;
+                }
+                q = s.more.wait(q).unwrap();
+            }
+        };
+        let job = {
+            let mut st = slot.state.lock().unwrap();
+            match std::mem::replace(&mut *st, State::Running) {
+                State::Queued(job) => job,
+                other => {
+                    // Taken by the walker meanwhile (cannot happen: a
+                    // queued piece is only made here); leave it.
+                    *st = other;
+                    continue;
+                }
+            }
+        };
+        let out = job.run();
+        *slot.state.lock().unwrap() = State::Done(out);
+        slot.ready.notify_all();
+    }
+}
+
+/// The pieces asked for, in order, and the workers making them.
+pub struct Pipe {
+    pool: Option<Pool>,
+    /// Asked for and not yet handed to the workers, in order.
+    pending: VecDeque<Arc<Slot>>,
+    /// Bytes handed to the workers and not yet taken.
+    inflight: u64,
+    budget: u64,
+}
+
+impl std::fmt::Debug for Pipe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Pipe(threads {}, pending {}, inflight {})",
+            self.threads(),
+            self.pending.len(),
+            self.inflight
+        )
+    }
+}
+
+impl Pipe {
+    /// `threads` workers (1: none, pieces are made in the caller's thread
+    /// when taken), at most `budget` bytes handed to them at a time.
+    pub fn new(threads: usize, budget: u64) -> Result<Pipe> {
+        let pool = if threads > 1 {
+            Some(Pool::new(threads)?)
+        } else {
+            None
+        };
+        Ok(Pipe {
+            pool,
+            pending: VecDeque::new(),
+            inflight: 0,
+            budget,
+        })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.as_ref().map_or(1, |p| p.threads.len())
+    }
+
+    /// Asks for pieces: after those asked for before (`front` false:
+    /// lookahead), or before them (`front` true: needed next), in the
+    /// order given.
+    pub fn ask(&mut self, jobs: Vec<Job>, front: bool) -> Vec<Arc<Slot>> {
+        let slots: Vec<Arc<Slot>> = jobs
+            .into_iter()
+            .map(|j| {
+                Arc::new(Slot {
+                    bytes: j.n.max(j.want as u64),
+                    state: Mutex::new(State::Pending(j)),
+                    ready: Condvar::new(),
+                })
+            })
+            .collect();
+        if self.pool.is_some() {
+            if front {
+                for s in slots.iter().rev() {
+                    self.pending.push_front(s.clone());
+                }
+            } else {
+                self.pending.extend(slots.iter().cloned());
+            }
+            self.pump();
+        }
+        slots
+    }
+
+    /// Hands pending pieces to the workers while the budget allows.
+    fn pump(&mut self) {
+        let Some(pool) = &self.pool else { return };
+        while self.inflight < self.budget {
+            let Some(slot) = self.pending.pop_front() else {
+                break;
+            };
+            let mut st = slot.state.lock().unwrap();
+            if let State::Pending(_) = &*st {
+                let State::Pending(job) = std::mem::replace(&mut *st, State::Running) else {
+                    unreachable!()
+                };
+                *st = State::Queued(job);
+                drop(st);
+                self.inflight += slot.bytes;
+                pool.push(slot, false);
+            }
+        }
+    }
+
+    /// The result of `slot`, waiting for it.
+    pub fn take(&mut self, slot: &Arc<Slot>) -> Result<Piece> {
+        let mut st = slot.state.lock().unwrap();
+        if let State::Pending(_) = &*st {
+            let State::Pending(job) = std::mem::replace(&mut *st, State::Taken) else {
+                unreachable!()
+            };
+            match &self.pool {
+                // One thread: made here, now.
+                None => return job.run(),
+                // Needed before its turn: first in the workers' queue
+                // (it stays in `pending` until pump skips it).
+                Some(pool) => {
+                    *st = State::Queued(job);
+                    drop(st);
+                    pool.push(slot.clone(), true);
+                    st = slot.state.lock().unwrap();
+                }
+            }
+        } else {
+            self.inflight -= slot.bytes;
+        }
+        loop {
+            match std::mem::replace(&mut *st, State::Taken) {
+                State::Done(r) => {
+                    drop(st);
+                    self.pump();
+                    return r;
+                }
+                State::Taken => {
+                    return Err(Error::Invalid("a data piece was taken twice".into()));
+                }
+                other => {
+                    *st = other;
+                    st = slot.ready.wait(st).unwrap();
+                }
+            }
+        }
+    }
+}
