@@ -76,6 +76,39 @@ impl Trans {
         Ok((at, data.len() as u64))
     }
 
+    /// As [`Trans::write_data_extent_summed`], the first `cloned` bytes
+    /// shared from `src` at `src_off` (FICLONERANGE, `--reflink`) and
+    /// `tail` (whole sectors: the file's partial last sector, padded)
+    /// written after them. `sums` cover both, computed from the data.
+    pub fn write_data_extent_cloned(
+        &mut self,
+        src: &std::fs::File,
+        src_off: u64,
+        cloned: u64,
+        tail: &[u8],
+        sums: Option<Vec<u8>>,
+    ) -> Result<(u64, u64)> {
+        let ss = self.sectorsize() as u64;
+        if !cloned.is_multiple_of(ss) || !(tail.len() as u64).is_multiple_of(ss) {
+            return Err(Error::Invalid(format!(
+                "cloned data extent of {cloned} + {} bytes is not whole sectors",
+                tail.len()
+            )));
+        }
+        let len = cloned + tail.len() as u64;
+        let at = self.alloc_data(len)?;
+        if cloned > 0 {
+            self.clone_logical(at, src, src_off, cloned)?;
+        }
+        if !tail.is_empty() {
+            self.write_logical_data(at + cloned, tail)?;
+        }
+        if let Some(sums) = sums {
+            self.add_csum_run(at, sums)?;
+        }
+        Ok((at, len))
+    }
+
     /// Maps `[file_off, file_off + num_bytes)` of inode `ino` to `num_bytes`
     /// of the extent at `disk_bytenr` (made in this transaction, `disk_len`
     /// bytes on disk, `ram_bytes` uncompressed), from `offset` into it.

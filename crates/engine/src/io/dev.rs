@@ -27,6 +27,16 @@ pub trait BlockDev: Send + Sync + std::fmt::Debug {
     /// Starts writing back `len` bytes written at `off` without waiting
     /// for them (a hint; a flush still makes them durable).
     fn start_write_back(&self, _off: u64, _len: u64) {}
+    /// Shares `len` bytes of `src` from `src_off` at `off` (FICLONERANGE:
+    /// the image file and `src` on one filesystem that clones ranges), in
+    /// place of writing them. Offsets and length in whole blocks of that
+    /// filesystem.
+    fn clone_range_from(&self, _src: &File, _src_off: u64, _len: u64, _off: u64) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this device cannot share data with a file",
+        ))
+    }
 }
 
 /// An image file or block device.
@@ -78,6 +88,29 @@ impl BlockDev for FileDev {
 
     fn writable(&self) -> bool {
         self.writable
+    }
+
+    fn clone_range_from(&self, src: &File, src_off: u64, len: u64, off: u64) -> io::Result<()> {
+        use std::os::unix::io::AsRawFd;
+        if !self.writable {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "device opened read-only",
+            ));
+        }
+        let range = libc::file_clone_range {
+            src_fd: src.as_raw_fd() as i64,
+            src_offset: src_off,
+            src_length: len,
+            dest_offset: off,
+        };
+        // SAFETY: FICLONERANGE reads the struct passed, which lives for the
+        // call; both descriptors are open.
+        let r = unsafe { libc::ioctl(self.file.as_raw_fd(), libc::FICLONERANGE, &range) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     fn start_write_back(&self, off: u64, len: u64) {

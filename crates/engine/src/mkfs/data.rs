@@ -40,6 +40,10 @@ pub struct Job {
     /// The whole (small) file, stored in its EXTENT_DATA item: not padded,
     /// not checksummed.
     pub inline: bool,
+    /// `--reflink`: the whole sectors are shared from the file, not
+    /// written; only the partial last sector is returned as data (all of
+    /// it is still read for the checksums).
+    pub reflink: bool,
 }
 
 /// A piece ready to write.
@@ -53,8 +57,10 @@ pub struct Piece {
     pub data: Vec<u8>,
     /// Compression algorithm of `data` (0: none).
     pub algo: u8,
-    /// Checksums of `data`'s sectors, when asked.
+    /// Checksums of the extent's sectors, when asked.
     pub sums: Option<Vec<u8>>,
+    /// `--reflink`: bytes of the file from `at` to share before `data`.
+    pub cloned: u64,
 }
 
 fn io_err(path: &std::path::Path, op: String, e: std::io::Error) -> Error {
@@ -75,6 +81,9 @@ impl Job {
         } else {
             self.n as usize
         };
+        if self.reflink && !self.inline {
+            return self.run_reflink();
+        }
         let mut buf = vec![0u8; len];
         self.file
             .read_exact_at(&mut buf[..self.want], self.at)
@@ -108,6 +117,45 @@ impl Job {
             data: buf,
             algo,
             sums,
+            cloned: 0,
+        })
+    }
+
+    /// The piece of a `--reflink` copy: checksums of all of it, and its
+    /// partial last sector (padded) as the data to write.
+    fn run_reflink(self) -> Result<Piece> {
+        let ss = self.sectorsize as usize;
+        let n = self.n as usize;
+        let full = self.want / ss * ss;
+        let read = |buf: &mut [u8], off: u64| {
+            self.file
+                .read_exact_at(buf, off)
+                .map_err(|e| io_err(&self.path, format!("read at {off}"), e))
+        };
+        let (data, sums) = match self.csum {
+            Some(ct) => {
+                let mut buf = vec![0u8; n];
+                read(&mut buf[..self.want], self.at)?;
+                let mut s = Vec::with_capacity(n / ss * ct.size());
+                for sector in buf.chunks(ss) {
+                    s.extend_from_slice(&ct.compute(sector)[..ct.size()]);
+                }
+                (buf[full..].to_vec(), Some(s))
+            }
+            None => {
+                let mut tail = vec![0u8; n - full];
+                read(&mut tail[..self.want - full], self.at + full as u64)?;
+                (tail, None)
+            }
+        };
+        Ok(Piece {
+            at: self.at,
+            n: self.n,
+            want: self.want,
+            data,
+            algo: 0,
+            sums,
+            cloned: full as u64,
         })
     }
 }

@@ -98,6 +98,10 @@ pub struct RootdirOptions {
     /// per CPU; 1: all in the walking thread). The image does not depend
     /// on it.
     pub threads: usize,
+    /// `--reflink`: file data is shared from the source (FICLONERANGE)
+    /// into the image file, which lives on the filesystem with this
+    /// st_dev; compression is off, checksums are computed from the data.
+    pub reflink: Option<u64>,
 }
 
 /// What was written.
@@ -379,6 +383,15 @@ impl Walker<'_> {
             item.size = target.len() as u64;
             item.nbytes = target.len() as u64;
         } else if ft.is_file() {
+            if let Some(dev) = self.o.reflink {
+                if m.dev() != dev && m.len() > 0 {
+                    return Err(Error::Invalid(format!(
+                        "{}: --reflink: on another filesystem than the image (data can only \
+                         be shared within one filesystem)",
+                        path.display()
+                    )));
+                }
+            }
             self.stats.files += 1;
             let (size, nbytes) = self.copy_file(path, tree, ino, m.len(), &mut item.flags)?;
             item.size = size;
@@ -461,7 +474,7 @@ impl Walker<'_> {
             file: Arc::new(f),
             size,
             csum,
-            compress: self.o.compress.filter(|_| csum),
+            compress: self.o.compress.filter(|_| csum && self.o.reflink.is_none()),
             undecided: false,
             inline: None,
             ranges: Vec::new(),
@@ -506,6 +519,7 @@ impl Walker<'_> {
             csum: plan.csum.then_some(self.t.info.csum_type),
             sectorsize: self.t.sectorsize(),
             inline,
+            reflink: self.o.reflink.is_some(),
         }
     }
 
@@ -638,10 +652,21 @@ impl Walker<'_> {
                     let rest = self.jobs_from(&plan, at + n);
                     plan.slots = self.pipe.ask(rest, true).into();
                 }
-                let (disk, len) = self
-                    .t
-                    .write_data_extent_summed(&piece.data, piece.sums)
-                    .map_err(|e| in_path(path, e))?;
+                let (disk, len) = if self.o.reflink.is_some() {
+                    self.t
+                        .write_data_extent_cloned(
+                            &plan.file,
+                            at,
+                            piece.cloned,
+                            &piece.data,
+                            piece.sums,
+                        )
+                        .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))
+                } else {
+                    self.t
+                        .write_data_extent_summed(&piece.data, piece.sums)
+                        .map_err(|e| in_path(path, e))
+                }?;
                 self.t
                     .insert_file_extent(tree, ino, at, disk, len, 0, n, n, piece.algo, false, true)
                     .map_err(|e| in_path(path, e))?;

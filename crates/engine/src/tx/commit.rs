@@ -70,6 +70,55 @@ impl Trans {
         self.write_logical_to(logical, data, true)
     }
 
+    /// Shares `len` bytes of `src` from `src_off` at logical address
+    /// `logical` on every copy (the device clones them from the file).
+    pub(crate) fn clone_logical(
+        &self,
+        logical: u64,
+        src: &std::fs::File,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        let mut done = 0u64;
+        while done < len {
+            let at = logical + done;
+            let piece = self.info.chunks.map(at, len - done)?;
+            let Placement::Mirrors(copies) = &piece.placement else {
+                return Err(Error::Unsupported(format!(
+                    "cloning into RAID5/6 block groups (logical {at})"
+                )));
+            };
+            for loc in copies {
+                let dev = self.info.devices.get(&loc.devid).ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "devid {} is missing: cannot write logical {at}",
+                        loc.devid
+                    ))
+                })?;
+                dev.dev()
+                    .clone_range_from(src, src_off + done, piece.len, loc.physical)
+                    .map_err(|e| Error::Io {
+                        path: dev.path.display().to_string(),
+                        op: format!(
+                            "clone {} bytes into physical {} (logical {at}, FICLONERANGE{})",
+                            piece.len,
+                            loc.physical,
+                            match e.raw_os_error() {
+                                Some(libc::EXDEV) =>
+                                    ": the source is on another filesystem than the image",
+                                Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) =>
+                                    ": the image's filesystem cannot clone these ranges",
+                                _ => "",
+                            }
+                        ),
+                        source: e,
+                    })?;
+            }
+            done += piece.len;
+        }
+        Ok(())
+    }
+
     fn write_logical_to(&self, logical: u64, data: &[u8], write_back: bool) -> Result<()> {
         let mut done = 0usize;
         while done < data.len() {
