@@ -345,10 +345,12 @@ fn reflink_dev(dir: &std::path::Path, devices: &[PathBuf]) -> Result<u64, String
     for p in devices {
         let at = match std::fs::metadata(p) {
             Ok(m) if m.is_file() => m.dev(),
-            Ok(_) => return Err(format!(
+            Ok(_) => {
+                return Err(format!(
                 "--reflink: {} is not a regular file (data can only be shared into an image file)",
                 p.display()
-            )),
+            ))
+            }
             // A new image file: made in its directory.
             Err(_) => {
                 let parent = match p.parent() {
