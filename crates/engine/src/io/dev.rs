@@ -24,9 +24,13 @@ pub trait BlockDev: Send + Sync + std::fmt::Debug {
     fn flush(&self) -> io::Result<()>;
     /// Whether writes are allowed.
     fn writable(&self) -> bool;
-    /// Starts writing back `len` bytes written at `off` without waiting
-    /// for them (a hint; a flush still makes them durable).
-    fn start_write_back(&self, _off: u64, _len: u64) {}
+    /// Writes file data that nothing reads back soon: as
+    /// [`BlockDev::write_at`], but a device may send it to the disk at once
+    /// rather than keep it in the page cache (a flush still makes it
+    /// durable).
+    fn write_data(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.write_at(buf, off)
+    }
     /// Shares `len` bytes of `src` from `src_off` at `off` (FICLONERANGE:
     /// the image file and `src` on one filesystem that clones ranges), in
     /// place of writing them. Offsets and length in whole blocks of that
@@ -45,7 +49,16 @@ pub struct FileDev {
     file: File,
     size: u64,
     writable: bool,
+    /// The same file opened with O_DIRECT for [`BlockDev::write_data`]
+    /// (None where the filesystem refuses it, tmpfs for one).
+    direct: std::sync::OnceLock<Option<File>>,
 }
+
+/// Writes of file data of at least this size, aligned to this, bypass the
+/// page cache (O_DIRECT); smaller ones (RAID0 stripes, file tails) are
+/// buffered and handed to write-back at once.
+const DIRECT_MIN: usize = 1 << 20;
+const DIRECT_ALIGN: usize = 4096;
 
 impl FileDev {
     /// Opens `path` read-only, or read-write when `writable`.
@@ -56,6 +69,7 @@ impl FileDev {
             file,
             size,
             writable,
+            direct: std::sync::OnceLock::new(),
         })
     }
 }
@@ -113,17 +127,43 @@ impl BlockDev for FileDev {
         Ok(())
     }
 
-    fn start_write_back(&self, off: u64, len: u64) {
+    fn write_data(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::io::AsRawFd;
+        let aligned = buf.len() >= DIRECT_MIN
+            && buf.len().is_multiple_of(DIRECT_ALIGN)
+            && (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN)
+            && off.is_multiple_of(DIRECT_ALIGN as u64);
+        if aligned && self.writable {
+            let direct = self.direct.get_or_init(|| {
+                OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+                    .ok()
+            });
+            if let Some(d) = direct {
+                match d.write_all_at(buf, off) {
+                    Ok(()) => return Ok(()),
+                    // Not for this file after all: buffered below.
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.write_at(buf, off)?;
         // SAFETY: sync_file_range on an open descriptor; no memory is
-        // involved. A failure is only a lost hint.
+        // involved. A failure is only a lost hint: the flush at commit
+        // writes the range anyway.
         unsafe {
             libc::sync_file_range(
-                std::os::unix::io::AsRawFd::as_raw_fd(&self.file),
+                self.file.as_raw_fd(),
                 off as i64,
-                len as i64,
+                buf.len() as i64,
                 libc::SYNC_FILE_RANGE_WRITE,
             );
         }
+        Ok(())
     }
 }
 

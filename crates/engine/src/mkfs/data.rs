@@ -46,6 +46,50 @@ pub struct Job {
     pub reflink: bool,
 }
 
+/// Bytes whose start is aligned to 4 KiB (file data goes to the image with
+/// O_DIRECT where it can, which wants aligned memory).
+pub struct AlignedBuf {
+    v: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+const ALIGN: usize = 4096;
+
+impl AlignedBuf {
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        let v = vec![0u8; len + ALIGN];
+        let off = v.as_ptr().align_offset(ALIGN);
+        AlignedBuf { v, off, len }
+    }
+
+    /// `v` as it is (not aligned: small data, written buffered).
+    pub fn from_vec(v: Vec<u8>) -> AlignedBuf {
+        let len = v.len();
+        AlignedBuf { v, off: 0, len }
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.v[self.off..self.off + self.len]
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.v[self.off..self.off + self.len]
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuf({} bytes)", self.len)
+    }
+}
+
 /// A piece ready to write.
 #[derive(Debug)]
 pub struct Piece {
@@ -54,7 +98,7 @@ pub struct Piece {
     pub want: usize,
     /// The bytes to write: compressed or not, padded to whole sectors
     /// (inline data is not padded).
-    pub data: Vec<u8>,
+    pub data: AlignedBuf,
     /// Compression algorithm of `data` (0: none).
     pub algo: u8,
     /// Checksums of the extent's sectors, when asked.
@@ -84,7 +128,7 @@ impl Job {
         if self.reflink && !self.inline {
             return self.run_reflink();
         }
-        let mut buf = vec![0u8; len];
+        let mut buf = AlignedBuf::zeroed(len);
         self.file
             .read_exact_at(&mut buf[..self.want], self.at)
             .map_err(|e| io_err(&self.path, format!("read at {}", self.at), e))?;
@@ -96,7 +140,7 @@ impl Job {
                 if !self.inline {
                     c.resize(c.len().next_multiple_of(ss), 0);
                 }
-                buf = c;
+                buf = AlignedBuf::from_vec(c);
                 algo = a;
             }
         }
@@ -140,12 +184,12 @@ impl Job {
                 for sector in buf.chunks(ss) {
                     s.extend_from_slice(&ct.compute(sector)[..ct.size()]);
                 }
-                (buf[full..].to_vec(), Some(s))
+                (AlignedBuf::from_vec(buf[full..].to_vec()), Some(s))
             }
             None => {
                 let mut tail = vec![0u8; n - full];
                 read(&mut tail[..self.want - full], self.at + full as u64)?;
-                (tail, None)
+                (AlignedBuf::from_vec(tail), None)
             }
         };
         Ok(Piece {

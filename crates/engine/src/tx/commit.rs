@@ -64,8 +64,9 @@ impl Trans {
     }
 
     /// As [`Trans::write_logical`] for file data, which nothing reads
-    /// again in this transaction: the device starts writing it back at
-    /// once, so that the flush at commit does not find gigabytes waiting.
+    /// again in this transaction: the device sends it to the disk at once
+    /// (O_DIRECT, or write-back started), so that the flush at commit does
+    /// not find gigabytes waiting.
     pub(crate) fn write_logical_data(&self, logical: u64, data: &[u8]) -> Result<()> {
         self.write_logical_to(logical, data, true)
     }
@@ -137,19 +138,20 @@ impl Trans {
                         loc.devid
                     ))
                 })?;
-                dev.dev()
-                    .write_at(&data[done..done + n], loc.physical)
-                    .map_err(|e| Error::Io {
-                        path: dev.path.display().to_string(),
-                        op: format!(
-                            "write {n} bytes at physical {} (logical {at})",
-                            loc.physical
-                        ),
-                        source: e,
-                    })?;
+                let buf = &data[done..done + n];
                 if write_back {
-                    dev.dev().start_write_back(loc.physical, n as u64);
+                    dev.dev().write_data(buf, loc.physical)
+                } else {
+                    dev.dev().write_at(buf, loc.physical)
                 }
+                .map_err(|e| Error::Io {
+                    path: dev.path.display().to_string(),
+                    op: format!(
+                        "write {n} bytes at physical {} (logical {at})",
+                        loc.physical
+                    ),
+                    source: e,
+                })?;
             }
             done += n;
         }
