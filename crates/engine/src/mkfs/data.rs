@@ -54,6 +54,44 @@ pub struct AlignedBuf {
     len: usize,
 }
 
+/// Large buffers given back after their piece was written, for the next
+/// pieces: a fresh 32 MiB buffer costs as many page faults and zeroed
+/// pages as its read costs copies.
+#[derive(Default)]
+pub struct Spare(Mutex<Vec<AlignedBuf>>);
+
+/// Buffers kept for reuse at most, and the smallest kept.
+const SPARE_MAX: usize = 2;
+const SPARE_MIN: usize = 1 << 20;
+
+impl Spare {
+    /// A buffer of `len` bytes, zero from `want` on (the caller fills the
+    /// first `want`).
+    fn take(&self, len: usize, want: usize) -> AlignedBuf {
+        if len >= SPARE_MIN {
+            let mut spare = self.0.lock().unwrap();
+            if let Some(i) = spare.iter().position(|b| b.capacity() >= len) {
+                let mut b = spare.swap_remove(i);
+                drop(spare);
+                b.len = len;
+                b[want..].fill(0);
+                return b;
+            }
+        }
+        AlignedBuf::zeroed(len)
+    }
+
+    /// Keeps `b` for a later piece, if it is worth keeping.
+    pub fn give(&self, b: AlignedBuf) {
+        if b.off != usize::MAX && b.capacity() >= SPARE_MIN {
+            let mut spare = self.0.lock().unwrap();
+            if spare.len() < SPARE_MAX {
+                spare.push(b);
+            }
+        }
+    }
+}
+
 const ALIGN: usize = 4096;
 
 impl AlignedBuf {
@@ -64,23 +102,43 @@ impl AlignedBuf {
         AlignedBuf { v, off, len }
     }
 
-    /// `v` as it is (not aligned: small data, written buffered).
+    /// `v` as it is (not aligned: small data, written buffered; never
+    /// reused).
     pub fn from_vec(v: Vec<u8>) -> AlignedBuf {
         let len = v.len();
-        AlignedBuf { v, off: 0, len }
+        AlignedBuf {
+            v,
+            off: usize::MAX,
+            len,
+        }
+    }
+
+    fn start(&self) -> usize {
+        if self.off == usize::MAX {
+            0
+        } else {
+            self.off
+        }
+    }
+
+    /// Bytes it can hold from its aligned start.
+    fn capacity(&self) -> usize {
+        self.v.len() - self.start()
     }
 }
 
 impl std::ops::Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.v[self.off..self.off + self.len]
+        let o = self.start();
+        &self.v[o..o + self.len]
     }
 }
 
 impl std::ops::DerefMut for AlignedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.v[self.off..self.off + self.len]
+        let o = self.start();
+        &mut self.v[o..o + self.len]
     }
 }
 
@@ -118,7 +176,7 @@ fn io_err(path: &std::path::Path, op: String, e: std::io::Error) -> Error {
 impl Job {
     /// Reads, compresses (keeping the result only when it shrinks) and
     /// checksums the piece.
-    pub fn run(self) -> Result<Piece> {
+    pub fn run(self, spare: &Spare) -> Result<Piece> {
         let ss = self.sectorsize as usize;
         let len = if self.inline {
             self.want
@@ -128,7 +186,7 @@ impl Job {
         if self.reflink && !self.inline {
             return self.run_reflink();
         }
-        let mut buf = AlignedBuf::zeroed(len);
+        let mut buf = spare.take(len, self.want);
         self.file
             .read_exact_at(&mut buf[..self.want], self.at)
             .map_err(|e| io_err(&self.path, format!("read at {}", self.at), e))?;
@@ -140,7 +198,7 @@ impl Job {
                 if !self.inline {
                     c.resize(c.len().next_multiple_of(ss), 0);
                 }
-                buf = AlignedBuf::from_vec(c);
+                spare.give(std::mem::replace(&mut buf, AlignedBuf::from_vec(c)));
                 algo = a;
             }
         }
@@ -233,6 +291,7 @@ struct Queue {
 }
 
 struct Shared {
+    spare: Arc<Spare>,
     queue: Mutex<Queue>,
     more: Condvar,
 }
@@ -243,8 +302,9 @@ struct Pool {
 }
 
 impl Pool {
-    fn new(n: usize) -> Result<Pool> {
+    fn new(n: usize, spare: Arc<Spare>) -> Result<Pool> {
         let shared = Arc::new(Shared {
+            spare,
             queue: Mutex::new(Queue {
                 jobs: VecDeque::new(),
                 closed: false,
@@ -311,7 +371,7 @@ fn worker(s: &Shared) {
                 }
             }
         };
-        let out = job.run();
+        let out = job.run(&s.spare);
         *slot.state.lock().unwrap() = State::Done(out);
         slot.ready.notify_all();
     }
@@ -325,6 +385,7 @@ pub struct Pipe {
     /// Bytes handed to the workers and not yet taken.
     inflight: u64,
     budget: u64,
+    spare: Arc<Spare>,
 }
 
 impl std::fmt::Debug for Pipe {
@@ -343,8 +404,9 @@ impl Pipe {
     /// `threads` workers (1: none, pieces are made in the caller's thread
     /// when taken), at most `budget` bytes handed to them at a time.
     pub fn new(threads: usize, budget: u64) -> Result<Pipe> {
+        let spare = Arc::new(Spare::default());
         let pool = if threads > 1 {
-            Some(Pool::new(threads)?)
+            Some(Pool::new(threads, spare.clone())?)
         } else {
             None
         };
@@ -353,7 +415,13 @@ impl Pipe {
             pending: VecDeque::new(),
             inflight: 0,
             budget,
+            spare,
         })
+    }
+
+    /// Gives back the buffer of a piece written, for later pieces.
+    pub fn give_back(&self, b: AlignedBuf) {
+        self.spare.give(b);
     }
 
     pub fn threads(&self) -> usize {
@@ -416,7 +484,7 @@ impl Pipe {
             };
             match &self.pool {
                 // One thread: made here, now.
-                None => return job.run(),
+                None => return job.run(&self.spare),
                 // Needed before its turn: first in the workers' queue
                 // (it stays in `pending` until pump skips it).
                 Some(pool) => {

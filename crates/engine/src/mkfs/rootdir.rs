@@ -5,7 +5,13 @@
 //! in walk order, so the same tree gives the same image.
 //!
 //! This is the host side: it reads the source with libc (lstat, xattrs,
-//! SEEK_DATA/SEEK_HOLE) and writes through the transaction engine.
+//! SEEK_DATA/SEEK_HOLE) and writes through the transaction engine. File
+//! data is read, compressed and checksummed on worker threads
+//! ([`super::data`]), files planned a little ahead of the walk; the walk
+//! (one thread) takes the pieces in its order and does every allocation
+//! and tree change, so the image does not depend on the threads. With
+//! `--reflink` the data is shared from the source file (FICLONERANGE) and
+//! only read for its checksums.
 
 use super::data::{Job, Pipe, Slot};
 use crate::error::{Error, Result};
@@ -670,6 +676,7 @@ impl Walker<'_> {
                 self.t
                     .insert_file_extent(tree, ino, at, disk, len, 0, n, n, piece.algo, false, true)
                     .map_err(|e| in_path(path, e))?;
+                self.pipe.give_back(piece.data);
                 nbytes += n;
                 self.stats.data_bytes += piece.want as u64;
                 at += n;
