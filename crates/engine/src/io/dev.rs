@@ -52,7 +52,15 @@ pub struct FileDev {
     /// The same file opened with O_DIRECT for [`BlockDev::write_data`]
     /// (None where the filesystem refuses it, tmpfs for one).
     direct: std::sync::OnceLock<Option<File>>,
+    /// Buffered file data written and not yet handed to write-back:
+    /// [start, end), handed over once it is large (small files' extents
+    /// follow each other; one request per extent costs more than the
+    /// writes).
+    unkicked: std::sync::Mutex<(u64, u64)>,
 }
+
+/// Buffered data handed to write-back in runs of at least this much.
+const KICK_BYTES: u64 = 8 << 20;
 
 /// Writes of file data of at least this size, aligned to this, bypass the
 /// page cache (O_DIRECT); smaller ones (RAID0 stripes, file tails) are
@@ -70,6 +78,7 @@ impl FileDev {
             size,
             writable,
             direct: std::sync::OnceLock::new(),
+            unkicked: std::sync::Mutex::new((0, 0)),
         })
     }
 }
@@ -152,16 +161,33 @@ impl BlockDev for FileDev {
             }
         }
         self.write_at(buf, off)?;
-        // SAFETY: sync_file_range on an open descriptor; no memory is
-        // involved. A failure is only a lost hint: the flush at commit
-        // writes the range anyway.
-        unsafe {
-            libc::sync_file_range(
-                self.file.as_raw_fd(),
-                off as i64,
-                buf.len() as i64,
-                libc::SYNC_FILE_RANGE_WRITE,
-            );
+        let end = off + buf.len() as u64;
+        let run = {
+            let mut u = self.unkicked.lock().unwrap();
+            if u.0 == u.1 || u.1 != off {
+                // Not following the last run: hand that one over now if
+                // it is worth a request (else the flush at commit writes
+                // it).
+                let prev = *u;
+                *u = (off, end);
+                (prev.1 - prev.0 >= KICK_BYTES / 8).then_some(prev)
+            } else {
+                u.1 = end;
+                (u.1 - u.0 >= KICK_BYTES).then(|| std::mem::replace(&mut *u, (0, 0)))
+            }
+        };
+        if let Some((s, e)) = run {
+            // SAFETY: sync_file_range on an open descriptor; no memory is
+            // involved. A failure is only a lost hint: the flush at commit
+            // writes the range anyway.
+            unsafe {
+                libc::sync_file_range(
+                    self.file.as_raw_fd(),
+                    s as i64,
+                    (e - s) as i64,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
         }
         Ok(())
     }

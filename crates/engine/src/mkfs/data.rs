@@ -277,6 +277,9 @@ pub struct Slot {
     state: Mutex<State>,
     ready: Condvar,
     bytes: u64,
+    /// Cheap enough to make in the walker's thread (small, nothing to
+    /// compress).
+    here: bool,
 }
 
 impl std::fmt::Debug for Slot {
@@ -335,6 +338,21 @@ impl Pool {
     }
 }
 
+impl Pool {
+    fn push_all(&self, slots: Vec<Arc<Slot>>) {
+        let n = slots.len();
+        if n == 0 {
+            return;
+        }
+        self.shared.queue.lock().unwrap().jobs.extend(slots);
+        if n == 1 {
+            self.shared.more.notify_one();
+        } else {
+            self.shared.more.notify_all();
+        }
+    }
+}
+
 impl Drop for Pool {
     fn drop(&mut self) {
         self.shared.queue.lock().unwrap().closed = true;
@@ -376,6 +394,9 @@ fn worker(s: &Shared) {
         slot.ready.notify_all();
     }
 }
+
+/// Pieces smaller than this are made in the walker's thread.
+pub const SMALL: u64 = 256 << 10;
 
 /// The pieces asked for, in order, and the workers making them.
 pub struct Pipe {
@@ -437,18 +458,23 @@ impl Pipe {
             .map(|j| {
                 Arc::new(Slot {
                     bytes: j.n.max(j.want as u64),
+                    here: j.compress.is_none() && j.n.max(j.want as u64) < SMALL,
                     state: Mutex::new(State::Pending(j)),
                     ready: Condvar::new(),
                 })
             })
             .collect();
         if self.pool.is_some() {
+            // Small pieces with nothing to compress are made by the
+            // walker when taken: handing a few KiB to another thread costs more (wake-ups, a lock, a
+            // context switch) than reading and checksumming them.
+            let big: Vec<Arc<Slot>> = slots.iter().filter(|s| !s.here).cloned().collect();
             if front {
-                for s in slots.iter().rev() {
+                for s in big.iter().rev() {
                     self.pending.push_front(s.clone());
                 }
             } else {
-                self.pending.extend(slots.iter().cloned());
+                self.pending.extend(big);
             }
             self.pump();
         }
@@ -456,8 +482,11 @@ impl Pipe {
     }
 
     /// Hands pending pieces to the workers while the budget allows.
+    /// Hands pending pieces to the workers while the budget allows, all
+    /// in one go (one wake-up per batch, not per small file).
     fn pump(&mut self) {
         let Some(pool) = &self.pool else { return };
+        let mut batch = Vec::new();
         while self.inflight < self.budget {
             let Some(slot) = self.pending.pop_front() else {
                 break;
@@ -470,9 +499,10 @@ impl Pipe {
                 *st = State::Queued(job);
                 drop(st);
                 self.inflight += slot.bytes;
-                pool.push(slot, false);
+                batch.push(slot);
             }
         }
+        pool.push_all(batch);
     }
 
     /// The result of `slot`, waiting for it.
@@ -483,8 +513,9 @@ impl Pipe {
                 unreachable!()
             };
             match &self.pool {
-                // One thread: made here, now.
+                // One thread, or a small piece: made here, now.
                 None => return job.run(&self.spare),
+                Some(_) if slot.here => return job.run(&self.spare),
                 // Needed before its turn: first in the workers' queue
                 // (it stays in `pending` until pump skips it).
                 Some(pool) => {

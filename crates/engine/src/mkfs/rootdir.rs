@@ -576,7 +576,11 @@ impl Walker<'_> {
             let Ok(m) = std::fs::symlink_metadata(&path) else {
                 continue;
             };
-            let ok = m.is_file() && m.len() > 0;
+            // Small files with nothing to compress are read by the walker
+            // itself (see data::SMALL).
+            let ok = m.is_file()
+                && m.len() > 0
+                && (m.len() >= super::data::SMALL || self.o.compress.is_some());
             ahead.metas[i] = Some(m.clone());
             if !ok {
                 continue;
