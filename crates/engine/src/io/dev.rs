@@ -173,7 +173,7 @@ impl BlockDev for FileDev {
                 (prev.1 - prev.0 >= KICK_BYTES / 8).then_some(prev)
             } else {
                 u.1 = end;
-                (u.1 - u.0 >= KICK_BYTES).then(|| std::mem::replace(&mut *u, (0, 0)))
+                (u.1 - u.0 >= KICK_BYTES).then(|| std::mem::take(&mut *u))
             }
         };
         if let Some((s, e)) = run {
