@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # mkfs --rootdir benchmark (issue 9), warm source cache, side by side:
-#   ubtrfs:     ubtrfs mkfs -f -q -r SRC IMG
+#   ubtrfs:     ubtrfs mkfs -f -q -r SRC IMG (data threads: one per CPU)
+#   ubtrfs-1t:  the same with --threads 1 (reading, compression and
+#               checksums in the walking thread; the same image)
 #   mkfs.btrfs: mkfs.btrfs -f -q -r SRC IMG
 #   kernel:     mkfs.btrfs -f -q IMG; mount -o loop; cp -a SRC/. MNT; umount
 # each followed by `sync IMG` inside the timing (so page-cache write-back is
@@ -62,6 +64,7 @@ run_one() {
   t0=$(date +%s.%N)
   case $m in
     ubtrfs) /usr/bin/time -v -o "$tv" "$BIN" mkfs -f -q -r "$src" "$IMG" >/dev/null ;;
+    ubtrfs-1t) /usr/bin/time -v -o "$tv" "$BIN" mkfs -f -q --threads 1 -r "$src" "$IMG" >/dev/null ;;
     mkfs.btrfs) /usr/bin/time -v -o "$tv" mkfs.btrfs -f -q -r "$src" "$IMG" >/dev/null ;;
     kernel)
       mkfs.btrfs -f -q "$IMG" >/dev/null
@@ -76,13 +79,15 @@ run_one() {
 
 median() { sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 
+echo "load before: $(uptime | sed 's/.*load/load/')"
+echo
 echo "| source | method | time (s, median of $RUNS) | vs mkfs.btrfs | peak RSS (MiB) | bytes_used (MiB) | image du (MiB) |"
 echo "|---|---|---|---|---|---|---|"
 for name in usr-share large; do
   if [[ $name == usr-share ]]; then src=$SRC_SHARE; else src=$LARGE; fi
   warm "$src"
   declare -A T=() R=() U=() D=()
-  for m in ubtrfs mkfs.btrfs kernel; do
+  for m in ubtrfs ubtrfs-1t mkfs.btrfs kernel; do
     ts=(); rss=()
     for _ in $(seq "$RUNS"); do
       read -r t r < <(run_one "$m" "$src")
@@ -93,7 +98,7 @@ for name in usr-share large; do
     U[$m]=$(btrfs inspect-internal dump-super "$IMG" | awk '$1=="bytes_used"{printf "%.1f", $2/1048576}')
     D[$m]=$(du -k "$IMG" | awk '{printf "%.1f", $1/1024}')
   done
-  for m in ubtrfs mkfs.btrfs kernel; do
+  for m in ubtrfs ubtrfs-1t mkfs.btrfs kernel; do
     ratio=$(echo "scale=2; ${T[$m]} / ${T[mkfs.btrfs]}" | bc)
     printf '| %s | %s | %.2f | %sx | %.0f | %s | %s |\n' "$name" "$m" "${T[$m]}" "$ratio" \
       "$(echo "${R[$m]} / 1024" | bc -l)" "${U[$m]}" "${D[$m]}"

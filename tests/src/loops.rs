@@ -33,8 +33,14 @@ impl Drop for LoopDev {
         let _ = Command::new("btrfs")
             .args(["device", "scan", "--forget", &self.dev])
             .output();
-        // The device can stay busy for a moment after an unmount.
+        // The device can stay busy for a moment after an unmount. Retry
+        // only while it is still ours: once free, another process may have
+        // taken the same loop device, and detaching it would pull the
+        // device from under that process's mount or check.
         for _ in 0..20 {
+            if !bound_to(&self.dev, &self.image) {
+                return;
+            }
             if Command::new("losetup")
                 .args(["-d", &self.dev])
                 .output()
@@ -45,6 +51,17 @@ impl Drop for LoopDev {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// Whether loop device `dev` is attached to `image` (its backing file in
+/// sysfs).
+pub fn bound_to(dev: &str, image: &Path) -> bool {
+    let name = dev.trim_start_matches("/dev/");
+    let Ok(b) = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")) else {
+        return false;
+    };
+    let back = PathBuf::from(b.trim());
+    back == image || std::fs::canonicalize(image).is_ok_and(|c| c == back)
 }
 
 /// The loop devices of one filesystem's images, made known to btrfs

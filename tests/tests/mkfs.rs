@@ -476,6 +476,173 @@ fn mkfs_reproducible() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// The data threads change nothing: 1, 2 and 5 threads (reading,
+/// compressing and checksumming file data, the walker allocating in its
+/// order) give byte-identical images, with and without compression.
+#[test]
+fn mkfs_threads_identical() {
+    if !kernel_available("mkfs_threads_identical") {
+        return;
+    }
+    let (src, _) = source_tree();
+    let base = scratch_dir("mkfs-threads");
+    for extra in [
+        &[][..],
+        &["--compress", "zstd"][..],
+        &["--compress", "lzo"][..],
+    ] {
+        let images: Vec<PathBuf> = ["1", "2", "5"]
+            .iter()
+            .map(|threads| {
+                let p = base.join(format!("t{threads}.img"));
+                let _ = std::fs::remove_file(&p);
+                let mut cmd = Command::new(ubtrfs_bin());
+                cmd.env("SOURCE_DATE_EPOCH", "1700000000")
+                    .args(["mkfs", "-q", "-b", "300M", "--threads", threads])
+                    .args(["-U", "0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"])
+                    .args(extra)
+                    .arg("-r")
+                    .arg(src);
+                must(cmd.arg(&p));
+                p
+            })
+            .collect();
+        for other in &images[1..] {
+            let same = Command::new("cmp")
+                .arg("-s")
+                .arg(&images[0])
+                .arg(other)
+                .status()
+                .unwrap()
+                .success();
+            assert!(same, "{extra:?}: {} differs from 1 thread", other.display());
+        }
+        btrfs_check(&images[1], false).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Bytes `btrfs filesystem du --raw -s PATH` shows as (total, exclusive,
+/// set shared).
+fn fi_du(path: &Path) -> (u64, u64, u64) {
+    let out = must(
+        Command::new("btrfs")
+            .args(["filesystem", "du", "--raw", "-s"])
+            .arg(path),
+    );
+    let line = out.lines().last().unwrap_or_default();
+    let n: Vec<u64> = line
+        .split_whitespace()
+        .take(3)
+        .map(|w| w.parse().unwrap_or_else(|_| panic!("btrfs fi du: {out}")))
+        .collect();
+    (n[0], n[1], n[2])
+}
+
+/// `--reflink`: the source tree and the image file on a host btrfs (a loop
+/// device); the image's data is shared with the source (btrfs fi du: the
+/// image's shared bytes cover every whole sector of the source's files),
+/// the image passes `btrfs check`, mounts and shows the source exactly,
+/// takes kernel writes and checks clean again; with DUP data too. Refused
+/// before anything is written when DIR and the image are on different
+/// filesystems, and without --rootdir.
+#[test]
+fn mkfs_reflink() {
+    if !kernel_available("mkfs_reflink") {
+        return;
+    }
+    let (orig, _) = source_tree();
+    let base = scratch_dir("mkfs-reflink");
+    let host_img = image_files(&base, "host", 1, 2048 * MIB).remove(0);
+    must(Command::new("mkfs.btrfs").args(["-q", "-f"]).arg(&host_img));
+    let host_loop = Loop::new(&host_img);
+    let host = Mount::new(std::slice::from_ref(&host_loop), &base.join("host")).unwrap();
+    let src = host.dir.join("src");
+    must(
+        Command::new("cp")
+            .args(["-a", "--reflink=never"])
+            .arg(orig)
+            .arg(&src),
+    );
+    must(Command::new("sync").arg("-f").arg(&src));
+    let src_manifest = manifest(&src);
+    // Whole sectors of the source's files, each inode once: what must be
+    // shared (files under a sector are inline, partial last sectors are
+    // written).
+    let mut expect = 0u64;
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![src.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let m = e.path().symlink_metadata().unwrap();
+            use std::os::unix::fs::MetadataExt;
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.is_file() && m.len() >= 4096 && seen.insert(m.ino()) {
+                expect += (m.blocks() * 512).saturating_sub(4096);
+            }
+        }
+    }
+    for (i, extra) in [&[][..], &["-d", "dup", "--csum", "xxhash"][..]]
+        .into_iter()
+        .enumerate()
+    {
+        let img = host.dir.join(format!("img{i}.img"));
+        let mut cmd = Command::new(ubtrfs_bin());
+        cmd.args(["mkfs", "-q", "-b", "512M", "--reflink"])
+            .args(extra)
+            .arg("-r")
+            .arg(&src)
+            .arg(&img);
+        must(&mut cmd);
+        let copies = if i == 1 { 2 } else { 1 };
+        let (_, _, shared) = fi_du(&img);
+        eprintln!("{extra:?}: shared {shared} bytes, source whole sectors {expect}");
+        assert!(
+            shared >= expect * copies,
+            "{extra:?}: image shares {shared} bytes with the source, want at least {}",
+            expect * copies
+        );
+        let l = Loop::new(&img);
+        btrfs_check(&l.0, false).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+        let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt")).unwrap();
+        let got = manifest(&mnt.dir);
+        compare_manifests(&src_manifest, &got, &source_ignore())
+            .unwrap_or_else(|e| panic!("{extra:?}: mount differs from the source: {e}"));
+        kernel_writes(&mnt.dir, &src);
+        mnt.umount().unwrap();
+        btrfs_check(&l.0, false).unwrap_or_else(|e| panic!("{extra:?} after kernel writes: {e}"));
+        drop(l);
+        let _ = std::fs::remove_file(&img);
+    }
+    // The source is untouched by the kernel's writes to the image.
+    compare_manifests(&src_manifest, &manifest(&src), &source_ignore()).unwrap();
+    // Not on one filesystem: refused before the image is made.
+    let elsewhere = base.join("elsewhere.img");
+    let out = Command::new(ubtrfs_bin())
+        .args(["mkfs", "-q", "-b", "512M", "--reflink", "-r"])
+        .arg(&src)
+        .arg(&elsewhere)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("not on the same filesystem"),
+        "{err}"
+    );
+    assert!(!elsewhere.exists(), "refused --reflink made the image file");
+    let out = Command::new(ubtrfs_bin())
+        .args(["mkfs", "-q", "--reflink"])
+        .arg(host.dir.join("x.img"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--rootdir"));
+    host.umount().unwrap();
+    drop(host_loop);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// 200 MiB of pseudo-random data in 20 files, plus small files.
 fn enospc_source(src: &Path) {
     std::fs::create_dir_all(src).unwrap();

@@ -69,6 +69,15 @@ pub struct MkfsArgs {
     /// With --rootdir: shrink the image file to the end of its last chunk.
     #[arg(long)]
     shrink: bool,
+    /// With --rootdir: share file data with the source (FICLONERANGE)
+    /// instead of copying it; DIR and the image file on one filesystem
+    /// that clones (btrfs, XFS). Compression is off.
+    #[arg(long)]
+    reflink: bool,
+    /// With --rootdir: threads reading, compressing and checksumming file
+    /// data (default: one per CPU; the image is the same for any number).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
     /// Print a summary as JSON.
     #[arg(long)]
     json: bool,
@@ -319,8 +328,49 @@ fn estimate_size(dir: &std::path::Path) -> Result<u64, String> {
             }
         }
     }
-    // Data, 2 KiB of (DUP) metadata per entry, and room for chunks.
-    Ok(total + total / 8 + entries * 2048 + (256 << 20))
+    // Data, 2 KiB of (DUP) metadata per entry, the first metadata and
+    // system chunks (DUP: 2 x 256 MiB and 2 x 32 MiB), and room for the
+    // last, partly used, data chunk.
+    Ok(total + total / 8 + entries * 2048 + (576 << 20) + (256 << 20))
+}
+
+/// For --reflink: the filesystem (st_dev) DIR and every image file are
+/// on, refused before anything is written when they are not one, or when
+/// a target is not a regular file.
+fn reflink_dev(dir: &std::path::Path, devices: &[PathBuf]) -> Result<u64, String> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .dev();
+    for p in devices {
+        let at = match std::fs::metadata(p) {
+            Ok(m) if m.is_file() => m.dev(),
+            Ok(_) => {
+                return Err(format!(
+                "--reflink: {} is not a regular file (data can only be shared into an image file)",
+                p.display()
+            ))
+            }
+            // A new image file: made in its directory.
+            Err(_) => {
+                let parent = match p.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                    _ => PathBuf::from("."),
+                };
+                std::fs::metadata(&parent)
+                    .map_err(|e| format!("{}: {e}", parent.display()))?
+                    .dev()
+            }
+        };
+        if at != dev {
+            return Err(format!(
+                "--reflink: {} and {} are not on the same filesystem (data can only be shared within one)",
+                dir.display(),
+                p.display()
+            ));
+        }
+    }
+    Ok(dev)
 }
 
 /// Opens (or creates, for an image file) a target device, growing an
@@ -387,6 +437,16 @@ pub fn run(a: MkfsArgs) -> CmdResult {
     {
         return Err("--subvol, --inode-flags and --compress need --rootdir".into());
     }
+    if a.reflink && a.rootdir.is_none() {
+        return Err("--reflink needs --rootdir".into());
+    }
+    let reflink = match (&a.rootdir, a.reflink) {
+        (Some(dir), true) => Some(reflink_dev(dir, &a.devices)?),
+        _ => None,
+    };
+    if reflink.is_some() && a.compress.is_some() && !a.quiet {
+        eprintln!("warning: --compress is ignored with --reflink (as mkfs.btrfs: shared data is stored as it is)");
+    }
     if a.shrink && (a.rootdir.is_none() || a.devices.len() != 1) {
         return Err("--shrink needs --rootdir and one device".into());
     }
@@ -421,6 +481,8 @@ pub fn run(a: MkfsArgs) -> CmdResult {
             uuid_seed: o.fsid,
             clamp_time: std::env::var_os("SOURCE_DATE_EPOCH").map(|_| o.time),
             now: o.time,
+            threads: a.threads.unwrap_or(0),
+            reflink,
         };
         let bar = spinner(a.quiet);
         let mut tick = |s: &mkfs::rootdir::Stats| {

@@ -32,7 +32,6 @@ impl Trans {
     pub fn write_data_extent(&mut self, data: &[u8], csum: bool) -> Result<(u64, u64)> {
         let ss = self.sectorsize() as usize;
         let len = data.len().next_multiple_of(ss);
-        let at = self.alloc_data(len as u64)?;
         let padded;
         let bytes = if data.len() == len {
             data
@@ -42,11 +41,72 @@ impl Trans {
             padded = v;
             &padded[..]
         };
-        self.write_logical(at, bytes)?;
-        if csum {
-            self.add_data_csums(at, bytes)?;
+        let sums = csum.then(|| {
+            let ct = self.info.csum_type;
+            let mut sums = Vec::with_capacity(len / ss * ct.size());
+            for sector in bytes.chunks(ss) {
+                sums.extend_from_slice(&ct.compute(sector)[..ct.size()]);
+            }
+            sums
+        });
+        self.write_data_extent_summed(bytes, sums)
+    }
+
+    /// Writes `data` (whole sectors) to a new data extent whose sectors'
+    /// checksums, when given, were computed by the caller (mkfs does it on
+    /// worker threads); returns its address and length. The written range
+    /// is handed to the device's write-back at once.
+    pub fn write_data_extent_summed(
+        &mut self,
+        data: &[u8],
+        sums: Option<Vec<u8>>,
+    ) -> Result<(u64, u64)> {
+        let ss = self.sectorsize() as usize;
+        if !data.len().is_multiple_of(ss) {
+            return Err(Error::Invalid(format!(
+                "data extent of {} bytes is not whole sectors",
+                data.len()
+            )));
         }
-        Ok((at, len as u64))
+        let at = self.alloc_data(data.len() as u64)?;
+        self.write_logical_data(at, data)?;
+        if let Some(sums) = sums {
+            self.add_csum_run(at, sums)?;
+        }
+        Ok((at, data.len() as u64))
+    }
+
+    /// As [`Trans::write_data_extent_summed`], the first `cloned` bytes
+    /// shared from `src` at `src_off` (FICLONERANGE, `--reflink`) and
+    /// `tail` (whole sectors: the file's partial last sector, padded)
+    /// written after them. `sums` cover both, computed from the data.
+    pub fn write_data_extent_cloned(
+        &mut self,
+        src: &std::fs::File,
+        src_off: u64,
+        cloned: u64,
+        tail: &[u8],
+        sums: Option<Vec<u8>>,
+    ) -> Result<(u64, u64)> {
+        let ss = self.sectorsize() as u64;
+        if !cloned.is_multiple_of(ss) || !(tail.len() as u64).is_multiple_of(ss) {
+            return Err(Error::Invalid(format!(
+                "cloned data extent of {cloned} + {} bytes is not whole sectors",
+                tail.len()
+            )));
+        }
+        let len = cloned + tail.len() as u64;
+        let at = self.alloc_data(len)?;
+        if cloned > 0 {
+            self.clone_logical(at, src, src_off, cloned)?;
+        }
+        if !tail.is_empty() {
+            self.write_logical_data(at + cloned, tail)?;
+        }
+        if let Some(sums) = sums {
+            self.add_csum_run(at, sums)?;
+        }
+        Ok((at, len))
     }
 
     /// Maps `[file_off, file_off + num_bytes)` of inode `ino` to `num_bytes`

@@ -24,6 +24,23 @@ pub trait BlockDev: Send + Sync + std::fmt::Debug {
     fn flush(&self) -> io::Result<()>;
     /// Whether writes are allowed.
     fn writable(&self) -> bool;
+    /// Writes file data that nothing reads back soon: as
+    /// [`BlockDev::write_at`], but a device may send it to the disk at once
+    /// rather than keep it in the page cache (a flush still makes it
+    /// durable).
+    fn write_data(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.write_at(buf, off)
+    }
+    /// Shares `len` bytes of `src` from `src_off` at `off` (FICLONERANGE:
+    /// the image file and `src` on one filesystem that clones ranges), in
+    /// place of writing them. Offsets and length in whole blocks of that
+    /// filesystem.
+    fn clone_range_from(&self, _src: &File, _src_off: u64, _len: u64, _off: u64) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this device cannot share data with a file",
+        ))
+    }
 }
 
 /// An image file or block device.
@@ -32,7 +49,24 @@ pub struct FileDev {
     file: File,
     size: u64,
     writable: bool,
+    /// The same file opened with O_DIRECT for [`BlockDev::write_data`]
+    /// (None where the filesystem refuses it, tmpfs for one).
+    direct: std::sync::OnceLock<Option<File>>,
+    /// Buffered file data written and not yet handed to write-back:
+    /// [start, end), handed over once it is large (small files' extents
+    /// follow each other; one request per extent costs more than the
+    /// writes).
+    unkicked: std::sync::Mutex<(u64, u64)>,
 }
+
+/// Buffered data handed to write-back in runs of at least this much.
+const KICK_BYTES: u64 = 8 << 20;
+
+/// Writes of file data of at least this size, aligned to this, bypass the
+/// page cache (O_DIRECT); smaller ones (RAID0 stripes, file tails) are
+/// buffered and handed to write-back at once.
+const DIRECT_MIN: usize = 1 << 20;
+const DIRECT_ALIGN: usize = 4096;
 
 impl FileDev {
     /// Opens `path` read-only, or read-write when `writable`.
@@ -43,6 +77,8 @@ impl FileDev {
             file,
             size,
             writable,
+            direct: std::sync::OnceLock::new(),
+            unkicked: std::sync::Mutex::new((0, 0)),
         })
     }
 }
@@ -75,6 +111,85 @@ impl BlockDev for FileDev {
 
     fn writable(&self) -> bool {
         self.writable
+    }
+
+    fn clone_range_from(&self, src: &File, src_off: u64, len: u64, off: u64) -> io::Result<()> {
+        use std::os::unix::io::AsRawFd;
+        if !self.writable {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "device opened read-only",
+            ));
+        }
+        let range = libc::file_clone_range {
+            src_fd: src.as_raw_fd() as i64,
+            src_offset: src_off,
+            src_length: len,
+            dest_offset: off,
+        };
+        // SAFETY: FICLONERANGE reads the struct passed, which lives for the
+        // call; both descriptors are open.
+        let r = unsafe { libc::ioctl(self.file.as_raw_fd(), libc::FICLONERANGE, &range) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn write_data(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::io::AsRawFd;
+        let aligned = buf.len() >= DIRECT_MIN
+            && buf.len().is_multiple_of(DIRECT_ALIGN)
+            && (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN)
+            && off.is_multiple_of(DIRECT_ALIGN as u64);
+        if aligned && self.writable {
+            let direct = self.direct.get_or_init(|| {
+                OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+                    .ok()
+            });
+            if let Some(d) = direct {
+                match d.write_all_at(buf, off) {
+                    Ok(()) => return Ok(()),
+                    // Not for this file after all: buffered below.
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.write_at(buf, off)?;
+        let end = off + buf.len() as u64;
+        let run = {
+            let mut u = self.unkicked.lock().unwrap();
+            if u.0 == u.1 || u.1 != off {
+                // Not following the last run: hand that one over now if
+                // it is worth a request (else the flush at commit writes
+                // it).
+                let prev = *u;
+                *u = (off, end);
+                (prev.1 - prev.0 >= KICK_BYTES / 8).then_some(prev)
+            } else {
+                u.1 = end;
+                (u.1 - u.0 >= KICK_BYTES).then(|| std::mem::take(&mut *u))
+            }
+        };
+        if let Some((s, e)) = run {
+            // SAFETY: sync_file_range on an open descriptor; no memory is
+            // involved. A failure is only a lost hint: the flush at commit
+            // writes the range anyway.
+            unsafe {
+                libc::sync_file_range(
+                    self.file.as_raw_fd(),
+                    s as i64,
+                    (e - s) as i64,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
+        }
+        Ok(())
     }
 }
 

@@ -7,6 +7,7 @@
 //! identifier is derived from the fsid, allocation is in address order,
 //! and nothing depends on the clock or on randomness.
 
+pub mod data;
 pub mod rootdir;
 
 use crate::alloc::SpaceKind;

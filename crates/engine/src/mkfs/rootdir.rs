@@ -5,18 +5,26 @@
 //! in walk order, so the same tree gives the same image.
 //!
 //! This is the host side: it reads the source with libc (lstat, xattrs,
-//! SEEK_DATA/SEEK_HOLE) and writes through the transaction engine.
+//! SEEK_DATA/SEEK_HOLE) and writes through the transaction engine. File
+//! data is read, compressed and checksummed on worker threads
+//! ([`super::data`]), files planned a little ahead of the walk; the walk
+//! (one thread) takes the pieces in its order and does every allocation
+//! and tree change, so the image does not depend on the threads. With
+//! `--reflink` the data is shared from the source file (FICLONERANGE) and
+//! only read for its checksums.
 
+use super::data::{Job, Pipe, Slot};
 use crate::error::{Error, Result};
 use crate::inode::{file_type, user_rdev_to_kernel};
 use crate::tx::Trans;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{CString, OsStr};
 use std::fs::{File, Metadata};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{InodeItem, Timespec};
 use ubtrfs_format::Key;
@@ -26,10 +34,27 @@ use ubtrfs_format::Key;
 /// memory used).
 const EXTENT_CHUNK: u64 = 32 << 20;
 
+/// Bytes of file data handed to the worker threads at a time (read,
+/// compressed and checksummed, waiting to be written).
+const PIPE_BUDGET: u64 = 128 << 20;
+
+/// Lookahead: entries of a directory planned ahead of the walk, and files
+/// open for it at most.
+const LOOKAHEAD_ENTRIES: usize = 64;
+const LOOKAHEAD_FILES: usize = 256;
+
 /// Changed tree blocks after which a commit is made, bounding memory
 /// whatever the size of the tree being copied. UBTRFS_MKFS_COMMIT_BLOCKS
 /// overrides it (crash tests make commits frequent with a small tree).
 const COMMIT_BLOCKS: usize = 8192;
+
+/// Worker threads for `threads` asked (0: one per CPU).
+fn threads(asked: usize) -> usize {
+    match asked {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
 
 fn commit_blocks() -> usize {
     std::env::var("UBTRFS_MKFS_COMMIT_BLOCKS")
@@ -75,6 +100,14 @@ pub struct RootdirOptions {
     pub clamp_time: Option<Timespec>,
     /// The time new inodes are born (otime) when not clamped.
     pub now: Timespec,
+    /// Threads reading, compressing and checksumming file data (0: one
+    /// per CPU; 1: all in the walking thread). The image does not depend
+    /// on it.
+    pub threads: usize,
+    /// `--reflink`: file data is shared from the source (FICLONERANGE)
+    /// into the image file, which lives on the filesystem with this
+    /// st_dev; compression is off, checksums are computed from the data.
+    pub reflink: Option<u64>,
 }
 
 /// What was written.
@@ -102,6 +135,12 @@ struct Walker<'a> {
     commit_blocks: usize,
     stats: Stats,
     progress: &'a mut dyn FnMut(&Stats),
+    /// File data made on worker threads.
+    pipe: Pipe,
+    /// Files planned ahead of the walk, by source path.
+    plans: HashMap<PathBuf, Result<FilePlan>>,
+    /// Multiply linked files planned ahead (tree, dev, ino).
+    ahead_links: HashSet<(u64, u64, u64)>,
 }
 
 fn io_err(path: &Path, op: &str, e: std::io::Error) -> Error {
@@ -266,11 +305,22 @@ impl Walker<'_> {
             names.push(e.map_err(|e| io_err(src, "read directory", e))?.file_name());
         }
         names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        let here = Dir { tree, dir, flags };
+        let mut ahead = Ahead {
+            metas: vec![None; names.len()],
+            names,
+            next: 0,
+        };
         // Dir indexes start at 2, as the kernel numbers them.
-        for (index, name) in (2u64..).zip(names) {
+        for i in 0..ahead.names.len() {
+            self.look_ahead(src, rel, here, &mut ahead, i + 1);
+            let name = ahead.names[i].clone();
             let path = src.join(&name);
-            let here = Dir { tree, dir, flags };
-            self.add_entry(&path, &rel.join(&name), name.as_os_str(), here, index)?;
+            let m = match ahead.metas[i].take() {
+                Some(m) => m,
+                None => std::fs::symlink_metadata(&path).map_err(|e| io_err(&path, "lstat", e))?,
+            };
+            self.add_entry(&path, &rel.join(&name), &name, here, i as u64 + 2, m)?;
             if self.t.dirty_blocks() > self.commit_blocks {
                 self.t.commit()?;
             }
@@ -286,8 +336,8 @@ impl Walker<'_> {
         name: &OsStr,
         at: Dir,
         index: u64,
+        m: Metadata,
     ) -> Result<()> {
-        let m = std::fs::symlink_metadata(path).map_err(|e| io_err(path, "lstat", e))?;
         let name = name.as_bytes();
         let (tree, dir) = (at.tree, at.dir);
         let ftype = file_type(m.mode());
@@ -298,6 +348,9 @@ impl Walker<'_> {
         }
         if !m.is_dir() && m.nlink() > 1 {
             if let Some(&ino) = self.links.get(&(tree, m.dev(), m.ino())) {
+                if let Some(Ok(plan)) = self.plans.remove(path) {
+                    self.discard(plan);
+                }
                 self.t
                     .link_inode(tree, dir, name, ino, ftype, index)
                     .map_err(|e| in_path(path, e))?;
@@ -336,6 +389,15 @@ impl Walker<'_> {
             item.size = target.len() as u64;
             item.nbytes = target.len() as u64;
         } else if ft.is_file() {
+            if let Some(dev) = self.o.reflink {
+                if m.dev() != dev && m.len() > 0 {
+                    return Err(Error::Invalid(format!(
+                        "{}: --reflink: on another filesystem than the image (data can only \
+                         be shared within one filesystem)",
+                        path.display()
+                    )));
+                }
+            }
             self.stats.files += 1;
             let (size, nbytes) = self.copy_file(path, tree, ino, m.len(), &mut item.flags)?;
             item.size = size;
@@ -399,6 +461,142 @@ impl Walker<'_> {
         self.t.put_inode(id, FIRST_INODE, &top)
     }
 
+    /// Plans the data of regular file `path` (`size` bytes, inode flags
+    /// `flags`): opens it, finds its data ranges and asks the pipe for its
+    /// pieces, `front` when needed now, else as lookahead. A file that
+    /// compresses asks for its first piece only: whether the rest is
+    /// compressed (and in which piece size) depends on it.
+    fn plan_file(&mut self, path: &Path, size: u64, flags: u64, front: bool) -> Result<FilePlan> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOATIME)
+            .open(path)
+            .or_else(|_| File::open(path))
+            .map_err(|e| io_err(path, "open", e))?;
+        let ss = self.t.sectorsize() as u64;
+        let csum = flags & INODE_NODATASUM == 0;
+        let mut plan = FilePlan {
+            path: Arc::new(path.to_path_buf()),
+            file: Arc::new(f),
+            size,
+            csum,
+            compress: self.o.compress.filter(|_| csum && self.o.reflink.is_none()),
+            undecided: false,
+            inline: None,
+            ranges: Vec::new(),
+            slots: VecDeque::new(),
+        };
+        // Small files live in their EXTENT_DATA item, as mkfs.btrfs keeps
+        // them: under one sector.
+        let max_inline = crate::tree::buf::max_item_data(self.t.nodesize()) - 21;
+        if size < ss && (size as usize) <= max_inline {
+            let job = self.job(&plan, 0, 0, size as usize, true);
+            plan.inline = self.pipe.ask(vec![job], front).pop();
+            return Ok(plan);
+        }
+        let end_aligned = size.next_multiple_of(ss);
+        let mut covered = 0u64;
+        for (s, e) in data_ranges(&plan.file, size) {
+            let s = s / ss * ss;
+            let e = e.next_multiple_of(ss).min(end_aligned);
+            if s < covered {
+                continue;
+            }
+            plan.ranges.push((s, e));
+            covered = e;
+        }
+        plan.undecided = plan.compress.is_some();
+        let mut jobs = self.jobs_from(&plan, 0);
+        if plan.undecided {
+            jobs.truncate(1);
+        }
+        plan.slots = self.pipe.ask(jobs, front).into();
+        Ok(plan)
+    }
+
+    fn job(&self, plan: &FilePlan, at: u64, n: u64, want: usize, inline: bool) -> Job {
+        Job {
+            path: plan.path.clone(),
+            file: plan.file.clone(),
+            at,
+            n,
+            want,
+            compress: plan.compress,
+            csum: plan.csum.then_some(self.t.info.csum_type),
+            sectorsize: self.t.sectorsize(),
+            inline,
+            reflink: self.o.reflink.is_some(),
+        }
+    }
+
+    /// The pieces of `plan`'s data ranges from file offset `from` on: one
+    /// extent each (compressed extents hold at most 128 KiB).
+    fn jobs_from(&self, plan: &FilePlan, from: u64) -> Vec<Job> {
+        let step = if plan.compress.is_some() {
+            COMPRESSED_CHUNK
+        } else {
+            EXTENT_CHUNK
+        };
+        let mut jobs = Vec::new();
+        for &(s, e) in &plan.ranges {
+            let mut at = s.max(from);
+            while at < e {
+                let n = (e - at).min(step);
+                let want = n.min(plan.size.saturating_sub(at)) as usize;
+                jobs.push(self.job(plan, at, n, want, false));
+                at += n;
+            }
+        }
+        jobs
+    }
+
+    /// Takes back the pieces of a plan that is not used (the file turned
+    /// out to be another link to an inode already written).
+    fn discard(&mut self, plan: FilePlan) {
+        for slot in plan.inline.iter().chain(plan.slots.iter()) {
+            let _ = self.pipe.take(slot);
+        }
+    }
+
+    /// Plans files of a directory ahead of the walk (names from `from`
+    /// on), so that workers read and checksum them while the walker
+    /// writes those before.
+    fn look_ahead(&mut self, src: &Path, rel: &Path, here: Dir, ahead: &mut Ahead, from: usize) {
+        if self.pipe.threads() < 2 {
+            return;
+        }
+        ahead.next = ahead.next.max(from);
+        while ahead.next < ahead.names.len()
+            && ahead.next < from + LOOKAHEAD_ENTRIES
+            && self.plans.len() < LOOKAHEAD_FILES
+        {
+            let i = ahead.next;
+            ahead.next += 1;
+            let path = src.join(&ahead.names[i]);
+            let Ok(m) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            // Small files with nothing to compress are read by the walker
+            // itself (see data::SMALL).
+            let ok = m.is_file()
+                && m.len() > 0
+                && (m.len() >= super::data::SMALL || self.o.compress.is_some());
+            ahead.metas[i] = Some(m.clone());
+            if !ok {
+                continue;
+            }
+            if m.nlink() > 1 {
+                let id = (here.tree, m.dev(), m.ino());
+                if self.links.contains_key(&id) || !self.ahead_links.insert(id) {
+                    continue;
+                }
+            }
+            let flags = self.flags_for(&rel.join(&ahead.names[i]), here.flags);
+            let plan = self.plan_file(&path, m.len(), flags, false);
+            self.plans.insert(path, plan);
+        }
+    }
+
     /// Writes the data of file `path` as inode `ino`; returns (size,
     /// nbytes). Sets NOCOMPRESS in `flags` when its data does not
     /// compress, as the kernel does.
@@ -413,42 +611,25 @@ impl Walker<'_> {
         if size == 0 {
             return Ok((0, 0));
         }
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOATIME)
-            .open(path)
-            .or_else(|_| File::open(path))
-            .map_err(|e| io_err(path, "open", e))?;
-        let ss = self.t.sectorsize() as u64;
-        let csum = *flags & INODE_NODATASUM == 0;
-        let mut compress = self.o.compress.filter(|_| csum);
-        // Small files live in their EXTENT_DATA item, as mkfs.btrfs keeps
-        // them: under one sector.
-        let max_inline = crate::tree::buf::max_item_data(self.t.nodesize()) - 21;
-        if size < ss && (size as usize) <= max_inline {
-            let mut buf = vec![0u8; size as usize];
-            f.read_exact_at(&mut buf, 0)
-                .map_err(|e| io_err(path, "read", e))?;
-            let packed = compress_piece(compress, &buf, ss, path)?;
-            let (data, algo) = packed.unwrap_or((buf, 0));
+        let mut plan = match self.plans.remove(path) {
+            Some(p) => p?,
+            None => self.plan_file(path, size, *flags, true)?,
+        };
+        if let Some(slot) = plan.inline.take() {
+            let piece = self.pipe.take(&slot)?;
             self.t
-                .insert_inline_extent(tree, ino, &data, size, algo)
+                .insert_inline_extent(tree, ino, &piece.data, size, piece.algo)
                 .map_err(|e| in_path(path, e))?;
             self.stats.inline_files += 1;
             self.stats.data_bytes += size;
             return Ok((size, size));
         }
+        let ss = self.t.sectorsize() as u64;
         let no_holes = self.t.info.sb.incompat_flags & INCOMPAT_NO_HOLES != 0;
         let end_aligned = size.next_multiple_of(ss);
         let mut nbytes = 0;
         let mut covered = 0u64;
-        let mut first = true;
-        for (s, e) in data_ranges(&f, size) {
-            let s = s / ss * ss;
-            let e = e.next_multiple_of(ss).min(end_aligned);
-            if s < covered {
-                continue;
-            }
+        for (s, e) in plan.ranges.clone() {
             if !no_holes && s > covered {
                 self.t.insert_file_extent(
                     tree,
@@ -466,40 +647,42 @@ impl Walker<'_> {
             }
             let mut at = s;
             while at < e {
-                let step = if compress.is_some() {
-                    COMPRESSED_CHUNK
-                } else {
-                    EXTENT_CHUNK
-                };
-                let n = (e - at).min(step);
-                let want = n.min(size.saturating_sub(at)) as usize;
-                let mut buf = vec![0u8; n as usize];
-                f.read_exact_at(&mut buf[..want], at)
-                    .map_err(|e| io_err(path, &format!("read at {at}"), e))?;
-                let packed = compress_piece(compress, &buf, ss, path)?;
-                if compress.is_some() && packed.is_none() && first {
+                let slot = plan.slots.pop_front().expect("a piece for every range");
+                let piece = self.pipe.take(&slot)?;
+                debug_assert_eq!(piece.at, at);
+                let n = piece.n;
+                if plan.undecided {
                     // The first piece does not compress: neither will the
                     // file, as the kernel judges it.
-                    *flags |= INODE_NOCOMPRESS;
-                    compress = None;
-                }
-                first = false;
-                let (data, algo) = match packed {
-                    Some((c, algo)) => (c, algo),
-                    None => {
-                        buf.truncate(want);
-                        (buf, 0)
+                    if piece.algo == 0 {
+                        *flags |= INODE_NOCOMPRESS;
+                        plan.compress = None;
                     }
-                };
-                let (disk, len) = self
-                    .t
-                    .write_data_extent(&data, csum)
-                    .map_err(|e| in_path(path, e))?;
+                    plan.undecided = false;
+                    let rest = self.jobs_from(&plan, at + n);
+                    plan.slots = self.pipe.ask(rest, true).into();
+                }
+                let (disk, len) = if self.o.reflink.is_some() {
+                    self.t
+                        .write_data_extent_cloned(
+                            &plan.file,
+                            at,
+                            piece.cloned,
+                            &piece.data,
+                            piece.sums,
+                        )
+                        .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))
+                } else {
+                    self.t
+                        .write_data_extent_summed(&piece.data, piece.sums)
+                        .map_err(|e| in_path(path, e))
+                }?;
                 self.t
-                    .insert_file_extent(tree, ino, at, disk, len, 0, n, n, algo, false, true)
+                    .insert_file_extent(tree, ino, at, disk, len, 0, n, n, piece.algo, false, true)
                     .map_err(|e| in_path(path, e))?;
+                self.pipe.give_back(piece.data);
                 nbytes += n;
-                self.stats.data_bytes += want as u64;
+                self.stats.data_bytes += piece.want as u64;
                 at += n;
             }
             covered = e;
@@ -513,20 +696,31 @@ impl Walker<'_> {
     }
 }
 
-/// `data` compressed with `compress` (algorithm, level) and the algorithm,
-/// or None when not asked or when it does not shrink.
-fn compress_piece(
+/// A regular file's data as asked of the pipe.
+#[derive(Debug)]
+struct FilePlan {
+    path: Arc<PathBuf>,
+    file: Arc<File>,
+    size: u64,
+    csum: bool,
     compress: Option<(u8, i32)>,
-    data: &[u8],
-    ss: u64,
-    path: &Path,
-) -> Result<Option<(Vec<u8>, u8)>> {
-    let Some((algo, level)) = compress else {
-        return Ok(None);
-    };
-    let c = ubtrfs_format::compress::compress(algo, level, data, ss as u32)
-        .map_err(|e| Error::format(path.display().to_string(), e))?;
-    Ok(c.map(|c| (c, algo)))
+    /// Compression asked and only the first piece planned: the rest waits
+    /// for its result.
+    undecided: bool,
+    /// The whole file as an inline extent.
+    inline: Option<Arc<Slot>>,
+    /// Data ranges, sector-aligned, in order.
+    ranges: Vec<(u64, u64)>,
+    /// Pieces asked for, in file order.
+    slots: VecDeque<Arc<Slot>>,
+}
+
+/// A directory's names and how far lookahead got in them.
+struct Ahead {
+    names: Vec<std::ffi::OsString>,
+    /// lstat results taken by lookahead.
+    metas: Vec<Option<Metadata>>,
+    next: usize,
 }
 
 /// The directory entries are being added to.
@@ -595,6 +789,9 @@ pub fn populate(
         commit_blocks: commit_blocks(),
         stats: Stats::default(),
         progress,
+        pipe: Pipe::new(threads(o.threads), PIPE_BUDGET)?,
+        plans: HashMap::new(),
+        ahead_links: HashSet::new(),
     };
     // The top directory takes the source's attributes.
     let mut top = w.inode_item(&m);

@@ -60,6 +60,67 @@ impl Trans {
 
     /// Writes `data` at logical address `logical` on every copy.
     pub(crate) fn write_logical(&self, logical: u64, data: &[u8]) -> Result<()> {
+        self.write_logical_to(logical, data, false)
+    }
+
+    /// As [`Trans::write_logical`] for file data, which nothing reads
+    /// again in this transaction: the device sends it to the disk at once
+    /// (O_DIRECT, or write-back started), so that the flush at commit does
+    /// not find gigabytes waiting.
+    pub(crate) fn write_logical_data(&self, logical: u64, data: &[u8]) -> Result<()> {
+        self.write_logical_to(logical, data, true)
+    }
+
+    /// Shares `len` bytes of `src` from `src_off` at logical address
+    /// `logical` on every copy (the device clones them from the file).
+    pub(crate) fn clone_logical(
+        &self,
+        logical: u64,
+        src: &std::fs::File,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        let mut done = 0u64;
+        while done < len {
+            let at = logical + done;
+            let piece = self.info.chunks.map(at, len - done)?;
+            let Placement::Mirrors(copies) = &piece.placement else {
+                return Err(Error::Unsupported(format!(
+                    "cloning into RAID5/6 block groups (logical {at})"
+                )));
+            };
+            for loc in copies {
+                let dev = self.info.devices.get(&loc.devid).ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "devid {} is missing: cannot write logical {at}",
+                        loc.devid
+                    ))
+                })?;
+                dev.dev()
+                    .clone_range_from(src, src_off + done, piece.len, loc.physical)
+                    .map_err(|e| Error::Io {
+                        path: dev.path.display().to_string(),
+                        op: format!(
+                            "clone {} bytes into physical {} (logical {at}, FICLONERANGE{})",
+                            piece.len,
+                            loc.physical,
+                            match e.raw_os_error() {
+                                Some(libc::EXDEV) =>
+                                    ": the source is on another filesystem than the image",
+                                Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) =>
+                                    ": the image's filesystem cannot clone these ranges",
+                                _ => "",
+                            }
+                        ),
+                        source: e,
+                    })?;
+            }
+            done += piece.len;
+        }
+        Ok(())
+    }
+
+    fn write_logical_to(&self, logical: u64, data: &[u8], write_back: bool) -> Result<()> {
         let mut done = 0usize;
         while done < data.len() {
             let at = logical + done as u64;
@@ -77,16 +138,20 @@ impl Trans {
                         loc.devid
                     ))
                 })?;
-                dev.dev()
-                    .write_at(&data[done..done + n], loc.physical)
-                    .map_err(|e| Error::Io {
-                        path: dev.path.display().to_string(),
-                        op: format!(
-                            "write {n} bytes at physical {} (logical {at})",
-                            loc.physical
-                        ),
-                        source: e,
-                    })?;
+                let buf = &data[done..done + n];
+                if write_back {
+                    dev.dev().write_data(buf, loc.physical)
+                } else {
+                    dev.dev().write_at(buf, loc.physical)
+                }
+                .map_err(|e| Error::Io {
+                    path: dev.path.display().to_string(),
+                    op: format!(
+                        "write {n} bytes at physical {} (logical {at})",
+                        loc.physical
+                    ),
+                    source: e,
+                })?;
             }
             done += n;
         }

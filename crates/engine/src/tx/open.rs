@@ -108,6 +108,25 @@ impl Trans {
             .first()
             .map(|d| d.path.display().to_string())
             .unwrap_or_default();
+        // The kernel reads the primary superblock only: a bad one is a
+        // filesystem it will not mount, whatever the mirrors hold. Reading
+        // tools may fall back to a mirror; a writer refuses (rewriting
+        // every copy from a mirror is `btrfs rescue super-recover`'s call).
+        for d in &devs {
+            if let Some((off, why)) = d
+                .bad_supers
+                .iter()
+                .find(|(off, _)| *off == ubtrfs_format::consts::SUPER_OFFSETS[0])
+            {
+                return Err(Error::corrupt(
+                    d.path.display().to_string(),
+                    format!(
+                        "the primary superblock (at {off}) is bad: {why}; not writing \
+                         (`btrfs rescue super-recover` restores it from a mirror copy)"
+                    ),
+                ));
+            }
+        }
         let fs = Filesystem::from_devices(devs, cache_bytes)?;
         if !fs.missing_devices.is_empty() {
             return Err(Error::Invalid(format!(
