@@ -98,6 +98,21 @@ impl Trans {
         start: u64,
         end: u64,
     ) -> Result<Vec<(Key, Extent)>> {
+        Ok(self
+            .file_extents_raw(tree, ino, start, end)?
+            .into_iter()
+            .map(|(k, e, _)| (k, e))
+            .collect())
+    }
+
+    /// [`Trans::file_extents`] with each item's bytes.
+    fn file_extents_raw(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<(Key, Extent, Vec<u8>)>> {
         let ss = self.sectorsize() as u64;
         let t = extent_tree(tree);
         let mut out = Vec::new();
@@ -110,7 +125,7 @@ impl Trans {
                 if k.objectid == ino && k.item_type == EXTENT_DATA && k.offset < start {
                     let e = Extent::decode(t, &k, &d, ss)?;
                     if e.end > start {
-                        out.push((k, e));
+                        out.push((k, e, d));
                     }
                 }
             }
@@ -118,7 +133,8 @@ impl Trans {
         let lo = Key::new(ino, EXTENT_DATA, start);
         let hi = Key::new(ino, EXTENT_DATA, end - 1);
         for (k, d) in self.items_in(tree, &lo, &hi)? {
-            out.push((k, Extent::decode(t, &k, &d, ss)?));
+            let e = Extent::decode(t, &k, &d, ss)?;
+            out.push((k, e, d));
         }
         Ok(out)
     }
@@ -239,6 +255,47 @@ impl Trans {
         }
     }
 
+    /// The part `[from, to)` of the EXTENT_DATA item `k` (`raw`, decoded
+    /// as `e`) inserted as an item of its own: the same bytes, the
+    /// extent offset and length changed, with a reference when it points
+    /// to a disk extent.
+    #[allow(clippy::too_many_arguments)]
+    fn split_piece(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        k: &Key,
+        e: &Extent,
+        raw: &[u8],
+        from: u64,
+        to: u64,
+    ) -> Result<()> {
+        // Offsets of `offset` and `num_bytes` in a regular EXTENT_DATA item.
+        const OFFSET_AT: usize = 37;
+        const NUM_BYTES_AT: usize = 45;
+        if raw.len() < NUM_BYTES_AT + 8 {
+            return Err(Error::corrupt(
+                format!("tree {tree} key {k}"),
+                "a split extent item is too short",
+            ));
+        }
+        let old_offset = u64::from_le_bytes(raw[OFFSET_AT..OFFSET_AT + 8].try_into().unwrap());
+        let offset = old_offset + (from - e.start);
+        let mut v = raw.to_vec();
+        v[OFFSET_AT..OFFSET_AT + 8].copy_from_slice(&offset.to_le_bytes());
+        v[NUM_BYTES_AT..NUM_BYTES_AT + 8].copy_from_slice(&(to - from).to_le_bytes());
+        self.insert_item(tree, Key::new(ino, EXTENT_DATA, from), v)?;
+        if let Some((disk, disk_len, _)) = e.disk_extent() {
+            let backref = Backref::Data {
+                root: tree,
+                objectid: ino,
+                offset: from.wrapping_sub(offset),
+            };
+            self.add_data_ref(disk, disk_len, backref, false);
+        }
+        Ok(())
+    }
+
     fn insert_hole(&mut self, tree: u64, ino: u64, file_off: u64, num: u64) -> Result<()> {
         self.insert_file_extent(tree, ino, file_off, 0, 0, 0, num, num, 0, false, false)
     }
@@ -249,7 +306,7 @@ impl Trans {
     /// extents removed (what leaves the inode's nbytes).
     pub fn drop_extents(&mut self, tree: u64, ino: u64, start: u64, end: u64) -> Result<u64> {
         let mut removed = 0;
-        for (k, e) in self.file_extents(tree, ino, start, end)? {
+        for (k, e, raw) in self.file_extents_raw(tree, ino, start, end)? {
             if e.end <= start || e.start >= end {
                 continue;
             }
@@ -276,11 +333,14 @@ impl Trans {
                 self.drop_data_ref(disk, disk_len, backref);
                 removed += e.end.min(end) - e.start.max(start);
             }
+            // The parts outside the range keep their item (generation,
+            // ram_bytes) with the offset and length cut, as the kernel's
+            // btrfs_drop_extents leaves them.
             if e.start < start {
-                self.insert_extent_piece(tree, ino, e.start, &e, 0, start - e.start)?;
+                self.split_piece(tree, ino, &k, &e, &raw, e.start, start)?;
             }
             if e.end > end {
-                self.insert_extent_piece(tree, ino, end, &e, end - e.start, e.end - end)?;
+                self.split_piece(tree, ino, &k, &e, &raw, end, e.end)?;
             }
         }
         Ok(removed)
