@@ -11,8 +11,7 @@ use crate::tx::delayed_ref::Backref;
 use crate::tx::Trans;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{
-    dir_index_key, dir_item_key, parse_dir_entries, parse_inode_extrefs, parse_inode_refs,
-    xattr_item_key, InodeItem, InodeRef, Timespec,
+    dir_index_key, dir_item_key, parse_dir_entries, xattr_item_key, InodeItem, Timespec,
 };
 use ubtrfs_format::Key;
 
@@ -159,7 +158,7 @@ impl Trans {
     /// Removes xattr `name` of `ino`; NotFound (ENODATA) when it has none.
     pub fn remove_xattr(&mut self, tree: u64, ino: u64, name: &[u8]) -> Result<()> {
         let key = xattr_item_key(ino, name);
-        let removed = self.remove_named(tree, &key, name)?;
+        let removed = self.del_dir_name(tree, &key, name)?;
         if !removed {
             return Err(Error::NotFound(format!(
                 "tree {tree} inode {ino}: no xattr {:?}",
@@ -167,34 +166,6 @@ impl Trans {
             )));
         }
         Ok(())
-    }
-
-    /// Removes entry `name` from the DIR_ITEM / XATTR_ITEM at `key` (the
-    /// item goes with its last entry); whether it was there.
-    fn remove_named(&mut self, tree: u64, key: &Key, name: &[u8]) -> Result<bool> {
-        let Some(d) = self.lookup(tree, key)? else {
-            return Ok(false);
-        };
-        let mut rest = Vec::new();
-        let mut found = false;
-        for e in
-            parse_dir_entries(&d).map_err(|e| Error::format(format!("tree {tree} key {key}"), e))?
-        {
-            if e.name == name {
-                found = true;
-            } else {
-                rest.extend_from_slice(&e.to_bytes());
-            }
-        }
-        if !found {
-            return Ok(false);
-        }
-        if rest.is_empty() {
-            self.delete_item(tree, key)?;
-        } else {
-            self.put_item(tree, *key, rest)?;
-        }
-        Ok(true)
     }
 
     /// Removes the DIR_ITEM / DIR_INDEX `name` (index `index`) from `dir`
@@ -207,7 +178,7 @@ impl Trans {
         index: u64,
         time: Timespec,
     ) -> Result<()> {
-        self.remove_named(tree, &dir_item_key(dir, name), name)?;
+        self.del_dir_name(tree, &dir_item_key(dir, name), name)?;
         self.delete_item(tree, &dir_index_key(dir, index))?;
         if let Some(mut di) = self.inode(tree, dir)? {
             di.size = di.size.saturating_sub(2 * name.len() as u64);
@@ -221,59 +192,18 @@ impl Trans {
     }
 
     /// Removes the back reference of `ino` named `name` in `parent`
-    /// (INODE_REF, else INODE_EXTREF); returns its dir index.
+    /// ([`Trans::del_inode_ref`]); returns its dir index, a corruption
+    /// error when the name has none.
     fn remove_inode_ref(&mut self, tree: u64, ino: u64, parent: u64, name: &[u8]) -> Result<u64> {
-        let key = Key::new(ino, INODE_REF, parent);
-        if let Some(d) = self.lookup(tree, &key)? {
-            let refs = parse_inode_refs(&key, &d)
-                .map_err(|e| Error::format(format!("tree {tree} key {key}"), e))?;
-            if let Some(r) = refs.iter().find(|r| r.name == name) {
-                let index = r.index;
-                let mut rest = Vec::new();
-                for o in refs.iter().filter(|o| o.name != name) {
-                    o.encode_ref(&mut rest);
-                }
-                if rest.is_empty() {
-                    self.delete_item(tree, &key)?;
-                } else {
-                    self.put_item(tree, key, rest)?;
-                }
-                return Ok(index);
-            }
-        }
-        let key = InodeRef {
-            parent,
-            index: 0,
-            name,
-        }
-        .extref_key(ino);
-        if let Some(d) = self.lookup(tree, &key)? {
-            let refs = parse_inode_extrefs(&d)
-                .map_err(|e| Error::format(format!("tree {tree} key {key}"), e))?;
-            if let Some(r) = refs.iter().find(|r| r.name == name && r.parent == parent) {
-                let index = r.index;
-                let mut rest = Vec::new();
-                for o in refs
-                    .iter()
-                    .filter(|o| !(o.name == name && o.parent == parent))
-                {
-                    o.encode_extref(&mut rest);
-                }
-                if rest.is_empty() {
-                    self.delete_item(tree, &key)?;
-                } else {
-                    self.put_item(tree, key, rest)?;
-                }
-                return Ok(index);
-            }
-        }
-        Err(Error::corrupt(
-            format!("tree {tree} inode {ino}"),
-            format!(
-                "no back reference for name {:?} in directory {parent}",
-                name_str(name)
-            ),
-        ))
+        self.del_inode_ref(tree, ino, parent, name)?.ok_or_else(|| {
+            Error::corrupt(
+                format!("tree {tree} inode {ino}"),
+                format!(
+                    "no back reference for name {:?} in directory {parent}",
+                    name_str(name)
+                ),
+            )
+        })
     }
 
     /// The entry `name` of `dir`, NotFound when missing; subvolume
