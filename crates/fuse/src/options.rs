@@ -26,8 +26,11 @@ pub struct MountOptions {
     pub timeout_secs: u64,
     /// Kernel flags passed through: nodev, nosuid, noexec, noatime, ...
     pub kernel_flags: Vec<String>,
-    /// `rw` was asked for: the mount is read-only all the same.
+    /// `rw` was asked for (the last of `ro` and `rw` counts).
     pub rw_requested: bool,
+    /// How the read-write mount writes data: compress=, compress-force=,
+    /// nodatacow, nodatasum, commit=, max_inline=.
+    pub write: ubtrfs_engine::vfs::RwOptions,
     /// Readahead window of the mount in KiB (set when mounted as root).
     pub readahead_kb: u32,
 }
@@ -54,13 +57,21 @@ impl Default for MountOptions {
             kernel_flags: Vec::new(),
             rw_requested: false,
             readahead_kb: 4096,
+            write: Default::default(),
         }
     }
 }
 
 /// Options that only matter to mount(8), fstab or other helpers.
 const IGNORED: &[&str] = &[
-    "ro",
+    "space_cache",
+    "ssd",
+    "nossd",
+    "discard",
+    "nodiscard",
+    "autodefrag",
+    "noautodefrag",
+    "acl",
     "defaults",
     "auto",
     "noauto",
@@ -90,6 +101,46 @@ const KERNEL_FLAGS: &[&str] = &[
     "sync",
     "dirsync",
 ];
+
+/// compress=ALGO[:LEVEL] as the kernel takes it (no, none: off).
+fn parse_compress(v: &str) -> Result<Option<(u8, i32)>, String> {
+    use ubtrfs_format::consts::{COMPRESS_LZO, COMPRESS_ZLIB, COMPRESS_ZSTD};
+    let (algo, level) = match v.split_once(':') {
+        Some((a, l)) => (
+            a,
+            l.parse::<i32>()
+                .map_err(|_| format!("compress={v}: bad level"))?,
+        ),
+        None => (v, 0),
+    };
+    let (code, max) = match algo {
+        "no" | "none" => return Ok(None),
+        "zlib" => (COMPRESS_ZLIB, 9),
+        "lzo" => (COMPRESS_LZO, 0),
+        "zstd" => (COMPRESS_ZSTD, 15),
+        _ => {
+            return Err(format!(
+                "compress={v}: unknown algorithm (zlib, lzo, zstd, no)"
+            ))
+        }
+    };
+    let ok = (0..=max).contains(&level) || (algo == "zstd" && (-15..0).contains(&level));
+    if !ok {
+        return Err(format!("compress={v}: level out of range for {algo}"));
+    }
+    Ok(Some((code, level)))
+}
+
+/// A size in bytes with an optional k/m/g suffix.
+fn parse_size(v: &str) -> Option<u64> {
+    let (num, mult) = match v.chars().last()? {
+        'k' | 'K' => (&v[..v.len() - 1], 1 << 10),
+        'm' | 'M' => (&v[..v.len() - 1], 1 << 20),
+        'g' | 'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
 
 impl MountOptions {
     /// Adds the comma-separated options of one `-o` argument.
@@ -137,6 +188,35 @@ impl MountOptions {
                         .map_err(|_| format!("timeout={v}: not a number of seconds"))?;
                 }
                 "rw" => self.rw_requested = true,
+                "ro" => self.rw_requested = false,
+                "compress" | "compress-force" => {
+                    let v = value.unwrap_or("zlib");
+                    self.write.compress = parse_compress(v)?;
+                    self.write.compress_force = key == "compress-force";
+                }
+                "nodatacow" => {
+                    self.write.nodatacow = true;
+                    self.write.nodatasum = true;
+                }
+                "datacow" => self.write.nodatacow = false,
+                "nodatasum" => self.write.nodatasum = true,
+                "datasum" => {
+                    self.write.nodatasum = false;
+                    self.write.nodatacow = false;
+                }
+                "commit" => {
+                    let v = need(key, value)?;
+                    self.write.commit_secs = v
+                        .parse()
+                        .ok()
+                        .filter(|&n| n > 0 && n <= 300)
+                        .ok_or_else(|| format!("commit={v}: a number of seconds, 1 to 300"))?;
+                }
+                "max_inline" => {
+                    let v = need(key, value)?;
+                    self.write.max_inline =
+                        parse_size(v).ok_or_else(|| format!("max_inline={v}: not a size"))?;
+                }
                 "readahead_kb" => {
                     let v = need(key, value)?;
                     self.readahead_kb = v
@@ -203,5 +283,25 @@ mod tests {
     fn rw_is_noted() {
         let o = MountOptions::parse(&["rw".into()]).unwrap();
         assert!(o.rw_requested);
+        let o = MountOptions::parse(&["rw,ro".into()]).unwrap();
+        assert!(!o.rw_requested);
+    }
+
+    #[test]
+    fn write_options_parse_as_the_kernel_takes_them() {
+        let o =
+            MountOptions::parse(&["rw,compress=zstd:3,commit=5,nodatacow,max_inline=1k".into()])
+                .unwrap();
+        assert_eq!(o.write.compress, Some((3, 3)));
+        assert!(!o.write.compress_force);
+        assert!(o.write.nodatacow && o.write.nodatasum);
+        assert_eq!(o.write.commit_secs, 5);
+        assert_eq!(o.write.max_inline, 1024);
+        let o = MountOptions::parse(&["compress-force=lzo".into()]).unwrap();
+        assert_eq!(o.write.compress, Some((2, 0)));
+        assert!(o.write.compress_force);
+        assert!(MountOptions::parse(&["compress=lz4".into()]).is_err());
+        assert!(MountOptions::parse(&["compress=zlib:12".into()]).is_err());
+        assert!(MountOptions::parse(&["commit=0".into()]).is_err());
     }
 }

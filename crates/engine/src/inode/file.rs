@@ -57,11 +57,9 @@ impl DataPolicy {
     }
 }
 
-/// Inode flag: compress new data (the btrfs.compression property or
-/// `chattr +c`).
-pub const INODE_COMPRESS: u64 = 1 << 11;
-/// Inode flag: do not compress.
-pub const INODE_NOCOMPRESS: u64 = 1 << 3;
+/// Inode flags: compress new data (the btrfs.compression property or
+/// `chattr +c`), or do not.
+pub use ubtrfs_format::consts::{INODE_COMPRESS, INODE_NOCOMPRESS};
 
 fn round_up(v: u64, ss: u64) -> u64 {
     v.div_ceil(ss) * ss
@@ -460,8 +458,9 @@ impl Trans {
         policy: DataPolicy,
     ) -> Result<()> {
         let ss = self.sectorsize() as u64;
-        let max_inline =
-            MAX_INLINE.min(crate::tree::buf::max_item_data(self.nodesize()) as u64 - 21);
+        let max_inline = self
+            .max_inline
+            .min(crate::tree::buf::max_item_data(self.nodesize()) as u64 - 21);
         let inline = at == 0
             && isize > 0
             && isize < ss
