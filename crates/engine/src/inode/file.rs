@@ -346,7 +346,7 @@ impl Trans {
 
     /// On filesystems without no-holes: hole items for every gap between
     /// the extents in `[start, end)`.
-    fn fill_holes(&mut self, tree: u64, ino: u64, start: u64, end: u64) -> Result<()> {
+    pub(crate) fn fill_holes(&mut self, tree: u64, ino: u64, start: u64, end: u64) -> Result<()> {
         if self.no_holes() || end <= start {
             return Ok(());
         }

@@ -218,6 +218,11 @@ impl RwFs {
                 .write_file(id.subvol, id.ino, start, &buf[..n], policy)?;
             self.t.put_inode(id.subvol, id.ino, &inode)?;
         }
+        // Without no-holes every gap needs its hole item: the size grew
+        // at write(2) time, before these extents existed.
+        let size = self.t.inode_of(id.subvol, id.ino)?.size;
+        self.t
+            .fill_holes(id.subvol, id.ino, 0, round_up(size, self.sectorsize()))?;
         Ok(())
     }
 
@@ -333,7 +338,10 @@ impl RwFs {
         let aligned = src_off.is_multiple_of(ss)
             && dst_off.is_multiple_of(ss)
             && (len.is_multiple_of(ss) || (src_off + len == si.size && dst_off + len >= di.size));
-        if aligned && !overlap {
+        // The kernel does not clone between files with and without data
+        // checksums (a file partly checksummed fails btrfs check).
+        let same_sums = (si.flags ^ di.flags) & INODE_NODATASUM == 0;
+        if aligned && !overlap && same_sums {
             self.writeback(src)?;
             self.writeback(dst)?;
             let policy = self.policy(dst, &di)?;
