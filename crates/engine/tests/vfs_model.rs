@@ -76,7 +76,9 @@ fn btrfs_check(dev: &MemDev) -> Result<(), String> {
         eprintln!("SKIPPED btrfs check in vfs_model: no btrfs-progs");
         return Ok(());
     }
-    let dir = std::env::temp_dir().join(format!("ubtrfs-vfs-model-{}", std::process::id()));
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("ubtrfs-vfs-model-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let img = dir.join("img");
     let bytes = dev.snapshot();
@@ -516,4 +518,50 @@ fn vfs_operations_match_a_model() {
     }
     assert!(failed.is_empty(), "seeds failed: {failed:?}");
     eprintln!("vfs_model: {} seeds, {ops} operations", seeds.len());
+}
+
+/// A full filesystem is ENOSPC at write(2), never a lost writeback: what
+/// was accepted is committed, reads back, and the image checks clean.
+#[test]
+fn vfs_full_filesystem_is_enospc_at_write() {
+    let dev = Arc::new(MemDev::new(160 << 20));
+    let mkopts = MkfsOptions {
+        fsid: Some([0x26; 16]),
+        ..Default::default()
+    };
+    let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
+    let mut fs = RwFs::with_trans(t, RwOptions::default()).unwrap();
+    let root = InodeId {
+        subvol: FS_TREE_OBJECTID,
+        ino: FIRST_INODE,
+    };
+    let mut accepted = Vec::new();
+    let mut refused = 0;
+    for i in 0..40u64 {
+        let id = fs
+            .create(root, format!("f{i}").as_bytes(), 0o100644, 0, 0, 0)
+            .unwrap();
+        let data: Vec<u8> = (0..(8u64 << 20))
+            .map(|b| (b * (i + 3) >> 9) as u8)
+            .collect();
+        match fs.write(id, 0, &data) {
+            Ok(_) => accepted.push((id, data)),
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        refused > 0 && !accepted.is_empty(),
+        "accepted {} refused {refused}",
+        accepted.len()
+    );
+    fs.unmount().expect("the final commit of accepted data");
+    for (id, data) in &accepted {
+        assert_eq!(&fs.read(*id, 0, data.len() as u32).unwrap(), data);
+    }
+    drop(fs);
+    ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
+    btrfs_check(&dev).unwrap();
 }

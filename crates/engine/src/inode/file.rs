@@ -410,7 +410,12 @@ impl Trans {
             EXTENT_CHUNK
         } as usize;
         let mut pos = at;
-        for piece in buf.chunks(step) {
+        let mut rest = buf;
+        // Halved when no block group has room for a whole piece (small
+        // images have small chunks).
+        let mut step = step;
+        while !rest.is_empty() {
+            let piece = &rest[..rest.len().min(step)];
             let n = piece.len() as u64;
             let packed = match policy.compress {
                 Some((algo, level)) => compress(algo, level, piece, ss as u32)
@@ -423,11 +428,19 @@ impl Trans {
                 Some((c, algo)) => (&c[..], *algo),
                 None => (piece, COMPRESS_NONE),
             };
+            let (disk, len) = match self.write_data_extent(data, policy.csum) {
+                Ok(r) => r,
+                Err(Error::NoSpace(_)) if n > ss => {
+                    step = (piece.len() / 2).div_ceil(ss as usize) * ss as usize;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             self.note_compression(algo);
-            let (disk, len) = self.write_data_extent(data, policy.csum)?;
             self.insert_file_extent(tree, ino, pos, disk, len, 0, n, n, algo, false, true)?;
             inode.nbytes += n;
             pos += n;
+            rest = &rest[piece.len()..];
         }
         Ok(())
     }
@@ -700,9 +713,17 @@ impl Trans {
         for (s, e) in gaps {
             self.drop_extents(tree, ino, s, e)?;
             let mut p = s;
+            let mut step = EXTENT_CHUNK;
             while p < e {
-                let n = (e - p).min(EXTENT_CHUNK);
-                let disk = self.alloc_data(n)?;
+                let n = (e - p).min(step);
+                let disk = match self.alloc_data(n) {
+                    Ok(d) => d,
+                    Err(Error::NoSpace(_)) if n > ss => {
+                        step = (n / 2).div_ceil(ss) * ss;
+                        continue;
+                    }
+                    Err(err) => return Err(err),
+                };
                 self.insert_file_extent(tree, ino, p, disk, n, 0, n, n, 0, true, true)?;
                 inode.nbytes += n;
                 p += n;

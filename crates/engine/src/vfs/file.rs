@@ -200,23 +200,19 @@ impl RwFs {
         };
         let policy = self.policy(id, &inode)?;
         let nocow = inode.flags & INODE_NODATACOW != 0 && !super::nocow::disabled();
-        for (start, buf) in ranges {
-            let size = self.t.inode_of(id.subvol, id.ino)?.size;
-            if start >= size {
-                continue;
+        let mut ranges = ranges.into_iter();
+        while let Some((start, buf)) = ranges.next() {
+            if let Err(e) = self.write_back_range(id, start, &buf, nocow, policy) {
+                // What was not written stays dirty (and readable): the
+                // error goes to the caller, and to the next fsync.
+                let d = self.dirty.entry(id).or_default();
+                d.insert(start, &buf);
+                for (s, b) in ranges {
+                    d.insert(s, &b);
+                }
+                self.dirty_bytes += d.bytes();
+                return Err(e);
             }
-            let n = (buf.len() as u64).min(size - start) as usize;
-            if nocow && self.nocow_write(id, start, &buf[..n])? {
-                self.stats.nocow_in_place += 1;
-                continue;
-            }
-            if nocow {
-                self.stats.nocow_cow += 1;
-            }
-            let inode = self
-                .t
-                .write_file(id.subvol, id.ino, start, &buf[..n], policy)?;
-            self.t.put_inode(id.subvol, id.ino, &inode)?;
         }
         // Without no-holes every gap needs its hole item: the size grew
         // at write(2) time, before these extents existed.
@@ -224,6 +220,33 @@ impl RwFs {
         self.t
             .fill_holes(id.subvol, id.ino, 0, round_up(size, self.sectorsize()))?;
         Ok(())
+    }
+
+    /// Gives one dirty range of `id` its extents.
+    fn write_back_range(
+        &mut self,
+        id: InodeId,
+        start: u64,
+        buf: &[u8],
+        nocow: bool,
+        policy: DataPolicy,
+    ) -> Result<()> {
+        let size = self.t.inode_of(id.subvol, id.ino)?.size;
+        if start >= size {
+            return Ok(());
+        }
+        let n = (buf.len() as u64).min(size - start) as usize;
+        if nocow && self.nocow_write(id, start, &buf[..n])? {
+            self.stats.nocow_in_place += 1;
+            return Ok(());
+        }
+        if nocow {
+            self.stats.nocow_cow += 1;
+        }
+        let inode = self
+            .t
+            .write_file(id.subvol, id.ino, start, &buf[..n], policy)?;
+        self.t.put_inode(id.subvol, id.ino, &inode)
     }
 
     /// Writes back every dirty inode.

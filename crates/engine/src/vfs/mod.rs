@@ -358,10 +358,15 @@ impl RwFs {
         let sb = &self.t.info.sb;
         let used = self.t.alloc.used_bytes() + self.dirty_bytes;
         let free = sb.total_bytes.saturating_sub(used);
+        let avail = self
+            .t
+            .data_space_estimate()
+            .saturating_sub(self.dirty_bytes)
+            .min(free);
         StatFs {
             blocks: sb.total_bytes / ss,
             bfree: free / ss,
-            bavail: free / ss,
+            bavail: avail / ss,
             bsize: ss as u32,
         }
     }
