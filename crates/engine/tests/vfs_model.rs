@@ -542,7 +542,7 @@ fn vfs_full_filesystem_is_enospc_at_write() {
             .create(root, format!("f{i}").as_bytes(), 0o100644, 0, 0, 0)
             .unwrap();
         let data: Vec<u8> = (0..(8u64 << 20))
-            .map(|b| (b * (i + 3) >> 9) as u8)
+            .map(|b| ((b * (i + 3)) >> 9) as u8)
             .collect();
         match fs.write(id, 0, &data) {
             Ok(_) => accepted.push((id, data)),
