@@ -26,8 +26,9 @@ pub struct MountOptions {
     pub timeout_secs: u64,
     /// Kernel flags passed through: nodev, nosuid, noexec, noatime, ...
     pub kernel_flags: Vec<String>,
-    /// `rw` was asked for (the last of `ro` and `rw` counts).
-    pub rw_requested: bool,
+    /// `rw` or `ro` as asked (the last counts); None: read-write when the
+    /// image can be written and the writer takes it, else read-only.
+    pub rw: Option<bool>,
     /// How the read-write mount writes data: compress=, compress-force=,
     /// nodatacow, nodatasum, commit=, max_inline=.
     pub write: ubtrfs_engine::vfs::RwOptions,
@@ -55,7 +56,7 @@ impl Default for MountOptions {
             fsname: None,
             timeout_secs: 86400,
             kernel_flags: Vec::new(),
-            rw_requested: false,
+            rw: None,
             readahead_kb: 4096,
             write: Default::default(),
         }
@@ -187,8 +188,8 @@ impl MountOptions {
                         .parse()
                         .map_err(|_| format!("timeout={v}: not a number of seconds"))?;
                 }
-                "rw" => self.rw_requested = true,
-                "ro" => self.rw_requested = false,
+                "rw" => self.rw = Some(true),
+                "ro" => self.rw = Some(false),
                 "compress" | "compress-force" => {
                     let v = value.unwrap_or("zlib");
                     self.write.compress = parse_compress(v)?;
@@ -268,7 +269,7 @@ mod tests {
         assert_eq!(o.threads, 3);
         assert_eq!(o.kernel_flags, vec!["nodev".to_string()]);
         assert_eq!(o.devices, vec![PathBuf::from("/dev/loop1")]);
-        assert!(!o.rw_requested);
+        assert_eq!(o.rw, Some(false));
     }
 
     #[test]
@@ -282,9 +283,10 @@ mod tests {
     #[test]
     fn rw_is_noted() {
         let o = MountOptions::parse(&["rw".into()]).unwrap();
-        assert!(o.rw_requested);
+        assert_eq!(o.rw, Some(true));
         let o = MountOptions::parse(&["rw,ro".into()]).unwrap();
-        assert!(!o.rw_requested);
+        assert_eq!(o.rw, Some(false));
+        assert_eq!(MountOptions::parse(&[]).unwrap().rw, None);
     }
 
     #[test]

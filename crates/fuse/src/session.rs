@@ -245,11 +245,10 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let o = &req.options;
-    if o.rw_requested {
-        return serve_rw(req, notify, set);
-    }
     // An unreplayed log tree is replayed in memory: the mount shows what
-    // the kernel would after its replay, the image is not written.
+    // the kernel would after its replay, the image is not written. (The
+    // root is found here for the read-write mount too, before anything
+    // is written.)
     let (fs, _) = ubtrfs_engine::tree_log::open_replayed(
         &req.image,
         &OpenOptions {
@@ -259,6 +258,21 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     let root = mount_root(&fs, o)?;
+    match o.rw {
+        Some(true) => {
+            drop(fs);
+            return serve_rw(req, notify, set, open_rw(req)?, root);
+        }
+        Some(false) => {}
+        None if writable(req) => match open_rw(req) {
+            Ok(rw) => {
+                drop(fs);
+                return serve_rw(req, notify, set, rw, root);
+            }
+            Err(e) => logging::warn(&format!("mounting read-only: {e}")),
+        },
+        None => logging::info("the image is not writable: mounting read-only"),
+    }
     let fs = Arc::new(fs);
     let ttl = Duration::from_secs(o.timeout_secs);
     let handler = BtrfsFuse::new(fs, root, ttl, o.threads);
@@ -269,6 +283,22 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     })
 }
 
+/// Whether every device of the image can be opened for writing.
+fn writable(req: &MountRequest) -> bool {
+    std::iter::once(&req.image)
+        .chain(req.devices.iter())
+        .all(|p| std::fs::OpenOptions::new().write(true).open(p).is_ok())
+}
+
+/// Opens the image for writing (the writer refuses what it cannot change
+/// safely: RAID5/6, a missing device, ...).
+fn open_rw(req: &MountRequest) -> Result<RwFs, String> {
+    let mut paths = vec![req.image.clone()];
+    paths.extend(req.devices.iter().cloned());
+    RwFs::open(&paths, req.cache_bytes, req.options.write.clone())
+        .map_err(|e| format!("{}: {e}", req.image.display()))
+}
+
 /// The read-write mount: the image opened for writing (an unreplayed log
 /// replayed and committed first), a thread committing on the commit
 /// interval, and a last commit when the mount goes away.
@@ -276,22 +306,10 @@ fn serve_rw(
     req: &MountRequest,
     notify: &mut Option<File>,
     set: libc::sigset_t,
+    rw: RwFs,
+    root: InodeId,
 ) -> Result<(), String> {
     let o = &req.options;
-    let mut paths = vec![req.image.clone()];
-    paths.extend(req.devices.iter().cloned());
-    let rw = RwFs::open(&paths, req.cache_bytes, o.write.clone()).map_err(|e| e.to_string())?;
-    let root = {
-        let fs = Filesystem::open(
-            &req.image,
-            &OpenOptions {
-                devices: req.devices.clone(),
-                cache_bytes: 16 << 20,
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        mount_root(&fs, o)?
-    };
     let rw = Arc::new(Mutex::new(rw));
     // Attributes change only through this mount, but briefly cached all
     // the same: what the kernel caches it also updates from our replies.
