@@ -205,7 +205,7 @@ fn run_seed(seed: u64) -> Result<usize, String> {
         ino: FIRST_INODE,
     };
     let sub = fs
-        .create(root, b"d", 0o040755, 0, 0, 0)
+        .create(root, b"d", 0o040755, 0, (0, 0), None)
         .map_err(|e| e.to_string())?;
     let dirs = [root, sub];
     let mut m = Model::default();
@@ -225,7 +225,7 @@ fn run_seed(seed: u64) -> Result<usize, String> {
         match op {
             0..=2 => {
                 what = format!("create {di}/{}", String::from_utf8_lossy(&name));
-                let r = fs.create(dirs[di], &name, 0o100644, 0, 0, 0);
+                let r = fs.create(dirs[di], &name, 0o100644, 0, (0, 0), None);
                 match (m.names.contains_key(&(di, name.clone())), r) {
                     (true, Err(e)) if e.errno() == libc::EEXIST => {}
                     (false, Ok(id)) => {
@@ -539,7 +539,7 @@ fn vfs_full_filesystem_is_enospc_at_write() {
     let mut refused = 0;
     for i in 0..40u64 {
         let id = fs
-            .create(root, format!("f{i}").as_bytes(), 0o100644, 0, 0, 0)
+            .create(root, format!("f{i}").as_bytes(), 0o100644, 0, (0, 0), None)
             .unwrap();
         let data: Vec<u8> = (0..(8u64 << 20))
             .map(|b| ((b * (i + 3)) >> 9) as u8)

@@ -32,6 +32,9 @@ pub struct MountOptions {
     /// How the read-write mount writes data: compress=, compress-force=,
     /// nodatacow, nodatasum, commit=, max_inline=.
     pub write: ubtrfs_engine::vfs::RwOptions,
+    /// POSIX ACLs on the read-write mount (`acl`, the default, as the
+    /// kernel's btrfs; `noacl`).
+    pub acl: bool,
     /// Readahead window of the mount in KiB (set when mounted as root).
     pub readahead_kb: u32,
 }
@@ -59,6 +62,7 @@ impl Default for MountOptions {
             rw: None,
             readahead_kb: 4096,
             write: Default::default(),
+            acl: true,
         }
     }
 }
@@ -72,7 +76,6 @@ const IGNORED: &[&str] = &[
     "nodiscard",
     "autodefrag",
     "noautodefrag",
-    "acl",
     "defaults",
     "auto",
     "noauto",
@@ -195,6 +198,8 @@ impl MountOptions {
                     self.write.compress = parse_compress(v)?;
                     self.write.compress_force = key == "compress-force";
                 }
+                "acl" => self.acl = true,
+                "noacl" => self.acl = false,
                 "nodatacow" => {
                     self.write.nodatacow = true;
                     self.write.nodatasum = true;

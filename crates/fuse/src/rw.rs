@@ -53,6 +53,9 @@ pub struct RwFuse {
     sectorsize: u32,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
+    /// POSIX ACLs enforced by the kernel and inherited here (`acl`, the
+    /// default; `noacl` turns them off).
+    acl: bool,
 }
 
 fn system_time(t: &Timespec) -> SystemTime {
@@ -110,7 +113,7 @@ fn errno(op: &str, e: Error) -> Errno {
 }
 
 impl RwFuse {
-    pub fn new(fs: Arc<Mutex<RwFs>>, root: InodeId, ttl: Duration) -> RwFuse {
+    pub fn new(fs: Arc<Mutex<RwFs>>, root: InodeId, ttl: Duration, acl: bool) -> RwFuse {
         let sectorsize = fs.lock().map(|f| f.sectorsize() as u32).unwrap_or(4096);
         RwFuse {
             fs,
@@ -119,6 +122,7 @@ impl RwFuse {
             sectorsize,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            acl,
         }
     }
 
@@ -179,6 +183,13 @@ impl RwFuse {
         }
     }
 
+    /// The umask a create applies itself: with POSIX ACLs the kernel
+    /// leaves the mode unmasked (FUSE_DONT_MASK) for the default ACL to
+    /// decide; else it has masked the mode already.
+    fn umask(&self, umask: u32) -> Option<u32> {
+        self.acl.then_some(umask)
+    }
+
     fn new_handle(&self, id: InodeId) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles
@@ -205,6 +216,12 @@ impl fuser::Filesystem for RwFuse {
             | InitFlags::FUSE_BIG_WRITES
             | InitFlags::FUSE_ATOMIC_O_TRUNC;
         let _ = config.add_capabilities(wanted & caps);
+        if self.acl {
+            let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+            if config.add_capabilities(acl & caps).is_err() || !caps.contains(acl) {
+                self.acl = false;
+            }
+        }
         let mut w = 1 << 20;
         while let Err(max) = config.set_max_write(w) {
             if max == w {
@@ -304,7 +321,7 @@ impl fuser::Filesystem for RwFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -314,8 +331,8 @@ impl fuser::Filesystem for RwFuse {
             name.as_bytes(),
             mode,
             rdev as u64,
-            req.uid(),
-            req.gid(),
+            (req.uid(), req.gid()),
+            self.umask(umask),
         );
         self.reply_entry("mknod", reply, res);
     }
@@ -326,14 +343,19 @@ impl fuser::Filesystem for RwFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let dir = self.inode(parent);
         let mode = 0o040000 | (mode & 0o7777);
-        let res = self
-            .fs()
-            .create(dir, name.as_bytes(), mode, 0, req.uid(), req.gid());
+        let res = self.fs().create(
+            dir,
+            name.as_bytes(),
+            mode,
+            0,
+            (req.uid(), req.gid()),
+            self.umask(umask),
+        );
         self.reply_entry("mkdir", reply, res);
     }
 
@@ -635,7 +657,7 @@ impl fuser::Filesystem for RwFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
@@ -647,7 +669,14 @@ impl fuser::Filesystem for RwFuse {
         };
         let mut fs = self.fs();
         let res = fs
-            .create(dir, name.as_bytes(), mode, 0, req.uid(), req.gid())
+            .create(
+                dir,
+                name.as_bytes(),
+                mode,
+                0,
+                (req.uid(), req.gid()),
+                self.umask(umask),
+            )
             .map_err(|e| errno("create", e))
             .and_then(|id| self.entry(&mut fs, id).map(|a| (id, a)));
         match res {

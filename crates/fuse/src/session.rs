@@ -314,7 +314,7 @@ fn serve_rw(
     // Attributes change only through this mount, but briefly cached all
     // the same: what the kernel caches it also updates from our replies.
     let ttl = Duration::from_secs(o.timeout_secs.min(1));
-    let handler = RwFuse::new(rw.clone(), root, ttl);
+    let handler = RwFuse::new(rw.clone(), root, ttl, o.acl);
     let stop = Arc::new(AtomicBool::new(false));
     let committer = {
         let rw = rw.clone();

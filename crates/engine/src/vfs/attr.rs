@@ -161,6 +161,14 @@ impl RwFs {
         let mut i = self.t.inode_of(id.subvol, id.ino)?;
         if let Some(m) = a.mode {
             i.mode = (i.mode & 0o170000) | (m & 0o7777);
+            // The access ACL follows the mode (the kernel leaves this to
+            // a FUSE filesystem that has ACLs).
+            if let Some(old) = self.t.get_xattr(id.subvol, id.ino, super::acl::ACCESS)? {
+                if let Some(new) = super::acl::chmod(&old, m) {
+                    self.t
+                        .set_xattr(id.subvol, id.ino, super::acl::ACCESS, &new)?;
+                }
+            }
         }
         if let Some(u) = a.uid {
             i.uid = u;
@@ -254,6 +262,22 @@ impl RwFs {
         }
         if name == XATTR_COMPRESSION {
             self.set_compression_prop(id, value)?;
+        } else if name == super::acl::ACCESS {
+            // The mode follows the ACL (the kernel leaves this to a FUSE
+            // filesystem); an ACL that says no more than the mode is not
+            // kept, as posix_acl_update_mode drops it.
+            let (bits, equiv) = super::acl::mode_of(value)
+                .ok_or_else(|| Error::Invalid("malformed POSIX ACL".into()))?;
+            let mut i = self.t.inode_of(id.subvol, id.ino)?;
+            i.mode = (i.mode & !0o777) | bits;
+            self.t.put_inode(id.subvol, id.ino, &i)?;
+            if equiv {
+                if exists {
+                    self.t.remove_xattr(id.subvol, id.ino, name)?;
+                }
+            } else {
+                self.t.set_xattr(id.subvol, id.ino, name, value)?;
+            }
         } else {
             self.t.set_xattr(id.subvol, id.ino, name, value)?;
         }

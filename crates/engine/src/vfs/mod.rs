@@ -19,6 +19,7 @@
 //!   SEEK_DATA/SEEK_HOLE ([`seek`]), fsync;
 //! * [`nocow`]: in-place overwrites of NOCOW extents.
 
+pub mod acl;
 pub mod attr;
 pub mod extent_io;
 pub mod file;

@@ -220,22 +220,30 @@ impl RwFs {
     /// (`mode` with its type bits), owned by `uid` and `gid` (or the
     /// directory's group when it is set-group-ID, as the kernel's
     /// inode_init_owner), with the flags the directory and the mount
-    /// options give it.
+    /// options give it. With `umask` (POSIX ACLs on), the directory's
+    /// default ACL is inherited, or else the umask applied
+    /// ([`super::acl::inherit`]); without, `mode` is final.
     pub fn create(
         &mut self,
         dir: InodeId,
         name: &[u8],
         mode: u32,
         rdev: u64,
-        uid: u32,
-        gid: u32,
+        (uid, gid): (u32, u32),
+        umask: Option<u32>,
     ) -> Result<InodeId> {
         check_name(name)?;
         let di = self.dir_for_change(dir)?;
         if self.t.lookup_name(dir.subvol, dir.ino, name)?.is_some() {
             return Err(Error::Exists(format!("{:?}", show(name))));
         }
-        let mut mode = mode;
+        let (mut mode, acl_xattrs) = match umask {
+            Some(umask) => {
+                let default = self.t.get_xattr(dir.subvol, dir.ino, super::acl::DEFAULT)?;
+                super::acl::inherit(mode, umask, default.as_deref())
+            }
+            None => (mode, Vec::new()),
+        };
         let mut gid = gid;
         if di.mode & 0o2000 != 0 {
             gid = di.gid;
@@ -261,6 +269,9 @@ impl RwFs {
             inode.flags |= INODE_NODATASUM;
             self.t.put_inode(dir.subvol, ino, &inode)?;
         }
+        for (name, value) in acl_xattrs {
+            self.t.set_xattr(dir.subvol, ino, name, &value)?;
+        }
         self.bump(dir);
         Ok(InodeId {
             subvol: dir.subvol,
@@ -284,7 +295,7 @@ impl RwFs {
                 target.len()
             )));
         }
-        let id = self.create(dir, name, 0o120777, 0, uid, gid)?;
+        let id = self.create(dir, name, 0o120777, 0, (uid, gid), None)?;
         self.t
             .insert_inline_extent(id.subvol, id.ino, target, target.len() as u64, 0)?;
         let mut inode = self.t.inode_of(id.subvol, id.ino)?;
