@@ -38,6 +38,18 @@ use ubtrfs_format::items::Timespec;
 /// fileattr code sends them with a 4-byte argument).
 const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
 const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+/// FS_IOC_FSGETXATTR / FS_IOC_FSSETXATTR (struct fsxattr, 28 bytes): the
+/// kernel reads these before it sets flags (vfs_fileattr_set).
+const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
+const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+/// FS_XFLAG_* bits and the FS_*_FL bits they stand for.
+const XFLAGS: [(u32, u32); 5] = [
+    (0x08, 0x10), // immutable
+    (0x10, 0x20), // append
+    (0x20, 0x08), // sync
+    (0x40, 0x80), // noatime
+    (0x80, 0x40), // nodump
+];
 
 /// An open file.
 struct Handle {
@@ -720,6 +732,44 @@ impl fuser::Filesystem for RwFuse {
                 };
                 let f = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 match self.fs().set_flags(id, f) {
+                    Ok(()) => reply.ioctl(0, &[]),
+                    Err(e) => reply.error(errno("ioctl", e)),
+                }
+            }
+            FS_IOC_FSGETXATTR => match self.fs().get_flags(id) {
+                Ok(f) => {
+                    let x = XFLAGS
+                        .iter()
+                        .filter(|(_, fl)| f & fl != 0)
+                        .fold(0u32, |a, (x, _)| a | x);
+                    let mut out = [0u8; 28];
+                    out[..4].copy_from_slice(&x.to_le_bytes());
+                    reply.ioctl(0, &out)
+                }
+                Err(e) => reply.error(errno("ioctl", e)),
+            },
+            FS_IOC_FSSETXATTR => {
+                let Some(b) = in_data.get(..4) else {
+                    return reply.error(Errno::EINVAL);
+                };
+                let x = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                let mut fs = self.fs();
+                let res = fs.get_flags(id).and_then(|cur| {
+                    let mut f = cur;
+                    for (xbit, fl) in XFLAGS {
+                        if x & xbit != 0 {
+                            f |= fl;
+                        } else {
+                            f &= !fl;
+                        }
+                    }
+                    if f == cur {
+                        Ok(())
+                    } else {
+                        fs.set_flags(id, f)
+                    }
+                });
+                match res {
                     Ok(()) => reply.ioctl(0, &[]),
                     Err(e) => reply.error(errno("ioctl", e)),
                 }
