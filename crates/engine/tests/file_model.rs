@@ -9,7 +9,6 @@
 //! UBTRFS_FILE_MODEL_SEEDS=N (default 40), UBTRFS_FILE_MODEL_SEED=S;
 //! UBTRFS_FILE_MODEL_KEEP=PATH keeps the image a check failed on.
 
-use std::process::Command;
 use std::sync::Arc;
 use ubtrfs_engine::inode::file::DataPolicy;
 use ubtrfs_engine::io::dev::MemDev;
@@ -21,67 +20,11 @@ use ubtrfs_format::items::Timespec;
 const SS: u64 = 4096;
 const FILES: usize = 3;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-fn btrfs_available() -> bool {
-    let have = Command::new("btrfs")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        assert!(
-            std::env::var("UBTRFS_REQUIRE_KERNEL").as_deref() != Ok("1"),
-            "file_model: btrfs-progs missing and UBTRFS_REQUIRE_KERNEL=1"
-        );
-        eprintln!("SKIPPED btrfs check in file_model: no btrfs-progs");
-    }
-    have
-}
+mod memcheck;
+use memcheck::Rng;
 
 fn btrfs_check(dev: &MemDev, what: &str) -> Result<(), String> {
-    let dir = std::env::temp_dir().join(format!("ubtrfs-file-model-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let img = dir.join("img");
-    // Sparse: only the chunks that hold something.
-    let bytes = dev.snapshot();
-    let f = std::fs::File::create(&img).unwrap();
-    f.set_len(bytes.len() as u64).unwrap();
-    for (i, c) in bytes.chunks(64 << 10).enumerate() {
-        if c.iter().any(|&b| b != 0) {
-            std::os::unix::fs::FileExt::write_all_at(&f, c, (i as u64) << 16).unwrap();
-        }
-    }
-    drop(f);
-    let o = Command::new("btrfs")
-        .args(["check", "--readonly"])
-        .arg(&img)
-        .output()
-        .expect("btrfs check");
-    if let (false, Ok(keep)) = (o.status.success(), std::env::var("UBTRFS_FILE_MODEL_KEEP")) {
-        let _ = std::fs::copy(&img, keep);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "btrfs check after {what}:\n{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ))
-    }
+    memcheck::btrfs_check(dev, "UBTRFS_FILE_MODEL_KEEP").map_err(|e| format!("{e}\nafter {what}"))
 }
 
 /// A file's expected content.
@@ -277,7 +220,7 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
 
 #[test]
 fn file_changes_match_the_model_and_btrfs_check() {
-    let check = btrfs_available();
+    let check = memcheck::btrfs_available("file_model");
     let seeds: Vec<u64> = match std::env::var("UBTRFS_FILE_MODEL_SEED") {
         Ok(s) => vec![s.parse().unwrap()],
         Err(_) => {

@@ -219,19 +219,8 @@ fn encode(cmds: &[Cmd]) -> Vec<u8> {
     out
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+mod memcheck;
+use memcheck::Rng;
 
 const EXTREMES: [u64; 10] = [
     0,

@@ -14,7 +14,6 @@
 //! UBTRFS_VFS_MODEL_SEEDS=N (default 40), UBTRFS_VFS_MODEL_SEED=S.
 
 use std::collections::{BTreeMap, HashMap};
-use std::process::Command;
 use std::sync::Arc;
 use ubtrfs_engine::fs::{Filesystem, InodeId};
 use ubtrfs_engine::io::dev::MemDev;
@@ -28,19 +27,8 @@ use ubtrfs_format::consts::*;
 
 const SS: u64 = 4096;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+mod memcheck;
+use memcheck::Rng;
 
 fn pattern(rng: &mut Rng, len: usize) -> Vec<u8> {
     match rng.below(4) {
@@ -64,50 +52,10 @@ fn offset(rng: &mut Rng, size: u64) -> u64 {
 }
 
 fn btrfs_check(dev: &MemDev) -> Result<(), String> {
-    let have = Command::new("btrfs")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        assert!(
-            std::env::var("UBTRFS_REQUIRE_KERNEL").as_deref() != Ok("1"),
-            "vfs_model: btrfs-progs missing and UBTRFS_REQUIRE_KERNEL=1"
-        );
-        eprintln!("SKIPPED btrfs check in vfs_model: no btrfs-progs");
+    if !memcheck::btrfs_available("vfs_model") {
         return Ok(());
     }
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("ubtrfs-vfs-model-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let img = dir.join("img");
-    let bytes = dev.snapshot();
-    let f = std::fs::File::create(&img).unwrap();
-    f.set_len(bytes.len() as u64).unwrap();
-    for (i, c) in bytes.chunks(64 << 10).enumerate() {
-        if c.iter().any(|&b| b != 0) {
-            std::os::unix::fs::FileExt::write_all_at(&f, c, (i as u64) << 16).unwrap();
-        }
-    }
-    drop(f);
-    let o = Command::new("btrfs")
-        .args(["check", "--readonly"])
-        .arg(&img)
-        .output()
-        .expect("btrfs check");
-    if let (false, Ok(keep)) = (o.status.success(), std::env::var("UBTRFS_VFS_MODEL_KEEP")) {
-        let _ = std::fs::copy(&img, keep);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "btrfs check:\n{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ))
-    }
+    memcheck::btrfs_check(dev, "UBTRFS_VFS_MODEL_KEEP")
 }
 
 /// The model: names per directory, and each file's bytes.

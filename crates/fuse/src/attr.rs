@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ubtrfs_engine::{InodeId, Stat};
 use ubtrfs_format::items::Timespec;
 
-fn system_time(t: &Timespec) -> SystemTime {
+pub(crate) fn system_time(t: &Timespec) -> SystemTime {
     if t.sec >= 0 {
         UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec.min(999_999_999))
     } else {
@@ -19,7 +19,7 @@ fn system_time(t: &Timespec) -> SystemTime {
     }
 }
 
-fn file_type(mode: u32) -> FileType {
+pub(crate) fn file_type(mode: u32) -> FileType {
     match mode & 0o170000 {
         0o040000 => FileType::Directory,
         0o120000 => FileType::Symlink,
@@ -31,27 +31,32 @@ fn file_type(mode: u32) -> FileType {
     }
 }
 
+/// What FUSE shows for `st` as node `node`.
+pub(crate) fn file_attr(st: &Stat, node: u64, sectorsize: u32) -> FileAttr {
+    let ss = sectorsize as u64;
+    FileAttr {
+        ino: INodeNo(node),
+        size: st.size,
+        // As the kernel: allocated bytes rounded up to the sector size.
+        blocks: st.nbytes.div_ceil(ss) * ss / 512,
+        atime: system_time(&st.atime),
+        mtime: system_time(&st.mtime),
+        ctime: system_time(&st.ctime),
+        crtime: system_time(&st.otime),
+        kind: file_type(st.mode),
+        perm: (st.mode & 0o7777) as u16,
+        nlink: st.nlink,
+        uid: st.uid,
+        gid: st.gid,
+        rdev: st.rdev as u32,
+        blksize: sectorsize,
+        flags: 0,
+    }
+}
+
 impl Inner {
     pub(crate) fn attr(&self, st: &Stat, node: u64) -> FileAttr {
-        let ss = self.fs.info.sectorsize as u64;
-        FileAttr {
-            ino: INodeNo(node),
-            size: st.size,
-            // As the kernel: allocated bytes rounded up to the sector size.
-            blocks: st.nbytes.div_ceil(ss) * ss / 512,
-            atime: system_time(&st.atime),
-            mtime: system_time(&st.mtime),
-            ctime: system_time(&st.ctime),
-            crtime: system_time(&st.otime),
-            kind: file_type(st.mode),
-            perm: (st.mode & 0o7777) as u16,
-            nlink: st.nlink,
-            uid: st.uid,
-            gid: st.gid,
-            rdev: st.rdev as u32,
-            blksize: self.fs.info.sectorsize,
-            flags: 0,
-        }
+        file_attr(st, node, self.fs.info.sectorsize)
     }
 
     /// Attributes with the inode's own number in st_ino (used by lookup,

@@ -16,7 +16,7 @@ use std::time::Duration;
 use ubtrfs_engine::InodeId;
 use ubtrfs_format::consts::*;
 
-fn dirent_type(ft: u8) -> FileType {
+pub(crate) fn dirent_type(ft: u8) -> FileType {
     match ft {
         FT_DIR => FileType::Directory,
         FT_SYMLINK => FileType::Symlink,

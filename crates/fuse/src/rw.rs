@@ -14,12 +14,14 @@
 //! - A thread commits when the commit interval has passed (or too much
 //!   is dirty); fsync commits; unmount commits last.
 
+use crate::attr::file_attr;
+use crate::dir::dirent_type;
 use crate::ino;
 use crate::logging;
 use fuser::{
-    Errno, FileAttr, FileType, FopenFlags, Generation, INodeNo, KernelConfig, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    Errno, FileAttr, FopenFlags, Generation, INodeNo, KernelConfig, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -70,30 +72,22 @@ pub struct RwFuse {
     acl: bool,
 }
 
-fn system_time(t: &Timespec) -> SystemTime {
-    if t.sec >= 0 {
-        UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec.min(999_999_999))
-    } else {
-        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs())
-            + Duration::from_nanos(t.nsec.min(999_999_999) as u64)
-    }
-}
-
+/// The time the kernel sent in a SETATTR, from the `SystemTime` fuser
+/// 0.18 made of it. fuser turns the kernel's (seconds -S, nanoseconds N)
+/// before 1970 into S seconds and N nanoseconds *before* the epoch
+/// (time.rs, system_time_from_time: "TODO: 1_000_000_000 - nsec") where
+/// the kernel means -S + N ns; the seconds and nanoseconds are undone
+/// here as sent.
 fn timespec(t: SystemTime) -> Timespec {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => Timespec {
             sec: d.as_secs() as i64,
             nsec: d.subsec_nanos(),
         },
-        Err(e) => {
-            let d = e.duration();
-            let (mut sec, mut nsec) = (-(d.as_secs() as i64), d.subsec_nanos());
-            if nsec > 0 {
-                sec -= 1;
-                nsec = 1_000_000_000 - nsec;
-            }
-            Timespec { sec, nsec }
-        }
+        Err(e) => Timespec {
+            sec: -(e.duration().as_secs() as i64),
+            nsec: e.duration().subsec_nanos(),
+        },
     }
 }
 
@@ -101,18 +95,6 @@ fn set_time(t: TimeOrNow) -> SetTime {
     match t {
         TimeOrNow::Now => SetTime::Now,
         TimeOrNow::SpecificTime(t) => SetTime::At(timespec(t)),
-    }
-}
-
-fn file_type(mode: u32) -> FileType {
-    match mode & 0o170000 {
-        0o040000 => FileType::Directory,
-        0o120000 => FileType::Symlink,
-        0o020000 => FileType::CharDevice,
-        0o060000 => FileType::BlockDevice,
-        0o010000 => FileType::NamedPipe,
-        0o140000 => FileType::Socket,
-        _ => FileType::RegularFile,
     }
 }
 
@@ -158,24 +140,7 @@ impl RwFuse {
     }
 
     fn attr(&self, st: &Stat) -> Result<FileAttr, Errno> {
-        let ss = self.sectorsize as u64;
-        Ok(FileAttr {
-            ino: INodeNo(self.node_of(st.id)?),
-            size: st.size,
-            blocks: st.nbytes.div_ceil(ss) * ss / 512,
-            atime: system_time(&st.atime),
-            mtime: system_time(&st.mtime),
-            ctime: system_time(&st.ctime),
-            crtime: system_time(&st.otime),
-            kind: file_type(st.mode),
-            perm: (st.mode & 0o7777) as u16,
-            nlink: st.nlink,
-            uid: st.uid,
-            gid: st.gid,
-            rdev: st.rdev as u32,
-            blksize: self.sectorsize,
-            flags: 0,
-        })
+        Ok(file_attr(st, self.node_of(st.id)?, self.sectorsize))
     }
 
     /// Stat and attributes of `id`, for an entry reply.
@@ -575,15 +540,7 @@ impl fuser::Filesystem for RwFuse {
             Ok(entries) => {
                 for e in entries {
                     let n = self.node_of(e.id).unwrap_or(0);
-                    let kind = match e.file_type {
-                        ubtrfs_format::consts::FT_DIR => FileType::Directory,
-                        ubtrfs_format::consts::FT_SYMLINK => FileType::Symlink,
-                        ubtrfs_format::consts::FT_CHRDEV => FileType::CharDevice,
-                        ubtrfs_format::consts::FT_BLKDEV => FileType::BlockDevice,
-                        ubtrfs_format::consts::FT_FIFO => FileType::NamedPipe,
-                        ubtrfs_format::consts::FT_SOCK => FileType::Socket,
-                        _ => FileType::RegularFile,
-                    };
+                    let kind = dirent_type(e.file_type);
                     if reply.add(INodeNo(n), e.cookie, kind, OsStr::from_bytes(&e.name)) {
                         break;
                     }
@@ -860,5 +817,26 @@ fn answer_xattr(res: Result<Vec<u8>, Error>, size: u32, reply: ReplyXattr, op: &
         Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
         Ok(v) => reply.data(&v),
         Err(e) => reply.error(errno(op, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What fuser 0.18 hands over for the kernel's (-2, 250_000_000)
+    /// (1969-12-31 23:59:58.25) is 2.25 s before the epoch.
+    #[test]
+    fn setattr_times_before_1970_are_read_as_the_kernel_sent_them() {
+        let from_fuser = UNIX_EPOCH - Duration::new(2, 250_000_000);
+        assert_eq!(
+            timespec(from_fuser),
+            Timespec {
+                sec: -2,
+                nsec: 250_000_000
+            }
+        );
+        let after = UNIX_EPOCH + Duration::new(5, 7);
+        assert_eq!(timespec(after), Timespec { sec: 5, nsec: 7 });
     }
 }

@@ -77,6 +77,29 @@ pub struct Stat {
 }
 
 impl Stat {
+    /// The empty directory the kernel shows where a snapshot holds an
+    /// entry for a subvolume it does not contain, stamped `time`.
+    pub fn placeholder(id: InodeId, time: Timespec) -> Stat {
+        Stat {
+            id,
+            ino: EMPTY_SUBVOL_DIR_OBJECTID,
+            mode: 0o040755,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size: 0,
+            nbytes: 0,
+            atime: time,
+            mtime: time,
+            ctime: time,
+            otime: time,
+            flags: 0,
+            generation: 0,
+            transid: 0,
+        }
+    }
+
     pub fn file_type(&self) -> u32 {
         self.mode & 0o170000
     }
@@ -565,24 +588,7 @@ impl Filesystem {
             .root_item(id.subvol)?
             .map(|r| r.otime)
             .unwrap_or_default();
-        Ok(Stat {
-            id,
-            ino: EMPTY_SUBVOL_DIR_OBJECTID,
-            mode: 0o040755,
-            nlink: 1,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            size: 0,
-            nbytes: 0,
-            atime: t,
-            mtime: t,
-            ctime: t,
-            otime: t,
-            flags: 0,
-            generation: 0,
-            transid: 0,
-        })
+        Ok(Stat::placeholder(id, t))
     }
 
     /// Where a directory entry leads: into a subvolume's root when the entry

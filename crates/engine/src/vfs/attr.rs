@@ -87,24 +87,7 @@ impl RwFs {
     pub fn stat(&mut self, id: InodeId) -> Result<Stat> {
         if id.is_placeholder() {
             let t = self.t.root(id.subvol)?.item.otime;
-            return Ok(Stat {
-                id,
-                ino: EMPTY_SUBVOL_DIR_OBJECTID,
-                mode: 0o040755,
-                nlink: 1,
-                uid: 0,
-                gid: 0,
-                rdev: 0,
-                size: 0,
-                nbytes: 0,
-                atime: t,
-                mtime: t,
-                ctime: t,
-                otime: t,
-                flags: 0,
-                generation: 0,
-                transid: 0,
-            });
+            return Ok(Stat::placeholder(id, t));
         }
         let i = self.t.inode_of(id.subvol, id.ino)?;
         let dirty = self.dirty.get(&id).map_or(0, |d| d.bytes());

@@ -1,0 +1,79 @@
+//! Shared by the in-memory file tests (file_model, vfs_model,
+//! receive_hostile): a small seeded PRNG, and btrfs-progs' `btrfs check
+//! --readonly` of an in-memory image.
+
+#![allow(dead_code)]
+
+use std::process::Command;
+use ubtrfs_engine::io::dev::MemDev;
+
+/// xorshift64: seeded sequences that repeat.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Whether btrfs-progs is here; without it the checks are skipped with a
+/// line saying so, and fail under UBTRFS_REQUIRE_KERNEL=1.
+pub fn btrfs_available(test: &str) -> bool {
+    let have = Command::new("btrfs")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        assert!(
+            std::env::var("UBTRFS_REQUIRE_KERNEL").as_deref() != Ok("1"),
+            "{test}: btrfs-progs missing and UBTRFS_REQUIRE_KERNEL=1"
+        );
+        eprintln!("SKIPPED btrfs check in {test}: no btrfs-progs");
+    }
+    have
+}
+
+/// `btrfs check --readonly` of the image in `dev` (written to a sparse
+/// scratch file); on failure the image is copied to the path in the
+/// environment variable `keep_var`, if set.
+pub fn btrfs_check(dev: &MemDev, keep_var: &str) -> Result<(), String> {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("ubtrfs-memcheck-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("img");
+    // Sparse: only the chunks that hold something.
+    let bytes = dev.snapshot();
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(bytes.len() as u64).unwrap();
+    for (i, c) in bytes.chunks(64 << 10).enumerate() {
+        if c.iter().any(|&b| b != 0) {
+            std::os::unix::fs::FileExt::write_all_at(&f, c, (i as u64) << 16).unwrap();
+        }
+    }
+    drop(f);
+    let o = Command::new("btrfs")
+        .args(["check", "--readonly"])
+        .arg(&img)
+        .output()
+        .expect("btrfs check");
+    if let (false, Ok(keep)) = (o.status.success(), std::env::var(keep_var)) {
+        let _ = std::fs::copy(&img, keep);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "btrfs check:\n{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ))
+    }
+}
