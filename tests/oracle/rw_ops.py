@@ -1412,6 +1412,18 @@ class Worker:
                 counts["bytes"] += len(n.data or b"")
         return counts
 
+    def snapshot(self):
+        """The model as plain values: {path from DIR: (kind, mode, content
+        or target, xattrs, mtime, names of the inode)} (tests compare
+        replays with it)."""
+        out = {}
+        for d, name, n in self.entries():
+            body = bytes(n.data) if n.kind == "file" else n.target
+            out[self.path(d, name)[len(self.top):]] = (
+                n.kind, n.mode, body, tuple(sorted(n.xattrs.items())),
+                n.mtime, len(n.links))
+        return out
+
     def explicit_mtimes(self):
         """Paths (percent-encoded, from DIR, with a leading /) whose mtime
         the model knows: set by utimensat and not changed since."""
