@@ -16,7 +16,8 @@ unchanged.
 
 Operations: buffered writes (tiny, 4 KiB-aligned, at EOF, past EOF leaving
 holes, anywhere), O_APPEND writes, reads (every one compared with the
-model), mmap reads (compared) and mmap writes, truncate up and down, open
+model), mmap reads (compared) and mmap writes, SEEK_DATA/SEEK_HOLE walks
+(checked), truncate up and down, open
 with O_TRUNC, fallocate (mode 0, KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE,
 ZERO_RANGE, ZERO_RANGE|KEEP_SIZE), copy_file_range, create, mkdir, rmdir,
 unlink, link (also of symlinks and fifos), symlink, mknod (fifo), rename
@@ -30,12 +31,13 @@ name is unlinked: read, written and checked through the descriptor), and
 calls that must fail with a given errno (EEXIST, ENOTEMPTY, ENOTDIR,
 EISDIR, EINVAL, ENAMETOOLONG, ENODATA, ENOENT, EPERM).
 
-Checked as it runs: every read, mmap read, readlink, stat and directory
-listing the workload does, and the errno of every call meant to fail. At
+Checked as it runs: every read, mmap read, SEEK_DATA/SEEK_HOLE walk,
+readlink, stat and directory listing the workload does, and the errno of every call meant to fail. At
 the end each worker checks every path of its model: type, mode, size,
 content, symlink target, user.* xattrs, link count of non-directories, the
 same inode behind every name of a hard link and distinct inodes otherwise,
-directory listings (exactly, or its own names in DIR/shared), mtime where
+SEEK_DATA/SEEK_HOLE (no hole over bytes that are not zero), directory
+listings (exactly, or its own names in DIR/shared), mtime where
 it was set explicitly and not changed since, and directory link counts
 (btrfs's 1 or POSIX's 2 + subdirectories, one style throughout).
 
@@ -229,6 +231,7 @@ WEIGHTS = {
     "rename_noreplace": 2, "rename_exchange": 2, "chmod": 3, "utime": 4,
     "setxattr": 4, "removexattr": 2, "fsync": 2, "fdatasync": 2,
     "open_fd": 3, "close_fd": 3, "stat": 3, "listdir": 2, "readlink": 1,
+    "seek": 2,
     "expect_error": 3,
 }
 CREATING = ("create", "mkdir", "link", "symlink", "mknod")
@@ -1115,6 +1118,60 @@ class Worker:
             self.check_bytes("readlink", path, 0, node.target, got)
         return True
 
+    def op_seek(self, ents):
+        t = self.pick(self.files(ents))
+        if t is None:
+            return False
+        node, path = t
+        cached = self.use_fd(node, path)
+        self.note("seek_data/seek_hole %s" % self.rel(path))
+        if self.live:
+            fd, tmp = self.open_for(node, path, cached, os.O_RDONLY)
+            try:
+                self.check_holes(fd, path, node)
+            finally:
+                if tmp:
+                    os.close(fd)
+        return True
+
+    def check_holes(self, fd, path, node):
+        """SEEK_DATA/SEEK_HOLE from 0 to EOF: increasing, inside the
+        file, and every byte of every hole zero in the model (where the
+        data lies is the file system's choice; a hole over data is not);
+        SEEK_DATA at EOF is ENXIO."""
+        data = node.data
+        size = len(data)
+        r = self.rel(path)
+        pos = 0
+        while pos < size:
+            try:
+                d = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno != errno.ENXIO:
+                    self.fail("SEEK_DATA %s at %d: unexpected %s" % (
+                        r, pos, _errname(e.errno)))
+                d = size
+            if d < pos or d > size:
+                self.fail("SEEK_DATA %s at %d gave %d (size %d)" % (r, pos, d, size))
+            if data.count(0, pos, d) != d - pos:
+                i = pos + first_difference(bytes(d - pos), data[pos:d])
+                self.fail("%s: SEEK_DATA from %d skips to %d, but offset %d holds "
+                          "%#04x" % (r, pos, d, i, data[i]))
+            if d == size:
+                break
+            h = self.call("SEEK_HOLE", os.lseek, fd, d, os.SEEK_HOLE)
+            if h <= d or h > size:
+                self.fail("SEEK_HOLE %s at %d gave %d (size %d)" % (r, d, h, size))
+            pos = h
+        try:
+            x = os.lseek(fd, size, os.SEEK_DATA)
+            self.fail("SEEK_DATA %s at EOF (%d) gave %d, expected ENXIO" % (
+                r, size, x))
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                self.fail("SEEK_DATA %s at EOF: %s, expected ENXIO" % (
+                    r, _errname(e.errno)))
+
     def op_expect_error(self, ents):
         """A call that must fail, chosen among those the model allows."""
         rng = self.rng
@@ -1387,6 +1444,7 @@ class Worker:
                                    os.O_RDONLY | os.O_NOFOLLOW)
                     try:
                         self.check_content(fd, path, node)
+                        self.check_holes(fd, path, node)
                     finally:
                         os.close(fd)
                 elif node.kind == "symlink":

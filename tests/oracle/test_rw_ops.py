@@ -11,6 +11,7 @@ Run: python3 -m unittest discover -s tests/oracle -p 'test_*.py'
 import errno
 import json
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -214,8 +215,9 @@ class LiveTest(unittest.TestCase):
         for root, _dirs, names in os.walk(self.dir):
             for n in names:
                 p = os.path.join(root, n)
-                if os.path.isfile(p) and not os.path.islink(p) \
-                        and os.path.getsize(p) > 100:
+                st = os.lstat(p)
+                if stat.S_ISREG(st.st_mode) and st.st_size > 100 \
+                        and st.st_nlink == 1:
                     files.append(p)
         victim = sorted(files)[0]
         with open(victim, "r+b") as f:
@@ -226,7 +228,7 @@ class LiveTest(unittest.TestCase):
         code, v, err = run(verify)
         self.assertEqual(code, 1, err)
         self.assertIn("offset 50", err)
-        self.assertIn(os.path.basename(victim).replace(" ", "%20")[:20], err)
+        self.assertIn(rw_ops.pct(os.fsencode(os.path.basename(victim))), err)
         with open(victim, "r+b") as f:
             f.seek(50)
             f.write(b)
