@@ -470,8 +470,9 @@ const KERNEL_PJDFSTEST_FAILURES: &[&str] = &["rename::updates_link_parent"];
 /// can reach (under /tmp, mode 755). ubtrfs mounts with allow_other:
 /// pjdfstest runs cases as nobody and tests.
 fn pjdfstest_on(w: Writer, bin: &Path, tmp: &Path) -> Result<PjdResult, String> {
-    let top = tempdir("ubtrfs-pjd");
-    std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Removed on return (after the mount, declared later, is dropped).
+    let top = Workdir(tempdir("ubtrfs-pjd"));
+    std::fs::set_permissions(&*top, std::fs::Permissions::from_mode(0o755)).unwrap();
     let image = tmp.join(format!("{}.img", w.name()));
     mkfs_image(&image, &image_size())?;
     let mnt = top.join("mnt");
@@ -488,7 +489,6 @@ fn pjdfstest_on(w: Writer, bin: &Path, tmp: &Path) -> Result<PjdResult, String> 
     std::fs::create_dir(&secondary).unwrap();
     let r = run_pjdfstest(bin, &dir, &secondary, tmp);
     let fin = m.finish();
-    let _ = std::fs::remove_dir_all(&top);
     let r = r?;
     fin.map_err(|e| format!("unmount after pjdfstest: {e}"))?;
     check(
