@@ -99,7 +99,7 @@ fi
 mount_side() {
     case $1 in
         kernel) mount -o ro,loop "$IMG" "$KMNT" ;;
-        ubtrfs) "$UBTRFS_BIN" mount "$IMG" "$UMNT" ;;
+        ubtrfs) "$UBTRFS_BIN" mount -o ro "$IMG" "$UMNT" ;;
     esac
 }
 umount_side() {

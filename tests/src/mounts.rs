@@ -180,6 +180,11 @@ impl FuseMount {
         std::fs::create_dir_all(dir).unwrap();
         let mut cmd = Command::new(ubtrfs_bin());
         cmd.arg("mount");
+        // Read-only unless the test asks for rw: fixtures are shared.
+        let rw = opts.iter().any(|o| o.split(',').any(|x| x == "rw"));
+        if !rw {
+            cmd.args(["-o", "ro"]);
+        }
         for o in opts {
             cmd.args(["-o", o]);
         }

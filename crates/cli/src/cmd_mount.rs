@@ -1,4 +1,5 @@
-//! `ubtrfs mount`: mount an image read-only through FUSE. The same binary
+//! `ubtrfs mount`: mount an image through FUSE, read-write when it can be
+//! written (as the kernel mounts), or read-only (`-o ro`). The same binary
 //! run as `mount.fuse.ubtrfs` (a symlink) is the helper mount(8) calls for
 //! `mount -t fuse.ubtrfs IMAGE MOUNTPOINT`.
 
@@ -12,9 +13,12 @@ use ubtrfs_fuse::MountOptions;
 
 #[derive(Args)]
 pub struct MountArgs {
-    /// Mount options, comma-separated (repeatable): ro, subvol=PATH,
-    /// subvolid=N, allow_other, allow_root, threads=N, log=FILE,
-    /// device=PATH, fsname=NAME, timeout=SECS, nodev, nosuid, noexec, ...
+    /// Mount options, comma-separated (repeatable): ro, rw (the default
+    /// when the image can be written), subvol=PATH, subvolid=N,
+    /// compress=ALGO[:LEVEL], compress-force=ALGO[:LEVEL], nodatacow,
+    /// nodatasum, commit=SECS, max_inline=BYTES, allow_other, allow_root,
+    /// threads=N, log=FILE, device=PATH, fsname=NAME, timeout=SECS, nodev,
+    /// nosuid, noexec, ...
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Stay in the foreground (log to stderr) instead of detaching.

@@ -62,6 +62,18 @@ pub enum Error {
     /// An inode would have more links than btrfs allows.
     #[error("{0}: too many links")]
     TooManyLinks(String),
+    /// An operation the file's flags or kind forbid (EPERM).
+    #[error("{0}: operation not permitted")]
+    Permission(String),
+    /// A link or rename between subvolumes (EXDEV).
+    #[error("{0}: not on one subvolume")]
+    CrossDevice(String),
+    /// An xattr or other value that is not there (ENODATA).
+    #[error("{0}: no such attribute")]
+    NoData(String),
+    /// A read or write beyond what the file allows (EFBIG).
+    #[error("{0}: file too large")]
+    TooLarge(String),
 }
 
 /// What an [`Error`] is, without its text: what callers decide on.
@@ -82,6 +94,10 @@ pub enum ErrorKind {
     IsDir,
     NameTooLong,
     TooManyLinks,
+    Permission,
+    CrossDevice,
+    NoData,
+    TooLarge,
 }
 
 impl ErrorKind {
@@ -102,6 +118,10 @@ impl ErrorKind {
             ErrorKind::IsDir => libc::EISDIR,
             ErrorKind::NameTooLong => libc::ENAMETOOLONG,
             ErrorKind::TooManyLinks => libc::EMLINK,
+            ErrorKind::Permission => libc::EPERM,
+            ErrorKind::CrossDevice => libc::EXDEV,
+            ErrorKind::NoData => libc::ENODATA,
+            ErrorKind::TooLarge => libc::EFBIG,
         }
     }
 
@@ -157,6 +177,10 @@ impl Error {
             Error::IsDir(_) => ErrorKind::IsDir,
             Error::NameTooLong(_) => ErrorKind::NameTooLong,
             Error::TooManyLinks(_) => ErrorKind::TooManyLinks,
+            Error::Permission(_) => ErrorKind::Permission,
+            Error::CrossDevice(_) => ErrorKind::CrossDevice,
+            Error::NoData(_) => ErrorKind::NoData,
+            Error::TooLarge(_) => ErrorKind::TooLarge,
         }
     }
 

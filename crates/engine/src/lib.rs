@@ -19,7 +19,8 @@
 //! The write side lands beside these as it is built: `tx` (transactions
 //! and commit), `alloc` (extent allocation, block groups, free-space tree),
 //! a modifying B-tree beside the cursor in `tree`, then `mkfs` and
-//! `receive` on top, and [`tree_log`] (log tree replay, for writers and,
+//! `receive` on top, [`vfs`] (the read-write mount's operations, with
+//! delayed allocation), and [`tree_log`] (log tree replay, for writers and,
 //! onto in-memory overlays, for readers).
 
 pub mod alloc;
@@ -38,6 +39,7 @@ pub mod tools;
 pub mod tree;
 pub mod tree_log;
 pub mod tx;
+pub mod vfs;
 
 pub use error::{Error, ErrorKind, Result, ResultExt};
 pub use fs::file::{FileHandle, MapRange, RangeKind};

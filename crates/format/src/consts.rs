@@ -247,6 +247,16 @@ pub const ROOT_SUBVOL_RDONLY: u64 = 1 << 0;
 // Inode flags.
 pub const INODE_NODATASUM: u64 = 1 << 0;
 pub const INODE_NODATACOW: u64 = 1 << 1;
+pub const INODE_READONLY: u64 = 1 << 2;
+pub const INODE_NOCOMPRESS: u64 = 1 << 3;
+pub const INODE_PREALLOC: u64 = 1 << 4;
+pub const INODE_SYNC: u64 = 1 << 5;
+pub const INODE_IMMUTABLE: u64 = 1 << 6;
+pub const INODE_APPEND: u64 = 1 << 7;
+pub const INODE_NODUMP: u64 = 1 << 8;
+pub const INODE_NOATIME: u64 = 1 << 9;
+pub const INODE_DIRSYNC: u64 = 1 << 10;
+pub const INODE_COMPRESS: u64 = 1 << 11;
 
 // File extent types and compression.
 pub const FILE_EXTENT_INLINE: u8 = 0;

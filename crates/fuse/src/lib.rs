@@ -30,6 +30,7 @@ pub mod logging;
 pub mod options;
 mod pool;
 mod reply;
+pub mod rw;
 pub mod session;
 mod xattr;
 

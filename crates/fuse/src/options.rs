@@ -26,8 +26,12 @@ pub struct MountOptions {
     pub timeout_secs: u64,
     /// Kernel flags passed through: nodev, nosuid, noexec, noatime, ...
     pub kernel_flags: Vec<String>,
-    /// `rw` was asked for: the mount is read-only all the same.
-    pub rw_requested: bool,
+    /// `rw` or `ro` as asked (the last counts); None: read-write when the
+    /// image can be written and the writer takes it, else read-only.
+    pub rw: Option<bool>,
+    /// How the read-write mount writes data: compress=, compress-force=,
+    /// nodatacow, nodatasum, commit=, max_inline=.
+    pub write: ubtrfs_engine::vfs::RwOptions,
     /// Readahead window of the mount in KiB (set when mounted as root).
     pub readahead_kb: u32,
 }
@@ -52,15 +56,23 @@ impl Default for MountOptions {
             fsname: None,
             timeout_secs: 86400,
             kernel_flags: Vec::new(),
-            rw_requested: false,
+            rw: None,
             readahead_kb: 4096,
+            write: Default::default(),
         }
     }
 }
 
 /// Options that only matter to mount(8), fstab or other helpers.
 const IGNORED: &[&str] = &[
-    "ro",
+    "space_cache",
+    "ssd",
+    "nossd",
+    "discard",
+    "nodiscard",
+    "autodefrag",
+    "noautodefrag",
+    "acl",
     "defaults",
     "auto",
     "noauto",
@@ -90,6 +102,46 @@ const KERNEL_FLAGS: &[&str] = &[
     "sync",
     "dirsync",
 ];
+
+/// compress=ALGO[:LEVEL] as the kernel takes it (no, none: off).
+fn parse_compress(v: &str) -> Result<Option<(u8, i32)>, String> {
+    use ubtrfs_format::consts::{COMPRESS_LZO, COMPRESS_ZLIB, COMPRESS_ZSTD};
+    let (algo, level) = match v.split_once(':') {
+        Some((a, l)) => (
+            a,
+            l.parse::<i32>()
+                .map_err(|_| format!("compress={v}: bad level"))?,
+        ),
+        None => (v, 0),
+    };
+    let (code, max) = match algo {
+        "no" | "none" => return Ok(None),
+        "zlib" => (COMPRESS_ZLIB, 9),
+        "lzo" => (COMPRESS_LZO, 0),
+        "zstd" => (COMPRESS_ZSTD, 15),
+        _ => {
+            return Err(format!(
+                "compress={v}: unknown algorithm (zlib, lzo, zstd, no)"
+            ))
+        }
+    };
+    let ok = (0..=max).contains(&level) || (algo == "zstd" && (-15..0).contains(&level));
+    if !ok {
+        return Err(format!("compress={v}: level out of range for {algo}"));
+    }
+    Ok(Some((code, level)))
+}
+
+/// A size in bytes with an optional k/m/g suffix.
+fn parse_size(v: &str) -> Option<u64> {
+    let (num, mult) = match v.chars().last()? {
+        'k' | 'K' => (&v[..v.len() - 1], 1 << 10),
+        'm' | 'M' => (&v[..v.len() - 1], 1 << 20),
+        'g' | 'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
 
 impl MountOptions {
     /// Adds the comma-separated options of one `-o` argument.
@@ -136,7 +188,36 @@ impl MountOptions {
                         .parse()
                         .map_err(|_| format!("timeout={v}: not a number of seconds"))?;
                 }
-                "rw" => self.rw_requested = true,
+                "rw" => self.rw = Some(true),
+                "ro" => self.rw = Some(false),
+                "compress" | "compress-force" => {
+                    let v = value.unwrap_or("zlib");
+                    self.write.compress = parse_compress(v)?;
+                    self.write.compress_force = key == "compress-force";
+                }
+                "nodatacow" => {
+                    self.write.nodatacow = true;
+                    self.write.nodatasum = true;
+                }
+                "datacow" => self.write.nodatacow = false,
+                "nodatasum" => self.write.nodatasum = true,
+                "datasum" => {
+                    self.write.nodatasum = false;
+                    self.write.nodatacow = false;
+                }
+                "commit" => {
+                    let v = need(key, value)?;
+                    self.write.commit_secs = v
+                        .parse()
+                        .ok()
+                        .filter(|&n| n > 0 && n <= 300)
+                        .ok_or_else(|| format!("commit={v}: a number of seconds, 1 to 300"))?;
+                }
+                "max_inline" => {
+                    let v = need(key, value)?;
+                    self.write.max_inline =
+                        parse_size(v).ok_or_else(|| format!("max_inline={v}: not a size"))?;
+                }
                 "readahead_kb" => {
                     let v = need(key, value)?;
                     self.readahead_kb = v
@@ -188,7 +269,7 @@ mod tests {
         assert_eq!(o.threads, 3);
         assert_eq!(o.kernel_flags, vec!["nodev".to_string()]);
         assert_eq!(o.devices, vec![PathBuf::from("/dev/loop1")]);
-        assert!(!o.rw_requested);
+        assert_eq!(o.rw, Some(false));
     }
 
     #[test]
@@ -202,6 +283,27 @@ mod tests {
     #[test]
     fn rw_is_noted() {
         let o = MountOptions::parse(&["rw".into()]).unwrap();
-        assert!(o.rw_requested);
+        assert_eq!(o.rw, Some(true));
+        let o = MountOptions::parse(&["rw,ro".into()]).unwrap();
+        assert_eq!(o.rw, Some(false));
+        assert_eq!(MountOptions::parse(&[]).unwrap().rw, None);
+    }
+
+    #[test]
+    fn write_options_parse_as_the_kernel_takes_them() {
+        let o =
+            MountOptions::parse(&["rw,compress=zstd:3,commit=5,nodatacow,max_inline=1k".into()])
+                .unwrap();
+        assert_eq!(o.write.compress, Some((3, 3)));
+        assert!(!o.write.compress_force);
+        assert!(o.write.nodatacow && o.write.nodatasum);
+        assert_eq!(o.write.commit_secs, 5);
+        assert_eq!(o.write.max_inline, 1024);
+        let o = MountOptions::parse(&["compress-force=lzo".into()]).unwrap();
+        assert_eq!(o.write.compress, Some((2, 0)));
+        assert!(o.write.compress_force);
+        assert!(MountOptions::parse(&["compress=lz4".into()]).is_err());
+        assert!(MountOptions::parse(&["compress=zlib:12".into()]).is_err());
+        assert!(MountOptions::parse(&["commit=0".into()]).is_err());
     }
 }

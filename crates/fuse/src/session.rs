@@ -4,6 +4,7 @@
 
 use crate::logging;
 use crate::options::MountOptions;
+use crate::rw::RwFuse;
 use crate::BtrfsFuse;
 use fuser::{Config, MountOption, SessionACL};
 use std::ffi::CString;
@@ -13,8 +14,10 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use ubtrfs_engine::vfs::RwFs;
 use ubtrfs_engine::{Filesystem, InodeId, OpenOptions};
 use ubtrfs_format::consts::{FIRST_INODE, FS_TREE_OBJECTID};
 
@@ -243,7 +246,9 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     }
     let o = &req.options;
     // An unreplayed log tree is replayed in memory: the mount shows what
-    // the kernel would after its replay, the image is not written.
+    // the kernel would after its replay, the image is not written. (The
+    // root is found here for the read-write mount too, before anything
+    // is written.)
     let (fs, _) = ubtrfs_engine::tree_log::open_replayed(
         &req.image,
         &OpenOptions {
@@ -253,15 +258,111 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     let root = mount_root(&fs, o)?;
-    if o.rw_requested {
-        logging::warn("rw requested: ubtrfs mounts read-only");
+    match o.rw {
+        Some(true) => {
+            drop(fs);
+            return serve_rw(req, notify, set, open_rw(req)?, root);
+        }
+        Some(false) => {}
+        None if writable(req) => match open_rw(req) {
+            Ok(rw) => {
+                drop(fs);
+                return serve_rw(req, notify, set, rw, root);
+            }
+            Err(e) => logging::warn(&format!("mounting read-only: {e}")),
+        },
+        None => logging::info("the image is not writable: mounting read-only"),
     }
+    let fs = Arc::new(fs);
+    let ttl = Duration::from_secs(o.timeout_secs);
+    let handler = BtrfsFuse::new(fs, root, ttl, o.threads);
+    let shared = handler.inner();
+    // One thread takes requests; the worker pool does the I/O (see pool.rs).
+    mount_and_run(req, notify, set, handler, false, 1, |session| {
+        BtrfsFuse::set_notifier(&shared, session.notifier());
+    })
+}
+
+/// Whether every device of the image can be opened for writing.
+fn writable(req: &MountRequest) -> bool {
+    std::iter::once(&req.image)
+        .chain(req.devices.iter())
+        .all(|p| std::fs::OpenOptions::new().write(true).open(p).is_ok())
+}
+
+/// Opens the image for writing (the writer refuses what it cannot change
+/// safely: RAID5/6, a missing device, ...).
+fn open_rw(req: &MountRequest) -> Result<RwFs, String> {
+    let mut paths = vec![req.image.clone()];
+    paths.extend(req.devices.iter().cloned());
+    RwFs::open(&paths, req.cache_bytes, req.options.write.clone())
+        .map_err(|e| format!("{}: {e}", req.image.display()))
+}
+
+/// The read-write mount: the image opened for writing (an unreplayed log
+/// replayed and committed first), a thread committing on the commit
+/// interval, and a last commit when the mount goes away.
+fn serve_rw(
+    req: &MountRequest,
+    notify: &mut Option<File>,
+    set: libc::sigset_t,
+    rw: RwFs,
+    root: InodeId,
+) -> Result<(), String> {
+    let o = &req.options;
+    let rw = Arc::new(Mutex::new(rw));
+    // Attributes change only through this mount, but briefly cached all
+    // the same: what the kernel caches it also updates from our replies.
+    let ttl = Duration::from_secs(o.timeout_secs.min(1));
+    let handler = RwFuse::new(rw.clone(), root, ttl);
+    let stop = Arc::new(AtomicBool::new(false));
+    let committer = {
+        let rw = rw.clone();
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("ubtrfs-commit".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    let mut fs = rw.lock().unwrap_or_else(|p| p.into_inner());
+                    if fs.commit_due() {
+                        if let Err(e) = fs.commit() {
+                            logging::error(&format!("commit: {e}"));
+                        }
+                    }
+                }
+            })
+            .map_err(|e| format!("commit thread: {e}"))?
+    };
+    let res = mount_and_run(req, notify, set, handler, true, 2, |_| {});
+    stop.store(true, Ordering::Relaxed);
+    let _ = committer.join();
+    // The kernel may end the session without DESTROY (a lazy unmount, a
+    // dead connection): commit here too (a second commit of nothing
+    // writes nothing).
+    let last = rw.lock().unwrap_or_else(|p| p.into_inner()).unmount();
+    res?;
+    last.map_err(|e| format!("final commit: {e}"))
+}
+
+/// Mounts `handler` as the request says and serves it until unmounted.
+#[allow(clippy::too_many_arguments)]
+fn mount_and_run<F: fuser::Filesystem + Send + Sync + 'static>(
+    req: &MountRequest,
+    notify: &mut Option<File>,
+    set: libc::sigset_t,
+    handler: F,
+    rw: bool,
+    threads: usize,
+    on_session: impl FnOnce(&fuser::Session<F>),
+) -> Result<(), String> {
+    let o = &req.options;
     let fsname = o
         .fsname
         .clone()
         .unwrap_or_else(|| req.image.display().to_string());
     let mut mount_options = vec![
-        MountOption::RO,
+        if rw { MountOption::RW } else { MountOption::RO },
         MountOption::DefaultPermissions,
         MountOption::FSName(fsname.clone()),
         MountOption::Subtype("ubtrfs".into()),
@@ -277,19 +378,14 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     let mut config = Config::default();
     config.mount_options = mount_options.clone();
     config.acl = acl;
-    // One thread takes requests; the worker pool does the I/O (see pool.rs).
-    config.n_threads = Some(1);
+    config.n_threads = Some(threads);
 
-    let fs = Arc::new(fs);
-    let ttl = Duration::from_secs(o.timeout_secs);
-    let handler = BtrfsFuse::new(fs, root, ttl, o.threads);
-    let shared = handler.inner();
     let mnt_c = CString::new(req.mountpoint.as_os_str().as_bytes())
         .map_err(|_| "mount point has a NUL byte".to_string())?;
     // SAFETY: geteuid has no preconditions.
     let is_root = unsafe { libc::geteuid() } == 0;
     let (session, unmount) = if is_root {
-        let fd = mount_syscall(&req.mountpoint, &fsname, o, acl)?;
+        let fd = mount_syscall(&req.mountpoint, &fsname, o, acl, rw)?;
         let s = fuser::Session::from_fd(handler, fd, acl, config)
             .map_err(|e| format!("FUSE handshake: {e}"))?;
         // After the handshake, which sets the window from INIT.
@@ -303,7 +399,7 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
         (s, Unmount::Fusermount(mnt_c))
     };
 
-    BtrfsFuse::set_notifier(&shared, session.notifier());
+    on_session(&session);
 
     // The signal thread: unmount, and the serving threads then see the
     // device close and return.
@@ -361,6 +457,7 @@ fn mount_syscall(
     fsname: &str,
     o: &MountOptions,
     acl: SessionACL,
+    rw: bool,
 ) -> Result<OwnedFd, String> {
     let dev = std::fs::OpenOptions::new()
         .read(true)
@@ -384,7 +481,7 @@ fn mount_syscall(
     if acl != SessionACL::Owner {
         data.push_str(",allow_other");
     }
-    let mut flags = libc::MS_RDONLY;
+    let mut flags = if rw { 0 } else { libc::MS_RDONLY };
     let has = |f: &str| o.kernel_flags.iter().any(|k| k == f);
     if !has("dev") {
         flags |= libc::MS_NODEV;

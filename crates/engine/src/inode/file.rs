@@ -57,11 +57,9 @@ impl DataPolicy {
     }
 }
 
-/// Inode flag: compress new data (the btrfs.compression property or
-/// `chattr +c`).
-pub const INODE_COMPRESS: u64 = 1 << 11;
-/// Inode flag: do not compress.
-pub const INODE_NOCOMPRESS: u64 = 1 << 3;
+/// Inode flags: compress new data (the btrfs.compression property or
+/// `chattr +c`), or do not.
+pub use ubtrfs_format::consts::{INODE_COMPRESS, INODE_NOCOMPRESS};
 
 fn round_up(v: u64, ss: u64) -> u64 {
     v.div_ceil(ss) * ss
@@ -348,7 +346,7 @@ impl Trans {
 
     /// On filesystems without no-holes: hole items for every gap between
     /// the extents in `[start, end)`.
-    fn fill_holes(&mut self, tree: u64, ino: u64, start: u64, end: u64) -> Result<()> {
+    pub(crate) fn fill_holes(&mut self, tree: u64, ino: u64, start: u64, end: u64) -> Result<()> {
         if self.no_holes() || end <= start {
             return Ok(());
         }
@@ -412,7 +410,12 @@ impl Trans {
             EXTENT_CHUNK
         } as usize;
         let mut pos = at;
-        for piece in buf.chunks(step) {
+        let mut rest = buf;
+        // Halved when no block group has room for a whole piece (small
+        // images have small chunks).
+        let mut step = step;
+        while !rest.is_empty() {
+            let piece = &rest[..rest.len().min(step)];
             let n = piece.len() as u64;
             let packed = match policy.compress {
                 Some((algo, level)) => compress(algo, level, piece, ss as u32)
@@ -425,11 +428,19 @@ impl Trans {
                 Some((c, algo)) => (&c[..], *algo),
                 None => (piece, COMPRESS_NONE),
             };
+            let (disk, len) = match self.write_data_extent(data, policy.csum) {
+                Ok(r) => r,
+                Err(Error::NoSpace(_)) if n > ss => {
+                    step = (piece.len() / 2).div_ceil(ss as usize) * ss as usize;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             self.note_compression(algo);
-            let (disk, len) = self.write_data_extent(data, policy.csum)?;
             self.insert_file_extent(tree, ino, pos, disk, len, 0, n, n, algo, false, true)?;
             inode.nbytes += n;
             pos += n;
+            rest = &rest[piece.len()..];
         }
         Ok(())
     }
@@ -460,8 +471,9 @@ impl Trans {
         policy: DataPolicy,
     ) -> Result<()> {
         let ss = self.sectorsize() as u64;
-        let max_inline =
-            MAX_INLINE.min(crate::tree::buf::max_item_data(self.nodesize()) as u64 - 21);
+        let max_inline = self
+            .max_inline
+            .min(crate::tree::buf::max_item_data(self.nodesize()) as u64 - 21);
         let inline = at == 0
             && isize > 0
             && isize < ss
@@ -701,9 +713,17 @@ impl Trans {
         for (s, e) in gaps {
             self.drop_extents(tree, ino, s, e)?;
             let mut p = s;
+            let mut step = EXTENT_CHUNK;
             while p < e {
-                let n = (e - p).min(EXTENT_CHUNK);
-                let disk = self.alloc_data(n)?;
+                let n = (e - p).min(step);
+                let disk = match self.alloc_data(n) {
+                    Ok(d) => d,
+                    Err(Error::NoSpace(_)) if n > ss => {
+                        step = (n / 2).div_ceil(ss) * ss;
+                        continue;
+                    }
+                    Err(err) => return Err(err),
+                };
                 self.insert_file_extent(tree, ino, p, disk, n, 0, n, n, 0, true, true)?;
                 inode.nbytes += n;
                 p += n;

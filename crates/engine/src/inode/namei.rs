@@ -250,7 +250,7 @@ impl Trans {
 
     /// Deletes every item of inode `ino` (its last link is gone): data
     /// extents lose this file's references.
-    fn evict(&mut self, tree: u64, ino: u64) -> Result<()> {
+    pub(crate) fn evict(&mut self, tree: u64, ino: u64) -> Result<()> {
         let ss = self.sectorsize() as u64;
         let t = crate::tree::ctree::Tree {
             id: tree,
@@ -371,6 +371,39 @@ impl Trans {
         inode.transid = self.transid;
         inode.sequence += 1;
         self.put_inode(tree, ino, &inode)
+    }
+
+    /// Swaps what `name_a` in `dir_a` and `name_b` in `dir_b` name
+    /// (renameat2 with RENAME_EXCHANGE): both stay, each naming the
+    /// other's inode; both inodes and directories take `time` as ctime
+    /// (the directories as mtime too).
+    pub fn exchange(
+        &mut self,
+        tree: u64,
+        dir_a: u64,
+        name_a: &[u8],
+        dir_b: u64,
+        name_b: &[u8],
+        time: Timespec,
+    ) -> Result<()> {
+        let (ino_a, ea) = self.entry_ino(tree, dir_a, name_a)?;
+        let (ino_b, eb) = self.entry_ino(tree, dir_b, name_b)?;
+        let ia = self.remove_inode_ref(tree, ino_a, dir_a, name_a)?;
+        self.remove_dir_entry(tree, dir_a, name_a, ia, time)?;
+        let ib = self.remove_inode_ref(tree, ino_b, dir_b, name_b)?;
+        self.remove_dir_entry(tree, dir_b, name_b, ib, time)?;
+        let na = self.next_dir_index(tree, dir_a)?;
+        self.link_inode_at(tree, dir_a, name_a, ino_b, eb.file_type, na, Some(time))?;
+        let nb = self.next_dir_index(tree, dir_b)?;
+        self.link_inode_at(tree, dir_b, name_b, ino_a, ea.file_type, nb, Some(time))?;
+        for ino in [ino_a, ino_b] {
+            let mut inode = self.inode_of(tree, ino)?;
+            inode.ctime = time;
+            inode.transid = self.transid;
+            inode.sequence += 1;
+            self.put_inode(tree, ino, &inode)?;
+        }
+        Ok(())
     }
 
     /// The parent directory of directory `dir` (its one INODE_REF).

@@ -186,6 +186,43 @@ impl Trans {
         self.refs.add_data(bytenr, num_bytes, backref, 1, new);
     }
 
+    /// Every back reference of data extent `bytenr` (`num_bytes` long) with
+    /// its count, committed ones and this transaction's changes added up;
+    /// None when a reference is keyed (not inline: more owners than fit
+    /// the extent item) and so not listed here.
+    pub fn data_extent_owners(
+        &mut self,
+        bytenr: u64,
+        num_bytes: u64,
+    ) -> Result<Option<(u64, BTreeMap<Backref, i64>)>> {
+        let mut owners: BTreeMap<Backref, i64> = BTreeMap::new();
+        let mut generation = self.transid;
+        let key = Key::new(bytenr, EXTENT_ITEM, num_bytes);
+        if let Some(d) = self.lookup(EXTENT_TREE_OBJECTID, &key)? {
+            let rec = ExtentRecord::parse(&key, &d)
+                .map_err(|e| Error::format(format!("extent tree key {key}"), e))?;
+            generation = rec.item.generation;
+            let mut inline = 0u64;
+            for r in &rec.refs {
+                let Some((b, n)) = Backref::from_inline(r) else {
+                    return Ok(None);
+                };
+                inline += n;
+                *owners.entry(b).or_insert(0) += n as i64;
+            }
+            if inline != rec.item.refs {
+                return Ok(None);
+            }
+        }
+        if let Some(h) = self.refs.heads.get(&bytenr) {
+            for (b, n) in &h.deltas {
+                *owners.entry(*b).or_insert(0) += n;
+            }
+        }
+        owners.retain(|_, n| *n != 0);
+        Ok(Some((generation, owners)))
+    }
+
     /// Drops a reference to data extent `bytenr`.
     pub fn drop_data_ref(&mut self, bytenr: u64, num_bytes: u64, backref: Backref) {
         self.refs.add_data(bytenr, num_bytes, backref, -1, false);

@@ -87,6 +87,9 @@ pub struct Trans {
     pub(crate) mutations: u64,
     /// Committed blocks read in this transaction, decoded.
     decoded: std::cell::RefCell<BlockMap<std::sync::Arc<ExtentBuffer>>>,
+    /// Largest file kept inline in its EXTENT_DATA item (the max_inline
+    /// mount option; 0 keeps none).
+    pub max_inline: u64,
 }
 
 /// Maps by block address, with a cheap integer mixer (SipHash's

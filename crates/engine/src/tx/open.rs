@@ -216,6 +216,7 @@ impl Trans {
             csum_run: Default::default(),
             mutations: 0,
             decoded: Default::default(),
+            max_inline: crate::inode::file::MAX_INLINE,
             chunk_cap: None,
             dev_items_dirty: false,
             info,

@@ -100,6 +100,41 @@ fn layout(profile: u64) -> Result<Layout> {
 }
 
 impl Trans {
+    /// About how many bytes of file data can still be given extents: free
+    /// space in data block groups, and unallocated device space new data
+    /// chunks can take (divided by the data profile's copies), less room
+    /// kept for metadata chunks when the metadata groups run low (the
+    /// kernel's space_info flushing keeps such a reserve too).
+    pub fn data_space_estimate(&self) -> u64 {
+        let (mut data_free, mut meta_free) = (0u64, 0u64);
+        for g in self.alloc.groups.values() {
+            if g.flags & BG_DATA != 0 {
+                data_free += g.free_bytes();
+            } else if g.flags & BG_METADATA != 0 {
+                meta_free += g.free_bytes();
+            }
+        }
+        let unalloc: u64 = self
+            .info
+            .devices
+            .values()
+            .map(|d| {
+                self.dev_space
+                    .holes(d.devid, d.size)
+                    .iter()
+                    .map(|&(_, l)| l)
+                    .sum::<u64>()
+            })
+            .sum();
+        let copies =
+            |kind: SpaceKind| layout(self.profiles[kind as usize]).map_or(2, |l| l.copies.max(1));
+        let total: u64 = self.info.devices.values().map(|d| d.size).sum();
+        let meta_chunk = (256u64 << 20).min(total / 10).max(16 << 20);
+        let want_meta = (2 * meta_chunk).saturating_sub(meta_free);
+        let meta_reserve = want_meta * copies(SpaceKind::Metadata);
+        data_free + unalloc.saturating_sub(meta_reserve) / copies(SpaceKind::Data)
+    }
+
     /// Profile bits for new chunks of `kind`.
     pub fn set_profile(&mut self, kind: SpaceKind, profile: u64) {
         self.profiles[kind as usize] = profile & BG_PROFILE_MASK;

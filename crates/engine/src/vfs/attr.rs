@@ -1,0 +1,382 @@
+//! Attributes on the mount: stat, setattr (modes, owners, times, size),
+//! xattrs and the inode flags of FS_IOC_GETFLAGS / FS_IOC_SETFLAGS
+//! (`chattr`), as the kernel's inode.c btrfs_setattr, xattr.c and
+//! ioctl.c keep them.
+
+use super::namei::INODE_IMMUTABLE_FLAGS;
+use super::RwFs;
+use crate::error::{Error, Result};
+use crate::fs::{kernel_rdev_to_user, InodeId, Stat};
+use crate::inode::namei::XATTR_COMPRESSION;
+use crate::inode::now;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{parse_dir_entries, Timespec};
+use ubtrfs_format::Key;
+
+/// A time to set: a given one, or now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetTime {
+    At(Timespec),
+    Now,
+}
+
+/// What setattr changes (None: unchanged).
+#[derive(Debug, Clone, Default)]
+pub struct SetAttr {
+    /// Permission bits (and set-ID/sticky), the type kept.
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+    pub ctime: Option<Timespec>,
+}
+
+/// FS_IOC_GETFLAGS bits (linux/fs.h) and the inode flags they show.
+const FS_FLAGS: [(u32, u64); 9] = [
+    (0x0000_0008, INODE_SYNC),
+    (0x0000_0010, INODE_IMMUTABLE),
+    (0x0000_0020, INODE_APPEND),
+    (0x0000_0040, INODE_NODUMP),
+    (0x0000_0080, INODE_NOATIME),
+    (0x0001_0000, INODE_DIRSYNC),
+    (0x0080_0000, INODE_NODATACOW),
+    (0x0000_0004, INODE_COMPRESS),
+    (0x0000_0400, INODE_NOCOMPRESS),
+];
+
+/// The xattr namespaces btrfs stores (others: EOPNOTSUPP).
+fn check_xattr_name(name: &[u8]) -> Result<()> {
+    const PREFIXES: [&[u8]; 5] = [
+        b"user.",
+        b"trusted.",
+        b"security.",
+        b"system.posix_acl_access",
+        b"system.posix_acl_default",
+    ];
+    if name.len() > 255 {
+        return Err(Error::TooLarge(format!(
+            "xattr name of {} bytes",
+            name.len()
+        )));
+    }
+    let ok = PREFIXES
+        .iter()
+        .any(|p| name.starts_with(p) && (name.len() > p.len() || p.starts_with(b"system.")))
+        || name == XATTR_COMPRESSION;
+    if !ok {
+        return Err(Error::Unsupported(format!(
+            "xattr namespace of {:?}",
+            String::from_utf8_lossy(name)
+        )));
+    }
+    Ok(())
+}
+
+fn system_time(t: SetTime) -> Timespec {
+    match t {
+        SetTime::At(t) => t,
+        SetTime::Now => now(),
+    }
+}
+
+impl RwFs {
+    /// stat(2) of `id`: the inode item, with dirty data counted in the
+    /// allocated bytes as the kernel counts delalloc bytes.
+    pub fn stat(&mut self, id: InodeId) -> Result<Stat> {
+        if id.is_placeholder() {
+            let t = self.t.root(id.subvol)?.item.otime;
+            return Ok(Stat {
+                id,
+                ino: EMPTY_SUBVOL_DIR_OBJECTID,
+                mode: 0o040755,
+                nlink: 1,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                size: 0,
+                nbytes: 0,
+                atime: t,
+                mtime: t,
+                ctime: t,
+                otime: t,
+                flags: 0,
+                generation: 0,
+                transid: 0,
+            });
+        }
+        let i = self.t.inode_of(id.subvol, id.ino)?;
+        let dirty = self.dirty.get(&id).map_or(0, |d| d.bytes());
+        Ok(Stat {
+            id,
+            ino: id.ino,
+            mode: i.mode,
+            nlink: i.nlink,
+            uid: i.uid,
+            gid: i.gid,
+            rdev: kernel_rdev_to_user(i.rdev),
+            size: i.size,
+            nbytes: i.nbytes + dirty,
+            atime: i.atime,
+            mtime: i.mtime,
+            ctime: i.ctime,
+            otime: i.otime,
+            flags: i.flags,
+            generation: i.generation,
+            transid: i.transid,
+        })
+    }
+
+    /// The target of symlink `id`.
+    pub fn readlink(&mut self, id: InodeId) -> Result<Vec<u8>> {
+        let i = self.t.inode_of(id.subvol, id.ino)?;
+        if i.mode & 0o170000 != 0o120000 {
+            return Err(Error::Invalid(format!("inode {} is not a symlink", id.ino)));
+        }
+        self.t.read_file(id.subvol, id.ino, 0, i.size.min(4096))
+    }
+
+    /// setattr: chmod, chown, truncate, utimens. Permission checks are
+    /// the kernel's (default_permissions); what the inode's flags forbid
+    /// is refused here.
+    pub fn setattr(&mut self, id: InodeId, a: &SetAttr) -> Result<Stat> {
+        self.check_writable(id)?;
+        let flags = self.t.inode_of(id.subvol, id.ino)?.flags;
+        if flags & INODE_IMMUTABLE != 0 {
+            return Err(Error::Permission(format!("inode {} is immutable", id.ino)));
+        }
+        if flags & INODE_APPEND != 0
+            && (a.size.is_some() || a.mode.is_some() || a.uid.is_some() || a.gid.is_some())
+        {
+            return Err(Error::Permission(format!(
+                "inode {} is append-only",
+                id.ino
+            )));
+        }
+        let time = now();
+        if let Some(size) = a.size {
+            self.truncate(id, size)?;
+        }
+        let mut i = self.t.inode_of(id.subvol, id.ino)?;
+        if let Some(m) = a.mode {
+            i.mode = (i.mode & 0o170000) | (m & 0o7777);
+        }
+        if let Some(u) = a.uid {
+            i.uid = u;
+        }
+        if let Some(g) = a.gid {
+            i.gid = g;
+        }
+        if let Some(t) = a.atime {
+            i.atime = system_time(t);
+        }
+        if let Some(t) = a.mtime {
+            i.mtime = system_time(t);
+        } else if a.size.is_some() {
+            i.mtime = time;
+        }
+        i.ctime = a.ctime.unwrap_or(time);
+        i.transid = self.t.transid;
+        i.sequence += 1;
+        self.t.put_inode(id.subvol, id.ino, &i)?;
+        self.stat(id)
+    }
+
+    /// Sets the change time of `id` to now (an xattr or flag change).
+    fn touch_ctime(&mut self, id: InodeId) -> Result<()> {
+        let mut i = self.t.inode_of(id.subvol, id.ino)?;
+        i.ctime = now();
+        i.transid = self.t.transid;
+        i.sequence += 1;
+        self.t.put_inode(id.subvol, id.ino, &i)
+    }
+
+    /// getxattr(2): NoData when `id` has no xattr `name`.
+    pub fn getxattr(&mut self, id: InodeId, name: &[u8]) -> Result<Vec<u8>> {
+        if id.is_placeholder() {
+            return Err(Error::NoData(String::from_utf8_lossy(name).into_owned()));
+        }
+        self.t
+            .get_xattr(id.subvol, id.ino, name)?
+            .ok_or_else(|| Error::NoData(String::from_utf8_lossy(name).into_owned()))
+    }
+
+    /// listxattr(2): the names, each followed by a NUL.
+    pub fn listxattr(&mut self, id: InodeId) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        if id.is_placeholder() {
+            return Ok(out);
+        }
+        let mut bad = None;
+        self.t
+            .scan(id.subvol, &Key::new(id.ino, XATTR_ITEM, 0), |k, d| {
+                if k.objectid != id.ino || k.item_type != XATTR_ITEM {
+                    return false;
+                }
+                match parse_dir_entries(d) {
+                    Ok(es) => {
+                        for e in es {
+                            out.extend_from_slice(e.name);
+                            out.push(0);
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        bad = Some(Error::format(format!("tree {} key {k}", id.subvol), e));
+                        false
+                    }
+                }
+            })?;
+        match bad {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// setxattr(2) with XATTR_CREATE (1) or XATTR_REPLACE (2).
+    pub fn setxattr(&mut self, id: InodeId, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        check_xattr_name(name)?;
+        self.check_writable(id)?;
+        let inode = self.t.inode_of(id.subvol, id.ino)?;
+        if inode.flags & INODE_IMMUTABLE_FLAGS != 0 {
+            return Err(Error::Permission(format!(
+                "inode {} is immutable or append-only",
+                id.ino
+            )));
+        }
+        let exists = self.t.get_xattr(id.subvol, id.ino, name)?.is_some();
+        if flags & 1 != 0 && exists {
+            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+        }
+        if flags & 2 != 0 && !exists {
+            return Err(Error::NoData(String::from_utf8_lossy(name).into_owned()));
+        }
+        if name == XATTR_COMPRESSION {
+            self.set_compression_prop(id, value)?;
+        } else {
+            self.t.set_xattr(id.subvol, id.ino, name, value)?;
+        }
+        self.touch_ctime(id)
+    }
+
+    /// The btrfs.compression property: zlib, lzo, zstd (the COMPRESS
+    /// flag), "no"/"none" (NOCOMPRESS), or empty (neither).
+    fn set_compression_prop(&mut self, id: InodeId, value: &[u8]) -> Result<()> {
+        let v = value.strip_suffix(b"\0").unwrap_or(value);
+        let mut i = self.t.inode_of(id.subvol, id.ino)?;
+        i.flags &= !(INODE_COMPRESS | INODE_NOCOMPRESS);
+        let algo = v.split(|&b| b == b':').next().unwrap_or_default();
+        match algo {
+            b"" => {
+                let _ = self.t.remove_xattr(id.subvol, id.ino, XATTR_COMPRESSION);
+            }
+            b"no" | b"none" => {
+                i.flags |= INODE_NOCOMPRESS;
+                let _ = self.t.remove_xattr(id.subvol, id.ino, XATTR_COMPRESSION);
+            }
+            b"zlib" | b"lzo" | b"zstd" => {
+                i.flags |= INODE_COMPRESS;
+                self.t.set_xattr(id.subvol, id.ino, XATTR_COMPRESSION, v)?;
+            }
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "btrfs.compression {:?}",
+                    String::from_utf8_lossy(v)
+                )))
+            }
+        }
+        self.t.put_inode(id.subvol, id.ino, &i)
+    }
+
+    /// removexattr(2).
+    pub fn removexattr(&mut self, id: InodeId, name: &[u8]) -> Result<()> {
+        check_xattr_name(name)?;
+        self.check_writable(id)?;
+        let inode = self.t.inode_of(id.subvol, id.ino)?;
+        if inode.flags & INODE_IMMUTABLE_FLAGS != 0 {
+            return Err(Error::Permission(format!(
+                "inode {} is immutable or append-only",
+                id.ino
+            )));
+        }
+        if name == XATTR_COMPRESSION {
+            self.set_compression_prop(id, b"")?;
+        } else {
+            self.t.remove_xattr(id.subvol, id.ino, name).map_err(|e| {
+                if e.is_not_found() {
+                    Error::NoData(String::from_utf8_lossy(name).into_owned())
+                } else {
+                    e
+                }
+            })?;
+        }
+        self.touch_ctime(id)
+    }
+
+    /// FS_IOC_GETFLAGS: the inode's flags as `lsattr` shows them.
+    pub fn get_flags(&mut self, id: InodeId) -> Result<u32> {
+        if id.is_placeholder() {
+            return Ok(0);
+        }
+        let f = self.t.inode_of(id.subvol, id.ino)?.flags;
+        Ok(FS_FLAGS
+            .iter()
+            .filter(|(_, bit)| f & bit != 0)
+            .fold(0, |acc, (fs, _)| acc | fs))
+    }
+
+    /// FS_IOC_SETFLAGS (`chattr`): as the kernel's btrfs_fileattr_set,
+    /// NOCOW changes only on empty files (or directories), and clears
+    /// compression; +c clears NOCOW.
+    pub fn set_flags(&mut self, id: InodeId, fs_flags: u32) -> Result<()> {
+        self.check_writable(id)?;
+        let known: u32 = FS_FLAGS.iter().fold(0, |a, (f, _)| a | f);
+        if fs_flags & !known != 0 {
+            return Err(Error::Unsupported(format!(
+                "inode flags {:#x}",
+                fs_flags & !known
+            )));
+        }
+        let mut i = self.t.inode_of(id.subvol, id.ino)?;
+        let mut flags = i.flags;
+        for (fs, bit) in FS_FLAGS {
+            if fs_flags & fs != 0 {
+                flags |= bit;
+            } else {
+                flags &= !bit;
+            }
+        }
+        if flags & INODE_COMPRESS != 0 && flags & INODE_NOCOMPRESS != 0 {
+            return Err(Error::Invalid("both compress and nocompress".into()));
+        }
+        let is_dir = i.mode & 0o170000 == 0o040000;
+        let cow_change = (flags ^ i.flags) & INODE_NODATACOW != 0;
+        if cow_change {
+            let has_data =
+                !is_dir && (i.size != 0 || self.dirty.get(&id).is_some_and(|d| !d.is_empty()));
+            if has_data {
+                // The kernel leaves the flag as it was on a file with data.
+                flags = (flags & !INODE_NODATACOW) | (i.flags & INODE_NODATACOW);
+            } else if flags & INODE_NODATACOW != 0 {
+                if !is_dir {
+                    flags |= INODE_NODATASUM;
+                }
+                flags &= !INODE_COMPRESS;
+            } else if !is_dir {
+                flags &= !INODE_NODATASUM;
+            }
+        }
+        if flags & INODE_COMPRESS != 0 {
+            flags &= !(INODE_NODATACOW | INODE_NODATASUM);
+            if i.flags & INODE_NODATACOW != 0 && i.size != 0 && !is_dir {
+                flags |= INODE_NODATACOW | INODE_NODATASUM;
+            }
+        }
+        i.flags = flags;
+        i.ctime = now();
+        i.transid = self.t.transid;
+        i.sequence += 1;
+        self.t.put_inode(id.subvol, id.ino, &i)
+    }
+}

@@ -1,0 +1,447 @@
+//! File data on the mount: buffered writes into the dirty ranges, reads
+//! through them, writeback, truncate, fallocate, copy ranges (as clones
+//! where aligned), SEEK_DATA/SEEK_HOLE and fsync, as the kernel's file.c
+//! and inode.c do them over the page cache.
+
+use super::extent_io::InodeDirty;
+use super::seek::{cache_disabled, DataMap, SeekCache};
+use super::RwFs;
+use crate::data::extent::ExtentKind;
+use crate::error::{Error, Result};
+use crate::fs::InodeId;
+use crate::inode::file::DataPolicy;
+use crate::inode::namei::XATTR_COMPRESSION;
+use crate::inode::now;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::InodeItem;
+
+/// fallocate(2) modes.
+pub const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
+pub const FALLOC_FL_PUNCH_HOLE: i32 = 0x02;
+pub const FALLOC_FL_ZERO_RANGE: i32 = 0x10;
+
+/// Largest file offset (the kernel's MAX_LFS_FILESIZE).
+const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+
+fn round_up(v: u64, ss: u64) -> u64 {
+    v.div_ceil(ss) * ss
+}
+
+impl RwFs {
+    fn regular(&mut self, id: InodeId) -> Result<InodeItem> {
+        let i = self.t.inode_of(id.subvol, id.ino)?;
+        match i.mode & 0o170000 {
+            0o100000 => Ok(i),
+            0o040000 => Err(Error::IsDir(format!("inode {}", id.ino))),
+            _ => Err(Error::Invalid(format!(
+                "inode {} is not a regular file",
+                id.ino
+            ))),
+        }
+    }
+
+    /// The file's bytes `[off, off + len)` as they read now: the extents,
+    /// under the dirty ranges.
+    fn read_view(&mut self, id: InodeId, off: u64, len: u64) -> Result<Vec<u8>> {
+        let mut buf = self.t.read_file(id.subvol, id.ino, off, len)?;
+        if let Some(d) = self.dirty.get(&id) {
+            d.overlay(off, &mut buf);
+        }
+        Ok(buf)
+    }
+
+    /// read(2): up to `len` bytes at `off`, fewer at the end of file.
+    pub fn read(&mut self, id: InodeId, off: u64, len: u32) -> Result<Vec<u8>> {
+        let i = self.regular(id)?;
+        if off >= i.size {
+            return Ok(Vec::new());
+        }
+        let n = (len as u64).min(i.size - off);
+        self.read_view(id, off, n)
+    }
+
+    /// Refuses writes the inode's flags forbid.
+    fn check_data_writable(&mut self, id: InodeId, append_ok: bool) -> Result<InodeItem> {
+        self.check_writable(id)?;
+        let i = self.regular(id)?;
+        if i.flags & INODE_IMMUTABLE != 0 {
+            return Err(Error::Permission(format!("inode {} is immutable", id.ino)));
+        }
+        if i.flags & INODE_APPEND != 0 && !append_ok {
+            return Err(Error::Permission(format!(
+                "inode {} is append-only",
+                id.ino
+            )));
+        }
+        Ok(i)
+    }
+
+    /// Whether `id` may be opened for writing (not immutable; append-only
+    /// files only with O_APPEND).
+    pub fn check_open_write(&mut self, id: InodeId, append: bool) -> Result<()> {
+        self.check_writable(id)?;
+        let i = self.t.inode_of(id.subvol, id.ino)?;
+        if i.flags & INODE_IMMUTABLE != 0 || (i.flags & INODE_APPEND != 0 && !append) {
+            return Err(Error::Permission(format!(
+                "inode {} is immutable or append-only",
+                id.ino
+            )));
+        }
+        Ok(())
+    }
+
+    /// write(2) of `data` at `off`: held as dirty sectors until writeback;
+    /// the size and times change now.
+    pub fn write(&mut self, id: InodeId, off: u64, data: &[u8]) -> Result<usize> {
+        let mut i = self.check_data_writable(id, true)?;
+        if i.flags & INODE_APPEND != 0 && off < i.size {
+            return Err(Error::Permission(format!(
+                "inode {} is append-only",
+                id.ino
+            )));
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = off
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or_else(|| Error::TooLarge(format!("write at {off}")))?;
+        self.reserve(data.len() as u64)?;
+        let ss = self.sectorsize();
+        let (a0, a1) = (off / ss * ss, round_up(end, ss));
+        let mut buf = vec![0u8; (a1 - a0) as usize];
+        // Partial sectors at the edges read what they hold now, as the
+        // page cache reads a page before a partial write to it.
+        if off > a0 && a0 < i.size {
+            let head = self.read_view(id, a0, ss)?;
+            buf[..ss as usize].copy_from_slice(&head);
+        }
+        let last = a1 - ss;
+        if end < a1 && (last > a0 || off == a0) && last < i.size {
+            let tail = self.read_view(id, last, ss)?;
+            let at = (last - a0) as usize;
+            buf[at..].copy_from_slice(&tail);
+        }
+        buf[(off - a0) as usize..(end - a0) as usize].copy_from_slice(data);
+        let d = self.dirty.entry(id).or_default();
+        let before = d.bytes();
+        d.insert(a0, &buf);
+        let after = d.bytes();
+        self.dirty_bytes = self.dirty_bytes + after - before;
+        let t = now();
+        i.size = i.size.max(end);
+        i.mtime = t;
+        i.ctime = t;
+        i.transid = self.t.transid;
+        i.sequence += 1;
+        self.t.put_inode(id.subvol, id.ino, &i)?;
+        self.bump(id);
+        if self.dirty_bytes > self.opts.dirty_limit {
+            self.writeback_all()?;
+        }
+        Ok(data.len())
+    }
+
+    /// Refuses a write of `len` bytes that could not be given extents
+    /// (ENOSPC now rather than a lost writeback later).
+    fn reserve(&mut self, len: u64) -> Result<()> {
+        let free = self.statfs().bavail * self.sectorsize();
+        if len > free {
+            return Err(Error::NoSpace(format!("{len} bytes to write, {free} free")));
+        }
+        Ok(())
+    }
+
+    /// Drops the dirty ranges of `id` (its data is gone).
+    pub(crate) fn forget_dirty(&mut self, id: InodeId) {
+        if let Some(d) = self.dirty.remove(&id) {
+            self.dirty_bytes -= d.bytes();
+        }
+    }
+
+    /// How new data of `inode` is stored: its flags, its compression
+    /// property and the mount's compress options.
+    fn policy(&mut self, id: InodeId, inode: &InodeItem) -> Result<DataPolicy> {
+        let prop = if inode.flags & INODE_COMPRESS != 0 {
+            self.t
+                .get_xattr(id.subvol, id.ino, XATTR_COMPRESSION)?
+                .and_then(|v| match v.split(|&b| b == b':').next() {
+                    Some(b"zlib") => Some(COMPRESS_ZLIB),
+                    Some(b"lzo") => Some(COMPRESS_LZO),
+                    Some(b"zstd") => Some(COMPRESS_ZSTD),
+                    _ => None,
+                })
+        } else {
+            None
+        };
+        let mut p = DataPolicy::of_inode(inode, prop.or(self.opts.compress.map(|c| c.0)));
+        let f = inode.flags;
+        let cow_summed = f & (INODE_NODATACOW | INODE_NODATASUM) == 0;
+        if let Some((algo, level)) = self.opts.compress {
+            if cow_summed && (f & INODE_NOCOMPRESS == 0 || self.opts.compress_force) {
+                p.compress = Some((prop.unwrap_or(algo), level));
+            }
+        }
+        Ok(p)
+    }
+
+    /// Writes back the dirty ranges of `id`: NOCOW files in place where
+    /// their extents allow, everything else copy-on-write to new extents.
+    pub fn writeback(&mut self, id: InodeId) -> Result<()> {
+        let Some(mut d) = self.dirty.remove(&id) else {
+            return Ok(());
+        };
+        self.dirty_bytes -= d.bytes();
+        let ranges = d.take();
+        self.stats.writebacks += 1;
+        let Some(inode) = self.t.inode(id.subvol, id.ino)? else {
+            return Ok(());
+        };
+        let policy = self.policy(id, &inode)?;
+        let nocow = inode.flags & INODE_NODATACOW != 0 && !super::nocow::disabled();
+        let mut ranges = ranges.into_iter();
+        while let Some((start, buf)) = ranges.next() {
+            if let Err(e) = self.write_back_range(id, start, &buf, nocow, policy) {
+                // What was not written stays dirty (and readable): the
+                // error goes to the caller, and to the next fsync.
+                let d = self.dirty.entry(id).or_default();
+                d.insert(start, &buf);
+                for (s, b) in ranges {
+                    d.insert(s, &b);
+                }
+                self.dirty_bytes += d.bytes();
+                return Err(e);
+            }
+        }
+        // Without no-holes every gap needs its hole item: the size grew
+        // at write(2) time, before these extents existed.
+        let size = self.t.inode_of(id.subvol, id.ino)?.size;
+        self.t
+            .fill_holes(id.subvol, id.ino, 0, round_up(size, self.sectorsize()))?;
+        Ok(())
+    }
+
+    /// Gives one dirty range of `id` its extents.
+    fn write_back_range(
+        &mut self,
+        id: InodeId,
+        start: u64,
+        buf: &[u8],
+        nocow: bool,
+        policy: DataPolicy,
+    ) -> Result<()> {
+        let size = self.t.inode_of(id.subvol, id.ino)?.size;
+        if start >= size {
+            return Ok(());
+        }
+        let n = (buf.len() as u64).min(size - start) as usize;
+        if nocow && self.nocow_write(id, start, &buf[..n])? {
+            self.stats.nocow_in_place += 1;
+            return Ok(());
+        }
+        if nocow {
+            self.stats.nocow_cow += 1;
+        }
+        let inode = self
+            .t
+            .write_file(id.subvol, id.ino, start, &buf[..n], policy)?;
+        self.t.put_inode(id.subvol, id.ino, &inode)
+    }
+
+    /// Writes back every dirty inode.
+    pub fn writeback_all(&mut self) -> Result<()> {
+        let ids: Vec<InodeId> = self.dirty.keys().copied().collect();
+        for id in ids {
+            if let Err(e) = self.writeback(id) {
+                self.wb_error = Some(Error::Io {
+                    path: format!("subvolume {} inode {}", id.subvol, id.ino),
+                    op: "writeback".into(),
+                    source: std::io::Error::other(e.to_string()),
+                });
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// truncate(2) / ftruncate(2) to `size` (times are the caller's).
+    pub(crate) fn truncate(&mut self, id: InodeId, size: u64) -> Result<()> {
+        let i = self.check_data_writable(id, false)?;
+        if size > MAX_FILE_SIZE {
+            return Err(Error::TooLarge(format!("truncate to {size}")));
+        }
+        if size == i.size {
+            return Ok(());
+        }
+        self.writeback(id)?;
+        let policy = self.policy(id, &i)?;
+        let inode = self.t.truncate_file(id.subvol, id.ino, size, policy)?;
+        self.t.put_inode(id.subvol, id.ino, &inode)?;
+        self.bump(id);
+        Ok(())
+    }
+
+    /// fallocate(2): mode 0 and KEEP_SIZE preallocate, PUNCH_HOLE (with
+    /// KEEP_SIZE) makes holes, ZERO_RANGE zeroes (whole sectors become
+    /// preallocated, as the kernel's btrfs_zero_range).
+    pub fn fallocate(&mut self, id: InodeId, off: u64, len: u64, mode: i32) -> Result<()> {
+        let keep = mode & FALLOC_FL_KEEP_SIZE != 0;
+        let known = FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE;
+        if mode & !known != 0
+            || (mode & FALLOC_FL_PUNCH_HOLE != 0 && (!keep || mode & FALLOC_FL_ZERO_RANGE != 0))
+        {
+            return Err(Error::Unsupported(format!("fallocate mode {mode:#x}")));
+        }
+        if len == 0 {
+            return Err(Error::Invalid("fallocate of 0 bytes".into()));
+        }
+        let end = off
+            .checked_add(len)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or_else(|| Error::TooLarge(format!("fallocate at {off}+{len}")))?;
+        let i = self.check_data_writable(id, false)?;
+        self.writeback(id)?;
+        let policy = self.policy(id, &i)?;
+        let (tree, ino) = (id.subvol, id.ino);
+        let ss = self.sectorsize();
+        let mut inode = if mode & FALLOC_FL_PUNCH_HOLE != 0 {
+            self.t.punch_hole(tree, ino, off, len, policy)?
+        } else if mode & FALLOC_FL_ZERO_RANGE != 0 {
+            let zeroed = self.t.punch_hole(tree, ino, off, len, policy)?;
+            self.t.put_inode(tree, ino, &zeroed)?;
+            let (m0, m1) = (round_up(off, ss), end / ss * ss);
+            let mut inode = if m0 < m1 {
+                self.t.prealloc(tree, ino, m0, m1 - m0, true, policy)?
+            } else {
+                self.t.inode_of(tree, ino)?
+            };
+            if !keep && end > inode.size {
+                self.t.put_inode(tree, ino, &inode)?;
+                inode = self.t.truncate_file(tree, ino, end, policy)?;
+            }
+            inode
+        } else {
+            self.reserve(len)?;
+            self.t.prealloc(tree, ino, off, len, keep, policy)?
+        };
+        let t = now();
+        if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 || !keep {
+            inode.mtime = t;
+        }
+        inode.ctime = t;
+        inode.sequence += 1;
+        self.t.put_inode(tree, ino, &inode)?;
+        self.bump(id);
+        Ok(())
+    }
+
+    /// copy_file_range(2): shares extents (a clone) where the range is
+    /// sector aligned, else copies through the dirty ranges. Returns the
+    /// bytes copied (fewer at the source's end of file).
+    pub fn copy_range(
+        &mut self,
+        src: InodeId,
+        src_off: u64,
+        dst: InodeId,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<u64> {
+        let si = self.regular(src)?;
+        let di = self.check_data_writable(dst, false)?;
+        if src_off >= si.size {
+            return Ok(0);
+        }
+        let len = len.min(si.size - src_off);
+        if dst_off.checked_add(len).is_none_or(|e| e > MAX_FILE_SIZE) {
+            return Err(Error::TooLarge(format!("copy to {dst_off}+{len}")));
+        }
+        let ss = self.sectorsize();
+        let overlap = src == dst && src_off < dst_off + len && dst_off < src_off + len;
+        let aligned = src_off.is_multiple_of(ss)
+            && dst_off.is_multiple_of(ss)
+            && (len.is_multiple_of(ss) || (src_off + len == si.size && dst_off + len >= di.size));
+        // The kernel does not clone between files with and without data
+        // checksums (a file partly checksummed fails btrfs check).
+        let same_sums = (si.flags ^ di.flags) & INODE_NODATASUM == 0;
+        if aligned && !overlap && same_sums {
+            self.writeback(src)?;
+            self.writeback(dst)?;
+            let policy = self.policy(dst, &di)?;
+            let mut inode = self.t.clone_range(
+                src.subvol, src.ino, src_off, len, dst.subvol, dst.ino, dst_off, policy,
+            )?;
+            let t = now();
+            inode.mtime = t;
+            inode.ctime = t;
+            inode.sequence += 1;
+            self.t.put_inode(dst.subvol, dst.ino, &inode)?;
+            self.bump(dst);
+            return Ok(len);
+        }
+        // A copy, in pieces that keep memory bounded.
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(8 << 20);
+            let data = self.read_view(src, src_off + done, n)?;
+            self.write(dst, dst_off + done, &data)?;
+            done += n;
+        }
+        Ok(len)
+    }
+
+    /// The data map of `id` now: data extents (inline and regular, not
+    /// preallocated) and dirty ranges, below the size.
+    fn data_map(&mut self, id: InodeId) -> Result<DataMap> {
+        let i = self.regular(id)?;
+        let mut parts = Vec::new();
+        for (_, e) in self.t.file_extents(id.subvol, id.ino, 0, i.size.max(1))? {
+            if matches!(
+                e.kind,
+                ExtentKind::Regular { .. } | ExtentKind::Inline { .. }
+            ) {
+                parts.push((e.start, e.end));
+            }
+        }
+        if let Some(d) = self.dirty.get(&id) {
+            parts.extend(d.spans());
+        }
+        Ok(DataMap::build(parts, i.size))
+    }
+
+    /// lseek(2) with SEEK_DATA (3) or SEEK_HOLE (4), answered from the
+    /// open file's cached map while the file has not changed. None is
+    /// ENXIO.
+    pub fn seek(
+        &mut self,
+        id: InodeId,
+        cache: &mut SeekCache,
+        off: u64,
+        whence: i32,
+    ) -> Result<Option<u64>> {
+        let v = self.version(id);
+        if cache.version != Some(v) || cache_disabled() {
+            cache.map = self.data_map(id)?;
+            cache.version = Some(v);
+            cache.builds += 1;
+        }
+        Ok(match whence {
+            3 => cache.map.seek_data(off),
+            4 => cache.map.seek_hole(off),
+            _ => return Err(Error::Invalid(format!("lseek whence {whence}"))),
+        })
+    }
+
+    /// fsync(2): everything is committed (a log tree is not written yet,
+    /// so fsync costs a commit). A writeback that failed since the last
+    /// fsync is reported.
+    pub fn fsync(&mut self, _id: InodeId) -> Result<()> {
+        self.take_wb_error()?;
+        self.commit()
+    }
+
+    /// The dirty ranges of `id` (tests).
+    pub fn dirty_of(&self, id: InodeId) -> Option<&InodeDirty> {
+        self.dirty.get(&id)
+    }
+}

@@ -1,0 +1,381 @@
+//! The read-write filesystem a mount serves: every POSIX operation on one
+//! open transaction, as the kernel's entry points (inode.c btrfs_lookup,
+//! btrfs_create, btrfs_mkdir, btrfs_unlink, btrfs_rename2, btrfs_setattr;
+//! file.c btrfs_file_write_iter, btrfs_fallocate, btrfs_sync_file,
+//! btrfs_file_llseek; xattr.c; ioctl.c's flags), with the kernel's delayed
+//! allocation: written data is held in memory per inode ([`extent_io`])
+//! and given extents at writeback (a commit, an fsync, too much dirty data,
+//! or an operation that needs the extents), copy-on-write, compressed and
+//! inline as the mount options and inode flags say, or overwritten in
+//! place for NOCOW files ([`nocow`]).
+//!
+//! Reads see everything: the transaction's trees plus the dirty ranges.
+//! A commit writes back every dirty range and then commits the
+//! transaction; until then the image on disk is the last commit, whole.
+//!
+//! * [`namei`]: lookup, directory listings, create, link, unlink, rename;
+//! * [`attr`]: stat, setattr, xattrs, inode flags;
+//! * [`file`]: read, write, writeback, truncate, fallocate, copy ranges,
+//!   SEEK_DATA/SEEK_HOLE ([`seek`]), fsync;
+//! * [`nocow`]: in-place overwrites of NOCOW extents.
+
+pub mod attr;
+pub mod extent_io;
+pub mod file;
+pub mod namei;
+pub mod nocow;
+pub mod seek;
+
+use crate::error::{Error, Result};
+use crate::fs::InodeId;
+use crate::tx::Trans;
+use extent_io::InodeDirty;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use ubtrfs_format::consts::*;
+use ubtrfs_format::Key;
+
+/// Mount options that change how data is written (the kernel's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwOptions {
+    /// compress=ALGO[:LEVEL] (algorithm code, level; 0 the default).
+    pub compress: Option<(u8, i32)>,
+    /// compress-force: compress even files marked NOCOMPRESS.
+    pub compress_force: bool,
+    /// nodatacow: new files are NOCOW (and so without checksums).
+    pub nodatacow: bool,
+    /// nodatasum: new files have no data checksums.
+    pub nodatasum: bool,
+    /// commit=SECONDS: the longest time between commits.
+    pub commit_secs: u64,
+    /// max_inline=BYTES: the largest file kept inline.
+    pub max_inline: u64,
+    /// Dirty data held before it is written back.
+    pub dirty_limit: u64,
+    /// Changed metadata held before a commit.
+    pub meta_limit: u64,
+}
+
+impl Default for RwOptions {
+    fn default() -> Self {
+        RwOptions {
+            compress: None,
+            compress_force: false,
+            nodatacow: false,
+            nodatasum: false,
+            commit_secs: 30,
+            max_inline: crate::inode::file::MAX_INLINE,
+            dirty_limit: 256 << 20,
+            meta_limit: 256 << 20,
+        }
+    }
+}
+
+/// What the filesystem did, for tests and the benchmark.
+#[derive(Debug, Default, Clone)]
+pub struct RwStats {
+    pub commits: u64,
+    pub writebacks: u64,
+    /// NOCOW ranges overwritten in place, and those that fell back to COW.
+    pub nocow_in_place: u64,
+    pub nocow_cow: u64,
+}
+
+/// statfs(2)'s answer, in sectors.
+#[derive(Debug, Clone, Copy)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub bsize: u32,
+}
+
+/// A filesystem mounted read-write.
+pub struct RwFs {
+    pub(crate) t: Trans,
+    pub opts: RwOptions,
+    dirty: HashMap<InodeId, InodeDirty>,
+    dirty_bytes: u64,
+    /// Change counters of inodes' data (SEEK_DATA caches compare them).
+    versions: HashMap<InodeId, u64>,
+    next_version: u64,
+    /// Next free inode number per subvolume.
+    next_ino: HashMap<u64, u64>,
+    /// Read-only subvolumes (received, snapshots made read-only).
+    readonly: HashMap<u64, bool>,
+    /// Open handles per inode: an inode whose last name goes while it is
+    /// open lives on as an orphan until the last close.
+    open: HashMap<InodeId, u32>,
+    orphans: HashSet<InodeId>,
+    last_commit: Instant,
+    /// A commit failed: the transaction is gone, nothing more is written
+    /// (the kernel's transaction abort turns the filesystem read-only).
+    aborted: Option<String>,
+    /// A writeback that failed after its write(2) had returned, reported
+    /// at the next fsync.
+    wb_error: Option<Error>,
+    pub stats: RwStats,
+}
+
+impl RwFs {
+    /// Opens the image files `paths` (every device) read-write: an
+    /// unreplayed log tree is replayed and committed first, as the
+    /// kernel's read-write mount does, then orphans of an earlier crash
+    /// are cleaned up.
+    pub fn open(paths: &[PathBuf], cache_bytes: u64, opts: RwOptions) -> Result<RwFs> {
+        crate::tree_log::replay_log(paths, cache_bytes)?;
+        let t = Trans::open(paths, cache_bytes)?;
+        Self::with_trans(t, opts)
+    }
+
+    /// A mount over an open transaction (tests use in-memory devices).
+    pub fn with_trans(mut t: Trans, opts: RwOptions) -> Result<RwFs> {
+        t.max_inline = opts.max_inline;
+        let mut fs = RwFs {
+            t,
+            opts,
+            dirty: HashMap::new(),
+            dirty_bytes: 0,
+            versions: HashMap::new(),
+            next_version: 1,
+            next_ino: HashMap::new(),
+            readonly: HashMap::new(),
+            open: HashMap::new(),
+            orphans: HashSet::new(),
+            last_commit: Instant::now(),
+            aborted: None,
+            wb_error: None,
+            stats: RwStats::default(),
+        };
+        if fs.cleanup_orphans()? {
+            fs.commit()?;
+        }
+        Ok(fs)
+    }
+
+    /// The transaction (tests look at the trees through it).
+    pub fn trans(&mut self) -> &mut Trans {
+        &mut self.t
+    }
+
+    pub fn sectorsize(&self) -> u64 {
+        self.t.sectorsize() as u64
+    }
+
+    /// Bumps the data change counter of `id`.
+    pub(crate) fn bump(&mut self, id: InodeId) {
+        self.next_version += 1;
+        self.versions.insert(id, self.next_version);
+    }
+
+    pub(crate) fn version(&self, id: InodeId) -> u64 {
+        self.versions.get(&id).copied().unwrap_or(0)
+    }
+
+    /// Refuses changes once a commit has failed, and in read-only
+    /// subvolumes (and the placeholder directories of snapshots).
+    pub(crate) fn check_writable(&mut self, id: InodeId) -> Result<()> {
+        if let Some(why) = &self.aborted {
+            return Err(Error::ReadOnly(format!(
+                "the filesystem is read-only after a failed commit: {why}"
+            )));
+        }
+        if id.is_placeholder() {
+            return Err(Error::ReadOnly(format!(
+                "subvolume {}: the placeholder of a subvolume the snapshot does not hold",
+                id.subvol
+            )));
+        }
+        let ro = match self.readonly.get(&id.subvol) {
+            Some(&ro) => ro,
+            None => {
+                let ro = self.t.root(id.subvol)?.item.flags & ROOT_SUBVOL_RDONLY != 0;
+                self.readonly.insert(id.subvol, ro);
+                ro
+            }
+        };
+        if ro {
+            return Err(Error::ReadOnly(format!(
+                "subvolume {} is read-only",
+                id.subvol
+            )));
+        }
+        Ok(())
+    }
+
+    /// A new inode number in subvolume `tree`.
+    pub(crate) fn alloc_ino(&mut self, tree: u64) -> Result<u64> {
+        let next = match self.next_ino.get(&tree) {
+            Some(&n) => n,
+            None => self.t.highest_ino(tree)? + 1,
+        };
+        if next > LAST_FREE_OBJECTID {
+            return Err(Error::NoSpace(format!(
+                "subvolume {tree}: no inode numbers left"
+            )));
+        }
+        self.next_ino.insert(tree, next + 1);
+        Ok(next)
+    }
+
+    /// Notes an open handle of `id`.
+    pub fn opened(&mut self, id: InodeId) {
+        *self.open.entry(id).or_insert(0) += 1;
+    }
+
+    /// Notes the close of a handle of `id`; the last close of an orphan
+    /// deletes it.
+    pub fn released(&mut self, id: InodeId) -> Result<()> {
+        let n = match self.open.get_mut(&id) {
+            Some(n) => {
+                *n -= 1;
+                *n
+            }
+            None => 0,
+        };
+        if n == 0 {
+            self.open.remove(&id);
+            if self.orphans.remove(&id) && self.aborted.is_none() {
+                self.drop_orphan(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_open(&self, id: InodeId) -> bool {
+        self.open.contains_key(&id)
+    }
+
+    /// Keeps `id` (no names left) until its last close: an ORPHAN_ITEM, as
+    /// the kernel's btrfs_orphan_add, so that a crash before then has
+    /// the next mount delete it.
+    pub(crate) fn make_orphan(&mut self, id: InodeId) -> Result<()> {
+        self.t.put_item(
+            id.subvol,
+            Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, id.ino),
+            Vec::new(),
+        )?;
+        self.orphans.insert(id);
+        Ok(())
+    }
+
+    /// Deletes an orphan: its dirty data, its items, its extents.
+    fn drop_orphan(&mut self, id: InodeId) -> Result<()> {
+        self.forget_dirty(id);
+        self.t.evict(id.subvol, id.ino)?;
+        self.t
+            .delete_item(id.subvol, &Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, id.ino))?;
+        Ok(())
+    }
+
+    /// Deletes the orphans an earlier mount left (crashed while files
+    /// without names were open), as the kernel's btrfs_orphan_cleanup.
+    /// Returns whether anything changed.
+    fn cleanup_orphans(&mut self) -> Result<bool> {
+        let mut trees = vec![FS_TREE_OBJECTID];
+        let lo = Key::new(FIRST_FREE_OBJECTID, ROOT_ITEM, 0);
+        let hi = Key::new(LAST_FREE_OBJECTID, ROOT_ITEM, u64::MAX);
+        for (k, _) in self.t.items_in(ROOT_TREE_OBJECTID, &lo, &hi)? {
+            if k.item_type == ROOT_ITEM && trees.last() != Some(&k.objectid) {
+                trees.push(k.objectid);
+            }
+        }
+        let mut changed = false;
+        for tree in trees {
+            let lo = Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, 0);
+            let hi = Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, u64::MAX);
+            let found = self.t.items_in(tree, &lo, &hi)?;
+            if found.is_empty() {
+                continue;
+            }
+            if self.t.root(tree)?.item.flags & ROOT_SUBVOL_RDONLY != 0 {
+                continue;
+            }
+            for (k, _) in found {
+                let ino = k.offset;
+                if self.t.inode(tree, ino)?.is_some_and(|i| i.nlink == 0) {
+                    self.t.evict(tree, ino)?;
+                }
+                self.t.delete_item(tree, &k)?;
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Whether a commit is due: the commit interval passed, or too much is
+    /// held in memory.
+    pub fn commit_due(&self) -> bool {
+        if self.aborted.is_some() {
+            return false;
+        }
+        let meta = self.t.dirty_blocks() as u64 * self.t.nodesize() as u64;
+        self.last_commit.elapsed() >= Duration::from_secs(self.opts.commit_secs.max(1))
+            && (self.dirty_bytes > 0 || self.t.mutations() > 0 || meta > 0)
+            || self.dirty_bytes > self.opts.dirty_limit
+            || meta > self.opts.meta_limit
+    }
+
+    /// Writes back every dirty range and commits. A failed commit leaves
+    /// the image at the last one and the mount read-only.
+    pub fn commit(&mut self) -> Result<()> {
+        if let Some(why) = &self.aborted {
+            return Err(Error::ReadOnly(format!(
+                "the filesystem is read-only after a failed commit: {why}"
+            )));
+        }
+        let res = self.writeback_all().and_then(|_| self.t.commit());
+        self.last_commit = Instant::now();
+        match res {
+            Ok(()) => {
+                self.stats.commits += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.aborted = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// At unmount: orphans still open are deleted, everything committed.
+    pub fn unmount(&mut self) -> Result<()> {
+        if self.aborted.is_some() {
+            return Ok(());
+        }
+        let orphans: Vec<InodeId> = self.orphans.drain().collect();
+        for id in orphans {
+            self.drop_orphan(id)?;
+        }
+        self.commit()
+    }
+
+    /// What statfs(2) shows: the devices' bytes, and those not used by
+    /// extents (nor promised to dirty data).
+    pub fn statfs(&self) -> StatFs {
+        let ss = self.sectorsize();
+        let sb = &self.t.info.sb;
+        let used = self.t.alloc.used_bytes() + self.dirty_bytes;
+        let free = sb.total_bytes.saturating_sub(used);
+        let avail = self
+            .t
+            .data_space_estimate()
+            .saturating_sub(self.dirty_bytes)
+            .min(free);
+        StatFs {
+            blocks: sb.total_bytes / ss,
+            bfree: free / ss,
+            bavail: avail / ss,
+            bsize: ss as u32,
+        }
+    }
+
+    /// Reports (and clears) a writeback failure since the last fsync.
+    pub(crate) fn take_wb_error(&mut self) -> Result<()> {
+        match self.wb_error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,503 @@
+//! Names on the mount: lookup, listings, create, link, unlink, rmdir,
+//! rename (with RENAME_NOREPLACE and RENAME_EXCHANGE), as the kernel's
+//! inode.c does them, with POSIX's errors decided before anything
+//! changes.
+
+use super::RwFs;
+use crate::error::{Error, Result};
+use crate::fs::InodeId;
+use crate::inode::namei::Entry;
+use crate::inode::{now, user_rdev_to_kernel};
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{parse_dir_entries, InodeItem};
+use ubtrfs_format::Key;
+
+/// Longest name (bytes).
+pub const NAME_MAX: usize = 255;
+/// Inode flags that forbid changing names (chattr +i, +a).
+pub(crate) const INODE_IMMUTABLE_FLAGS: u64 = INODE_IMMUTABLE | INODE_APPEND;
+
+/// rename(2) flags.
+pub const RENAME_NOREPLACE: u32 = 1;
+pub const RENAME_EXCHANGE: u32 = 2;
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone)]
+pub struct DirEnt {
+    /// Where the next listing call goes on from (after this entry).
+    pub cookie: u64,
+    pub name: Vec<u8>,
+    pub id: InodeId,
+    pub file_type: u8,
+}
+
+fn show(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return Err(Error::NameTooLong(format!(
+            "{} bytes (at most {NAME_MAX})",
+            name.len()
+        )));
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(Error::Invalid(format!("bad name {:?}", show(name))));
+    }
+    Ok(())
+}
+
+fn is_dir(mode: u32) -> bool {
+    mode & 0o170000 == 0o040000
+}
+
+impl RwFs {
+    /// What entry `e` of directory `dir` leads to: an inode, a subvolume's
+    /// root, or the placeholder of a subvolume this snapshot lacks.
+    fn target(&mut self, dir: InodeId, e: &Entry) -> Result<InodeId> {
+        if e.location.item_type != ROOT_ITEM {
+            return Ok(InodeId {
+                subvol: dir.subvol,
+                ino: e.location.objectid,
+            });
+        }
+        let child = e.location.objectid;
+        let linked = self
+            .t
+            .lookup(ROOT_TREE_OBJECTID, &Key::new(dir.subvol, ROOT_REF, child))?
+            .is_some();
+        if linked && self.t.has_tree(child)? {
+            Ok(InodeId {
+                subvol: child,
+                ino: FIRST_INODE,
+            })
+        } else {
+            Ok(InodeId {
+                subvol: dir.subvol,
+                ino: EMPTY_SUBVOL_DIR_OBJECTID,
+            })
+        }
+    }
+
+    /// The inode `name` in `dir` names, if any.
+    pub fn lookup(&mut self, dir: InodeId, name: &[u8]) -> Result<Option<InodeId>> {
+        if name.len() > NAME_MAX {
+            check_name(name)?;
+        }
+        if dir.is_placeholder() {
+            return Ok(None);
+        }
+        match self.t.lookup_name(dir.subvol, dir.ino, name)? {
+            Some(e) => self.target(dir, &e).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Up to `max` entries of `dir` after cookie `from` ("." is 1, ".."
+    /// 2, then each name's dir index + 1, so entries added during a
+    /// listing come after the ones already listed).
+    pub fn readdir(&mut self, dir: InodeId, from: u64, max: usize) -> Result<Vec<DirEnt>> {
+        let mut out = Vec::new();
+        if from < 1 {
+            out.push(DirEnt {
+                cookie: 1,
+                name: b".".to_vec(),
+                id: dir,
+                file_type: FT_DIR,
+            });
+        }
+        if from < 2 {
+            let parent = self.parent(dir)?;
+            out.push(DirEnt {
+                cookie: 2,
+                name: b"..".to_vec(),
+                id: parent,
+                file_type: FT_DIR,
+            });
+        }
+        if dir.is_placeholder() {
+            return Ok(out);
+        }
+        let start = Key::new(dir.ino, DIR_INDEX, from.max(2));
+        let mut raw = Vec::new();
+        let mut bad = None;
+        self.t.scan(dir.subvol, &start, |k, d| {
+            if k.objectid != dir.ino || k.item_type != DIR_INDEX || raw.len() >= max {
+                return false;
+            }
+            match parse_dir_entries(d) {
+                Ok(es) => {
+                    for e in es {
+                        raw.push((
+                            k.offset,
+                            e.name.to_vec(),
+                            Entry {
+                                location: e.location,
+                                file_type: e.file_type,
+                            },
+                        ));
+                    }
+                }
+                Err(e) => {
+                    bad = Some(Error::format(format!("tree {} key {k}", dir.subvol), e));
+                    return false;
+                }
+            }
+            true
+        })?;
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        for (index, name, e) in raw {
+            let id = self.target(dir, &e)?;
+            out.push(DirEnt {
+                cookie: index + 1,
+                name,
+                id,
+                file_type: e.file_type,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The directory holding `dir` (itself for a subvolume's root at the
+    /// top, or the directory holding the subvolume).
+    pub fn parent(&mut self, dir: InodeId) -> Result<InodeId> {
+        if dir.is_placeholder() {
+            return Ok(dir);
+        }
+        if dir.ino == FIRST_INODE {
+            if dir.subvol == FS_TREE_OBJECTID {
+                return Ok(dir);
+            }
+            let lo = Key::new(dir.subvol, ROOT_BACKREF, 0);
+            if let Some((k, d)) = self.t.search_first(ROOT_TREE_OBJECTID, &lo)? {
+                if k.objectid == dir.subvol && k.item_type == ROOT_BACKREF && d.len() >= 8 {
+                    let dirid = u64::from_le_bytes(d[..8].try_into().unwrap_or_default());
+                    return Ok(InodeId {
+                        subvol: k.offset,
+                        ino: dirid,
+                    });
+                }
+            }
+            return Ok(dir);
+        }
+        let refs = self.t.inode_refs(dir.subvol, dir.ino)?;
+        Ok(InodeId {
+            subvol: dir.subvol,
+            ino: refs.first().map_or(FIRST_INODE, |r| r.0),
+        })
+    }
+
+    /// The inode item of a directory that is to change, refusing what
+    /// POSIX refuses.
+    fn dir_for_change(&mut self, dir: InodeId) -> Result<InodeItem> {
+        self.check_writable(dir)?;
+        let di = self.t.inode_of(dir.subvol, dir.ino)?;
+        if !is_dir(di.mode) {
+            return Err(Error::NotDir(format!(
+                "subvolume {} inode {}",
+                dir.subvol, dir.ino
+            )));
+        }
+        if di.nlink == 0 {
+            return Err(Error::NotFound(format!(
+                "subvolume {} directory {} was removed",
+                dir.subvol, dir.ino
+            )));
+        }
+        if di.flags & INODE_IMMUTABLE_FLAGS != 0 {
+            return Err(Error::Permission(format!(
+                "subvolume {} directory {} is immutable or append-only",
+                dir.subvol, dir.ino
+            )));
+        }
+        Ok(di)
+    }
+
+    /// Makes `name` in `dir`: a file, directory, device, fifo or socket
+    /// (`mode` with its type bits), owned by `uid` and `gid` (or the
+    /// directory's group when it is set-group-ID, as the kernel's
+    /// inode_init_owner), with the flags the directory and the mount
+    /// options give it.
+    pub fn create(
+        &mut self,
+        dir: InodeId,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+    ) -> Result<InodeId> {
+        check_name(name)?;
+        let di = self.dir_for_change(dir)?;
+        if self.t.lookup_name(dir.subvol, dir.ino, name)?.is_some() {
+            return Err(Error::Exists(format!("{:?}", show(name))));
+        }
+        let mut mode = mode;
+        let mut gid = gid;
+        if di.mode & 0o2000 != 0 {
+            gid = di.gid;
+            if is_dir(mode) {
+                mode |= 0o2000;
+            }
+        }
+        let ino = self.alloc_ino(dir.subvol)?;
+        let time = now();
+        let kind = mode & 0o170000;
+        let rdev = if kind == 0o020000 || kind == 0o060000 {
+            user_rdev_to_kernel(rdev)
+        } else {
+            0
+        };
+        let mut inode =
+            self.t
+                .create_inode(dir.subvol, dir.ino, name, ino, mode, rdev, (uid, gid), time)?;
+        if kind == 0o100000 && (self.opts.nodatacow || self.opts.nodatasum) {
+            if self.opts.nodatacow {
+                inode.flags |= INODE_NODATACOW;
+            }
+            inode.flags |= INODE_NODATASUM;
+            self.t.put_inode(dir.subvol, ino, &inode)?;
+        }
+        self.bump(dir);
+        Ok(InodeId {
+            subvol: dir.subvol,
+            ino,
+        })
+    }
+
+    /// symlink(2): `name` in `dir` pointing at `target`, stored inline.
+    pub fn symlink(
+        &mut self,
+        dir: InodeId,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<InodeId> {
+        let limit = (self.sectorsize() as usize).min(4095);
+        if target.is_empty() || target.len() > limit {
+            return Err(Error::NameTooLong(format!(
+                "symlink target of {} bytes",
+                target.len()
+            )));
+        }
+        let id = self.create(dir, name, 0o120777, 0, uid, gid)?;
+        self.t
+            .insert_inline_extent(id.subvol, id.ino, target, target.len() as u64, 0)?;
+        let mut inode = self.t.inode_of(id.subvol, id.ino)?;
+        inode.size = target.len() as u64;
+        inode.nbytes = target.len() as u64;
+        self.t.put_inode(id.subvol, id.ino, &inode)?;
+        Ok(id)
+    }
+
+    /// link(2): a new name `name` in `dir` for `id`.
+    pub fn link(&mut self, id: InodeId, dir: InodeId, name: &[u8]) -> Result<()> {
+        check_name(name)?;
+        if id.subvol != dir.subvol {
+            return Err(Error::CrossDevice(
+                "hard links across subvolumes".to_string(),
+            ));
+        }
+        self.dir_for_change(dir)?;
+        self.check_writable(id)?;
+        let inode = self.t.inode_of(id.subvol, id.ino)?;
+        if is_dir(inode.mode) {
+            return Err(Error::Permission("hard link to a directory".into()));
+        }
+        if inode.flags & INODE_IMMUTABLE_FLAGS != 0 {
+            return Err(Error::Permission(format!(
+                "inode {} is immutable or append-only",
+                id.ino
+            )));
+        }
+        if inode.nlink == 0 {
+            return Err(Error::NotFound(format!("inode {} has no names", id.ino)));
+        }
+        if inode.nlink >= 65535 {
+            return Err(Error::TooManyLinks(format!("inode {}", id.ino)));
+        }
+        if self.t.lookup_name(dir.subvol, dir.ino, name)?.is_some() {
+            return Err(Error::Exists(format!("{:?}", show(name))));
+        }
+        self.t.link(dir.subvol, id.ino, dir.ino, name, now())?;
+        self.bump(dir);
+        Ok(())
+    }
+
+    /// The entry `name` of `dir` that is to go away, refusing subvolumes,
+    /// and the inode it names.
+    fn entry_to_remove(&mut self, dir: InodeId, name: &[u8]) -> Result<(InodeId, InodeItem)> {
+        let e = self
+            .t
+            .lookup_name(dir.subvol, dir.ino, name)?
+            .ok_or_else(|| Error::NotFound(format!("{:?}", show(name))))?;
+        let Some(ino) = e.ino() else {
+            return Err(Error::Permission(format!(
+                "{:?} is a subvolume (delete it with `ubtrfs subvolume delete`)",
+                show(name)
+            )));
+        };
+        let id = InodeId {
+            subvol: dir.subvol,
+            ino,
+        };
+        let inode = self.t.inode_of(id.subvol, ino)?;
+        if inode.flags & INODE_IMMUTABLE_FLAGS != 0 {
+            return Err(Error::Permission(format!(
+                "{:?} is immutable or append-only",
+                show(name)
+            )));
+        }
+        Ok((id, inode))
+    }
+
+    /// Removes name `name` of `id` from `dir`; the last name of a file
+    /// takes it (or makes it an orphan while it is open).
+    fn remove_name(&mut self, dir: InodeId, name: &[u8], id: InodeId, dir_too: bool) -> Result<()> {
+        self.t
+            .unlink_inode(dir.subvol, dir.ino, id.ino, name, Some(now()))?;
+        let left = self.t.inode_of(id.subvol, id.ino)?.nlink;
+        if left == 0 || dir_too {
+            if dir_too && left > 0 {
+                let mut i = self.t.inode_of(id.subvol, id.ino)?;
+                i.nlink = 0;
+                self.t.put_inode(id.subvol, id.ino, &i)?;
+            }
+            if self.is_open(id) {
+                self.make_orphan(id)?;
+            } else {
+                self.forget_dirty(id);
+                self.t.evict(id.subvol, id.ino)?;
+            }
+        }
+        self.bump(dir);
+        self.bump(id);
+        Ok(())
+    }
+
+    /// unlink(2).
+    pub fn unlink(&mut self, dir: InodeId, name: &[u8]) -> Result<()> {
+        self.dir_for_change(dir)?;
+        let (id, inode) = self.entry_to_remove(dir, name)?;
+        if is_dir(inode.mode) {
+            return Err(Error::IsDir(format!("{:?}", show(name))));
+        }
+        self.remove_name(dir, name, id, false)
+    }
+
+    /// rmdir(2).
+    pub fn rmdir(&mut self, dir: InodeId, name: &[u8]) -> Result<()> {
+        if name == b"." {
+            return Err(Error::Invalid("rmdir of \".\"".into()));
+        }
+        if name == b".." {
+            return Err(Error::NotEmpty("rmdir of \"..\"".into()));
+        }
+        self.dir_for_change(dir)?;
+        let (id, inode) = self.entry_to_remove(dir, name)?;
+        if !is_dir(inode.mode) {
+            return Err(Error::NotDir(format!("{:?}", show(name))));
+        }
+        if inode.size != 0 {
+            return Err(Error::NotEmpty(format!("{:?}", show(name))));
+        }
+        self.remove_name(dir, name, id, true)
+    }
+
+    /// rename(2) / renameat2(2) with RENAME_NOREPLACE or RENAME_EXCHANGE.
+    pub fn rename(
+        &mut self,
+        from_dir: InodeId,
+        from: &[u8],
+        to_dir: InodeId,
+        to: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        check_name(to)?;
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        {
+            return Err(Error::Invalid(format!("rename flags {flags:#x}")));
+        }
+        if from_dir.subvol != to_dir.subvol {
+            return Err(Error::CrossDevice("rename across subvolumes".into()));
+        }
+        self.dir_for_change(from_dir)?;
+        self.dir_for_change(to_dir)?;
+        let (src, src_inode) = self.entry_to_remove(from_dir, from)?;
+        let dst = match self.t.lookup_name(to_dir.subvol, to_dir.ino, to)? {
+            Some(_) => Some(self.entry_to_remove(to_dir, to)?),
+            None => None,
+        };
+        let tree = from_dir.subvol;
+        let time = now();
+        if flags & RENAME_EXCHANGE != 0 {
+            let Some((dst, dst_inode)) = dst else {
+                return Err(Error::NotFound(format!("{:?}", show(to))));
+            };
+            if src == dst {
+                return Ok(());
+            }
+            for (moved, inode, into) in [(src, &src_inode, to_dir), (dst, &dst_inode, from_dir)] {
+                if is_dir(inode.mode) {
+                    self.check_not_below(moved, into)?;
+                }
+            }
+            self.t
+                .exchange(tree, from_dir.ino, from, to_dir.ino, to, time)?;
+            for id in [src, dst, from_dir, to_dir] {
+                self.bump(id);
+            }
+            return Ok(());
+        }
+        if let Some((dst, dst_inode)) = &dst {
+            if flags & RENAME_NOREPLACE != 0 {
+                return Err(Error::Exists(format!("{:?}", show(to))));
+            }
+            if *dst == src {
+                return Ok(());
+            }
+            match (is_dir(src_inode.mode), is_dir(dst_inode.mode)) {
+                (true, false) => return Err(Error::NotDir(format!("{:?}", show(to)))),
+                (false, true) => return Err(Error::IsDir(format!("{:?}", show(to)))),
+                (true, true) if dst_inode.size != 0 => {
+                    return Err(Error::NotEmpty(format!("{:?}", show(to))))
+                }
+                _ => {}
+            }
+        }
+        if is_dir(src_inode.mode) {
+            self.check_not_below(src, to_dir)?;
+        }
+        if let Some((dst, dst_inode)) = dst {
+            self.remove_name(to_dir, to, dst, is_dir(dst_inode.mode))?;
+        }
+        self.t
+            .rename(tree, from_dir.ino, from, to_dir.ino, to, time)?;
+        for id in [src, from_dir, to_dir] {
+            self.bump(id);
+        }
+        Ok(())
+    }
+
+    /// Refuses moving directory `moved` into `into` when `into` is
+    /// `moved` or below it.
+    fn check_not_below(&mut self, moved: InodeId, into: InodeId) -> Result<()> {
+        let mut d = into;
+        loop {
+            if d == moved {
+                return Err(Error::Invalid(
+                    "a directory cannot move below itself".into(),
+                ));
+            }
+            if d.ino == FIRST_INODE {
+                return Ok(());
+            }
+            d = self.parent(d)?;
+        }
+    }
+}

@@ -1,0 +1,567 @@
+//! The read-write mount's operations (vfs) against a model, in process:
+//! seeded sequences of creates, buffered writes (held dirty, written back
+//! at commits, fsyncs and when the dirty limit is passed), truncates,
+//! fallocate (prealloc, punch, zero range), copy ranges (clones where
+//! aligned), links, unlinks, renames (plain, RENAME_NOREPLACE,
+//! RENAME_EXCHANGE), NOCOW files and the nodatacow/compress mount options,
+//! on an in-memory image. Every file read back after every operation
+//! equals its model; SEEK_DATA/SEEK_HOLE maps cover every non-zero byte;
+//! at the end the image is committed, checked by the engine's check and
+//! by btrfs-progs' `btrfs check --readonly`, and read back by the
+//! read-only engine (the reader the kernel tests judge) equal to the
+//! model.
+//!
+//! UBTRFS_VFS_MODEL_SEEDS=N (default 40), UBTRFS_VFS_MODEL_SEED=S.
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::Command;
+use std::sync::Arc;
+use ubtrfs_engine::fs::{Filesystem, InodeId};
+use ubtrfs_engine::io::dev::MemDev;
+use ubtrfs_engine::io::device::Device;
+use ubtrfs_engine::mkfs::{make, MkfsOptions};
+use ubtrfs_engine::vfs::attr::SetAttr;
+use ubtrfs_engine::vfs::seek::SeekCache;
+use ubtrfs_engine::vfs::{RwFs, RwOptions};
+use ubtrfs_engine::FileHandle;
+use ubtrfs_format::consts::*;
+
+const SS: u64 = 4096;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn pattern(rng: &mut Rng, len: usize) -> Vec<u8> {
+    match rng.below(4) {
+        0 => vec![0; len],
+        1 => (0..len).map(|i| (i / 512) as u8 | 1).collect(),
+        _ => {
+            let seed = rng.next();
+            (0..len)
+                .map(|i| (seed.wrapping_mul(i as u64 + 1) >> 29) as u8)
+                .collect()
+        }
+    }
+}
+
+fn offset(rng: &mut Rng, size: u64) -> u64 {
+    match rng.below(4) {
+        0 => rng.below(SS),
+        1 => rng.below(size + 2 * SS) / SS * SS,
+        _ => rng.below(size + 3 * SS),
+    }
+}
+
+fn btrfs_check(dev: &MemDev) -> Result<(), String> {
+    let have = Command::new("btrfs")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        assert!(
+            std::env::var("UBTRFS_REQUIRE_KERNEL").as_deref() != Ok("1"),
+            "vfs_model: btrfs-progs missing and UBTRFS_REQUIRE_KERNEL=1"
+        );
+        eprintln!("SKIPPED btrfs check in vfs_model: no btrfs-progs");
+        return Ok(());
+    }
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("ubtrfs-vfs-model-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("img");
+    let bytes = dev.snapshot();
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(bytes.len() as u64).unwrap();
+    for (i, c) in bytes.chunks(64 << 10).enumerate() {
+        if c.iter().any(|&b| b != 0) {
+            std::os::unix::fs::FileExt::write_all_at(&f, c, (i as u64) << 16).unwrap();
+        }
+    }
+    drop(f);
+    let o = Command::new("btrfs")
+        .args(["check", "--readonly"])
+        .arg(&img)
+        .output()
+        .expect("btrfs check");
+    if let (false, Ok(keep)) = (o.status.success(), std::env::var("UBTRFS_VFS_MODEL_KEEP")) {
+        let _ = std::fs::copy(&img, keep);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "btrfs check:\n{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ))
+    }
+}
+
+/// The model: names per directory, and each file's bytes.
+#[derive(Default)]
+struct Model {
+    names: BTreeMap<(usize, Vec<u8>), InodeId>,
+    data: HashMap<InodeId, Vec<u8>>,
+}
+
+impl Model {
+    fn files(&self) -> Vec<InodeId> {
+        let mut v: Vec<InodeId> = self.data.keys().copied().collect();
+        v.sort();
+        v
+    }
+    fn links(&self, id: InodeId) -> usize {
+        self.names.values().filter(|&&v| v == id).count()
+    }
+}
+
+fn verify(fs: &mut RwFs, m: &Model, id: InodeId, what: &str) -> Result<(), String> {
+    let want = &m.data[&id];
+    let st = fs.stat(id).map_err(|e| format!("{what}: stat: {e}"))?;
+    if st.size != want.len() as u64 {
+        return Err(format!(
+            "{what}: inode {} size {} want {}",
+            id.ino,
+            st.size,
+            want.len()
+        ));
+    }
+    if st.nlink as usize != m.links(id) {
+        return Err(format!(
+            "{what}: inode {} nlink {} want {}",
+            id.ino,
+            st.nlink,
+            m.links(id)
+        ));
+    }
+    let got = fs
+        .read(id, 0, want.len() as u32 + 10)
+        .map_err(|e| format!("{what}: read: {e}"))?;
+    if &got != want {
+        let at = got.iter().zip(want.iter()).position(|(a, b)| a != b);
+        return Err(format!(
+            "{what}: inode {} content differs (first at {at:?}, len {} want {})",
+            id.ino,
+            got.len(),
+            want.len()
+        ));
+    }
+    // Every non-zero byte is inside a data range.
+    let mut cache = SeekCache::default();
+    let mut off = 0;
+    let mut covered = vec![false; want.len()];
+    while let Some(d) = fs.seek(id, &mut cache, off, 3).map_err(|e| e.to_string())? {
+        let h = fs
+            .seek(id, &mut cache, d, 4)
+            .map_err(|e| e.to_string())?
+            .unwrap_or(want.len() as u64);
+        for c in &mut covered[d as usize..h as usize] {
+            *c = true;
+        }
+        off = h;
+    }
+    if let Some(p) = want.iter().zip(&covered).position(|(&b, &c)| b != 0 && !c) {
+        return Err(format!(
+            "{what}: inode {}: byte {p} is data but SEEK_DATA skips it",
+            id.ino
+        ));
+    }
+    Ok(())
+}
+
+fn run_seed(seed: u64) -> Result<usize, String> {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let dev = Arc::new(MemDev::new(192 << 20));
+    let mkopts = MkfsOptions {
+        nodesize: [4096, 16384][seed as usize % 2],
+        fsid: Some([0x25; 16]),
+        no_holes: seed % 3 != 1,
+        ..Default::default()
+    };
+    let t = make(vec![("mem".into(), dev.clone())], &mkopts).map_err(|e| e.to_string())?;
+    let opts = RwOptions {
+        compress: (seed % 4 == 2).then_some((COMPRESS_ZSTD, 1)),
+        nodatacow: seed % 4 == 3,
+        nodatasum: seed % 4 == 3,
+        dirty_limit: [1 << 20, 64 << 20][seed as usize % 2],
+        ..Default::default()
+    };
+    let mut fs = RwFs::with_trans(t, opts).map_err(|e| e.to_string())?;
+    let root = InodeId {
+        subvol: FS_TREE_OBJECTID,
+        ino: FIRST_INODE,
+    };
+    let sub = fs
+        .create(root, b"d", 0o040755, 0, 0, 0)
+        .map_err(|e| e.to_string())?;
+    let dirs = [root, sub];
+    let mut m = Model::default();
+    let names: [&[u8]; 5] = [b"a", b"b", b"c", b"e", b"f"];
+    let steps = 60 + rng.below(80) as usize;
+    let mut log: Vec<String> = Vec::new();
+    for step in 0..steps {
+        let files = m.files();
+        let pick = |rng: &mut Rng| -> Option<InodeId> {
+            (!files.is_empty()).then(|| files[rng.below(files.len() as u64) as usize])
+        };
+        let di = rng.below(2) as usize;
+        let name = names[rng.below(5) as usize].to_vec();
+        let op = rng.below(20);
+        let what;
+        let mut touched: Vec<InodeId> = Vec::new();
+        match op {
+            0..=2 => {
+                what = format!("create {di}/{}", String::from_utf8_lossy(&name));
+                let r = fs.create(dirs[di], &name, 0o100644, 0, 0, 0);
+                match (m.names.contains_key(&(di, name.clone())), r) {
+                    (true, Err(e)) if e.errno() == libc::EEXIST => {}
+                    (false, Ok(id)) => {
+                        m.names.insert((di, name), id);
+                        m.data.insert(id, Vec::new());
+                        if rng.below(3) == 0 {
+                            fs.set_flags(id, 0x0080_0000)
+                                .map_err(|e| format!("{what}: chattr +C: {e}"))?;
+                        }
+                        touched.push(id);
+                    }
+                    (_, r) => return Err(format!("{what}: unexpected {r:?}")),
+                }
+            }
+            3..=7 => {
+                let Some(id) = pick(&mut rng) else { continue };
+                let size = m.data[&id].len() as u64;
+                let off = offset(&mut rng, size);
+                let len = match rng.below(4) {
+                    0 => 1 + rng.below(100),
+                    1 => 1 + rng.below(5000),
+                    2 => SS * (1 + rng.below(40)),
+                    _ => 1 + rng.below(400_000),
+                } as usize;
+                let data = pattern(&mut rng, len);
+                what = format!("write {} at {off} len {len}", id.ino);
+                fs.write(id, off, &data)
+                    .map_err(|e| format!("{what}: {e}"))?;
+                let d = m.data.get_mut(&id).unwrap();
+                if d.len() < off as usize + len {
+                    d.resize(off as usize + len, 0);
+                }
+                d[off as usize..off as usize + len].copy_from_slice(&data);
+                touched.push(id);
+            }
+            8 => {
+                let Some(id) = pick(&mut rng) else { continue };
+                let n = offset(&mut rng, m.data[&id].len() as u64);
+                what = format!("truncate {} to {n}", id.ino);
+                let a = SetAttr {
+                    size: Some(n),
+                    ..Default::default()
+                };
+                fs.setattr(id, &a).map_err(|e| format!("{what}: {e}"))?;
+                m.data.get_mut(&id).unwrap().resize(n as usize, 0);
+                touched.push(id);
+            }
+            9 | 10 => {
+                let Some(id) = pick(&mut rng) else { continue };
+                let size = m.data[&id].len() as u64;
+                let off = offset(&mut rng, size);
+                let len = 1 + rng.below(8 * SS);
+                let mode = [0, 1, 3, 0x10, 0x11][rng.below(5) as usize];
+                what = format!("fallocate {} at {off} len {len} mode {mode:#x}", id.ino);
+                fs.fallocate(id, off, len, mode)
+                    .map_err(|e| format!("{what}: {e}"))?;
+                let d = m.data.get_mut(&id).unwrap();
+                let end = (off + len) as usize;
+                if mode & 1 == 0 && d.len() < end {
+                    d.resize(end, 0);
+                }
+                if mode & 0x12 != 0 {
+                    let e = end.min(d.len());
+                    if (off as usize) < e {
+                        d[off as usize..e].fill(0);
+                    }
+                }
+                touched.push(id);
+            }
+            11 => {
+                let (Some(a), Some(b)) = (pick(&mut rng), pick(&mut rng)) else {
+                    continue;
+                };
+                let asz = m.data[&a].len() as u64;
+                let (so, doff) = if rng.below(2) == 0 {
+                    (
+                        rng.below(asz + 1) / SS * SS,
+                        rng.below(m.data[&b].len() as u64 + SS) / SS * SS,
+                    )
+                } else {
+                    (rng.below(asz + 1), rng.below(m.data[&b].len() as u64 + SS))
+                };
+                let len = if rng.below(2) == 0 {
+                    asz
+                } else {
+                    rng.below(64 * SS) + 1
+                };
+                what = format!("copy {}:{so} -> {}:{doff} len {len}", a.ino, b.ino);
+                let n = fs
+                    .copy_range(a, so, b, doff, len)
+                    .map_err(|e| format!("{what}: {e}"))?;
+                let src: Vec<u8> = m.data[&a][(so as usize).min(asz as usize)..]
+                    .iter()
+                    .take(len as usize)
+                    .copied()
+                    .collect();
+                if n as usize != src.len() {
+                    return Err(format!("{what}: copied {n} want {}", src.len()));
+                }
+                let d = m.data.get_mut(&b).unwrap();
+                let end = doff as usize + src.len();
+                if !src.is_empty() {
+                    if d.len() < end {
+                        d.resize(end, 0);
+                    }
+                    d[doff as usize..end].copy_from_slice(&src);
+                }
+                touched.push(b);
+            }
+            12 | 13 => {
+                let from: Vec<(usize, Vec<u8>)> = m.names.keys().cloned().collect();
+                if from.is_empty() {
+                    continue;
+                }
+                let (fdi, fname) = from[rng.below(from.len() as u64) as usize].clone();
+                let flags = [0u32, 0, 1, 2][rng.below(4) as usize];
+                what = format!(
+                    "rename {fdi}/{} -> {di}/{} flags {flags}",
+                    String::from_utf8_lossy(&fname),
+                    String::from_utf8_lossy(&name)
+                );
+                let r = fs.rename(dirs[fdi], &fname, dirs[di], &name, flags);
+                let src = m.names[&(fdi, fname.clone())];
+                let dst = m.names.get(&(di, name.clone())).copied();
+                let same = (fdi, &fname) == (di, &name);
+                match (flags, dst, r) {
+                    (2, None, Err(e)) if e.errno() == libc::ENOENT => {}
+                    (2, Some(d), Ok(())) => {
+                        m.names.insert((fdi, fname), d);
+                        m.names.insert((di, name), src);
+                        touched.extend([src, d]);
+                    }
+                    (1, Some(_), Err(e)) if e.errno() == libc::EEXIST => {}
+                    (_, _, Ok(())) if flags != 2 => {
+                        if !same && dst != Some(src) {
+                            m.names.remove(&(fdi, fname));
+                            if let Some(old) = m.names.insert((di, name), src) {
+                                if m.links(old) == 0 {
+                                    m.data.remove(&old);
+                                } else {
+                                    touched.push(old);
+                                }
+                            }
+                        }
+                        touched.push(src);
+                    }
+                    (_, _, r) => return Err(format!("{what}: unexpected {r:?} (dst {dst:?})")),
+                }
+            }
+            14 => {
+                let Some(id) = pick(&mut rng) else { continue };
+                what = format!("link {} as {di}/{}", id.ino, String::from_utf8_lossy(&name));
+                let r = fs.link(id, dirs[di], &name);
+                match (m.names.contains_key(&(di, name.clone())), r) {
+                    (true, Err(e)) if e.errno() == libc::EEXIST => {}
+                    (false, Ok(())) => {
+                        m.names.insert((di, name), id);
+                        touched.push(id);
+                    }
+                    (_, r) => return Err(format!("{what}: unexpected {r:?}")),
+                }
+            }
+            15 | 16 => {
+                what = format!("unlink {di}/{}", String::from_utf8_lossy(&name));
+                let r = fs.unlink(dirs[di], &name);
+                match (m.names.remove(&(di, name)), r) {
+                    (None, Err(e)) if e.errno() == libc::ENOENT => {}
+                    (Some(id), Ok(())) => {
+                        if m.links(id) == 0 {
+                            m.data.remove(&id);
+                        } else {
+                            touched.push(id);
+                        }
+                    }
+                    (_, r) => return Err(format!("{what}: unexpected {r:?}")),
+                }
+            }
+            17 => {
+                what = "commit".into();
+                fs.commit().map_err(|e| format!("{what}: {e}"))?;
+            }
+            18 => {
+                let Some(id) = pick(&mut rng) else { continue };
+                what = format!("fsync {}", id.ino);
+                fs.fsync(id).map_err(|e| format!("{what}: {e}"))?;
+            }
+            _ => {
+                // An open file loses its last name, is read, then closed.
+                let Some(id) = pick(&mut rng) else { continue };
+                if m.links(id) != 1 {
+                    continue;
+                }
+                let key = m
+                    .names
+                    .iter()
+                    .find(|(_, &v)| v == id)
+                    .map(|(k, _)| k.clone())
+                    .unwrap();
+                what = format!("unlink open {}", id.ino);
+                fs.opened(id);
+                fs.unlink(dirs[key.0], &key.1)
+                    .map_err(|e| format!("{what}: {e}"))?;
+                m.names.remove(&key);
+                let got = fs
+                    .read(id, 0, 1 << 30)
+                    .map_err(|e| format!("{what}: read: {e}"))?;
+                if got != m.data[&id] {
+                    return Err(format!("{what}: orphan reads differ"));
+                }
+                fs.released(id)
+                    .map_err(|e| format!("{what}: release: {e}"))?;
+                m.data.remove(&id);
+                if fs.stat(id).is_ok() {
+                    return Err(format!("{what}: inode still there after the last close"));
+                }
+            }
+        }
+        log.push(format!("{step}: {what}"));
+        for id in touched {
+            if m.data.contains_key(&id) {
+                verify(&mut fs, &m, id, &what)
+                    .map_err(|e| format!("{e}\nlog:\n{}", log.join("\n")))?;
+            }
+        }
+    }
+    for id in m.files() {
+        verify(&mut fs, &m, id, "end").map_err(|e| format!("{e}\nlog:\n{}", log.join("\n")))?;
+    }
+    fs.unmount().map_err(|e| e.to_string())?;
+    drop(fs);
+    ubtrfs_engine::tools::check::check_dev(dev.clone())
+        .map_err(|e| format!("engine check: {e}\nlog:\n{}", log.join("\n")))?;
+    btrfs_check(&dev).map_err(|e| format!("{e}\nlog:\n{}", log.join("\n")))?;
+    // The read-only engine sees what the model holds.
+    let d =
+        Device::from_dev(std::path::Path::new("mem"), dev.clone()).map_err(|e| e.to_string())?;
+    let reader = Filesystem::from_devices(vec![d], 16 << 20).map_err(|e| e.to_string())?;
+    for ((di, name), id) in &m.names {
+        let dir = if *di == 0 { root } else { sub };
+        let e = reader
+            .lookup(dir, name)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("reader: no {di}/{}", String::from_utf8_lossy(name)))?;
+        if e.target != *id {
+            return Err(format!(
+                "reader: {di}/{} is {:?} want {id:?}",
+                String::from_utf8_lossy(name),
+                e.target
+            ));
+        }
+        let want = &m.data[id];
+        let mut fh = FileHandle::open(&reader, *id).map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; want.len()];
+        let n = fh
+            .read_at(&reader, 0, &mut buf)
+            .map_err(|e| format!("reader: inode {}: {e}", id.ino))?;
+        if n != want.len() || &buf != want {
+            return Err(format!(
+                "reader: inode {} content differs\nlog:\n{}",
+                id.ino,
+                log.join("\n")
+            ));
+        }
+    }
+    Ok(steps)
+}
+
+#[test]
+fn vfs_operations_match_a_model() {
+    let seeds: Vec<u64> = match std::env::var("UBTRFS_VFS_MODEL_SEED") {
+        Ok(s) => vec![s.parse().expect("UBTRFS_VFS_MODEL_SEED")],
+        Err(_) => {
+            let n = std::env::var("UBTRFS_VFS_MODEL_SEEDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(40);
+            (1..=n).collect()
+        }
+    };
+    let mut failed = Vec::new();
+    let mut ops = 0;
+    for s in &seeds {
+        match run_seed(*s) {
+            Ok(n) => ops += n,
+            Err(e) => {
+                eprintln!("seed {s}: {e}");
+                failed.push(*s);
+            }
+        }
+    }
+    assert!(failed.is_empty(), "seeds failed: {failed:?}");
+    eprintln!("vfs_model: {} seeds, {ops} operations", seeds.len());
+}
+
+/// A full filesystem is ENOSPC at write(2), never a lost writeback: what
+/// was accepted is committed, reads back, and the image checks clean.
+#[test]
+fn vfs_full_filesystem_is_enospc_at_write() {
+    let dev = Arc::new(MemDev::new(160 << 20));
+    let mkopts = MkfsOptions {
+        fsid: Some([0x26; 16]),
+        ..Default::default()
+    };
+    let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
+    let mut fs = RwFs::with_trans(t, RwOptions::default()).unwrap();
+    let root = InodeId {
+        subvol: FS_TREE_OBJECTID,
+        ino: FIRST_INODE,
+    };
+    let mut accepted = Vec::new();
+    let mut refused = 0;
+    for i in 0..40u64 {
+        let id = fs
+            .create(root, format!("f{i}").as_bytes(), 0o100644, 0, 0, 0)
+            .unwrap();
+        let data: Vec<u8> = (0..(8u64 << 20))
+            .map(|b| ((b * (i + 3)) >> 9) as u8)
+            .collect();
+        match fs.write(id, 0, &data) {
+            Ok(_) => accepted.push((id, data)),
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        refused > 0 && !accepted.is_empty(),
+        "accepted {} refused {refused}",
+        accepted.len()
+    );
+    fs.unmount().expect("the final commit of accepted data");
+    for (id, data) in &accepted {
+        assert_eq!(&fs.read(*id, 0, data.len() as u32).unwrap(), data);
+    }
+    drop(fs);
+    ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
+    btrfs_check(&dev).unwrap();
+}

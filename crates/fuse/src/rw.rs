@@ -1,0 +1,785 @@
+//! The read-write mount: every request answered by the engine's
+//! [`RwFs`] (one transaction, delayed allocation), behind one lock.
+//!
+//! - Node ids are the read-only mount's ([`crate::ino`]): a pure function
+//!   of (subvolume, inode).
+//! - Each open file keeps its SEEK_DATA/SEEK_HOLE cache (the engine's
+//!   [`SeekCache`]), so a walk of a file costs one map build per change.
+//! - The kernel checks permissions (`default_permissions`) from the
+//!   attributes we answer; what inode flags forbid (immutable,
+//!   append-only) is refused by the engine.
+//! - The kernel's writeback cache is off: every write reaches the daemon
+//!   at once, so the dirty ranges the engine holds are exactly what has
+//!   been written (what SEEK_DATA must see).
+//! - A thread commits when the commit interval has passed (or too much
+//!   is dirty); fsync commits; unmount commits last.
+
+use crate::ino;
+use crate::logging;
+use fuser::{
+    Errno, FileAttr, FileType, FopenFlags, Generation, INodeNo, KernelConfig, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use ubtrfs_engine::vfs::attr::{SetAttr, SetTime};
+use ubtrfs_engine::vfs::seek::SeekCache;
+use ubtrfs_engine::vfs::RwFs;
+use ubtrfs_engine::{Error, InodeId, Stat};
+use ubtrfs_format::items::Timespec;
+
+/// FS_IOC_GETFLAGS / FS_IOC_SETFLAGS as FUSE forwards them (the kernel's
+/// fileattr code sends them with a 4-byte argument).
+const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
+const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+
+/// An open file.
+struct Handle {
+    id: InodeId,
+    seek: SeekCache,
+}
+
+/// The read-write FUSE filesystem.
+pub struct RwFuse {
+    fs: Arc<Mutex<RwFs>>,
+    root: InodeId,
+    ttl: Duration,
+    sectorsize: u32,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+}
+
+fn system_time(t: &Timespec) -> SystemTime {
+    if t.sec >= 0 {
+        UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec.min(999_999_999))
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs())
+            + Duration::from_nanos(t.nsec.min(999_999_999) as u64)
+    }
+}
+
+fn timespec(t: SystemTime) -> Timespec {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        },
+        Err(e) => {
+            let d = e.duration();
+            let (mut sec, mut nsec) = (-(d.as_secs() as i64), d.subsec_nanos());
+            if nsec > 0 {
+                sec -= 1;
+                nsec = 1_000_000_000 - nsec;
+            }
+            Timespec { sec, nsec }
+        }
+    }
+}
+
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(timespec(t)),
+    }
+}
+
+fn file_type(mode: u32) -> FileType {
+    match mode & 0o170000 {
+        0o040000 => FileType::Directory,
+        0o120000 => FileType::Symlink,
+        0o020000 => FileType::CharDevice,
+        0o060000 => FileType::BlockDevice,
+        0o010000 => FileType::NamedPipe,
+        0o140000 => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+/// The errno of an engine error; failures of the image or host logged.
+fn errno(op: &str, e: Error) -> Errno {
+    if e.kind().is_failure() {
+        logging::error(&format!("{op}: {e}"));
+    }
+    Errno::from_i32(e.errno())
+}
+
+impl RwFuse {
+    pub fn new(fs: Arc<Mutex<RwFs>>, root: InodeId, ttl: Duration) -> RwFuse {
+        let sectorsize = fs.lock().map(|f| f.sectorsize() as u32).unwrap_or(4096);
+        RwFuse {
+            fs,
+            root,
+            ttl,
+            sectorsize,
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+        }
+    }
+
+    fn fs(&self) -> MutexGuard<'_, RwFs> {
+        self.fs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn inode(&self, node: INodeNo) -> InodeId {
+        if node.0 == ino::ROOT_NODE {
+            self.root
+        } else {
+            ino::decode(node.0)
+        }
+    }
+
+    fn node_of(&self, id: InodeId) -> Result<u64, Errno> {
+        if id == self.root {
+            return Ok(ino::ROOT_NODE);
+        }
+        ino::encode(id).ok_or(Errno::EOVERFLOW)
+    }
+
+    fn attr(&self, st: &Stat) -> Result<FileAttr, Errno> {
+        let ss = self.sectorsize as u64;
+        Ok(FileAttr {
+            ino: INodeNo(self.node_of(st.id)?),
+            size: st.size,
+            blocks: st.nbytes.div_ceil(ss) * ss / 512,
+            atime: system_time(&st.atime),
+            mtime: system_time(&st.mtime),
+            ctime: system_time(&st.ctime),
+            crtime: system_time(&st.otime),
+            kind: file_type(st.mode),
+            perm: (st.mode & 0o7777) as u16,
+            nlink: st.nlink,
+            uid: st.uid,
+            gid: st.gid,
+            rdev: st.rdev as u32,
+            blksize: self.sectorsize,
+            flags: 0,
+        })
+    }
+
+    /// Stat and attributes of `id`, for an entry reply.
+    fn entry(&self, fs: &mut RwFs, id: InodeId) -> Result<(FileAttr, Generation), Errno> {
+        let st = fs.stat(id).map_err(|e| errno("stat", e))?;
+        Ok((self.attr(&st)?, Generation(st.generation)))
+    }
+
+    fn reply_entry(&self, op: &str, reply: ReplyEntry, res: Result<InodeId, Error>) {
+        let mut fs = self.fs();
+        match res
+            .map_err(|e| errno(op, e))
+            .and_then(|id| self.entry(&mut fs, id))
+        {
+            Ok((attr, g)) => reply.entry(&self.ttl, &attr, g),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn new_handle(&self, id: InodeId) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                fh,
+                Handle {
+                    id,
+                    seek: SeekCache::default(),
+                },
+            );
+        fh
+    }
+}
+
+impl fuser::Filesystem for RwFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        use fuser::InitFlags;
+        let caps = config.capabilities();
+        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_MAX_PAGES
+            | InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_ATOMIC_O_TRUNC;
+        let _ = config.add_capabilities(wanted & caps);
+        let mut w = 1 << 20;
+        while let Err(max) = config.set_max_write(w) {
+            if max == w {
+                break;
+            }
+            w = max;
+        }
+        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.fs().unmount() {
+            logging::error(&format!("final commit: {e}"));
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let dir = self.inode(parent);
+        let res = self.fs().lookup(dir, name.as_bytes());
+        match res {
+            Ok(Some(id)) => self.reply_entry("lookup", reply, Ok(id)),
+            Ok(None) => reply.error(Errno::ENOENT),
+            Err(e) => reply.error(errno("lookup", e)),
+        }
+    }
+
+    fn getattr(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        _fh: Option<fuser::FileHandle>,
+        reply: ReplyAttr,
+    ) {
+        let id = self.inode(node);
+        let res = self.fs().stat(id);
+        match res
+            .map_err(|e| errno("getattr", e))
+            .and_then(|st| self.attr(&st))
+        {
+            Ok(a) => reply.attr(&self.ttl, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn setattr(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<fuser::FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let id = self.inode(node);
+        let a = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            ctime: ctime.map(timespec),
+        };
+        let res = self.fs().setattr(id, &a);
+        match res
+            .map_err(|e| errno("setattr", e))
+            .and_then(|st| self.attr(&st))
+        {
+            Ok(a) => reply.attr(&self.ttl, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, node: INodeNo, reply: ReplyData) {
+        let res = self.fs().readlink(self.inode(node));
+        match res {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno("readlink", e)),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let dir = self.inode(parent);
+        let res = self.fs().create(
+            dir,
+            name.as_bytes(),
+            mode,
+            rdev as u64,
+            req.uid(),
+            req.gid(),
+        );
+        self.reply_entry("mknod", reply, res);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let dir = self.inode(parent);
+        let mode = 0o040000 | (mode & 0o7777);
+        let res = self
+            .fs()
+            .create(dir, name.as_bytes(), mode, 0, req.uid(), req.gid());
+        self.reply_entry("mkdir", reply, res);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self.fs().unlink(self.inode(parent), name.as_bytes());
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("unlink", e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self.fs().rmdir(self.inode(parent), name.as_bytes());
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("rmdir", e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let res = self.fs().symlink(
+            self.inode(parent),
+            link_name.as_bytes(),
+            target.as_os_str().as_bytes(),
+            req.uid(),
+            req.gid(),
+        );
+        self.reply_entry("symlink", reply, res);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let res = self.fs().rename(
+            self.inode(parent),
+            name.as_bytes(),
+            self.inode(newparent),
+            newname.as_bytes(),
+            flags.bits(),
+        );
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("rename", e)),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let id = self.inode(node);
+        let res = self
+            .fs()
+            .link(id, self.inode(newparent), newname.as_bytes())
+            .map(|_| id);
+        self.reply_entry("link", reply, res);
+    }
+
+    fn open(&self, _req: &Request, node: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+        let id = self.inode(node);
+        let f = flags.0;
+        let writing = f & libc::O_ACCMODE != libc::O_RDONLY || f & libc::O_TRUNC != 0;
+        let mut fs = self.fs();
+        if writing {
+            if let Err(e) = fs.check_open_write(id, f & libc::O_APPEND != 0) {
+                return reply.error(errno("open", e));
+            }
+        }
+        if f & libc::O_TRUNC != 0 {
+            let a = SetAttr {
+                size: Some(0),
+                ..Default::default()
+            };
+            if let Err(e) = fs.setattr(id, &a) {
+                return reply.error(errno("open", e));
+            }
+        }
+        fs.opened(id);
+        drop(fs);
+        let fh = self.new_handle(id);
+        reply.opened(fuser::FileHandle(fh), FopenFlags::empty());
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        _fh: fuser::FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
+        let res = self.fs().read(self.inode(node), offset, size);
+        match res {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno("read", e)),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        _fh: fuser::FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: fuser::WriteFlags,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let res = self.fs().write(self.inode(node), offset, data);
+        match res {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno("write", e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _node: INodeNo,
+        _fh: fuser::FileHandle,
+        _lo: fuser::LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _node: INodeNo,
+        fh: fuser::FileHandle,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let h = self
+            .handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh.0);
+        if let Some(h) = h {
+            if let Err(e) = self.fs().released(h.id) {
+                logging::error(&format!("release: {e}"));
+            }
+        }
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        _fh: fuser::FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let res = self.fs().fsync(self.inode(node));
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("fsync", e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, _node: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
+        reply.opened(fuser::FileHandle(0), FopenFlags::empty());
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        _fh: fuser::FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let dir = self.inode(node);
+        let res = self.fs().readdir(dir, offset, 512);
+        match res {
+            Ok(entries) => {
+                for e in entries {
+                    let n = self.node_of(e.id).unwrap_or(0);
+                    let kind = match e.file_type {
+                        ubtrfs_format::consts::FT_DIR => FileType::Directory,
+                        ubtrfs_format::consts::FT_SYMLINK => FileType::Symlink,
+                        ubtrfs_format::consts::FT_CHRDEV => FileType::CharDevice,
+                        ubtrfs_format::consts::FT_BLKDEV => FileType::BlockDevice,
+                        ubtrfs_format::consts::FT_FIFO => FileType::NamedPipe,
+                        ubtrfs_format::consts::FT_SOCK => FileType::Socket,
+                        _ => FileType::RegularFile,
+                    };
+                    if reply.add(INodeNo(n), e.cookie, kind, OsStr::from_bytes(&e.name)) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(errno("readdir", e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _node: INodeNo,
+        _fh: fuser::FileHandle,
+        _flags: fuser::OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        _fh: fuser::FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let res = self.fs().fsync(self.inode(node));
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("fsyncdir", e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _node: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs().statfs();
+        reply.statfs(s.blocks, s.bfree, s.bavail, 0, 0, s.bsize, 255, s.bsize);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn setxattr(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let res = self
+            .fs()
+            .setxattr(self.inode(node), name.as_bytes(), value, flags);
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("setxattr", e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, node: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let res = self.fs().getxattr(self.inode(node), name.as_bytes());
+        answer_xattr(res, size, reply, "getxattr");
+    }
+
+    fn listxattr(&self, _req: &Request, node: INodeNo, size: u32, reply: ReplyXattr) {
+        let res = self.fs().listxattr(self.inode(node));
+        answer_xattr(res, size, reply, "listxattr");
+    }
+
+    fn removexattr(&self, _req: &Request, node: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self.fs().removexattr(self.inode(node), name.as_bytes());
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("removexattr", e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let dir = self.inode(parent);
+        let mode = if mode & 0o170000 == 0 {
+            mode | 0o100000
+        } else {
+            mode
+        };
+        let mut fs = self.fs();
+        let res = fs
+            .create(dir, name.as_bytes(), mode, 0, req.uid(), req.gid())
+            .map_err(|e| errno("create", e))
+            .and_then(|id| self.entry(&mut fs, id).map(|a| (id, a)));
+        match res {
+            Ok((id, (attr, g))) => {
+                fs.opened(id);
+                drop(fs);
+                let fh = self.new_handle(id);
+                reply.created(
+                    &self.ttl,
+                    &attr,
+                    g,
+                    fuser::FileHandle(fh),
+                    FopenFlags::empty(),
+                );
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn ioctl(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        _fh: fuser::FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let id = self.inode(node);
+        match cmd {
+            FS_IOC_GETFLAGS => match self.fs().get_flags(id) {
+                Ok(f) => reply.ioctl(0, &f.to_le_bytes()),
+                Err(e) => reply.error(errno("ioctl", e)),
+            },
+            FS_IOC_SETFLAGS => {
+                let Some(b) = in_data.get(..4) else {
+                    return reply.error(Errno::EINVAL);
+                };
+                let f = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                match self.fs().set_flags(id, f) {
+                    Ok(()) => reply.ioctl(0, &[]),
+                    Err(e) => reply.error(errno("ioctl", e)),
+                }
+            }
+            _ => reply.error(Errno::ENOTTY),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        _fh: fuser::FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let res = self.fs().fallocate(self.inode(node), offset, length, mode);
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("fallocate", e)),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        fh: fuser::FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
+            return reply.error(Errno::EINVAL);
+        }
+        if offset < 0 {
+            return reply.error(Errno::ENXIO);
+        }
+        let id = self.inode(node);
+        let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        let mut scratch = SeekCache::default();
+        let cache = match handles.get_mut(&fh.0) {
+            Some(h) if h.id == id => &mut h.seek,
+            _ => &mut scratch,
+        };
+        let res = self.fs().seek(id, cache, offset as u64, whence);
+        match res {
+            Ok(Some(o)) => reply.offset(o as i64),
+            Ok(None) => reply.error(Errno::ENXIO),
+            Err(e) => reply.error(errno("lseek", e)),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: fuser::FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: fuser::FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let len = len.min(u32::MAX as u64 & !0xfff);
+        let res = self.fs().copy_range(
+            self.inode(ino_in),
+            offset_in,
+            self.inode(ino_out),
+            offset_out,
+            len,
+        );
+        match res {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno("copy_file_range", e)),
+        }
+    }
+}
+
+fn answer_xattr(res: Result<Vec<u8>, Error>, size: u32, reply: ReplyXattr, op: &str) {
+    match res {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(errno(op, e)),
+    }
+}
