@@ -24,6 +24,25 @@ if ! command -v cargo >/dev/null; then
   source "$HOME/.cargo/env"
 fi
 
+# The read-write mount's test tools (tests/tests/rw_mount.rs), built by
+# cargo into ~/.cargo/bin when the wanted version is not there (about a
+# minute each on 2 CPUs): pjdfstest (POSIX conformance; libacl1-dev to
+# build, and the users nobody and tests to switch to) and fsx
+# (asomers/fsx-rs).
+install_tool() { # NAME VERSION
+  local bin="${CARGO_HOME:-$HOME/.cargo}/bin/$1"
+  if [[ -x $bin ]] && [[ $("$bin" --version 2>/dev/null) == "$1 $2" ]]; then
+    return
+  fi
+  echo "setup.sh: cargo install $1 $2"
+  cargo install --locked --quiet --force "$1" --version "$2"
+}
+install_tool pjdfstest 0.2.2
+install_tool fsx 0.3.2
+if ! getent passwd tests >/dev/null; then
+  $SUDO useradd -U -M -d / -s /usr/sbin/nologin -c "pjdfstest dummy user" tests
+fi
+
 cargo build --release --locked
 BIN=${CARGO_TARGET_DIR:-target}/release/ubtrfs
 

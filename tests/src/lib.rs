@@ -15,7 +15,10 @@
 //!   on drop (unmount with a lazy fallback);
 //! * [`rng`]: the seeded PRNG;
 //! * [`trees`]: the engine's view of a fixture (trees, every block);
-//! * [`send_support`]: send streams, `btrfs receive`.
+//! * [`send_support`]: send streams, `btrfs receive`;
+//! * [`rw_mount`]: the read-write mount's tests: ubtrfs's rw mount as a
+//!   child process, the kernel's as the reference, rw_ops.py, pjdfstest
+//!   and fsx with structured results.
 //!
 //! Everything is re-exported at the top, so tests `use ubtrfs_oracle::*`.
 
@@ -28,6 +31,7 @@ pub mod paths;
 pub mod require;
 pub mod rng;
 pub mod run;
+pub mod rw_mount;
 pub mod send_support;
 pub mod trees;
 
@@ -39,4 +43,5 @@ pub use paths::*;
 pub use require::*;
 pub use rng::*;
 pub use run::*;
+pub use rw_mount::*;
 pub use trees::*;

@@ -112,6 +112,21 @@ impl Mount {
         self.do_unmount();
     }
 
+    /// Unmounts now with a plain umount (after sync); Err with its output
+    /// when that fails (busy), after a lazy unmount.
+    pub fn try_unmount(mut self) -> Result<(), String> {
+        let _ = Command::new("sync").output();
+        let r = run(Command::new("umount").arg(&self.dir)).map(|_| ());
+        if r.is_err() {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
+        }
+        self.mounted = false;
+        if self.own_dir {
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+        r
+    }
+
     fn do_unmount(&mut self) {
         if self.mounted {
             let _ = Command::new("sync").output();

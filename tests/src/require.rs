@@ -78,3 +78,55 @@ pub fn geteuid() -> u32 {
         })
         .unwrap_or(u32::MAX)
 }
+
+/// A test tool scripts/setup.sh installs with `cargo install` (pjdfstest,
+/// fsx): $UBTRFS_<NAME> (upper case), else on PATH, else in
+/// $CARGO_HOME/bin or ~/.cargo/bin. None (after failing under
+/// UBTRFS_REQUIRE_KERNEL=1, or saying the test is skipped) when missing.
+pub fn cargo_tool(test: &str, name: &str) -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let var = format!("UBTRFS_{}", name.to_uppercase());
+    if let Ok(p) = std::env::var(&var) {
+        return Some(PathBuf::from(p));
+    }
+    if let Ok(o) = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()
+    {
+        let p = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        if o.status.success() && !p.is_empty() {
+            return Some(PathBuf::from(p));
+        }
+    }
+    let homes = [
+        std::env::var("CARGO_HOME").ok().map(PathBuf::from),
+        std::env::var("HOME")
+            .ok()
+            .map(|h| PathBuf::from(h).join(".cargo")),
+    ];
+    for h in homes.into_iter().flatten() {
+        let p = h.join("bin").join(name);
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    unavailable(
+        test,
+        name,
+        &format!(
+            "not on PATH, not in ~/.cargo/bin, ${var} unset (bash scripts/setup.sh installs it)"
+        ),
+    );
+    None
+}
+
+/// Whether user `name` exists (pjdfstest switches to `nobody` and `tests`).
+pub fn user_available(test: &str, name: &str) -> bool {
+    let ok = std::fs::read_to_string("/etc/passwd")
+        .is_ok_and(|s| s.lines().any(|l| l.split(':').next() == Some(name)));
+    ok || unavailable(
+        test,
+        &format!("user {name}"),
+        "no such user (bash scripts/setup.sh adds it)",
+    )
+}

@@ -1,0 +1,720 @@
+//! Support for the read-write mount's tests (tests/tests/rw_mount.rs):
+//!
+//! * [`UbtrfsMount`]: `ubtrfs mount -f -o rw[,extra] IMAGE MNT` as a child
+//!   process; [`UbtrfsMount::unmount`] waits for it to exit 0 (it commits
+//!   before exiting), [`UbtrfsMount::kill9`] is the crash; unmounted
+//!   lazily and killed on drop;
+//! * [`RwMount`]: the kernel's read-write loop mount (the reference) or
+//!   ours (the subject), behind one interface, so that every scenario runs
+//!   the same code against both;
+//! * [`RwOps`]: tests/oracle/rw_ops.py (a seeded workload checked against
+//!   its model; `--verify-only` checks a tree against the replayed model);
+//! * [`compare_rw_manifests`]: two trees made by the same rw_ops run,
+//!   without inode numbers and clock-set times;
+//! * pjdfstest ([`run_pjdfstest`], [`parse_pjdfstest`]) and fsx
+//!   ([`run_fsx`]), with structured results.
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::manifest::records;
+use crate::mounts::{is_mounted, Mount};
+use crate::paths::repo_root;
+use crate::run::{run, run_limited, spawn_limited, tail, ubtrfs_bin, Limited, Limits, Run};
+
+/// A fresh image of `size` bytes made by `ubtrfs mkfs -q -f -b SIZE`.
+pub fn mkfs_image(image: &Path, size: &str) -> Result<(), String> {
+    let _ = std::fs::remove_file(image);
+    run(Command::new(ubtrfs_bin())
+        .args(["mkfs", "-q", "-f", "-b", size])
+        .arg(image))
+    .map(|_| ())
+}
+
+/// The line of /proc/self/mountinfo for mount point `dir`: (per-mount
+/// options, file system type, super block options).
+pub fn mount_entry(dir: &Path) -> Option<(String, String, String)> {
+    let want = dir.display().to_string();
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // The last mount on `dir` is the one seen.
+    info.lines()
+        .rev()
+        .find(|l| l.split(' ').nth(4) == Some(want.as_str()))
+        .and_then(|l| {
+            let (head, rest) = l.split_once(" - ")?;
+            let opts = head.split(' ').nth(5)?.to_string();
+            let mut r = rest.split(' ');
+            let fstype = r.next()?.to_string();
+            let _source = r.next();
+            Some((opts, fstype, r.next().unwrap_or("").to_string()))
+        })
+}
+
+/// `ubtrfs mount -f -o rw[,extra] IMAGE MNT`, a child of this process.
+pub struct UbtrfsMount {
+    pub dir: PathBuf,
+    pub image: PathBuf,
+    /// The mount's stderr (its log lines).
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl UbtrfsMount {
+    /// Starts the mount and waits (30 s at most) until `dir` is a FUSE
+    /// mount; Err (with the log's tail) when the process ends first, or
+    /// when the mount is not read-write.
+    pub fn start(image: &Path, dir: &Path, extra: &str) -> Result<UbtrfsMount, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let log = dir.with_extension("mount.log");
+        let opts = if extra.is_empty() {
+            "rw".to_string()
+        } else {
+            format!("rw,{extra}")
+        };
+        let child = Command::new(ubtrfs_bin())
+            .args(["mount", "-f", "-o", &opts])
+            .arg(image)
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(File::create(&log).map_err(|e| e.to_string())?)
+            .stderr(File::create(&log).map_err(|e| e.to_string())?)
+            .spawn()
+            .map_err(|e| format!("spawn ubtrfs mount: {e}"))?;
+        let mut m = UbtrfsMount {
+            dir: dir.to_path_buf(),
+            image: image.to_path_buf(),
+            log,
+            child: Some(child),
+        };
+        let what = format!("ubtrfs mount -f -o {opts} {}", image.display());
+        let t = Instant::now();
+        loop {
+            if let Some((mopts, fstype, _)) = mount_entry(dir) {
+                if !fstype.starts_with("fuse") {
+                    return Err(format!("{what}: {} is a {fstype} mount", dir.display()));
+                }
+                if mopts.split(',').next() != Some("rw") {
+                    let err = format!(
+                        "{what}: the mount is read-only ({mopts}); log: {}",
+                        m.log_tail()
+                    );
+                    m.kill9();
+                    return Err(err);
+                }
+                return Ok(m);
+            }
+            if let Some(s) = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                m.child = None;
+                return Err(format!(
+                    "{what}: exited ({s}) before mounting; log: {}",
+                    m.log_tail()
+                ));
+            }
+            if t.elapsed() > Duration::from_secs(30) {
+                return Err(format!(
+                    "{what}: not mounted after 30 s; log: {}",
+                    m.log_tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// The last lines of the mount's log.
+    pub fn log_tail(&self) -> String {
+        tail(
+            &std::fs::read_to_string(&self.log).unwrap_or_default(),
+            1500,
+        )
+    }
+
+    /// umount, then wait (`timeout`) for the process to exit: Ok when it
+    /// exits 0 (everything committed), Err with its status and log
+    /// otherwise (a busy mount is unmounted lazily, the process killed).
+    pub fn unmount_within(mut self, timeout: Duration) -> Result<(), String> {
+        let r = run(Command::new("umount").arg(&self.dir));
+        if let Err(e) = r {
+            let log = self.log_tail();
+            self.kill9();
+            return Err(format!("umount {}: {e}; log: {log}", self.dir.display()));
+        }
+        let mut child = self.child.take().expect("a running mount");
+        let t = Instant::now();
+        let status: ExitStatus = loop {
+            if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+                break s;
+            }
+            if t.elapsed() > timeout {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "ubtrfs mount did not exit within {timeout:?} of umount; log: {}",
+                    self.log_tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "ubtrfs mount exited with {status} after umount; log: {}",
+                self.log_tail()
+            ))
+        }
+    }
+
+    /// [`UbtrfsMount::unmount_within`] five minutes.
+    pub fn unmount(self) -> Result<(), String> {
+        self.unmount_within(Duration::from_secs(300))
+    }
+
+    /// The crash: SIGKILL to the mount's process, then `umount -l`.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if is_mounted(&self.dir) {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
+        }
+    }
+}
+
+impl Drop for UbtrfsMount {
+    fn drop(&mut self) {
+        if self.child.is_some() || is_mounted(&self.dir) {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
+            self.kill9();
+        }
+    }
+}
+
+/// Who writes: the kernel (the reference) or ubtrfs's mount (the subject).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    Kernel,
+    Ubtrfs,
+}
+
+impl Writer {
+    pub fn name(self) -> &'static str {
+        match self {
+            Writer::Kernel => "kernel",
+            Writer::Ubtrfs => "ubtrfs",
+        }
+    }
+}
+
+/// A read-write mount of an image by the kernel (loop device) or by
+/// ubtrfs.
+pub enum RwMount {
+    Kernel(Mount),
+    Ubtrfs(UbtrfsMount),
+}
+
+impl RwMount {
+    /// Mounts `image` read-write on `dir`. `extra`: further options (for
+    /// ubtrfs, after "rw,"; for the kernel, its btrfs options).
+    pub fn start(w: Writer, image: &Path, dir: &Path, extra: &str) -> Result<RwMount, String> {
+        match w {
+            Writer::Kernel => {
+                std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+                let img = [image.to_path_buf()];
+                std::panic::catch_unwind(|| Mount::images_at(&img, extra, false, dir))
+                    .map(RwMount::Kernel)
+                    .map_err(|_| format!("kernel mount of {} failed", image.display()))
+            }
+            Writer::Ubtrfs => UbtrfsMount::start(image, dir, extra).map(RwMount::Ubtrfs),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        match self {
+            RwMount::Kernel(m) => &m.dir,
+            RwMount::Ubtrfs(m) => &m.dir,
+        }
+    }
+
+    /// Unmounts: everything written must then be on the image.
+    pub fn finish(self) -> Result<(), String> {
+        match self {
+            RwMount::Kernel(m) => m.try_unmount(),
+            RwMount::Ubtrfs(m) => m.unmount(),
+        }
+    }
+}
+
+/// tests/oracle/rw_ops.py: `--procs` workers of `--ops` operations each.
+#[derive(Debug, Clone)]
+pub struct RwOps {
+    pub seed: u64,
+    pub ops: u64,
+    pub procs: u32,
+    /// Killed after this long (a hang of the file system under test).
+    pub timeout: Duration,
+    /// --log FILE (one line per operation).
+    pub log: Option<PathBuf>,
+}
+
+/// How an rw_ops.py run ended, with its JSON summary.
+#[derive(Debug)]
+pub struct RwOpsResult {
+    pub run: Run,
+    /// The JSON summary (Null when it printed none: killed, crashed).
+    pub summary: Value,
+}
+
+impl RwOpsResult {
+    /// Exit 0 and a summary saying ok.
+    pub fn ok(&self) -> bool {
+        self.run.code == Some(0) && self.summary["ok"] == true
+    }
+
+    /// The failures it reported (or how it ended, when it reported none).
+    pub fn describe(&self) -> String {
+        let errs: Vec<String> = self.summary["errors"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|e| e.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        format!(
+            "rw_ops exit {:?} signal {:?} timed out {} after {:.1?}; errors: {}; stderr: {}",
+            self.run.code,
+            self.run.signal,
+            self.run.timed_out,
+            self.run.elapsed,
+            if errs.is_empty() {
+                "(none)".into()
+            } else {
+                errs.join(" | ")
+            },
+            tail(&self.run.stderr, 1500)
+        )
+    }
+
+    /// The paths (from rw_ops's DIR, percent-encoded) whose mtime the
+    /// model knows.
+    pub fn explicit_mtimes(&self) -> Vec<String> {
+        self.summary["explicit_mtime"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|p| p.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// One line: elapsed, operations, reads checked, bytes written.
+    pub fn brief(&self) -> String {
+        format!(
+            "{:.1?}, {} reads checked, {} expected errors, {} bytes written, dir nlink {}",
+            self.run.elapsed,
+            self.summary["reads_checked"],
+            self.summary["expected_errors"],
+            self.summary["bytes_written"],
+            self.summary["dir_nlink"]
+        )
+    }
+}
+
+impl RwOps {
+    pub fn new(seed: u64, ops: u64, procs: u32) -> RwOps {
+        RwOps {
+            seed,
+            ops,
+            procs,
+            timeout: Duration::from_secs(900),
+            log: None,
+        }
+    }
+
+    fn command(&self, dir: &Path) -> Command {
+        let mut c = Command::new("python3");
+        c.arg(repo_root().join("tests/oracle/rw_ops.py"))
+            .arg(dir)
+            .args(["--seed", &self.seed.to_string()])
+            .args(["--ops", &self.ops.to_string()])
+            .args(["--procs", &self.procs.to_string()]);
+        // Its own process group: a kill reaches every worker.
+        c.process_group(0);
+        c
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            timeout: self.timeout,
+            address_space: None,
+            file_size: None,
+        }
+    }
+
+    fn result(run: Run) -> RwOpsResult {
+        let summary = serde_json::from_slice(&run.stdout).unwrap_or(Value::Null);
+        RwOpsResult { run, summary }
+    }
+
+    /// Runs the workload in `dir` (an empty directory) to its end.
+    pub fn run(&self, dir: &Path, tmp: &Path) -> RwOpsResult {
+        let mut c = self.command(dir);
+        if let Some(l) = &self.log {
+            c.arg("--log").arg(l);
+        }
+        RwOps::result(run_limited(c, tmp, self.limits()))
+    }
+
+    /// Starts the workload (to be killed: [`kill_group`]).
+    pub fn spawn(&self, dir: &Path, tmp: &Path) -> Limited {
+        spawn_limited(self.command(dir), tmp, self.limits())
+    }
+
+    /// `--verify-only` of `dir` against the model of `of` (a run of the
+    /// same seed, ops and procs: its refused fallocate calls).
+    pub fn verify(&self, dir: &Path, of: &RwOpsResult, tmp: &Path) -> RwOpsResult {
+        let summary = tmp.join(format!("rw_ops-{}.json", self.seed));
+        std::fs::write(&summary, serde_json::to_vec(&of.summary).unwrap()).unwrap();
+        let mut c = self.command(dir);
+        c.arg("--verify-only").arg("--summary").arg(&summary);
+        RwOps::result(run_limited(c, tmp, self.limits()))
+    }
+}
+
+/// SIGKILL to the process group led by `l` (a command started with
+/// `process_group(0)`, as [`RwOps::spawn`] does), then its end.
+pub fn kill_group(l: Limited) -> Run {
+    let pid = l.child.id() as i32;
+    // SAFETY: kill(2) on the group this process made for the child.
+    unsafe {
+        libc::kill(-pid, libc::SIGKILL);
+    }
+    let r = l.wait();
+    // The leader is reaped; its children (killed too) may still be
+    // exiting, holding files of the mount open: wait for the group to go.
+    let t = Instant::now();
+    // SAFETY: signal 0 only asks whether the group still has a member.
+    while unsafe { libc::kill(-pid, 0) } == 0 && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    r
+}
+
+/// Compares the manifests of two trees made by the same rw_ops run,
+/// without inode numbers, and without mtimes except on the paths the run
+/// set explicitly (`explicit`, from rw_ops's DIR, found at `prefix` in the
+/// manifests: "/t"). Ok(number of paths) or Err(the differences).
+pub fn compare_rw_manifests(
+    expected: &[String],
+    actual: &[String],
+    explicit: &[String],
+    prefix: &str,
+) -> Result<usize, String> {
+    let prefix = prefix.trim_end_matches('/');
+    let known: BTreeSet<String> = explicit.iter().map(|p| format!("{prefix}{p}")).collect();
+    let mask = |lines: &[String]| -> Vec<String> {
+        records(lines)
+            .into_iter()
+            .map(|(p, mut v)| {
+                let o = v.as_object_mut().unwrap();
+                o.remove("ino");
+                if !known.contains(&p) {
+                    o.remove("mtime_ns");
+                }
+                serde_json::to_string(&v).unwrap()
+            })
+            .collect()
+    };
+    crate::manifest::compare_manifests(&mask(expected), &mask(actual), &Default::default())
+}
+
+/// How one pjdfstest test case ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PjdStatus {
+    Passed,
+    Failed,
+    Skipped,
+    ExpectedFailure,
+    UnexpectedPass,
+}
+
+/// pjdfstest's results: each test case's status, the counts of its
+/// "Summary:" line (checked against the cases), the run.
+#[derive(Debug, Default)]
+pub struct PjdResult {
+    pub cases: BTreeMap<String, PjdStatus>,
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub expected_failures: usize,
+    pub total: usize,
+    /// The panic message of each failed case.
+    pub messages: BTreeMap<String, String>,
+    pub elapsed: Duration,
+}
+
+impl PjdResult {
+    pub fn with(&self, s: PjdStatus) -> Vec<&str> {
+        self.cases
+            .iter()
+            .filter(|(_, v)| **v == s)
+            .map(|(k, _)| k.as_str())
+            .collect()
+    }
+
+    /// The counts as pjdfstest prints them.
+    pub fn counts(&self) -> String {
+        format!(
+            "{} passed, {} failed, {} skipped, {} expected failures, {} total",
+            self.passed, self.failed, self.skipped, self.expected_failures, self.total
+        )
+    }
+
+    /// Cases that pass in `reference` and do not pass here.
+    pub fn regressions_from(&self, reference: &PjdResult) -> Vec<String> {
+        reference
+            .with(PjdStatus::Passed)
+            .into_iter()
+            .filter(|n| self.cases.get(*n) != Some(&PjdStatus::Passed))
+            .map(|n| match self.messages.get(n) {
+                Some(m) => format!("{n} ({:?}): {m}", self.cases.get(n)),
+                None => format!("{n} ({:?})", self.cases.get(n)),
+            })
+            .collect()
+    }
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c == '\u{1b}' && it.peek() == Some(&'[') {
+            for d in it.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Parses pjdfstest 0.2's output: one line per case, its name (as
+/// `chmod::eperm` or `rename::changed_ctime_success::dir`) padded with
+/// spaces then `ok`, `FAILED`, `skipped`, `failed as expected` or `PASSED
+/// UNEXPECTEDLY`; tab-indented lines below a case (reasons, the panic
+/// message); a backtrace; and
+/// `Summary: F failed, S skipped, P passed, E expected failures, T total`
+/// (failed counts unexpected passes too). Err when there is no summary or
+/// its counts do not match the cases.
+pub fn parse_pjdfstest(out: &str) -> Result<PjdResult, String> {
+    const STATUS: [(&str, PjdStatus); 5] = [
+        ("failed as expected", PjdStatus::ExpectedFailure),
+        ("PASSED UNEXPECTEDLY", PjdStatus::UnexpectedPass),
+        ("FAILED", PjdStatus::Failed),
+        ("skipped", PjdStatus::Skipped),
+        ("ok", PjdStatus::Passed),
+    ];
+    let is_name = |n: &str| {
+        n.contains("::")
+            && n.split("::")
+                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    };
+    let mut r = PjdResult::default();
+    let mut summary: Option<[usize; 5]> = None;
+    let mut last_failed: Option<String> = None;
+    for raw in out.lines() {
+        let line = strip_ansi(raw);
+        if line.starts_with('\t') {
+            if let Some(n) = &last_failed {
+                let m = r.messages.entry(n.clone()).or_default();
+                if m.len() < 400 {
+                    if !m.is_empty() {
+                        m.push(' ');
+                    }
+                    m.push_str(line.trim());
+                }
+            }
+            continue;
+        }
+        if let Some(rest) = line.trim().strip_prefix("Summary:") {
+            let mut nums = [0usize; 5];
+            let parts: Vec<&str> = rest.split(',').map(str::trim).collect();
+            let keys = ["failed", "skipped", "passed", "expected failures", "total"];
+            if parts.len() != 5 {
+                return Err(format!("pjdfstest: unreadable summary line {line:?}"));
+            }
+            for (i, (p, k)) in parts.iter().zip(keys).enumerate() {
+                let (n, word) = p
+                    .split_once(' ')
+                    .ok_or_else(|| format!("pjdfstest: unreadable summary line {line:?}"))?;
+                if word != k {
+                    return Err(format!(
+                        "pjdfstest: summary line {line:?}: {word:?} for {k:?}"
+                    ));
+                }
+                nums[i] = n
+                    .parse()
+                    .map_err(|_| format!("pjdfstest: summary line {line:?}: {n:?}"))?;
+            }
+            summary = Some(nums);
+            continue;
+        }
+        if line.starts_with(' ') {
+            continue;
+        }
+        let Some((name, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        if !is_name(name) {
+            continue;
+        }
+        let rest = rest.trim();
+        let Some((_, st)) = STATUS.iter().find(|(s, _)| rest == *s) else {
+            continue;
+        };
+        if r.cases.insert(name.to_string(), *st).is_some() {
+            return Err(format!("pjdfstest: case {name} reported twice"));
+        }
+        last_failed = (*st == PjdStatus::Failed).then(|| name.to_string());
+    }
+    let Some([failed, skipped, passed, expected, total]) = summary else {
+        return Err(format!(
+            "pjdfstest: no Summary line; output ends: {}",
+            tail(out, 1500)
+        ));
+    };
+    let count = |s| r.cases.values().filter(|v| **v == s).count();
+    let seen = [
+        count(PjdStatus::Failed) + count(PjdStatus::UnexpectedPass),
+        count(PjdStatus::Skipped),
+        count(PjdStatus::Passed),
+        count(PjdStatus::ExpectedFailure),
+        r.cases.len(),
+    ];
+    if seen != [failed, skipped, passed, expected, total] {
+        return Err(format!(
+            "pjdfstest: the summary says {failed} failed, {skipped} skipped, {passed} passed, \
+             {expected} expected failures, {total} total; the case lines give {seen:?}"
+        ));
+    }
+    r.passed = passed;
+    r.failed = failed;
+    r.skipped = skipped;
+    r.expected_failures = expected;
+    r.total = total;
+    Ok(r)
+}
+
+/// tests/oracle/pjdfstest.toml: every opt-in feature btrfs has on Linux,
+/// 10 ms naps, no remounts.
+pub fn pjdfstest_config() -> PathBuf {
+    repo_root().join("tests/oracle/pjdfstest.toml")
+}
+
+/// `pjdfstest -c CONFIG -p DIR -s SECONDARY` (SECONDARY: a directory on
+/// another file system, for the EXDEV cases). Its exit status is 1 when a
+/// case fails, so only the parsed output is judged.
+pub fn run_pjdfstest(
+    bin: &Path,
+    dir: &Path,
+    secondary: &Path,
+    tmp: &Path,
+) -> Result<PjdResult, String> {
+    let mut c = Command::new(bin);
+    c.arg("-c")
+        .arg(pjdfstest_config())
+        .arg("-p")
+        .arg(dir)
+        .arg("-s")
+        .arg(secondary)
+        .env("NO_COLOR", "1");
+    let r = run_limited(
+        c,
+        tmp,
+        Limits {
+            timeout: Duration::from_secs(900),
+            address_space: None,
+            file_size: None,
+        },
+    );
+    if r.timed_out || r.signal.is_some() {
+        return Err(format!(
+            "pjdfstest: timed out {} / signal {:?} after {:.1?}; output ends: {}",
+            r.timed_out,
+            r.signal,
+            r.elapsed,
+            tail(&String::from_utf8_lossy(&r.stdout), 1500)
+        ));
+    }
+    let mut p = parse_pjdfstest(&String::from_utf8_lossy(&r.stdout))
+        .map_err(|e| format!("{e}; stderr: {}", tail(&r.stderr, 500)))?;
+    p.elapsed = r.elapsed;
+    Ok(p)
+}
+
+/// tests/oracle/fsx.toml: every operation fsx-rs has (mmap, fallocate,
+/// punch hole, copy_file_range, sendfile, fadvise, fsync, close/open),
+/// files up to 1 MiB.
+pub fn fsx_config() -> PathBuf {
+    repo_root().join("tests/oracle/fsx.toml")
+}
+
+/// How an fsx run ended.
+#[derive(Debug)]
+pub struct FsxResult {
+    pub ok: bool,
+    pub code: Option<i32>,
+    pub elapsed: Duration,
+    /// stdout then stderr (its operation log and the miscompare on failure).
+    pub output: String,
+}
+
+/// `fsx -f CONFIG -N OPS -S SEED -P ARTIFACTS FILE`: ok when it exits 0
+/// saying "All operations completed A-OK!".
+pub fn run_fsx(
+    bin: &Path,
+    file: &Path,
+    seed: u64,
+    ops: u64,
+    artifacts: &Path,
+    tmp: &Path,
+) -> FsxResult {
+    std::fs::create_dir_all(artifacts).unwrap();
+    let mut c = Command::new(bin);
+    c.arg("-f")
+        .arg(fsx_config())
+        .args(["-N", &ops.to_string(), "-S", &seed.to_string()])
+        .arg("-P")
+        .arg(artifacts)
+        .arg(file);
+    let r = run_limited(
+        c,
+        tmp,
+        Limits {
+            timeout: Duration::from_secs(900),
+            address_space: None,
+            file_size: None,
+        },
+    );
+    let output = format!("{}{}", String::from_utf8_lossy(&r.stdout), r.stderr);
+    FsxResult {
+        ok: r.code == Some(0) && output.contains("All operations completed A-OK!"),
+        code: r.code,
+        elapsed: r.elapsed,
+        output,
+    }
+}

@@ -1,0 +1,700 @@
+//! The read-write mount (`ubtrfs mount -o rw`) judged by the kernel. Each
+//! scenario runs twice, with the same code: `*_reference_on_kernel` with
+//! the kernel's own read-write btrfs mount as the writer (proving the
+//! harness: it must pass today), and `*_ubtrfs*` with ubtrfs's mount as
+//! the writer (the subject: it fails until the read-write mount exists).
+//! Run only the references with `cargo test --test rw_mount reference`.
+//!
+//! (a) rw_ops.py (seeded fsx/fsstress-like workload, every read checked
+//!     against its model) on a fresh `ubtrfs mkfs` image; unmount (ubtrfs
+//!     must exit 0: everything committed); `btrfs check --readonly` clean;
+//!     the kernel mounts it and `rw_ops.py --verify-only` finds the tree
+//!     the model expects; the kernel then writes (cp -a, rm -r) and
+//!     `btrfs check` stays clean.
+//! (b) The same seed through two mounts: the trees' manifests equal, but
+//!     for inode numbers and the times the clock set, both live through
+//!     each mount and read back by the kernel after unmounting.
+//! (c) A read-only snapshot of the top level taken before the mount
+//!     (`ubtrfs subvolume snapshot -r`) is unchanged, manifest for
+//!     manifest, after the mount rewrote, truncated and deleted the files
+//!     it shares and ran rw_ops beside it; writing into it fails (EROFS).
+//! (d) SIGKILL in the middle of a workload, at seeded moments (for the
+//!     kernel, which cannot be killed, the workload is killed and the
+//!     mount unmounted): `btrfs check` clean, the kernel mounts it, reads
+//!     everything, writes, and `btrfs check` stays clean.
+//! (e) pjdfstest (tests/oracle/pjdfstest.toml): on ubtrfs's mount, every
+//!     case that passes on the kernel's mount of the same kind of image
+//!     must pass; the counts are printed.
+//! (f) fsx (tests/oracle/fsx.toml) on the mount; `btrfs check` clean after.
+//!
+//! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
+//! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
+//! (workers, default 4), UBTRFS_RW_KILLS (kills in (d), default 3),
+//! UBTRFS_FSX_OPS (default 5000), UBTRFS_RW_IMAGE_SIZE (default 1G),
+//! UBTRFS_PJDFSTEST / UBTRFS_FSX (the tools, else PATH or ~/.cargo/bin;
+//! `bash scripts/setup.sh` installs them).
+//!
+//! Needs root, the kernel's btrfs, loop devices, /dev/fuse; pjdfstest and
+//! fsx for (e) and (f), and the user `tests` for pjdfstest. Under
+//! UBTRFS_REQUIRE_KERNEL=1 a missing prerequisite fails the test.
+
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use ubtrfs_oracle::mkfs_support::btrfs_check;
+use ubtrfs_oracle::*;
+
+fn seeds() -> Vec<u64> {
+    match std::env::var("UBTRFS_RW_SEEDS") {
+        Ok(s) => s
+            .split(',')
+            .map(|x| x.trim().parse().expect("UBTRFS_RW_SEEDS: numbers"))
+            .collect(),
+        Err(_) => vec![1, 2, 3],
+    }
+}
+
+fn ops() -> u64 {
+    env_u64("UBTRFS_RW_OPS").unwrap_or(2000)
+}
+
+fn procs() -> u32 {
+    env_u64("UBTRFS_RW_PROCS").unwrap_or(4) as u32
+}
+
+fn image_size() -> String {
+    std::env::var("UBTRFS_RW_IMAGE_SIZE").unwrap_or_else(|_| "1G".into())
+}
+
+fn check(image: &Path, when: &str) -> Result<(), String> {
+    btrfs_check(image, false).map_err(|e| format!("btrfs check {when}: {}", tail(&e, 2000)))
+}
+
+fn kernel_ro(image: &Path, dir: &Path) -> Mount {
+    Mount::images_at(&[image.to_path_buf()], "", true, dir)
+}
+
+/// Runs `f` for each seed; panics listing every failure.
+fn each_seed(test: &str, f: impl Fn(u64) -> Result<String, String>) {
+    let mut failures = Vec::new();
+    for seed in seeds() {
+        let t = Instant::now();
+        match f(seed) {
+            Ok(note) => eprintln!("{test}: seed {seed}: {note} ({:.1?} in all)", t.elapsed()),
+            Err(e) => failures.push(format!("seed {seed}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{test}:\n{}", failures.join("\n"));
+}
+
+fn ready(test: &str, w: Writer) -> bool {
+    match w {
+        Writer::Kernel => kernel_available(test),
+        Writer::Ubtrfs => fuse_available(test),
+    }
+}
+
+// ------------------------------------------------------------------ (a)
+
+fn rw_ops_then_kernel(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
+    let dir = base.join(format!("{}-{seed}", w.name()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("fs.img");
+    mkfs_image(&image, &image_size())?;
+    let mnt = dir.join("mnt");
+    let m = RwMount::start(w, &image, &mnt, "")?;
+    let t = mnt.join("t");
+    std::fs::create_dir(&t).map_err(|e| format!("mkdir {}: {e}", t.display()))?;
+    let ops = RwOps::new(seed, ops(), procs());
+    let r = ops.run(&t, &dir);
+    if !r.ok() {
+        let _ = m.finish();
+        return Err(format!(
+            "rw_ops through the {} mount: {}",
+            w.name(),
+            r.describe()
+        ));
+    }
+    m.finish().map_err(|e| format!("unmount: {e}"))?;
+    check(&image, &format!("after the {} mount", w.name()))?;
+
+    let k = RwMount::start(Writer::Kernel, &image, &mnt, "")?;
+    let v = ops.verify(&t, &r, &dir);
+    if !v.ok() {
+        let _ = k.finish();
+        return Err(format!(
+            "the kernel's view after the {} mount: {}",
+            w.name(),
+            v.describe()
+        ));
+    }
+    let cp = run(Command::new("cp")
+        .arg("-a")
+        .arg(t.join("p0"))
+        .arg(mnt.join("kernel-copy")));
+    let rm = run(Command::new("rm").arg("-rf").arg(t.join("p1")));
+    let new = std::fs::write(mnt.join("kernel-new"), vec![7u8; 300_000]);
+    k.finish().map_err(|e| format!("kernel unmount: {e}"))?;
+    cp.map_err(|e| format!("kernel cp -a: {e}"))?;
+    rm.map_err(|e| format!("kernel rm -rf: {e}"))?;
+    new.map_err(|e| format!("kernel write: {e}"))?;
+    check(&image, "after the kernel wrote on top")?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(format!("rw_ops {}", r.brief()))
+}
+
+#[test]
+fn rw_ops_reference_on_kernel() {
+    let test = "rw_ops_reference_on_kernel";
+    if !ready(test, Writer::Kernel) {
+        return;
+    }
+    let base = Workdir::new("rw-ops-kernel");
+    each_seed(test, |s| rw_ops_then_kernel(Writer::Kernel, s, &base));
+}
+
+#[test]
+fn rw_ops_on_ubtrfs_mount() {
+    let test = "rw_ops_on_ubtrfs_mount";
+    if !ready(test, Writer::Ubtrfs) {
+        return;
+    }
+    let base = Workdir::new("rw-ops-ubtrfs");
+    each_seed(test, |s| rw_ops_then_kernel(Writer::Ubtrfs, s, &base));
+}
+
+// ------------------------------------------------------------------ (b)
+
+/// The same rw_ops run through `a`'s and `b`'s mounts of two fresh
+/// images: their manifests, live and read back by the kernel.
+fn same_seed_trees(a: Writer, b: Writer, seed: u64, base: &Path) -> Result<String, String> {
+    let mut live = Vec::new();
+    let mut ro = Vec::new();
+    let mut runs = Vec::new();
+    for (i, w) in [a, b].into_iter().enumerate() {
+        let dir = base.join(format!("{seed}-{i}-{}", w.name()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let image = dir.join("fs.img");
+        mkfs_image(&image, &image_size())?;
+        let mnt = dir.join("mnt");
+        let m = RwMount::start(w, &image, &mnt, "")?;
+        let t = mnt.join("t");
+        std::fs::create_dir(&t).map_err(|e| e.to_string())?;
+        let r = RwOps::new(seed, ops(), procs()).run(&t, &dir);
+        if !r.ok() {
+            let _ = m.finish();
+            return Err(format!(
+                "rw_ops through the {} mount: {}",
+                w.name(),
+                r.describe()
+            ));
+        }
+        live.push(manifest_of(&mnt));
+        m.finish()
+            .map_err(|e| format!("{} unmount: {e}", w.name()))?;
+        check(&image, &format!("after the {} mount", w.name()))?;
+        let k = kernel_ro(&image, &mnt);
+        ro.push(manifest_of(&mnt));
+        drop(k);
+        runs.push(r);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let refused: Vec<&serde_json::Value> = runs.iter().map(|r| &r.summary["eopnotsupp"]).collect();
+    if refused[0] != refused[1] {
+        return Err(format!(
+            "the mounts refused different fallocate modes ({}: {}, {}: {}): the trees cannot match",
+            a.name(),
+            refused[0],
+            b.name(),
+            refused[1]
+        ));
+    }
+    let explicit = runs[0].explicit_mtimes();
+    let n = compare_rw_manifests(&live[0], &live[1], &explicit, "/t").map_err(|d| {
+        format!(
+            "live through the mounts, {} (expected) vs {}: {d}",
+            a.name(),
+            b.name()
+        )
+    })?;
+    compare_rw_manifests(&ro[0], &ro[1], &explicit, "/t").map_err(|d| {
+        format!(
+            "read back by the kernel, {} (expected) vs {}: {d}",
+            a.name(),
+            b.name()
+        )
+    })?;
+    Ok(format!(
+        "{n} paths equal ({} mtimes compared); {} then {}",
+        explicit.len(),
+        runs[0].brief(),
+        runs[1].brief()
+    ))
+}
+
+#[test]
+fn same_seed_reference_on_kernel_twice() {
+    let test = "same_seed_reference_on_kernel_twice";
+    if !ready(test, Writer::Kernel) {
+        return;
+    }
+    let base = Workdir::new("rw-same-kernel");
+    each_seed(test, |s| {
+        same_seed_trees(Writer::Kernel, Writer::Kernel, s, &base)
+    });
+}
+
+#[test]
+fn same_seed_ubtrfs_mount_as_kernel() {
+    let test = "same_seed_ubtrfs_mount_as_kernel";
+    if !ready(test, Writer::Ubtrfs) {
+        return;
+    }
+    let base = Workdir::new("rw-same-ubtrfs");
+    each_seed(test, |s| {
+        same_seed_trees(Writer::Kernel, Writer::Ubtrfs, s, &base)
+    });
+}
+
+// ------------------------------------------------------------------ (c)
+
+/// Changes every regular file below `dir` (seeded): overwrite, truncate,
+/// delete, append or chmod. Returns how many it changed.
+fn scribble(dir: &Path, seed: u64) -> Result<usize, String> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))? {
+            let p = e.map_err(|e| e.to_string())?.path();
+            let md = std::fs::symlink_metadata(&p).map_err(|e| e.to_string())?;
+            if md.is_dir() {
+                stack.push(p);
+            } else if md.is_file() {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    let mut rng = Rng::new(seed);
+    let err = |p: &Path, e: std::io::Error| format!("scribble {}: {e}", p.display());
+    for p in &files {
+        let len = std::fs::metadata(p).map_err(|e| err(p, e))?.len();
+        let data: Vec<u8> = (0..1 + rng.below(8192)).map(|_| rng.next() as u8).collect();
+        match rng.below(5) {
+            0 => {
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(p)
+                    .map_err(|e| err(p, e))?;
+                f.seek(SeekFrom::Start(rng.below(len + 1)))
+                    .and_then(|_| f.write_all(&data))
+                    .map_err(|e| err(p, e))?;
+            }
+            1 => std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)
+                .and_then(|f| f.set_len(len / 2))
+                .map_err(|e| err(p, e))?,
+            2 => std::fs::remove_file(p).map_err(|e| err(p, e))?,
+            3 => std::fs::OpenOptions::new()
+                .append(true)
+                .open(p)
+                .and_then(|mut f| f.write_all(&data))
+                .map_err(|e| err(p, e))?,
+            _ => std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| err(p, e))?,
+        }
+    }
+    Ok(files.len())
+}
+
+fn snapshot_kept(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
+    let dir = base.join(format!("{}-{seed}", w.name()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("fs.img");
+    mkfs_image(&image, &image_size())?;
+    let mnt = dir.join("mnt");
+    // The origin's files, written by the kernel.
+    let k = RwMount::start(Writer::Kernel, &image, &mnt, "")?;
+    std::fs::create_dir(mnt.join("t")).map_err(|e| e.to_string())?;
+    let fill = RwOps::new(seed, ops() / 2, 2).run(&mnt.join("t"), &dir);
+    k.finish()?;
+    if !fill.ok() {
+        return Err(format!("filling the origin: {}", fill.describe()));
+    }
+    run(Command::new(ubtrfs_bin())
+        .args(["subvolume", "snapshot", "-r"])
+        .arg(&image)
+        .args(["/", "/snap"]))?;
+    let k = kernel_ro(&image, &mnt);
+    let before = manifest_of(&mnt.join("snap"));
+    let origin_before = manifest_of(&mnt.join("t"));
+    drop(k);
+
+    let m = RwMount::start(w, &image, &mnt, "")?;
+    let snap_write = std::fs::write(mnt.join("snap/new-file"), b"x");
+    let changed = scribble(&mnt.join("t"), seed);
+    std::fs::create_dir(mnt.join("t2")).map_err(|e| e.to_string())?;
+    let beside = RwOps::new(seed + 1000, ops() / 2, 2).run(&mnt.join("t2"), &dir);
+    m.finish().map_err(|e| format!("unmount: {e}"))?;
+    match snap_write {
+        Err(e) if e.raw_os_error() == Some(libc::EROFS) => {}
+        other => {
+            return Err(format!(
+                "writing into the read-only snapshot: {other:?}, expected EROFS"
+            ))
+        }
+    }
+    let changed = changed?;
+    if !beside.ok() {
+        return Err(format!("rw_ops beside the snapshot: {}", beside.describe()));
+    }
+    check(&image, &format!("after the {} mount", w.name()))?;
+    let k = kernel_ro(&image, &mnt);
+    let after = manifest_of(&mnt.join("snap"));
+    let origin_after = manifest_of(&mnt.join("t"));
+    drop(k);
+    let n = compare_manifests(&before, &after, &Ignore::default())
+        .map_err(|d| format!("the snapshot changed: {d}"))?;
+    if origin_after == origin_before || changed == 0 {
+        return Err("the origin did not change: the test shows nothing".into());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(format!(
+        "{n} snapshot paths unchanged after {changed} shared files were changed; {}",
+        beside.brief()
+    ))
+}
+
+#[test]
+fn snapshot_reference_on_kernel() {
+    let test = "snapshot_reference_on_kernel";
+    if !ready(test, Writer::Kernel) {
+        return;
+    }
+    let base = Workdir::new("rw-snap-kernel");
+    each_seed(test, |s| snapshot_kept(Writer::Kernel, s, &base));
+}
+
+#[test]
+fn snapshot_unchanged_by_ubtrfs_mount() {
+    let test = "snapshot_unchanged_by_ubtrfs_mount";
+    if !ready(test, Writer::Ubtrfs) {
+        return;
+    }
+    let base = Workdir::new("rw-snap-ubtrfs");
+    each_seed(test, |s| snapshot_kept(Writer::Ubtrfs, s, &base));
+}
+
+// ------------------------------------------------------------------ (d)
+
+fn kills() -> u64 {
+    env_u64("UBTRFS_RW_KILLS").unwrap_or(3)
+}
+
+/// Kills in the middle of workloads on one image, at seeded moments, with
+/// a commit every second; after each: check, kernel mount, read all,
+/// write, check.
+fn kill_mid_run(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
+    let dir = base.join(format!("{}-{seed}", w.name()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("fs.img");
+    mkfs_image(&image, &image_size())?;
+    let mnt = dir.join("mnt");
+    let mut rng = Rng::new(seed);
+    let mut notes = Vec::new();
+    for k in 0..kills() {
+        let delay = Duration::from_millis(300 + rng.below(2700));
+        let when = format!("kill {k} after {delay:?}");
+        let m = RwMount::start(w, &image, &mnt, "commit=1")?;
+        let t = mnt.join(format!("t{k}"));
+        std::fs::create_dir(&t).map_err(|e| e.to_string())?;
+        let work = RwOps::new(seed * 1000 + k, 1_000_000, procs()).spawn(&t, &dir);
+        std::thread::sleep(delay);
+        match m {
+            RwMount::Ubtrfs(mut u) => {
+                u.kill9();
+                kill_group(work);
+            }
+            RwMount::Kernel(km) => {
+                kill_group(work);
+                km.try_unmount()
+                    .map_err(|e| format!("{when}: unmount: {e}"))?;
+            }
+        }
+        check(&image, &format!("after {when}"))?;
+        let km = RwMount::start(Writer::Kernel, &image, &mnt, "")
+            .map_err(|e| format!("{when}: the kernel cannot mount it: {e}"))?;
+        let lines = manifest_of(&mnt);
+        let wrote = std::fs::write(mnt.join(format!("kernel-{k}")), vec![k as u8; 100_000]);
+        km.finish()
+            .map_err(|e| format!("{when}: kernel unmount: {e}"))?;
+        wrote.map_err(|e| format!("{when}: kernel write: {e}"))?;
+        check(&image, &format!("after {when} and a kernel mount"))?;
+        notes.push(format!("{delay:?}: {} paths", lines.len()));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(notes.join(", "))
+}
+
+#[test]
+fn kill_reference_on_kernel() {
+    let test = "kill_reference_on_kernel";
+    if !ready(test, Writer::Kernel) {
+        return;
+    }
+    let base = Workdir::new("rw-kill-kernel");
+    each_seed(test, |s| kill_mid_run(Writer::Kernel, s, &base));
+}
+
+#[test]
+fn kill9_ubtrfs_mount_mid_run() {
+    let test = "kill9_ubtrfs_mount_mid_run";
+    if !ready(test, Writer::Ubtrfs) {
+        return;
+    }
+    let base = Workdir::new("rw-kill-ubtrfs");
+    each_seed(test, |s| kill_mid_run(Writer::Ubtrfs, s, &base));
+}
+
+// ------------------------------------------------------------------ (e)
+
+/// Cases the kernel's btrfs fails with tests/oracle/pjdfstest.toml:
+/// directories keep one link on btrfs, so rename::updates_link_parent
+/// (the parent's link count after moving a directory in) fails.
+const KERNEL_PJDFSTEST_FAILURES: &[&str] = &["rename::updates_link_parent"];
+
+/// pjdfstest on `w`'s mount of a fresh image, in a directory every user
+/// can reach (under /tmp, mode 755). ubtrfs mounts with allow_other:
+/// pjdfstest runs cases as nobody and tests.
+fn pjdfstest_on(w: Writer, bin: &Path, tmp: &Path) -> Result<PjdResult, String> {
+    // Removed on return (after the mount, declared later, is dropped).
+    let top = Workdir(tempdir("ubtrfs-pjd"));
+    std::fs::set_permissions(&*top, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let image = tmp.join(format!("{}.img", w.name()));
+    mkfs_image(&image, &image_size())?;
+    let mnt = top.join("mnt");
+    let extra = if w == Writer::Ubtrfs {
+        "allow_other"
+    } else {
+        ""
+    };
+    let m = RwMount::start(w, &image, &mnt, extra)?;
+    let dir = mnt.join("pjd");
+    std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secondary = top.join("secondary");
+    std::fs::create_dir(&secondary).unwrap();
+    let r = run_pjdfstest(bin, &dir, &secondary, tmp);
+    let fin = m.finish();
+    let r = r?;
+    fin.map_err(|e| format!("unmount after pjdfstest: {e}"))?;
+    check(
+        &image,
+        &format!("after pjdfstest on the {} mount", w.name()),
+    )?;
+    let _ = std::fs::remove_file(&image);
+    Ok(r)
+}
+
+fn pjdfstest_ready(test: &str, w: Writer) -> Option<PathBuf> {
+    if !ready(test, w) || !user_available(test, "tests") || !user_available(test, "nobody") {
+        return None;
+    }
+    cargo_tool(test, "pjdfstest")
+}
+
+#[test]
+fn pjdfstest_reference_on_kernel() {
+    let test = "pjdfstest_reference_on_kernel";
+    let Some(bin) = pjdfstest_ready(test, Writer::Kernel) else {
+        return;
+    };
+    let tmp = Workdir::new("rw-pjd-kernel");
+    let r = pjdfstest_on(Writer::Kernel, &bin, &tmp).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{test}: kernel: {} ({:.1?})", r.counts(), r.elapsed);
+    let failed = r.with(PjdStatus::Failed);
+    let unknown: Vec<&&str> = failed
+        .iter()
+        .filter(|n| !KERNEL_PJDFSTEST_FAILURES.contains(n))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "{test}: the kernel's btrfs fails cases it did not: {unknown:?} ({})",
+        r.counts()
+    );
+    assert!(
+        r.passed >= 300,
+        "{test}: only {} cases passed: is the configuration read? ({})",
+        r.passed,
+        r.counts()
+    );
+}
+
+#[test]
+fn pjdfstest_on_ubtrfs_mount() {
+    let test = "pjdfstest_on_ubtrfs_mount";
+    let Some(bin) = pjdfstest_ready(test, Writer::Ubtrfs) else {
+        return;
+    };
+    let tmp = Workdir::new("rw-pjd-ubtrfs");
+    let kernel = pjdfstest_on(Writer::Kernel, &bin, &tmp).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "{test}: kernel: {} ({:.1?})",
+        kernel.counts(),
+        kernel.elapsed
+    );
+    let ours = pjdfstest_on(Writer::Ubtrfs, &bin, &tmp).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{test}: ubtrfs: {} ({:.1?})", ours.counts(), ours.elapsed);
+    let worse = ours.regressions_from(&kernel);
+    assert!(
+        worse.is_empty() && ours.passed >= kernel.passed,
+        "{test}: {} cases pass on the kernel's mount and not on ubtrfs's (kernel: {}; ubtrfs: {}):\n  {}",
+        worse.len(),
+        kernel.counts(),
+        ours.counts(),
+        worse.join("\n  ")
+    );
+}
+
+#[test]
+fn pjdfstest_output_parses() {
+    let out = "\
+unlink::remove_type::fifo                                                     ok
+rename::updates_link_parent                                               FAILED
+\tassertion `left == right` failed
+  left: 1
+ right: 3
+Backtrace:
+   0: std::backtrace::Backtrace::create
+rename::exdev_target                                                     skipped
+\trequires features: secondary_fs
+utimensat::y2038                                             failed as expected
+chmod::eperm                                                 PASSED UNEXPECTEDLY
+
+Summary: 2 failed, 1 skipped, 1 passed, 1 expected failures, 5 total
+";
+    let r = parse_pjdfstest(out).unwrap();
+    assert_eq!(
+        (r.passed, r.failed, r.skipped, r.expected_failures, r.total),
+        (1, 2, 1, 1, 5)
+    );
+    assert_eq!(
+        r.with(PjdStatus::Failed),
+        vec!["rename::updates_link_parent"]
+    );
+    assert_eq!(r.with(PjdStatus::UnexpectedPass), vec!["chmod::eperm"]);
+    assert!(r.messages["rename::updates_link_parent"].contains("left == right"));
+    // A summary that does not match the cases is an error, as is none.
+    let bad = out.replace("1 passed", "2 passed");
+    assert!(parse_pjdfstest(&bad).is_err());
+    assert!(parse_pjdfstest("chmod::eperm ok\n").is_err());
+    // Colours are stripped.
+    let coloured = "\u{1b}[34mchmod::x\u{1b}[0m \u{1b}[32mok\u{1b}[0m\n\
+                    Summary: 0 failed, 0 skipped, 1 passed, 0 expected failures, 1 total\n";
+    assert_eq!(
+        parse_pjdfstest(coloured).unwrap().with(PjdStatus::Passed),
+        vec!["chmod::x"]
+    );
+    // Regressions: passes on the reference, not here.
+    let mut reference = PjdResult::default();
+    reference.cases.insert("a::b".into(), PjdStatus::Passed);
+    reference.cases.insert("a::c".into(), PjdStatus::Failed);
+    let mut ours = PjdResult::default();
+    ours.cases.insert("a::b".into(), PjdStatus::Failed);
+    ours.cases.insert("a::c".into(), PjdStatus::Passed);
+    assert_eq!(
+        ours.regressions_from(&reference),
+        vec!["a::b (Some(Failed))"]
+    );
+}
+
+#[test]
+fn rw_manifests_are_masked() {
+    let rec = |path: &str, ino: u64, mtime: u64, sha: &str| {
+        format!(
+            r#"{{"path":"{path}","type":"file","ino":{ino},"mode":420,"uid":0,"gid":0,"size":1,"rdev":0,"mtime_ns":{mtime},"target":null,"xattrs":{{}},"link":null,"sha256":"{sha}","data":[[0,1]]}}"#
+        )
+    };
+    let a = vec![rec("/t/x", 1, 5, "a"), rec("/t/y", 2, 5, "a")];
+    let explicit = vec!["/x".to_string()];
+    let same = vec![rec("/t/x", 9, 5, "a"), rec("/t/y", 8, 6, "a")];
+    assert_eq!(compare_rw_manifests(&a, &same, &explicit, "/t"), Ok(2));
+    let mtime = vec![rec("/t/x", 1, 6, "a"), rec("/t/y", 2, 5, "a")];
+    assert!(compare_rw_manifests(&a, &mtime, &explicit, "/t").is_err());
+    let content = vec![rec("/t/x", 1, 5, "a"), rec("/t/y", 2, 5, "b")];
+    assert!(compare_rw_manifests(&a, &content, &explicit, "/t").is_err());
+}
+
+// ------------------------------------------------------------------ (f)
+
+fn fsx_on(w: Writer, bin: &Path, base: &Path) -> Result<String, String> {
+    let dir = base.join(w.name());
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("fs.img");
+    mkfs_image(&image, &image_size())?;
+    let mnt = dir.join("mnt");
+    let m = RwMount::start(w, &image, &mnt, "")?;
+    let n = env_u64("UBTRFS_FSX_OPS").unwrap_or(5000);
+    let mut notes = Vec::new();
+    for seed in seeds() {
+        let r = run_fsx(
+            bin,
+            &mnt.join(format!("fsx-{seed}")),
+            seed,
+            n,
+            &dir.join(format!("fsx-artifacts-{seed}")),
+            &dir,
+        );
+        if !r.ok {
+            let _ = m.finish();
+            return Err(format!(
+                "fsx -S {seed} -N {n} on the {} mount: exit {:?}; output ends: {}",
+                w.name(),
+                r.code,
+                tail(&r.output, 3000)
+            ));
+        }
+        notes.push(format!("seed {seed}: {n} ops in {:.1?}", r.elapsed));
+    }
+    m.finish().map_err(|e| format!("unmount: {e}"))?;
+    check(&image, &format!("after fsx on the {} mount", w.name()))?;
+    let k = kernel_ro(&image, &mnt);
+    let lines = manifest_of(&mnt);
+    drop(k);
+    if lines.len() != seeds().len() + 1 {
+        return Err(format!("the kernel sees {} paths after fsx", lines.len()));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(notes.join(", "))
+}
+
+#[test]
+fn fsx_reference_on_kernel() {
+    let test = "fsx_reference_on_kernel";
+    if !ready(test, Writer::Kernel) {
+        return;
+    }
+    let Some(bin) = cargo_tool(test, "fsx") else {
+        return;
+    };
+    let base = Workdir::new("rw-fsx-kernel");
+    let r = fsx_on(Writer::Kernel, &bin, &base).unwrap_or_else(|e| panic!("{test}: {e}"));
+    eprintln!("{test}: {r}");
+}
+
+#[test]
+fn fsx_on_ubtrfs_mount() {
+    let test = "fsx_on_ubtrfs_mount";
+    if !ready(test, Writer::Ubtrfs) {
+        return;
+    }
+    let Some(bin) = cargo_tool(test, "fsx") else {
+        return;
+    };
+    let base = Workdir::new("rw-fsx-ubtrfs");
+    let r = fsx_on(Writer::Ubtrfs, &bin, &base).unwrap_or_else(|e| panic!("{test}: {e}"));
+    eprintln!("{test}: {r}");
+}
