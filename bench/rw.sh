@@ -21,7 +21,12 @@
 #            holes written through the mount (no fsync), then at once
 #            `cp --sparse=always` to tmpfs while it is dirty, then fsync +
 #            sync, then the same copy again; both copies are compared with
-#            the file (cmp).
+#            the file (cmp). "dirty MiB" is Dirty+Writeback of
+#            /proc/meminfo just before the first copy: the kernel's btrfs
+#            reserves metadata per outstanding delalloc extent and, with
+#            131,072 separate 4 KiB extents, flushes much of the file while
+#            it is being written, so its "dirty" copy varies a lot between
+#            runs (the table shows min-max; use more RUNS for this one).
 #
 # Sides: kernel, kernel-datacow (exps dbench/fsync/bssplit without
 # nodatacow/chattr +C: what NOCOW is worth to the kernel), ubtrfs, and
@@ -434,6 +439,9 @@ exp_sparse() { # SIDE RUN
   drop_caches
   s=$(now); write_sparse "$f" "$SPARSE_MIB"; e=$(now)
   record sparse "$side" "$run" write_s "$(sub "$e" "$s")"
+  # How much the kernel's page cache holds dirty or under writeback (all of
+  # the machine): for the kernel side, whether the file is still delalloc.
+  record sparse "$side" "$run" dirty_mib "$(awk '/^(Dirty|Writeback):/ { k += $2 } END { printf "%.0f", k / 1024 }' /proc/meminfo)"
   time_cp sparse "$side" "$run" cp_dirty "$f"
   # fsync of the file (FUSE: FUSE_FSYNC; a plain sync(2) does not reach a
   # FUSE daemon), then sync for the kernel's other dirty state.
@@ -490,6 +498,21 @@ def med(exp, side, key):
         except ValueError:
             pass
     return statistics.median(xs) if xs else None
+
+def spread(exp, side, key, nd=3):
+    """median, and (min-max) when there are several runs"""
+    xs = []
+    for v in vals.get((exp, side, key), []):
+        try:
+            xs.append(float(v))
+        except ValueError:
+            pass
+    if not xs:
+        return "-"
+    m = "%.*f" % (nd, statistics.median(xs))
+    if len(xs) > 1:
+        m += " (%.*f-%.*f)" % (nd, min(xs), nd, max(xs))
+    return m
 
 def fmt(x, nd=3):
     if x is None:
@@ -579,16 +602,16 @@ if rows("sparse"):
     print()
     print("Sparse file, 4 KiB data / 4 KiB holes, written without fsync; cp --sparse=always to tmpfs while dirty, then fsync + sync, then again:")
     print()
-    print("| side | write s | cp dirty s | vs kernel | off/on | fsync+sync s | cp clean s | vs kernel | off/on | copies identical | umount s | daemon RSS MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| side | write s | dirty MiB | cp dirty s (min-max) | vs kernel | off/on | fsync+sync s | cp clean s (min-max) | vs kernel | off/on | copies identical | umount s | daemon RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     kd = med("sparse", "kernel", "cp_dirty_s"); kc = med("sparse", "kernel", "cp_clean_s")
     ud = med("sparse", "ubtrfs", "cp_dirty_s"); uc = med("sparse", "ubtrfs", "cp_clean_s")
     for s in rows("sparse"):
         d = med("sparse", s, "cp_dirty_s"); c = med("sparse", s, "cp_clean_s")
         v = s.startswith("ubtrfs-")
         same = "/".join(sorted(set(vals.get(("sparse", s, "cp_dirty_same"), []) + vals.get(("sparse", s, "cp_clean_same"), [])))) or "-"
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], fmt(med("sparse", s, "write_s")), fmt(d), ratio(d, kd),
-              ratio(d, ud) if v else "", fmt(med("sparse", s, "sync_s")), fmt(c), ratio(c, kc), ratio(c, uc) if v else "",
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], fmt(med("sparse", s, "write_s")), fmt(med("sparse", s, "dirty_mib"), 0), spread("sparse", s, "cp_dirty_s"), ratio(d, kd),
+              ratio(d, ud) if v else "", fmt(med("sparse", s, "sync_s")), spread("sparse", s, "cp_clean_s"), ratio(c, kc), ratio(c, uc) if v else "",
               same, fmt(med("sparse", s, "umount_s")), fmt(med("sparse", s, "rss_mib"), 0)))
 
 notes = [l.rstrip() for l in open(notesf) if l.strip()]
