@@ -1,0 +1,624 @@
+#!/usr/bin/env bash
+# Read-write mount benchmark: the kernel's btrfs (loop mount) vs `ubtrfs
+# mount -o rw` (FUSE), side by side in one run, on a fresh 4 GiB sparse image
+# per measurement (mkfs.btrfs for the kernel, `ubtrfs mkfs` for ubtrfs, the
+# same size and profiles). The experiments are the ones of the btrfs patches
+# the write path follows, scaled to a 2-core machine:
+#
+#   dbench   dbench CLIENTS clients (16) for DURATION s (30) on a nodatacow
+#            mount (kernel: -o nodatacow; ubtrfs: -o rw,nodatacow);
+#            throughput MB/s and max latency.
+#   fsync    fio randwrite 4K, fsync=1, 4 jobs of FSYNC_MIB (256) MiB each,
+#            time-based, in a `chattr +C` directory (NOCOW files, laid out
+#            with data first so every write overwrites a written extent);
+#            IOPS, bandwidth, write clat p99/max, fsync p99.
+#   bssplit  fio randwrite bssplit 4K-64K, O_DIRECT, io_uring, iodepth 16,
+#            4 jobs on one fallocated NOCOW file of BSSPLIT_MIB (1024) MiB;
+#            IOPS, bandwidth, clat p99, max latency. If the mount refuses
+#            io_uring or O_DIRECT the script falls back (libaio, psync,
+#            then buffered) and says so in the table.
+#   sparse   a SPARSE_MIB (1024) MiB file of alternating 4 KiB data / 4 KiB
+#            holes written through the mount (no fsync), then at once
+#            `cp --sparse=always` to tmpfs while it is dirty, then fsync +
+#            sync, then the same copy again; both copies are compared with
+#            the file (cmp). "dirty MiB" is Dirty+Writeback of
+#            /proc/meminfo just before the first copy: the kernel's btrfs
+#            reserves metadata per outstanding delalloc extent and, with
+#            131,072 separate 4 KiB extents, flushes much of the file while
+#            it is being written, so its "dirty" copy varies a lot between
+#            runs (the table shows min-max; use more RUNS for this one).
+#
+# Sides: kernel, kernel-datacow (exps dbench/fsync/bssplit without
+# nodatacow/chattr +C: what NOCOW is worth to the kernel), ubtrfs, and
+# ubtrfs with one mechanism switched off through the daemon's environment:
+#   dbench/fsync/bssplit: UBTRFS_NO_NOCOW=1, UBTRFS_NOCOW_CHECKS_LOCKED=1,
+#                         UBTRFS_CSUM_FULL_SCAN=1
+#   sparse:               UBTRFS_NO_SEEK_CACHE=1
+# Runs are interleaved (run 1 of every side, then run 2, ...). Caches are
+# dropped after each setup, before the measured part. The ubtrfs daemon
+# runs in the foreground (-f) under /usr/bin/time (peak RSS); "umount s" is
+# umount until the daemon (or, for the kernel, umount) has exited, which
+# includes the final commit.
+#
+#   sudo bash bench/rw.sh [WORKDIR] [RUNS]
+#
+# WORKDIR (default /var/tmp/ubtrfs-rwbench) keeps the raw output of every
+# run in WORKDIR/run-DATE/ (dbench and fio output, fio JSON, daemon logs,
+# results.tsv with every number, table.md). RUNS defaults to 3.
+# Environment:
+#   UBTRFS_RW_BENCH_KERNEL_ONLY=1  kernel sides only (no build, no FUSE)
+#   EXPS="dbench fsync bssplit sparse"   experiments to run
+#   VARIANTS=1          ubtrfs with each mechanism off (0: plain ubtrfs only)
+#   KERNEL_COW=1        the kernel-datacow reference rows (0: skip)
+#   DURATION=30 CLIENTS=16 JOBS=4 FSYNC_MIB=256 BSSPLIT_MIB=1024 SPARSE_MIB=1024
+#   IMG_SIZE=4G  MKFS_ARGS="-m dup -d single" (given to both mkfs)
+#   KERNEL_OPTS, UBTRFS_OPTS    extra mount options (comma-separated)
+#   UBTRFS_BIN          ubtrfs binary (else cargo build --release -p ubtrfs)
+#   UMOUNT_TIMEOUT=600  seconds to wait for the daemon to exit after umount
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO=$PWD
+[[ $(id -u) -eq 0 ]] || { echo "bench/rw.sh: needs root (mkfs, loop mounts, drop_caches)" >&2; exit 1; }
+WORK=${1:-/var/tmp/ubtrfs-rwbench}
+RUNS=${2:-3}
+KERNEL_ONLY=${UBTRFS_RW_BENCH_KERNEL_ONLY:-0}
+EXPS=${EXPS:-"dbench fsync bssplit sparse"}
+VARIANTS=${VARIANTS:-1}
+KERNEL_COW=${KERNEL_COW:-1}
+DURATION=${DURATION:-30}
+CLIENTS=${CLIENTS:-16}
+JOBS=${JOBS:-4}
+FSYNC_MIB=${FSYNC_MIB:-256}
+BSSPLIT_MIB=${BSSPLIT_MIB:-1024}
+SPARSE_MIB=${SPARSE_MIB:-1024}
+IMG_SIZE=${IMG_SIZE:-4G}
+MKFS_ARGS=${MKFS_ARGS:-"-m dup -d single"}
+KERNEL_OPTS=${KERNEL_OPTS:-}
+UBTRFS_OPTS=${UBTRFS_OPTS:-}
+UMOUNT_TIMEOUT=${UMOUNT_TIMEOUT:-600}
+
+# Tools: install what is missing (Debian package names).
+need_pkg() { # command package
+  command -v "$1" >/dev/null && return 0
+  echo "bench/rw.sh: installing $2" >&2
+  apt-get install -y -q "$2" >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1; apt-get install -y -q "$2" >/dev/null; }
+  command -v "$1" >/dev/null || { echo "bench/rw.sh: $1 still missing after installing $2" >&2; exit 1; }
+}
+need_pkg fio fio
+need_pkg dbench dbench
+need_pkg mkfs.btrfs btrfs-progs
+need_pkg chattr e2fsprogs
+need_pkg fallocate util-linux
+need_pkg python3 python3
+[[ -x /usr/bin/time ]] || need_pkg /usr/bin/time time
+# Debian's dbench package puts its loadfile here (dbench 4.0).
+LOADFILE=${LOADFILE:-}
+if [[ -z $LOADFILE ]]; then
+  for f in /usr/share/dbench/client.txt /usr/local/share/client.txt /usr/share/dbench/client_enterprise.txt; do
+    [[ -f $f ]] && { LOADFILE=$f; break; }
+  done
+fi
+[[ -f $LOADFILE ]] || { echo "bench/rw.sh: dbench loadfile client.txt not found (set LOADFILE)" >&2; exit 1; }
+
+if [[ $KERNEL_ONLY != 1 ]]; then
+  command -v fusermount3 >/dev/null || command -v fusermount >/dev/null || need_pkg fusermount3 fuse3
+  if [[ -z "${UBTRFS_BIN:-}" ]]; then
+    cargo build --release -q -p ubtrfs
+    UBTRFS_BIN=${CARGO_TARGET_DIR:-$REPO/target}/release/ubtrfs
+  fi
+fi
+BIN=${UBTRFS_BIN:-}
+
+mkdir -p "$WORK"
+OUT=$WORK/run-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$OUT"
+RES=$OUT/results.tsv
+NOTES=$OUT/notes.txt
+: > "$RES"; : > "$NOTES"
+IMG=$WORK/rw.img
+MNT=$WORK/mnt
+TMPFS=$WORK/tmpfs
+mkdir -p "$MNT" "$TMPFS"
+LOOP=""
+UPID=""
+CUR_SIDE=""
+CUR_TAG=""
+
+cleanup() {
+  set +e
+  if mountpoint -q "$MNT"; then umount "$MNT" || umount -l "$MNT"; fi
+  if [[ -n $UPID ]]; then
+    for _ in $(seq 100); do kill -0 "$UPID" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$UPID" 2>/dev/null && kill "$UPID"
+    wait "$UPID" 2>/dev/null
+  fi
+  [[ -n $LOOP ]] && losetup -d "$LOOP"
+  mountpoint -q "$TMPFS" && umount "$TMPFS"
+  rm -f "$IMG"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+note() { echo "$*" >> "$NOTES"; log "note: $*"; }
+now() { date +%s.%N; }
+sub() { python3 -c "print('%.3f' % ($1 - $2))"; }
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# record EXP SIDE RUN KEY VALUE
+record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >> "$RES"; }
+
+# Sides. kernel and kernel-datacow share the kernel; ubtrfs* differ in the
+# daemon's environment.
+side_env() {
+  case $1 in
+    ubtrfs-no-nocow) echo UBTRFS_NO_NOCOW=1 ;;
+    ubtrfs-checks-locked) echo UBTRFS_NOCOW_CHECKS_LOCKED=1 ;;
+    ubtrfs-csum-full-scan) echo UBTRFS_CSUM_FULL_SCAN=1 ;;
+    ubtrfs-no-seek-cache) echo UBTRFS_NO_SEEK_CACHE=1 ;;
+    *) echo "" ;;
+  esac
+}
+is_kernel() { [[ $1 == kernel* ]]; }
+# NOCOW wanted for this side's data? (kernel-datacow: the COW reference)
+wants_nocow() { [[ $1 != kernel-datacow ]]; }
+sides_for() {
+  local s="kernel"
+  case $1 in
+    sparse)
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-seek-cache"; } ;;
+    *)
+      [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-checks-locked ubtrfs-csum-full-scan"; } ;;
+  esac
+  echo "$s"
+}
+
+# mount_side SIDE EXTRA_OPTS TAG: a fresh image, mkfs'ed by the side's tool,
+# mounted on $MNT.
+mount_side() {
+  local side=$1 extra=$2 tag=$3
+  rm -f "$IMG"
+  truncate -s "$IMG_SIZE" "$IMG"
+  CUR_SIDE=$side
+  if is_kernel "$side"; then
+    # shellcheck disable=SC2086
+    mkfs.btrfs -q -f $MKFS_ARGS "$IMG" >/dev/null
+    LOOP=$(losetup -f --show "$IMG")
+    local o=${extra}${KERNEL_OPTS:+,$KERNEL_OPTS}
+    o=${o#,}
+    mount ${o:+-o "$o"} "$LOOP" "$MNT"
+  else
+    # shellcheck disable=SC2086
+    "$BIN" mkfs -q -f $MKFS_ARGS "$IMG"
+    remount_ubtrfs "$side" "$extra" "$tag"
+  fi
+}
+# (Re)mount an existing ubtrfs image: the daemon in the foreground, as our
+# child, with the side's environment.
+remount_ubtrfs() {
+  local side=$1 extra=$2 tag=$3
+  local o="rw${extra:+,$extra}${UBTRFS_OPTS:+,$UBTRFS_OPTS}"
+  local envs; envs=$(side_env "$side")
+  CUR_TAG=$tag
+  # shellcheck disable=SC2086
+  env $envs /usr/bin/time -f %M -o "$OUT/$tag.rss" "$BIN" mount -f -o "$o" "$IMG" "$MNT" \
+    > "$OUT/$tag.daemon.log" 2>&1 &
+  UPID=$!
+  for _ in $(seq 300); do
+    mountpoint -q "$MNT" && break
+    if ! kill -0 "$UPID" 2>/dev/null; then
+      wait "$UPID" || true; UPID=""
+      echo "bench/rw.sh: \`ubtrfs mount -o $o\` failed:" >&2
+      tail -5 "$OUT/$tag.daemon.log" >&2
+      echo "(the read-write mount may not exist yet: UBTRFS_RW_BENCH_KERNEL_ONLY=1 runs the kernel side only)" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  mountpoint -q "$MNT" || { echo "bench/rw.sh: ubtrfs mount did not appear in 30 s" >&2; exit 1; }
+  if ! (: > "$MNT/.rwbench-probe" && rm -f "$MNT/.rwbench-probe") 2>"$OUT/$tag.probe.err"; then
+    echo "bench/rw.sh: \`ubtrfs mount -o $o\` is not writable: $(cat "$OUT/$tag.probe.err")" >&2
+    echo "(the read-write mount may not exist yet: UBTRFS_RW_BENCH_KERNEL_ONLY=1 runs the kernel side only)" >&2
+    exit 1
+  fi
+}
+# umount_side EXP RUN TAG: unmount, wait for the end (the daemon's exit), and
+# record the time it took.
+umount_side() {
+  local exp=$1 run=$2 tag=$3 side=$CUR_SIDE s e
+  s=$(now)
+  if is_kernel "$side"; then
+    umount "$MNT"
+    e=$(now)
+    losetup -d "$LOOP"; LOOP=""
+  else
+    umount "$MNT"
+    local rc=0 waited=0
+    while kill -0 "$UPID" 2>/dev/null; do
+      sleep 0.05; waited=$((waited + 1))
+      if (( waited > UMOUNT_TIMEOUT * 20 )); then
+        note "$exp/$side run $run: daemon still running ${UMOUNT_TIMEOUT}s after umount, killed"
+        kill "$UPID"; break
+      fi
+    done
+    wait "$UPID" || rc=$?
+    e=$(now)
+    UPID=""
+    (( rc == 0 )) || note "$exp/$side run $run: daemon exited with status $rc (log $OUT/$tag.daemon.log)"
+    [[ -s $OUT/$CUR_TAG.rss ]] && record "$exp" "$side" "$run" rss_mib "$(tail -1 "$OUT/$CUR_TAG.rss" | awk '{ printf "%.0f", $1 / 1024 }')"
+  fi
+  record "$exp" "$side" "$run" umount_s "$(sub "$e" "$s")"
+}
+
+# A directory for NOCOW files: chattr +C before any file is in it. On a
+# mount that refuses FS_IOC_SETFLAGS, ubtrfs is remounted with nodatacow
+# instead (noted).
+nocow_dir() { # EXP SIDE RUN TAG
+  local exp=$1 side=$2 run=$3 tag=$4 d=$MNT/nocow
+  mkdir "$d"
+  wants_nocow "$side" || return 0
+  if ! chattr +C "$d" 2>"$OUT/$tag.chattr.err"; then
+    note "$exp/$side: chattr +C refused ($(head -1 "$OUT/$tag.chattr.err")); remounted with nodatacow instead"
+    if is_kernel "$side"; then exit 1; fi
+    umount "$MNT"; wait "$UPID" || true; UPID=""
+    remount_ubtrfs "$side" nodatacow "$tag.2"
+  fi
+}
+# Are the files NOCOW (lsattr shows C)? Recorded once per side.
+check_nocow() { # EXP SIDE RUN FILE...
+  local exp=$1 side=$2 run=$3; shift 3
+  local a
+  if a=$(lsattr "$@" 2>&1); then
+    # yes: every file shows C; no: none; partly: some.
+    local n c
+    n=$(grep -c . <<< "$a"); c=$(grep -c '^[^ ]*C' <<< "$a" || true)
+    if (( c == n )); then record "$exp" "$side" "$run" nocow yes
+    elif (( c == 0 )); then record "$exp" "$side" "$run" nocow no
+    else record "$exp" "$side" "$run" nocow partly; fi
+  else
+    record "$exp" "$side" "$run" nocow "lsattr-failed"
+    [[ $run == 1 ]] && note "$exp/$side: lsattr failed: $(head -1 <<< "$a")"
+  fi
+}
+
+# fio JSON -> "key value" lines (group_reporting: one job).
+fio_parse() {
+  python3 - "$1" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+j = d["jobs"][0]
+w = j["write"]
+print("iops %.0f" % w["iops"])
+print("mib_s %.2f" % (w["bw"] / 1024.0))
+clat = w.get("clat_ns", {})
+pct = clat.get("percentile", {})
+p99 = pct.get("99.000000")
+print("clat_p99_ms %.3f" % ((p99 or 0) / 1e6))
+print("clat_max_ms %.3f" % (clat.get("max", 0) / 1e6))
+print("lat_max_ms %.3f" % (w.get("lat_ns", {}).get("max", 0) / 1e6))
+s = j.get("sync", {})
+slat = s.get("lat_ns", {})
+if s.get("total_ios", 0):
+    sp = slat.get("percentile", {}).get("99.000000", 0)
+    print("fsync_p99_ms %.3f" % (sp / 1e6))
+    print("fsync_max_ms %.3f" % (slat.get("max", 0) / 1e6))
+print("errors %d" % j.get("error", 0))
+EOF
+}
+record_fio() { # EXP SIDE RUN JSON
+  local k v
+  while read -r k v; do record "$1" "$2" "$3" "$k" "$v"; done < <(fio_parse "$4")
+}
+
+exp_dbench() { # SIDE RUN
+  local side=$1 run=$2 tag=dbench-$1-$2 opts=""
+  wants_nocow "$side" && opts=nodatacow
+  mount_side "$side" "$opts" "$tag"
+  mkdir "$MNT/dbench"
+  drop_caches
+  if dbench -c "$LOADFILE" -D "$MNT/dbench" -t "$DURATION" "$CLIENTS" > "$OUT/$tag.out" 2>&1; then
+    local tp ml
+    tp=$(sed -n 's/^Throughput \([0-9.]*\) MB\/sec.*/\1/p' "$OUT/$tag.out")
+    ml=$(sed -n 's/^Throughput .*max_latency=\([0-9.]*\) ms.*/\1/p' "$OUT/$tag.out")
+    record dbench "$side" "$run" mb_s "${tp:-0}"
+    record dbench "$side" "$run" max_lat_ms "${ml:-0}"
+  else
+    note "dbench/$side run $run: dbench failed (see $OUT/$tag.out)"
+  fi
+  umount_side dbench "$run" "$tag"
+}
+
+exp_fsync() { # SIDE RUN
+  local side=$1 run=$2 tag=fsync-$1-$2
+  mount_side "$side" "" "$tag"
+  nocow_dir fsync "$side" "$run" "$tag"
+  local job=(--name=fsync --directory="$MNT/nocow" --rw=randwrite --bs=4k
+             --fsync=1 --size="${FSYNC_MIB}M" --numjobs="$JOBS" --ioengine=psync
+             --overwrite=1 --fallocate=none --group_reporting)
+  # Lay the files out (written data, so writes overwrite in place), untimed.
+  if ! fio "${job[@]}" --create_only=1 > "$OUT/$tag.layout.out" 2>&1; then
+    note "fsync/$side run $run: fio layout failed (see $OUT/$tag.layout.out)"
+    umount_side fsync "$run" "$tag"; return
+  fi
+  check_nocow fsync "$side" "$run" "$MNT"/nocow/fsync.*
+  drop_caches
+  if fio "${job[@]}" --time_based --runtime="$DURATION" --output-format=json \
+       --output="$OUT/$tag.json" > "$OUT/$tag.out" 2>&1; then
+    record_fio fsync "$side" "$run" "$OUT/$tag.json"
+  else
+    note "fsync/$side run $run: fio failed (see $OUT/$tag.out)"
+  fi
+  umount_side fsync "$run" "$tag"
+}
+
+exp_bssplit() { # SIDE RUN
+  local side=$1 run=$2 tag=bssplit-$1-$2
+  mount_side "$side" "" "$tag"
+  nocow_dir bssplit "$side" "$run" "$tag"
+  local f=$MNT/nocow/file
+  if ! fallocate -l "${BSSPLIT_MIB}M" "$f" 2>"$OUT/$tag.falloc.err"; then
+    [[ $run == 1 ]] && note "bssplit/$side: fallocate refused ($(head -1 "$OUT/$tag.falloc.err")); the file was written with zeros instead"
+    record bssplit "$side" "$run" prealloc zeros
+    dd if=/dev/zero of="$f" bs=1M count="$BSSPLIT_MIB" conv=fsync status=none
+  else
+    record bssplit "$side" "$run" prealloc fallocate
+  fi
+  check_nocow bssplit "$side" "$run" "$f"
+  sync
+  # The engine: io_uring + O_DIRECT as the experiment asks, else the first
+  # that the mount takes (a 256 KiB probe at the start of the file).
+  local eng="" direct="" cand
+  for cand in io_uring:1 libaio:1 psync:1 io_uring:0 psync:0; do
+    if fio --name=probe --filename="$f" --rw=write --bs=4k --io_size=256k --size="${BSSPLIT_MIB}M" \
+         --ioengine="${cand%:*}" --direct="${cand#*:}" --iodepth=4 --fallocate=none \
+         --allow_file_create=0 > "$OUT/$tag.probe-${cand/:/-}.out" 2>&1; then
+      eng=${cand%:*}; direct=${cand#*:}; break
+    fi
+  done
+  if [[ -z $eng ]]; then
+    note "bssplit/$side run $run: no fio engine worked (see $OUT/$tag.probe-*.out)"
+    umount_side bssplit "$run" "$tag"; return
+  fi
+  if [[ $eng != io_uring || $direct != 1 ]]; then
+    note "bssplit/$side run $run: io_uring with O_DIRECT refused, fell back to $eng direct=$direct (see $OUT/$tag.probe-*.out)"
+  fi
+  record bssplit "$side" "$run" engine "$eng$([[ $direct == 1 ]] && echo +direct || echo +buffered)"
+  drop_caches
+  if fio --name=bssplit --filename="$f" --rw=randwrite \
+       --bssplit=4k/20:8k/20:16k/20:32k/20:64k/20 --direct="$direct" \
+       --ioengine="$eng" --iodepth=16 --numjobs="$JOBS" --size="${BSSPLIT_MIB}M" \
+       --fallocate=none --allow_file_create=0 --group_reporting \
+       --time_based --runtime="$DURATION" --output-format=json \
+       --output="$OUT/$tag.json" > "$OUT/$tag.out" 2>&1; then
+    record_fio bssplit "$side" "$run" "$OUT/$tag.json"
+  else
+    note "bssplit/$side run $run: fio failed (see $OUT/$tag.out)"
+  fi
+  umount_side bssplit "$run" "$tag"
+}
+
+# The sparse file: 4 KiB of data (each block distinct) every 8 KiB, then
+# ftruncate to the full size; no fsync.
+write_sparse() { # FILE MIB
+  python3 - "$1" "$2" <<'EOF'
+import os, sys
+path, mib = sys.argv[1], int(sys.argv[2])
+size = mib << 20
+block = bytearray(os.urandom(4096))
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+for off in range(0, size, 8192):
+    block[:8] = off.to_bytes(8, "little")
+    os.pwrite(fd, block, off)
+os.ftruncate(fd, size)
+os.close(fd)
+EOF
+}
+# time_cp EXP SIDE RUN KEY FILE: cp --sparse=always to tmpfs, timed; then
+# compared with the file and the copy's allocated size recorded.
+time_cp() {
+  local exp=$1 side=$2 run=$3 key=$4 f=$5 s e
+  rm -f "$TMPFS/copy"
+  s=$(now)
+  cp --sparse=always "$f" "$TMPFS/copy"
+  e=$(now)
+  record "$exp" "$side" "$run" "${key}_s" "$(sub "$e" "$s")"
+  if cmp -s "$f" "$TMPFS/copy"; then
+    record "$exp" "$side" "$run" "${key}_same" yes
+  else
+    record "$exp" "$side" "$run" "${key}_same" NO
+    note "$exp/$side run $run: the $key copy differs from the file"
+  fi
+  record "$exp" "$side" "$run" "${key}_copy_mib" "$(( $(du -k "$TMPFS/copy" | cut -f1) / 1024 ))"
+  rm -f "$TMPFS/copy"
+}
+
+exp_sparse() { # SIDE RUN
+  local side=$1 run=$2 tag=sparse-$1-$2 f s e
+  mount_side "$side" "" "$tag"
+  f=$MNT/sparse
+  drop_caches
+  s=$(now); write_sparse "$f" "$SPARSE_MIB"; e=$(now)
+  record sparse "$side" "$run" write_s "$(sub "$e" "$s")"
+  # How much the kernel's page cache holds dirty or under writeback (all of
+  # the machine): for the kernel side, whether the file is still delalloc.
+  record sparse "$side" "$run" dirty_mib "$(awk '/^(Dirty|Writeback):/ { k += $2 } END { printf "%.0f", k / 1024 }' /proc/meminfo)"
+  time_cp sparse "$side" "$run" cp_dirty "$f"
+  # fsync of the file (FUSE: FUSE_FSYNC; a plain sync(2) does not reach a
+  # FUSE daemon), then sync for the kernel's other dirty state.
+  s=$(now); sync "$f"; sync; e=$(now)
+  record sparse "$side" "$run" sync_s "$(sub "$e" "$s")"
+  time_cp sparse "$side" "$run" cp_clean "$f"
+  umount_side sparse "$run" "$tag"
+}
+
+log "results in $OUT"
+{
+  echo "date: $(date -Is)"
+  echo "kernel: $(uname -r); $(nproc) CPUs; $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
+  echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "fio: $(fio --version); dbench: $(dbench --help 2>&1 | head -1 | sed 's/ - .*//'); btrfs-progs: $(mkfs.btrfs --version 2>&1 | head -1)"
+  [[ -n $BIN ]] && echo "ubtrfs: $BIN ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null))"
+  echo "RUNS=$RUNS DURATION=$DURATION CLIENTS=$CLIENTS JOBS=$JOBS FSYNC_MIB=$FSYNC_MIB BSSPLIT_MIB=$BSSPLIT_MIB SPARSE_MIB=$SPARSE_MIB IMG_SIZE=$IMG_SIZE MKFS_ARGS=$MKFS_ARGS KERNEL_ONLY=$KERNEL_ONLY"
+} > "$OUT/env.txt"
+
+if [[ " $EXPS " == *" sparse "* ]]; then
+  mount -t tmpfs -o size=$((SPARSE_MIB + 256))M rwbench-tmpfs "$TMPFS"
+fi
+T0=$(now)
+for exp in $EXPS; do
+  case $exp in dbench|fsync|bssplit|sparse) ;; *) echo "bench/rw.sh: unknown experiment $exp" >&2; exit 1 ;; esac
+  for run in $(seq "$RUNS"); do
+    for side in $(sides_for "$exp"); do
+      log "$exp: $side, run $run/$RUNS"
+      t=$(now)
+      "exp_$exp" "$side" "$run"
+      record "$exp" "$side" "$run" wall_s "$(sub "$(now)" "$t")"
+    done
+  done
+done
+echo "total: $(sub "$(now)" "$T0") s; load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/env.txt"
+
+python3 - "$RES" "$RUNS" "$OUT/env.txt" "$NOTES" "$CLIENTS" "$DURATION" <<'EOF' | tee "$OUT/table.md"
+import sys, statistics
+from collections import defaultdict
+res, runs, envf, notesf, clients, duration = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
+vals = defaultdict(list)       # (exp, side, key) -> [value]
+order = defaultdict(list)      # exp -> [side] in run order
+for line in open(res):
+    exp, side, run, key, v = line.rstrip("\n").split("\t")
+    vals[exp, side, key].append(v)
+    if side not in order[exp]:
+        order[exp].append(side)
+
+def med(exp, side, key):
+    xs = []
+    for v in vals.get((exp, side, key), []):
+        try:
+            xs.append(float(v))
+        except ValueError:
+            pass
+    return statistics.median(xs) if xs else None
+
+def spread(exp, side, key, nd=3):
+    """median, and (min-max) when there are several runs"""
+    xs = []
+    for v in vals.get((exp, side, key), []):
+        try:
+            xs.append(float(v))
+        except ValueError:
+            pass
+    if not xs:
+        return "-"
+    m = "%.*f" % (nd, statistics.median(xs))
+    if len(xs) > 1:
+        m += " (%.*f-%.*f)" % (nd, min(xs), nd, max(xs))
+    return m
+
+def fmt(x, nd=3):
+    if x is None:
+        return "-"
+    if nd == 0:
+        return "%.0f" % x
+    return "%.*f" % (nd, x)
+
+def ratio(a, b):
+    return "%.2f" % (a / b) if a is not None and b else "-"
+
+def text(exp, side, key):
+    vs = sorted(set(vals.get((exp, side, key), [])))
+    return "/".join(vs) if vs else "-"
+
+LABEL = {
+    "kernel": "kernel",
+    "kernel-datacow": "kernel, datacow (reference)",
+    "ubtrfs": "ubtrfs",
+    "ubtrfs-no-nocow": "ubtrfs UBTRFS_NO_NOCOW=1",
+    "ubtrfs-checks-locked": "ubtrfs UBTRFS_NOCOW_CHECKS_LOCKED=1",
+    "ubtrfs-csum-full-scan": "ubtrfs UBTRFS_CSUM_FULL_SCAN=1",
+    "ubtrfs-no-seek-cache": "ubtrfs UBTRFS_NO_SEEK_CACHE=1",
+}
+MOUNT = {
+    "dbench": {"kernel": "-o nodatacow", "kernel-datacow": "(defaults)", "ubtrfs": "-o rw,nodatacow"},
+    "fsync": {"kernel": "chattr +C dir", "kernel-datacow": "(COW dir)", "ubtrfs": "-o rw, chattr +C dir"},
+    "bssplit": {"kernel": "chattr +C dir", "kernel-datacow": "(COW dir)", "ubtrfs": "-o rw, chattr +C dir"},
+    "sparse": {"kernel": "(defaults)", "ubtrfs": "-o rw"},
+}
+def mount_of(exp, side):
+    m = MOUNT[exp]
+    return m.get(side, m.get("ubtrfs") if side.startswith("ubtrfs") else "")
+
+print()
+print("Environment: " + "; ".join(l.strip() for l in open(envf)))
+print()
+print("Medians of %d runs; \"vs kernel\" = side / kernel (for throughput and IOPS higher is better, for times lower); \"off/on\" = a switched-off mechanism against plain ubtrfs." % runs)
+
+def rows(exp):
+    return order.get(exp, [])
+
+if rows("dbench"):
+    print()
+    print("dbench %s clients for %s s, loadfile client.txt, fresh image each run:" % (clients, duration))
+    print()
+    print("| side | mount | MB/s | vs kernel | off/on | max latency ms | umount s | daemon RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    k = med("dbench", "kernel", "mb_s"); u = med("dbench", "ubtrfs", "mb_s")
+    for s in rows("dbench"):
+        v = med("dbench", s, "mb_s")
+        offon = ratio(v, u) if s.startswith("ubtrfs-") else ""
+        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], mount_of("dbench", s), fmt(v, 2), ratio(v, k), offon,
+              fmt(med("dbench", s, "max_lat_ms"), 1), fmt(med("dbench", s, "umount_s")), fmt(med("dbench", s, "rss_mib"), 0)))
+
+if rows("fsync"):
+    print()
+    print("fio randwrite 4K, fsync=1, psync, NOCOW files laid out with data:")
+    print()
+    print("| side | mount | IOPS | vs kernel | off/on | MiB/s | write clat p99 ms | write clat max ms | fsync p99 ms | fsync max ms | NOCOW | umount s | daemon RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    k = med("fsync", "kernel", "iops"); u = med("fsync", "ubtrfs", "iops")
+    for s in rows("fsync"):
+        v = med("fsync", s, "iops")
+        offon = ratio(v, u) if s.startswith("ubtrfs-") else ""
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], mount_of("fsync", s), fmt(v, 0), ratio(v, k), offon,
+              fmt(med("fsync", s, "mib_s"), 2), fmt(med("fsync", s, "clat_p99_ms")), fmt(med("fsync", s, "clat_max_ms"), 1),
+              fmt(med("fsync", s, "fsync_p99_ms")), fmt(med("fsync", s, "fsync_max_ms"), 1), text("fsync", s, "nocow"),
+              fmt(med("fsync", s, "umount_s")), fmt(med("fsync", s, "rss_mib"), 0)))
+
+if rows("bssplit"):
+    print()
+    print("fio randwrite bssplit 4k/20:8k/20:16k/20:32k/20:64k/20, iodepth 16, one preallocated NOCOW file:")
+    print()
+    print("| side | mount | engine | prealloc | IOPS | vs kernel | off/on | MiB/s | clat p99 ms | max latency ms | NOCOW | umount s | daemon RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    k = med("bssplit", "kernel", "iops"); u = med("bssplit", "ubtrfs", "iops")
+    for s in rows("bssplit"):
+        v = med("bssplit", s, "iops")
+        offon = ratio(v, u) if s.startswith("ubtrfs-") else ""
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], mount_of("bssplit", s), text("bssplit", s, "engine"),
+              text("bssplit", s, "prealloc"), fmt(v, 0), ratio(v, k), offon, fmt(med("bssplit", s, "mib_s"), 2),
+              fmt(med("bssplit", s, "clat_p99_ms")), fmt(med("bssplit", s, "lat_max_ms"), 1), text("bssplit", s, "nocow"),
+              fmt(med("bssplit", s, "umount_s")), fmt(med("bssplit", s, "rss_mib"), 0)))
+
+if rows("sparse"):
+    print()
+    print("Sparse file, 4 KiB data / 4 KiB holes, written without fsync; cp --sparse=always to tmpfs while dirty, then fsync + sync, then again:")
+    print()
+    print("| side | write s | dirty MiB | cp dirty s (min-max) | vs kernel | off/on | fsync+sync s | cp clean s (min-max) | vs kernel | off/on | copies identical | umount s | daemon RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    kd = med("sparse", "kernel", "cp_dirty_s"); kc = med("sparse", "kernel", "cp_clean_s")
+    ud = med("sparse", "ubtrfs", "cp_dirty_s"); uc = med("sparse", "ubtrfs", "cp_clean_s")
+    for s in rows("sparse"):
+        d = med("sparse", s, "cp_dirty_s"); c = med("sparse", s, "cp_clean_s")
+        v = s.startswith("ubtrfs-")
+        same = "/".join(sorted(set(vals.get(("sparse", s, "cp_dirty_same"), []) + vals.get(("sparse", s, "cp_clean_same"), [])))) or "-"
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], fmt(med("sparse", s, "write_s")), fmt(med("sparse", s, "dirty_mib"), 0), spread("sparse", s, "cp_dirty_s"), ratio(d, kd),
+              ratio(d, ud) if v else "", fmt(med("sparse", s, "sync_s")), spread("sparse", s, "cp_clean_s"), ratio(c, kc), ratio(c, uc) if v else "",
+              same, fmt(med("sparse", s, "umount_s")), fmt(med("sparse", s, "rss_mib"), 0)))
+
+notes = [l.rstrip() for l in open(notesf) if l.strip()]
+if notes:
+    print()
+    print("Notes:")
+    for l in notes:
+        print("- " + l)
+EOF
+log "raw results and table in $OUT"
