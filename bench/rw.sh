@@ -31,7 +31,7 @@
 # Sides: kernel, kernel-datacow (exps dbench/fsync/bssplit without
 # nodatacow/chattr +C: what NOCOW is worth to the kernel), ubtrfs, and
 # ubtrfs with one mechanism switched off through the daemon's environment:
-#   dbench/fsync/bssplit: UBTRFS_NO_NOCOW=1, UBTRFS_NOCOW_CHECKS_LOCKED=1,
+#   dbench/fsync/bssplit: UBTRFS_NO_NOCOW=1,
 #                         UBTRFS_CSUM_FULL_SCAN=1
 #   sparse:               UBTRFS_NO_SEEK_CACHE=1
 # Runs are interleaved (run 1 of every side, then run 2, ...). Caches are
@@ -152,7 +152,6 @@ record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >> "$RES"; }
 side_env() {
   case $1 in
     ubtrfs-no-nocow) echo UBTRFS_NO_NOCOW=1 ;;
-    ubtrfs-checks-locked) echo UBTRFS_NOCOW_CHECKS_LOCKED=1 ;;
     ubtrfs-csum-full-scan) echo UBTRFS_CSUM_FULL_SCAN=1 ;;
     ubtrfs-no-seek-cache) echo UBTRFS_NO_SEEK_CACHE=1 ;;
     *) echo "" ;;
@@ -168,7 +167,7 @@ sides_for() {
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-seek-cache"; } ;;
     *)
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-checks-locked ubtrfs-csum-full-scan"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
   esac
   echo "$s"
 }
@@ -533,7 +532,6 @@ LABEL = {
     "kernel-datacow": "kernel, datacow (reference)",
     "ubtrfs": "ubtrfs",
     "ubtrfs-no-nocow": "ubtrfs UBTRFS_NO_NOCOW=1",
-    "ubtrfs-checks-locked": "ubtrfs UBTRFS_NOCOW_CHECKS_LOCKED=1",
     "ubtrfs-csum-full-scan": "ubtrfs UBTRFS_CSUM_FULL_SCAN=1",
     "ubtrfs-no-seek-cache": "ubtrfs UBTRFS_NO_SEEK_CACHE=1",
 }
