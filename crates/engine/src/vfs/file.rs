@@ -108,6 +108,9 @@ impl RwFs {
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or_else(|| Error::TooLarge(format!("write at {off}")))?;
         self.reserve(data.len() as u64)?;
+        if off > i.size {
+            self.dirty_eof_block(id, i.size)?;
+        }
         let ss = self.sectorsize();
         let (a0, a1) = (off / ss * ss, round_up(end, ss));
         let mut buf = vec![0u8; (a1 - a0) as usize];
@@ -150,6 +153,27 @@ impl RwFs {
         if len > free {
             return Err(Error::NoSpace(format!("{len} bytes to write, {free} free")));
         }
+        Ok(())
+    }
+
+    /// Before the file grows past an end of file inside a sector, that
+    /// sector is dirtied with zeros after the end (the kernel's
+    /// btrfs_cont_expand / btrfs_truncate_block on a write, truncate,
+    /// fallocate or clone past EOF): it becomes data even where it was a
+    /// hole or preallocated, as on the kernel's btrfs.
+    fn dirty_eof_block(&mut self, id: InodeId, size: u64) -> Result<()> {
+        let ss = self.sectorsize();
+        if size.is_multiple_of(ss) {
+            return Ok(());
+        }
+        let s = size / ss * ss;
+        let mut buf = self.read_view(id, s, ss)?;
+        buf[(size - s) as usize..].fill(0);
+        let d = self.dirty.entry(id).or_default();
+        let before = d.bytes();
+        d.insert(s, &buf);
+        self.dirty_bytes = self.dirty_bytes + d.bytes() - before;
+        self.bump(id);
         Ok(())
     }
 
@@ -274,6 +298,9 @@ impl RwFs {
         if size == i.size {
             return Ok(());
         }
+        if size > i.size {
+            self.dirty_eof_block(id, i.size)?;
+        }
         self.writeback(id)?;
         let policy = self.policy(id, &i)?;
         let inode = self.t.truncate_file(id.subvol, id.ino, size, policy)?;
@@ -301,6 +328,9 @@ impl RwFs {
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or_else(|| Error::TooLarge(format!("fallocate at {off}+{len}")))?;
         let i = self.check_data_writable(id, false)?;
+        if mode & FALLOC_FL_PUNCH_HOLE == 0 && end > i.size {
+            self.dirty_eof_block(id, i.size)?;
+        }
         self.writeback(id)?;
         let policy = self.policy(id, &i)?;
         let (tree, ino) = (id.subvol, id.ino);
@@ -336,9 +366,11 @@ impl RwFs {
         Ok(())
     }
 
-    /// copy_file_range(2): shares extents (a clone) where the range is
-    /// sector aligned, else copies through the dirty ranges. Returns the
-    /// bytes copied (fewer at the source's end of file).
+    /// copy_file_range(2): shares extents (a clone) where the offsets are
+    /// sector aligned (whole sectors, or to the source's end of file: a
+    /// shorter count, as the kernel's), else copies through the dirty
+    /// ranges. Returns the bytes copied (fewer at the source's end of
+    /// file, or the clone's whole sectors).
     pub fn copy_range(
         &mut self,
         src: InodeId,
@@ -358,18 +390,24 @@ impl RwFs {
         }
         let ss = self.sectorsize();
         let overlap = src == dst && src_off < dst_off + len && dst_off < src_off + len;
-        let aligned = src_off.is_multiple_of(ss)
-            && dst_off.is_multiple_of(ss)
-            && (len.is_multiple_of(ss) || (src_off + len == si.size && dst_off + len >= di.size));
+        // As the kernel's copy_file_range: a clone first, shortened to
+        // whole sectors (REMAP_FILE_CAN_SHORTEN) unless it reaches the
+        // source's end of file; the caller copies the rest.
+        let to_eof = src_off + len == si.size && dst_off + len >= di.size;
+        let clone_len = if to_eof { len } else { len / ss * ss };
+        let aligned = src_off.is_multiple_of(ss) && dst_off.is_multiple_of(ss) && clone_len > 0;
         // The kernel does not clone between files with and without data
         // checksums (a file partly checksummed fails btrfs check).
         let same_sums = (si.flags ^ di.flags) & INODE_NODATASUM == 0;
         if aligned && !overlap && same_sums {
+            if dst_off > di.size {
+                self.dirty_eof_block(dst, di.size)?;
+            }
             self.writeback(src)?;
             self.writeback(dst)?;
             let policy = self.policy(dst, &di)?;
             let mut inode = self.t.clone_range(
-                src.subvol, src.ino, src_off, len, dst.subvol, dst.ino, dst_off, policy,
+                src.subvol, src.ino, src_off, clone_len, dst.subvol, dst.ino, dst_off, policy,
             )?;
             let t = now();
             inode.mtime = t;
@@ -377,7 +415,7 @@ impl RwFs {
             inode.sequence += 1;
             self.t.put_inode(dst.subvol, dst.ino, &inode)?;
             self.bump(dst);
-            return Ok(len);
+            return Ok(clone_len);
         }
         // A copy, in pieces that keep memory bounded.
         let mut done = 0;
