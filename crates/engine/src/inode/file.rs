@@ -525,6 +525,15 @@ impl Trans {
         Ok(buf)
     }
 
+    /// Whether the sector at `sector` holds data or preallocated space.
+    fn sector_allocated(&mut self, tree: u64, ino: u64, sector: u64) -> Result<bool> {
+        let ss = self.sectorsize() as u64;
+        Ok(self
+            .file_extents(tree, ino, sector, sector + ss)?
+            .iter()
+            .any(|(_, e)| !matches!(e.kind, ExtentKind::Hole)))
+    }
+
     /// Whether the sector at `sector` reads stored data (inline or
     /// regular), which a partial zeroing must rewrite.
     fn sector_has_data(&mut self, tree: u64, ino: u64, sector: u64) -> Result<bool> {
@@ -591,6 +600,23 @@ impl Trans {
         if !self.sector_has_data(tree, ino, sector)? {
             return Ok(());
         }
+        self.zero_sector_part(tree, ino, inode, sector, from, to, isize, policy)
+    }
+
+    /// Rewrites the sector at `sector` with `[from, to)` zeroed (it
+    /// becomes written data, whatever it was).
+    #[allow(clippy::too_many_arguments)]
+    fn zero_sector_part(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        inode: &mut InodeItem,
+        sector: u64,
+        from: u64,
+        to: u64,
+        isize: u64,
+        policy: DataPolicy,
+    ) -> Result<()> {
         let ss = self.sectorsize() as u64;
         let mut buf = self.read_file(tree, ino, sector, ss)?;
         let valid = inode.size.saturating_sub(sector).min(ss) as usize;
@@ -656,13 +682,19 @@ impl Trans {
         }
         let (h, t) = (off / ss * ss, end / ss * ss);
         let isize = inode.size;
-        if !off.is_multiple_of(ss) {
+        // Partial sectors at the edges are zeroed where they hold data or
+        // preallocated space (the kernel's btrfs_truncate_block makes the
+        // block written data); holes stay holes.
+        if !off.is_multiple_of(ss) && self.sector_allocated(tree, ino, h)? {
             let to = end.min(h + ss);
-            self.zero_in_sector(tree, ino, &mut inode, h, off, to, isize, policy)?;
+            self.zero_sector_part(tree, ino, &mut inode, h, off, to, isize, policy)?;
         }
-        if !end.is_multiple_of(ss) && (t != h || off.is_multiple_of(ss)) {
+        if !end.is_multiple_of(ss)
+            && (t != h || off.is_multiple_of(ss))
+            && self.sector_allocated(tree, ino, t)?
+        {
             let from = off.max(t);
-            self.zero_in_sector(tree, ino, &mut inode, t, from, end, isize, policy)?;
+            self.zero_sector_part(tree, ino, &mut inode, t, from, end, isize, policy)?;
         }
         let (m0, m1) = (round_up(off, ss), t);
         if m0 < m1 {
@@ -725,6 +757,10 @@ impl Trans {
                     Err(err) => return Err(err),
                 };
                 self.insert_file_extent(tree, ino, p, disk, n, 0, n, n, 0, true, true)?;
+                // As the kernel's __btrfs_prealloc_file_range: readers
+                // (SEEK_DATA/SEEK_HOLE) look for preallocated extents only
+                // in inodes that carry the flag.
+                inode.flags |= INODE_PREALLOC;
                 inode.nbytes += n;
                 p += n;
             }

@@ -334,23 +334,10 @@ impl RwFs {
         self.writeback(id)?;
         let policy = self.policy(id, &i)?;
         let (tree, ino) = (id.subvol, id.ino);
-        let ss = self.sectorsize();
         let mut inode = if mode & FALLOC_FL_PUNCH_HOLE != 0 {
             self.t.punch_hole(tree, ino, off, len, policy)?
         } else if mode & FALLOC_FL_ZERO_RANGE != 0 {
-            let zeroed = self.t.punch_hole(tree, ino, off, len, policy)?;
-            self.t.put_inode(tree, ino, &zeroed)?;
-            let (m0, m1) = (round_up(off, ss), end / ss * ss);
-            let mut inode = if m0 < m1 {
-                self.t.prealloc(tree, ino, m0, m1 - m0, true, policy)?
-            } else {
-                self.t.inode_of(tree, ino)?
-            };
-            if !keep && end > inode.size {
-                self.t.put_inode(tree, ino, &inode)?;
-                inode = self.t.truncate_file(tree, ino, end, policy)?;
-            }
-            inode
+            self.zero_range(id, off, len, keep, policy)?
         } else {
             self.reserve(len)?;
             self.t.prealloc(tree, ino, off, len, keep, policy)?
@@ -364,6 +351,115 @@ impl RwFs {
         self.t.put_inode(tree, ino, &inode)?;
         self.bump(id);
         Ok(())
+    }
+
+    /// What the sector at `at` holds: 0 a hole, 1 preallocated space, 2
+    /// written data (btrfs_zero_range_check_range_boundary).
+    fn sector_kind(&mut self, id: InodeId, at: u64) -> Result<u8> {
+        let ss = self.sectorsize();
+        let s = at / ss * ss;
+        let exts = self.t.file_extents(id.subvol, id.ino, s, s + ss)?;
+        Ok(match exts.iter().find(|(_, e)| e.start <= s && e.end > s) {
+            Some((_, e)) if e.is_data() => 2,
+            Some((_, e)) if matches!(e.kind, ExtentKind::Prealloc { .. }) => 1,
+            _ => 0,
+        })
+    }
+
+    /// fallocate ZERO_RANGE as the kernel's btrfs_zero_range: a range a
+    /// preallocated extent already covers stays as it is; partial edge
+    /// sectors holding data are zeroed in place, edge sectors in holes
+    /// join the allocation; every extent in the allocated range is
+    /// replaced by preallocated space.
+    fn zero_range(
+        &mut self,
+        id: InodeId,
+        off: u64,
+        len: u64,
+        keep: bool,
+        policy: DataPolicy,
+    ) -> Result<InodeItem> {
+        let (tree, ino) = (id.subvol, id.ino);
+        let ss = self.sectorsize();
+        let end = off + len;
+        let mut off = off;
+        let size_after = |i: &mut InodeItem| {
+            if !keep && end > i.size {
+                i.size = end;
+            }
+        };
+        // A preallocated extent at the start: only what lies past it.
+        let a0 = off / ss * ss;
+        let first = self.t.file_extents(tree, ino, a0, a0 + ss)?;
+        if let Some((_, e)) = first.iter().find(|(_, e)| {
+            e.start <= a0 && e.end > a0 && matches!(e.kind, ExtentKind::Prealloc { .. })
+        }) {
+            if e.end >= end {
+                let mut i = self.t.inode_of(tree, ino)?;
+                size_after(&mut i);
+                return Ok(i);
+            }
+            off = e.end;
+        }
+        let (mut alloc_start, mut alloc_end);
+        if off / ss == (end - 1) / ss {
+            let k = self.sector_kind(id, off)?;
+            if k == 1 {
+                let mut i = self.t.inode_of(tree, ino)?;
+                size_after(&mut i);
+                return Ok(i);
+            }
+            if end - off < ss && k == 2 {
+                let mut i = self.t.punch_hole(tree, ino, off, end - off, policy)?;
+                size_after(&mut i);
+                return Ok(i);
+            }
+            alloc_start = off / ss * ss;
+            alloc_end = alloc_start + ss;
+        } else {
+            alloc_start = round_up(off, ss);
+            alloc_end = end / ss * ss;
+            if !off.is_multiple_of(ss) {
+                match self.sector_kind(id, off)? {
+                    0 => alloc_start = off / ss * ss,
+                    2 => {
+                        let zeroed =
+                            self.t
+                                .punch_hole(tree, ino, off, round_up(off, ss) - off, policy)?;
+                        self.t.put_inode(tree, ino, &zeroed)?;
+                    }
+                    _ => {}
+                }
+            }
+            if !end.is_multiple_of(ss) {
+                match self.sector_kind(id, end)? {
+                    0 => alloc_end = round_up(end, ss),
+                    2 => {
+                        let s = end / ss * ss;
+                        let zeroed = self.t.punch_hole(tree, ino, s, end - s, policy)?;
+                        self.t.put_inode(tree, ino, &zeroed)?;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut i = self.t.inode_of(tree, ino)?;
+        if alloc_start < alloc_end {
+            self.reserve(alloc_end - alloc_start)?;
+            let removed = self.t.drop_extents(tree, ino, alloc_start, alloc_end)?;
+            i.nbytes = i.nbytes.saturating_sub(removed);
+            self.t.put_inode(tree, ino, &i)?;
+            i = self.t.prealloc(
+                tree,
+                ino,
+                alloc_start,
+                alloc_end - alloc_start,
+                true,
+                policy,
+            )?;
+        }
+        size_after(&mut i);
+        Ok(i)
     }
 
     /// copy_file_range(2): shares extents (a clone) where the offsets are
