@@ -16,7 +16,7 @@ pub struct MountArgs {
     /// Mount options, comma-separated (repeatable): ro, rw (the default
     /// when the image can be written), subvol=PATH, subvolid=N,
     /// compress=ALGO[:LEVEL], compress-force=ALGO[:LEVEL], nodatacow,
-    /// nodatasum, commit=SECS, max_inline=BYTES, allow_other, allow_root,
+    /// nodatasum, notreelog, commit=SECS, max_inline=BYTES, allow_other, allow_root,
     /// threads=N, log=FILE, device=PATH, fsname=NAME, timeout=SECS, nodev,
     /// nosuid, noexec, ...
     #[arg(short = 'o', value_name = "OPTIONS")]

@@ -78,10 +78,14 @@ impl Trans {
     /// The next DIR_INDEX of directory `dir` in `tree`.
     pub fn next_dir_index(&mut self, tree: u64, dir: u64) -> Result<u64> {
         let last = self.search_last_le(tree, &dir_index_key(dir, u64::MAX))?;
-        Ok(match last {
+        let next = match last {
             Some((k, _)) if k.objectid == dir && k.item_type == DIR_INDEX => k.offset + 1,
             _ => 2,
-        })
+        };
+        let floor = self.dir_index_next.entry((tree, dir)).or_insert(next);
+        let index = next.max(*floor);
+        *floor = index + 1;
+        Ok(index)
     }
 
     pub(crate) fn add_uuid_entry(&mut self, uuid: &[u8; 16], kind: u8, id: u64) -> Result<()> {

@@ -206,6 +206,8 @@ impl MountOptions {
                 }
                 "datacow" => self.write.nodatacow = false,
                 "nodatasum" => self.write.nodatasum = true,
+                "notreelog" => self.write.notreelog = true,
+                "treelog" => self.write.notreelog = false,
                 "datasum" => {
                     self.write.nodatasum = false;
                     self.write.nodatacow = false;

@@ -176,6 +176,11 @@ pub struct Allocator {
     /// Where the last allocation of each kind ended: allocations go
     /// forward, so consecutive tree blocks and file data lie in order.
     hints: [u64; 3],
+    /// A log tree written in this transaction is on disk: space freed
+    /// before the commit may still be what the log points to (its data
+    /// extents), so it stays pinned until the commit instead of being
+    /// handed out again (the kernel pins every freed extent until commit).
+    pub log_on_disk: bool,
 }
 
 impl Allocator {
@@ -192,25 +197,7 @@ impl Allocator {
     /// Allocates `len` bytes aligned to `align` for `kind`; None when no
     /// block group of that kind has room (the caller makes a new chunk).
     pub fn alloc(&mut self, kind: SpaceKind, len: u64, align: u64) -> Option<u64> {
-        let flag = kind.bg_flag();
-        let hint = self.hints[Self::hint_slot(kind)];
-        let mut found = None;
-        // Groups at or after the hint first, then the rest.
-        let order = self
-            .groups
-            .range(..)
-            .filter(|(_, g)| g.flags & flag != 0)
-            .map(|(&s, g)| (s, g.end()))
-            .collect::<Vec<_>>();
-        let (after, before): (Vec<_>, Vec<_>) = order.into_iter().partition(|&(_, e)| e > hint);
-        for (s, _) in after.into_iter().chain(before) {
-            let g = &self.groups[&s];
-            if let Some(a) = g.find(len, align, hint.max(g.start)) {
-                found = Some((s, a));
-                break;
-            }
-        }
-        let (s, a) = found?;
+        let (s, a) = self.find_space(kind, len, align, false)?;
         let g = self.groups.get_mut(&s).unwrap();
         let ok = g.remove_free(a, len);
         debug_assert!(ok);
@@ -220,9 +207,75 @@ impl Allocator {
         Some(a)
     }
 
+    /// Where `len` bytes aligned to `align` are free for `kind`: (group,
+    /// address). `committed_only`: in block groups the last commit has.
+    fn find_space(
+        &self,
+        kind: SpaceKind,
+        len: u64,
+        align: u64,
+        committed_only: bool,
+    ) -> Option<(u64, u64)> {
+        let flag = kind.bg_flag();
+        let hint = self.hints[Self::hint_slot(kind)];
+        // Groups at or after the hint first, then the rest.
+        let order = self
+            .groups
+            .range(..)
+            .filter(|(_, g)| g.flags & flag != 0 && !(committed_only && g.new))
+            .map(|(&s, g)| (s, g.end()))
+            .collect::<Vec<_>>();
+        let (after, before): (Vec<_>, Vec<_>) = order.into_iter().partition(|&(_, e)| e > hint);
+        after.into_iter().chain(before).find_map(|(s, _)| {
+            let g = &self.groups[&s];
+            g.find(len, align, hint.max(g.start)).map(|a| (s, a))
+        })
+    }
+
+    /// Takes `len` bytes of `kind` space in a committed block group out of
+    /// the free space without accounting them as used (a log tree block:
+    /// no extent item, and the kernel's replay finds it in free space of
+    /// a block group it knows). Free again at commit, or at
+    /// [`Allocator::release_held`].
+    pub fn alloc_held(&mut self, kind: SpaceKind, len: u64, align: u64) -> Option<u64> {
+        let (s, a) = self.find_space(kind, len, align, true)?;
+        let g = self.groups.get_mut(&s).unwrap();
+        let ok = g.remove_free(a, len);
+        debug_assert!(ok);
+        self.pinned.push((a, len));
+        Some(a)
+    }
+
+    /// Gives back held space before commit (blocks of a log tree that a
+    /// newer one on disk replaced).
+    pub fn release_held(&mut self, start: u64, len: u64) {
+        let Some(i) = self
+            .pinned
+            .iter()
+            .position(|&(s, l)| s == start && l == len)
+        else {
+            return;
+        };
+        self.pinned.swap_remove(i);
+        if let Some(g) = self.group_of(start) {
+            g.add_free(start, len);
+        }
+    }
+
+    /// Whether a block group was made in this transaction (its chunk is
+    /// not in the committed chunk tree).
+    pub fn has_new_groups(&self) -> bool {
+        self.groups.values().any(|g| g.new)
+    }
+
     /// Returns space allocated in this transaction and never committed:
-    /// it may be handed out again at once.
+    /// it may be handed out again at once (unless a log on disk may point
+    /// to it: then it is pinned until commit).
     pub fn free_now(&mut self, start: u64, len: u64) {
+        if self.log_on_disk {
+            self.pin(start, len);
+            return;
+        }
         if let Some(g) = self.group_of(start) {
             g.add_free(start, len);
             g.used = g.used.saturating_sub(len);
@@ -292,6 +345,7 @@ impl Allocator {
                 g.add_free(s, l);
             }
         }
+        self.log_on_disk = false;
         for g in self.groups.values_mut() {
             g.fst_dirty = false;
             g.item_dirty = false;

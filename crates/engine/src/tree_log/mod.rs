@@ -26,6 +26,7 @@
 //! `rescue` commands).
 
 mod replay;
+pub mod write;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::fs::{Filesystem, OpenOptions};

@@ -158,6 +158,40 @@ impl Trans {
         Ok(())
     }
 
+    /// Writes one tree block that is not part of this transaction's trees
+    /// (a log tree's) at its address, on every copy.
+    pub(crate) fn write_block(&self, eb: &crate::tree::buf::ExtentBuffer) -> Result<()> {
+        let bytes = eb.encode(
+            self.nodesize(),
+            &self.fsid,
+            &self.chunk_tree_uuid,
+            self.info.csum_type,
+        );
+        self.write_logical(eb.bytenr, &bytes)
+    }
+
+    /// Whether this transaction made chunks or changed devices: a log tree
+    /// cannot point into them (replay reads through the committed chunk
+    /// tree), so fsync commits instead.
+    pub fn has_new_chunks(&self) -> bool {
+        !self.pending_chunks.is_empty() || self.dev_items_dirty || self.alloc.has_new_groups()
+    }
+
+    /// Makes a log tree written since the last commit the one a crash
+    /// replays (the kernel's btrfs_sync_log): everything written so far
+    /// (data, log blocks) is flushed, then the committed superblock is
+    /// written again with the log root tree's root, and flushed. The
+    /// commit after it writes a superblock without a log.
+    pub(crate) fn write_log_super(&mut self, log_root: u64, level: u8) -> Result<()> {
+        self.flush_all()?;
+        let mut sb = self.info.sb.clone();
+        sb.log_root = log_root;
+        sb.log_root_level = level;
+        self.alloc.log_on_disk = true;
+        self.write_superblocks(&sb)?;
+        self.flush_all()
+    }
+
     fn flush_all(&self) -> Result<()> {
         for d in self.info.devices.values() {
             d.dev().flush().map_err(|e| Error::Io {
@@ -218,6 +252,9 @@ impl Trans {
         let root = self.roots[&ROOT_TREE_OBJECTID].clone();
         let chunk = self.roots[&CHUNK_TREE_OBJECTID].clone();
         sb.generation = self.transid;
+        // A commit makes any log tree of this transaction moot.
+        sb.log_root = 0;
+        sb.log_root_level = 0;
         sb.root = root.bytenr;
         sb.root_level = root.level;
         sb.chunk_root = chunk.bytenr;

@@ -63,6 +63,56 @@ impl Trans {
         Ok(found > 0 || queued)
     }
 
+    /// The checksums of data sectors in `[start, end)` (queued ones
+    /// written first): runs of consecutive sectors, (first sector, sums).
+    pub fn csums_in(&mut self, start: u64, end: u64) -> Result<Vec<(u64, Vec<u8>)>> {
+        self.flush_csums()?;
+        let ss = self.sectorsize() as u64;
+        let cs = self.info.csum_type.size() as u64;
+        let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut take = |k: &Key, d: &[u8]| {
+            let item_end = k.offset + d.len() as u64 / cs * ss;
+            let (from, to) = (k.offset.max(start), item_end.min(end));
+            if from < to {
+                let a = ((from - k.offset) / ss * cs) as usize;
+                let b = ((to - k.offset) / ss * cs) as usize;
+                match out.last_mut() {
+                    Some((s, v)) if *s + v.len() as u64 / cs * ss == from => {
+                        v.extend_from_slice(&d[a..b])
+                    }
+                    _ => out.push((from, d[a..b].to_vec())),
+                }
+            }
+        };
+        let first = Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, start);
+        let from = match self.search_last_le(CSUM_TREE_OBJECTID, &first)? {
+            Some((k, d)) if k.objectid == EXTENT_CSUM_OBJECTID && k.item_type == EXTENT_CSUM => {
+                take(&k, &d);
+                k.offset + 1
+            }
+            _ => start,
+        };
+        let mut rest = Vec::new();
+        self.scan(
+            CSUM_TREE_OBJECTID,
+            &Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, from),
+            |k, d| {
+                if k.objectid != EXTENT_CSUM_OBJECTID
+                    || k.item_type != EXTENT_CSUM
+                    || k.offset >= end
+                {
+                    return false;
+                }
+                rest.push((*k, d.to_vec()));
+                true
+            },
+        )?;
+        for (k, d) in rest {
+            take(&k, &d);
+        }
+        Ok(out)
+    }
+
     /// Queues the checksums of `data` written at `logical` (whole sectors).
     pub fn add_data_csums(&mut self, logical: u64, data: &[u8]) -> Result<()> {
         let ss = self.sectorsize() as usize;

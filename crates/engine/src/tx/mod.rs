@@ -90,6 +90,12 @@ pub struct Trans {
     /// Largest file kept inline in its EXTENT_DATA item (the max_inline
     /// mount option; 0 keeps none).
     pub max_inline: u64,
+    /// Next DIR_INDEX per (tree, directory) handed out since the writer
+    /// opened: indexes only grow (the kernel's in-memory index_cnt), so a
+    /// name made after another was removed never takes the removed one's
+    /// index, which the committed trees (and a log replayed over them)
+    /// still have.
+    pub(crate) dir_index_next: HashMap<(u64, u64), u64>,
 }
 
 /// Maps by block address, with a cheap integer mixer (SipHash's

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::io::dev::{BlockDev, FileDev};
 use crate::io::device::Device;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use ubtrfs_format::consts::*;
@@ -217,6 +217,7 @@ impl Trans {
             mutations: 0,
             decoded: Default::default(),
             max_inline: crate::inode::file::MAX_INLINE,
+            dir_index_next: HashMap::new(),
             chunk_cap: None,
             dev_items_dirty: false,
             info,

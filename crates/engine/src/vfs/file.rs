@@ -566,12 +566,52 @@ impl RwFs {
         })
     }
 
-    /// fsync(2): everything is committed (a log tree is not written yet,
-    /// so fsync costs a commit). A writeback that failed since the last
-    /// fsync is reported.
-    pub fn fsync(&mut self, _id: InodeId) -> Result<()> {
+    /// fsync(2) (the kernel's btrfs_sync_file): the file's dirty data is
+    /// written back and the file logged in a log tree, whose superblock
+    /// makes it survive a crash without a commit; where a log cannot
+    /// express the file's changes (see [`crate::tree_log::write`]), or with
+    /// `notreelog`, everything is committed. Nothing is written when
+    /// nothing changed since the last commit. A writeback that failed
+    /// since the last fsync is reported.
+    pub fn fsync(&mut self, id: InodeId) -> Result<()> {
         self.take_wb_error()?;
-        self.commit()
+        if self.aborted.is_some() {
+            return self.commit();
+        }
+        if !self.dirty.contains_key(&id) && !self.changed() {
+            return Ok(());
+        }
+        if self.opts.notreelog {
+            self.stats.fsync_commits += 1;
+            return self.commit();
+        }
+        self.writeback(id)?;
+        let renamed = &self.renamed;
+        let is_renamed = |ino: u64| {
+            renamed.contains(&InodeId {
+                subvol: id.subvol,
+                ino,
+            })
+        };
+        let logged = self
+            .log
+            .log_file(&mut self.t, id.subvol, id.ino, &is_renamed)
+            .and_then(|r| match r {
+                Ok(()) => self.log.sync(&mut self.t),
+                Err(why) => Ok(Err(why)),
+            });
+        match logged {
+            Ok(Ok(())) => {
+                self.stats.log_syncs += 1;
+                Ok(())
+            }
+            // A log that cannot say it, or failed to be written (a commit
+            // may still succeed, else it turns the mount read-only).
+            Ok(Err(_)) | Err(_) => {
+                self.stats.fsync_commits += 1;
+                self.commit()
+            }
+        }
     }
 
     /// The dirty ranges of `id` (tests).

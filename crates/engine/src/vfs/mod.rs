@@ -56,6 +56,8 @@ pub struct RwOptions {
     pub dirty_limit: u64,
     /// Changed metadata held before a commit.
     pub meta_limit: u64,
+    /// notreelog: fsync commits instead of writing a log tree.
+    pub notreelog: bool,
 }
 
 impl Default for RwOptions {
@@ -69,6 +71,7 @@ impl Default for RwOptions {
             max_inline: crate::inode::file::MAX_INLINE,
             dirty_limit: 256 << 20,
             meta_limit: 256 << 20,
+            notreelog: false,
         }
     }
 }
@@ -77,6 +80,9 @@ impl Default for RwOptions {
 #[derive(Debug, Default, Clone)]
 pub struct RwStats {
     pub commits: u64,
+    /// fsyncs answered by writing a log tree, and those that committed.
+    pub log_syncs: u64,
+    pub fsync_commits: u64,
     pub writebacks: u64,
     /// NOCOW ranges overwritten in place, and those that fell back to COW.
     pub nocow_in_place: u64,
@@ -117,6 +123,14 @@ pub struct RwFs {
     /// at the next fsync.
     wb_error: Option<Error>,
     pub stats: RwStats,
+    /// What fsync logged in this transaction ([`crate::tree_log::write`]).
+    pub(crate) log: crate::tree_log::write::LogWriter,
+    /// Inodes that gained or lost a name since the last commit: a log
+    /// cannot express it (replay only adds names), fsync commits.
+    pub(crate) renamed: HashSet<InodeId>,
+    /// The transaction's change counter at the last commit: an idle mount
+    /// does not commit.
+    committed_mutations: u64,
 }
 
 impl RwFs {
@@ -148,7 +162,11 @@ impl RwFs {
             aborted: None,
             wb_error: None,
             stats: RwStats::default(),
+            log: Default::default(),
+            renamed: HashSet::new(),
+            committed_mutations: 0,
         };
+        fs.committed_mutations = fs.t.mutations();
         if fs.cleanup_orphans()? {
             fs.commit()?;
         }
@@ -313,7 +331,7 @@ impl RwFs {
         }
         let meta = self.t.dirty_blocks() as u64 * self.t.nodesize() as u64;
         self.last_commit.elapsed() >= Duration::from_secs(self.opts.commit_secs.max(1))
-            && (self.dirty_bytes > 0 || self.t.mutations() > 0 || meta > 0)
+            && (self.dirty_bytes > 0 || self.changed() || meta > 0)
             || self.dirty_bytes > self.opts.dirty_limit
             || meta > self.opts.meta_limit
     }
@@ -331,6 +349,8 @@ impl RwFs {
         match res {
             Ok(()) => {
                 self.stats.commits += 1;
+                self.renamed.clear();
+                self.committed_mutations = self.t.mutations();
                 Ok(())
             }
             Err(e) => {
@@ -340,7 +360,13 @@ impl RwFs {
         }
     }
 
-    /// At unmount: orphans still open are deleted, everything committed.
+    /// Whether the trees changed since the last commit.
+    pub(crate) fn changed(&self) -> bool {
+        self.t.mutations() != self.committed_mutations
+    }
+
+    /// At unmount: orphans still open are deleted, everything committed
+    /// (nothing is written when nothing changed and no log is on disk).
     pub fn unmount(&mut self) -> Result<()> {
         if self.aborted.is_some() {
             return Ok(());
@@ -349,7 +375,15 @@ impl RwFs {
         for id in orphans {
             self.drop_orphan(id)?;
         }
+        if self.dirty.is_empty() && !self.changed() && self.log.is_empty(&self.t) {
+            return Ok(());
+        }
         self.commit()
+    }
+
+    /// The log statistics.
+    pub fn log_stats(&self) -> crate::tree_log::write::LogStats {
+        self.log.stats.clone()
     }
 
     /// What statfs(2) shows: the devices' bytes, and those not used by

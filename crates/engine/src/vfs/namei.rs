@@ -335,6 +335,7 @@ impl RwFs {
             return Err(Error::Exists(format!("{:?}", show(name))));
         }
         self.t.link(dir.subvol, id.ino, dir.ino, name, now())?;
+        self.renamed.insert(id);
         self.bump(dir);
         Ok(())
     }
@@ -371,6 +372,7 @@ impl RwFs {
     fn remove_name(&mut self, dir: InodeId, name: &[u8], id: InodeId, dir_too: bool) -> Result<()> {
         self.t
             .unlink_inode(dir.subvol, dir.ino, id.ino, name, Some(now()))?;
+        self.renamed.insert(id);
         let left = self.t.inode_of(id.subvol, id.ino)?.nlink;
         if left == 0 || dir_too {
             if dir_too && left > 0 {
@@ -460,6 +462,8 @@ impl RwFs {
             }
             self.t
                 .exchange(tree, from_dir.ino, from, to_dir.ino, to, time)?;
+            self.renamed.insert(src);
+            self.renamed.insert(dst);
             for id in [src, dst, from_dir, to_dir] {
                 self.bump(id);
             }
@@ -489,6 +493,7 @@ impl RwFs {
         }
         self.t
             .rename(tree, from_dir.ino, from, to_dir.ino, to, time)?;
+        self.renamed.insert(src);
         for id in [src, from_dir, to_dir] {
             self.bump(id);
         }
