@@ -77,15 +77,30 @@ impl Trans {
 
     /// The next DIR_INDEX of directory `dir` in `tree`.
     pub fn next_dir_index(&mut self, tree: u64, dir: u64) -> Result<u64> {
-        let last = self.search_last_le(tree, &dir_index_key(dir, u64::MAX))?;
-        let next = match last {
-            Some((k, _)) if k.objectid == dir && k.item_type == DIR_INDEX => k.offset + 1,
-            _ => 2,
-        };
+        let next = self.after_last_dir_index(tree, dir)?;
         let floor = self.dir_index_next.entry((tree, dir)).or_insert(next);
         let index = next.max(*floor);
         *floor = index + 1;
         Ok(index)
+    }
+
+    /// One past the highest DIR_INDEX `dir` has now (2 when none).
+    fn after_last_dir_index(&mut self, tree: u64, dir: u64) -> Result<u64> {
+        let last = self.search_last_le(tree, &dir_index_key(dir, u64::MAX))?;
+        Ok(match last {
+            Some((k, _)) if k.objectid == dir && k.item_type == DIR_INDEX => k.offset + 1,
+            _ => 2,
+        })
+    }
+
+    /// Before a name of `dir` goes: the indexes it has now are never
+    /// handed out again by this writer (see `dir_index_next`).
+    pub(crate) fn keep_dir_indexes(&mut self, tree: u64, dir: u64) -> Result<()> {
+        if !self.dir_index_next.contains_key(&(tree, dir)) {
+            let next = self.after_last_dir_index(tree, dir)?;
+            self.dir_index_next.insert((tree, dir), next);
+        }
+        Ok(())
     }
 
     pub(crate) fn add_uuid_entry(&mut self, uuid: &[u8; 16], kind: u8, id: u64) -> Result<()> {

@@ -178,6 +178,7 @@ impl Trans {
         index: u64,
         time: Timespec,
     ) -> Result<()> {
+        self.keep_dir_indexes(tree, dir)?;
         self.del_dir_name(tree, &dir_item_key(dir, name), name)?;
         self.delete_item(tree, &dir_index_key(dir, index))?;
         if let Some(mut di) = self.inode(tree, dir)? {

@@ -141,6 +141,7 @@ impl Trans {
                 String::from_utf8_lossy(name)
             )
         };
+        self.keep_dir_indexes(tree, dir)?;
         if !self.del_dir_name(tree, &dir_item_key(dir, name), name)? {
             return Err(Error::corrupt(here(), "no DIR_ITEM for the name"));
         }

@@ -1,0 +1,468 @@
+//! fsync writes log trees (tree_log::write): crash tests in process, as
+//! dm-log-writes tests the kernel's fsync. A seeded workload of the
+//! read-write mount's operations (files made in committed and in new,
+//! nested directories; writes, appends, truncates, punches, zero ranges,
+//! preallocations; renames, links and unlinks of scratch files, which make
+//! fsync commit; fsyncs and the odd commit) runs on a recording device
+//! with a long commit interval. After every fsync or commit that returned,
+//! the durable state is noted: the path and content of every file fsynced
+//! (or of every file, after a commit). Then every prefix of the writes
+//! that ends at a flush is applied to a copy of the image as it was
+//! before the workload; the log is replayed (tree_log::replay, then a
+//! commit); the engine's check and `btrfs check --readonly` pass; and each
+//! durable file of the last fsync the prefix holds reads back at its path
+//! with that content.
+//!
+//! As root, the kernel judges too: crash images of a few more seeds are
+//! mounted by the kernel, which replays the log, and must show every
+//! durable file and pass `btrfs check` (tests/oracle/kernel_replay.py).
+//!
+//! UBTRFS_LOG_WRITE_SEEDS=N (default 8), UBTRFS_LOG_WRITE_SEED=S;
+//! UBTRFS_LOG_WRITE_KERNEL_SEEDS=N (default 3) for the kernel's part.
+//! UBTRFS_LOG_WRITE_KEEP=FILE keeps the image of a failed btrfs check.
+
+mod memcheck;
+
+use memcheck::Rng;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use ubtrfs_engine::fs::{Filesystem, InodeId};
+use ubtrfs_engine::io::dev::{BlockDev, MemDev};
+use ubtrfs_engine::io::device::Device;
+use ubtrfs_engine::io::fault::RecordDev;
+use ubtrfs_engine::mkfs::{make, MkfsOptions};
+use ubtrfs_engine::tx::Trans;
+use ubtrfs_engine::vfs::attr::SetAttr;
+use ubtrfs_engine::vfs::{RwFs, RwOptions};
+use ubtrfs_engine::FileHandle;
+use ubtrfs_format::consts::*;
+
+const SS: u64 = 4096;
+const DEV_SIZE: u64 = 128 << 20;
+
+/// Path -> content of the files a crash must keep.
+type Durable = BTreeMap<String, Vec<u8>>;
+
+/// A file of the workload.
+struct File {
+    id: InodeId,
+    path: String,
+    data: Vec<u8>,
+    /// Renamed, linked or unlinked: a scratch file, never fsynced after.
+    scratch: bool,
+}
+
+fn opts() -> RwOptions {
+    RwOptions {
+        commit_secs: 3600,
+        ..Default::default()
+    }
+}
+
+fn fill(rng: &mut Rng, len: usize) -> Vec<u8> {
+    let seed = rng.next() | 1;
+    (0..len)
+        .map(|i| (seed.wrapping_mul(i as u64 / 7 + 1) >> 31) as u8)
+        .collect()
+}
+
+/// The workload: returns the durable states, each with the number of
+/// device events recorded when the call that made it returned.
+/// The workload's state, carried from the unrecorded part to the
+/// recorded one.
+struct World {
+    rng: Rng,
+    files: Vec<File>,
+    dirs: Vec<(InodeId, String)>,
+    log: Vec<String>,
+    n: u32,
+}
+
+fn workload(
+    fs: &mut RwFs,
+    rec: &RecordDev,
+    w: &mut World,
+    steps: usize,
+) -> Result<Vec<(usize, Durable)>, String> {
+    let World {
+        rng,
+        files,
+        dirs,
+        log,
+        n,
+    } = w;
+    let mut states = Vec::new();
+    let durable_all = |files: &Vec<File>| -> Durable {
+        files
+            .iter()
+            .map(|f| (f.path.clone(), f.data.clone()))
+            .collect()
+    };
+    let mut durable = durable_all(files);
+    for step in 0..steps {
+        let pick = rng.below(100);
+        let live: Vec<usize> = (0..files.len()).filter(|&i| !files[i].scratch).collect();
+        let what;
+        if pick < 12 || live.is_empty() {
+            // A new file, sometimes in a new (nested) directory.
+            let mut di = rng.below(dirs.len() as u64) as usize;
+            if rng.below(3) == 0 {
+                *n += 1;
+                let name = format!("d{}", *n);
+                let (pid, ppath) = dirs[di].clone();
+                let id = fs
+                    .create(pid, name.as_bytes(), 0o040755, 0, (0, 0), None)
+                    .map_err(|e| format!("mkdir: {e}"))?;
+                dirs.push((id, format!("{ppath}/{name}")));
+                di = dirs.len() - 1;
+            }
+            *n += 1;
+            let name = format!("f{}", *n);
+            let (pid, ppath) = dirs[di].clone();
+            let id = fs
+                .create(pid, name.as_bytes(), 0o100644, 0, (0, 0), None)
+                .map_err(|e| format!("create: {e}"))?;
+            what = format!("create {ppath}/{name}");
+            files.push(File {
+                id,
+                path: format!("{ppath}/{name}"),
+                data: Vec::new(),
+                scratch: false,
+            });
+        } else {
+            let fi = if pick < 80 {
+                live[rng.below(live.len() as u64) as usize]
+            } else {
+                rng.below(files.len() as u64) as usize
+            };
+            let f = &mut files[fi];
+            let size = f.data.len() as u64;
+            match pick {
+                12..=44 => {
+                    let off = match rng.below(3) {
+                        0 => size,
+                        1 => rng.below(size + 1) / SS * SS,
+                        _ => rng.below(size + 3 * SS),
+                    };
+                    let max = [3 * SS, 40 * SS][rng.below(2) as usize];
+                    let len = 1 + rng.below(max) as usize;
+                    let d = fill(rng, len);
+                    what = format!("write {} at {off} len {len}", f.path);
+                    fs.write(f.id, off, &d)
+                        .map_err(|e| format!("{what}: {e}"))?;
+                    let end = off as usize + len;
+                    if f.data.len() < end {
+                        f.data.resize(end, 0);
+                    }
+                    f.data[off as usize..end].copy_from_slice(&d);
+                }
+                45..=50 => {
+                    let to = rng.below(size + 2 * SS);
+                    what = format!("truncate {} to {to}", f.path);
+                    let a = SetAttr {
+                        size: Some(to),
+                        ..Default::default()
+                    };
+                    fs.setattr(f.id, &a).map_err(|e| format!("{what}: {e}"))?;
+                    f.data.resize(to as usize, 0);
+                }
+                51..=58 => {
+                    let off = rng.below(size + SS);
+                    let len = 1 + rng.below(12 * SS);
+                    // punch (keep size), zero range, prealloc past EOF
+                    let mode = [3, 0x10, 1, 0][rng.below(4) as usize];
+                    what = format!("fallocate {} at {off} len {len} mode {mode:#x}", f.path);
+                    fs.fallocate(f.id, off, len, mode)
+                        .map_err(|e| format!("{what}: {e}"))?;
+                    let end = (off + len) as usize;
+                    if mode & 1 == 0 && f.data.len() < end {
+                        f.data.resize(end, 0);
+                    }
+                    if mode & 2 != 0 || mode == 0x10 {
+                        let e = end.min(f.data.len());
+                        if (off as usize) < e {
+                            f.data[off as usize..e].fill(0);
+                        }
+                    }
+                }
+                59..=84 => {
+                    what = format!("fsync {}", f.path);
+                    let commits = fs.stats.fsync_commits;
+                    fs.fsync(f.id).map_err(|e| format!("{what}: {e}"))?;
+                    if f.scratch {
+                        // Renamed files' fsyncs commit; their names are not
+                        // followed by the model.
+                        if fs.stats.fsync_commits == commits {
+                            return Err(format!("{what}: a renamed file was logged"));
+                        }
+                    }
+                    if fs.stats.fsync_commits != commits {
+                        durable = durable_all(files);
+                        files.iter_mut().for_each(|f| f.scratch = false);
+                    } else {
+                        durable.insert(files[fi].path.clone(), files[fi].data.clone());
+                    }
+                    states.push((rec.log().events.len(), durable.clone()));
+                }
+                85..=87 => {
+                    what = "commit".into();
+                    fs.commit().map_err(|e| format!("{what}: {e}"))?;
+                    durable = durable_all(files);
+                    files.iter_mut().for_each(|f| f.scratch = false);
+                    states.push((rec.log().events.len(), durable.clone()));
+                }
+                88..=92 => {
+                    // A rename into another directory (the file becomes a
+                    // scratch file: the model forgets its names).
+                    let (did, dpath) = dirs[rng.below(dirs.len() as u64) as usize].clone();
+                    *n += 1;
+                    let (pdir, pname) = parent_of(dirs, &f.path);
+                    let name = format!("r{}", *n);
+                    what = format!("rename {} to {dpath}/{name}", f.path);
+                    fs.rename(pdir, pname.as_bytes(), did, name.as_bytes(), 0)
+                        .map_err(|e| format!("{what}: {e}"))?;
+                    f.path = format!("{dpath}/{name}");
+                    f.scratch = true;
+                }
+                93..=95 => {
+                    let (pdir, _) = parent_of(dirs, &f.path);
+                    *n += 1;
+                    let name = format!("l{}", *n);
+                    what = format!("link {} as {name}", f.path);
+                    fs.link(f.id, pdir, name.as_bytes())
+                        .map_err(|e| format!("{what}: {e}"))?;
+                    fs.unlink(pdir, name.as_bytes())
+                        .map_err(|e| format!("{what}: unlink: {e}"))?;
+                    f.scratch = true;
+                }
+                _ => {
+                    let (pdir, pname) = parent_of(dirs, &f.path);
+                    what = format!("unlink {}", f.path);
+                    fs.unlink(pdir, pname.as_bytes())
+                        .map_err(|e| format!("{what}: {e}"))?;
+                    files.remove(fi);
+                }
+            }
+        }
+        log.push(format!("{step}: {what}"));
+    }
+    Ok(states)
+}
+
+/// The directory and name of `path`.
+fn parent_of(dirs: &[(InodeId, String)], path: &str) -> (InodeId, String) {
+    let (p, name) = path.rsplit_once('/').unwrap();
+    let d = dirs.iter().find(|(_, dp)| dp == p).unwrap().0;
+    (d, name.to_string())
+}
+
+/// Replays the log on `dev`, commits, checks, and reads every durable
+/// file back.
+fn check_crash(dev: Arc<MemDev>, want: &Durable, btrfs_check: bool) -> Result<(), String> {
+    let t = Trans::open_dev_with_log(
+        vec![("mem".into(), dev.clone() as Arc<dyn BlockDev>)],
+        16 << 20,
+    )
+    .map_err(|e| format!("open: {e}"))?;
+    let had_log = t.log_root().0 != 0;
+    let mut t = t;
+    if had_log {
+        ubtrfs_engine::tree_log::replay(&mut t).map_err(|e| format!("replay: {e}"))?;
+        t.commit()
+            .map_err(|e| format!("commit after replay: {e}"))?;
+    }
+    drop(t);
+    ubtrfs_engine::tools::check::check_dev(dev.clone())
+        .map_err(|e| format!("engine check: {e}"))?;
+    if btrfs_check && memcheck::btrfs_available("log_write") {
+        memcheck::btrfs_check(&dev, "UBTRFS_LOG_WRITE_KEEP")?;
+    }
+    let d =
+        Device::from_dev(std::path::Path::new("mem"), dev.clone()).map_err(|e| e.to_string())?;
+    let reader = Filesystem::from_devices(vec![d], 16 << 20).map_err(|e| e.to_string())?;
+    for (path, data) in want {
+        let id = reader
+            .resolve(path.trim_start_matches('/').as_bytes())
+            .map_err(|e| format!("{path}: {e}"))?;
+        let mut fh = FileHandle::open(&reader, id).map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; data.len() + 1];
+        let got = fh
+            .read_at(&reader, 0, &mut buf)
+            .map_err(|e| format!("{path}: read: {e}"))?;
+        if got != data.len() || buf[..got] != data[..] {
+            let at = buf.iter().zip(data).position(|(a, b)| a != b);
+            return Err(format!(
+                "{path}: {got} bytes read, {} durable; first difference at {at:?}",
+                data.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Writes a crash image and what it must show (one line per durable
+/// file: sha256-less, a simple checksum and the size) for a kernel mount
+/// to judge (tests/oracle/kernel_replay.sh).
+fn export(dir: &std::path::Path, seed: u64, i: usize, dev: &MemDev, want: &Durable) {
+    std::fs::create_dir_all(dir).unwrap();
+    let base = format!("{}/s{seed}-f{i}", dir.display());
+    std::fs::write(format!("{base}.img"), dev.snapshot()).unwrap();
+    let mut lines = String::new();
+    for (path, data) in want {
+        let sum = data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        lines += &format!("{path}\t{}\t{sum:016x}\n", data.len());
+    }
+    std::fs::write(format!("{base}.want"), lines).unwrap();
+}
+
+fn run_seed(seed: u64, export_to: Option<&std::path::Path>) -> Result<String, String> {
+    let base = Arc::new(MemDev::new(DEV_SIZE));
+    let mkopts = MkfsOptions {
+        nodesize: [4096, 16384][seed as usize % 2],
+        fsid: Some([0x26; 16]),
+        no_holes: seed % 3 != 2,
+        ..Default::default()
+    };
+    let t = make(vec![("mem".into(), base.clone())], &mkopts).map_err(|e| e.to_string())?;
+    let mut fs = RwFs::with_trans(t, opts()).map_err(|e| e.to_string())?;
+    let root = InodeId {
+        subvol: FS_TREE_OBJECTID,
+        ino: FIRST_INODE,
+    };
+    // Committed before the recording starts: some files and a directory.
+    let c = fs
+        .create(root, b"c", 0o040755, 0, (0, 0), None)
+        .map_err(|e| e.to_string())?;
+    let mut w = World {
+        rng: Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
+        files: Vec::new(),
+        dirs: vec![(root, String::new()), (c, "/c".into())],
+        log: Vec::new(),
+        n: 0,
+    };
+    let null = RecordDev::new(Arc::new(MemDev::new(4096)));
+    workload(&mut fs, &null, &mut w, 30)?;
+    fs.unmount().map_err(|e| e.to_string())?;
+    w.files.iter_mut().for_each(|f| f.scratch = false);
+    drop(fs);
+    let image = base.snapshot();
+    // The recorded workload.
+    let rec = Arc::new(RecordDev::new(Arc::new(MemDev::from_bytes(image.clone()))));
+    let t = Trans::open_dev(vec![rec.clone() as Arc<dyn BlockDev>], 16 << 20)
+        .map_err(|e| e.to_string())?;
+    let mut fs = RwFs::with_trans(t, opts()).map_err(|e| e.to_string())?;
+    let first: Durable = w
+        .files
+        .iter()
+        .map(|f| (f.path.clone(), f.data.clone()))
+        .collect();
+    w.log.push("-- recording".into());
+    let mut states = vec![(0usize, first)];
+    let more = workload(&mut fs, &rec, &mut w, 90);
+    let log = std::mem::take(&mut w.log);
+    states.extend(more.map_err(|e| format!("{e}\nlog:\n{}", log.join("\n")))?);
+    let (syncs, commits) = (fs.stats.log_syncs, fs.stats.fsync_commits);
+    drop(fs); // the crash: nothing more reaches the device
+    let events = rec.log();
+    let flushes = events.flushes();
+    let mut checked = 0;
+    for (i, &f) in flushes.iter().enumerate() {
+        // Every prefix near the end, a sample elsewhere.
+        if i % 3 != 0 && i + 4 < flushes.len() {
+            continue;
+        }
+        let dev = Arc::new(MemDev::from_bytes(image.clone()));
+        events.replay(&*dev, 0, f).map_err(|e| e.to_string())?;
+        let want = &states
+            .iter()
+            .rev()
+            .find(|(e, _)| *e <= f + 1)
+            .expect("the first state")
+            .1;
+        if let Some(dir) = export_to {
+            export(dir, seed, i, &dev, want);
+        }
+        check_crash(dev, want, i % 6 == 0 || i + 1 == flushes.len()).map_err(|e| {
+            format!(
+                "prefix to flush {i} (event {f}): {e}\nlog:\n{}",
+                log.join("\n")
+            )
+        })?;
+        checked += 1;
+    }
+    Ok(format!(
+        "{} fsyncs logged, {commits} committed, {checked} of {} prefixes checked",
+        syncs,
+        flushes.len()
+    ))
+}
+
+#[test]
+fn fsync_log_survives_every_crash_point() {
+    let seeds: Vec<u64> = match std::env::var("UBTRFS_LOG_WRITE_SEED") {
+        Ok(s) => vec![s.parse().expect("UBTRFS_LOG_WRITE_SEED")],
+        Err(_) => {
+            let n = std::env::var("UBTRFS_LOG_WRITE_SEEDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(8);
+            (1..=n).collect()
+        }
+    };
+    let mut failed = Vec::new();
+    let mut logged = 0;
+    for s in &seeds {
+        match run_seed(*s, None) {
+            Ok(line) => {
+                eprintln!("seed {s}: {line}");
+                logged += line.split(' ').next().unwrap().parse::<u64>().unwrap();
+            }
+            Err(e) => {
+                eprintln!("seed {s}: {e}");
+                failed.push(*s);
+            }
+        }
+    }
+    assert!(failed.is_empty(), "seeds failed: {failed:?}");
+    assert!(logged > 0, "no fsync wrote a log");
+}
+
+/// The kernel replays the logs of every crash image (root; fails under
+/// UBTRFS_REQUIRE_KERNEL=1 when it cannot run).
+#[test]
+fn kernel_replays_fsync_logs_of_every_crash_point() {
+    let require = std::env::var("UBTRFS_REQUIRE_KERNEL").as_deref() == Ok("1");
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(!require, "needs root (UBTRFS_REQUIRE_KERNEL=1)");
+        eprintln!("SKIPPED kernel_replays_fsync_logs_of_every_crash_point: not root");
+        return;
+    }
+    let n: u64 = std::env::var("UBTRFS_LOG_WRITE_KERNEL_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let dir = std::env::temp_dir().join(format!("ubtrfs-log-write-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for s in 1001..1001 + n {
+        if let Err(e) = run_seed(s, Some(&dir)) {
+            panic!("seed {s}: {e}");
+        }
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/oracle/kernel_replay.py");
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(&dir)
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("{text}");
+    assert!(
+        out.status.success(),
+        "the kernel's replay differs:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
