@@ -466,3 +466,43 @@ fn kernel_replays_fsync_logs_of_every_crash_point() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Random 4 KiB writes to a 64 MiB file, each fsynced, with and without
+/// log trees (a profile target: `cargo test --release -p ubtrfs-engine
+/// --test log_write -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn fsync_random_4k_profile() {
+    for notreelog in [false, true] {
+        let dev = Arc::new(MemDev::new(1 << 30));
+        let t = make(vec![("mem".into(), dev.clone())], &MkfsOptions::default()).unwrap();
+        let mut o = opts();
+        o.notreelog = notreelog;
+        let mut fs = RwFs::with_trans(t, o).unwrap();
+        fs.commit().unwrap();
+        let root = InodeId {
+            subvol: FS_TREE_OBJECTID,
+            ino: FIRST_INODE,
+        };
+        let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
+        let mut rng = Rng(7);
+        let mb = fill(&mut rng, 1 << 20);
+        for i in 0..64u64 {
+            fs.write(id, i << 20, &mb).unwrap();
+        }
+        fs.fsync(id).unwrap();
+        let blk = fill(&mut rng, 4096);
+        let t0 = std::time::Instant::now();
+        for _ in 0..2000 {
+            fs.write(id, rng.below(16384) * 4096, &blk).unwrap();
+            fs.fsync(id).unwrap();
+        }
+        let dt = t0.elapsed().as_secs_f64();
+        eprintln!(
+            "notreelog={notreelog}: 2000 fsyncs in {dt:.2}s ({:.0}/s), {:?} {:?}",
+            2000.0 / dt,
+            fs.stats,
+            fs.log_stats()
+        );
+    }
+}

@@ -340,7 +340,16 @@ fn serve_rw(
     // The kernel may end the session without DESTROY (a lazy unmount, a
     // dead connection): commit here too (a second commit of nothing
     // writes nothing).
-    let last = rw.lock().unwrap_or_else(|p| p.into_inner()).unmount();
+    let last = {
+        let mut fs = rw.lock().unwrap_or_else(|p| p.into_inner());
+        let last = fs.unmount();
+        let (st, ls) = (fs.stats.clone(), fs.log_stats());
+        logging::info(&format!(
+            "{} commits; fsync: {} by log tree, {} by commit; log: {} syncs, {} inodes, {} blocks, {} checksum lookups",
+            st.commits, st.log_syncs, st.fsync_commits, ls.syncs, ls.inodes, ls.blocks, ls.csum_lookups
+        ));
+        last
+    };
     res?;
     last.map_err(|e| format!("final commit: {e}"))
 }

@@ -25,6 +25,7 @@
 //! [`OverlayDev`]s. [`replay_log`] and [`zero_log`] change an image (the
 //! `rescue` commands).
 
+pub mod log_leaves;
 mod replay;
 pub mod write;
 

@@ -11,12 +11,14 @@
 //! log_new_ancestors). An inode logged earlier keeps what was logged
 //! then until it is logged again.
 //!
-//! [`LogWriter::sync`] writes the whole log afresh: leaves packed full,
-//! nodes above them, the log root tree with one ROOT_ITEM per subvolume,
-//! all in space held out of the committed block groups' free space (no
-//! extent items: the kernel's replay pins them), then the committed
-//! superblock again with the log root. The previous log's blocks are
-//! given back once the new superblock is on disk. Data a log points to is
+//! Each log tree is kept as its leaves ([`super::log_leaves`]); logging an
+//! inode again changes only the items that differ, so [`LogWriter::sync`]
+//! writes only the leaves that changed, new nodes above them and a new log
+//! root tree with one ROOT_ITEM per subvolume, all in space held out of
+//! the committed block groups' free space (no extent items: the kernel's
+//! replay pins them), then the committed superblock again with the log
+//! root. Blocks the new log no longer uses are given back once its
+//! superblock is on disk. Data a log points to is
 //! not handed out again before the commit ([`crate::alloc::Allocator`]'s
 //! `log_on_disk`), and the commit writes a superblock without a log.
 //!
@@ -26,6 +28,7 @@
 //! is not logged: the caller commits instead, as the kernel falls back to
 //! a full commit where its log cannot express a change.
 
+use super::log_leaves::LogLeaves;
 use crate::alloc::SpaceKind;
 use crate::error::{Error, Result};
 use crate::tree::buf::{Content, ExtentBuffer, Ptr, HEADER_FLAG_WRITTEN};
@@ -40,14 +43,6 @@ use ubtrfs_format::Key;
 /// writes only what changed; rewriting a log this size costs more).
 pub const MAX_LOG_BLOCKS: usize = 512;
 
-/// What one subvolume's log tree holds.
-#[derive(Debug, Default)]
-struct LogContent {
-    items: BTreeMap<Key, Vec<u8>>,
-    /// Data checksums: disjoint runs, first sector -> sums.
-    csums: BTreeMap<u64, Vec<u8>>,
-}
-
 /// Counters, for tests and the benchmark.
 #[derive(Debug, Default, Clone)]
 pub struct LogStats {
@@ -57,6 +52,8 @@ pub struct LogStats {
     pub inodes: u64,
     /// Tree blocks written for logs.
     pub blocks: u64,
+    /// Extents whose checksums were looked up for a log.
+    pub csum_lookups: u64,
 }
 
 /// The log trees of the running transaction.
@@ -64,9 +61,10 @@ pub struct LogStats {
 pub struct LogWriter {
     /// The transaction the log belongs to (a commit ends it).
     transid: u64,
-    trees: BTreeMap<u64, LogContent>,
-    /// Blocks of the log on disk now (held until commit).
-    blocks: Vec<u64>,
+    trees: BTreeMap<u64, LogLeaves>,
+    /// Node blocks of the log trees and blocks of the log root tree on
+    /// disk now (held until commit; leaves keep their own).
+    upper: Vec<u64>,
     pub stats: LogStats,
 }
 
@@ -83,7 +81,7 @@ impl LogWriter {
     fn follow(&mut self, t: &Trans) {
         if self.transid != t.transid {
             self.trees.clear();
-            self.blocks.clear();
+            self.upper.clear();
             self.transid = t.transid;
         }
     }
@@ -154,8 +152,9 @@ impl LogWriter {
         Ok(Ok(()))
     }
 
-    /// Replaces what the log has of inode `ino` with its items now: all
-    /// of them with `full`, else the inode item, names and xattrs.
+    /// Makes what the log has of inode `ino` its items now (only the
+    /// items that differ change): all of them with `full`, else the inode
+    /// item, names and xattrs.
     fn copy_inode(
         &mut self,
         t: &mut Trans,
@@ -170,12 +169,9 @@ impl LogWriter {
         let items = t.items_in(subvol, &lo, &hi)?;
         let transid = t.transid;
         let ss = t.sectorsize() as u64;
+        let ns = t.nodesize();
         let no_holes = t.info.sb.incompat_flags & INCOMPAT_NO_HOLES != 0;
-        let log = self.trees.entry(subvol).or_default();
-        let old: Vec<Key> = log.items.range(lo..=hi).map(|(k, _)| *k).collect();
-        for k in old {
-            log.items.remove(&k);
-        }
+        let mut want: BTreeMap<Key, Vec<u8>> = BTreeMap::new();
         let mut extent_end = 0u64;
         let mut holes = Vec::new();
         let mut sum_ranges = Vec::new();
@@ -207,7 +203,7 @@ impl LogWriter {
                 }
                 _ => continue,
             }
-            log.items.insert(k, d);
+            want.insert(k, d);
         }
         let size_end = inode.size.next_multiple_of(ss);
         if full && no_holes && size_end > extent_end {
@@ -228,14 +224,44 @@ impl LogWriter {
                     num_bytes: len,
                 },
             };
-            log.items
-                .insert(Key::new(ino, EXTENT_DATA, at), hole.to_bytes());
+            want.insert(Key::new(ino, EXTENT_DATA, at), hole.to_bytes());
         }
-        if full && inode.flags & INODE_NODATASUM == 0 {
-            for (s, e) in sum_ranges {
-                for (at, sums) in t.csums_in(s, e)? {
-                    let log = self.trees.get_mut(&subvol).unwrap();
-                    put_csums(&mut log.csums, at, sums, ss, t.info.csum_type.size() as u64);
+        let log = self
+            .trees
+            .entry(subvol)
+            .or_insert_with(|| LogLeaves::new(ns as usize - HEADER_SIZE));
+        for k in log.keys_in(lo, hi) {
+            if !want.contains_key(&k) {
+                log.remove(&k);
+            }
+        }
+        for (k, d) in want {
+            log.put(k, d);
+        }
+        if !full || inode.flags & INODE_NODATASUM != 0 {
+            return Ok(());
+        }
+        // Checksums of the extents made in this transaction, one run of
+        // items per extent keyed from where its sums start: extents made
+        // in one transaction never overlap (freed space is not reused
+        // while a log is on disk), so neither do the items.
+        let cs = t.info.csum_type.size();
+        let per_item = (crate::tree::buf::max_item_data(ns) - 2 * ITEM_SIZE) / cs;
+        for (s, e) in sum_ranges {
+            let first = Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, s);
+            if self.trees[&subvol].get(&first).is_some() {
+                continue;
+            }
+            self.stats.csum_lookups += 1;
+            for (at, sums) in t.csums_in(s, e)? {
+                let log = self.trees.get_mut(&subvol).unwrap();
+                for (i, chunk) in sums.chunks(per_item * cs).enumerate() {
+                    let key = Key::new(
+                        EXTENT_CSUM_OBJECTID,
+                        EXTENT_CSUM,
+                        at + (i * per_item) as u64 * ss,
+                    );
+                    log.put(key, chunk.to_vec());
                 }
             }
         }
@@ -250,60 +276,59 @@ impl LogWriter {
         if self.trees.is_empty() {
             return Ok(Ok(()));
         }
+        let leaves: usize = self.trees.values().map(|l| l.leaves.len()).sum();
+        if leaves > MAX_LOG_BLOCKS {
+            return Ok(Err("the log would be too big"));
+        }
         let ns = t.nodesize();
-        let mut written: Vec<u64> = Vec::new();
-        let res = self.write_trees(t, ns, &mut written);
-        let root = match res {
-            Ok(Some(r)) => r,
-            Ok(None) => {
-                for b in written {
-                    t.alloc.release_held(b, ns as u64);
-                }
-                return Ok(Err("the log would be too big"));
-            }
+        let mut upper: Vec<u64> = Vec::new();
+        let res = self.write_trees(t, ns, &mut upper);
+        let (root, level) = match res {
+            Ok(r) => r,
             Err(e) => {
-                for b in written {
+                for b in upper {
                     t.alloc.release_held(b, ns as u64);
                 }
                 return Err(e);
             }
         };
-        t.write_log_super(root.0, root.1)?;
-        for b in std::mem::replace(&mut self.blocks, written) {
+        t.write_log_super(root, level)?;
+        let old = std::mem::replace(&mut self.upper, upper);
+        for b in old {
             t.alloc.release_held(b, ns as u64);
+        }
+        for log in self.trees.values_mut() {
+            for b in log.replaced.drain(..) {
+                t.alloc.release_held(b, ns as u64);
+            }
         }
         self.stats.syncs += 1;
         Ok(Ok(()))
     }
 
-    /// Writes every log tree and the log root tree: the root tree's
-    /// (bytenr, level), or None past [`MAX_LOG_BLOCKS`].
-    fn write_trees(
-        &self,
-        t: &mut Trans,
-        ns: u32,
-        written: &mut Vec<u64>,
-    ) -> Result<Option<(u64, u8)>> {
-        let cs = t.info.csum_type.size() as u64;
-        let ss = t.sectorsize() as u64;
-        let per_item = ((crate::tree::buf::max_item_data(ns) - 2 * ITEM_SIZE) as u64 / cs) as usize;
+    /// Writes the changed leaves of every log tree, nodes above them and
+    /// the log root tree: the root tree's (bytenr, level). Nodes and root
+    /// tree blocks written go to `upper`.
+    fn write_trees(&mut self, t: &mut Trans, ns: u32, upper: &mut Vec<u64>) -> Result<(u64, u8)> {
         let mut roots: Vec<(Key, Vec<u8>)> = Vec::new();
-        for (&subvol, log) in &self.trees {
-            let mut items: Vec<(Key, Vec<u8>)> =
-                log.items.iter().map(|(k, d)| (*k, d.clone())).collect();
-            for (&at, sums) in &log.csums {
-                for (i, chunk) in sums.chunks(per_item * cs as usize).enumerate() {
-                    let key = Key::new(
-                        EXTENT_CSUM_OBJECTID,
-                        EXTENT_CSUM,
-                        at + (i * per_item) as u64 * ss,
-                    );
-                    items.push((key, chunk.to_vec()));
-                }
+        let mut written = 0u64;
+        for (&subvol, log) in self.trees.iter_mut() {
+            let mut level_blocks: Vec<(Key, u64)> = Vec::new();
+            for leaf in log.leaves.iter_mut() {
+                let first = leaf.first_key().unwrap_or(Key::new(0, 0, 0));
+                let addr = match leaf.addr {
+                    Some(a) => a,
+                    None => {
+                        let items = leaf.items.iter().map(|(k, d)| (*k, d.clone())).collect();
+                        let a = write_block(t, ns, 0, Content::Leaf(items))?;
+                        written += 1;
+                        leaf.addr = Some(a);
+                        a
+                    }
+                };
+                level_blocks.push((first, addr));
             }
-            let Some((bytenr, level)) = build_tree(t, ns, items, written)? else {
-                return Ok(None);
-            };
+            let (bytenr, level) = build_nodes(t, ns, level_blocks, 0, upper)?;
             let item = RootItem {
                 inode: InodeItem {
                     generation: 1,
@@ -324,77 +349,33 @@ impl LogWriter {
                 item.to_bytes(),
             ));
         }
-        build_tree(t, ns, roots, written)
+        // The log root tree: a handful of items, written whole.
+        let mut level_blocks = Vec::new();
+        for chunk in roots.chunks((ns as usize - HEADER_SIZE) / (ITEM_SIZE + 439)) {
+            let a = write_block(t, ns, 0, Content::Leaf(chunk.to_vec()))?;
+            upper.push(a);
+            level_blocks.push((chunk[0].0, a));
+        }
+        self.stats.blocks += written + upper.len() as u64;
+        build_nodes(t, ns, level_blocks, 0, upper)
     }
 }
 
-/// Adds checksums `sums` of the sectors from `at` to the disjoint runs
-/// in `map`, replacing what overlapped (a sector's checksum is the same
-/// within a transaction: data is never rewritten in new extents, and a
-/// NOCOW extent has none).
-fn put_csums(map: &mut BTreeMap<u64, Vec<u8>>, at: u64, sums: Vec<u8>, ss: u64, cs: u64) {
-    let end = at + sums.len() as u64 / cs * ss;
-    let over: Vec<u64> = map
-        .range(..end)
-        .rev()
-        .take_while(|(&s, v)| s + v.len() as u64 / cs * ss > at)
-        .map(|(&s, _)| s)
-        .collect();
-    for s in over {
-        let v = map.remove(&s).unwrap();
-        let v_end = s + v.len() as u64 / cs * ss;
-        if s < at {
-            map.insert(s, v[..((at - s) / ss * cs) as usize].to_vec());
-        }
-        if v_end > end {
-            map.insert(end, v[((end - s) / ss * cs) as usize..].to_vec());
-        }
-    }
-    map.insert(at, sums);
-}
-
-/// Packs `items` (in key order) into full leaves and nodes above them, in
-/// held metadata space, and writes them: the root's (bytenr, level), or
-/// None past [`MAX_LOG_BLOCKS`] in all.
-fn build_tree(
+/// Nodes above `blocks` (first key, address) at `level`, written in held
+/// metadata space (their addresses go to `upper`): the root's (bytenr,
+/// level).
+fn build_nodes(
     t: &mut Trans,
     ns: u32,
-    mut items: Vec<(Key, Vec<u8>)>,
-    written: &mut Vec<u64>,
-) -> Result<Option<(u64, u8)>> {
-    items.sort_by_key(|(k, _)| *k);
-    let cap = ns as usize - HEADER_SIZE;
-    // Leaves.
-    let mut level_blocks: Vec<(Key, u64)> = Vec::new();
-    let mut leaf: Vec<(Key, Vec<u8>)> = Vec::new();
-    let mut used = 0usize;
-    let mut leaves: Vec<Vec<(Key, Vec<u8>)>> = Vec::new();
-    for (k, d) in items {
-        let need = ITEM_SIZE + d.len();
-        if used + need > cap && !leaf.is_empty() {
-            leaves.push(std::mem::take(&mut leaf));
-            used = 0;
-        }
-        used += need;
-        leaf.push((k, d));
-    }
-    if !leaf.is_empty() || leaves.is_empty() {
-        leaves.push(leaf);
-    }
-    for l in leaves {
-        let first = l.first().map_or(Key::new(0, 0, 0), |(k, _)| *k);
-        let Some(b) = write_block(t, ns, 0, Content::Leaf(l), written)? else {
-            return Ok(None);
-        };
-        level_blocks.push((first, b));
-    }
-    // Nodes, level by level.
-    let per_node = cap / KEY_PTR_SIZE;
-    let mut level = 0u8;
-    while level_blocks.len() > 1 {
+    mut blocks: Vec<(Key, u64)>,
+    mut level: u8,
+    upper: &mut Vec<u64>,
+) -> Result<(u64, u8)> {
+    let per_node = (ns as usize - HEADER_SIZE) / KEY_PTR_SIZE;
+    while blocks.len() > 1 {
         level += 1;
         let mut up = Vec::new();
-        for chunk in level_blocks.chunks(per_node) {
+        for chunk in blocks.chunks(per_node) {
             let ptrs = chunk
                 .iter()
                 .map(|&(key, blockptr)| Ptr {
@@ -403,32 +384,21 @@ fn build_tree(
                     generation: t.transid,
                 })
                 .collect();
-            let Some(b) = write_block(t, ns, level, Content::Node(ptrs), written)? else {
-                return Ok(None);
-            };
+            let b = write_block(t, ns, level, Content::Node(ptrs))?;
+            upper.push(b);
             up.push((chunk[0].0, b));
         }
-        level_blocks = up;
+        blocks = up;
     }
-    Ok(Some((level_blocks[0].1, level)))
+    Ok((blocks[0].1, level))
 }
 
-/// Writes one log block in newly held space; None past the block limit.
-fn write_block(
-    t: &mut Trans,
-    ns: u32,
-    level: u8,
-    content: Content,
-    written: &mut Vec<u64>,
-) -> Result<Option<u64>> {
-    if written.len() >= MAX_LOG_BLOCKS {
-        return Ok(None);
-    }
+/// Writes one log block in newly held space.
+fn write_block(t: &mut Trans, ns: u32, level: u8, content: Content) -> Result<u64> {
     let bytenr = t
         .alloc
         .alloc_held(SpaceKind::Metadata, ns as u64, ns as u64)
         .ok_or_else(|| Error::NoSpace("no metadata space for a log tree block".into()))?;
-    written.push(bytenr);
     let eb = ExtentBuffer {
         bytenr,
         generation: t.transid,
@@ -438,27 +408,5 @@ fn write_block(
         content,
     };
     t.write_block(&eb)?;
-    Ok(Some(bytenr))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn csum_runs_replace_overlaps() {
-        let (ss, cs) = (4096u64, 4u64);
-        let mut m = BTreeMap::new();
-        put_csums(&mut m, 0, vec![1; 16], ss, cs); // sectors 0..4
-        put_csums(&mut m, 8192, vec![2; 16], ss, cs); // sectors 2..6
-        assert_eq!(m.len(), 2);
-        assert_eq!(m[&0], vec![1; 8]);
-        assert_eq!(m[&8192], vec![2; 16]);
-        put_csums(&mut m, 4096, vec![3; 4], ss, cs); // sector 1
-        assert_eq!(m[&0], vec![1; 4]);
-        assert_eq!(m[&4096], vec![3; 4]);
-        assert_eq!(m[&8192], vec![2; 16]);
-        put_csums(&mut m, 0, vec![4; 32], ss, cs); // sectors 0..8 cover all
-        assert_eq!(m.len(), 1);
-    }
+    Ok(bytenr)
 }
