@@ -94,6 +94,18 @@ impl LogLeaves {
         }
     }
 
+    /// Items in `[lo, hi]`, in key order.
+    pub fn items_in(&self, lo: Key, hi: Key) -> Vec<(Key, &Vec<u8>)> {
+        let mut out = Vec::new();
+        for l in &self.leaves[self.find(&lo)..] {
+            if l.first_key().is_some_and(|f| f > hi) {
+                break;
+            }
+            out.extend(l.items.range(lo..=hi).map(|(k, d)| (*k, d)));
+        }
+        out
+    }
+
     /// Keys in `[lo, hi]`.
     pub fn keys_in(&self, lo: Key, hi: Key) -> Vec<Key> {
         let mut out = Vec::new();

@@ -166,23 +166,41 @@ impl LogWriter {
         self.stats.inodes += 1;
         let lo = Key::new(ino, 0, 0);
         let hi = Key::new(ino, u8::MAX, u64::MAX);
-        let items = t.items_in(subvol, &lo, &hi)?;
         let transid = t.transid;
         let ss = t.sectorsize() as u64;
         let ns = t.nodesize();
         let no_holes = t.info.sb.incompat_flags & INCOMPAT_NO_HOLES != 0;
-        let mut want: BTreeMap<Key, Vec<u8>> = BTreeMap::new();
+        let log = self
+            .trees
+            .entry(subvol)
+            .or_insert_with(|| LogLeaves::new(ns as usize - HEADER_SIZE));
+        // The inode's items now (with holes) against what the log has,
+        // both in key order: only differences change the log.
+        let mut diff = Diff {
+            old: log.items_in(lo, hi),
+            at: 0,
+            changes: Vec::new(),
+        };
         let mut extent_end = 0u64;
-        let mut holes = Vec::new();
         let mut sum_ranges = Vec::new();
-        for (k, d) in items {
+        let mut bad = None;
+        t.scan(subvol, &lo, |k, d| {
+            if *k > hi {
+                return false;
+            }
             match k.item_type {
                 INODE_ITEM | INODE_REF | INODE_EXTREF | XATTR_ITEM => {}
                 EXTENT_DATA if full => {
-                    let fe = FileExtent::parse(&d)
-                        .map_err(|e| Error::format(format!("tree {subvol} key {k}"), e))?;
+                    let fe = match FileExtent::parse(d) {
+                        Ok(fe) => fe,
+                        Err(e) => {
+                            bad = Some(Error::format(format!("tree {subvol} key {k}"), e));
+                            return false;
+                        }
+                    };
                     if no_holes && k.offset > extent_end {
-                        holes.push((extent_end, k.offset - extent_end));
+                        let (hk, hd) = hole(ino, transid, extent_end, k.offset - extent_end);
+                        diff.want(hk, &hd);
                     }
                     extent_end = match fe.kind {
                         FileExtentKind::Inline { .. } => {
@@ -201,43 +219,28 @@ impl LogWriter {
                         }
                     };
                 }
-                _ => continue,
+                _ => return true,
             }
-            want.insert(k, d);
+            diff.want(*k, d);
+            true
+        })?;
+        if let Some(e) = bad {
+            return Err(e);
         }
         let size_end = inode.size.next_multiple_of(ss);
         if full && no_holes && size_end > extent_end {
-            holes.push((extent_end, size_end - extent_end));
+            let (hk, hd) = hole(ino, transid, extent_end, size_end - extent_end);
+            diff.want(hk, &hd);
         }
-        for (at, len) in holes {
-            let hole = FileExtent {
-                generation: transid,
-                ram_bytes: len,
-                compression: 0,
-                encryption: 0,
-                other_encoding: 0,
-                kind: FileExtentKind::Extent {
-                    prealloc: false,
-                    disk_bytenr: 0,
-                    disk_num_bytes: 0,
-                    offset: 0,
-                    num_bytes: len,
-                },
-            };
-            want.insert(Key::new(ino, EXTENT_DATA, at), hole.to_bytes());
-        }
-        let log = self
-            .trees
-            .entry(subvol)
-            .or_insert_with(|| LogLeaves::new(ns as usize - HEADER_SIZE));
-        for k in log.keys_in(lo, hi) {
-            if !want.contains_key(&k) {
-                log.remove(&k);
+        let changes = diff.finish();
+        for (k, d) in changes {
+            match d {
+                Some(d) => log.put(k, d),
+                None => log.remove(&k),
             }
         }
-        for (k, d) in want {
-            log.put(k, d);
-        }
+        sum_ranges.sort_unstable();
+        sum_ranges.dedup();
         if !full || inode.flags & INODE_NODATASUM != 0 {
             return Ok(());
         }
@@ -358,6 +361,60 @@ impl LogWriter {
         }
         self.stats.blocks += written + upper.len() as u64;
         build_nodes(t, ns, level_blocks, 0, upper)
+    }
+}
+
+/// An explicit hole of `len` bytes at `at` (the kernel's btrfs_log_holes:
+/// replay drops what the subvolume has there).
+fn hole(ino: u64, transid: u64, at: u64, len: u64) -> (Key, Vec<u8>) {
+    let fe = FileExtent {
+        generation: transid,
+        ram_bytes: len,
+        compression: 0,
+        encryption: 0,
+        other_encoding: 0,
+        kind: FileExtentKind::Extent {
+            prealloc: false,
+            disk_bytenr: 0,
+            disk_num_bytes: 0,
+            offset: 0,
+            num_bytes: len,
+        },
+    };
+    (Key::new(ino, EXTENT_DATA, at), fe.to_bytes())
+}
+
+/// A merge of an inode's items now (given in key order) with the items
+/// the log has of it: the puts and removals that make the log equal.
+struct Diff<'a> {
+    old: Vec<(Key, &'a Vec<u8>)>,
+    at: usize,
+    changes: Vec<(Key, Option<Vec<u8>>)>,
+}
+
+impl Diff<'_> {
+    /// The next item the inode has (keys ascending).
+    fn want(&mut self, k: Key, d: &[u8]) {
+        while self.at < self.old.len() && self.old[self.at].0 < k {
+            self.changes.push((self.old[self.at].0, None));
+            self.at += 1;
+        }
+        if self.at < self.old.len() && self.old[self.at].0 == k {
+            if self.old[self.at].1[..] != *d {
+                self.changes.push((k, Some(d.to_vec())));
+            }
+            self.at += 1;
+        } else {
+            self.changes.push((k, Some(d.to_vec())));
+        }
+    }
+
+    /// The changes, with every old item past the last wanted removed.
+    fn finish(mut self) -> Vec<(Key, Option<Vec<u8>>)> {
+        for (k, _) in &self.old[self.at..] {
+            self.changes.push((*k, None));
+        }
+        self.changes
     }
 }
 
