@@ -11,7 +11,10 @@
 //! before the workload; the log is replayed (tree_log::replay, then a
 //! commit); the engine's check and `btrfs check --readonly` pass; and each
 //! durable file of the last fsync the prefix holds reads back at its path
-//! with that content.
+//! with that content. Write failures injected at seeded device
+//! operations (the device fails from there on) make the failing call
+//! return an error, and the image replays to the last durable state or to
+//! the one the failing fsync or commit was making.
 //!
 //! As root, the kernel judges too: crash images of a few more seeds are
 //! mounted by the kernel, which replays the log, and must show every
@@ -29,7 +32,7 @@ use std::sync::Arc;
 use ubtrfs_engine::fs::{Filesystem, InodeId};
 use ubtrfs_engine::io::dev::{BlockDev, MemDev};
 use ubtrfs_engine::io::device::Device;
-use ubtrfs_engine::io::fault::RecordDev;
+use ubtrfs_engine::io::fault::{FaultDev, RecordDev};
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_engine::vfs::attr::SetAttr;
@@ -76,22 +79,24 @@ struct World {
     dirs: Vec<(InodeId, String)>,
     log: Vec<String>,
     n: u32,
+    /// Durable states, each with the device events recorded when the
+    /// fsync or commit that made it returned.
+    states: Vec<(usize, Durable)>,
+    /// While an fsync or commit runs: the states it may leave on disk if
+    /// it fails half way.
+    attempt: Vec<Durable>,
 }
 
-fn workload(
-    fs: &mut RwFs,
-    rec: &RecordDev,
-    w: &mut World,
-    steps: usize,
-) -> Result<Vec<(usize, Durable)>, String> {
+fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Result<(), String> {
     let World {
         rng,
         files,
         dirs,
         log,
         n,
+        states,
+        attempt,
     } = w;
-    let mut states = Vec::new();
     let durable_all = |files: &Vec<File>| -> Durable {
         files
             .iter()
@@ -188,7 +193,12 @@ fn workload(
                 59..=84 => {
                     what = format!("fsync {}", f.path);
                     let commits = fs.stats.fsync_commits;
+                    let mut one = durable.clone();
+                    one.insert(f.path.clone(), f.data.clone());
+                    *attempt = vec![one, durable_all(files)];
+                    let f = &files[fi];
                     fs.fsync(f.id).map_err(|e| format!("{what}: {e}"))?;
+                    attempt.clear();
                     if f.scratch {
                         // Renamed files' fsyncs commit; their names are not
                         // followed by the model.
@@ -206,7 +216,9 @@ fn workload(
                 }
                 85..=87 => {
                     what = "commit".into();
+                    *attempt = vec![durable_all(files)];
                     fs.commit().map_err(|e| format!("{what}: {e}"))?;
+                    attempt.clear();
                     durable = durable_all(files);
                     files.iter_mut().for_each(|f| f.scratch = false);
                     states.push((rec.log().events.len(), durable.clone()));
@@ -246,7 +258,7 @@ fn workload(
         }
         log.push(format!("{step}: {what}"));
     }
-    Ok(states)
+    Ok(())
 }
 
 /// The directory and name of `path`.
@@ -317,7 +329,9 @@ fn export(dir: &std::path::Path, seed: u64, i: usize, dev: &MemDev, want: &Durab
     std::fs::write(format!("{base}.want"), lines).unwrap();
 }
 
-fn run_seed(seed: u64, export_to: Option<&std::path::Path>) -> Result<String, String> {
+/// The image before the recorded workload (made by an unrecorded part,
+/// committed), and the workload's state then.
+fn prepare(seed: u64) -> Result<(Vec<u8>, World), String> {
     let base = Arc::new(MemDev::new(DEV_SIZE));
     let mkopts = MkfsOptions {
         nodesize: [4096, 16384][seed as usize % 2],
@@ -341,28 +355,35 @@ fn run_seed(seed: u64, export_to: Option<&std::path::Path>) -> Result<String, St
         dirs: vec![(root, String::new()), (c, "/c".into())],
         log: Vec::new(),
         n: 0,
+        states: Vec::new(),
+        attempt: Vec::new(),
     };
     let null = RecordDev::new(Arc::new(MemDev::new(4096)));
     workload(&mut fs, &null, &mut w, 30)?;
     fs.unmount().map_err(|e| e.to_string())?;
     w.files.iter_mut().for_each(|f| f.scratch = false);
     drop(fs);
-    let image = base.snapshot();
-    // The recorded workload.
-    let rec = Arc::new(RecordDev::new(Arc::new(MemDev::from_bytes(image.clone()))));
-    let t = Trans::open_dev(vec![rec.clone() as Arc<dyn BlockDev>], 16 << 20)
-        .map_err(|e| e.to_string())?;
-    let mut fs = RwFs::with_trans(t, opts()).map_err(|e| e.to_string())?;
     let first: Durable = w
         .files
         .iter()
         .map(|f| (f.path.clone(), f.data.clone()))
         .collect();
+    w.states = vec![(0usize, first)];
     w.log.push("-- recording".into());
-    let mut states = vec![(0usize, first)];
+    Ok((base.snapshot(), w))
+}
+
+fn run_seed(seed: u64, export_to: Option<&std::path::Path>) -> Result<String, String> {
+    let (image, mut w) = prepare(seed)?;
+    // The recorded workload.
+    let rec = Arc::new(RecordDev::new(Arc::new(MemDev::from_bytes(image.clone()))));
+    let t = Trans::open_dev(vec![rec.clone() as Arc<dyn BlockDev>], 16 << 20)
+        .map_err(|e| e.to_string())?;
+    let mut fs = RwFs::with_trans(t, opts()).map_err(|e| e.to_string())?;
     let more = workload(&mut fs, &rec, &mut w, 90);
     let log = std::mem::take(&mut w.log);
-    states.extend(more.map_err(|e| format!("{e}\nlog:\n{}", log.join("\n")))?);
+    more.map_err(|e| format!("{e}\nlog:\n{}", log.join("\n")))?;
+    let states = std::mem::take(&mut w.states);
     let (syncs, commits) = (fs.stats.log_syncs, fs.stats.fsync_commits);
     drop(fs); // the crash: nothing more reaches the device
     let events = rec.log();
@@ -397,6 +418,83 @@ fn run_seed(seed: u64, export_to: Option<&std::path::Path>) -> Result<String, St
         syncs,
         flushes.len()
     ))
+}
+
+/// Write failures injected at seeded points of the recorded workload
+/// (the device fails that write or flush and all after it): the failing
+/// call returns an error (never a panic), and the image replays to the
+/// last durable state, or to the one the failing fsync or commit was
+/// making if its superblock got out.
+fn run_faults(seed: u64, points: u64) -> Result<String, String> {
+    // A run without faults counts the device operations.
+    let (image, mut w) = prepare(seed)?;
+    let fdev = Arc::new(FaultDev::new(Arc::new(MemDev::from_bytes(image)), None));
+    let rec = RecordDev::new(fdev.clone());
+    let t = Trans::open_dev(vec![fdev.clone() as Arc<dyn BlockDev>], 16 << 20)
+        .map_err(|e| e.to_string())?;
+    let mut fs = RwFs::with_trans(t, opts()).map_err(|e| e.to_string())?;
+    workload(&mut fs, &rec, &mut w, 90)?;
+    let total = fdev.ops();
+    let mut rng = Rng(seed ^ 0x5555_aaaa_5555_aaaa);
+    let mut failed_calls = 0;
+    for _ in 0..points {
+        let at = rng.below(total);
+        let (image, mut w) = prepare(seed)?;
+        let mem = Arc::new(MemDev::from_bytes(image));
+        let fdev = Arc::new(FaultDev::new(mem.clone(), Some(at)));
+        let rec = Arc::new(RecordDev::new(fdev.clone()));
+        let t = Trans::open_dev(vec![rec.clone() as Arc<dyn BlockDev>], 16 << 20)
+            .map_err(|e| e.to_string())?;
+        let mut fs = RwFs::with_trans(t, opts()).map_err(|e| e.to_string())?;
+        let r = workload(&mut fs, &rec, &mut w, 90);
+        drop(fs);
+        let mut wants = vec![w.states.last().unwrap().1.clone()];
+        if r.is_err() {
+            failed_calls += 1;
+            wants.extend(std::mem::take(&mut w.attempt));
+        }
+        let bytes = mem.snapshot();
+        let mut why = Vec::new();
+        let ok = wants.iter().any(|want| {
+            let dev = Arc::new(MemDev::from_bytes(bytes.clone()));
+            match check_crash(dev, want, false) {
+                Ok(()) => true,
+                Err(e) => {
+                    why.push(e);
+                    false
+                }
+            }
+        });
+        if !ok {
+            return Err(format!(
+                "fault at device op {at} of {total} ({r:?}): {}\nlog:\n{}",
+                why.join("; or "),
+                w.log.join("\n")
+            ));
+        }
+    }
+    Ok(format!(
+        "{points} fault points of {total} device ops, {failed_calls} failed calls"
+    ))
+}
+
+#[test]
+fn fsync_log_survives_write_failures() {
+    let n: u64 = std::env::var("UBTRFS_LOG_WRITE_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let mut failed = Vec::new();
+    for s in 500..500 + n {
+        match run_faults(s, 6) {
+            Ok(line) => eprintln!("seed {s}: {line}"),
+            Err(e) => {
+                eprintln!("seed {s}: {e}");
+                failed.push(s);
+            }
+        }
+    }
+    assert!(failed.is_empty(), "seeds failed: {failed:?}");
 }
 
 #[test]
