@@ -2,7 +2,8 @@
 """The kernel judges crash images with log trees (root).
 
 For every IMAGE.img in DIR with its IMAGE.want (lines: path, size,
-FNV-1a 64 of the content, tab-separated), as written by the engine's
+FNV-1a 64 of the content, user xattrs as name=hexvalue joined by commas;
+tab-separated), as written by the engine's
 crash test (UBTRFS_LOG_WRITE_EXPORT=DIR cargo test -p ubtrfs-engine --test
 log_write): mount a copy read-write with the kernel (which replays the
 log), check that every listed file has that size and content, unmount,
@@ -12,7 +13,6 @@ summary; exits 1 when any image fails.
     sudo python3 tests/oracle/kernel_replay.py DIR
 """
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,7 +29,8 @@ def fnv(path):
 
 def judge(img, want, work):
     copy = os.path.join(work, "copy.img")
-    shutil.copyfile(img, copy)
+    # Sparse: the images are mostly holes.
+    subprocess.run(["cp", "--sparse=always", img, copy], check=True)
     mnt = os.path.join(work, "mnt")
     os.makedirs(mnt, exist_ok=True)
     r = subprocess.run(["mount", "-o", "loop", copy, mnt], capture_output=True, text=True)
@@ -38,7 +39,7 @@ def judge(img, want, work):
     errors = []
     try:
         for line in open(want):
-            path, size, sum_ = line.rstrip("\n").split("\t")
+            path, size, sum_, xattrs = line.rstrip("\n").split("\t")
             p = os.path.join(mnt, path.lstrip("/"))
             if not os.path.isfile(p):
                 errors.append(f"{path}: missing")
@@ -46,6 +47,11 @@ def judge(img, want, work):
             n, h = fnv(p)
             if n != int(size) or h != int(sum_, 16):
                 errors.append(f"{path}: {n} bytes, want {size}; content {'same' if h == int(sum_, 16) else 'differs'}")
+            got = ",".join(
+                f"{x}={os.getxattr(p, x).hex()}" for x in sorted(os.listxattr(p)) if x.startswith("user.")
+            )
+            if got != xattrs:
+                errors.append(f"{path}: xattrs {got!r}, want {xattrs!r}")
     finally:
         subprocess.run(["umount", mnt], check=True)
     r = subprocess.run(["btrfs", "check", "--readonly", copy], capture_output=True, text=True)

@@ -39,6 +39,18 @@ pub fn btrfs_available(test: &str) -> bool {
     have
 }
 
+/// Writes `bytes` to `path` leaving all-zero 4 KiB blocks as holes: test
+/// images are mostly unused space.
+pub fn write_sparse(path: &std::path::Path, bytes: &[u8]) {
+    let f = std::fs::File::create(path).unwrap();
+    f.set_len(bytes.len() as u64).unwrap();
+    for (i, c) in bytes.chunks(4096).enumerate() {
+        if c.iter().any(|&b| b != 0) {
+            std::os::unix::fs::FileExt::write_all_at(&f, c, i as u64 * 4096).unwrap();
+        }
+    }
+}
+
 /// `btrfs check --readonly` of the image in `dev` (written to a sparse
 /// scratch file); on failure the image is copied to the path in the
 /// environment variable `keep_var`, if set.
@@ -48,16 +60,7 @@ pub fn btrfs_check(dev: &MemDev, keep_var: &str) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("ubtrfs-memcheck-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let img = dir.join("img");
-    // Sparse: only the chunks that hold something.
-    let bytes = dev.snapshot();
-    let f = std::fs::File::create(&img).unwrap();
-    f.set_len(bytes.len() as u64).unwrap();
-    for (i, c) in bytes.chunks(64 << 10).enumerate() {
-        if c.iter().any(|&b| b != 0) {
-            std::os::unix::fs::FileExt::write_all_at(&f, c, (i as u64) << 16).unwrap();
-        }
-    }
-    drop(f);
+    write_sparse(&img, &dev.snapshot());
     let o = Command::new("btrfs")
         .args(["check", "--readonly"])
         .arg(&img)
