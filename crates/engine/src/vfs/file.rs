@@ -370,8 +370,28 @@ impl RwFs {
     /// preallocated extent already covers stays as it is; partial edge
     /// sectors holding data are zeroed in place, edge sectors in holes
     /// join the allocation; every extent in the allocated range is
-    /// replaced by preallocated space.
+    /// replaced by preallocated space. Growing the file, the gap between
+    /// the old end of file and the allocation gets hole items on
+    /// filesystems without no-holes (the kernel's btrfs_cont_expand).
     fn zero_range(
+        &mut self,
+        id: InodeId,
+        off: u64,
+        len: u64,
+        keep: bool,
+        policy: DataPolicy,
+    ) -> Result<InodeItem> {
+        let old = self.t.inode_of(id.subvol, id.ino)?.size;
+        let i = self.zero_range_extents(id, off, len, keep, policy)?;
+        if i.size > old {
+            let ss = self.sectorsize();
+            self.t
+                .fill_holes(id.subvol, id.ino, round_up(old, ss), round_up(i.size, ss))?;
+        }
+        Ok(i)
+    }
+
+    fn zero_range_extents(
         &mut self,
         id: InodeId,
         off: u64,
