@@ -603,6 +603,7 @@ impl RwFs {
         }
         if self.opts.notreelog {
             self.stats.fsync_commits += 1;
+            self.stats.last_fallback = Some("notreelog".into());
             return self.commit();
         }
         self.writeback(id)?;
@@ -627,8 +628,14 @@ impl RwFs {
             }
             // A log that cannot say it, or failed to be written (a commit
             // may still succeed, else it turns the mount read-only).
-            Ok(Err(_)) | Err(_) => {
+            Ok(Err(why)) => {
                 self.stats.fsync_commits += 1;
+                self.stats.last_fallback = Some(why.into());
+                self.commit()
+            }
+            Err(e) => {
+                self.stats.fsync_commits += 1;
+                self.stats.last_fallback = Some(format!("writing the log failed: {e}"));
                 self.commit()
             }
         }
