@@ -11,7 +11,13 @@
 #   fsync    fio randwrite 4K, fsync=1, 4 jobs of FSYNC_MIB (256) MiB each,
 #            time-based, in a `chattr +C` directory (NOCOW files, laid out
 #            with data first so every write overwrites a written extent);
-#            IOPS, bandwidth, write clat p99/max, fsync p99.
+#            IOPS, bandwidth, write clat p99/max, fsync p99. ubtrfs runs
+#            twice: as mounted by default (fsync writes a log tree) and
+#            with -o notreelog (every fsync commits); the daemon's
+#            UBTRFS_TRACE_FSYNC=1 lines count how each fsync was answered.
+#   fsynccow the same fio job in a plain directory: COW files with data
+#            checksums (every write makes a new extent and its checksum);
+#            kernel, ubtrfs (log tree), ubtrfs -o notreelog.
 #   bssplit  fio randwrite bssplit 4K-64K, O_DIRECT, io_uring, iodepth 16,
 #            4 jobs on one fallocated NOCOW file of BSSPLIT_MIB (1024) MiB;
 #            IOPS, bandwidth, clat p99, max latency. If the mount refuses
@@ -29,7 +35,8 @@
 #            runs (the table shows min-max; use more RUNS for this one).
 #
 # Sides: kernel, kernel-datacow (exps dbench/fsync/bssplit without
-# nodatacow/chattr +C: what NOCOW is worth to the kernel), ubtrfs, and
+# nodatacow/chattr +C: what NOCOW is worth to the kernel), ubtrfs,
+# ubtrfs-commit (fsync, fsynccow: -o notreelog, a commit per fsync), and
 # ubtrfs with one mechanism switched off through the daemon's environment:
 #   dbench/fsync/bssplit: UBTRFS_NO_NOCOW=1,
 #                         UBTRFS_CSUM_FULL_SCAN=1
@@ -47,7 +54,7 @@
 # results.tsv with every number, table.md). RUNS defaults to 3.
 # Environment:
 #   UBTRFS_RW_BENCH_KERNEL_ONLY=1  kernel sides only (no build, no FUSE)
-#   EXPS="dbench fsync bssplit sparse"   experiments to run
+#   EXPS="dbench fsync fsynccow bssplit sparse"   experiments to run
 #   VARIANTS=1          ubtrfs with each mechanism off (0: plain ubtrfs only)
 #   KERNEL_COW=1        the kernel-datacow reference rows (0: skip)
 #   DURATION=30 CLIENTS=16 JOBS=4 FSYNC_MIB=256 BSSPLIT_MIB=1024 SPARSE_MIB=1024
@@ -62,7 +69,7 @@ REPO=$PWD
 WORK=${1:-/var/tmp/ubtrfs-rwbench}
 RUNS=${2:-3}
 KERNEL_ONLY=${UBTRFS_RW_BENCH_KERNEL_ONLY:-0}
-EXPS=${EXPS:-"dbench fsync bssplit sparse"}
+EXPS=${EXPS:-"dbench fsync fsynccow bssplit sparse"}
 VARIANTS=${VARIANTS:-1}
 KERNEL_COW=${KERNEL_COW:-1}
 DURATION=${DURATION:-30}
@@ -76,6 +83,7 @@ MKFS_ARGS=${MKFS_ARGS:-"-m dup -d single"}
 KERNEL_OPTS=${KERNEL_OPTS:-}
 UBTRFS_OPTS=${UBTRFS_OPTS:-}
 UMOUNT_TIMEOUT=${UMOUNT_TIMEOUT:-600}
+TRACE_FSYNC=""
 
 # Tools: install what is missing (Debian package names).
 need_pkg() { # command package
@@ -157,14 +165,27 @@ side_env() {
     *) echo "" ;;
   esac
 }
+# Mount options of a side (after the experiment's).
+side_opts() {
+  case $1 in
+    ubtrfs-commit) echo notreelog ;;
+    *) echo "" ;;
+  esac
+}
 is_kernel() { [[ $1 == kernel* ]]; }
-# NOCOW wanted for this side's data? (kernel-datacow: the COW reference)
-wants_nocow() { [[ $1 != kernel-datacow ]]; }
+# NOCOW wanted for this experiment's and side's data? (kernel-datacow: the
+# COW reference; fsynccow: COW everywhere)
+wants_nocow() { [[ $1 != fsynccow && $2 != kernel-datacow ]]; }
 sides_for() {
   local s="kernel"
   case $1 in
     sparse)
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-seek-cache"; } ;;
+    fsync)
+      [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
+    fsynccow)
+      [[ $KERNEL_ONLY == 1 ]] || s="$s ubtrfs ubtrfs-commit" ;;
     *)
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
@@ -196,8 +217,9 @@ mount_side() {
 # child, with the side's environment.
 remount_ubtrfs() {
   local side=$1 extra=$2 tag=$3
-  local o="rw${extra:+,$extra}${UBTRFS_OPTS:+,$UBTRFS_OPTS}"
-  local envs; envs=$(side_env "$side")
+  local so; so=$(side_opts "$side")
+  local o="rw${extra:+,$extra}${so:+,$so}${UBTRFS_OPTS:+,$UBTRFS_OPTS}"
+  local envs; envs="$(side_env "$side") ${TRACE_FSYNC:+UBTRFS_TRACE_FSYNC=1}"
   CUR_TAG=$tag
   # shellcheck disable=SC2086
   env $envs /usr/bin/time -f %M -o "$OUT/$tag.rss" "$BIN" mount -f -o "$o" "$IMG" "$MNT" \
@@ -248,6 +270,15 @@ umount_side() {
   fi
   record "$exp" "$side" "$run" umount_s "$(sub "$e" "$s")"
 }
+# How many fsyncs the daemon answered by a log tree (log), a commit
+# (commit) or with nothing to write (nothing: a commit for another fsync
+# had covered it) so far: its UBTRFS_TRACE_FSYNC=1 lines.
+trace_count() { # log|commit|nothing
+  local pat='log in'
+  [[ $1 == commit ]] && pat='commit ('
+  [[ $1 == nothing ]] && pat='nothing to write'
+  grep -a -c "trace: fsync.*: $pat" "$OUT/$CUR_TAG.daemon.log" || true
+}
 
 # A directory for NOCOW files: chattr +C before any file is in it. On a
 # mount that refuses FS_IOC_SETFLAGS, ubtrfs is remounted with nodatacow
@@ -255,7 +286,7 @@ umount_side() {
 nocow_dir() { # EXP SIDE RUN TAG
   local exp=$1 side=$2 run=$3 tag=$4 d=$MNT/nocow
   mkdir "$d"
-  wants_nocow "$side" || return 0
+  wants_nocow "$exp" "$side" || return 0
   if ! chattr +C "$d" 2>"$OUT/$tag.chattr.err"; then
     note "$exp/$side: chattr +C refused ($(head -1 "$OUT/$tag.chattr.err")); remounted with nodatacow instead"
     if is_kernel "$side"; then exit 1; fi
@@ -311,7 +342,7 @@ record_fio() { # EXP SIDE RUN JSON
 
 exp_dbench() { # SIDE RUN
   local side=$1 run=$2 tag=dbench-$1-$2 opts=""
-  wants_nocow "$side" && opts=nodatacow
+  wants_nocow dbench "$side" && opts=nodatacow
   mount_side "$side" "$opts" "$tag"
   mkdir "$MNT/dbench"
   drop_caches
@@ -328,26 +359,48 @@ exp_dbench() { # SIDE RUN
 }
 
 exp_fsync() { # SIDE RUN
-  local side=$1 run=$2 tag=fsync-$1-$2
+  fsync_job fsync "$@"
+}
+exp_fsynccow() { # SIDE RUN
+  fsync_job fsynccow "$@"
+}
+# fio randwrite 4K fsync=1: in a chattr +C directory (fsync) or a plain one
+# (fsynccow: nocow_dir leaves it COW).
+fsync_job() { # EXP SIDE RUN
+  local exp=$1 side=$2 run=$3 tag=$1-$2-$3 pre_log=0 pre_commit=0 pre_nothing=0
+  TRACE_FSYNC=1
   mount_side "$side" "" "$tag"
-  nocow_dir fsync "$side" "$run" "$tag"
+  nocow_dir "$exp" "$side" "$run" "$tag"
   local job=(--name=fsync --directory="$MNT/nocow" --rw=randwrite --bs=4k
              --fsync=1 --size="${FSYNC_MIB}M" --numjobs="$JOBS" --ioengine=psync
              --overwrite=1 --fallocate=none --group_reporting)
   # Lay the files out (written data, so writes overwrite in place), untimed.
   if ! fio "${job[@]}" --create_only=1 > "$OUT/$tag.layout.out" 2>&1; then
-    note "fsync/$side run $run: fio layout failed (see $OUT/$tag.layout.out)"
-    umount_side fsync "$run" "$tag"; return
+    note "$exp/$side run $run: fio layout failed (see $OUT/$tag.layout.out)"
+    umount_side "$exp" "$run" "$tag"; TRACE_FSYNC=""; return
   fi
-  check_nocow fsync "$side" "$run" "$MNT"/nocow/fsync.*
+  check_nocow "$exp" "$side" "$run" "$MNT"/nocow/fsync.*
+  # The layout committed, as the kernel's is by drop_caches' sync(2), which
+  # does not reach a FUSE daemon: an fsync of the directory commits there.
+  sync "$MNT/nocow"
+  # The layout's own fsyncs are not counted.
+  if ! is_kernel "$side"; then
+    pre_log=$(trace_count log); pre_commit=$(trace_count commit); pre_nothing=$(trace_count nothing)
+  fi
   drop_caches
   if fio "${job[@]}" --time_based --runtime="$DURATION" --output-format=json \
        --output="$OUT/$tag.json" > "$OUT/$tag.out" 2>&1; then
-    record_fio fsync "$side" "$run" "$OUT/$tag.json"
+    record_fio "$exp" "$side" "$run" "$OUT/$tag.json"
   else
-    note "fsync/$side run $run: fio failed (see $OUT/$tag.out)"
+    note "$exp/$side run $run: fio failed (see $OUT/$tag.out)"
   fi
-  umount_side fsync "$run" "$tag"
+  umount_side "$exp" "$run" "$tag"
+  if ! is_kernel "$side"; then
+    record "$exp" "$side" "$run" fsync_by_log $(( $(trace_count log) - pre_log ))
+    record "$exp" "$side" "$run" fsync_by_commit $(( $(trace_count commit) - pre_commit ))
+    record "$exp" "$side" "$run" fsync_nothing $(( $(trace_count nothing) - pre_nothing ))
+  fi
+  TRACE_FSYNC=""
 }
 
 exp_bssplit() { # SIDE RUN
@@ -465,7 +518,7 @@ if [[ " $EXPS " == *" sparse "* ]]; then
 fi
 T0=$(now)
 for exp in $EXPS; do
-  case $exp in dbench|fsync|bssplit|sparse) ;; *) echo "bench/rw.sh: unknown experiment $exp" >&2; exit 1 ;; esac
+  case $exp in dbench|fsync|fsynccow|bssplit|sparse) ;; *) echo "bench/rw.sh: unknown experiment $exp" >&2; exit 1 ;; esac
   for run in $(seq "$RUNS"); do
     for side in $(sides_for "$exp"); do
       log "$exp: $side, run $run/$RUNS"
@@ -531,13 +584,16 @@ LABEL = {
     "kernel": "kernel",
     "kernel-datacow": "kernel, datacow (reference)",
     "ubtrfs": "ubtrfs",
+    "ubtrfs-commit": "ubtrfs -o notreelog (commit per fsync)",
     "ubtrfs-no-nocow": "ubtrfs UBTRFS_NO_NOCOW=1",
     "ubtrfs-csum-full-scan": "ubtrfs UBTRFS_CSUM_FULL_SCAN=1",
     "ubtrfs-no-seek-cache": "ubtrfs UBTRFS_NO_SEEK_CACHE=1",
 }
 MOUNT = {
     "dbench": {"kernel": "-o nodatacow", "kernel-datacow": "(defaults)", "ubtrfs": "-o rw,nodatacow"},
-    "fsync": {"kernel": "chattr +C dir", "kernel-datacow": "(COW dir)", "ubtrfs": "-o rw, chattr +C dir"},
+    "fsync": {"kernel": "chattr +C dir", "kernel-datacow": "(COW dir)", "ubtrfs": "-o rw, chattr +C dir",
+              "ubtrfs-commit": "-o rw,notreelog, chattr +C dir"},
+    "fsynccow": {"kernel": "(COW dir)", "ubtrfs": "-o rw (COW dir)", "ubtrfs-commit": "-o rw,notreelog (COW dir)"},
     "bssplit": {"kernel": "chattr +C dir", "kernel-datacow": "(COW dir)", "ubtrfs": "-o rw, chattr +C dir"},
     "sparse": {"kernel": "(defaults)", "ubtrfs": "-o rw"},
 }
@@ -566,20 +622,30 @@ if rows("dbench"):
         print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], mount_of("dbench", s), fmt(v, 2), ratio(v, k), offon,
               fmt(med("dbench", s, "max_lat_ms"), 1), fmt(med("dbench", s, "umount_s")), fmt(med("dbench", s, "rss_mib"), 0)))
 
-if rows("fsync"):
+def fsync_table(exp, title):
     print()
-    print("fio randwrite 4K, fsync=1, psync, NOCOW files laid out with data:")
+    print(title)
     print()
-    print("| side | mount | IOPS | vs kernel | off/on | MiB/s | write clat p99 ms | write clat max ms | fsync p99 ms | fsync max ms | NOCOW | umount s | daemon RSS MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    k = med("fsync", "kernel", "iops"); u = med("fsync", "ubtrfs", "iops")
-    for s in rows("fsync"):
-        v = med("fsync", s, "iops")
+    print("| side | mount | IOPS | vs kernel | off/on | MiB/s | write clat p99 ms | write clat max ms | fsync p99 ms | fsync max ms | fsyncs by log / commit / nothing to write | NOCOW | umount s | daemon RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    k = med(exp, "kernel", "iops"); u = med(exp, "ubtrfs", "iops")
+    for s in rows(exp):
+        v = med(exp, s, "iops")
         offon = ratio(v, u) if s.startswith("ubtrfs-") else ""
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], mount_of("fsync", s), fmt(v, 0), ratio(v, k), offon,
-              fmt(med("fsync", s, "mib_s"), 2), fmt(med("fsync", s, "clat_p99_ms")), fmt(med("fsync", s, "clat_max_ms"), 1),
-              fmt(med("fsync", s, "fsync_p99_ms")), fmt(med("fsync", s, "fsync_max_ms"), 1), text("fsync", s, "nocow"),
-              fmt(med("fsync", s, "umount_s")), fmt(med("fsync", s, "rss_mib"), 0)))
+        how = "-"
+        if med(exp, s, "fsync_by_log") is not None:
+            how = "%s / %s / %s" % (fmt(med(exp, s, "fsync_by_log"), 0), fmt(med(exp, s, "fsync_by_commit"), 0),
+                                    fmt(med(exp, s, "fsync_nothing"), 0))
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], mount_of(exp, s), fmt(v, 0), ratio(v, k), offon,
+              fmt(med(exp, s, "mib_s"), 2), fmt(med(exp, s, "clat_p99_ms")), fmt(med(exp, s, "clat_max_ms"), 1),
+              fmt(med(exp, s, "fsync_p99_ms")), fmt(med(exp, s, "fsync_max_ms"), 1), how, text(exp, s, "nocow"),
+              fmt(med(exp, s, "umount_s")), fmt(med(exp, s, "rss_mib"), 0)))
+
+if rows("fsync"):
+    fsync_table("fsync", "fio randwrite 4K, fsync=1, psync, NOCOW files laid out with data (\"off/on\" = against plain ubtrfs, whose fsync writes a log tree):")
+
+if rows("fsynccow"):
+    fsync_table("fsynccow", "fio randwrite 4K, fsync=1, psync, COW files with data checksums, laid out with data:")
 
 if rows("bssplit"):
     print()

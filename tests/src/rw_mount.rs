@@ -69,6 +69,17 @@ impl UbtrfsMount {
     /// mount; Err (with the log's tail) when the process ends first, or
     /// when the mount is not read-write.
     pub fn start(image: &Path, dir: &Path, extra: &str) -> Result<UbtrfsMount, String> {
+        UbtrfsMount::start_env(image, dir, extra, &[])
+    }
+
+    /// [`UbtrfsMount::start`] with `envs` added to the daemon's
+    /// environment (`UBTRFS_TRACE_FSYNC=1`: a log line per fsync).
+    pub fn start_env(
+        image: &Path,
+        dir: &Path,
+        extra: &str,
+        envs: &[(&str, &str)],
+    ) -> Result<UbtrfsMount, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let log = dir.with_extension("mount.log");
         let opts = if extra.is_empty() {
@@ -80,6 +91,7 @@ impl UbtrfsMount {
             .args(["mount", "-f", "-o", &opts])
             .arg(image)
             .arg(dir)
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(File::create(&log).map_err(|e| e.to_string())?)
             .stderr(File::create(&log).map_err(|e| e.to_string())?)

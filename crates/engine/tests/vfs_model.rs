@@ -517,3 +517,41 @@ fn vfs_full_filesystem_is_enospc_at_write() {
     ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
     btrfs_check(&dev).unwrap();
 }
+
+/// ZERO_RANGE growing a file past a gap, without no-holes: the gap between
+/// the old end of file and the zeroed range has hole items (btrfs check:
+/// "file extent discount" / "Found file extent holes" otherwise).
+#[test]
+fn vfs_zero_range_past_eof_fills_holes_without_no_holes() {
+    for keep in [false, true] {
+        let dev = Arc::new(MemDev::new(160 << 20));
+        let mkopts = MkfsOptions {
+            fsid: Some([0x27; 16]),
+            no_holes: false,
+            ..Default::default()
+        };
+        let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
+        let mut fs = RwFs::with_trans(t, RwOptions::default()).unwrap();
+        let root = InodeId {
+            subvol: FS_TREE_OBJECTID,
+            ino: FIRST_INODE,
+        };
+        let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
+        fs.write(id, 0, &[7u8; 8192]).unwrap();
+        let mode = 0x10 | if keep { 0x01 } else { 0 };
+        fs.fallocate(id, 49152, 12288, mode).unwrap();
+        // Unaligned, from inside the end-of-file sector.
+        let id2 = fs.create(root, b"g", 0o100644, 0, (0, 0), None).unwrap();
+        fs.write(id2, 0, &[9u8; 10000]).unwrap();
+        fs.fallocate(id2, 50000, 10000, mode).unwrap();
+        fs.unmount().unwrap();
+        let want_size = if keep { 8192 } else { 61440 };
+        assert_eq!(fs.stat(id).unwrap().size, want_size);
+        let data = fs.read(id, 0, 70000).unwrap();
+        assert_eq!(&data[..8192], &[7u8; 8192][..]);
+        assert!(data[8192..].iter().all(|&b| b == 0));
+        drop(fs);
+        ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
+        btrfs_check(&dev).unwrap_or_else(|e| panic!("keep={keep}: {e}"));
+    }
+}

@@ -12,7 +12,8 @@
 //!   at once, so the dirty ranges the engine holds are exactly what has
 //!   been written (what SEEK_DATA must see).
 //! - A thread commits when the commit interval has passed (or too much
-//!   is dirty); fsync commits; unmount commits last.
+//!   is dirty); fsync writes a log tree (or commits where a log cannot
+//!   say it; `UBTRFS_TRACE_FSYNC=1` logs which); unmount commits last.
 
 use crate::attr::file_attr;
 use crate::dir::dirent_type;
@@ -52,6 +53,13 @@ const XFLAGS: [(u32, u32); 5] = [
     (0x40, 0x80), // noatime
     (0x80, 0x40), // nodump
 ];
+
+/// `UBTRFS_TRACE_FSYNC=1` (read once): [`RwFuse::sync_node`] logs each
+/// fsync.
+fn trace_fsync() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("UBTRFS_TRACE_FSYNC").is_some_and(|v| v != "0"))
+}
 
 /// An open file.
 struct Handle {
@@ -130,6 +138,42 @@ impl RwFuse {
         } else {
             ino::decode(node.0)
         }
+    }
+
+    /// fsync(2) and fdatasync(2) of a file or directory: the engine's
+    /// fsync (a log tree, or a commit). With `UBTRFS_TRACE_FSYNC=1` in
+    /// the daemon's environment, one log line each: answered by a log, by
+    /// a commit (and why no log), or with nothing to write (tests and the
+    /// benchmark count them).
+    fn sync_node(&self, op: &str, node: INodeNo, datasync: bool) -> Result<(), Error> {
+        let id = self.inode(node);
+        let mut fs = self.fs();
+        if !trace_fsync() {
+            return fs.fsync(id);
+        }
+        let (logs, commits) = (fs.stats.log_syncs, fs.stats.fsync_commits);
+        let t = std::time::Instant::now();
+        let res = fs.fsync(id);
+        let how = if fs.stats.log_syncs > logs {
+            "log".to_string()
+        } else if fs.stats.fsync_commits > commits {
+            format!(
+                "commit ({})",
+                fs.stats.last_fallback.as_deref().unwrap_or("?")
+            )
+        } else {
+            "nothing to write".to_string()
+        };
+        drop(fs);
+        logging::info(&format!(
+            "trace: {op}{} {}:{}: {how} in {:.3} ms{}",
+            if datasync { " (datasync)" } else { "" },
+            id.subvol,
+            id.ino,
+            t.elapsed().as_secs_f64() * 1000.0,
+            if res.is_err() { ", failed" } else { "" }
+        ));
+        res
     }
 
     fn node_of(&self, id: InodeId) -> Result<u64, Errno> {
@@ -512,11 +556,10 @@ impl fuser::Filesystem for RwFuse {
         _req: &Request,
         node: INodeNo,
         _fh: fuser::FileHandle,
-        _datasync: bool,
+        datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let res = self.fs().fsync(self.inode(node));
-        match res {
+        match self.sync_node("fsync", node, datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno("fsync", e)),
         }
@@ -567,11 +610,10 @@ impl fuser::Filesystem for RwFuse {
         _req: &Request,
         node: INodeNo,
         _fh: fuser::FileHandle,
-        _datasync: bool,
+        datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let res = self.fs().fsync(self.inode(node));
-        match res {
+        match self.sync_node("fsyncdir", node, datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno("fsyncdir", e)),
         }

@@ -300,6 +300,7 @@ impl Trans {
             // Splitting the root: a new root above it first.
             let first = self.buf(b).first_key().unwrap_or(Key::MIN);
             let root = self.alloc_tree_block(tree, level as u8 + 1, None)?;
+            self.tree_blocks_changed(tree, true);
             let gen = self.transid;
             self.buf_mut(root).ptrs_mut().push(Ptr {
                 key: first,
@@ -318,6 +319,7 @@ impl Trans {
         let (parent, pslot) = path[level + 1];
         for (at, content) in (pslot + 1..).zip(pieces) {
             let nb = self.alloc_tree_block(tree, level as u8, Some(b))?;
+            self.tree_blocks_changed(tree, true);
             let eb = self.buf_mut(nb);
             eb.content = content;
             let key = eb.first_key().expect("split piece is not empty");
@@ -402,6 +404,7 @@ impl Trans {
             if level > 0 && n == 1 {
                 let child = self.buf(b).ptrs()[0];
                 self.free_tree_block(b, tree, level as u8);
+                self.tree_blocks_changed(tree, false);
                 path.pop();
                 self.set_root(tree, child.blockptr, level as u8 - 1, child.generation);
             }
@@ -410,6 +413,7 @@ impl Trans {
         let (parent, pslot) = path[level + 1];
         if n == 0 {
             self.free_tree_block(b, tree, level as u8);
+            self.tree_blocks_changed(tree, false);
             self.buf_mut(parent).ptrs_mut().remove(pslot);
             if pslot == 0 && self.buf(parent).nritems() > 0 {
                 self.fixup_keys(path, level + 1);
@@ -442,6 +446,7 @@ impl Trans {
             _ => unreachable!("siblings at one level"),
         }
         self.free_tree_block(from, tree, level as u8);
+        self.tree_blocks_changed(tree, false);
         self.buf_mut(parent).ptrs_mut().remove(from_slot);
         path[level + 1].1 = from_slot - 1;
         self.after_shrink(tree, path, level + 1)

@@ -310,6 +310,25 @@ impl Trans {
             .collect()
     }
 
+    /// A block joined (`grew`) or left tree `id`: its ROOT_ITEM's
+    /// bytes_used follows, one node size each (the kernel's
+    /// root_add_used_bytes / root_sub_used_bytes, on splits, new roots and
+    /// removed blocks; a COW replaces a block and changes nothing). The
+    /// kernel sizes its global block reserve from these and subtracts as
+    /// it removes blocks: a count left at mkfs's one block wraps there
+    /// below zero, and the reserve becomes 512 MiB.
+    pub(crate) fn tree_blocks_changed(&mut self, id: u64, grew: bool) {
+        let ns = self.nodesize() as u64;
+        if let Some(r) = self.roots.get_mut(&id) {
+            r.item.bytes_used = if grew {
+                r.item.bytes_used.saturating_add(ns)
+            } else {
+                r.item.bytes_used.saturating_sub(ns)
+            };
+            r.dirty = true;
+        }
+    }
+
     fn set_root(&mut self, id: u64, bytenr: u64, level: u8, generation: u64) {
         let r = self.roots.get_mut(&id).expect("root loaded before change");
         r.bytenr = bytenr;

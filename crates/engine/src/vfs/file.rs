@@ -370,8 +370,28 @@ impl RwFs {
     /// preallocated extent already covers stays as it is; partial edge
     /// sectors holding data are zeroed in place, edge sectors in holes
     /// join the allocation; every extent in the allocated range is
-    /// replaced by preallocated space.
+    /// replaced by preallocated space. Growing the file, the gap between
+    /// the old end of file and the allocation gets hole items on
+    /// filesystems without no-holes (the kernel's btrfs_cont_expand).
     fn zero_range(
+        &mut self,
+        id: InodeId,
+        off: u64,
+        len: u64,
+        keep: bool,
+        policy: DataPolicy,
+    ) -> Result<InodeItem> {
+        let old = self.t.inode_of(id.subvol, id.ino)?.size;
+        let i = self.zero_range_extents(id, off, len, keep, policy)?;
+        if i.size > old {
+            let ss = self.sectorsize();
+            self.t
+                .fill_holes(id.subvol, id.ino, round_up(old, ss), round_up(i.size, ss))?;
+        }
+        Ok(i)
+    }
+
+    fn zero_range_extents(
         &mut self,
         id: InodeId,
         off: u64,
@@ -583,6 +603,7 @@ impl RwFs {
         }
         if self.opts.notreelog {
             self.stats.fsync_commits += 1;
+            self.stats.last_fallback = Some("notreelog".into());
             return self.commit();
         }
         self.writeback(id)?;
@@ -607,8 +628,14 @@ impl RwFs {
             }
             // A log that cannot say it, or failed to be written (a commit
             // may still succeed, else it turns the mount read-only).
-            Ok(Err(_)) | Err(_) => {
+            Ok(Err(why)) => {
                 self.stats.fsync_commits += 1;
+                self.stats.last_fallback = Some(why.into());
+                self.commit()
+            }
+            Err(e) => {
+                self.stats.fsync_commits += 1;
+                self.stats.last_fallback = Some(format!("writing the log failed: {e}"));
                 self.commit()
             }
         }

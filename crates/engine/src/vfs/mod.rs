@@ -83,6 +83,8 @@ pub struct RwStats {
     /// fsyncs answered by writing a log tree, and those that committed.
     pub log_syncs: u64,
     pub fsync_commits: u64,
+    /// Why the last fsync that committed could not write a log.
+    pub last_fallback: Option<String>,
     pub writebacks: u64,
     /// NOCOW ranges overwritten in place, and those that fell back to COW.
     pub nocow_in_place: u64,
