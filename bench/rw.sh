@@ -40,6 +40,8 @@
 # ubtrfs with one mechanism switched off through the daemon's environment:
 #   dbench/fsync/bssplit: UBTRFS_NO_NOCOW=1,
 #                         UBTRFS_CSUM_FULL_SCAN=1
+#   fsync/fsynccow:       UBTRFS_NO_FSYNC_BATCH=1 (concurrent fsyncs not
+#                         grouped into one log sync)
 #   sparse:               UBTRFS_NO_SEEK_CACHE=1
 # Runs are interleaved (run 1 of every side, then run 2, ...). Caches are
 # dropped after each setup, before the measured part. The ubtrfs daemon
@@ -162,6 +164,7 @@ side_env() {
     ubtrfs-no-nocow) echo UBTRFS_NO_NOCOW=1 ;;
     ubtrfs-csum-full-scan) echo UBTRFS_CSUM_FULL_SCAN=1 ;;
     ubtrfs-no-seek-cache) echo UBTRFS_NO_SEEK_CACHE=1 ;;
+    ubtrfs-no-fsync-batch) echo UBTRFS_NO_FSYNC_BATCH=1 ;;
     *) echo "" ;;
   esac
 }
@@ -183,9 +186,9 @@ sides_for() {
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-seek-cache"; } ;;
     fsync)
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
     fsynccow)
-      [[ $KERNEL_ONLY == 1 ]] || s="$s ubtrfs ubtrfs-commit" ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch"; } ;;
     *)
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
@@ -270,11 +273,13 @@ umount_side() {
   fi
   record "$exp" "$side" "$run" umount_s "$(sub "$e" "$s")"
 }
-# How many fsyncs the daemon answered by a log tree (log), a commit
-# (commit) or with nothing to write (nothing: a commit for another fsync
-# had covered it) so far: its UBTRFS_TRACE_FSYNC=1 lines.
-trace_count() { # log|commit|nothing
+# How many fsyncs the daemon answered by a log tree it synced (log), by a
+# log another fsync synced with its own (grouped), a commit (commit) or
+# with nothing to write (nothing: a commit for another fsync had covered
+# it) so far: its UBTRFS_TRACE_FSYNC=1 lines.
+trace_count() { # log|grouped|commit|nothing
   local pat='log in'
+  [[ $1 == grouped ]] && pat='grouped log'
   [[ $1 == commit ]] && pat='commit ('
   [[ $1 == nothing ]] && pat='nothing to write'
   grep -a -c "trace: fsync.*: $pat" "$OUT/$CUR_TAG.daemon.log" || true
@@ -385,7 +390,8 @@ fsync_job() { # EXP SIDE RUN
   sync "$MNT/nocow"
   # The layout's own fsyncs are not counted.
   if ! is_kernel "$side"; then
-    pre_log=$(trace_count log); pre_commit=$(trace_count commit); pre_nothing=$(trace_count nothing)
+    pre_log=$(trace_count log); pre_grouped=$(trace_count grouped)
+    pre_commit=$(trace_count commit); pre_nothing=$(trace_count nothing)
   fi
   drop_caches
   if fio "${job[@]}" --time_based --runtime="$DURATION" --output-format=json \
@@ -397,6 +403,7 @@ fsync_job() { # EXP SIDE RUN
   umount_side "$exp" "$run" "$tag"
   if ! is_kernel "$side"; then
     record "$exp" "$side" "$run" fsync_by_log $(( $(trace_count log) - pre_log ))
+    record "$exp" "$side" "$run" fsync_grouped $(( $(trace_count grouped) - pre_grouped ))
     record "$exp" "$side" "$run" fsync_by_commit $(( $(trace_count commit) - pre_commit ))
     record "$exp" "$side" "$run" fsync_nothing $(( $(trace_count nothing) - pre_nothing ))
   fi
@@ -588,6 +595,7 @@ LABEL = {
     "ubtrfs-no-nocow": "ubtrfs UBTRFS_NO_NOCOW=1",
     "ubtrfs-csum-full-scan": "ubtrfs UBTRFS_CSUM_FULL_SCAN=1",
     "ubtrfs-no-seek-cache": "ubtrfs UBTRFS_NO_SEEK_CACHE=1",
+    "ubtrfs-no-fsync-batch": "ubtrfs UBTRFS_NO_FSYNC_BATCH=1 (each fsync syncs the log itself)",
 }
 MOUNT = {
     "dbench": {"kernel": "-o nodatacow", "kernel-datacow": "(defaults)", "ubtrfs": "-o rw,nodatacow"},
@@ -626,7 +634,7 @@ def fsync_table(exp, title):
     print()
     print(title)
     print()
-    print("| side | mount | IOPS | vs kernel | off/on | MiB/s | write clat p99 ms | write clat max ms | fsync p99 ms | fsync max ms | fsyncs by log / commit / nothing to write | NOCOW | umount s | daemon RSS MiB |")
+    print("| side | mount | IOPS | vs kernel | off/on | MiB/s | write clat p99 ms | write clat max ms | fsync p99 ms | fsync max ms | fsyncs by log / grouped log / commit / nothing to write | NOCOW | umount s | daemon RSS MiB |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     k = med(exp, "kernel", "iops"); u = med(exp, "ubtrfs", "iops")
     for s in rows(exp):
@@ -634,8 +642,8 @@ def fsync_table(exp, title):
         offon = ratio(v, u) if s.startswith("ubtrfs-") else ""
         how = "-"
         if med(exp, s, "fsync_by_log") is not None:
-            how = "%s / %s / %s" % (fmt(med(exp, s, "fsync_by_log"), 0), fmt(med(exp, s, "fsync_by_commit"), 0),
-                                    fmt(med(exp, s, "fsync_nothing"), 0))
+            how = "%s / %s / %s / %s" % (fmt(med(exp, s, "fsync_by_log"), 0), fmt(med(exp, s, "fsync_grouped"), 0),
+                                         fmt(med(exp, s, "fsync_by_commit"), 0), fmt(med(exp, s, "fsync_nothing"), 0))
         print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], mount_of(exp, s), fmt(v, 0), ratio(v, k), offon,
               fmt(med(exp, s, "mib_s"), 2), fmt(med(exp, s, "clat_p99_ms")), fmt(med(exp, s, "clat_max_ms"), 1),
               fmt(med(exp, s, "fsync_p99_ms")), fmt(med(exp, s, "fsync_max_ms"), 1), how, text(exp, s, "nocow"),

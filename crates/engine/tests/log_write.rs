@@ -36,7 +36,7 @@ use ubtrfs_engine::io::fault::{FaultDev, RecordDev};
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_engine::vfs::attr::SetAttr;
-use ubtrfs_engine::vfs::{RwFs, RwOptions};
+use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwOptions};
 use ubtrfs_engine::FileHandle;
 use ubtrfs_format::consts::*;
 
@@ -96,6 +96,8 @@ struct World {
     /// While an fsync or commit runs: the states it may leave on disk if
     /// it fails half way.
     attempt: Vec<Durable>,
+    /// fsyncs of two files that shared one log sync.
+    grouped: u64,
 }
 
 fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Result<(), String> {
@@ -107,6 +109,7 @@ fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Resu
         n,
         states,
         attempt,
+        grouped,
     } = w;
     let durable_all = |files: &Vec<File>| -> Durable {
         files
@@ -221,15 +224,47 @@ fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Resu
                     }
                 }
                 59..=84 => {
-                    what = format!("fsync {}", f.path);
-                    let commits = fs.stats.fsync_commits;
+                    // Now and then two files' fsyncs grouped into one log
+                    // sync, as the mount groups concurrent fsyncs.
+                    let gi = rng.below(files.len() as u64) as usize;
+                    let group: Vec<usize> = if gi != fi && rng.below(4) == 0 {
+                        vec![fi, gi]
+                    } else {
+                        vec![fi]
+                    };
+                    let paths: Vec<&str> = group.iter().map(|&i| files[i].path.as_str()).collect();
+                    what = format!("fsync {}", paths.join(" + "));
+                    let (commits, batched) = (fs.stats.fsync_commits, fs.stats.fsync_batched);
                     let mut one = durable.clone();
-                    one.insert(f.path.clone(), (f.data.clone(), f.xattrs.clone()));
-                    *attempt = vec![one, durable_all(files)];
-                    let f = &files[fi];
-                    fs.fsync(f.id).map_err(|e| format!("{what}: {e}"))?;
+                    *attempt = vec![durable_all(files)];
+                    for &i in &group {
+                        let f = &files[i];
+                        one.insert(f.path.clone(), (f.data.clone(), f.xattrs.clone()));
+                        attempt.push(one.clone());
+                    }
+                    let mut seqs = Vec::new();
+                    for &i in &group {
+                        match fs
+                            .fsync_log(files[i].id)
+                            .map_err(|e| format!("{what}: {e}"))?
+                        {
+                            FsyncStage::Logged(n) => seqs.push(n),
+                            FsyncStage::Durable => {}
+                        }
+                    }
+                    // The last logged syncs for all; the others find
+                    // their files durable.
+                    for &n in seqs.iter().rev() {
+                        fs.fsync_sync(n).map_err(|e| format!("{what}: {e}"))?;
+                    }
+                    if seqs.len() == 2 && fs.stats.fsync_commits == commits {
+                        if fs.stats.fsync_batched == batched {
+                            return Err(format!("{what}: the group was synced twice"));
+                        }
+                        *grouped += 1;
+                    }
                     attempt.clear();
-                    if f.scratch {
+                    if group.iter().any(|&i| files[i].scratch) {
                         // Renamed files' fsyncs commit; their names are not
                         // followed by the model.
                         if fs.stats.fsync_commits == commits {
@@ -240,8 +275,7 @@ fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Resu
                         durable = durable_all(files);
                         files.iter_mut().for_each(|f| f.scratch = false);
                     } else {
-                        let f = &files[fi];
-                        durable.insert(f.path.clone(), (f.data.clone(), f.xattrs.clone()));
+                        durable = one;
                     }
                     states.push((rec.log().events.len(), durable.clone()));
                 }
@@ -405,6 +439,7 @@ fn prepare(seed: u64) -> Result<(Vec<u8>, World), String> {
         n: 0,
         states: Vec::new(),
         attempt: Vec::new(),
+        grouped: 0,
     };
     let null = RecordDev::new(Arc::new(MemDev::new(4096)));
     workload(&mut fs, &null, &mut w, 30)?;
@@ -462,8 +497,9 @@ fn run_seed(seed: u64, export_to: Option<&std::path::Path>) -> Result<String, St
         checked += 1;
     }
     Ok(format!(
-        "{} fsyncs logged, {commits} committed, {checked} of {} prefixes checked",
+        "{} fsyncs logged ({} grouped pairs), {commits} committed, {checked} of {} prefixes checked",
         syncs,
+        w.grouped,
         flushes.len()
     ))
 }
@@ -558,12 +594,21 @@ fn fsync_log_survives_every_crash_point() {
         }
     };
     let mut failed = Vec::new();
-    let mut logged = 0;
+    let (mut logged, mut grouped) = (0, 0);
     for s in &seeds {
         match run_seed(*s, None) {
             Ok(line) => {
                 eprintln!("seed {s}: {line}");
                 logged += line.split(' ').next().unwrap().parse::<u64>().unwrap();
+                grouped += line
+                    .split('(')
+                    .nth(1)
+                    .unwrap()
+                    .split(' ')
+                    .next()
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap();
             }
             Err(e) => {
                 eprintln!("seed {s}: {e}");
@@ -573,6 +618,7 @@ fn fsync_log_survives_every_crash_point() {
     }
     assert!(failed.is_empty(), "seeds failed: {failed:?}");
     assert!(logged > 0, "no fsync wrote a log");
+    assert!(grouped > 0, "no two fsyncs shared a log sync");
 }
 
 /// The kernel replays the logs of every crash image (root; fails under

@@ -5,7 +5,7 @@
 
 use super::extent_io::InodeDirty;
 use super::seek::{cache_disabled, DataMap, SeekCache};
-use super::RwFs;
+use super::{FsyncStage, RwFs};
 use crate::data::extent::ExtentKind;
 use crate::error::{Error, Result};
 use crate::fs::InodeId;
@@ -594,17 +594,27 @@ impl RwFs {
     /// nothing changed since the last commit. A writeback that failed
     /// since the last fsync is reported.
     pub fn fsync(&mut self, id: InodeId) -> Result<()> {
+        match self.fsync_log(id)? {
+            FsyncStage::Durable => Ok(()),
+            FsyncStage::Logged(n) => self.fsync_sync(n),
+        }
+    }
+
+    /// fsync's first half: writes back `id`'s data and puts the file in
+    /// the in-memory log (or commits where a log cannot say it). A caller
+    /// serving concurrent fsyncs lets the others log their files before
+    /// calling [`RwFs::fsync_sync`], so one log sync serves them all (the
+    /// kernel batches fsyncs into one log commit the same way).
+    pub fn fsync_log(&mut self, id: InodeId) -> Result<FsyncStage> {
         self.take_wb_error()?;
         if self.aborted.is_some() {
-            return self.commit();
+            return self.commit().map(|()| FsyncStage::Durable);
         }
         if !self.dirty.contains_key(&id) && !self.changed() {
-            return Ok(());
+            return Ok(FsyncStage::Durable);
         }
         if self.opts.notreelog {
-            self.stats.fsync_commits += 1;
-            self.stats.last_fallback = Some("notreelog".into());
-            return self.commit();
+            return self.fsync_commit("notreelog".into());
         }
         self.writeback(id)?;
         let renamed = &self.renamed;
@@ -614,31 +624,52 @@ impl RwFs {
                 ino,
             })
         };
-        let logged = self
+        match self
             .log
             .log_file(&mut self.t, id.subvol, id.ino, &is_renamed)
-            .and_then(|r| match r {
-                Ok(()) => self.log.sync(&mut self.t),
-                Err(why) => Ok(Err(why)),
-            });
-        match logged {
+        {
+            Ok(Ok(())) => {
+                self.log_seq += 1;
+                Ok(FsyncStage::Logged(self.log_seq))
+            }
+            Ok(Err(why)) => self.fsync_commit(why.into()),
+            Err(e) => self.fsync_commit(format!("logging the file failed: {e}")),
+        }
+    }
+
+    /// Whether the file logged as number `n` is durable.
+    pub fn fsync_durable(&self, n: u64) -> bool {
+        self.durable_seq >= n
+    }
+
+    /// fsync's second half: unless an earlier log sync or commit already
+    /// covered it, writes the log (every file logged so far) and its
+    /// superblock. A log that cannot be written falls back to a commit (a
+    /// commit may still succeed, else it turns the mount read-only).
+    pub fn fsync_sync(&mut self, n: u64) -> Result<()> {
+        if self.fsync_durable(n) {
+            self.stats.fsync_batched += 1;
+            return Ok(());
+        }
+        let upto = self.log_seq;
+        match self.log.sync(&mut self.t) {
             Ok(Ok(())) => {
                 self.stats.log_syncs += 1;
+                self.durable_seq = upto;
                 Ok(())
             }
-            // A log that cannot say it, or failed to be written (a commit
-            // may still succeed, else it turns the mount read-only).
-            Ok(Err(why)) => {
-                self.stats.fsync_commits += 1;
-                self.stats.last_fallback = Some(why.into());
-                self.commit()
-            }
-            Err(e) => {
-                self.stats.fsync_commits += 1;
-                self.stats.last_fallback = Some(format!("writing the log failed: {e}"));
-                self.commit()
-            }
+            Ok(Err(why)) => self.fsync_commit(why.into()).map(|_| ()),
+            Err(e) => self
+                .fsync_commit(format!("writing the log failed: {e}"))
+                .map(|_| ()),
         }
+    }
+
+    /// An fsync answered by a commit, and why.
+    fn fsync_commit(&mut self, why: String) -> Result<FsyncStage> {
+        self.stats.fsync_commits += 1;
+        self.stats.last_fallback = Some(why);
+        self.commit().map(|()| FsyncStage::Durable)
     }
 
     /// The dirty ranges of `id` (tests).

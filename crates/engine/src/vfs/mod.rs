@@ -83,6 +83,10 @@ pub struct RwStats {
     /// fsyncs answered by writing a log tree, and those that committed.
     pub log_syncs: u64,
     pub fsync_commits: u64,
+    /// fsyncs whose file was already durable when their turn to sync
+    /// came: another fsync's log sync (concurrent fsyncs share one, see
+    /// [`RwFs::fsync_sync`]) or a commit covered it.
+    pub fsync_batched: u64,
     /// Why the last fsync that committed could not write a log.
     pub last_fallback: Option<String>,
     pub writebacks: u64,
@@ -133,6 +137,21 @@ pub struct RwFs {
     /// The transaction's change counter at the last commit: an idle mount
     /// does not commit.
     committed_mutations: u64,
+    /// Files logged so far (numbered), and the number of the last one a
+    /// log sync or commit made durable: fsyncs that logged their files
+    /// before one log sync share it.
+    log_seq: u64,
+    durable_seq: u64,
+}
+
+/// Where an fsync stands once its file is in the in-memory log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncStage {
+    /// Durable already: nothing changed, or a commit was made.
+    Durable,
+    /// Logged as number `n`: durable once a log sync covers it
+    /// ([`RwFs::fsync_sync`]).
+    Logged(u64),
 }
 
 impl RwFs {
@@ -167,6 +186,8 @@ impl RwFs {
             log: Default::default(),
             renamed: HashSet::new(),
             committed_mutations: 0,
+            log_seq: 0,
+            durable_seq: 0,
         };
         fs.committed_mutations = fs.t.mutations();
         if fs.cleanup_orphans()? {
@@ -353,6 +374,7 @@ impl RwFs {
                 self.stats.commits += 1;
                 self.renamed.clear();
                 self.committed_mutations = self.t.mutations();
+                self.durable_seq = self.log_seq;
                 Ok(())
             }
             Err(e) => {
