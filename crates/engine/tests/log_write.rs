@@ -669,35 +669,54 @@ fn kernel_replays_fsync_logs_of_every_crash_point() {
 #[ignore]
 fn fsync_random_4k_profile() {
     for notreelog in [false, true] {
-        let dev = Arc::new(MemDev::new(1 << 30));
-        let t = make(vec![("mem".into(), dev.clone())], &MkfsOptions::default()).unwrap();
-        let mut o = opts(0);
-        o.notreelog = notreelog;
-        let mut fs = RwFs::with_trans(t, o).unwrap();
-        fs.commit().unwrap();
-        let root = InodeId {
-            subvol: FS_TREE_OBJECTID,
-            ino: FIRST_INODE,
-        };
-        let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
-        let mut rng = Rng(7);
-        let mb = fill(&mut rng, 1 << 20);
-        for i in 0..64u64 {
-            fs.write(id, i << 20, &mb).unwrap();
+        for cow in [true, false] {
+            let dev = Arc::new(MemDev::new(1 << 30));
+            let t = make(vec![("mem".into(), dev.clone())], &MkfsOptions::default()).unwrap();
+            let mut o = opts(0);
+            o.notreelog = notreelog;
+            o.nodatacow = !cow;
+            o.nodatasum = !cow;
+            let mut fs = RwFs::with_trans(t, o.clone()).unwrap();
+            fs.commit().unwrap();
+            let root = InodeId {
+                subvol: FS_TREE_OBJECTID,
+                ino: FIRST_INODE,
+            };
+            let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
+            let mut rng = Rng(7);
+            let mb = fill(&mut rng, 1 << 20);
+            for i in 0..64u64 {
+                fs.write(id, i << 20, &mb).unwrap();
+            }
+            fs.commit().unwrap();
+            drop(fs);
+            // Reopened on a recording device: what each fsync writes.
+            let rec = Arc::new(RecordDev::new(dev.clone()));
+            let t = Trans::open_dev(vec![rec.clone() as Arc<dyn BlockDev>], 64 << 20).unwrap();
+            let mut fs = RwFs::with_trans(t, o).unwrap();
+            let blk = fill(&mut rng, 4096);
+            let n = 2000;
+            let t0 = std::time::Instant::now();
+            for _ in 0..n {
+                fs.write(id, rng.below(16384) * 4096, &blk).unwrap();
+                fs.fsync(id).unwrap();
+            }
+            let dt = t0.elapsed().as_secs_f64();
+            let log = rec.log();
+            let flushes = log.flushes().len();
+            let (writes, bytes) = log.events.iter().fold((0, 0), |(w, b), e| match e {
+                ubtrfs_engine::io::fault::Event::Write { data, .. } => (w + 1, b + data.len()),
+                _ => (w, b),
+            });
+            eprintln!(
+                "notreelog={notreelog} cow={cow}: {n} fsyncs in {dt:.2}s ({:.0}/s); per fsync {:.1} writes, {:.1} KiB, {:.2} flushes; {:?} {:?}",
+                n as f64 / dt,
+                writes as f64 / n as f64,
+                bytes as f64 / n as f64 / 1024.0,
+                flushes as f64 / n as f64,
+                fs.stats,
+                fs.log_stats()
+            );
         }
-        fs.fsync(id).unwrap();
-        let blk = fill(&mut rng, 4096);
-        let t0 = std::time::Instant::now();
-        for _ in 0..2000 {
-            fs.write(id, rng.below(16384) * 4096, &blk).unwrap();
-            fs.fsync(id).unwrap();
-        }
-        let dt = t0.elapsed().as_secs_f64();
-        eprintln!(
-            "notreelog={notreelog}: 2000 fsyncs in {dt:.2}s ({:.0}/s), {:?} {:?}",
-            2000.0 / dt,
-            fs.stats,
-            fs.log_stats()
-        );
     }
 }
