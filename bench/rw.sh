@@ -58,6 +58,7 @@
 #   UBTRFS_RW_BENCH_KERNEL_ONLY=1  kernel sides only (no build, no FUSE)
 #   EXPS="dbench fsync fsynccow bssplit sparse"   experiments to run
 #   VARIANTS=1          ubtrfs with each mechanism off (0: plain ubtrfs only)
+#   SIDES="kernel ubtrfs ..."  exactly these sides, for every experiment
 #   KERNEL_COW=1        the kernel-datacow reference rows (0: skip)
 #   DURATION=30 CLIENTS=16 JOBS=4 FSYNC_MIB=256 BSSPLIT_MIB=1024 SPARSE_MIB=1024
 #   IMG_SIZE=4G  MKFS_ARGS="-m dup -d single" (given to both mkfs)
@@ -180,6 +181,7 @@ is_kernel() { [[ $1 == kernel* ]]; }
 # COW reference; fsynccow: COW everywhere)
 wants_nocow() { [[ $1 != fsynccow && $2 != kernel-datacow ]]; }
 sides_for() {
+  if [[ -n ${SIDES:-} ]]; then echo "$SIDES"; return; fi
   local s="kernel"
   case $1 in
     sparse)
