@@ -100,29 +100,32 @@ impl Trans {
     }
 
     /// Writes the BLOCK_GROUP_ITEM of every group whose usage changed.
+    ///
+    /// Each item is made from its group as it is when written, not as it
+    /// was when the loop began: writing one group's item can split an
+    /// extent tree leaf and so allocate a block in another group (the
+    /// system group's item, say, allocating in the metadata group); that
+    /// group's usage then changes before its turn. A group changed after
+    /// its own turn is dirty again and written in the next pass.
     pub(crate) fn update_block_group_items(&mut self) -> Result<bool> {
-        let dirty: Vec<(u64, u64, BlockGroupItem)> = self
+        let dirty: Vec<u64> = self
             .alloc
             .groups
             .values()
             .filter(|g| g.item_dirty)
-            .map(|g| {
-                (
-                    g.start,
-                    g.len,
-                    BlockGroupItem {
-                        used: g.used,
-                        chunk_objectid: FIRST_CHUNK_TREE_OBJECTID,
-                        flags: g.flags,
-                    },
-                )
-            })
+            .map(|g| g.start)
             .collect();
         let mut changed = false;
-        for (start, len, item) in dirty {
-            self.alloc.groups.get_mut(&start).unwrap().item_dirty = false;
-            let key = Key::new(start, BLOCK_GROUP_ITEM, len);
-            let bytes = item.to_bytes();
+        for start in dirty {
+            let g = self.alloc.groups.get_mut(&start).unwrap();
+            g.item_dirty = false;
+            let key = Key::new(start, BLOCK_GROUP_ITEM, g.len);
+            let bytes = BlockGroupItem {
+                used: g.used,
+                chunk_objectid: FIRST_CHUNK_TREE_OBJECTID,
+                flags: g.flags,
+            }
+            .to_bytes();
             if self.lookup(EXTENT_TREE_OBJECTID, &key)?.as_deref() != Some(&bytes[..]) {
                 self.put_item(EXTENT_TREE_OBJECTID, key, bytes)?;
                 changed = true;
