@@ -59,6 +59,8 @@
 #   EXPS="dbench fsync fsynccow bssplit sparse"   experiments to run
 #   VARIANTS=1          ubtrfs with each mechanism off (0: plain ubtrfs only)
 #   SIDES="kernel ubtrfs ..."  exactly these sides, for every experiment
+#                       (ubtrfs@VAR=VALUE[,VAR=VALUE]...: ubtrfs with these
+#                       in the daemon's environment)
 #   KERNEL_COW=1        the kernel-datacow reference rows (0: skip)
 #   DURATION=30 CLIENTS=16 JOBS=4 FSYNC_MIB=256 BSSPLIT_MIB=1024 SPARSE_MIB=1024
 #   IMG_SIZE=4G  MKFS_ARGS="-m dup -d single" (given to both mkfs)
@@ -166,6 +168,7 @@ side_env() {
     ubtrfs-csum-full-scan) echo UBTRFS_CSUM_FULL_SCAN=1 ;;
     ubtrfs-no-seek-cache) echo UBTRFS_NO_SEEK_CACHE=1 ;;
     ubtrfs-no-fsync-batch) echo UBTRFS_NO_FSYNC_BATCH=1 ;;
+    ubtrfs@*) echo "${1#ubtrfs@}" | tr , ' ' ;;  # ad hoc: ubtrfs@VAR=VALUE[,VAR=VALUE]
     *) echo "" ;;
   esac
 }
@@ -599,6 +602,9 @@ LABEL = {
     "ubtrfs-no-seek-cache": "ubtrfs UBTRFS_NO_SEEK_CACHE=1",
     "ubtrfs-no-fsync-batch": "ubtrfs UBTRFS_NO_FSYNC_BATCH=1 (each fsync syncs the log itself)",
 }
+def label(side):
+    return LABEL.get(side, side.replace("@", " "))
+
 MOUNT = {
     "dbench": {"kernel": "-o nodatacow", "kernel-datacow": "(defaults)", "ubtrfs": "-o rw,nodatacow"},
     "fsync": {"kernel": "chattr +C dir", "kernel-datacow": "(COW dir)", "ubtrfs": "-o rw, chattr +C dir",
@@ -628,8 +634,8 @@ if rows("dbench"):
     k = med("dbench", "kernel", "mb_s"); u = med("dbench", "ubtrfs", "mb_s")
     for s in rows("dbench"):
         v = med("dbench", s, "mb_s")
-        offon = ratio(v, u) if s.startswith("ubtrfs-") else ""
-        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], mount_of("dbench", s), fmt(v, 2), ratio(v, k), offon,
+        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
+        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("dbench", s), fmt(v, 2), ratio(v, k), offon,
               fmt(med("dbench", s, "max_lat_ms"), 1), fmt(med("dbench", s, "umount_s")), fmt(med("dbench", s, "rss_mib"), 0)))
 
 def fsync_table(exp, title):
@@ -641,12 +647,12 @@ def fsync_table(exp, title):
     k = med(exp, "kernel", "iops"); u = med(exp, "ubtrfs", "iops")
     for s in rows(exp):
         v = med(exp, s, "iops")
-        offon = ratio(v, u) if s.startswith("ubtrfs-") else ""
+        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
         how = "-"
         if med(exp, s, "fsync_by_log") is not None:
             how = "%s / %s / %s / %s" % (fmt(med(exp, s, "fsync_by_log"), 0), fmt(med(exp, s, "fsync_grouped"), 0),
                                          fmt(med(exp, s, "fsync_by_commit"), 0), fmt(med(exp, s, "fsync_nothing"), 0))
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], mount_of(exp, s), fmt(v, 0), ratio(v, k), offon,
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of(exp, s), fmt(v, 0), ratio(v, k), offon,
               fmt(med(exp, s, "mib_s"), 2), fmt(med(exp, s, "clat_p99_ms")), fmt(med(exp, s, "clat_max_ms"), 1),
               fmt(med(exp, s, "fsync_p99_ms")), fmt(med(exp, s, "fsync_max_ms"), 1), how, text(exp, s, "nocow"),
               fmt(med(exp, s, "umount_s")), fmt(med(exp, s, "rss_mib"), 0)))
@@ -666,8 +672,8 @@ if rows("bssplit"):
     k = med("bssplit", "kernel", "iops"); u = med("bssplit", "ubtrfs", "iops")
     for s in rows("bssplit"):
         v = med("bssplit", s, "iops")
-        offon = ratio(v, u) if s.startswith("ubtrfs-") else ""
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], mount_of("bssplit", s), text("bssplit", s, "engine"),
+        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("bssplit", s), text("bssplit", s, "engine"),
               text("bssplit", s, "prealloc"), fmt(v, 0), ratio(v, k), offon, fmt(med("bssplit", s, "mib_s"), 2),
               fmt(med("bssplit", s, "clat_p99_ms")), fmt(med("bssplit", s, "lat_max_ms"), 1), text("bssplit", s, "nocow"),
               fmt(med("bssplit", s, "umount_s")), fmt(med("bssplit", s, "rss_mib"), 0)))
@@ -684,7 +690,7 @@ if rows("sparse"):
         d = med("sparse", s, "cp_dirty_s"); c = med("sparse", s, "cp_clean_s")
         v = s.startswith("ubtrfs-")
         same = "/".join(sorted(set(vals.get(("sparse", s, "cp_dirty_same"), []) + vals.get(("sparse", s, "cp_clean_same"), [])))) or "-"
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (LABEL[s], fmt(med("sparse", s, "write_s")), fmt(med("sparse", s, "dirty_mib"), 0), spread("sparse", s, "cp_dirty_s"), ratio(d, kd),
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), fmt(med("sparse", s, "write_s")), fmt(med("sparse", s, "dirty_mib"), 0), spread("sparse", s, "cp_dirty_s"), ratio(d, kd),
               ratio(d, ud) if v else "", fmt(med("sparse", s, "sync_s")), spread("sparse", s, "cp_clean_s"), ratio(c, kc), ratio(c, uc) if v else "",
               same, fmt(med("sparse", s, "umount_s")), fmt(med("sparse", s, "rss_mib"), 0)))
 
