@@ -83,7 +83,6 @@ Importable: Journal (the rule), check_tree.
 """
 
 import argparse
-import ctypes
 import errno
 import fcntl
 import hashlib
@@ -96,6 +95,10 @@ import sys
 import time
 import traceback
 
+# fallocate(2) through ctypes, shared with the rw workload generator.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rw_ops import fallocate  # noqa: E402
+
 FALLOC_FL_KEEP_SIZE = 0x01
 FALLOC_FL_PUNCH_HOLE = 0x02
 FALLOC_FL_ZERO_RANGE = 0x10
@@ -107,25 +110,6 @@ PAGE = 4096
 MAX_SIZE = 768 << 10
 MAX_WRITE = 64 << 10   # one FUSE write request at most: one operation
 MAX_FILES = 60         # journaled files per worker in one run
-
-_LIBC = None
-
-
-def libc():
-    global _LIBC
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-        _LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int,
-                                    ctypes.c_int64, ctypes.c_int64]
-        _LIBC.fallocate.restype = ctypes.c_int
-    return _LIBC
-
-
-def fallocate(fd, mode, off, length):
-    if libc().fallocate(fd, mode, off, length) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
-
 
 def sha(data):
     return hashlib.sha256(data).hexdigest()

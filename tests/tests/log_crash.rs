@@ -94,9 +94,11 @@ struct Outcome {
     in_flight: u64,
     later_state: u64,
     absent: u64,
-    /// From the daemon's trace: fsyncs answered by a log, by a commit
+    /// From the daemon's trace: fsyncs answered by a log (synced by
+    /// themselves, or grouped into another fsync's log sync), by a commit
     /// (by reason), with nothing to write.
     traced_log: u64,
+    traced_grouped: u64,
     traced_commit: BTreeMap<String, u64>,
     traced_nothing: u64,
 }
@@ -109,13 +111,14 @@ impl Outcome {
     fn line(&self) -> String {
         format!(
             "killed after {:.2?}, log on disk: {}; {} fsync + {} fdatasync journaled; \
-             daemon: {} by log, {} by commit, {} with nothing to write; \
+             daemon: {} by log ({} grouped), {} by commit, {} with nothing to write; \
              files: {} exact, {} in flight ({} at a later state), {} absent",
             self.delay,
             if self.log_on_disk { "yes" } else { "no" },
             self.fsyncs,
             self.fdatasyncs,
-            self.traced_log,
+            self.traced_log + self.traced_grouped,
+            self.traced_grouped,
             self.commits(),
             self.traced_nothing,
             self.exact,
@@ -201,6 +204,8 @@ fn count_trace(log: &Path, o: &mut Outcome) {
         };
         if rest.starts_with("log in") {
             o.traced_log += 1;
+        } else if rest.starts_with("grouped log") {
+            o.traced_grouped += 1;
         } else if let Some(r) = rest.strip_prefix("commit (") {
             let why = r.split(") in").next().unwrap_or(r).to_string();
             *o.traced_commit.entry(why).or_default() += 1;
@@ -301,10 +306,11 @@ fn crash_once(seed: u64, notreelog: bool, dir: &Path) -> Result<Outcome, String>
         ));
     }
     out.log_on_disk = log_root(&img)? != 0;
-    if notreelog && (out.log_on_disk || out.traced_log > 0) {
+    if notreelog && (out.log_on_disk || out.traced_log + out.traced_grouped > 0) {
         return Err(format!(
             "-o notreelog wrote a log: log_root set {}, {} fsyncs answered by a log",
-            out.log_on_disk, out.traced_log
+            out.log_on_disk,
+            out.traced_log + out.traced_grouped
         ));
     }
 
@@ -441,7 +447,7 @@ fn kill_points(test: &str, seeds: &[u64], notreelog: bool) -> Vec<Outcome> {
     let sum = |f: fn(&Outcome) -> u64| outs.iter().map(f).sum::<u64>();
     eprintln!(
         "{test}: {} kills passed of {} in {:.1?} ({} with a log on disk); journaled: {} fsync, {} fdatasync; \
-         daemon: {} fsyncs by log, {} by commit, {} with nothing to write; files checked: {} exact, {} in flight \
+         daemon: {} fsyncs by log ({} grouped), {} by commit, {} with nothing to write; files checked: {} exact, {} in flight \
          ({} at a later state), {} never synced and absent; commits because: {reasons:?}",
         outs.len(),
         seeds.len(),
@@ -449,7 +455,8 @@ fn kill_points(test: &str, seeds: &[u64], notreelog: bool) -> Vec<Outcome> {
         outs.iter().filter(|o| o.log_on_disk).count(),
         sum(|o| o.fsyncs),
         sum(|o| o.fdatasyncs),
-        sum(|o| o.traced_log),
+        sum(|o| o.traced_log + o.traced_grouped),
+        sum(|o| o.traced_grouped),
         sum(|o| o.commits()),
         sum(|o| o.traced_nothing),
         sum(|o| o.exact),
@@ -510,12 +517,14 @@ fn trace_lines_are_counted() {
          ubtrfs: info: trace: fsync (datasync) 5:258: commit (an inode on the path has several names or none) in 3.0 ms\n\
          ubtrfs: info: trace: fsyncdir 5:256: commit (not a regular file) in 2.0 ms\n\
          ubtrfs: info: trace: fsync 5:259: nothing to write in 0.0 ms\n\
+         ubtrfs: info: trace: fsync 5:260: grouped log (synced by another fsync) in 1.0 ms\n\
          ubtrfs: info: something else\n",
     )
     .unwrap();
     let mut o = Outcome::default();
     count_trace(&log, &mut o);
     assert_eq!((o.traced_log, o.commits(), o.traced_nothing), (1, 2, 1));
+    assert_eq!(o.traced_grouped, 1);
     assert_eq!(
         o.traced_commit.get("not a regular file"),
         Some(&1),
