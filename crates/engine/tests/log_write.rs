@@ -243,7 +243,32 @@ fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Resu
                         attempt.push(one.clone());
                     }
                     let mut seqs = Vec::new();
-                    for &i in &group {
+                    // Between the two, as other requests run while a
+                    // grouped fsync waits: the first file punched (the
+                    // extents its log points to freed) and the second
+                    // written (new extents, maybe where those were).
+                    let between = group.len() == 2 && rng.below(2) == 0;
+                    for (k, &i) in group.iter().enumerate() {
+                        if k == 1 && between && seqs.len() == 1 && fs.stats.fsync_commits == commits
+                        {
+                            let (a, b) = (group[0], group[1]);
+                            let len = files[a].data.len() as u64;
+                            if len > 0 {
+                                fs.fallocate(files[a].id, 0, len, 3)
+                                    .map_err(|e| format!("{what}: punch between: {e}"))?;
+                                files[a].data.fill(0);
+                            }
+                            let n_add = (1 + rng.below(8) * SS) as usize;
+                            let add = fill(rng, n_add);
+                            let at = files[b].data.len() as u64;
+                            fs.write(files[b].id, at, &add)
+                                .map_err(|e| format!("{what}: write between: {e}"))?;
+                            files[b].data.extend_from_slice(&add);
+                            let f = &files[b];
+                            one.insert(f.path.clone(), (f.data.clone(), f.xattrs.clone()));
+                            attempt.push(one.clone());
+                            attempt.push(durable_all(files));
+                        }
                         match fs
                             .fsync_log(files[i].id)
                             .map_err(|e| format!("{what}: {e}"))?

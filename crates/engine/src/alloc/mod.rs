@@ -176,11 +176,12 @@ pub struct Allocator {
     /// Where the last allocation of each kind ended: allocations go
     /// forward, so consecutive tree blocks and file data lie in order.
     hints: [u64; 3],
-    /// A log tree written in this transaction is on disk: space freed
-    /// before the commit may still be what the log points to (its data
-    /// extents), so it stays pinned until the commit instead of being
-    /// handed out again (the kernel pins every freed extent until commit).
-    pub log_on_disk: bool,
+    /// A log tree of this transaction holds items (in memory, or on disk
+    /// already): space freed before the commit may still be what the log
+    /// points to (its data extents), so it stays pinned until the commit
+    /// instead of being handed out again (the kernel pins every freed
+    /// extent until commit).
+    pub log_refs_freed: bool,
 }
 
 impl Allocator {
@@ -272,7 +273,7 @@ impl Allocator {
     /// it may be handed out again at once (unless a log on disk may point
     /// to it: then it is pinned until commit).
     pub fn free_now(&mut self, start: u64, len: u64) {
-        if self.log_on_disk {
+        if self.log_refs_freed {
             self.pin(start, len);
             return;
         }
@@ -345,7 +346,7 @@ impl Allocator {
                 g.add_free(s, l);
             }
         }
-        self.log_on_disk = false;
+        self.log_refs_freed = false;
         for g in self.groups.values_mut() {
             g.fst_dirty = false;
             g.item_dirty = false;

@@ -20,7 +20,7 @@
 //! root. Blocks the new log no longer uses are given back once its
 //! superblock is on disk. Data a log points to is
 //! not handed out again before the commit ([`crate::alloc::Allocator`]'s
-//! `log_on_disk`), and the commit writes a superblock without a log.
+//! `log_refs_freed`, set from the first file logged), and the commit writes a superblock without a log.
 //!
 //! Replay (the kernel's, or [`super::replay`]) adds names but removes only
 //! names of the same (inode, parent) pair, so an inode renamed, linked or
@@ -149,6 +149,11 @@ impl LogWriter {
             let ii = t.inode_of(subvol, d)?;
             self.copy_inode(t, subvol, d, &ii, false)?;
         }
+        // The logged items point to this transaction's extents: until the
+        // commit, space freed is not handed out again, even before this
+        // log reaches the disk (concurrent fsyncs log, then one of them
+        // syncs for all, and writes may run in between).
+        t.alloc.log_refs_freed = true;
         Ok(Ok(()))
     }
 

@@ -651,6 +651,11 @@ impl RwFs {
             self.stats.fsync_batched += 1;
             return Ok(());
         }
+        // A commit failed since this file was logged (another fsync's, or
+        // the commit thread's): nothing more is written, the error says so.
+        if self.aborted.is_some() {
+            return self.commit();
+        }
         let upto = self.log_seq;
         match self.log.sync(&mut self.t) {
             Ok(Ok(())) => {
