@@ -221,16 +221,7 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
 #[test]
 fn file_changes_match_the_model_and_btrfs_check() {
     let check = memcheck::btrfs_available("file_model");
-    let seeds: Vec<u64> = match std::env::var("UBTRFS_FILE_MODEL_SEED") {
-        Ok(s) => vec![s.parse().unwrap()],
-        Err(_) => {
-            let n = std::env::var("UBTRFS_FILE_MODEL_SEEDS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(40);
-            (1..=n).collect()
-        }
-    };
+    let seeds = memcheck::seeds("UBTRFS_FILE_MODEL_SEED", "UBTRFS_FILE_MODEL_SEEDS", 40);
     let mut failures = Vec::new();
     let mut steps = 0;
     for &seed in &seeds {

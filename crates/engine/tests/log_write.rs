@@ -589,10 +589,7 @@ fn run_faults(seed: u64, points: u64) -> Result<String, String> {
 
 #[test]
 fn fsync_log_survives_write_failures() {
-    let n: u64 = std::env::var("UBTRFS_LOG_WRITE_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(8);
+    let n = memcheck::env_count("UBTRFS_LOG_WRITE_SEEDS", 8);
     let mut failed = Vec::new();
     for s in 500..500 + n {
         match run_faults(s, 6) {
@@ -608,16 +605,7 @@ fn fsync_log_survives_write_failures() {
 
 #[test]
 fn fsync_log_survives_every_crash_point() {
-    let seeds: Vec<u64> = match std::env::var("UBTRFS_LOG_WRITE_SEED") {
-        Ok(s) => vec![s.parse().expect("UBTRFS_LOG_WRITE_SEED")],
-        Err(_) => {
-            let n = std::env::var("UBTRFS_LOG_WRITE_SEEDS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(8);
-            (1..=n).collect()
-        }
-    };
+    let seeds = memcheck::seeds("UBTRFS_LOG_WRITE_SEED", "UBTRFS_LOG_WRITE_SEEDS", 8);
     let mut failed = Vec::new();
     let (mut logged, mut grouped) = (0, 0);
     for s in &seeds {
@@ -656,10 +644,7 @@ fn kernel_replays_fsync_logs_of_every_crash_point() {
         eprintln!("SKIPPED kernel_replays_fsync_logs_of_every_crash_point: not root");
         return;
     }
-    let n: u64 = std::env::var("UBTRFS_LOG_WRITE_KERNEL_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let n = memcheck::env_count("UBTRFS_LOG_WRITE_KERNEL_SEEDS", 3);
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/oracle/kernel_replay.py");
     // One seed's images at a time, removed once judged: the disk need not

@@ -286,10 +286,7 @@ fn mutate(cmds: &mut Vec<Cmd>, rng: &mut Rng) -> String {
 
 #[test]
 fn hostile_streams_end_in_an_error_and_a_valid_image() {
-    let n: u64 = std::env::var("UBTRFS_HOSTILE_STREAMS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(150);
+    let n = memcheck::env_count("UBTRFS_HOSTILE_STREAMS", 150);
     let opts = MkfsOptions {
         fsid: Some([0x31; 16]),
         nodesize: 4096,

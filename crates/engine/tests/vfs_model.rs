@@ -447,16 +447,7 @@ fn run_seed(seed: u64) -> Result<usize, String> {
 
 #[test]
 fn vfs_operations_match_a_model() {
-    let seeds: Vec<u64> = match std::env::var("UBTRFS_VFS_MODEL_SEED") {
-        Ok(s) => vec![s.parse().expect("UBTRFS_VFS_MODEL_SEED")],
-        Err(_) => {
-            let n = std::env::var("UBTRFS_VFS_MODEL_SEEDS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(40);
-            (1..=n).collect()
-        }
-    };
+    let seeds = memcheck::seeds("UBTRFS_VFS_MODEL_SEED", "UBTRFS_VFS_MODEL_SEEDS", 40);
     let mut failed = Vec::new();
     let mut ops = 0;
     for s in &seeds {

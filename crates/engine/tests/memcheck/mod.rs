@@ -7,6 +7,26 @@
 use std::process::Command;
 use ubtrfs_engine::io::dev::MemDev;
 
+/// A count from the environment variable `var` (tests' seed and case
+/// counts), `default` when unset or not a number.
+pub fn env_count(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The seeds to run: the one in `one_var` if set, else 1 to the count in
+/// `count_var` (`default` when unset).
+pub fn seeds(one_var: &str, count_var: &str, default: u64) -> Vec<u64> {
+    match std::env::var(one_var) {
+        Ok(s) => vec![s
+            .parse()
+            .unwrap_or_else(|_| panic!("{one_var}={s}: not a number"))],
+        Err(_) => (1..=env_count(count_var, default)).collect(),
+    }
+}
+
 /// xorshift64: seeded sequences that repeat.
 pub struct Rng(pub u64);
 
