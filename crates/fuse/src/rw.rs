@@ -33,7 +33,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ubtrfs_engine::vfs::attr::{SetAttr, SetTime};
 use ubtrfs_engine::vfs::seek::SeekCache;
-use ubtrfs_engine::vfs::{FsyncStage, RwFs};
+use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwStats};
 use ubtrfs_engine::{Error, InodeId, Stat};
 use ubtrfs_format::items::Timespec;
 
@@ -93,6 +93,21 @@ const FSYNC_GROUP_WAIT: Duration = Duration::from_millis(5);
 fn fsync_batching() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("UBTRFS_NO_FSYNC_BATCH").is_none_or(|v| v == "0"))
+}
+
+/// How an fsync was answered, from the counters its own calls moved (for
+/// UBTRFS_TRACE_FSYNC).
+fn answered(before: &RwStats, after: &RwStats) -> String {
+    if after.fsync_commits > before.fsync_commits {
+        let why = after.last_fallback.as_deref().unwrap_or("?");
+        format!("commit ({why})")
+    } else if after.log_syncs > before.log_syncs {
+        "log".into()
+    } else if after.fsync_batched > before.fsync_batched {
+        "grouped log (synced by another fsync)".into()
+    } else {
+        "nothing to write".into()
+    }
 }
 
 /// The time the kernel sent in a SETATTR, from the `SystemTime` fuser
@@ -187,18 +202,17 @@ impl RwFuse {
     /// whatever it holds, so four writers pay for one instead of four.
     /// Also says how the fsync was answered (for UBTRFS_TRACE_FSYNC).
     fn fsync_grouped(&self, id: InodeId) -> (Result<(), Error>, String) {
+        let trace = trace_fsync();
         self.fsyncs_waiting.fetch_add(1, Ordering::SeqCst);
         let mut fs = self.fs();
         self.fsyncs_waiting.fetch_sub(1, Ordering::SeqCst);
-        let commits = fs.stats.fsync_commits;
+        let before = trace.then(|| fs.stats.clone());
         let n = match fs.fsync_log(id) {
             Ok(FsyncStage::Logged(n)) => n,
-            Ok(FsyncStage::Durable) if fs.stats.fsync_commits > commits => {
-                let why = fs.stats.last_fallback.as_deref().unwrap_or("?");
-                return (Ok(()), format!("commit ({why})"));
+            res => {
+                let how = before.map(|b| answered(&b, &fs.stats));
+                return (res.map(|_| ()), how.unwrap_or_default());
             }
-            Ok(FsyncStage::Durable) => return (Ok(()), "nothing to write".into()),
-            Err(e) => return (Err(e), "failed".into()),
         };
         if fsync_batching() {
             let until = std::time::Instant::now() + FSYNC_GROUP_WAIT;
@@ -214,26 +228,14 @@ impl RwFuse {
                     .0;
             }
         }
-        let (syncs, commits) = (fs.stats.log_syncs, fs.stats.fsync_commits);
-        let how = if fs.fsync_durable(n) {
-            "grouped log (synced by another fsync)".to_string()
-        } else {
-            String::new()
-        };
+        // Counted from here: other fsyncs moved the counters while this
+        // one waited.
+        let before = trace.then(|| fs.stats.clone());
         let res = fs.fsync_sync(n);
-        let how = if !how.is_empty() {
-            how
-        } else if fs.stats.log_syncs > syncs {
-            "log".to_string()
-        } else if fs.stats.fsync_commits > commits {
-            let why = fs.stats.last_fallback.as_deref().unwrap_or("?");
-            format!("commit ({why})")
-        } else {
-            "failed".to_string()
-        };
+        let how = before.map(|b| answered(&b, &fs.stats));
         drop(fs);
         self.log_synced.notify_all();
-        (res, how)
+        (res, how.unwrap_or_default())
     }
 
     fn node_of(&self, id: InodeId) -> Result<u64, Errno> {

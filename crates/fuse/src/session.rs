@@ -345,8 +345,8 @@ fn serve_rw(
         let last = fs.unmount();
         let (st, ls) = (fs.stats.clone(), fs.log_stats());
         logging::info(&format!(
-            "{} commits; fsync: {} by log tree, {} by commit; log: {} syncs, {} inodes, {} blocks, {} checksum lookups",
-            st.commits, st.log_syncs, st.fsync_commits, ls.syncs, ls.inodes, ls.blocks, ls.csum_lookups
+            "{} commits; fsync: {} by log tree, {} by another's log sync or a commit, {} by commit; log: {} syncs, {} inodes, {} blocks, {} checksum lookups",
+            st.commits, st.log_syncs, st.fsync_batched, st.fsync_commits, ls.syncs, ls.inodes, ls.blocks, ls.csum_lookups
         ));
         last
     };

@@ -181,7 +181,7 @@ pub struct Allocator {
     /// points to (its data extents), so it stays pinned until the commit
     /// instead of being handed out again (the kernel pins every freed
     /// extent until commit).
-    pub log_refs_freed: bool,
+    pub log_holds_items: bool,
 }
 
 impl Allocator {
@@ -270,10 +270,10 @@ impl Allocator {
     }
 
     /// Returns space allocated in this transaction and never committed:
-    /// it may be handed out again at once (unless a log on disk may point
-    /// to it: then it is pinned until commit).
+    /// it may be handed out again at once (unless a log of this
+    /// transaction may point to it: then it is pinned until commit).
     pub fn free_now(&mut self, start: u64, len: u64) {
-        if self.log_refs_freed {
+        if self.log_holds_items {
             self.pin(start, len);
             return;
         }
@@ -346,7 +346,7 @@ impl Allocator {
                 g.add_free(s, l);
             }
         }
-        self.log_refs_freed = false;
+        self.log_holds_items = false;
         for g in self.groups.values_mut() {
             g.fst_dirty = false;
             g.item_dirty = false;

@@ -18,9 +18,10 @@
 //! the committed block groups' free space (no extent items: the kernel's
 //! replay pins them), then the committed superblock again with the log
 //! root. Blocks the new log no longer uses are given back once its
-//! superblock is on disk. Data a log points to is
-//! not handed out again before the commit ([`crate::alloc::Allocator`]'s
-//! `log_refs_freed`, set from the first file logged), and the commit writes a superblock without a log.
+//! superblock is on disk. Data a log points to is not handed out again
+//! before the commit ([`crate::alloc::Allocator`]'s `log_holds_items`,
+//! set from the first file logged), and the commit writes a superblock
+//! without a log.
 //!
 //! Replay (the kernel's, or [`super::replay`]) adds names but removes only
 //! names of the same (inode, parent) pair, so an inode renamed, linked or
@@ -153,7 +154,7 @@ impl LogWriter {
         // commit, space freed is not handed out again, even before this
         // log reaches the disk (concurrent fsyncs log, then one of them
         // syncs for all, and writes may run in between).
-        t.alloc.log_refs_freed = true;
+        t.alloc.log_holds_items = true;
         Ok(Ok(()))
     }
 
@@ -251,8 +252,9 @@ impl LogWriter {
         }
         // Checksums of the extents made in this transaction, one run of
         // items per extent keyed from where its sums start: extents made
-        // in one transaction never overlap (freed space is not reused
-        // while a log is on disk), so neither do the items.
+        // in one transaction and still in files never overlap (freed
+        // space is not reused once the log holds items), so neither do
+        // the items.
         let cs = t.info.csum_type.size();
         let per_item = (crate::tree::buf::max_item_data(ns) - 2 * ITEM_SIZE) / cs;
         for (s, e) in sum_ranges {

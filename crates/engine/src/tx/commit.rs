@@ -187,7 +187,6 @@ impl Trans {
         let mut sb = self.info.sb.clone();
         sb.log_root = log_root;
         sb.log_root_level = level;
-        self.alloc.log_refs_freed = true;
         self.write_superblocks(&sb)?;
         self.flush_all()
     }
