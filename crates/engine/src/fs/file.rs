@@ -69,6 +69,11 @@ pub struct FileHandle {
     tree: Tree,
     sectorsize: u64,
     leaf: Option<CachedSlot>,
+    /// A search found no extent item ending after this offset: lookups
+    /// at or past it are answered without searching again (a walk that
+    /// reaches the file's last extent asks twice: SEEK_HOLE after it, then
+    /// SEEK_DATA from there).
+    no_extent_from: Option<u64>,
     reader: DataReader,
     pub stats: HandleStats,
 }
@@ -83,6 +88,7 @@ impl FileHandle {
             tree,
             sectorsize: fs.info.sectorsize as u64,
             leaf: None,
+            no_extent_from: None,
             reader: DataReader::new(
                 tree,
                 id.ino,
@@ -145,6 +151,20 @@ impl FileHandle {
         if let Some(r) = self.lookup_cached_leaf(off)? {
             return Ok(r);
         }
+        if self.no_extent_from.is_some_and(|n| off >= n) {
+            self.stats.cached_lookups += 1;
+            return Ok(None);
+        }
+        let found = self.search_extent(fs, off)?;
+        if found.is_none() {
+            self.no_extent_from = Some(self.no_extent_from.map_or(off, |n| n.min(off)));
+        }
+        Ok(found)
+    }
+
+    /// The tree search behind [`FileHandle::extent_from`]; caches the leaf
+    /// it finds the extent in.
+    fn search_extent(&mut self, fs: &Filesystem, off: u64) -> Result<Option<Extent>> {
         self.stats.tree_searches += 1;
         let mut c = Cursor::new(&fs.info, self.tree);
         let key = Key::new(self.id.ino, EXTENT_DATA, off);
