@@ -41,6 +41,38 @@ pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Checks RAID5/6 parity through the kernel: mounts `images` read-only
+/// and degraded without each device in turn (and each pair when `pairs`),
+/// so that what lived there is rebuilt from the others and the parity,
+/// and runs `check` on each mount. Err names the devices left out.
+pub fn degraded_mounts(
+    images: &[PathBuf],
+    pairs: bool,
+    mut check: impl FnMut(&Path) -> Result<(), String>,
+) -> Result<(), String> {
+    let n = images.len();
+    let mut lost: Vec<Vec<usize>> = (0..n).map(|i| vec![i]).collect();
+    if pairs {
+        lost.extend((0..n).flat_map(|i| (i + 1..n).map(move |j| vec![i, j])));
+    }
+    for gone in lost {
+        // Forget every registered device, so that the kernel cannot find
+        // the left-out one by an earlier scan.
+        let _ = Command::new("btrfs")
+            .args(["device", "scan", "--forget"])
+            .output();
+        let kept: Vec<PathBuf> = (0..n)
+            .filter(|i| !gone.contains(i))
+            .map(|i| images[i].clone())
+            .collect();
+        let m = Mount::images(&kept, "degraded", true);
+        let r = check(&m.dir);
+        m.unmount();
+        r.map_err(|e| format!("degraded mount without devices {gone:?}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// A btrfs mounted by the kernel from image files through loop devices;
 /// unmounted and detached on drop.
 pub struct Mount {

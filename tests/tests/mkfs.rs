@@ -16,10 +16,13 @@
 //! minutes on 2 cores). UBTRFS_MKFS_MATRIX=full runs the full matrix: every
 //! checksum x nodesize, every profile for metadata and data together, the
 //! feature switches, plus lowmem checks throughout (about 10x longer).
+//! UBTRFS_MKFS_ONLY=TEXT keeps the configurations whose description holds
+//! TEXT (e.g. `raid6`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use ubtrfs_oracle::mkfs_support::*;
+use ubtrfs_oracle::mounts::degraded_mounts;
 use ubtrfs_oracle::{compare_manifests, kernel_available, scratch_dir, ubtrfs_bin, Ignore};
 
 const MIB: u64 = 1 << 20;
@@ -57,7 +60,21 @@ fn devices_for(profile: &str) -> usize {
         "raid0" | "raid1" => 2,
         "raid1c3" => 3,
         "raid10" | "raid1c4" => 4,
+        // One more than the minimum: parity then rotates over rows of two
+        // (RAID5) or two (RAID6) data strips.
+        "raid5" => 3,
+        "raid6" => 4,
         _ => 1,
+    }
+}
+
+/// How many devices a profile's chunks can lose and still be read.
+fn tolerates(profile: &str) -> usize {
+    match profile {
+        "raid1" | "raid10" | "raid5" => 1,
+        "raid1c3" | "raid6" => 2,
+        "raid1c4" => 3,
+        _ => 0,
     }
 }
 
@@ -83,6 +100,12 @@ fn matrix() -> Vec<Config> {
                 ..cfg("crc32c", "4k", "raid10", "raid1c4")
             },
             cfg("xxhash", "16k", "raid1c4", "raid1"),
+            cfg("crc32c", "16k", "raid5", "raid5"),
+            Config {
+                features: Some("^no-holes"),
+                ..cfg("blake2", "4k", "raid6", "raid6")
+            },
+            cfg("xxhash", "64k", "raid1", "raid6"),
         ];
     }
     let mut v = Vec::new();
@@ -95,7 +118,7 @@ fn matrix() -> Vec<Config> {
         }
     }
     let profiles = [
-        "single", "dup", "raid0", "raid1", "raid10", "raid1c3", "raid1c4",
+        "single", "dup", "raid0", "raid1", "raid10", "raid1c3", "raid1c4", "raid5", "raid6",
     ];
     for m in profiles {
         for d in profiles {
@@ -203,6 +226,7 @@ fn one_config(c: &Config, dir: &Path, src: &Path, src_manifest: &[String]) -> Re
     let images = image_files(dir, "img", c.ndev, 512 * MIB);
     let res = (|| {
         run(&mut mkfs_cmd(c, &images, Some(src))).map_err(|e| format!("mkfs: {e}"))?;
+        degraded_reads(c, &images, src_manifest)?;
         let loops: Vec<Loop> = images.iter().map(|p| Loop::new(p)).collect();
         btrfs_check(&loops[0].0, c.lowmem).map_err(|e| format!("check after mkfs: {e}"))?;
         if c.lowmem {
@@ -235,6 +259,23 @@ fn one_config(c: &Config, dir: &Path, src: &Path, src_manifest: &[String]) -> Re
     res
 }
 
+/// RAID5/6: the kernel mounts the image read-only and degraded with each
+/// device missing (each pair too when every profile survives two),
+/// rebuilding what it lost from the parity we wrote, and must still show
+/// the source tree.
+fn degraded_reads(c: &Config, images: &[PathBuf], src_manifest: &[String]) -> Result<(), String> {
+    let parity = [c.meta, c.data]
+        .iter()
+        .any(|p| p.starts_with("raid5") || p.starts_with("raid6"));
+    let tolerated = tolerates(c.meta).min(tolerates(c.data));
+    if !parity || tolerated == 0 {
+        return Ok(());
+    }
+    degraded_mounts(images, tolerated >= 2, |dir| {
+        compare_manifests(src_manifest, &manifest(dir), &source_ignore()).map(|_| ())
+    })
+}
+
 #[test]
 fn mkfs_rootdir_matrix() {
     if !kernel_available("mkfs_rootdir_matrix") {
@@ -244,7 +285,13 @@ fn mkfs_rootdir_matrix() {
     assert!(src_manifest.len() > 3000, "source tree too small");
     let base = scratch_dir("mkfs-matrix");
     let mut failures = Vec::new();
-    let configs = matrix();
+    // UBTRFS_MKFS_ONLY=raid6 runs the configurations whose description
+    // holds that text (by hand, while working on one).
+    let only = std::env::var("UBTRFS_MKFS_ONLY").unwrap_or_default();
+    let configs: Vec<Config> = matrix()
+        .into_iter()
+        .filter(|c| format!("{c:?}").contains(&only))
+        .collect();
     for (i, c) in configs.iter().enumerate() {
         let dir = base.join(format!("c{i}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -315,7 +362,7 @@ fn mkfs_empty_profiles() {
     let base = scratch_dir("mkfs-empty");
     let mut failures = Vec::new();
     for p in [
-        "single", "dup", "raid0", "raid1", "raid10", "raid1c3", "raid1c4",
+        "single", "dup", "raid0", "raid1", "raid10", "raid1c3", "raid1c4", "raid5", "raid6",
     ] {
         let c = cfg("crc32c", "16k", p, p);
         let images = image_files(&base, p, c.ndev, 256 * MIB);
@@ -372,7 +419,12 @@ fn mkfs_errors() {
         &[&one, &small],
         "needs at least 3 devices",
     );
-    fail(&["-m", "raid5"], &[&one], "raid5");
+    fail(&["-m", "raid5"], &[&one], "needs at least 2 devices");
+    fail(
+        &["-d", "raid6"],
+        &[&one, &small],
+        "needs at least 3 devices",
+    );
     fail(&["-U", "not-a-uuid"], &[&one], "not a uuid");
     fail(
         &["-U", "0123456789abcdef0123456789abcdeg"],

@@ -33,10 +33,12 @@ pub struct MkfsArgs {
     /// Checksum algorithm: crc32c, xxhash, sha256, blake2.
     #[arg(long = "csum", alias = "checksum", default_value = "crc32c")]
     csum: String,
-    /// Metadata profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10.
+    /// Metadata profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10,
+    /// raid5, raid6.
     #[arg(short = 'm', long = "metadata")]
     metadata: Option<String>,
-    /// Data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10.
+    /// Data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10,
+    /// raid5, raid6.
     #[arg(short = 'd', long = "data")]
     data: Option<String>,
     /// Features, comma separated; ^ turns one off (no-holes, free-space-tree).
@@ -118,9 +120,8 @@ fn parse_profile(s: &str) -> Result<u64, String> {
         "raid1c3" => BG_RAID1C3,
         "raid1c4" => BG_RAID1C4,
         "raid10" => BG_RAID10,
-        "raid5" | "raid6" => {
-            return Err(format!("profile {s}: writing RAID5/6 is not supported yet"))
-        }
+        "raid5" => BG_RAID5,
+        "raid6" => BG_RAID6,
         _ => return Err(format!("unknown profile {s:?}")),
     })
 }
@@ -270,8 +271,8 @@ fn options(a: &MkfsArgs) -> Result<MkfsOptions, String> {
     };
     for (what, p) in [("metadata", o.metadata_profile), ("data", o.data_profile)] {
         let need = match p {
-            BG_RAID1 | BG_RAID10 | BG_RAID0 => 2,
-            BG_RAID1C3 => 3,
+            BG_RAID1 | BG_RAID10 | BG_RAID0 | BG_RAID5 => 2,
+            BG_RAID1C3 | BG_RAID6 => 3,
             BG_RAID1C4 => 4,
             _ => 1,
         };
@@ -444,6 +445,12 @@ pub fn run(a: MkfsArgs) -> CmdResult {
         (Some(dir), true) => Some(reflink_dev(dir, &a.devices)?),
         _ => None,
     };
+    if reflink.is_some() && o.data_profile & (BG_RAID5 | BG_RAID6) != 0 {
+        return Err(
+            "--reflink cannot share data into RAID5/6 block groups (their parity is computed from the data written); leave out --reflink"
+                .into(),
+        );
+    }
     if reflink.is_some() && a.compress.is_some() && !a.quiet {
         eprintln!("warning: --compress is ignored with --reflink (as mkfs.btrfs: shared data is stored as it is)");
     }

@@ -54,6 +54,30 @@ impl Piece {
     }
 }
 
+/// One full-stripe row of a RAID5/6 chunk: `stripe_len` bytes of each
+/// data strip, in logical order, then P (and Q) over them. Laid out as
+/// [`Placement::Parity`] describes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParityRow {
+    /// Logical address of the row's first byte.
+    pub logical: u64,
+    pub stripe_len: u64,
+    /// Where each strip of the row starts: data strips, then P, then Q.
+    pub strips: Vec<PhysLoc>,
+    pub nparity: usize,
+}
+
+impl ParityRow {
+    pub fn ndata(&self) -> usize {
+        self.strips.len() - self.nparity
+    }
+
+    /// Logical bytes the row holds.
+    pub fn data_len(&self) -> u64 {
+        self.stripe_len * self.ndata() as u64
+    }
+}
+
 /// All chunks of the filesystem, by logical start.
 #[derive(Debug, Default, Clone)]
 pub struct ChunkMap {
@@ -212,6 +236,41 @@ impl ChunkMap {
         Ok(piece)
     }
 
+    /// The RAID5/6 full-stripe row holding `logical`, or None when its
+    /// chunk has full copies. Writes go by rows: parity covers one column
+    /// of every data strip of a row.
+    pub fn parity_row(&self, logical: u64) -> Result<Option<ParityRow>> {
+        let Some((start, c)) = self.lookup(logical) else {
+            return Err(Error::corrupt(
+                format!("logical {logical}"),
+                "address is not in any chunk".to_string(),
+            ));
+        };
+        let nparity = match c.chunk_type & BG_PROFILE_MASK {
+            BG_RAID5 => 1,
+            BG_RAID6 => 2,
+            _ => return Ok(None),
+        };
+        let n = c.stripes.len();
+        let sl = c.stripe_len;
+        let row_len = sl * (n - nparity) as u64;
+        let rownr = (logical - start) / row_len;
+        Ok(Some(ParityRow {
+            logical: start + rownr * row_len,
+            stripe_len: sl,
+            strips: (0..n)
+                .map(|j| {
+                    let s = &c.stripes[((rownr + j as u64) % n as u64) as usize];
+                    PhysLoc {
+                        devid: s.devid,
+                        physical: s.offset + rownr * sl,
+                    }
+                })
+                .collect(),
+            nparity,
+        }))
+    }
+
     /// How many copies of `logical` can be read independently.
     pub fn num_copies(&self, logical: u64) -> Result<usize> {
         Ok(self.map(logical, 1)?.num_copies())
@@ -228,12 +287,26 @@ pub fn super_stripes(logical: u64, c: &ChunkItem) -> Vec<(u64, u64)> {
     let sub = (c.sub_stripes as u64).max(1);
     let raid0 = c.chunk_type & BG_RAID0 != 0;
     let raid10 = c.chunk_type & BG_RAID10 != 0;
+    let nparity = match c.chunk_type & BG_PROFILE_MASK {
+        BG_RAID5 => 1,
+        BG_RAID6 => 2,
+        _ => 0,
+    };
     let data_stripes = if raid0 {
         n
     } else if raid10 {
         n / sub
+    } else if nparity > 0 {
+        n.saturating_sub(nparity)
     } else {
         1
+    };
+    // RAID5/6 lose the whole row a superblock copy is in (the kernel's
+    // btrfs_rmap_block: one full stripe of logical space).
+    let unit = if nparity > 0 {
+        c.stripe_len * data_stripes
+    } else {
+        c.stripe_len
     };
     let per_dev = c.length / data_stripes.max(1);
     let mut v = Vec::new();
@@ -251,8 +324,8 @@ pub fn super_stripes(logical: u64, c: &ChunkItem) -> Vec<(u64, u64)> {
             } else {
                 nr
             };
-            let start = logical + l * c.stripe_len;
-            v.push((start, c.stripe_len.min(logical + c.length - start)));
+            let start = logical + l * unit;
+            v.push((start, unit.min(logical + c.length - start)));
         }
     }
     v.sort_unstable();

@@ -239,6 +239,9 @@ pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Res
     if (o.metadata_profile | o.data_profile) & (BG_RAID1C3 | BG_RAID1C4) != 0 {
         sb.incompat_flags |= INCOMPAT_RAID1C34;
     }
+    if (o.metadata_profile | o.data_profile) & (BG_RAID5 | BG_RAID6) != 0 {
+        sb.incompat_flags |= INCOMPAT_RAID56;
+    }
     if o.free_space_tree {
         sb.compat_ro_flags |= FST_FLAGS;
     }

@@ -8,9 +8,13 @@
 
 use super::Trans;
 use crate::error::{Error, Result};
-use crate::io::volumes::Placement;
+use crate::io::raid56;
+use crate::io::volumes::{PhysLoc, Placement};
 use ubtrfs_format::consts::*;
 use ubtrfs_format::superblock::RootBackup;
+
+/// Most bytes of adjacent tree blocks a commit writes in one go.
+const MAX_BLOCK_RUN: usize = 1 << 20;
 
 /// Passes of the update loop before giving up: each pass changes fewer
 /// blocks than the one before (blocks changed once are changed in place),
@@ -124,38 +128,132 @@ impl Trans {
         let mut done = 0usize;
         while done < data.len() {
             let at = logical + done as u64;
+            if let Some(row) = self.info.chunks.parity_row(at)? {
+                let n = ((row.logical + row.data_len() - at) as usize).min(data.len() - done);
+                self.write_parity_row(&row, at, &data[done..done + n], write_back)?;
+                done += n;
+                continue;
+            }
             let piece = self.info.chunks.map(at, (data.len() - done) as u64)?;
             let n = piece.len as usize;
             let Placement::Mirrors(copies) = &piece.placement else {
-                return Err(Error::Unsupported(format!(
-                    "writing to RAID5/6 block groups (logical {at})"
-                )));
+                unreachable!("parity placements are written by rows");
             };
-            for loc in copies {
-                let dev = self.info.devices.get(&loc.devid).ok_or_else(|| {
-                    Error::Invalid(format!(
-                        "devid {} is missing: cannot write logical {at}",
-                        loc.devid
-                    ))
-                })?;
-                let buf = &data[done..done + n];
-                if write_back {
-                    dev.dev().write_data(buf, loc.physical)
-                } else {
-                    dev.dev().write_at(buf, loc.physical)
-                }
-                .map_err(|e| Error::Io {
-                    path: dev.path.display().to_string(),
-                    op: format!(
-                        "write {n} bytes at physical {} (logical {at})",
-                        loc.physical
-                    ),
-                    source: e,
-                })?;
+            for &loc in copies {
+                self.write_phys(loc, &data[done..done + n], write_back, at)?;
             }
             done += n;
         }
         Ok(())
+    }
+
+    /// Writes `data` at logical `at`, all inside the RAID5/6 `row`, with
+    /// the row's parity. The columns written (the union over data strips
+    /// of the bytes changed) get P and Q computed afresh from every data
+    /// strip: the bytes not written are read from the devices, so parity
+    /// comes out right whatever it was before (a new chunk's stripes hold
+    /// what the devices held). A full row reads nothing. As in the
+    /// kernel, a crash between the data and the parity writes leaves that
+    /// column's parity stale (the RAID5/6 write hole): only a rebuild
+    /// from it, with a device lost, would see it.
+    fn write_parity_row(
+        &self,
+        row: &crate::io::volumes::ParityRow,
+        at: u64,
+        data: &[u8],
+        write_back: bool,
+    ) -> Result<()> {
+        let sl = row.stripe_len;
+        let ndata = row.ndata();
+        let end = at + data.len() as u64;
+        // The columns [a, b) of each data strip the write covers.
+        let cover: Vec<Option<(u64, u64)>> = (0..ndata as u64)
+            .map(|j| {
+                let s = row.logical + j * sl;
+                let (a, b) = (at.max(s), end.min(s + sl));
+                (a < b).then_some((a - s, b - s))
+            })
+            .collect();
+        let lo = cover.iter().flatten().map(|c| c.0).min().unwrap_or(0);
+        let hi = cover.iter().flatten().map(|c| c.1).max().unwrap_or(0);
+        let width = (hi - lo) as usize;
+        let mut strips = Vec::with_capacity(ndata);
+        for (j, c) in cover.iter().enumerate() {
+            let mut buf = vec![0u8; width];
+            match *c {
+                Some((a, b)) if a == lo && b == hi => {}
+                _ => self.read_phys(row.strips[j], lo, &mut buf, at)?,
+            }
+            if let Some((a, b)) = *c {
+                let from = (row.logical + j as u64 * sl + a - at) as usize;
+                buf[(a - lo) as usize..(b - lo) as usize]
+                    .copy_from_slice(&data[from..from + (b - a) as usize]);
+            }
+            strips.push(buf);
+        }
+        let mut p = vec![0u8; width];
+        let mut q = vec![0u8; if row.nparity == 2 { width } else { 0 }];
+        let refs: Vec<&[u8]> = strips.iter().map(|s| s.as_slice()).collect();
+        raid56::gen_parity(&refs, &mut p, (row.nparity == 2).then_some(&mut q[..]));
+        for (j, c) in cover.iter().enumerate() {
+            if let Some((a, b)) = *c {
+                let mut loc = row.strips[j];
+                loc.physical += a;
+                let buf = &strips[j][(a - lo) as usize..(b - lo) as usize];
+                self.write_phys(loc, buf, write_back, row.logical + j as u64 * sl + a)?;
+            }
+        }
+        for (k, par) in [p, q].iter().enumerate().take(row.nparity) {
+            let mut loc = row.strips[ndata + k];
+            loc.physical += lo;
+            self.write_phys(loc, par, false, at)?;
+        }
+        Ok(())
+    }
+
+    /// The device of `devid`, which a writer always has.
+    fn writer_dev(&self, devid: u64, at: u64) -> Result<&crate::io::device::Device> {
+        self.info.devices.get(&devid).ok_or_else(|| {
+            Error::Invalid(format!(
+                "devid {devid} is missing: cannot write logical {at}"
+            ))
+        })
+    }
+
+    /// Writes `buf` at a physical place (for logical `at`, named in errors).
+    fn write_phys(&self, loc: PhysLoc, buf: &[u8], write_back: bool, at: u64) -> Result<()> {
+        let dev = self.writer_dev(loc.devid, at)?;
+        if write_back {
+            dev.dev().write_data(buf, loc.physical)
+        } else {
+            dev.dev().write_at(buf, loc.physical)
+        }
+        .map_err(|e| Error::Io {
+            path: dev.path.display().to_string(),
+            op: format!(
+                "write {} bytes at physical {} (logical {at})",
+                buf.len(),
+                loc.physical
+            ),
+            source: e,
+        })
+    }
+
+    /// Reads `buf.len()` bytes `off` bytes into the strip at `loc` (the
+    /// rest of a RAID5/6 column, for its parity).
+    fn read_phys(&self, loc: PhysLoc, off: u64, buf: &mut [u8], at: u64) -> Result<()> {
+        let dev = self.writer_dev(loc.devid, at)?;
+        dev.dev()
+            .read_at(buf, loc.physical + off)
+            .map_err(|e| Error::Io {
+                path: dev.path.display().to_string(),
+                op: format!(
+                    "read {} bytes at physical {} (parity of logical {at})",
+                    buf.len(),
+                    loc.physical + off
+                ),
+                source: e,
+            })
     }
 
     /// Writes one tree block that is not part of this transaction's trees
@@ -221,13 +319,24 @@ impl Trans {
         self.settle()?;
         let ns = self.nodesize();
         let csum = self.info.csum_type;
-        // Blocks in address order: sequential writes.
+        // Blocks in address order, adjacent ones in one write: sequential
+        // writes, and on RAID5/6 whole rows, whose parity needs no reads.
         let mut addrs: Vec<u64> = self.bufs.keys().copied().collect();
         addrs.sort_unstable();
+        let mut run: (u64, Vec<u8>) = (0, Vec::new());
         for &a in &addrs {
+            if run.0 + run.1.len() as u64 != a || run.1.len() >= MAX_BLOCK_RUN {
+                if !run.1.is_empty() {
+                    self.write_logical(run.0, &run.1)?;
+                }
+                run = (a, Vec::with_capacity(MAX_BLOCK_RUN));
+            }
             let eb = &self.bufs[&a];
-            let bytes = eb.encode(ns, &self.fsid, &self.chunk_tree_uuid, csum);
-            self.write_logical(a, &bytes)?;
+            run.1
+                .extend_from_slice(&eb.encode(ns, &self.fsid, &self.chunk_tree_uuid, csum));
+        }
+        if !run.1.is_empty() {
+            self.write_logical(run.0, &run.1)?;
         }
         self.flush_all()?;
         let sb = self.new_superblock()?;

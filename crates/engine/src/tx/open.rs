@@ -24,6 +24,7 @@ const COMPAT_RO_BLOCK_GROUP_TREE: u64 = 1 << 3;
 const WRITE_INCOMPAT: u64 = INCOMPAT_MIXED_BACKREF
     | INCOMPAT_DEFAULT_SUBVOL
     | INCOMPAT_MIXED_GROUPS
+    | INCOMPAT_RAID56
     | INCOMPAT_COMPRESS_LZO
     | INCOMPAT_COMPRESS_ZSTD
     | INCOMPAT_BIG_METADATA
@@ -135,11 +136,6 @@ impl Trans {
             )));
         }
         let sb = fs.info.sb.clone();
-        if sb.incompat_flags & INCOMPAT_RAID56 != 0 {
-            return Err(Error::Unsupported(format!(
-                "{name}: writing RAID5/RAID6 filesystems is not supported"
-            )));
-        }
         let unknown = sb.incompat_flags & !WRITE_INCOMPAT;
         if unknown != 0 {
             return Err(Error::Unsupported(format!(

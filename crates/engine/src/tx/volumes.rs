@@ -72,6 +72,15 @@ struct Layout {
     sub_stripes: u16,
     /// Copies of each byte.
     copies: u64,
+    /// Parity strips of each row (RAID5: 1, RAID6: 2).
+    nparity: u64,
+}
+
+impl Layout {
+    /// Stripes holding distinct data, of `num_stripes`.
+    fn data_stripes(&self, num_stripes: u64) -> u64 {
+        (num_stripes.saturating_sub(self.nparity) / self.copies).max(1)
+    }
 }
 
 fn layout(profile: u64) -> Result<Layout> {
@@ -81,6 +90,7 @@ fn layout(profile: u64) -> Result<Layout> {
         dup,
         sub_stripes,
         copies,
+        nparity: 0,
     };
     Ok(match profile & BG_PROFILE_MASK {
         0 => l(1, 1, false, 1, 1),
@@ -90,6 +100,16 @@ fn layout(profile: u64) -> Result<Layout> {
         BG_RAID1C3 => l(3, 3, false, 1, 3),
         BG_RAID1C4 => l(4, 4, false, 1, 4),
         BG_RAID10 => l(0, 2, false, 2, 2),
+        // The kernel's btrfs_raid_array: every device with room, at least
+        // two (RAID5) or three (RAID6).
+        BG_RAID5 => Layout {
+            nparity: 1,
+            ..l(0, 2, false, 1, 1)
+        },
+        BG_RAID6 => Layout {
+            nparity: 2,
+            ..l(0, 3, false, 1, 1)
+        },
         _ => {
             return Err(Error::Unsupported(format!(
                 "writing {} block groups",
@@ -126,13 +146,26 @@ impl Trans {
                     .sum::<u64>()
             })
             .sum();
-        let copies =
-            |kind: SpaceKind| layout(self.profiles[kind as usize]).map_or(2, |l| l.copies.max(1));
+        // Device bytes per logical byte of a profile's chunks, as a
+        // fraction (raw, logical): RAID5/6 over the devices there are.
+        let ndevs = self.info.devices.len() as u64;
+        let raw_per_logical = |kind: SpaceKind| {
+            layout(self.profiles[kind as usize]).map_or((2, 1), |l| {
+                let mut n = if l.devs == 0 { ndevs } else { l.devs as u64 };
+                if l.sub_stripes == 2 {
+                    n -= n % 2;
+                }
+                let n = n.max(l.min_devs as u64) * if l.dup { 2 } else { 1 };
+                (n, l.data_stripes(n))
+            })
+        };
         let total: u64 = self.info.devices.values().map(|d| d.size).sum();
         let meta_chunk = (256u64 << 20).min(total / 10).max(16 << 20);
         let want_meta = (2 * meta_chunk).saturating_sub(meta_free);
-        let meta_reserve = want_meta * copies(SpaceKind::Metadata);
-        data_free + unalloc.saturating_sub(meta_reserve) / copies(SpaceKind::Data)
+        let (mr, ml) = raw_per_logical(SpaceKind::Metadata);
+        let meta_reserve = want_meta * mr / ml;
+        let (dr, dl) = raw_per_logical(SpaceKind::Data);
+        data_free + unalloc.saturating_sub(meta_reserve) / dr * dl
     }
 
     /// Profile bits for new chunks of `kind`.
@@ -173,7 +206,7 @@ impl Trans {
         let cands = &cands[..ndevs];
         let per_dev_stripes: u64 = if lay.dup { 2 } else { 1 };
         let num_stripes = ndevs as u64 * per_dev_stripes;
-        let data_stripes = (num_stripes / lay.copies).max(1);
+        let data_stripes = lay.data_stripes(num_stripes);
         // Stripe size: what the logical size asks, bounded by the room.
         let room = cands.iter().map(|c| c.0).min().unwrap() / per_dev_stripes;
         // Stripes are whole MiBs, so that two on one device (DUP) and the

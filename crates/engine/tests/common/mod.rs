@@ -340,8 +340,18 @@ fn compare(
 /// Opens the image on `dev` with the read side: its generation, and the
 /// scratch trees compared with `m` (those that exist in it).
 pub fn read_back(dev: Arc<dyn BlockDev>) -> Result<(u64, Model), String> {
-    let d = Device::from_dev(Path::new("mem"), dev).map_err(|e| e.to_string())?;
-    let fs = Filesystem::from_devices(vec![d], 16 << 20).map_err(|e| e.to_string())?;
+    read_back_devs(vec![dev])
+}
+
+/// As [`read_back`] for a filesystem on several devices (those left out
+/// are missing: reads fall back to other copies or parity).
+pub fn read_back_devs(devs: Vec<Arc<dyn BlockDev>>) -> Result<(u64, Model), String> {
+    let devs = devs
+        .into_iter()
+        .map(|d| Device::from_dev(Path::new("mem"), d))
+        .collect::<ubtrfs_engine::Result<Vec<_>>>()
+        .map_err(|e| e.to_string())?;
+    let fs = Filesystem::from_devices(devs, 16 << 20).map_err(|e| e.to_string())?;
     let mut out = Model::new();
     for id in SCRATCH {
         let Some(tree) = fs.tree_opt(id).map_err(|e| e.to_string())? else {
