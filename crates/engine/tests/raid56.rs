@@ -112,7 +112,7 @@ fn raid56_parity_rebuilds_every_device() {
     let n = memcheck::env_count("UBTRFS_RAID56_SEEDS", 2);
     let mut failures = Vec::new();
     for (profile, ndev) in [(BG_RAID5, 3), (BG_RAID5, 4), (BG_RAID6, 4), (BG_RAID6, 5)] {
-        for seed in 0..n as u64 {
+        for seed in 0..n {
             if let Err(e) = run(profile, ndev, seed) {
                 failures.push(format!(
                     "profile {profile:#x} on {ndev} devices, seed {seed}: {e}"
