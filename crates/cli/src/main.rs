@@ -33,7 +33,8 @@ struct Cli {
 /// Options shared by every command that opens an image.
 #[derive(Args, Clone)]
 pub struct ImageArgs {
-    /// The btrfs image file or block device (opened read-only).
+    /// The btrfs image file or block device (readers open it read-only;
+    /// writers, read-write).
     pub image: PathBuf,
     /// Another device of a multi-device filesystem (repeatable).
     #[arg(short = 'd', long = "device", value_name = "PATH")]
@@ -102,7 +103,8 @@ enum Command {
     Scrub(cmd_scrub::ScrubArgs),
     /// Write a btrfs send stream (full or incremental) of read-only snapshots.
     Send(cmd_send::SendArgs),
-    /// Mount the image read-only through FUSE.
+    /// Mount the image through FUSE: read-write when the image can be
+    /// written, read-only with -o ro.
     Mount(cmd_mount::MountArgs),
     /// Make a btrfs filesystem (options as mkfs.btrfs).
     Mkfs(cmd_mkfs::MkfsArgs),
