@@ -185,6 +185,47 @@ impl UbtrfsMount {
         }
     }
 
+    /// After an unmount that should have waited for the process: its
+    /// exit status if it has ended (reaped now), Err when it still runs.
+    pub fn ended(mut self) -> Result<ExitStatus, String> {
+        let log = self.log_tail();
+        let child = self.child.as_mut().expect("a running mount");
+        match child.try_wait().map_err(|e| e.to_string())? {
+            Some(s) => {
+                self.child = None;
+                Ok(s)
+            }
+            None => {
+                // For the report: how much longer it ran.
+                let t = Instant::now();
+                let pid = child.id();
+                let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+                    .map(|d| {
+                        d.flatten()
+                            .map(|e| {
+                                std::fs::read_to_string(e.path().join("stat")).unwrap_or_default()
+                            })
+                            .collect::<Vec<_>>()
+                            .join(" | ")
+                    })
+                    .unwrap_or_default();
+                let status = loop {
+                    if let Ok(Some(s)) = child.try_wait() {
+                        break Some(s);
+                    }
+                    if t.elapsed() > Duration::from_secs(60) {
+                        break None;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                };
+                Err(format!(
+                    "the mount's process {pid} still ran (threads: {tasks}); it ended {:?} later ({status:?}); log then: {log}",
+                    t.elapsed(),
+                ))
+            }
+        }
+    }
+
     /// [`UbtrfsMount::unmount_within`] five minutes.
     pub fn unmount(self) -> Result<(), String> {
         self.unmount_within(Duration::from_secs(300))

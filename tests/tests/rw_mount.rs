@@ -26,6 +26,10 @@
 //!     case that passes on the kernel's mount of the same kind of image
 //!     must pass; the counts are printed.
 //! (f) fsx (tests/oracle/fsx.toml) on the mount; `btrfs check` clean after.
+//! (g) `ubtrfs umount` returns only once the mount's process has made its
+//!     last commit and ended (a plain umount of a FUSE mount returns
+//!     before): 200 MiB left dirty, then at once `btrfs check` and the
+//!     kernel's read.
 //!
 //! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
 //! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
@@ -697,4 +701,86 @@ fn fsx_on_ubtrfs_mount() {
     let base = Workdir::new("rw-fsx-ubtrfs");
     let r = fsx_on(Writer::Ubtrfs, &bin, &base).unwrap_or_else(|e| panic!("{test}: {e}"));
     eprintln!("{test}: {r}");
+}
+
+// ------------------------------------------------------------------ (g)
+
+/// 1 MiB blocks of seeded bytes: block `i` of file seed `seed`.
+fn pseudo_block(seed: u64, i: u64) -> Vec<u8> {
+    let mut x = (seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
+    (0..1 << 17)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect()
+}
+
+/// Writes 200 MiB (left dirty: under the mount's 256 MiB writeback
+/// limit), runs `ubtrfs umount`, and requires the process gone at once,
+/// the image clean and the file whole in the kernel's mount.
+fn umount_case(base: &Path, seed: u64) -> Result<(), String> {
+    let how = "ubtrfs umount";
+    let dir = base.join("umount");
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("fs.img");
+    mkfs_image(&image, "1G")?;
+    let mnt = dir.join("mnt");
+    let m = UbtrfsMount::start(&image, &mnt, "")?;
+    let mib = 200;
+    {
+        let mut f = std::fs::File::create(mnt.join("big")).map_err(|e| e.to_string())?;
+        for i in 0..mib {
+            f.write_all(&pseudo_block(seed, i))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    let t = Instant::now();
+    let out = Command::new(ubtrfs_bin())
+        .arg("umount")
+        .arg(&mnt)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "{how}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let took = t.elapsed();
+    let status = m
+        .ended()
+        .map_err(|e| format!("{how} returned after {took:?}: {e}"))?;
+    if !status.success() {
+        return Err(format!("{how}: the mount's process exited with {status}"));
+    }
+    check(&image, &format!("right after {how}"))?;
+    let k = kernel_ro(&image, &dir.join("kmnt"));
+    let mut f = std::fs::File::open(k.path("big")).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 1 << 20];
+    for i in 0..mib {
+        std::io::Read::read_exact(&mut f, &mut buf)
+            .map_err(|e| format!("{how}: kernel read of MiB {i}: {e}"))?;
+        if buf != pseudo_block(seed, i) {
+            return Err(format!(
+                "{how}: MiB {i} of the file differs in the kernel's mount"
+            ));
+        }
+    }
+    k.unmount();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[test]
+fn umount_waits_for_the_last_commit() {
+    if !ready("umount_waits_for_the_last_commit", Writer::Ubtrfs) {
+        return;
+    }
+    let base = tempdir("ubtrfs-umount");
+    umount_case(&base, 1).unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_dir_all(&base);
 }

@@ -30,6 +30,24 @@ pub struct MountArgs {
     pub mountpoint: PathBuf,
 }
 
+#[derive(Args)]
+pub struct UmountArgs {
+    /// Detach now and let the serving process end when the mount is no
+    /// longer busy (umount -l); does not wait for it.
+    #[arg(short = 'l', long)]
+    pub lazy: bool,
+    /// Where the image is mounted.
+    pub mountpoint: PathBuf,
+}
+
+/// `ubtrfs umount`: unmounts, then waits until the process serving the
+/// mount has made its last commit and ended (a plain umount returns
+/// before that).
+pub fn run_umount(a: UmountArgs) -> CmdResult {
+    ubtrfs_fuse::session::unmount(&a.mountpoint, a.lazy)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn run_mount(a: MountArgs) -> CmdResult {
     let options = MountOptions::parse(&a.options)?;
     run(MountRequest {

@@ -106,6 +106,10 @@ enum Command {
     /// Mount the image through FUSE: read-write when the image can be
     /// written, read-only with -o ro.
     Mount(cmd_mount::MountArgs),
+    /// Unmount a `ubtrfs mount` and wait until its serving process has
+    /// made its last commit and ended (a plain umount returns before).
+    #[command(alias = "unmount")]
+    Umount(cmd_mount::UmountArgs),
     /// Make a btrfs filesystem (options as mkfs.btrfs).
     Mkfs(cmd_mkfs::MkfsArgs),
     /// Apply send streams to an unmounted image (as btrfs receive), or
@@ -131,6 +135,7 @@ fn main() -> ExitCode {
         Command::Scrub(a) => cmd_scrub::run(a),
         Command::Send(a) => cmd_send::run(a),
         Command::Mount(a) => cmd_mount::run_mount(a),
+        Command::Umount(a) => cmd_mount::run_umount(a),
         Command::Mkfs(a) => cmd_mkfs::run(a),
         Command::Receive(a) => cmd_receive::run(a),
         Command::Rescue(c) => cmd_rescue::run(c),

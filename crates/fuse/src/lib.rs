@@ -28,6 +28,7 @@ mod file;
 pub mod ino;
 pub mod logging;
 pub mod options;
+pub mod pidfile;
 mod pool;
 mod reply;
 pub mod rw;

@@ -9,7 +9,7 @@ use crate::BtrfsFuse;
 use fuser::{Config, MountOption, SessionACL};
 use std::ffi::CString;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -36,6 +36,72 @@ pub struct MountRequest {
 fn canonical(p: &Path, what: &str) -> Result<PathBuf, String> {
     p.canonicalize()
         .map_err(|e| format!("{what} {}: {e}", p.display()))
+}
+
+/// Unmounts `mountpoint` (as umount(8), or fusermount3 -u when not root)
+/// and waits until the process serving it has ended, its last commit
+/// made: see [`crate::pidfile`]. A lazy unmount does not wait (the
+/// process ends when the last user of the mount goes). Returns the pid
+/// waited for.
+pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<Option<u32>, String> {
+    let mp = mountpoint
+        .canonicalize()
+        .or_else(|_| std::path::absolute(mountpoint))
+        .map_err(|e| format!("mount point {}: {e}", mountpoint.display()))?;
+    let server = crate::pidfile::server_of(&mp);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let c = CString::new(mp.as_os_str().as_bytes())
+            .map_err(|_| format!("mount point {}: NUL in the path", mp.display()))?;
+        let flags = if lazy { libc::MNT_DETACH } else { 0 };
+        // SAFETY: NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
+            return Err(format!(
+                "umount {}: {}",
+                mp.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+    } else {
+        let mut last = String::new();
+        let done = ["fusermount3", "fusermount"].iter().any(|bin| {
+            let mut c = std::process::Command::new(bin);
+            c.arg("-u");
+            if lazy {
+                c.arg("-z");
+            }
+            match c.arg("--").arg(&mp).output() {
+                Ok(o) if o.status.success() => true,
+                Ok(o) => {
+                    last = String::from_utf8_lossy(&o.stderr).trim().to_string();
+                    false
+                }
+                Err(e) => {
+                    last = format!("{bin}: {e}");
+                    false
+                }
+            }
+        });
+        if !done {
+            return Err(format!("unmount {}: {last}", mp.display()));
+        }
+    }
+    let Some(server) = server.filter(|_| !lazy) else {
+        return Ok(None);
+    };
+    let t = std::time::Instant::now();
+    let mut told = false;
+    while server.alive() {
+        if !told && t.elapsed() > Duration::from_secs(1) && std::io::stderr().is_terminal() {
+            eprintln!(
+                "waiting for process {} to make its last commit to the image",
+                server.pid
+            );
+            told = true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(Some(server.pid))
 }
 
 /// The root directory the mount shows: the top level, or the subvolume
@@ -236,6 +302,8 @@ impl Unmount {
 /// that are for the caller to send.
 fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     logging::install_fuser_logger();
+    // Lives until this returns, after the last commit.
+    let _record = crate::pidfile::Record::create(&req.mountpoint);
     // Threads made from here on inherit the blocked signals; one thread
     // waits for them.
     let set = stop_signals();
@@ -291,7 +359,7 @@ fn writable(req: &MountRequest) -> bool {
 }
 
 /// Opens the image for writing (the writer refuses what it cannot change
-/// safely: RAID5/6, a missing device, ...).
+/// safely: a missing device, a block-group tree, ...).
 fn open_rw(req: &MountRequest) -> Result<RwFs, String> {
     let mut paths = vec![req.image.clone()];
     paths.extend(req.devices.iter().cloned());

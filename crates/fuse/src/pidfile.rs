@@ -1,0 +1,147 @@
+//! Which process serves a mount point, so that `ubtrfs umount` (and the
+//! `umount.fuse.ubtrfs` helper umount(8) runs) can wait for it to end.
+//!
+//! The kernel sends a plain FUSE mount nothing at unmount that it waits
+//! for (only fuseblk mounts get a synchronous DESTROY): umount(2) returns
+//! while the serving process still makes its last commit. A script that
+//! then copies the image, checks it or mounts it with the kernel would
+//! race that commit. The serving process records itself in a small file
+//! named after the mount point; `ubtrfs umount` reads it, unmounts, and
+//! waits until that process is gone. (umount(8) cannot be made to wait:
+//! util-linux looks for a helper by the type statfs gives, plain `fuse`,
+//! which would catch every FUSE mount.)
+
+use std::path::{Path, PathBuf};
+
+/// Where the records live: /run/ubtrfs for root, else
+/// $XDG_RUNTIME_DIR/ubtrfs (or /tmp/ubtrfs-UID).
+fn dir() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        return PathBuf::from("/run/ubtrfs");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => Path::new(&d).join("ubtrfs"),
+        _ => PathBuf::from(format!("/tmp/ubtrfs-{uid}")),
+    }
+}
+
+/// The record's file for `mountpoint` (an absolute, canonical path): its
+/// bytes in hex, so any path makes one flat name.
+fn path_for(mountpoint: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let hex: String = mountpoint
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    dir().join(format!("{hex}.pid"))
+}
+
+/// A process: its pid and start time (clock ticks after boot, field 22 of
+/// /proc/PID/stat), which tells a reused pid apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Server {
+    pub pid: u32,
+    start: u64,
+}
+
+impl Server {
+    fn start_of(pid: u32) -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name (field 2) is in parentheses and may hold
+        // spaces: count fields after its closing one.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        rest.split_whitespace().nth(19)?.parse().ok()
+    }
+
+    /// Whether this process still runs: not gone, and not a zombie whose
+    /// threads have all ended (a zombie leader with threads left is a
+    /// process still exiting).
+    pub fn alive(&self) -> bool {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) else {
+            return false;
+        };
+        let Some(close) = stat.rfind(')') else {
+            return false;
+        };
+        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        // After the command name: state is field 3, num_threads 20.
+        let ended = f.first() == Some(&"Z") && f.get(17).is_none_or(|n| *n == "1");
+        !ended && Self::start_of(self.pid) == Some(self.start)
+    }
+}
+
+/// The record of this process serving `mountpoint`; removed on drop (after
+/// the last commit, when the serving function returns).
+pub struct Record(PathBuf);
+
+impl Record {
+    /// Records this process for `mountpoint`. Failing to is not fatal:
+    /// the mount works, `ubtrfs umount` just cannot wait for it.
+    pub fn create(mountpoint: &Path) -> Option<Record> {
+        let pid = std::process::id();
+        let start = Server::start_of(pid)?;
+        let d = dir();
+        std::fs::create_dir_all(&d).ok()?;
+        let p = path_for(mountpoint);
+        let tmp = d.join(format!(".{pid}.tmp"));
+        std::fs::write(&tmp, format!("{pid} {start}\n")).ok()?;
+        std::fs::rename(&tmp, &p).ok()?;
+        Some(Record(p))
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        // Only our own record: a later mount on the same point may have
+        // replaced it.
+        let mine = std::fs::read_to_string(&self.0)
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+            == Some(std::process::id());
+        if mine {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+/// The process serving `mountpoint`, if its record names one still
+/// running.
+pub fn server_of(mountpoint: &Path) -> Option<Server> {
+    let text = std::fs::read_to_string(path_for(mountpoint)).ok()?;
+    let mut f = text.split_whitespace();
+    let s = Server {
+        pid: f.next()?.parse().ok()?,
+        start: f.next()?.parse().ok()?,
+    };
+    s.alive().then_some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_reused_pid_is_not() {
+        let me = Server {
+            pid: std::process::id(),
+            start: Server::start_of(std::process::id()).unwrap(),
+        };
+        assert!(me.alive());
+        let other = Server {
+            start: me.start + 1,
+            ..me
+        };
+        assert!(!other.alive());
+    }
+
+    #[test]
+    fn names_are_flat() {
+        let p = path_for(Path::new("/mnt/a b/c"));
+        assert_eq!(p.parent().unwrap(), dir());
+        assert!(!p.file_name().unwrap().to_string_lossy().contains('/'));
+    }
+}
