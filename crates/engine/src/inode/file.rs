@@ -175,14 +175,18 @@ impl Trans {
                         while done < en - s {
                             let n = (en - s - done).min(READ_CHUNK);
                             let at = disk_bytenr + offset + rel + done;
-                            let d = self.info.read_data(at, n as usize, &[])?;
-                            dst[done as usize..(done + n) as usize].copy_from_slice(&d);
+                            // Whole sectors, so each is checked against
+                            // its checksum.
+                            let a = at / ss as u64 * ss as u64;
+                            let b = (at + n).next_multiple_of(ss as u64);
+                            let d = self.read_verified(a, b - a)?;
+                            let from = (at - a) as usize;
+                            dst[done as usize..(done + n) as usize]
+                                .copy_from_slice(&d[from..from + n as usize]);
                             done += n;
                         }
                     } else {
-                        let raw =
-                            self.info
-                                .read_data(*disk_bytenr, *disk_num_bytes as usize, &[])?;
+                        let raw = self.read_verified(*disk_bytenr, *disk_num_bytes)?;
                         let plain = decompress(e.compression, &raw, *ram_bytes as usize, ss)
                             .map_err(|er| {
                                 Error::format(format!("extent at logical {disk_bytenr}"), er)
@@ -193,6 +197,31 @@ impl Trans {
             }
         }
         Ok(out)
+    }
+
+    /// Reads `len` bytes of data at `logical` (whole sectors), each sector
+    /// verified against its checksum in the csum tree as this transaction
+    /// has it (none for nodatasum data), another copy tried where one does
+    /// not match: a sector no copy of which matches is an error, as the
+    /// kernel's EIO.
+    fn read_verified(&mut self, logical: u64, len: u64) -> Result<Vec<u8>> {
+        let ss = self.sectorsize() as u64;
+        let cs = self.info.csum_type.size();
+        let mut sums: Vec<Option<[u8; CSUM_SIZE_MAX]>> = vec![None; (len / ss) as usize];
+        for (first, run) in self.csums_in(logical, logical + len)? {
+            for (i, c) in run.chunks(cs).enumerate() {
+                let at = (first - logical) / ss + i as u64;
+                if let Some(slot) = sums.get_mut(at as usize) {
+                    let mut v = [0u8; CSUM_SIZE_MAX];
+                    v[..cs].copy_from_slice(c);
+                    *slot = Some(v);
+                }
+            }
+        }
+        if sums.iter().all(Option::is_none) {
+            sums.clear();
+        }
+        self.info.read_data(logical, len as usize, &sums)
     }
 
     /// Inserts an EXTENT_DATA item for `[file_off, file_off + num)` taken
