@@ -463,21 +463,27 @@ fn vfs_operations_match_a_model() {
     eprintln!("vfs_model: {} seeds, {ops} operations", seeds.len());
 }
 
-/// A full filesystem is ENOSPC at write(2), never a lost writeback: what
-/// was accepted is committed, reads back, and the image checks clean.
-#[test]
-fn vfs_full_filesystem_is_enospc_at_write() {
+/// A mount over a fresh 160 MiB in-memory image made with `mkopts`, and
+/// its top directory.
+fn fresh_mount(mkopts: &MkfsOptions) -> (Arc<MemDev>, RwFs, InodeId) {
     let dev = Arc::new(MemDev::new(160 << 20));
-    let mkopts = MkfsOptions {
-        fsid: Some([0x26; 16]),
-        ..Default::default()
-    };
-    let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
-    let mut fs = RwFs::with_trans(t, RwOptions::default()).unwrap();
+    let t = make(vec![("mem".into(), dev.clone())], mkopts).unwrap();
+    let fs = RwFs::with_trans(t, RwOptions::default()).unwrap();
     let root = InodeId {
         subvol: FS_TREE_OBJECTID,
         ino: FIRST_INODE,
     };
+    (dev, fs, root)
+}
+
+/// A full filesystem is ENOSPC at write(2), never a lost writeback: what
+/// was accepted is committed, reads back, and the image checks clean.
+#[test]
+fn vfs_full_filesystem_is_enospc_at_write() {
+    let (dev, mut fs, root) = fresh_mount(&MkfsOptions {
+        fsid: Some([0x26; 16]),
+        ..Default::default()
+    });
     let mut accepted = Vec::new();
     let mut refused = 0;
     for i in 0..40u64 {
@@ -515,18 +521,11 @@ fn vfs_full_filesystem_is_enospc_at_write() {
 #[test]
 fn vfs_zero_range_past_eof_fills_holes_without_no_holes() {
     for keep in [false, true] {
-        let dev = Arc::new(MemDev::new(160 << 20));
-        let mkopts = MkfsOptions {
+        let (dev, mut fs, root) = fresh_mount(&MkfsOptions {
             fsid: Some([0x27; 16]),
             no_holes: false,
             ..Default::default()
-        };
-        let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
-        let mut fs = RwFs::with_trans(t, RwOptions::default()).unwrap();
-        let root = InodeId {
-            subvol: FS_TREE_OBJECTID,
-            ino: FIRST_INODE,
-        };
+        });
         let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
         fs.write(id, 0, &[7u8; 8192]).unwrap();
         let mode = 0x10 | if keep { 0x01 } else { 0 };
@@ -555,18 +554,11 @@ fn vfs_zero_range_past_eof_fills_holes_without_no_holes() {
 fn vfs_reads_verify_data_checksums() {
     use ubtrfs_engine::io::dev::BlockDev;
     for dup in [false, true] {
-        let dev = Arc::new(MemDev::new(160 << 20));
-        let mkopts = MkfsOptions {
+        let (dev, mut fs, root) = fresh_mount(&MkfsOptions {
             fsid: Some([0x28; 16]),
             data_profile: if dup { BG_DUP } else { 0 },
             ..Default::default()
-        };
-        let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
-        let mut fs = RwFs::with_trans(t, RwOptions::default()).unwrap();
-        let root = InodeId {
-            subvol: FS_TREE_OBJECTID,
-            ino: FIRST_INODE,
-        };
+        });
         let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
         let mut rng = Rng(0x5eed + dup as u64);
         let data: Vec<u8> = (0..256 << 10).map(|_| (rng.next() >> 24) as u8).collect();
