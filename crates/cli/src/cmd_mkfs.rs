@@ -35,11 +35,12 @@ pub struct MkfsArgs {
     #[arg(long = "csum", alias = "checksum", default_value = "crc32c")]
     csum: String,
     /// Metadata profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10,
-    /// raid5, raid6.
+    /// raid5, raid6 (default dup; raid1 on several devices; single with
+    /// --mixed).
     #[arg(short = 'm', long = "metadata")]
     metadata: Option<String>,
     /// Data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10,
-    /// raid5, raid6.
+    /// raid5, raid6 (default single).
     #[arg(short = 'd', long = "data")]
     data: Option<String>,
     /// Mixed block groups: data and metadata share DATA|METADATA block

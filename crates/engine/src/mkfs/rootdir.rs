@@ -529,10 +529,13 @@ impl Walker<'_> {
         }
     }
 
-    /// Writes a piece of file data: one extent, or, when no free range
-    /// holds it (chunks smaller than a piece: mixed or small filesystems),
-    /// extents of halving size, as the kernel's allocator retries smaller
-    /// (uncompressed data only: a compressed extent is at most 128 KiB).
+    /// Writes a piece of file data: one extent, or, when the piece is
+    /// larger than a new chunk (chunks smaller than a piece: mixed or
+    /// small filesystems), several: the largest free range filled first
+    /// when it is 1 MiB or more, else a new chunk's worth; and when an
+    /// extent still finds no room, extents of halving size, as the
+    /// kernel's allocator retries smaller (uncompressed data only: a
+    /// compressed extent is at most 128 KiB).
     /// Returns (offset in the piece, disk address, disk length, length)
     /// per extent.
     fn write_piece(
@@ -548,7 +551,18 @@ impl Walker<'_> {
         let mut out = Vec::new();
         let (mut o, mut step) = (0u64, n);
         while o < n {
-            let k = step.min(n - o);
+            let mut k = step.min(n - o);
+            let chunk = self.t.new_chunk_size(crate::alloc::SpaceKind::Data);
+            if splittable && k > chunk {
+                // Larger than a new chunk: fill the largest free range
+                // first when it is sizable, else take a new chunk's worth.
+                let hole = self.t.alloc.largest_free(crate::alloc::SpaceKind::Data) / ss * ss;
+                k = k.min(if hole >= (1 << 20) {
+                    hole
+                } else {
+                    chunk / ss * ss
+                });
+            }
             let r = if k == n {
                 self.write_extent(
                     file,

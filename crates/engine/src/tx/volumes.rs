@@ -344,8 +344,9 @@ impl Trans {
         }
     }
 
-    /// Makes room for `kind` when its block groups are full.
-    pub(crate) fn grow(&mut self, kind: SpaceKind) -> Result<()> {
+    /// Logical size of the chunks [`Trans::grow`] makes for `kind` (when
+    /// the devices have room for them).
+    pub fn new_chunk_size(&self, kind: SpaceKind) -> u64 {
         let total: u64 = self.info.devices.values().map(|d| d.size).sum();
         // A mixed chunk is sized as a data chunk (the kernel's
         // calc_chunk_size: the DATA bit decides).
@@ -353,13 +354,18 @@ impl Trans {
             SpaceKind::Metadata if self.mixed_groups() => SpaceKind::Data,
             k => k,
         };
-        let size = match kind_size {
+        match kind_size {
             SpaceKind::Data => (1 << 30).min(total / 10),
             SpaceKind::Metadata => (256 << 20).min(total / 10),
             SpaceKind::System => (32 << 20).min(total / 10),
         }
         .max(16 << 20)
-        .min(self.chunk_cap.unwrap_or(u64::MAX));
+        .min(self.chunk_cap.unwrap_or(u64::MAX))
+    }
+
+    /// Makes room for `kind` when its block groups are full.
+    pub(crate) fn grow(&mut self, kind: SpaceKind) -> Result<()> {
+        let size = self.new_chunk_size(kind);
         self.add_chunk(kind, size).map(|_| ())
     }
 
