@@ -180,7 +180,9 @@ fn matrix() -> Vec<Config> {
             ..cfg(csum, "4k", "single", "single")
         });
     }
-    for p in ["dup", "raid0", "raid1", "raid10", "raid1c3", "raid5", "raid6"] {
+    for p in [
+        "dup", "raid0", "raid1", "raid10", "raid1c3", "raid5", "raid6",
+    ] {
         v.push(Config {
             mixed: true,
             ..cfg("crc32c", "4k", p, p)
@@ -513,6 +515,8 @@ fn mkfs_empty_mixed() {
         (Some("dup"), 256 * MIB),
         (Some("raid1"), 256 * MIB),
         (Some("raid10"), 256 * MIB),
+        (Some("raid5"), 256 * MIB),
+        (Some("raid6"), 256 * MIB),
         (None, 32 * MIB),
         (Some("dup"), 64 * MIB),
     ] {

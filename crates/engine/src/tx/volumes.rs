@@ -151,26 +151,27 @@ impl Trans {
                     .sum::<u64>()
             })
             .sum();
-        // Device bytes per logical byte of a profile's chunks, as a
-        // fraction (raw, logical): RAID5/6 over the devices there are.
-        let ndevs = self.info.devices.len() as u64;
-        let raw_per_logical = |kind: SpaceKind| {
-            layout(self.profiles[kind as usize]).map_or((2, 1), |l| {
-                let mut n = if l.devs == 0 { ndevs } else { l.devs as u64 };
-                if l.sub_stripes == 2 {
-                    n -= n % 2;
-                }
-                let n = n.max(l.min_devs as u64) * if l.dup { 2 } else { 1 };
-                (n, l.data_stripes(n))
-            })
-        };
         let total: u64 = self.info.devices.values().map(|d| d.size).sum();
         let meta_chunk = (256u64 << 20).min(total / 10).max(16 << 20);
         let want_meta = (2 * meta_chunk).saturating_sub(meta_free);
-        let (mr, ml) = raw_per_logical(SpaceKind::Metadata);
+        let (mr, ml) = self.raw_per_logical(SpaceKind::Metadata);
         let meta_reserve = want_meta * mr / ml;
-        let (dr, dl) = raw_per_logical(SpaceKind::Data);
+        let (dr, dl) = self.raw_per_logical(SpaceKind::Data);
         data_free + unalloc.saturating_sub(meta_reserve) / dr * dl
+    }
+
+    /// Device bytes per logical byte of `kind`'s new chunks, as a fraction
+    /// (raw, logical): RAID5/6 over the devices there are.
+    fn raw_per_logical(&self, kind: SpaceKind) -> (u64, u64) {
+        let ndevs = self.info.devices.len() as u64;
+        layout(self.profiles[kind as usize]).map_or((2, 1), |l| {
+            let mut n = if l.devs == 0 { ndevs } else { l.devs as u64 };
+            if l.sub_stripes == 2 {
+                n -= n % 2;
+            }
+            let n = n.max(l.min_devs as u64) * if l.dup { 2 } else { 1 };
+            (n, l.data_stripes(n))
+        })
     }
 
     /// Whether the filesystem has mixed block groups (INCOMPAT_MIXED_GROUPS):
@@ -197,10 +198,10 @@ impl Trans {
     }
 
     /// Logical bytes new mixed chunks can still take: the unallocated
-    /// device space divided by the profile's copies.
+    /// device space by the profile's device bytes per logical byte.
     fn mixed_unallocated(&self) -> u64 {
-        let copies = layout(self.profiles[SpaceKind::Data as usize]).map_or(2, |l| l.copies.max(1));
-        self.unallocated() / copies
+        let (raw, logical) = self.raw_per_logical(SpaceKind::Data);
+        self.unallocated() / raw * logical
     }
 
     /// Space data and metadata of a mixed filesystem share: free in the
@@ -221,9 +222,9 @@ impl Trans {
     /// metadata space before it writes data): 1/32 of the filesystem's
     /// logical capacity, at least 4 MiB and at most 64 MiB.
     pub fn mixed_meta_reserve(&self) -> u64 {
-        let copies = layout(self.profiles[SpaceKind::Data as usize]).map_or(2, |l| l.copies.max(1));
+        let (raw, logical) = self.raw_per_logical(SpaceKind::Data);
         let total: u64 = self.info.devices.values().map(|d| d.size).sum();
-        (total / copies / 32).clamp(4 << 20, 64 << 20)
+        (total / raw * logical / 32).clamp(4 << 20, 64 << 20)
     }
 
     /// Whether `len` bytes of file data fit a mixed filesystem with the
