@@ -12,18 +12,32 @@
 //! rather than skip when they cannot run.
 //!
 //! Matrix size: a representative subset by default (every checksum, every
-//! nodesize, every profile as metadata or data, both feature switches; a few
-//! minutes on 2 cores). UBTRFS_MKFS_MATRIX=full runs the full matrix: every
-//! checksum x nodesize, every profile for metadata and data together, the
-//! feature switches, plus lowmem checks throughout (about 10x longer).
+//! nodesize, every profile as metadata or data, both feature switches, two
+//! mixed block group images; a few minutes on 2 cores).
+//! UBTRFS_MKFS_MATRIX=full runs the full matrix: every checksum x nodesize,
+//! every profile for metadata and data together, the feature switches,
+//! mixed block groups with every checksum, mirrored and parity profiles and
+//! compression, plus lowmem checks throughout (about 10x longer).
 //! UBTRFS_MKFS_ONLY=TEXT keeps the configurations whose description holds
-//! TEXT (e.g. `raid6`).
+//! TEXT (e.g. `raid6`, `mixed: true`).
+//!
+//! Mixed block groups (`-M`): every chunk of a mixed image is SYSTEM or
+//! DATA|METADATA, after mkfs and after the kernel's writes (and no other
+//! image has a DATA|METADATA chunk); empty mixed images per profile and at
+//! the smallest sizes; `--rootdir` sources larger than a chunk (new mixed
+//! chunks on demand, extents split to fit them), `--shrink`, ENOSPC; and
+//! ubtrfs's other writers (subvolume snapshot and delete, receive, the
+//! read-write mount) growing mixed images made by ubtrfs and by the
+//! kernel's mkfs.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use ubtrfs_oracle::mkfs_support::*;
 use ubtrfs_oracle::mounts::degraded_mounts;
-use ubtrfs_oracle::{compare_manifests, kernel_available, scratch_dir, ubtrfs_bin, Ignore};
+use ubtrfs_oracle::{
+    compare_manifests, kernel_available, kernel_fixture, scratch_dir, ubtrfs_bin, Ignore,
+    UbtrfsMount,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -36,6 +50,10 @@ struct Config {
     ndev: usize,
     features: Option<&'static str>,
     lowmem: bool,
+    /// `-M`: mixed block groups.
+    mixed: bool,
+    /// `--compress`.
+    compress: Option<&'static str>,
 }
 
 fn cfg(
@@ -52,6 +70,8 @@ fn cfg(
         ndev: devices_for(meta).max(devices_for(data)),
         features: None,
         lowmem: false,
+        mixed: false,
+        compress: None,
     }
 }
 
@@ -106,6 +126,16 @@ fn matrix() -> Vec<Config> {
                 ..cfg("blake2", "4k", "raid6", "raid6")
             },
             cfg("xxhash", "64k", "raid1", "raid6"),
+            Config {
+                mixed: true,
+                lowmem: true,
+                ..cfg("crc32c", "4k", "single", "single")
+            },
+            Config {
+                mixed: true,
+                compress: Some("zstd"),
+                ..cfg("xxhash", "4k", "dup", "dup")
+            },
         ];
     }
     let mut v = Vec::new();
@@ -141,6 +171,36 @@ fn matrix() -> Vec<Config> {
             });
         }
     }
+    // Mixed block groups: nodesize is the sectorsize (4K); data and
+    // metadata profiles equal.
+    for csum in ["crc32c", "xxhash", "sha256", "blake2"] {
+        v.push(Config {
+            mixed: true,
+            lowmem: true,
+            ..cfg(csum, "4k", "single", "single")
+        });
+    }
+    for p in [
+        "dup", "raid0", "raid1", "raid10", "raid1c3", "raid5", "raid6",
+    ] {
+        v.push(Config {
+            mixed: true,
+            ..cfg("crc32c", "4k", p, p)
+        });
+    }
+    for algo in ["zlib", "lzo", "zstd"] {
+        v.push(Config {
+            mixed: true,
+            compress: Some(algo),
+            ..cfg("blake2", "4k", "dup", "dup")
+        });
+    }
+    v.push(Config {
+        mixed: true,
+        features: Some("^no-holes,^free-space-tree"),
+        lowmem: true,
+        ..cfg("sha256", "4k", "single", "single")
+    });
     v
 }
 
@@ -148,8 +208,14 @@ fn mkfs_cmd(c: &Config, images: &[PathBuf], rootdir: Option<&Path>) -> Command {
     let mut cmd = Command::new(ubtrfs_bin());
     cmd.args(["mkfs", "-q", "--csum", c.csum, "-n", c.nodesize, "-s", "4k"]);
     cmd.args(["-m", c.meta, "-d", c.data]);
+    if c.mixed {
+        cmd.arg("-M");
+    }
     if let Some(f) = c.features {
         cmd.args(["-O", f]);
+    }
+    if let Some(a) = c.compress {
+        cmd.args(["--compress", a]);
     }
     if let Some(r) = rootdir {
         cmd.arg("-r").arg(r);
@@ -173,6 +239,48 @@ fn source_ignore() -> Ignore {
         fields: vec!["ino"],
         dir_size: true,
     }
+}
+
+/// The type of every chunk of the filesystem on `dev` (`btrfs
+/// inspect-internal dump-tree -t chunk`), as "DATA|METADATA|single".
+fn chunk_types(dev: &Path) -> Vec<String> {
+    let out = must(
+        Command::new("btrfs")
+            .args(["inspect-internal", "dump-tree", "-t", "chunk"])
+            .arg(dev),
+    );
+    out.lines()
+        .filter(|l| l.contains("stripe_len"))
+        .filter_map(|l| l.split_once(" type ").map(|(_, t)| t.trim().to_string()))
+        .collect()
+}
+
+/// A mixed filesystem has SYSTEM and DATA|METADATA chunks only; any other
+/// none of DATA|METADATA. Ok(the number of DATA|METADATA chunks).
+fn check_chunk_types(dev: &Path, mixed: bool) -> Result<usize, String> {
+    let types = chunk_types(dev);
+    let n = types
+        .iter()
+        .filter(|t| t.starts_with("DATA|METADATA|"))
+        .count();
+    let bad: Vec<&String> = types
+        .iter()
+        .filter(|t| {
+            let is_mixed = t.starts_with("DATA|METADATA|");
+            if mixed {
+                !is_mixed && !t.starts_with("SYSTEM|")
+            } else {
+                is_mixed
+            }
+        })
+        .collect();
+    if !bad.is_empty() || (mixed && n == 0) {
+        return Err(format!(
+            "chunk types of a {}mixed filesystem: {types:?}",
+            if mixed { "" } else { "non-" }
+        ));
+    }
+    Ok(n)
 }
 
 /// The kernel writes to a mounted ubtrfs image: a snapshot, then copy part
@@ -229,6 +337,7 @@ fn one_config(c: &Config, dir: &Path, src: &Path, src_manifest: &[String]) -> Re
         degraded_reads(c, &images, src_manifest)?;
         let loops: Vec<Loop> = images.iter().map(|p| Loop::new(p)).collect();
         btrfs_check(&loops[0].0, c.lowmem).map_err(|e| format!("check after mkfs: {e}"))?;
+        check_chunk_types(&loops[0].0, c.mixed).map_err(|e| format!("after mkfs: {e}"))?;
         if c.lowmem {
             btrfs_check(&loops[0].0, false).map_err(|e| format!("check after mkfs: {e}"))?;
         }
@@ -240,6 +349,7 @@ fn one_config(c: &Config, dir: &Path, src: &Path, src_manifest: &[String]) -> Re
         mnt.umount()?;
         btrfs_check(&loops[0].0, c.lowmem)
             .map_err(|e| format!("check after kernel writes: {e}"))?;
+        check_chunk_types(&loops[0].0, c.mixed).map_err(|e| format!("after kernel writes: {e}"))?;
         // A second mount sees the kernel's changes, and the snapshot still
         // holds exactly what mkfs wrote.
         let mnt = Mount::new(&loops, &dir.join("mnt"))?;
@@ -388,6 +498,83 @@ fn mkfs_empty_profiles() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// An empty mixed filesystem (`-M`, no -n: the nodesize is the
+/// sectorsize) per profile, and at the smallest sizes mkfs takes: check,
+/// only SYSTEM and DATA|METADATA chunks, the kernel mounts it and shows
+/// Data+Metadata, writes (growing it where the first chunk is small),
+/// check again, chunks still mixed.
+#[test]
+fn mkfs_empty_mixed() {
+    if !kernel_available("mkfs_empty_mixed") {
+        return;
+    }
+    let base = scratch_dir("mkfs-empty-mixed");
+    let mut failures = Vec::new();
+    for (p, size) in [
+        (None, 256 * MIB),
+        (Some("dup"), 256 * MIB),
+        (Some("raid1"), 256 * MIB),
+        (Some("raid10"), 256 * MIB),
+        (Some("raid5"), 256 * MIB),
+        (Some("raid6"), 256 * MIB),
+        (None, 32 * MIB),
+        (Some("dup"), 64 * MIB),
+    ] {
+        let name = format!("{}-{}M", p.unwrap_or("default"), size / MIB);
+        let images = image_files(&base, &name, devices_for(p.unwrap_or("single")), size);
+        let r = (|| {
+            let mut cmd = Command::new(ubtrfs_bin());
+            cmd.args(["mkfs", "-q", "-M"]);
+            if let Some(p) = p {
+                cmd.args(["-m", p, "-d", p]);
+            }
+            run(cmd.args(&images))?;
+            let loops: Vec<Loop> = images.iter().map(|p| Loop::new(p)).collect();
+            btrfs_check(&loops[0].0, false).map_err(|e| format!("check after mkfs: {e}"))?;
+            let n0 = check_chunk_types(&loops[0].0, true)?;
+            let sb = must(
+                Command::new("btrfs")
+                    .args(["inspect-internal", "dump-super"])
+                    .arg(&loops[0].0),
+            );
+            if !sb.contains("MIXED_GROUPS")
+                || !sb
+                    .lines()
+                    .any(|l| l.split_whitespace().eq(["nodesize", "4096"]))
+            {
+                return Err(format!("superblock: {sb}"));
+            }
+            let mnt = Mount::new(&loops, &base.join("mnt"))?;
+            let df = must(
+                Command::new("btrfs")
+                    .args(["filesystem", "df"])
+                    .arg(&mnt.dir),
+            );
+            let n = std::fs::read_dir(&mnt.dir).unwrap().count();
+            let big = if size < 100 * MIB { 5 << 20 } else { 40 << 20 };
+            std::fs::write(mnt.dir.join("f"), vec![5u8; big]).unwrap();
+            std::fs::create_dir(mnt.dir.join("d")).unwrap();
+            mnt.umount()?;
+            if n != 0 {
+                return Err(format!("new filesystem has {n} entries"));
+            }
+            if !df.contains("Data+Metadata") {
+                return Err(format!("btrfs filesystem df: {df}"));
+            }
+            btrfs_check(&loops[0].0, false).map_err(|e| format!("check after writes: {e}"))?;
+            let n1 = check_chunk_types(&loops[0].0, true)?;
+            eprintln!("{name}: {n0} mixed chunks after mkfs, {n1} after the kernel's writes");
+            Ok::<(), String>(())
+        })();
+        remove_all(&images);
+        if let Err(e) = r {
+            failures.push(format!("{name}: {e}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
 /// Wrong input fails with exit status 1 and a message naming the problem,
 /// and leaves an existing filesystem alone.
 #[test]
@@ -434,6 +621,23 @@ fn mkfs_errors() {
     fail(&["--csum", "md5"], &[&one], "checksum");
     fail(&["-n", "3000"], &[&one], "nodesize");
     fail(&["-O", "raid56"], &[&one], "not supported");
+    // Mixed block groups, as mkfs.btrfs: the nodesize must be the
+    // sectorsize, the profiles equal (a one-sided -m or -d against the
+    // other's single default too).
+    fail(&["-M", "-n", "16384"], &[&one], "illegal nodesize 16384");
+    fail(
+        &["-M", "-n", "16k", "-s", "4k"],
+        &[&one],
+        "mixed block groups",
+    );
+    fail(&["-M", "-m", "dup"], &[&one], "profiles must be the same");
+    fail(
+        &["-M", "-m", "dup", "-d", "single"],
+        &[&one],
+        "profiles must be the same",
+    );
+    fail(&["-M", "-d", "raid1"], &[&one], "profiles must be the same");
+    fail(&["-M"], &[&small], "too small");
     fail(&["-r", "/nonexistent/dir"], &[&one], "nonexistent");
     // A symlink target longer than a 4K leaf holds inline (the kernel
     // refuses it there with ENAMETOOLONG; mkfs.btrfs 6.2 hits a BUG_ON).
@@ -728,9 +932,25 @@ fn has_btrfs_magic(img: &Path) -> bool {
 /// or what was committed last is consistent: `btrfs check` (with data
 /// checksums) clean, mounts, every file it has is the source's.
 /// Returns whether the image is a filesystem.
-fn enospc_case(base: &Path, src: &Path, img: &Path, force: bool) -> bool {
+fn enospc_case(base: &Path, src: &Path, img: &Path, force: bool, extra: &[&str]) -> bool {
+    enospc_case_env(base, src, img, force, extra, &[])
+}
+
+/// [`enospc_case`] with `env` set for mkfs (UBTRFS_MKFS_COMMIT_BLOCKS: a
+/// commit every so many changed tree blocks, so that some are made
+/// before the space runs out).
+fn enospc_case_env(
+    base: &Path,
+    src: &Path,
+    img: &Path,
+    force: bool,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> bool {
     let mut cmd = Command::new(ubtrfs_bin());
-    cmd.args(["mkfs", "-q", "-b", "150M"]);
+    cmd.args(["mkfs", "-q", "-b", "150M"])
+        .args(extra)
+        .envs(env.iter().copied());
     if force {
         cmd.arg("-f");
     }
@@ -778,7 +998,28 @@ fn mkfs_enospc() {
     let base = scratch_dir("mkfs-enospc");
     let src = base.join("src");
     enospc_source(&src);
-    enospc_case(&base, &src, &base.join("img"), false);
+    enospc_case(&base, &src, &base.join("img"), false, &[]);
+    // Mixed block groups: data and metadata run out together; the
+    // metadata reserve keeps the commits possible. With frequent commits
+    // the image must be a filesystem holding what was committed.
+    for extra in [&["-M"][..], &["-M", "-m", "dup", "-d", "dup"][..]] {
+        for commits in [None, Some("16")] {
+            let img = base.join("img-mixed");
+            let _ = std::fs::remove_file(&img);
+            let env: Vec<(&str, &str)> = commits
+                .map(|n| ("UBTRFS_MKFS_COMMIT_BLOCKS", n))
+                .into_iter()
+                .collect();
+            let fs = enospc_case_env(&base, &src, &img, false, extra, &env);
+            assert!(
+                fs || commits.is_none(),
+                "{extra:?}: no filesystem after ENOSPC with a commit every {commits:?} blocks"
+            );
+            if fs {
+                check_chunk_types(&img, true).unwrap();
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(&base);
 }
 
@@ -807,6 +1048,241 @@ fn mkfs_enospc_over_existing() {
         }
         mnt.umount().unwrap();
     }
-    enospc_case(&base, &src, &img, true);
+    enospc_case(&base, &src, &img, true, &[]);
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// `count` files of `size` pseudo-random bytes (f00, f01, ...), 100 small
+/// files and a few directories in `src`.
+fn growth_source(src: &Path, count: usize, size: usize) {
+    std::fs::create_dir_all(src.join("d/e")).unwrap();
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    for i in 0..count {
+        let mut buf = vec![0u8; size];
+        for w in buf.chunks_exact_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            w.copy_from_slice(&x.to_le_bytes());
+        }
+        std::fs::write(src.join(format!("f{i:02}")), &buf).unwrap();
+    }
+    for i in 0..100 {
+        let dir = if i % 2 == 0 { "d" } else { "d/e" };
+        std::fs::write(
+            src.join(dir).join(format!("s{i:03}")),
+            format!("small file {i}\n").repeat(i * 7 + 1),
+        )
+        .unwrap();
+    }
+}
+
+/// Mixed images from a --rootdir source larger than their chunks (five
+/// 30 MiB files; chunks of a 256 MiB filesystem are 26 MiB, so extents
+/// are split to fit): single with -b, DUP with -b, --shrink, and
+/// subvolumes (--subvol, one read-only) with compression. Each:
+/// `btrfs check --check-data-csum`, only mixed (and system) chunks and
+/// several of them, the kernel mount shows the source exactly, the kernel
+/// writes (growing it by more mixed chunks), check again.
+#[test]
+fn mkfs_mixed_rootdir_grows_chunks() {
+    if !kernel_available("mkfs_mixed_rootdir_grows_chunks") {
+        return;
+    }
+    let base = scratch_dir("mkfs-mixed-grow");
+    let src = base.join("src");
+    growth_source(&src, 5, 30 << 20);
+    let src_manifest = manifest(&src);
+    let mut failures = Vec::new();
+    for extra in [
+        &["-b", "256M"][..],
+        &["-m", "dup", "-d", "dup", "-b", "448M", "--csum", "xxhash"][..],
+        &["--shrink", "--compress", "zstd"][..],
+        &["-b", "320M", "-u", "d", "-u", "ro:d/e", "--compress", "lzo"][..],
+    ] {
+        let img = base.join("img");
+        let _ = std::fs::remove_file(&img);
+        let r = (|| {
+            let mut cmd = Command::new(ubtrfs_bin());
+            cmd.args(["mkfs", "-q", "-M"])
+                .args(extra)
+                .arg("-r")
+                .arg(&src);
+            run(cmd.arg(&img))?;
+            run(Command::new("btrfs")
+                .args(["check", "--readonly", "--check-data-csum"])
+                .arg(&img))?;
+            let n = check_chunk_types(&img, true)?;
+            if n < 4 {
+                return Err(format!("{n} mixed chunks: {:?}", chunk_types(&img)));
+            }
+            let size = std::fs::metadata(&img).unwrap().len();
+            let l = Loop::new(&img);
+            let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt"))?;
+            compare_manifests(&src_manifest, &manifest(&mnt.dir), &source_ignore())
+                .map_err(|e| format!("mount differs from the source: {e}"))?;
+            must(
+                Command::new("btrfs")
+                    .args(["subvolume", "snapshot"])
+                    .arg(&mnt.dir)
+                    .arg(mnt.dir.join("snap")),
+            );
+            std::fs::remove_file(mnt.dir.join("f00")).unwrap();
+            std::fs::write(mnt.dir.join("new"), vec![3u8; 12 << 20]).unwrap();
+            must(Command::new("sync").arg("-f").arg(&mnt.dir));
+            mnt.umount()?;
+            btrfs_check(&l.0, false).map_err(|e| format!("check after kernel writes: {e}"))?;
+            let n2 = check_chunk_types(&l.0, true)?;
+            eprintln!(
+                "{extra:?}: image {} MiB, {n} mixed chunks after mkfs, {n2} after the kernel's writes",
+                size / MIB
+            );
+            Ok::<(), String>(())
+        })();
+        let _ = std::fs::remove_file(&img);
+        if let Err(e) = r {
+            failures.push(format!("{extra:?}: {e}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// ubtrfs's other writers on mixed images, one made by `ubtrfs mkfs -M`
+/// and a copy of the kernel fixture `mixed` (mkfs.btrfs -M, 64 MiB, with
+/// content): subvolume snapshot, receive of a 24 MiB stream (`ubtrfs
+/// send` of another image made from a source), the read-write mount
+/// copying an 8 MiB file in, subvolume delete. After each, `btrfs check`
+/// and only mixed (and system) chunks; the image grows by mixed chunks;
+/// the kernel then shows the received subvolume as the source and the
+/// copied file, writes, and `btrfs check` stays clean.
+#[test]
+fn mkfs_mixed_writers_make_mixed_chunks() {
+    if !kernel_available("mkfs_mixed_writers_make_mixed_chunks")
+        || !ubtrfs_oracle::fuse_available("mkfs_mixed_writers_make_mixed_chunks")
+    {
+        return;
+    }
+    let base = scratch_dir("mkfs-mixed-writers");
+    let src = base.join("src");
+    growth_source(&src, 2, 12 << 20);
+    let src_manifest = manifest(&src);
+    let extra_file = base.join("extra");
+    std::fs::write(
+        &extra_file,
+        (0..8u32 << 20)
+            .map(|i| ((i * 7) >> 9) as u8)
+            .collect::<Vec<u8>>(),
+    )
+    .unwrap();
+    // The stream: the source's image, its top level snapshotted read-only.
+    let stream = base.join("stream");
+    let from = base.join("from.img");
+    let ub = |args: &[&std::ffi::OsStr]| -> Result<String, String> {
+        run(Command::new(ubtrfs_bin()).args(args))
+    };
+    let os = |s: &str| std::ffi::OsString::from(s);
+    must(
+        Command::new(ubtrfs_bin())
+            .args(["mkfs", "-q", "-b", "256M", "-r"])
+            .arg(&src)
+            .arg(&from),
+    );
+    must(
+        Command::new(ubtrfs_bin())
+            .args(["subvolume", "snapshot", "-r"])
+            .arg(&from)
+            .args(["/", "/src"]),
+    );
+    must(
+        Command::new(ubtrfs_bin())
+            .args(["send", "-q", "-f"])
+            .arg(&stream)
+            .arg(&from)
+            .arg("/src"),
+    );
+    let _ = std::fs::remove_file(&from);
+    let ours = base.join("ours.img");
+    must(
+        Command::new(ubtrfs_bin())
+            .args(["mkfs", "-q", "-M", "-b", "128M"])
+            .arg(&ours),
+    );
+    let kernel = kernel_fixture("mixed").copy_to(&base.join("kernel"));
+    let mut failures = Vec::new();
+    for (name, img) in [
+        ("ours", ours.clone()),
+        ("kernel", kernel.devices()[0].clone()),
+    ] {
+        let r = (|| {
+            let step = |what: &str| -> Result<usize, String> {
+                btrfs_check(&img, false).map_err(|e| format!("check after {what}: {e}"))?;
+                check_chunk_types(&img, true).map_err(|e| format!("after {what}: {e}"))
+            };
+            let n0 = step("mkfs")?;
+            let img_os = img.clone().into_os_string();
+            ub(&[
+                &os("subvolume"),
+                &os("snapshot"),
+                &img_os,
+                &os("/"),
+                &os("/snap"),
+            ])?;
+            step("snapshot")?;
+            ub(&[
+                &os("receive"),
+                &os("-q"),
+                &os("-f"),
+                stream.as_os_str(),
+                &img_os,
+                &os("/"),
+            ])?;
+            step("receive")?;
+            let mnt_dir = base.join(format!("{name}-rw"));
+            let m = UbtrfsMount::start(&img, &mnt_dir, "")?;
+            let copied = std::fs::copy(&extra_file, mnt_dir.join("extra"))
+                .map_err(|e| format!("copy into the rw mount: {e}"));
+            m.unmount()?;
+            copied?;
+            step("the read-write mount")?;
+            ub(&[&os("subvolume"), &os("delete"), &img_os, &os("/snap")])?;
+            let n1 = step("subvolume delete")?;
+            if n1 <= n0 {
+                return Err(format!("{n0} mixed chunks before the writers, {n1} after"));
+            }
+            let l = Loop::new(&img);
+            let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt"))?;
+            compare_manifests(
+                &src_manifest,
+                &manifest(&mnt.dir.join("src")),
+                &source_ignore(),
+            )
+            .map_err(|e| format!("received subvolume differs from the source: {e}"))?;
+            if std::fs::read(mnt.dir.join("extra")).ok() != std::fs::read(&extra_file).ok() {
+                return Err("the file copied through the rw mount differs".into());
+            }
+            if mnt.dir.join("snap").exists() {
+                return Err("deleted snapshot still there".into());
+            }
+            std::fs::write(mnt.dir.join("kernel-new"), vec![9u8; 4 << 20]).unwrap();
+            must(
+                Command::new("btrfs")
+                    .args(["subvolume", "snapshot", "-r"])
+                    .arg(&mnt.dir)
+                    .arg(mnt.dir.join("ksnap")),
+            );
+            mnt.umount()?;
+            drop(l);
+            let n2 = step("kernel writes")?;
+            eprintln!(
+                "{name}: {n0} mixed chunks, {n1} after ubtrfs's writers, {n2} after the kernel's"
+            );
+            Ok::<(), String>(())
+        })();
+        if let Err(e) = r {
+            failures.push(format!("{name}: {e}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -24,7 +24,8 @@ pub struct MkfsArgs {
     /// Filesystem label.
     #[arg(short = 'L', long, default_value = "")]
     label: String,
-    /// Tree block size (4096 to 65536, a power of two).
+    /// Tree block size (4096 to 65536, a power of two; with --mixed the
+    /// sectorsize, which is also its default there).
     #[arg(short = 'n', long, value_parser = parse_size)]
     nodesize: Option<u64>,
     /// Data block (sector) size.
@@ -34,13 +35,19 @@ pub struct MkfsArgs {
     #[arg(long = "csum", alias = "checksum", default_value = "crc32c")]
     csum: String,
     /// Metadata profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10,
-    /// raid5, raid6.
+    /// raid5, raid6 (default dup; raid1 on several devices; single with
+    /// --mixed).
     #[arg(short = 'm', long = "metadata")]
     metadata: Option<String>,
     /// Data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10,
-    /// raid5, raid6.
+    /// raid5, raid6 (default single).
     #[arg(short = 'd', long = "data")]
     data: Option<String>,
+    /// Mixed block groups: data and metadata share DATA|METADATA block
+    /// groups (for small filesystems). Nodesize equals the sectorsize;
+    /// data and metadata profiles must be equal (default single).
+    #[arg(short = 'M', long)]
+    mixed: bool,
     /// Features, comma separated; ^ turns one off (no-holes, free-space-tree).
     #[arg(short = 'O', long = "features")]
     features: Option<String>,
@@ -249,6 +256,8 @@ fn options(a: &MkfsArgs) -> Result<MkfsOptions, String> {
     }
     if let Some(n) = a.nodesize {
         o.nodesize = u32::try_from(n).map_err(|_| format!("nodesize {n}"))?;
+    } else if a.mixed {
+        o.nodesize = o.sectorsize;
     }
     if !o.sectorsize.is_power_of_two() || !(4096..=65536).contains(&o.sectorsize) {
         return Err(format!("invalid sectorsize {}", o.sectorsize));
@@ -262,6 +271,8 @@ fn options(a: &MkfsArgs) -> Result<MkfsOptions, String> {
     let ndev = a.devices.len();
     o.metadata_profile = match &a.metadata {
         Some(p) => parse_profile(p)?,
+        // Mixed: single, as the data default (mkfs.btrfs -M).
+        None if a.mixed => 0,
         None if ndev > 1 => BG_RAID1,
         None => BG_DUP,
     };
@@ -269,6 +280,25 @@ fn options(a: &MkfsArgs) -> Result<MkfsOptions, String> {
         Some(p) => parse_profile(p)?,
         None => 0,
     };
+    if a.mixed {
+        // As mkfs.btrfs: an explicit -n other than the sectorsize, or
+        // profiles that differ (one given, the other single by default),
+        // are refused rather than adjusted.
+        if o.nodesize != o.sectorsize {
+            return Err(format!(
+                "illegal nodesize {} (not equal to sectorsize {} for mixed block groups)",
+                o.nodesize, o.sectorsize
+            ));
+        }
+        if o.metadata_profile != o.data_profile {
+            return Err(format!(
+                "with mixed block groups data and metadata profiles must be the same (metadata {}, data {})",
+                ubtrfs_format::items::profile_name(o.metadata_profile),
+                ubtrfs_format::items::profile_name(o.data_profile)
+            ));
+        }
+        o.mixed = true;
+    }
     for (what, p) in [("metadata", o.metadata_profile), ("data", o.data_profile)] {
         let need = match p {
             BG_RAID1 | BG_RAID10 | BG_RAID0 | BG_RAID5 => 2,
@@ -525,6 +555,7 @@ pub fn run(a: MkfsArgs) -> CmdResult {
                 "devices": a.devices,
                 "total_bytes": sb.total_bytes,
                 "generation": sb.generation,
+                "mixed": o.mixed,
                 "inodes": stats.map(|s| s.inodes),
                 "data_bytes": stats.map(|s| s.data_bytes),
             })
@@ -543,11 +574,18 @@ pub fn run(a: MkfsArgs) -> CmdResult {
         println!("Sector size:        {}", o.sectorsize);
         println!("Filesystem size:    {}", sb.total_bytes);
         println!("Checksum:           {}", o.csum.name());
-        println!(
-            "Profiles:           metadata {}, data {}",
-            ubtrfs_format::items::profile_name(o.metadata_profile),
-            ubtrfs_format::items::profile_name(o.data_profile)
-        );
+        if o.mixed {
+            println!(
+                "Profiles:           data+metadata {} (mixed block groups)",
+                ubtrfs_format::items::profile_name(o.data_profile)
+            );
+        } else {
+            println!(
+                "Profiles:           metadata {}, data {}",
+                ubtrfs_format::items::profile_name(o.metadata_profile),
+                ubtrfs_format::items::profile_name(o.data_profile)
+            );
+        }
         for p in &a.devices {
             println!("Device:             {}", p.display());
         }

@@ -354,6 +354,17 @@ impl Allocator {
         }
     }
 
+    /// The largest free range in the block groups of `kind`.
+    pub fn largest_free(&self, kind: SpaceKind) -> u64 {
+        let flag = kind.bg_flag();
+        self.groups
+            .values()
+            .filter(|g| g.flags & flag != 0)
+            .flat_map(|g| g.free.values().copied())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Bytes allocated in every group.
     pub fn used_bytes(&self) -> u64 {
         self.groups.values().map(|g| g.used).sum()

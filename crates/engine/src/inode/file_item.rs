@@ -15,8 +15,17 @@ pub const MAX_EXTENT_SIZE: u64 = 128 << 20;
 
 impl Trans {
     /// Allocates `len` bytes (a multiple of the sector size) of data space.
+    /// With mixed block groups, data never takes the metadata reserve
+    /// ([`Trans::mixed_meta_reserve`]): the commits to come need tree blocks
+    /// from the same groups.
     pub fn alloc_data(&mut self, len: u64) -> Result<u64> {
         let ss = self.sectorsize() as u64;
+        if self.mixed_groups() && !self.mixed_data_fits(len) {
+            return Err(Error::NoSpace(format!(
+                "no data space for an extent of {len} bytes (mixed block groups: {} bytes kept for metadata)",
+                self.mixed_meta_reserve()
+            )));
+        }
         if let Some(a) = self.alloc.alloc(SpaceKind::Data, len, ss) {
             return Ok(a);
         }

@@ -28,6 +28,11 @@ const FST_FLAGS: u64 = COMPAT_RO_FREE_SPACE_TREE | COMPAT_RO_FREE_SPACE_TREE_VAL
 /// The smallest device mkfs accepts (as mkfs.btrfs's minimum, roughly).
 pub const MIN_DEVICE_SIZE: u64 = 114 << 20;
 
+/// The smallest device mkfs accepts with mixed block groups (mkfs.btrfs
+/// takes 16 MiB for single; this leaves room for DUP system and mixed
+/// chunks and the metadata reserve).
+pub const MIN_DEVICE_SIZE_MIXED: u64 = 32 << 20;
+
 /// What to make.
 #[derive(Debug, Clone)]
 pub struct MkfsOptions {
@@ -48,6 +53,10 @@ pub struct MkfsOptions {
     pub time: Timespec,
     /// Small chunks, for an image shrunk to its contents afterwards.
     pub small_chunks: bool,
+    /// Mixed block groups (mkfs.btrfs -M): data and metadata share
+    /// DATA|METADATA block groups. Needs nodesize == sectorsize and equal
+    /// data and metadata profiles.
+    pub mixed: bool,
 }
 
 impl Default for MkfsOptions {
@@ -65,6 +74,7 @@ impl Default for MkfsOptions {
             free_space_tree: true,
             time: Timespec::default(),
             small_chunks: false,
+            mixed: false,
         }
     }
 }
@@ -206,10 +216,28 @@ pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Res
     if devices.is_empty() {
         return Err(Error::Invalid("no device given".into()));
     }
-    for (p, d) in &devices {
-        if d.size() < MIN_DEVICE_SIZE {
+    if o.mixed {
+        if o.nodesize != o.sectorsize {
             return Err(Error::Invalid(format!(
-                "{}: device of {} bytes is too small (at least {MIN_DEVICE_SIZE})",
+                "illegal nodesize {} (not equal to sectorsize {} for mixed block groups)",
+                o.nodesize, o.sectorsize
+            )));
+        }
+        if o.metadata_profile != o.data_profile {
+            return Err(Error::Invalid(
+                "with mixed block groups data and metadata profiles must be the same".into(),
+            ));
+        }
+    }
+    let min_size = if o.mixed {
+        MIN_DEVICE_SIZE_MIXED
+    } else {
+        MIN_DEVICE_SIZE
+    };
+    for (p, d) in &devices {
+        if d.size() < min_size {
+            return Err(Error::Invalid(format!(
+                "{}: device of {} bytes is too small (at least {min_size})",
                 p.display(),
                 d.size()
             )));
@@ -244,6 +272,9 @@ pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Res
     }
     if o.free_space_tree {
         sb.compat_ro_flags |= FST_FLAGS;
+    }
+    if o.mixed {
+        sb.incompat_flags |= INCOMPAT_MIXED_GROUPS;
     }
     let mut devs = Vec::new();
     for (i, (path, dev)) in devices.into_iter().enumerate() {
@@ -294,8 +325,19 @@ pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Res
         )
     };
     t.add_chunk(SpaceKind::System, 8 << 20)?;
-    t.add_chunk(SpaceKind::Metadata, meta)?;
-    t.add_chunk(SpaceKind::Data, data)?;
+    if o.mixed {
+        // One DATA|METADATA chunk, sized as a data chunk (at least 16 MiB:
+        // small mixed filesystems are what the mode is for).
+        let mixed = if o.small_chunks {
+            16 << 20
+        } else {
+            (total / 10).clamp(16 << 20, 1 << 30)
+        };
+        t.add_chunk(SpaceKind::Data, mixed)?;
+    } else {
+        t.add_chunk(SpaceKind::Metadata, meta)?;
+        t.add_chunk(SpaceKind::Data, data)?;
+    }
     t.init_roots()?;
     let mut trees = vec![
         (EXTENT_TREE_OBJECTID, 0),

@@ -13,7 +13,7 @@
 //! `--reflink` the data is shared from the source file (FICLONERANGE) and
 //! only read for its checksums.
 
-use super::data::{Job, Pipe, Slot};
+use super::data::{Job, Piece, Pipe, Slot};
 use crate::error::{Error, Result};
 use crate::inode::{file_type, user_rdev_to_kernel};
 use crate::tx::Trans;
@@ -529,6 +529,99 @@ impl Walker<'_> {
         }
     }
 
+    /// Writes a piece of file data: one extent, or, when the piece is
+    /// larger than a new chunk (chunks smaller than a piece: mixed or
+    /// small filesystems), several: the largest free range filled first
+    /// when it is 1 MiB or more, else a new chunk's worth; and when an
+    /// extent still finds no room, extents of halving size, as the
+    /// kernel's allocator retries smaller (uncompressed data only: a
+    /// compressed extent is at most 128 KiB).
+    /// Returns (offset in the piece, disk address, disk length, length)
+    /// per extent.
+    fn write_piece(
+        &mut self,
+        file: &File,
+        piece: &Piece,
+        path: &Path,
+    ) -> Result<Vec<(u64, u64, u64, u64)>> {
+        let ss = self.t.sectorsize() as u64;
+        let n = piece.n;
+        let splittable = piece.algo == 0 && piece.cloned + piece.data.len() as u64 == n;
+        let csum_size = self.t.info.csum_type.size() as u64;
+        let mut out = Vec::new();
+        let (mut o, mut step) = (0u64, n);
+        while o < n {
+            let mut k = step.min(n - o);
+            let chunk = self.t.new_chunk_size(crate::alloc::SpaceKind::Data);
+            if splittable && k > chunk {
+                // Larger than a new chunk: fill the largest free range
+                // first when it is sizable, else take a new chunk's worth.
+                let hole = self.t.alloc.largest_free(crate::alloc::SpaceKind::Data) / ss * ss;
+                k = k.min(if hole >= (1 << 20) {
+                    hole
+                } else {
+                    chunk / ss * ss
+                });
+            }
+            let r = if k == n {
+                self.write_extent(
+                    file,
+                    piece.at,
+                    piece.cloned,
+                    &piece.data,
+                    piece.sums.clone(),
+                )
+            } else {
+                // [o, o+k) of the piece: its cloned part, then its written part.
+                let cloned = piece.cloned.saturating_sub(o).min(k);
+                let d0 = (o + cloned - piece.cloned) as usize;
+                let d1 = (o + k).saturating_sub(piece.cloned) as usize;
+                let sums = piece.sums.as_ref().map(|s| {
+                    s[(o / ss * csum_size) as usize..((o + k) / ss * csum_size) as usize].to_vec()
+                });
+                self.write_extent(
+                    file,
+                    piece.at + o,
+                    cloned,
+                    &piece.data[d0..d1.max(d0)],
+                    sums,
+                )
+            };
+            match r {
+                Ok((disk, len)) => {
+                    out.push((o, disk, len, k));
+                    o += k;
+                }
+                Err(Error::NoSpace(_)) if splittable && k > ss => {
+                    step = (k / 2).div_ceil(ss) * ss;
+                }
+                Err(e) if self.o.reflink.is_some() => {
+                    return Err(Error::Invalid(format!("{}: {e}", path.display())))
+                }
+                Err(e) => return Err(in_path(path, e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// One data extent: `cloned` bytes of the file from `at`
+    /// (`--reflink`), then `data`.
+    fn write_extent(
+        &mut self,
+        file: &File,
+        at: u64,
+        cloned: u64,
+        data: &[u8],
+        sums: Option<Vec<u8>>,
+    ) -> Result<(u64, u64)> {
+        if self.o.reflink.is_some() {
+            self.t
+                .write_data_extent_cloned(file, at, cloned, data, sums)
+        } else {
+            self.t.write_data_extent_summed(data, sums)
+        }
+    }
+
     /// The pieces of `plan`'s data ranges from file offset `from` on: one
     /// extent each (compressed extents hold at most 128 KiB).
     fn jobs_from(&self, plan: &FilePlan, from: u64) -> Vec<Job> {
@@ -662,24 +755,23 @@ impl Walker<'_> {
                     let rest = self.jobs_from(&plan, at + n);
                     plan.slots = self.pipe.ask(rest, true).into();
                 }
-                let (disk, len) = if self.o.reflink.is_some() {
+                for (off, disk, len, k) in self.write_piece(&plan.file, &piece, path)? {
                     self.t
-                        .write_data_extent_cloned(
-                            &plan.file,
-                            at,
-                            piece.cloned,
-                            &piece.data,
-                            piece.sums,
+                        .insert_file_extent(
+                            tree,
+                            ino,
+                            at + off,
+                            disk,
+                            len,
+                            0,
+                            k,
+                            k,
+                            piece.algo,
+                            false,
+                            true,
                         )
-                        .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))
-                } else {
-                    self.t
-                        .write_data_extent_summed(&piece.data, piece.sums)
-                        .map_err(|e| in_path(path, e))
-                }?;
-                self.t
-                    .insert_file_extent(tree, ino, at, disk, len, 0, n, n, piece.algo, false, true)
-                    .map_err(|e| in_path(path, e))?;
+                        .map_err(|e| in_path(path, e))?;
+                }
                 self.pipe.give_back(piece.data);
                 nbytes += n;
                 self.stats.data_bytes += piece.want as u64;

@@ -124,8 +124,13 @@ impl Trans {
     /// space in data block groups, and unallocated device space new data
     /// chunks can take (divided by the data profile's copies), less room
     /// kept for metadata chunks when the metadata groups run low (the
-    /// kernel's space_info flushing keeps such a reserve too).
+    /// kernel's space_info flushing keeps such a reserve too). With mixed
+    /// block groups, the space both kinds share less the metadata reserve
+    /// that data allocations leave alone ([`Trans::alloc_data`]).
     pub fn data_space_estimate(&self) -> u64 {
+        if self.mixed_groups() {
+            return self.mixed_room().saturating_sub(self.mixed_meta_reserve());
+        }
         let (mut data_free, mut meta_free) = (0u64, 0u64);
         for g in self.alloc.groups.values() {
             if g.flags & BG_DATA != 0 {
@@ -146,26 +151,88 @@ impl Trans {
                     .sum::<u64>()
             })
             .sum();
-        // Device bytes per logical byte of a profile's chunks, as a
-        // fraction (raw, logical): RAID5/6 over the devices there are.
-        let ndevs = self.info.devices.len() as u64;
-        let raw_per_logical = |kind: SpaceKind| {
-            layout(self.profiles[kind as usize]).map_or((2, 1), |l| {
-                let mut n = if l.devs == 0 { ndevs } else { l.devs as u64 };
-                if l.sub_stripes == 2 {
-                    n -= n % 2;
-                }
-                let n = n.max(l.min_devs as u64) * if l.dup { 2 } else { 1 };
-                (n, l.data_stripes(n))
-            })
-        };
         let total: u64 = self.info.devices.values().map(|d| d.size).sum();
         let meta_chunk = (256u64 << 20).min(total / 10).max(16 << 20);
         let want_meta = (2 * meta_chunk).saturating_sub(meta_free);
-        let (mr, ml) = raw_per_logical(SpaceKind::Metadata);
+        let (mr, ml) = self.raw_per_logical(SpaceKind::Metadata);
         let meta_reserve = want_meta * mr / ml;
-        let (dr, dl) = raw_per_logical(SpaceKind::Data);
+        let (dr, dl) = self.raw_per_logical(SpaceKind::Data);
         data_free + unalloc.saturating_sub(meta_reserve) / dr * dl
+    }
+
+    /// Device bytes per logical byte of `kind`'s new chunks, as a fraction
+    /// (raw, logical): RAID5/6 over the devices there are.
+    fn raw_per_logical(&self, kind: SpaceKind) -> (u64, u64) {
+        let ndevs = self.info.devices.len() as u64;
+        layout(self.profiles[kind as usize]).map_or((2, 1), |l| {
+            let mut n = if l.devs == 0 { ndevs } else { l.devs as u64 };
+            if l.sub_stripes == 2 {
+                n -= n % 2;
+            }
+            let n = n.max(l.min_devs as u64) * if l.dup { 2 } else { 1 };
+            (n, l.data_stripes(n))
+        })
+    }
+
+    /// Whether the filesystem has mixed block groups (INCOMPAT_MIXED_GROUPS):
+    /// data and metadata share DATA|METADATA block groups, and new chunks
+    /// for either are such groups.
+    pub fn mixed_groups(&self) -> bool {
+        self.info.sb.incompat_flags & INCOMPAT_MIXED_GROUPS != 0
+    }
+
+    /// Unallocated device space, in bytes of devices (holes from their
+    /// first 1 MiB-aligned byte, where stripes can start).
+    fn unallocated(&self) -> u64 {
+        self.info
+            .devices
+            .values()
+            .map(|d| {
+                self.dev_space
+                    .holes(d.devid, d.size)
+                    .iter()
+                    .map(|&(s, l)| (s + l).saturating_sub(s.next_multiple_of(DEV_RESERVED)))
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
+    /// Logical bytes new mixed chunks can still take: the unallocated
+    /// device space by the profile's device bytes per logical byte.
+    fn mixed_unallocated(&self) -> u64 {
+        let (raw, logical) = self.raw_per_logical(SpaceKind::Data);
+        self.unallocated() / raw * logical
+    }
+
+    /// Space data and metadata of a mixed filesystem share: free in the
+    /// mixed block groups, and what new chunks can take.
+    fn mixed_room(&self) -> u64 {
+        let free: u64 = self
+            .alloc
+            .groups
+            .values()
+            .filter(|g| g.flags & BG_DATA != 0)
+            .map(|g| g.free_bytes())
+            .sum();
+        free + self.mixed_unallocated()
+    }
+
+    /// Bytes of a mixed filesystem that file data never takes: room for
+    /// the tree blocks of the commits to come (the kernel reserves
+    /// metadata space before it writes data): 1/32 of the filesystem's
+    /// logical capacity, at least 4 MiB and at most 64 MiB.
+    pub fn mixed_meta_reserve(&self) -> u64 {
+        let (raw, logical) = self.raw_per_logical(SpaceKind::Data);
+        let total: u64 = self.info.devices.values().map(|d| d.size).sum();
+        (total / raw * logical / 32).clamp(4 << 20, 64 << 20)
+    }
+
+    /// Whether `len` bytes of file data fit a mixed filesystem with the
+    /// metadata reserve left over. Cheap while unallocated space alone
+    /// holds both.
+    pub(crate) fn mixed_data_fits(&self, len: u64) -> bool {
+        let need = len + self.mixed_meta_reserve();
+        self.mixed_unallocated() >= need || self.mixed_room() >= need
     }
 
     /// Profile bits for new chunks of `kind`.
@@ -198,7 +265,7 @@ impl Trans {
         if ndevs < lay.min_devs || cands.len() < ndevs {
             return Err(Error::NoSpace(format!(
                 "no device room for a new {kind:?} chunk ({} needs {} devices with free space, {} have)",
-                ubtrfs_format::items::profile_name(profile | kind.bg_flag()),
+                ubtrfs_format::items::profile_name(profile | self.chunk_type(kind)),
                 lay.min_devs.max(ndevs),
                 cands.len()
             )));
@@ -246,7 +313,7 @@ impl Trans {
             .max()
             .unwrap_or(DEV_RESERVED)
             .next_multiple_of(DEV_RESERVED);
-        let flags = kind.bg_flag() | profile;
+        let flags = self.chunk_type(kind) | profile;
         let chunk = ChunkItem {
             length,
             owner: EXTENT_TREE_OBJECTID,
@@ -269,16 +336,37 @@ impl Trans {
         Ok(logical)
     }
 
-    /// Makes room for `kind` when its block groups are full.
-    pub(crate) fn grow(&mut self, kind: SpaceKind) -> Result<()> {
+    /// Type bits of a new chunk for `kind`: DATA|METADATA for data and
+    /// metadata with mixed block groups.
+    fn chunk_type(&self, kind: SpaceKind) -> u64 {
+        match kind {
+            SpaceKind::Data | SpaceKind::Metadata if self.mixed_groups() => BG_DATA | BG_METADATA,
+            _ => kind.bg_flag(),
+        }
+    }
+
+    /// Logical size of the chunks [`Trans::grow`] makes for `kind` (when
+    /// the devices have room for them).
+    pub fn new_chunk_size(&self, kind: SpaceKind) -> u64 {
         let total: u64 = self.info.devices.values().map(|d| d.size).sum();
-        let size = match kind {
+        // A mixed chunk is sized as a data chunk (the kernel's
+        // calc_chunk_size: the DATA bit decides).
+        let kind_size = match kind {
+            SpaceKind::Metadata if self.mixed_groups() => SpaceKind::Data,
+            k => k,
+        };
+        match kind_size {
             SpaceKind::Data => (1 << 30).min(total / 10),
             SpaceKind::Metadata => (256 << 20).min(total / 10),
             SpaceKind::System => (32 << 20).min(total / 10),
         }
         .max(16 << 20)
-        .min(self.chunk_cap.unwrap_or(u64::MAX));
+        .min(self.chunk_cap.unwrap_or(u64::MAX))
+    }
+
+    /// Makes room for `kind` when its block groups are full.
+    pub(crate) fn grow(&mut self, kind: SpaceKind) -> Result<()> {
+        let size = self.new_chunk_size(kind);
         self.add_chunk(kind, size).map(|_| ())
     }
 
