@@ -205,6 +205,17 @@ impl Trans {
     /// not match: a sector no copy of which matches is an error, as the
     /// kernel's EIO.
     fn read_verified(&mut self, logical: u64, len: u64) -> Result<Vec<u8>> {
+        // The length comes from an extent item: bounded before the
+        // checksum list is sized by it (read_data bounds it too, later).
+        if len > crate::disk_io::MAX_DATA_READ as u64 {
+            return Err(Error::corrupt(
+                format!("data at logical {logical}"),
+                format!(
+                    "read of {len} bytes is larger than {}",
+                    crate::disk_io::MAX_DATA_READ
+                ),
+            ));
+        }
         let ss = self.sectorsize() as u64;
         let cs = self.info.csum_type.size();
         let mut sums: Vec<Option<[u8; CSUM_SIZE_MAX]>> = vec![None; (len / ss) as usize];
