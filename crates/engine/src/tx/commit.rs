@@ -94,12 +94,7 @@ impl Trans {
                 )));
             };
             for loc in copies {
-                let dev = self.info.devices.get(&loc.devid).ok_or_else(|| {
-                    Error::Invalid(format!(
-                        "devid {} is missing: cannot write logical {at}",
-                        loc.devid
-                    ))
-                })?;
+                let dev = self.writer_dev(loc.devid, at)?;
                 dev.dev()
                     .clone_range_from(src, src_off + done, piece.len, loc.physical)
                     .map_err(|e| Error::Io {
