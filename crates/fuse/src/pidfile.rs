@@ -49,28 +49,33 @@ pub struct Server {
 }
 
 impl Server {
-    fn start_of(pid: u32) -> Option<u64> {
+    /// The fields of /proc/PID/stat after the command name (which is in
+    /// parentheses and may hold spaces): state first, then field 4 on.
+    fn stat_fields(pid: u32) -> Option<Vec<String>> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // The command name (field 2) is in parentheses and may hold
-        // spaces: count fields after its closing one.
         let rest = &stat[stat.rfind(')')? + 1..];
-        rest.split_whitespace().nth(19)?.parse().ok()
+        Some(rest.split_whitespace().map(str::to_string).collect())
+    }
+
+    /// Start time: field 22.
+    fn start_in(f: &[String]) -> Option<u64> {
+        f.get(19)?.parse().ok()
+    }
+
+    fn start_of(pid: u32) -> Option<u64> {
+        Self::start_in(&Self::stat_fields(pid)?)
     }
 
     /// Whether this process still runs: not gone, and not a zombie whose
     /// threads have all ended (a zombie leader with threads left is a
     /// process still exiting).
     pub fn alive(&self) -> bool {
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) else {
+        let Some(f) = Self::stat_fields(self.pid) else {
             return false;
         };
-        let Some(close) = stat.rfind(')') else {
-            return false;
-        };
-        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        // After the command name: state is field 3, num_threads 20.
-        let ended = f.first() == Some(&"Z") && f.get(17).is_none_or(|n| *n == "1");
-        !ended && Self::start_of(self.pid) == Some(self.start)
+        // State is field 3, num_threads field 20.
+        let ended = f.first().is_some_and(|s| s == "Z") && f.get(17).is_none_or(|n| n == "1");
+        !ended && Self::start_in(&f) == Some(self.start)
     }
 }
 
