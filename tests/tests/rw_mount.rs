@@ -30,6 +30,13 @@
 //!     last commit and ended (a plain umount of a FUSE mount returns
 //!     before): 200 MiB left dirty, then at once `btrfs check` and the
 //!     kernel's read.
+//! (h) O_DIRECT writers (tests/oracle/direct_io.py: 4 processes, direct
+//!     and buffered writes, direct and buffered reads checked against a
+//!     model) on a fallocated NOCOW file and a COW file; unmount; `btrfs
+//!     check`; the kernel reads both files equal to the model, writes to
+//!     them with O_DIRECT, and `btrfs check` stays clean. On ubtrfs's
+//!     mount the direct writes must have been written in place outside
+//!     the lock (the daemon's count, in its log).
 //!
 //! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
 //! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
@@ -783,4 +790,102 @@ fn umount_waits_for_the_last_commit() {
     let base = tempdir("ubtrfs-umount");
     umount_case(&base, 1).unwrap_or_else(|e| panic!("{e}"));
     let _ = std::fs::remove_dir_all(&base);
+}
+
+// ------------------------------------------------------------------ (h)
+
+fn direct_io_script() -> PathBuf {
+    repo_root().join("tests/oracle/direct_io.py")
+}
+
+fn direct_io_case(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
+    let dir = base.join(format!("{}-{seed}", w.name()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("fs.img");
+    mkfs_image(&image, "512M")?;
+    let mnt = dir.join("mnt");
+    let (procs, ops) = ("4", "400");
+    let m = RwMount::start(w, &image, &mnt, "")?;
+    let log = match &m {
+        RwMount::Ubtrfs(u) => Some(u.log.clone()),
+        RwMount::Kernel(_) => None,
+    };
+    let seed_s = seed.to_string();
+    let r = run(Command::new("python3")
+        .arg(direct_io_script())
+        .arg(&mnt)
+        .args([seed_s.as_str(), procs, ops]));
+    if let Err(e) = r {
+        let _ = m.finish();
+        return Err(format!("direct_io.py through the {} mount: {e}", w.name()));
+    }
+    m.finish().map_err(|e| format!("unmount: {e}"))?;
+    let mut note = String::from("direct_io.py passed");
+    if let Some(log) = log {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let n: u64 = text
+            .lines()
+            .rev()
+            .find_map(|l| {
+                l.split("; ")
+                    .find_map(|p| p.strip_suffix(" direct writes in place"))
+            })
+            .and_then(|n| n.trim().parse().ok())
+            .ok_or_else(|| {
+                format!(
+                    "no direct write count in the mount's log: {}",
+                    tail(&text, 800)
+                )
+            })?;
+        if n == 0 {
+            return Err("no write was a direct write in place".into());
+        }
+        note = format!("{note}, {n} direct writes in place");
+    }
+    check(&image, &format!("after the {} mount", w.name()))?;
+    let k = RwMount::start(Writer::Kernel, &image, &mnt, "")?;
+    let v = run(Command::new("python3")
+        .arg(direct_io_script())
+        .arg("--verify")
+        .arg(&mnt)
+        .args([seed_s.as_str(), procs, ops]));
+    let dd = run(Command::new("dd")
+        .arg("if=/dev/urandom")
+        .arg(format!("of={}", mnt.join("nocow").display()))
+        .args([
+            "bs=64K",
+            "seek=7",
+            "count=9",
+            "oflag=direct",
+            "conv=notrunc",
+            "status=none",
+        ]));
+    k.finish().map_err(|e| format!("kernel unmount: {e}"))?;
+    v.map_err(|e| format!("the kernel's view after the {} mount: {e}", w.name()))?;
+    dd.map_err(|e| format!("kernel O_DIRECT write: {e}"))?;
+    check(&image, "after the kernel wrote on top")?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(note)
+}
+
+#[test]
+fn direct_io_reference_on_kernel() {
+    if !ready("direct_io_reference_on_kernel", Writer::Kernel) {
+        return;
+    }
+    let base = Workdir::new("rw-direct-kernel");
+    each_seed("direct_io_reference_on_kernel", |s| {
+        direct_io_case(Writer::Kernel, s, &base)
+    });
+}
+
+#[test]
+fn direct_io_on_ubtrfs_mount() {
+    if !ready("direct_io_on_ubtrfs_mount", Writer::Ubtrfs) {
+        return;
+    }
+    let base = Workdir::new("rw-direct-ubtrfs");
+    each_seed("direct_io_on_ubtrfs_mount", |s| {
+        direct_io_case(Writer::Ubtrfs, s, &base)
+    });
 }

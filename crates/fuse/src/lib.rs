@@ -25,6 +25,7 @@
 mod attr;
 mod dir;
 mod file;
+pub mod fslock;
 pub mod ino;
 pub mod logging;
 pub mod options;

@@ -17,6 +17,7 @@
 
 use crate::attr::file_attr;
 use crate::dir::dirent_type;
+use crate::fslock::FsLock;
 use crate::ino;
 use crate::logging;
 use fuser::{
@@ -69,7 +70,7 @@ struct Handle {
 
 /// The read-write FUSE filesystem.
 pub struct RwFuse {
-    fs: Arc<Mutex<RwFs>>,
+    fs: Arc<FsLock>,
     root: InodeId,
     ttl: Duration,
     sectorsize: u32,
@@ -145,8 +146,8 @@ fn errno(op: &str, e: Error) -> Errno {
 }
 
 impl RwFuse {
-    pub fn new(fs: Arc<Mutex<RwFs>>, root: InodeId, ttl: Duration, acl: bool) -> RwFuse {
-        let sectorsize = fs.lock().map(|f| f.sectorsize() as u32).unwrap_or(4096);
+    pub fn new(fs: Arc<FsLock>, root: InodeId, ttl: Duration, acl: bool) -> RwFuse {
+        let sectorsize = fs.lock_shared().sectorsize() as u32;
         RwFuse {
             fs,
             root,
@@ -160,8 +161,33 @@ impl RwFuse {
         }
     }
 
+    /// The filesystem, for a request that may change it.
     fn fs(&self) -> MutexGuard<'_, RwFs> {
-        self.fs.lock().unwrap_or_else(|p| p.into_inner())
+        self.fs.lock()
+    }
+
+    /// The filesystem, for a request that only reads it (direct writes
+    /// may be in flight).
+    fn fs_read(&self) -> MutexGuard<'_, RwFs> {
+        self.fs.lock_shared()
+    }
+
+    /// An O_DIRECT write: in place and outside the lock where the engine
+    /// can (see [`ubtrfs_engine::vfs::direct`]); None if it must be
+    /// written as a buffered write.
+    fn direct_write(&self, id: InodeId, offset: u64, data: &[u8]) -> Option<Result<(), Error>> {
+        let w = match self
+            .fs
+            .lock_direct()
+            .direct_write_begin(id, offset, data.len())
+        {
+            Ok(Some(w)) => w,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        let res = w.write(data);
+        let end = self.fs.end_direct(w, res.is_ok());
+        Some(res.and(end))
     }
 
     fn inode(&self, node: INodeNo) -> InodeId {
@@ -324,7 +350,7 @@ impl fuser::Filesystem for RwFuse {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let dir = self.inode(parent);
-        let res = self.fs().lookup(dir, name.as_bytes());
+        let res = self.fs_read().lookup(dir, name.as_bytes());
         match res {
             Ok(Some(id)) => self.reply_entry("lookup", reply, Ok(id)),
             Ok(None) => reply.error(Errno::ENOENT),
@@ -340,7 +366,7 @@ impl fuser::Filesystem for RwFuse {
         reply: ReplyAttr,
     ) {
         let id = self.inode(node);
-        let res = self.fs().stat(id);
+        let res = self.fs_read().stat(id);
         match res
             .map_err(|e| errno("getattr", e))
             .and_then(|st| self.attr(&st))
@@ -390,7 +416,7 @@ impl fuser::Filesystem for RwFuse {
     }
 
     fn readlink(&self, _req: &Request, node: INodeNo, reply: ReplyData) {
-        let res = self.fs().readlink(self.inode(node));
+        let res = self.fs_read().readlink(self.inode(node));
         match res {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno("readlink", e)),
@@ -552,7 +578,7 @@ impl fuser::Filesystem for RwFuse {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        let res = self.fs().read(self.inode(node), offset, size);
+        let res = self.fs_read().read(self.inode(node), offset, size);
         match res {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno("read", e)),
@@ -568,11 +594,19 @@ impl fuser::Filesystem for RwFuse {
         offset: u64,
         data: &[u8],
         _write_flags: fuser::WriteFlags,
-        _flags: fuser::OpenFlags,
+        flags: fuser::OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
-        let res = self.fs().write(self.inode(node), offset, data);
+        let id = self.inode(node);
+        let direct = flags.0 & libc::O_DIRECT != 0;
+        let res = match direct
+            .then(|| self.direct_write(id, offset, data))
+            .flatten()
+        {
+            Some(res) => res.map(|()| data.len()),
+            None => self.fs().write(id, offset, data),
+        };
         match res {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno("write", e)),
@@ -640,7 +674,7 @@ impl fuser::Filesystem for RwFuse {
         mut reply: ReplyDirectory,
     ) {
         let dir = self.inode(node);
-        let res = self.fs().readdir(dir, offset, 512);
+        let res = self.fs_read().readdir(dir, offset, 512);
         match res {
             Ok(entries) => {
                 for e in entries {
@@ -682,7 +716,7 @@ impl fuser::Filesystem for RwFuse {
     }
 
     fn statfs(&self, _req: &Request, _node: INodeNo, reply: ReplyStatfs) {
-        let s = self.fs().statfs();
+        let s = self.fs_read().statfs();
         reply.statfs(s.blocks, s.bfree, s.bavail, 0, 0, s.bsize, 255, s.bsize);
     }
 
@@ -707,12 +741,12 @@ impl fuser::Filesystem for RwFuse {
     }
 
     fn getxattr(&self, _req: &Request, node: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let res = self.fs().getxattr(self.inode(node), name.as_bytes());
+        let res = self.fs_read().getxattr(self.inode(node), name.as_bytes());
         answer_xattr(res, size, reply, "getxattr");
     }
 
     fn listxattr(&self, _req: &Request, node: INodeNo, size: u32, reply: ReplyXattr) {
-        let res = self.fs().listxattr(self.inode(node));
+        let res = self.fs_read().listxattr(self.inode(node));
         answer_xattr(res, size, reply, "listxattr");
     }
 
@@ -878,7 +912,7 @@ impl fuser::Filesystem for RwFuse {
             Some(h) if h.id == id => &mut h.seek,
             _ => &mut scratch,
         };
-        let res = self.fs().seek(id, cache, offset as u64, whence);
+        let res = self.fs_read().seek(id, cache, offset as u64, whence);
         match res {
             Ok(Some(o)) => reply.offset(o as i64),
             Ok(None) => reply.error(Errno::ENXIO),

@@ -2,6 +2,7 @@
 //! serve requests until the mount goes away, in the foreground or as a
 //! daemon, and unmount on SIGINT/SIGTERM/SIGHUP.
 
+use crate::fslock::FsLock;
 use crate::logging;
 use crate::options::MountOptions;
 use crate::rw::RwFuse;
@@ -15,7 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use ubtrfs_engine::vfs::RwFs;
 use ubtrfs_engine::{Filesystem, InodeId, OpenOptions};
@@ -378,7 +379,7 @@ fn serve_rw(
     root: InodeId,
 ) -> Result<(), String> {
     let o = &req.options;
-    let rw = Arc::new(Mutex::new(rw));
+    let rw = Arc::new(FsLock::new(rw));
     // Attributes change only through this mount, but briefly cached all
     // the same: what the kernel caches it also updates from our replies.
     let ttl = Duration::from_secs(o.timeout_secs.min(1));
@@ -392,7 +393,12 @@ fn serve_rw(
             .spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(200));
-                    let mut fs = rw.lock().unwrap_or_else(|p| p.into_inner());
+                    // Asked first without waiting for direct writes to
+                    // drain: most checks find nothing due.
+                    if !rw.lock_shared().commit_due() {
+                        continue;
+                    }
+                    let mut fs = rw.lock();
                     if fs.commit_due() {
                         if let Err(e) = fs.commit() {
                             logging::error(&format!("commit: {e}"));
@@ -409,12 +415,12 @@ fn serve_rw(
     // dead connection): commit here too (a second commit of nothing
     // writes nothing).
     let last = {
-        let mut fs = rw.lock().unwrap_or_else(|p| p.into_inner());
+        let mut fs = rw.lock();
         let last = fs.unmount();
         let (st, ls) = (fs.stats.clone(), fs.log_stats());
         logging::info(&format!(
-            "{} commits; fsync: {} by log tree, {} by another's log sync or a commit, {} by commit; log: {} syncs, {} inodes, {} blocks, {} checksum lookups",
-            st.commits, st.log_syncs, st.fsync_batched, st.fsync_commits, ls.syncs, ls.inodes, ls.blocks, ls.csum_lookups
+            "{} commits; fsync: {} by log tree, {} by another's log sync or a commit, {} by commit; log: {} syncs, {} inodes, {} blocks, {} checksum lookups; {} direct writes in place",
+            st.commits, st.log_syncs, st.fsync_batched, st.fsync_commits, ls.syncs, ls.inodes, ls.blocks, ls.csum_lookups, st.direct_writes
         ));
         last
     };

@@ -223,15 +223,37 @@ impl Trans {
         } else {
             dev.dev().write_at(buf, loc.physical)
         }
-        .map_err(|e| Error::Io {
-            path: dev.path.display().to_string(),
-            op: format!(
-                "write {} bytes at physical {} (logical {at})",
-                buf.len(),
-                loc.physical
-            ),
-            source: e,
-        })
+        .map_err(|e| phys_write_error(&dev.path, buf.len(), loc.physical, at, e))
+    }
+
+    /// Where `len` bytes of file data at `logical` go: one target per
+    /// copy of each piece, for a writer that writes them without the
+    /// transaction (a direct write, outside the mount's lock). None for
+    /// RAID5/6 block groups, whose parity rows are read, computed and
+    /// written under the transaction only.
+    pub(crate) fn data_targets(&self, logical: u64, len: u64) -> Result<Option<Vec<DataTarget>>> {
+        let mut out = Vec::new();
+        let mut done = 0u64;
+        while done < len {
+            let at = logical + done;
+            let piece = self.info.chunks.map(at, len - done)?;
+            let Placement::Mirrors(copies) = &piece.placement else {
+                return Ok(None);
+            };
+            for loc in copies {
+                let dev = self.writer_dev(loc.devid, at)?;
+                out.push(DataTarget {
+                    dev: dev.dev().clone(),
+                    path: dev.path.clone(),
+                    physical: loc.physical,
+                    logical: at,
+                    from: done as usize,
+                    len: piece.len as usize,
+                });
+            }
+            done += piece.len;
+        }
+        Ok(Some(out))
     }
 
     /// Reads `buf.len()` bytes `off` bytes into the strip at `loc` (the
@@ -445,5 +467,56 @@ impl Trans {
             }
         }
         Ok(())
+    }
+}
+
+/// One copy of a run of file data and the device place it goes to
+/// ([`Trans::data_targets`]): written without the transaction.
+pub struct DataTarget {
+    dev: std::sync::Arc<dyn crate::io::dev::BlockDev>,
+    path: std::path::PathBuf,
+    physical: u64,
+    logical: u64,
+    /// The run's bytes within the caller's buffer.
+    from: usize,
+    len: usize,
+}
+
+impl DataTarget {
+    /// The same target for a buffer whose run starts `by` bytes later.
+    pub(crate) fn shifted(mut self, by: usize) -> DataTarget {
+        self.from += by;
+        self
+    }
+
+    /// Writes this target's bytes of `data` (the whole buffer the targets
+    /// were made for).
+    pub fn write(&self, data: &[u8]) -> Result<()> {
+        let buf = data.get(self.from..self.from + self.len).ok_or_else(|| {
+            Error::Invalid(format!(
+                "data target at logical {} past the {} bytes given",
+                self.logical,
+                data.len()
+            ))
+        })?;
+        self.dev
+            .write_data(buf, self.physical)
+            .map_err(|e| phys_write_error(&self.path, buf.len(), self.physical, self.logical, e))
+    }
+}
+
+/// The error of a failed write of `len` bytes at `physical` on `path`
+/// (for logical `at`).
+fn phys_write_error(
+    path: &std::path::Path,
+    len: usize,
+    physical: u64,
+    at: u64,
+    e: std::io::Error,
+) -> Error {
+    Error::Io {
+        path: path.display().to_string(),
+        op: format!("write {len} bytes at physical {physical} (logical {at})"),
+        source: e,
     }
 }

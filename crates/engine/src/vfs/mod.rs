@@ -17,10 +17,13 @@
 //! * [`attr`]: stat, setattr, xattrs, inode flags;
 //! * [`file`]: read, write, writeback, truncate, fallocate, copy ranges,
 //!   SEEK_DATA/SEEK_HOLE ([`seek`]), fsync;
-//! * [`nocow`]: in-place overwrites of NOCOW extents.
+//! * [`nocow`]: in-place overwrites of NOCOW extents;
+//! * [`direct`]: O_DIRECT overwrites of NOCOW extents, written outside
+//!   the mount's lock.
 
 pub mod acl;
 pub mod attr;
+pub mod direct;
 pub mod extent_io;
 pub mod file;
 pub mod namei;
@@ -93,6 +96,8 @@ pub struct RwStats {
     /// NOCOW ranges overwritten in place, and those that fell back to COW.
     pub nocow_in_place: u64,
     pub nocow_cow: u64,
+    /// O_DIRECT writes overwritten in place outside the lock ([`direct`]).
+    pub direct_writes: u64,
 }
 
 /// statfs(2)'s answer, in sectors.
@@ -125,6 +130,8 @@ pub struct RwFs {
     /// A commit failed: the transaction is gone, nothing more is written
     /// (the kernel's transaction abort turns the filesystem read-only).
     aborted: Option<String>,
+    /// Direct writes begun and not ended ([`direct`]).
+    direct_in_flight: u64,
     /// A writeback that failed after its write(2) had returned, reported
     /// at the next fsync.
     wb_error: Option<Error>,
@@ -181,6 +188,7 @@ impl RwFs {
             orphans: HashSet::new(),
             last_commit: Instant::now(),
             aborted: None,
+            direct_in_flight: 0,
             wb_error: None,
             stats: RwStats::default(),
             log: Default::default(),

@@ -38,17 +38,24 @@ fn full_csum_scan() -> bool {
 
 /// A piece of the file over one extent, copied out of its item.
 #[derive(Debug, Clone, Copy)]
-struct Piece {
+pub(crate) struct Piece {
     /// File range.
-    start: u64,
-    end: u64,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
     /// The item's file offset and its extent's offset, address, length.
     item_off: u64,
     ext_off: u64,
     disk: u64,
     disk_len: u64,
     ram_bytes: u64,
-    prealloc: bool,
+    pub(crate) prealloc: bool,
+}
+
+impl Piece {
+    /// The logical address of the piece's first byte.
+    pub(crate) fn addr(&self) -> u64 {
+        self.disk + self.ext_off + (self.start - self.item_off)
+    }
 }
 
 impl RwFs {
@@ -58,12 +65,44 @@ impl RwFs {
     pub(crate) fn nocow_write(&mut self, id: InodeId, start: u64, data: &[u8]) -> Result<bool> {
         let ss = self.sectorsize();
         let end = start + (data.len() as u64).div_ceil(ss) * ss;
+        let Some(pieces) = self.nocow_pieces(id, start, end)? else {
+            return Ok(false);
+        };
+        // Step three: the writes, and preallocated pieces become written.
+        let mut padded;
+        let bytes = if (data.len() as u64) < end - start {
+            padded = data.to_vec();
+            padded.resize((end - start) as usize, 0);
+            &padded[..]
+        } else {
+            data
+        };
+        for p in &pieces {
+            let src = &bytes[(p.start - start) as usize..(p.end - start) as usize];
+            self.t.write_logical_data(p.addr(), src)?;
+            if p.prealloc {
+                self.mark_written(id, p)?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// The pieces of NOCOW file `id` over the sector-aligned range
+    /// `[start, end)` if every one may be overwritten in place (steps one
+    /// and two of [`RwFs::nocow_write`]); None if the range must be
+    /// written copy-on-write.
+    pub(crate) fn nocow_pieces(
+        &mut self,
+        id: InodeId,
+        start: u64,
+        end: u64,
+    ) -> Result<Option<Vec<Piece>>> {
         // Step one: the items, copied; the range must be covered whole.
         let mut pieces = Vec::new();
         let mut at = start;
         for (k, e) in self.t.file_extents(id.subvol, id.ino, start, end)? {
             if e.start > at || e.compression != 0 {
-                return Ok(false);
+                return Ok(None);
             }
             let (disk, disk_len, ext_off, ram_bytes, prealloc) = match e.kind {
                 ExtentKind::Regular {
@@ -79,10 +118,10 @@ impl RwFs {
                     offset,
                     ..
                 } => (disk_bytenr, disk_num_bytes, offset, disk_num_bytes, true),
-                _ => return Ok(false),
+                _ => return Ok(None),
             };
             if disk == 0 {
-                return Ok(false);
+                return Ok(None);
             }
             pieces.push(Piece {
                 start: e.start.max(start),
@@ -100,41 +139,24 @@ impl RwFs {
             }
         }
         if at < end {
-            return Ok(false);
+            return Ok(None);
         }
         // Step two: the slow checks, on the copies.
         let last_snapshot = self.t.root(id.subvol)?.item.last_snapshot;
         for p in &pieces {
             if !self.extent_exclusive(id, p, last_snapshot)? {
-                return Ok(false);
+                return Ok(None);
             }
             if !self.group_writable(p.disk) {
-                return Ok(false);
+                return Ok(None);
             }
-            let lo = p.disk + p.ext_off + (p.start - p.item_off);
+            let lo = p.addr();
             let hi = lo + (p.end - p.start);
             if self.t.csum_in_range(lo, hi, full_csum_scan())? {
-                return Ok(false);
+                return Ok(None);
             }
         }
-        // Step three: the writes, and preallocated pieces become written.
-        let mut padded;
-        let bytes = if (data.len() as u64) < end - start {
-            padded = data.to_vec();
-            padded.resize((end - start) as usize, 0);
-            &padded[..]
-        } else {
-            data
-        };
-        for p in &pieces {
-            let addr = p.disk + p.ext_off + (p.start - p.item_off);
-            let src = &bytes[(p.start - start) as usize..(p.end - start) as usize];
-            self.t.write_logical_data(addr, src)?;
-            if p.prealloc {
-                self.mark_written(id, p)?;
-            }
-        }
-        Ok(true)
+        Ok(Some(pieces))
     }
 
     /// Whether `p`'s extent is referenced by this file's extent items
@@ -164,7 +186,7 @@ impl RwFs {
     /// Turns the preallocated piece `p` into written data (the kernel's
     /// btrfs_mark_extent_written): its item is replaced by a regular one
     /// over the same extent; the parts around it stay preallocated.
-    fn mark_written(&mut self, id: InodeId, p: &Piece) -> Result<()> {
+    pub(crate) fn mark_written(&mut self, id: InodeId, p: &Piece) -> Result<()> {
         let (tree, ino) = (id.subvol, id.ino);
         self.t.drop_extents(tree, ino, p.start, p.end)?;
         self.t.insert_file_extent(
