@@ -96,6 +96,25 @@ fn fsync_batching() -> bool {
     *ON.get_or_init(|| std::env::var_os("UBTRFS_NO_FSYNC_BATCH").is_none_or(|v| v == "0"))
 }
 
+/// How files are opened: the kernel keeps a file's page cache across
+/// opens (FOPEN_KEEP_CACHE). Every change of a file's bytes goes through
+/// this mount and the kernel's page cache follows it: writes fill it
+/// (write-through: the writeback cache is off), and truncate, fallocate's
+/// punch and zero range, copy_file_range and direct writes drop the range
+/// they change. Without it every open drops the file's cached pages and a
+/// `cp` right after a write reads the whole file through the daemon again.
+/// `UBTRFS_NO_KEEP_CACHE=1` drops them (the benchmark's switch).
+fn open_flags() -> FopenFlags {
+    static KEEP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let keep =
+        *KEEP.get_or_init(|| std::env::var_os("UBTRFS_NO_KEEP_CACHE").is_none_or(|v| v == "0"));
+    if keep {
+        FopenFlags::FOPEN_KEEP_CACHE
+    } else {
+        FopenFlags::empty()
+    }
+}
+
 /// How an fsync was answered, from the counters its own calls moved (for
 /// UBTRFS_TRACE_FSYNC).
 fn answered(before: &RwStats, after: &RwStats) -> String {
@@ -563,7 +582,7 @@ impl fuser::Filesystem for RwFuse {
         fs.opened(id);
         drop(fs);
         let fh = self.new_handle(id);
-        reply.opened(fuser::FileHandle(fh), FopenFlags::empty());
+        reply.opened(fuser::FileHandle(fh), open_flags());
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -791,13 +810,7 @@ impl fuser::Filesystem for RwFuse {
                 fs.opened(id);
                 drop(fs);
                 let fh = self.new_handle(id);
-                reply.created(
-                    &self.ttl,
-                    &attr,
-                    g,
-                    fuser::FileHandle(fh),
-                    FopenFlags::empty(),
-                );
+                reply.created(&self.ttl, &attr, g, fuser::FileHandle(fh), open_flags());
             }
             Err(e) => reply.error(e),
         }
