@@ -42,23 +42,30 @@ impl DevSpace {
         out
     }
 
-    /// Largest hole of a device, from its first 1 MiB-aligned byte (where
-    /// [`DevSpace::find`] places stripes).
-    fn largest(&self, devid: u64, size: u64) -> u64 {
-        self.holes(devid, size)
-            .iter()
-            .map(|&(s, l)| (s + l).saturating_sub(s.next_multiple_of(DEV_RESERVED)))
-            .max()
-            .unwrap_or(0)
+    /// Holes of a device as stripes can use them: (start, length) from
+    /// each hole's first 1 MiB-aligned byte, as the kernel's allocator
+    /// aligns stripes.
+    fn usable(&self, devid: u64, size: u64) -> impl Iterator<Item = (u64, u64)> {
+        self.holes(devid, size).into_iter().map(|(s, l)| {
+            let a = s.next_multiple_of(DEV_RESERVED);
+            (a, (s + l).saturating_sub(a))
+        })
     }
 
-    /// First hole of `len` bytes (aligned to 1 MiB as the kernel's
-    /// allocator aligns stripes).
+    /// Largest usable hole of a device.
+    fn largest(&self, devid: u64, size: u64) -> u64 {
+        self.usable(devid, size).map(|(_, l)| l).max().unwrap_or(0)
+    }
+
+    /// Unallocated bytes of a device that stripes can use.
+    fn unallocated(&self, devid: u64, size: u64) -> u64 {
+        self.usable(devid, size).map(|(_, l)| l).sum()
+    }
+
+    /// First usable hole of `len` bytes.
     fn find(&self, devid: u64, size: u64, len: u64) -> Option<u64> {
-        self.holes(devid, size).into_iter().find_map(|(s, l)| {
-            let a = s.next_multiple_of(DEV_RESERVED);
-            (a + len <= s + l).then_some(a)
-        })
+        self.usable(devid, size)
+            .find_map(|(a, l)| (len <= l).then_some(a))
     }
 }
 
@@ -139,18 +146,7 @@ impl Trans {
                 meta_free += g.free_bytes();
             }
         }
-        let unalloc: u64 = self
-            .info
-            .devices
-            .values()
-            .map(|d| {
-                self.dev_space
-                    .holes(d.devid, d.size)
-                    .iter()
-                    .map(|&(_, l)| l)
-                    .sum::<u64>()
-            })
-            .sum();
+        let unalloc = self.unallocated();
         let total: u64 = self.info.devices.values().map(|d| d.size).sum();
         let meta_chunk = (256u64 << 20).min(total / 10).max(16 << 20);
         let want_meta = (2 * meta_chunk).saturating_sub(meta_free);
@@ -187,13 +183,7 @@ impl Trans {
         self.info
             .devices
             .values()
-            .map(|d| {
-                self.dev_space
-                    .holes(d.devid, d.size)
-                    .iter()
-                    .map(|&(s, l)| (s + l).saturating_sub(s.next_multiple_of(DEV_RESERVED)))
-                    .sum::<u64>()
-            })
+            .map(|d| self.dev_space.unallocated(d.devid, d.size))
             .sum()
     }
 
