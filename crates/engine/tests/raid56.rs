@@ -51,20 +51,24 @@ fn check_all(devs: &[Arc<MemDev>]) -> ubtrfs_engine::Result<()> {
     ubtrfs_engine::tools::check::check_filesystem(&fs).map(|_| ())
 }
 
-fn run(profile: u64, ndev: usize, seed: u64) -> Result<(), String> {
-    let nparity = if profile == BG_RAID6 { 2 } else { 1 };
-    let devs: Vec<Arc<MemDev>> = (0..ndev).map(|_| Arc::new(MemDev::new(DEV_SIZE))).collect();
+/// A filesystem made on `devs` with `profile` metadata and data and the
+/// scratch trees, committed.
+fn setup(
+    devs: Vec<Arc<dyn BlockDev>>,
+    profile: u64,
+    fsid: u8,
+) -> Result<ubtrfs_engine::tx::Trans, String> {
     let o = MkfsOptions {
         nodesize: 4096,
         metadata_profile: profile,
         data_profile: profile,
-        fsid: Some([0x56; 16]),
+        fsid: Some([fsid; 16]),
         ..Default::default()
     };
     let named = devs
-        .iter()
+        .into_iter()
         .enumerate()
-        .map(|(i, d)| (format!("mem{i}").into(), d.clone() as Arc<dyn BlockDev>))
+        .map(|(i, d)| (format!("mem{i}").into(), d))
         .collect();
     let e = |what: &str, e: ubtrfs_engine::Error| format!("{what}: {e}");
     let mut t = make(named, &o).map_err(|x| e("mkfs", x))?;
@@ -73,6 +77,14 @@ fn run(profile: u64, ndev: usize, seed: u64) -> Result<(), String> {
             .map_err(|x| e("create tree", x))?;
     }
     t.commit().map_err(|x| e("commit", x))?;
+    Ok(t)
+}
+
+fn run(profile: u64, ndev: usize, seed: u64) -> Result<(), String> {
+    let nparity = if profile == BG_RAID6 { 2 } else { 1 };
+    let devs: Vec<Arc<MemDev>> = (0..ndev).map(|_| Arc::new(MemDev::new(DEV_SIZE))).collect();
+    let e = |what: &str, e: ubtrfs_engine::Error| format!("{what}: {e}");
+    let mut t = setup(devs.iter().map(|d| d.clone() as _).collect(), profile, 0x56)?;
     let mut model = empty_model();
     let mut ops = seeded_ops(seed, 400, 3, 24, 12);
     ops.push(Op::Commit);
@@ -147,25 +159,12 @@ fn run_fault(profile: u64, ndev: usize, seed: u64) -> Result<(&'static str, usiz
         .iter()
         .map(|m| Arc::new(FaultDev::new(m.clone(), None)))
         .collect();
-    let o = MkfsOptions {
-        nodesize: 4096,
-        metadata_profile: profile,
-        data_profile: profile,
-        fsid: Some([0x57; 16]),
-        ..Default::default()
-    };
-    let named = faults
-        .iter()
-        .enumerate()
-        .map(|(i, d)| (format!("mem{i}").into(), d.clone() as Arc<dyn BlockDev>))
-        .collect();
     let e = |what: &str, e: ubtrfs_engine::Error| format!("{what}: {e}");
-    let mut t = make(named, &o).map_err(|x| e("mkfs", x))?;
-    for id in SCRATCH {
-        t.create_tree(id, RootItem::default())
-            .map_err(|x| e("create tree", x))?;
-    }
-    t.commit().map_err(|x| e("commit", x))?;
+    let mut t = setup(
+        faults.iter().map(|d| d.clone() as _).collect(),
+        profile,
+        0x57,
+    )?;
     let all: Vec<Arc<dyn BlockDev>> = mems.iter().map(|m| m.clone() as _).collect();
     let (mut gen, _) = read_back_devs(all.clone())?;
     let mut model = empty_model();
