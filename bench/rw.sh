@@ -43,6 +43,10 @@
 #   fsync/fsynccow:       UBTRFS_NO_FSYNC_BATCH=1 (concurrent fsyncs not
 #                         grouped into one log sync)
 #   sparse:               UBTRFS_NO_SEEK_CACHE=1
+#   bssplit:              UBTRFS_NO_DIRECT_IO=1 (O_DIRECT writes held dirty
+#                         under the lock, not written in place outside it)
+#   dbench/sparse:        UBTRFS_NO_KEEP_CACHE=1 (every open drops the
+#                         file's page cache)
 # Runs are interleaved (run 1 of every side, then run 2, ...). Caches are
 # dropped after each setup, before the measured part. The ubtrfs daemon
 # runs in the foreground (-f) under /usr/bin/time (peak RSS); "umount s" is
@@ -168,6 +172,8 @@ side_env() {
     ubtrfs-csum-full-scan) echo UBTRFS_CSUM_FULL_SCAN=1 ;;
     ubtrfs-no-seek-cache) echo UBTRFS_NO_SEEK_CACHE=1 ;;
     ubtrfs-no-fsync-batch) echo UBTRFS_NO_FSYNC_BATCH=1 ;;
+    ubtrfs-no-direct-io) echo UBTRFS_NO_DIRECT_IO=1 ;;
+    ubtrfs-no-keep-cache) echo UBTRFS_NO_KEEP_CACHE=1 ;;
     ubtrfs@*) echo "${1#ubtrfs@}" | tr , ' ' ;;  # ad hoc: ubtrfs@VAR=VALUE[,VAR=VALUE]
     *) echo "" ;;
   esac
@@ -188,15 +194,20 @@ sides_for() {
   local s="kernel"
   case $1 in
     sparse)
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-seek-cache"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-seek-cache ubtrfs-no-keep-cache"; } ;;
     fsync)
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
     fsynccow)
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch"; } ;;
     *)
+      local more=""
+      case $1 in
+        bssplit) more=" ubtrfs-no-direct-io" ;;
+        dbench) more=" ubtrfs-no-keep-cache" ;;
+      esac
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-csum-full-scan$more"; } ;;
   esac
   echo "$s"
 }
@@ -601,6 +612,8 @@ LABEL = {
     "ubtrfs-csum-full-scan": "ubtrfs UBTRFS_CSUM_FULL_SCAN=1",
     "ubtrfs-no-seek-cache": "ubtrfs UBTRFS_NO_SEEK_CACHE=1",
     "ubtrfs-no-fsync-batch": "ubtrfs UBTRFS_NO_FSYNC_BATCH=1 (each fsync syncs the log itself)",
+    "ubtrfs-no-direct-io": "ubtrfs UBTRFS_NO_DIRECT_IO=1 (O_DIRECT writes held dirty)",
+    "ubtrfs-no-keep-cache": "ubtrfs UBTRFS_NO_KEEP_CACHE=1 (page cache dropped at open)",
 }
 def label(side):
     return LABEL.get(side, side.replace("@", " "))
