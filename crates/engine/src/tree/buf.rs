@@ -1,9 +1,10 @@
-//! Tree blocks being changed: a block decoded into its items (leaf) or key
-//! pointers (node), so that inserting, deleting, resizing and splitting are
-//! vector operations; encoded back into bytes, with the header and the
+//! Tree blocks being changed: a block decoded into its items (leaf, see
+//! [`Leaf`]) or key pointers (node), so that inserting, deleting, resizing
+//! and splitting are vector operations; encoded back into bytes, with the header and the
 //! checksum, when the transaction writes it. The kernel's extent_buffer,
 //! decoded once instead of edited with memmove.
 
+use super::leaf::Leaf;
 use ubtrfs_format::key::{Key, KEY_SIZE};
 use ubtrfs_format::node::{Node, HEADER_SIZE, ITEM_SIZE, KEY_PTR_SIZE};
 use ubtrfs_format::CsumType;
@@ -26,7 +27,7 @@ pub struct Ptr {
 /// What a block holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Content {
-    Leaf(Vec<(Key, Vec<u8>)>),
+    Leaf(Leaf),
     Node(Vec<Ptr>),
 }
 
@@ -51,7 +52,7 @@ impl ExtentBuffer {
             owner,
             flags: HEADER_FLAG_WRITTEN,
             level: 0,
-            content: Content::Leaf(Vec::new()),
+            content: Content::Leaf(Leaf::default()),
         }
     }
 
@@ -59,14 +60,13 @@ impl ExtentBuffer {
     pub fn decode(node: Node<'_>, bytenr: u64, generation: u64, owner: u64, flags: u64) -> Self {
         let n = node.nritems();
         let content = if node.is_leaf() {
-            Content::Leaf(
-                (0..n)
-                    .map(|i| {
-                        let it = node.item(i);
-                        (it.key, it.data.to_vec())
-                    })
-                    .collect(),
-            )
+            let bytes = (0..n).map(|i| node.item(i).data.len()).sum();
+            let mut leaf = Leaf::with_capacity(n, bytes);
+            for i in 0..n {
+                let it = node.item(i);
+                leaf.push(it.key, it.data);
+            }
+            Content::Leaf(leaf)
         } else {
             Content::Node(
                 (0..n)
@@ -105,19 +105,19 @@ impl ExtentBuffer {
     /// The first key, if any.
     pub fn first_key(&self) -> Option<Key> {
         match &self.content {
-            Content::Leaf(v) => v.first().map(|(k, _)| *k),
+            Content::Leaf(v) => v.keys().first().copied(),
             Content::Node(v) => v.first().map(|p| p.key),
         }
     }
 
-    pub fn items(&self) -> &Vec<(Key, Vec<u8>)> {
+    pub fn items(&self) -> &Leaf {
         match &self.content {
             Content::Leaf(v) => v,
             Content::Node(_) => panic!("items() of a node"),
         }
     }
 
-    pub fn items_mut(&mut self) -> &mut Vec<(Key, Vec<u8>)> {
+    pub fn items_mut(&mut self) -> &mut Leaf {
         match &mut self.content {
             Content::Leaf(v) => v,
             Content::Node(_) => panic!("items_mut() of a node"),
@@ -142,7 +142,7 @@ impl ExtentBuffer {
     /// pointers (node).
     pub fn used(&self) -> usize {
         match &self.content {
-            Content::Leaf(v) => v.iter().map(|(_, d)| ITEM_SIZE + d.len()).sum(),
+            Content::Leaf(v) => v.used(),
             Content::Node(v) => v.len() * KEY_PTR_SIZE,
         }
     }
@@ -237,7 +237,7 @@ mod tests {
         let mut leaf = ExtentBuffer::new_leaf(1 << 20, 7, 5);
         for i in 0..50u64 {
             leaf.items_mut()
-                .push((Key::new(256 + i, 1, i), vec![i as u8; (i * 3) as usize]));
+                .push(Key::new(256 + i, 1, i), &vec![i as u8; (i * 3) as usize]);
         }
         roundtrip(&leaf, 4096 * 4);
         let mut node = ExtentBuffer::new_leaf(2 << 20, 7, 5);

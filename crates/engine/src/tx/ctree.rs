@@ -9,15 +9,15 @@ use super::{BlockRef, Trans};
 use crate::error::{Error, Result};
 use crate::tree::block::BlockExpect;
 use crate::tree::buf::{self, Content, Ptr};
-use ubtrfs_format::node::ITEM_SIZE;
+use crate::tree::leaf::Leaf;
 use ubtrfs_format::Key;
 
 /// (block, slot) per level, leaf first; the last entry is the root.
 pub type Path = Vec<(u64, usize)>;
 
 /// Position of `key` in a leaf: (slot, found); slot is where it would go.
-fn leaf_slot(items: &[(Key, Vec<u8>)], key: &Key) -> (usize, bool) {
-    match items.binary_search_by(|(k, _)| k.cmp(key)) {
+fn leaf_slot(items: &Leaf, key: &Key) -> (usize, bool) {
+    match items.search(key) {
         Ok(i) => (i, true),
         Err(i) => (i, false),
     }
@@ -84,7 +84,7 @@ impl Trans {
             return Err(Error::Exists(format!("tree {tree}: key {key} exists")));
         }
         let (leaf, slot) = path[0];
-        self.buf_mut(leaf).items_mut().insert(slot, (key, data));
+        self.buf_mut(leaf).items_mut().insert(slot, key, &data);
         if slot == 0 {
             self.fixup_keys(&path, 0);
         }
@@ -114,11 +114,11 @@ impl Trans {
             return Ok(false);
         }
         let (leaf, slot) = path[0];
-        let mut new = self.buf(leaf).items()[slot].1.clone();
+        let mut new = self.buf(leaf).items().data(slot).to_vec();
         f(&mut new);
         // Refused sizes leave the item as it was.
         self.check_item_size(tree, key, new.len())?;
-        self.buf_mut(leaf).items_mut()[slot].1 = new;
+        self.buf_mut(leaf).items_mut().set_data(slot, &new);
         self.split_if_needed(tree, &mut path, 0)?;
         Ok(true)
     }
@@ -207,8 +207,8 @@ impl Trans {
         } else {
             return Ok(None);
         };
-        let (k, d) = &cur.items()[i];
-        Ok(Some((*k, d.clone())))
+        let (k, d) = cur.items().item(i);
+        Ok(Some((k, d.to_vec())))
     }
 
     /// Calls `f` on the items from `from` on, in order, while it returns
@@ -233,8 +233,8 @@ impl Trans {
                     0
                 };
                 first = false;
-                for (k, d) in &cur.items()[start..] {
-                    if !f(k, d) {
+                for (k, d) in cur.items().iter_from(start) {
+                    if !f(&k, d) {
                         return Ok(());
                     }
                 }
@@ -353,7 +353,7 @@ impl Trans {
                 vec![Content::Node(tail)]
             }
             Content::Leaf(items) => {
-                let sizes: Vec<usize> = items.iter().map(|(_, d)| ITEM_SIZE + d.len()).collect();
+                let sizes: Vec<usize> = (0..items.len()).map(|i| items.item_size(i)).collect();
                 let total: usize = sizes.iter().sum();
                 let last = sizes.len() - 1;
                 if at_end && total - sizes[last] <= cap {
@@ -376,15 +376,15 @@ impl Trans {
                 }
                 // Greedy: as many leaves as it takes.
                 let all = std::mem::take(items);
-                let mut groups: Vec<Vec<(Key, Vec<u8>)>> = vec![Vec::new()];
+                let mut groups: Vec<Leaf> = vec![Leaf::default()];
                 let mut used = 0;
-                for (it, s) in all.into_iter().zip(sizes) {
+                for ((k, d), s) in all.iter().zip(sizes) {
                     if used + s > cap && !groups.last().unwrap().is_empty() {
-                        groups.push(Vec::new());
+                        groups.push(Leaf::default());
                         used = 0;
                     }
                     used += s;
-                    groups.last_mut().unwrap().push(it);
+                    groups.last_mut().unwrap().push(k, d);
                 }
                 let mut rest = groups.into_iter();
                 *items = rest.next().unwrap();
@@ -439,9 +439,12 @@ impl Trans {
         if self.buf(into).used() + self.buf(from).used() > buf::capacity(self.nodesize()) {
             return Ok(());
         }
-        let moved = std::mem::replace(&mut self.buf_mut(from).content, Content::Leaf(Vec::new()));
+        let moved = std::mem::replace(
+            &mut self.buf_mut(from).content,
+            Content::Leaf(Leaf::default()),
+        );
         match (&mut self.buf_mut(into).content, moved) {
-            (Content::Leaf(a), Content::Leaf(m)) => a.extend(m),
+            (Content::Leaf(a), Content::Leaf(m)) => a.append(m),
             (Content::Node(a), Content::Node(m)) => a.extend(m),
             _ => unreachable!("siblings at one level"),
         }
