@@ -84,6 +84,17 @@ struct Subvol {
     stransid: u64,
 }
 
+/// An inode item changed by the last commands and not yet written. A
+/// file's chown, chmod and utimes (and the write before them) come one
+/// after another in a stream: they change this copy, and the item is
+/// written once, before any other command (which may read it from the
+/// tree), before a commit, and at the end.
+struct HeldInode {
+    tree: u64,
+    ino: u64,
+    item: InodeItem,
+}
+
 struct PendingWrite {
     tree: u64,
     ino: u64,
@@ -101,6 +112,7 @@ pub struct Receiver<'t> {
     cur: Option<Subvol>,
     next_ino: HashMap<u64, u64>,
     pending: Option<PendingWrite>,
+    held: Option<HeldInode>,
     /// Paths of the current subvolume resolved to inodes (entries go
     /// with renames and removals).
     resolved: HashMap<Vec<u8>, u64>,
@@ -163,6 +175,7 @@ impl<'t> Receiver<'t> {
             cur: None,
             next_ino: HashMap::new(),
             pending: None,
+            held: None,
             resolved: HashMap::new(),
             cached_caps: None,
             report: ReceiveReport::default(),
@@ -192,6 +205,10 @@ impl<'t> Receiver<'t> {
                     Next::Command(c) => c,
                 };
                 self.report.commands += 1;
+                if !matches!(c.cmd, cmd::CHOWN | cmd::CHMOD | cmd::UTIMES) {
+                    self.write_held()
+                        .map_err(|e| self.fail(c.context(e), false))?;
+                }
                 let before = self.t.mutations();
                 if c.cmd == cmd::END {
                     self.finish_subvol()
@@ -208,6 +225,7 @@ impl<'t> Receiver<'t> {
                     self.report.errors.push(c.context(e).to_string());
                 }
                 if self.t.dirty_blocks() >= self.opts.commit_blocks {
+                    self.write_held().map_err(|e| self.fail(e, false))?;
                     self.t.commit().map_err(|e| self.fail(e, false))?;
                     self.report.commits += 1;
                 }
@@ -228,6 +246,7 @@ impl<'t> Receiver<'t> {
                 break;
             }
         }
+        self.write_held().map_err(|e| self.fail(e, false))?;
         self.report.bytes = r.offset;
         Ok(self.report)
     }
@@ -238,9 +257,10 @@ impl<'t> Receiver<'t> {
         let mut clean = clean;
         if clean {
             let before = self.t.mutations();
-            if self.flush().is_err() {
+            if self.flush().and_then(|_| self.write_held()).is_err() {
                 clean = self.t.mutations() == before;
                 self.pending = None;
+                self.held = None;
             }
         }
         ReceiveError { error, clean }
@@ -333,14 +353,32 @@ impl<'t> Receiver<'t> {
         let Some(p) = self.pending.take() else {
             return Ok(());
         };
+        // write_file reads the inode from the tree.
+        self.write_held()?;
         let policy = self.policy(p.tree, p.ino)?;
         let inode = self.t.write_file(p.tree, p.ino, p.off, &p.data, policy)?;
         self.put_changed(p.tree, p.ino, inode, true)
     }
 
+    /// The inode item of `ino` as the commands so far left it.
+    fn inode(&mut self, tree: u64, ino: u64) -> Result<InodeItem> {
+        match &self.held {
+            Some(h) if h.tree == tree && h.ino == ino => Ok(h.item),
+            _ => self.t.inode_of(tree, ino),
+        }
+    }
+
+    /// Writes the held inode item, if any.
+    fn write_held(&mut self) -> Result<()> {
+        match self.held.take() {
+            Some(h) => self.t.put_inode(h.tree, h.ino, &h.item),
+            None => Ok(()),
+        }
+    }
+
     /// How new data of `ino` is stored.
     fn policy(&mut self, tree: u64, ino: u64) -> Result<DataPolicy> {
-        let inode = self.t.inode_of(tree, ino)?;
+        let inode = self.inode(tree, ino)?;
         let algo = if inode.flags & INODE_COMPRESS != 0 {
             self.t
                 .get_xattr(tree, ino, XATTR_COMPRESSION)?
@@ -361,7 +399,15 @@ impl<'t> Receiver<'t> {
         }
         i.transid = self.t.transid;
         i.sequence += 1;
-        self.t.put_inode(tree, ino, &i)
+        if self
+            .held
+            .as_ref()
+            .is_some_and(|h| (h.tree, h.ino) != (tree, ino))
+        {
+            self.write_held()?;
+        }
+        self.held = Some(HeldInode { tree, ino, item: i });
+        Ok(())
     }
 
     fn apply(&mut self, c: &Command) -> Result<()> {
@@ -473,7 +519,7 @@ impl<'t> Receiver<'t> {
                 let name = c.bytes(attr::XATTR_NAME)?;
                 let (tree, ino) = self.target(c)?;
                 self.t.remove_xattr(tree, ino, name)?;
-                let mut i = self.t.inode_of(tree, ino)?;
+                let mut i = self.inode(tree, ino)?;
                 if name == XATTR_COMPRESSION {
                     i.flags &= !(INODE_COMPRESS | INODE_NOCOMPRESS);
                 }
@@ -496,7 +542,7 @@ impl<'t> Receiver<'t> {
             cmd::CHMOD => {
                 let mode = c.u64(attr::MODE)?;
                 let (tree, ino) = self.target(c)?;
-                let mut i = self.t.inode_of(tree, ino)?;
+                let mut i = self.inode(tree, ino)?;
                 i.mode = (i.mode & S_IFMT) | (mode as u32 & 0o7777);
                 self.put_changed(tree, ino, i, false)?;
             }
@@ -509,7 +555,7 @@ impl<'t> Receiver<'t> {
                         "uid {uid} / gid {gid} out of range"
                     )));
                 };
-                let mut i = self.t.inode_of(tree, ino)?;
+                let mut i = self.inode(tree, ino)?;
                 i.uid = uid;
                 i.gid = gid;
                 if i.mode & S_IFMT != 0o040000 {
@@ -537,7 +583,7 @@ impl<'t> Receiver<'t> {
                 let atime = c.timespec(attr::ATIME)?;
                 let mtime = c.timespec(attr::MTIME)?;
                 let (tree, ino) = self.target(c)?;
-                let mut i = self.t.inode_of(tree, ino)?;
+                let mut i = self.inode(tree, ino)?;
                 i.atime = atime;
                 i.mtime = mtime;
                 self.put_changed(tree, ino, i, false)?;
@@ -609,6 +655,7 @@ impl<'t> Receiver<'t> {
     /// Marks the current subvolume received and read-only, and commits.
     fn finish_subvol(&mut self) -> Result<()> {
         self.flush()?;
+        self.write_held()?;
         let Some(s) = self.cur.take() else {
             return Ok(());
         };
@@ -684,7 +731,7 @@ impl<'t> Receiver<'t> {
     }
 
     fn set_xattr(&mut self, tree: u64, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
-        let mut i = self.t.inode_of(tree, ino)?;
+        let mut i = self.inode(tree, ino)?;
         if name.starts_with(b"btrfs.") {
             if name != XATTR_COMPRESSION {
                 return Err(Error::Invalid(format!(
@@ -730,7 +777,7 @@ impl<'t> Receiver<'t> {
             }
         }
         self.flush()?;
-        let i = self.t.inode_of(tree, ino)?;
+        let i = self.inode(tree, ino)?;
         if i.mode & S_IFMT != 0o100000 {
             return Err(Error::Invalid(format!("inode {ino} is not a regular file")));
         }

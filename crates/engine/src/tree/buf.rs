@@ -60,8 +60,13 @@ impl ExtentBuffer {
     pub fn decode(node: Node<'_>, bytenr: u64, generation: u64, owner: u64, flags: u64) -> Self {
         let n = node.nritems();
         let content = if node.is_leaf() {
-            let bytes = (0..n).map(|i| node.item(i).data.len()).sum();
-            let mut leaf = Leaf::with_capacity(n, bytes);
+            // Room for the block's whole data area: the leaf is decoded
+            // to be changed, most often to grow.
+            let room = node
+                .bytes()
+                .len()
+                .saturating_sub(HEADER_SIZE + n * ITEM_SIZE);
+            let mut leaf = Leaf::with_capacity(n, room);
             for i in 0..n {
                 let it = node.item(i);
                 leaf.push(it.key, it.data);
@@ -156,25 +161,39 @@ impl ExtentBuffer {
         csum: CsumType,
     ) -> Vec<u8> {
         let mut b = vec![0u8; nodesize as usize];
+        self.encode_into(&mut b, fsid, chunk_tree_uuid, csum);
+        b
+    }
+
+    /// [`ExtentBuffer::encode`] into `b`, one zeroed block (a commit
+    /// encodes runs of adjacent blocks into one buffer).
+    pub fn encode_into(
+        &self,
+        b: &mut [u8],
+        fsid: &[u8; 16],
+        chunk_tree_uuid: &[u8; 16],
+        csum: CsumType,
+    ) {
+        let nodesize = b.len();
         b[0x20..0x30].copy_from_slice(fsid);
-        set_u64(&mut b, 0x30, self.bytenr);
-        set_u64(&mut b, 0x38, self.flags | MIXED_BACKREF_REV);
+        set_u64(b, 0x30, self.bytenr);
+        set_u64(b, 0x38, self.flags | MIXED_BACKREF_REV);
         b[0x40..0x50].copy_from_slice(chunk_tree_uuid);
-        set_u64(&mut b, 0x50, self.generation);
-        set_u64(&mut b, 0x58, self.owner);
-        set_u32(&mut b, 0x60, self.nritems() as u32);
+        set_u64(b, 0x50, self.generation);
+        set_u64(b, 0x58, self.owner);
+        set_u32(b, 0x60, self.nritems() as u32);
         b[0x64] = self.level;
         match &self.content {
             Content::Leaf(items) => {
                 // Data grows down from the end of the block; offsets are
                 // relative to the end of the header.
-                let mut end = nodesize as usize - HEADER_SIZE;
+                let mut end = nodesize - HEADER_SIZE;
                 for (i, (key, data)) in items.iter().enumerate() {
                     end -= data.len();
                     let h = HEADER_SIZE + i * ITEM_SIZE;
                     b[h..h + KEY_SIZE].copy_from_slice(&key.to_bytes());
-                    set_u32(&mut b, h + KEY_SIZE, end as u32);
-                    set_u32(&mut b, h + KEY_SIZE + 4, data.len() as u32);
+                    set_u32(b, h + KEY_SIZE, end as u32);
+                    set_u32(b, h + KEY_SIZE + 4, data.len() as u32);
                     b[HEADER_SIZE + end..HEADER_SIZE + end + data.len()].copy_from_slice(data);
                 }
             }
@@ -182,14 +201,13 @@ impl ExtentBuffer {
                 for (i, p) in ptrs.iter().enumerate() {
                     let h = HEADER_SIZE + i * KEY_PTR_SIZE;
                     b[h..h + KEY_SIZE].copy_from_slice(&p.key.to_bytes());
-                    set_u64(&mut b, h + KEY_SIZE, p.blockptr);
-                    set_u64(&mut b, h + KEY_SIZE + 8, p.generation);
+                    set_u64(b, h + KEY_SIZE, p.blockptr);
+                    set_u64(b, h + KEY_SIZE + 8, p.generation);
                 }
             }
         }
         let sum = csum.compute(&b[32..]);
         b[..csum.size()].copy_from_slice(&sum[..csum.size()]);
-        b
     }
 }
 

@@ -65,6 +65,12 @@ impl Leaf {
         &self.data[self.start(i)..self.ends[i] as usize]
     }
 
+    /// Item `i`'s data, to change in place.
+    pub fn data_mut(&mut self, i: usize) -> &mut [u8] {
+        let a = self.start(i);
+        &mut self.data[a..self.ends[i] as usize]
+    }
+
     /// Item `i`: its key and data.
     pub fn item(&self, i: usize) -> (Key, &[u8]) {
         (self.keys[i], self.data(i))
@@ -147,7 +153,12 @@ impl Leaf {
         for e in &mut ends {
             *e -= cut as u32;
         }
-        let data = self.data.split_off(cut);
+        // The tail keeps the room the leaf had: items go on being
+        // inserted into both halves, and growing them a step at a time
+        // reallocates and copies.
+        let mut data = Vec::with_capacity(self.data.capacity());
+        data.extend_from_slice(&self.data[cut..]);
+        self.data.truncate(cut);
         Leaf { keys, ends, data }
     }
 

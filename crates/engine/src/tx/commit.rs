@@ -326,9 +326,9 @@ impl Trans {
                 }
                 run = (a, Vec::with_capacity(MAX_BLOCK_RUN));
             }
-            let eb = &self.bufs[&a];
-            run.1
-                .extend_from_slice(&eb.encode(ns, &self.fsid, &self.chunk_tree_uuid, csum));
+            let at = run.1.len();
+            run.1.resize(at + ns as usize, 0);
+            self.bufs[&a].encode_into(&mut run.1[at..], &self.fsid, &self.chunk_tree_uuid, csum);
         }
         if !run.1.is_empty() {
             self.write_logical(run.0, &run.1)?;

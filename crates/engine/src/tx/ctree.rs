@@ -10,10 +10,55 @@ use crate::error::{Error, Result};
 use crate::tree::block::BlockExpect;
 use crate::tree::buf::{self, Content, Ptr};
 use crate::tree::leaf::Leaf;
+use ubtrfs_format::node::MAX_LEVEL;
 use ubtrfs_format::Key;
 
-/// (block, slot) per level, leaf first; the last entry is the root.
-pub type Path = Vec<(u64, usize)>;
+/// Most levels a path holds: a tree's levels, and a new root above.
+const PATH_LEVELS: usize = MAX_LEVEL as usize + 2;
+
+/// (block, slot) per level, leaf first; the last entry is the root. Held
+/// inline: every change of a tree makes one, and a tree is shallow.
+#[derive(Clone, Copy)]
+pub struct Path {
+    at: [(u64, usize); PATH_LEVELS],
+    len: usize,
+}
+
+impl Path {
+    fn new(len: usize) -> Self {
+        assert!(len <= PATH_LEVELS, "tree deeper than {PATH_LEVELS} levels");
+        Path {
+            at: [(0, 0); PATH_LEVELS],
+            len,
+        }
+    }
+
+    fn push(&mut self, e: (u64, usize)) {
+        assert!(
+            self.len < PATH_LEVELS,
+            "tree deeper than {PATH_LEVELS} levels"
+        );
+        self.at[self.len] = e;
+        self.len += 1;
+    }
+
+    fn pop(&mut self) {
+        self.len -= 1;
+    }
+}
+
+impl std::ops::Deref for Path {
+    type Target = [(u64, usize)];
+    fn deref(&self) -> &[(u64, usize)] {
+        &self.at[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for Path {
+    fn deref_mut(&mut self) -> &mut [(u64, usize)] {
+        &mut self.at[..self.len]
+    }
+}
 
 /// Position of `key` in a leaf: (slot, found); slot is where it would go.
 fn leaf_slot(items: &Leaf, key: &Key) -> (usize, bool) {
@@ -60,7 +105,7 @@ impl Trans {
         self.mutations += 1;
         let (root, expect) = self.root_expect(tree)?;
         let mut b = self.cow(tree, root, expect, None)?;
-        let mut path = vec![(0, 0); self.buf(b).level as usize + 1];
+        let mut path = Path::new(self.buf(b).level as usize + 1);
         loop {
             let eb = self.buf(b);
             if eb.is_leaf() {
@@ -94,11 +139,43 @@ impl Trans {
     /// Inserts the item or replaces its data.
     pub fn put_item(&mut self, tree: u64, key: Key, data: Vec<u8>) -> Result<()> {
         self.check_item_size(tree, &key, data.len())?;
-        let mut data = Some(data);
-        if self.update_item(tree, &key, |d| *d = data.take().unwrap())? {
-            return Ok(());
+        self.upsert_item(tree, key, |old| match old {
+            Some(d) if d.len() == data.len() => {
+                d.copy_from_slice(&data);
+                None
+            }
+            _ => Some(data),
+        })
+    }
+
+    /// Changes the item at `key` in one descent: `f` gets its data to
+    /// change in place (None when there is no item) and returns the data
+    /// to store instead, if any (the item is made when there was none;
+    /// it must return some then).
+    pub(crate) fn upsert_item(
+        &mut self,
+        tree: u64,
+        key: Key,
+        f: impl FnOnce(Option<&mut [u8]>) -> Option<Vec<u8>>,
+    ) -> Result<()> {
+        let (mut path, found) = self.search_mut(tree, &key)?;
+        let (leaf, slot) = path[0];
+        if found {
+            let Some(new) = f(Some(self.buf_mut(leaf).items_mut().data_mut(slot))) else {
+                return Ok(());
+            };
+            // Refused sizes leave the item as it was.
+            self.check_item_size(tree, &key, new.len())?;
+            self.buf_mut(leaf).items_mut().set_data(slot, &new);
+            return self.split_if_needed(tree, &mut path, 0);
         }
-        self.insert_item(tree, key, data.take().unwrap())
+        let new = f(None).expect("upsert_item: data for a new item");
+        self.check_item_size(tree, &key, new.len())?;
+        self.buf_mut(leaf).items_mut().insert(slot, key, &new);
+        if slot == 0 {
+            self.fixup_keys(&path, 0);
+        }
+        self.split_if_needed(tree, &mut path, 0)
     }
 
     /// Changes an item's data in place (it may grow or shrink); false when
