@@ -62,6 +62,30 @@ impl Trans {
         ))
     }
 
+    /// Lets the devices start writing what was just written at `logical`
+    /// (mirrored copies; RAID5/6 rows are left to the flush): the disk
+    /// works while the rest of the commit is encoded, and the flush waits
+    /// for less.
+    fn start_writeback(&self, logical: u64, len: u64) {
+        let Ok(None) = self.info.chunks.parity_row(logical) else {
+            return;
+        };
+        let mut done = 0;
+        while done < len {
+            let Ok(piece) = self.info.chunks.map(logical + done, len - done) else {
+                return;
+            };
+            if let Placement::Mirrors(copies) = &piece.placement {
+                for loc in copies {
+                    if let Some(d) = self.info.devices.get(&loc.devid) {
+                        d.dev().start_writeback(loc.physical, piece.len);
+                    }
+                }
+            }
+            done += piece.len;
+        }
+    }
+
     /// Writes `data` at logical address `logical` on every copy.
     pub(crate) fn write_logical(&self, logical: u64, data: &[u8]) -> Result<()> {
         self.write_logical_to(logical, data, false)
@@ -323,6 +347,7 @@ impl Trans {
             if run.0 + run.1.len() as u64 != a || run.1.len() >= MAX_BLOCK_RUN {
                 if !run.1.is_empty() {
                     self.write_logical(run.0, &run.1)?;
+                    self.start_writeback(run.0, run.1.len() as u64);
                 }
                 run = (a, Vec::with_capacity(MAX_BLOCK_RUN));
             }
