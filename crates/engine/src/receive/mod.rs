@@ -282,11 +282,16 @@ impl<'t> Receiver<'t> {
             return Ok(ino);
         }
         let ino = self.lookup_path(path)?;
+        self.remember(path, ino);
+        Ok(ino)
+    }
+
+    /// Notes that `path` is inode `ino` now.
+    fn remember(&mut self, path: &[u8], ino: u64) {
         if self.resolved.len() >= 1 << 16 {
             self.resolved.clear();
         }
         self.resolved.insert(path.to_vec(), ino);
-        Ok(ino)
     }
 
     /// Forgets resolved paths after `path` was renamed or removed: the
@@ -469,10 +474,8 @@ impl<'t> Receiver<'t> {
                 let tree = self.tree()?;
                 let (fd, fname) = self.resolve_parent(from)?;
                 let (td, tname) = self.resolve_parent(to)?;
-                let is_dir = self
-                    .t
-                    .lookup_name(tree, fd, fname)?
-                    .is_none_or(|e| e.file_type == FT_DIR);
+                let moved = self.t.lookup_name(tree, fd, fname)?;
+                let is_dir = moved.is_none_or(|e| e.file_type == FT_DIR);
                 let over_dir = self
                     .t
                     .lookup_name(tree, td, tname)?
@@ -480,6 +483,12 @@ impl<'t> Receiver<'t> {
                 self.forget_path(from, is_dir);
                 self.forget_path(to, over_dir);
                 self.t.rename(tree, fd, fname, td, tname, now)?;
+                // The commands after a rename name the file by its new
+                // path (send renames every new file from its temporary
+                // name).
+                if let Some(ino) = moved.and_then(|e| e.ino()) {
+                    self.remember(to, ino);
+                }
             }
             cmd::LINK => {
                 let path = c.path(attr::PATH)?;
@@ -720,6 +729,7 @@ impl<'t> Receiver<'t> {
         let mut i = self
             .t
             .create_inode(tree, dir, name, ino, mode, rdev, (0, 0), now)?;
+        self.remember(path, ino);
         if let Some(t) = target {
             self.t
                 .insert_inline_extent(tree, ino, t, t.len() as u64, COMPRESS_NONE)?;

@@ -60,13 +60,8 @@ impl ExtentBuffer {
     pub fn decode(node: Node<'_>, bytenr: u64, generation: u64, owner: u64, flags: u64) -> Self {
         let n = node.nritems();
         let content = if node.is_leaf() {
-            // Room for the block's whole data area: the leaf is decoded
-            // to be changed, most often to grow.
-            let room = node
-                .bytes()
-                .len()
-                .saturating_sub(HEADER_SIZE + n * ITEM_SIZE);
-            let mut leaf = Leaf::with_capacity(n, room);
+            let bytes = (0..n).map(|i| node.item(i).data.len()).sum();
+            let mut leaf = Leaf::with_capacity(n, bytes);
             for i in 0..n {
                 let it = node.item(i);
                 leaf.push(it.key, it.data);
@@ -93,6 +88,15 @@ impl ExtentBuffer {
             flags,
             level: node.level(),
             content,
+        }
+    }
+
+    /// Makes room for a leaf's data to grow to a whole block without
+    /// reallocating (a block about to be changed; decoded blocks that
+    /// are only read keep their exact size).
+    pub fn reserve_block(&mut self, nodesize: u32) {
+        if let Content::Leaf(l) = &mut self.content {
+            l.reserve_data(capacity(nodesize));
         }
     }
 

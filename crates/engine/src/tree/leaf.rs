@@ -27,6 +27,12 @@ impl Leaf {
         }
     }
 
+    /// Makes room for `bytes` of item data in all.
+    pub fn reserve_data(&mut self, bytes: usize) {
+        self.data
+            .reserve_exact(bytes.saturating_sub(self.data.len()));
+    }
+
     /// A leaf of `items`, given in key order.
     pub fn from_items<'a>(items: impl IntoIterator<Item = (Key, &'a [u8])>) -> Self {
         let mut l = Leaf::default();

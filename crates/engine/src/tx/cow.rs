@@ -73,6 +73,7 @@ impl Trans {
             self.free_tree_block(bytenr, tree, level);
         }
         let mut eb = old;
+        eb.reserve_block(self.nodesize());
         eb.bytenr = new;
         eb.generation = self.transid;
         eb.owner = tree;

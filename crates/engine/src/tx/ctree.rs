@@ -236,10 +236,35 @@ impl Trans {
 
     /// The item at `key`, if any.
     pub fn lookup(&mut self, tree: u64, key: &Key) -> Result<Option<Vec<u8>>> {
-        Ok(self
-            .search_first(tree, key)?
-            .filter(|(k, _)| k == key)
-            .map(|(_, d)| d))
+        let leaf = self.leaf_for(tree, key)?;
+        Ok(match leaf_slot(leaf.items(), key) {
+            (slot, true) => Some(leaf.items().data(slot).to_vec()),
+            _ => None,
+        })
+    }
+
+    /// The leaf where `key` is or would be. Parent keys are their
+    /// children's first keys, so it holds `key` if the tree does, and the
+    /// last item at or before `key` unless `key` is below every key.
+    fn leaf_for(&mut self, tree: u64, key: &Key) -> Result<BlockRef<'_>> {
+        let (root, expect) = self.root_expect(tree)?;
+        let this = &*self;
+        let mut cur = this.load(root, expect)?;
+        while !cur.is_leaf() {
+            let p = cur.ptrs()[node_slot(cur.ptrs(), key)];
+            cur = this.load(p.blockptr, expect_child(&p, cur.level))?;
+        }
+        Ok(cur)
+    }
+
+    /// The key of the last item at or before `key`.
+    pub fn last_key_le(&mut self, tree: u64, key: &Key) -> Result<Option<Key>> {
+        let leaf = self.leaf_for(tree, key)?;
+        Ok(match leaf_slot(leaf.items(), key) {
+            (slot, true) => Some(leaf.items().key(slot)),
+            (0, false) => None,
+            (slot, false) => Some(leaf.items().key(slot - 1)),
+        })
     }
 
     /// The first item at or after `key`.
@@ -269,13 +294,7 @@ impl Trans {
     /// first keys, so the leaf the search lands in holds it unless `key`
     /// is below every key.
     pub fn search_last_le(&mut self, tree: u64, key: &Key) -> Result<Option<(Key, Vec<u8>)>> {
-        let (root, expect) = self.root_expect(tree)?;
-        let this = &*self;
-        let mut cur = this.load(root, expect)?;
-        while !cur.is_leaf() {
-            let p = cur.ptrs()[node_slot(cur.ptrs(), key)];
-            cur = this.load(p.blockptr, expect_child(&p, cur.level))?;
-        }
+        let cur = self.leaf_for(tree, key)?;
         let (slot, found) = leaf_slot(cur.items(), key);
         let i = if found {
             slot
