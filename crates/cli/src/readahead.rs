@@ -3,11 +3,14 @@
 //! commands otherwise, with one of the two jobs idle at any time.
 
 use std::io::{self, Read};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 
 /// Reads `inner` in chunks on a thread, up to `depth` chunks ahead.
 pub struct ReadAhead {
     chunks: Receiver<io::Result<Vec<u8>>>,
+    /// Chunks read out go back to the thread to be filled again (fresh
+    /// ones would be pages mapped and zeroed each time).
+    spent: Sender<Vec<u8>>,
     cur: Vec<u8>,
     pos: usize,
     done: bool,
@@ -16,8 +19,10 @@ pub struct ReadAhead {
 impl ReadAhead {
     pub fn new(mut inner: impl Read + Send + 'static, chunk: usize, depth: usize) -> Self {
         let (tx, chunks) = sync_channel(depth);
+        let (spent, recycled) = channel::<Vec<u8>>();
         std::thread::spawn(move || loop {
-            let mut buf = vec![0u8; chunk];
+            let mut buf = recycled.try_recv().unwrap_or_default();
+            buf.resize(chunk, 0);
             let mut n = 0;
             let res = loop {
                 match inner.read(&mut buf[n..]) {
@@ -49,6 +54,7 @@ impl ReadAhead {
         });
         ReadAhead {
             chunks,
+            spent,
             cur: Vec::new(),
             pos: 0,
             done: false,
@@ -64,7 +70,9 @@ impl Read for ReadAhead {
             }
             match self.chunks.recv() {
                 Ok(Ok(b)) => {
-                    self.cur = b;
+                    let old = std::mem::replace(&mut self.cur, b);
+                    // The thread may have ended: then nobody wants it.
+                    let _ = self.spent.send(old);
                     self.pos = 0;
                 }
                 Ok(Err(e)) => {

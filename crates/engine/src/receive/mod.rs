@@ -224,6 +224,7 @@ impl<'t> Receiver<'t> {
                     }
                     self.report.errors.push(c.context(e).to_string());
                 }
+                r.recycle(c);
                 if self.t.dirty_blocks() >= self.opts.commit_blocks {
                     self.write_held().map_err(|e| self.fail(e, false))?;
                     self.t.commit().map_err(|e| self.fail(e, false))?;
@@ -729,7 +730,6 @@ impl<'t> Receiver<'t> {
         let mut i = self
             .t
             .create_inode(tree, dir, name, ino, mode, rdev, (0, 0), now)?;
-        self.remember(path, ino);
         if let Some(t) = target {
             self.t
                 .insert_inline_extent(tree, ino, t, t.len() as u64, COMPRESS_NONE)?;

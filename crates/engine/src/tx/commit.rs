@@ -342,14 +342,17 @@ impl Trans {
         // writes, and on RAID5/6 whole rows, whose parity needs no reads.
         let mut addrs: Vec<u64> = self.bufs.keys().copied().collect();
         addrs.sort_unstable();
-        let mut run: (u64, Vec<u8>) = (0, Vec::new());
+        // One buffer for every run: a fresh megabyte each time is pages
+        // mapped and zeroed by the kernel again.
+        let mut run: (u64, Vec<u8>) = (0, Vec::with_capacity(MAX_BLOCK_RUN + ns as usize));
         for &a in &addrs {
             if run.0 + run.1.len() as u64 != a || run.1.len() >= MAX_BLOCK_RUN {
                 if !run.1.is_empty() {
                     self.write_logical(run.0, &run.1)?;
                     self.start_writeback(run.0, run.1.len() as u64);
                 }
-                run = (a, Vec::with_capacity(MAX_BLOCK_RUN));
+                run.0 = a;
+                run.1.clear();
             }
             let at = run.1.len();
             run.1.resize(at + ns as usize, 0);

@@ -88,15 +88,21 @@ fn expect_child(p: &Ptr, parent_level: u8) -> BlockExpect {
 
 impl Trans {
     fn root_expect(&mut self, tree: u64) -> Result<(u64, BlockExpect)> {
-        let r = self.root(tree)?;
-        Ok((
-            r.bytenr,
-            BlockExpect {
-                level: Some(r.level),
-                generation: Some(r.item.generation),
-                first_key: None,
-            },
-        ))
+        let expect = |r: &super::Root| {
+            (
+                r.bytenr,
+                BlockExpect {
+                    level: Some(r.level),
+                    generation: Some(r.item.generation),
+                    first_key: None,
+                },
+            )
+        };
+        // One map lookup for a loaded tree (root() looks twice).
+        if let Some(r) = self.roots.get(&tree) {
+            return Ok(expect(r));
+        }
+        Ok(expect(self.root(tree)?))
     }
 
     /// Descends to the leaf where `key` is or would be, copying every
