@@ -21,8 +21,10 @@
 //!   rtime set, read-only, the UUID tree entry, a commit.
 //!
 //! Commands that fail name their stream offset. Large streams commit as
-//! they go; a stream that fails leaves the image valid, the partial
-//! subvolume writable and not marked received.
+//! they go (each such commit's superblock is written with the next
+//! commit, so that the disk writes one batch while the next is built); a
+//! stream that fails leaves the image valid, the partial subvolume
+//! writable and not marked received.
 
 pub mod dump;
 pub mod stream;
@@ -227,7 +229,9 @@ impl<'t> Receiver<'t> {
                 r.recycle(c);
                 if self.t.dirty_blocks() >= self.opts.commit_blocks {
                     self.write_held().map_err(|e| self.fail(e, false))?;
-                    self.t.commit().map_err(|e| self.fail(e, false))?;
+                    // The disk writes this batch while the next is built;
+                    // its superblock goes with the next commit.
+                    self.t.commit_deferred().map_err(|e| self.fail(e, false))?;
                     self.report.commits += 1;
                 }
             }
@@ -937,6 +941,9 @@ pub fn receive(
             if clean && t.mutations() > 0 {
                 t.commit()?;
             }
+            // Else what the last commit made goes on disk (its superblock
+            // may be waiting), not what the failed command left.
+            t.finish_deferred()?;
             Err(error)
         }
     }

@@ -304,7 +304,7 @@ impl Trans {
         let mut sb = self.info.sb.clone();
         sb.log_root = log_root;
         sb.log_root_level = level;
-        self.write_superblocks(&sb)?;
+        self.write_superblocks(&sb, &self.dev_items)?;
         self.flush_all()
     }
 
@@ -322,6 +322,42 @@ impl Trans {
     /// Commits: after this returns the image on disk is the new one, and
     /// the transaction goes on as the next one.
     pub fn commit(&mut self) -> Result<()> {
+        self.finish_deferred()?;
+        self.commit_blocks(true)
+    }
+
+    /// Commits without waiting for the disk: the blocks are written (and
+    /// sent to the disk), the superblock waits for the next commit, or for
+    /// [`Trans::finish_deferred`], which writes it after a flush, as
+    /// [`Trans::commit`] does at once. Until then the image on disk is the
+    /// one before, whole: what that one reaches and this commit freed stays
+    /// pinned, so that nothing written meanwhile lands on it. For writers
+    /// that commit as they go (receive): the disk writes one commit while
+    /// the next is built. A transaction whose log tree holds items
+    /// commits at once (the log's space is only held until a commit).
+    pub fn commit_deferred(&mut self) -> Result<()> {
+        self.finish_deferred()?;
+        let sync = self.alloc.log_holds_items;
+        self.commit_blocks(sync)
+    }
+
+    /// Writes the superblock of a deferred commit, if any: after this the
+    /// image on disk is as of the last commit.
+    pub fn finish_deferred(&mut self) -> Result<()> {
+        let Some(d) = self.deferred.take() else {
+            return Ok(());
+        };
+        self.flush_all()?;
+        self.write_superblocks(&d.sb, &d.dev_items)?;
+        self.flush_all()?;
+        self.alloc.unpin(d.pinned);
+        Ok(())
+    }
+
+    /// The commit: the bookkeeping settled, the blocks written, then with
+    /// `sync` the flush, the superblock and the flush again (else the
+    /// superblock is kept for [`Trans::finish_deferred`]).
+    fn commit_blocks(&mut self, sync: bool) -> Result<()> {
         // The superblock's generation is the root tree's: its root block
         // is copied even when nothing else changed (the kernel's
         // commit_cowonly_roots).
@@ -361,17 +397,30 @@ impl Trans {
         if !run.1.is_empty() {
             self.write_logical(run.0, &run.1)?;
         }
-        self.flush_all()?;
         let sb = self.new_superblock()?;
-        self.write_superblocks(&sb)?;
-        self.flush_all()?;
-        // The new commit is on disk.
+        if sync {
+            self.flush_all()?;
+            self.write_superblocks(&sb, &self.dev_items)?;
+            self.flush_all()?;
+            // The new commit is on disk.
+            self.alloc.unpin_all();
+        } else {
+            if !run.1.is_empty() {
+                self.start_writeback(run.0, run.1.len() as u64);
+            }
+            self.deferred = Some(super::DeferredSuper {
+                sb: sb.clone(),
+                dev_items: self.dev_items.clone(),
+                pinned: self.alloc.committed(),
+            });
+        }
+        // The blocks at these addresses are the new ones now (written,
+        // durable or not: reads see what was written).
         for a in addrs {
             self.info.cache.remove(a);
         }
         self.bufs.clear();
         self.forget_decoded();
-        self.alloc.unpin_all();
         self.info.sb = sb;
         self.transid += 1;
         Ok(())
@@ -451,11 +500,14 @@ impl Trans {
 
     /// Writes `sb` to every superblock copy that fits on every device,
     /// each with its own device item.
-    fn write_superblocks(&self, sb: &ubtrfs_format::Superblock) -> Result<()> {
+    fn write_superblocks(
+        &self,
+        sb: &ubtrfs_format::Superblock,
+        dev_items: &std::collections::BTreeMap<u64, ubtrfs_format::items::DevItem>,
+    ) -> Result<()> {
         for d in self.info.devices.values() {
             let mut s = sb.clone();
-            s.dev_item = self
-                .dev_items
+            s.dev_item = dev_items
                 .get(&d.devid)
                 .copied()
                 .unwrap_or(d.superblock.dev_item);
