@@ -148,6 +148,13 @@ fn lossy(p: &[u8]) -> String {
     String::from_utf8_lossy(p).into_owned()
 }
 
+/// Whether command `c` changes only the inode item of its file (then a
+/// held inode item may stay held through it: see [`HeldInode`]); every
+/// other command finds the tree up to date.
+fn holds_inode(c: u16) -> bool {
+    matches!(c, cmd::CHOWN | cmd::CHMOD | cmd::UTIMES)
+}
+
 /// The btrfs compression type a `btrfs.compression` value asks for.
 fn compression_prop(v: &[u8]) -> Option<Option<u8>> {
     let algo = v.split(|&b| b == b':').next().unwrap_or(v);
@@ -207,7 +214,7 @@ impl<'t> Receiver<'t> {
                     Next::Command(c) => c,
                 };
                 self.report.commands += 1;
-                if !matches!(c.cmd, cmd::CHOWN | cmd::CHMOD | cmd::UTIMES) {
+                if !holds_inode(c.cmd) {
                     self.write_held()
                         .map_err(|e| self.fail(c.context(e), false))?;
                 }
@@ -424,6 +431,11 @@ impl<'t> Receiver<'t> {
         let now = self.opts.now;
         if c.cmd != cmd::WRITE {
             self.flush()?;
+        }
+        if !holds_inode(c.cmd) {
+            // The flush may have left the written file's inode held: the
+            // command's own changes read it from the tree.
+            self.write_held()?;
         }
         match c.cmd {
             cmd::SUBVOL => {
