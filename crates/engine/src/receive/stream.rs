@@ -62,8 +62,11 @@ pub struct Command {
     pub cmd: u16,
     /// The payload; attributes are ranges into it.
     body: Vec<u8>,
-    attrs: Vec<(u16, std::ops::Range<usize>)>,
+    attrs: Attrs,
 }
+
+/// A command's attributes: type and where its value is in the body.
+type Attrs = Vec<(u16, std::ops::Range<usize>)>;
 
 impl Command {
     pub fn name(&self) -> &'static str {
@@ -260,7 +263,7 @@ pub struct StreamReader<R: Read> {
     pub version: u32,
     /// Buffers of a command given back ([`StreamReader::recycle`]), for
     /// the next one: a receive reads a million small commands.
-    spare: Option<(Vec<u8>, Vec<(u16, std::ops::Range<usize>)>)>,
+    spare: Option<(Vec<u8>, Attrs)>,
 }
 
 /// What the reader found next.
