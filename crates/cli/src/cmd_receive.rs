@@ -1,10 +1,11 @@
 //! `ubtrfs receive`: send streams applied to an unmounted image, without
 //! the kernel (options as `btrfs receive`), and `--dump`.
 
+use crate::readahead::ReadAhead;
 use crate::CmdResult;
 use clap::Args;
 use std::fs::File;
-use std::io::{BufReader, Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use ubtrfs_engine::receive::{self, ReceiveOptions};
@@ -54,12 +55,14 @@ pub struct ReceiveArgs {
 
 pub fn run(a: ReceiveArgs) -> CmdResult {
     let _ = a.chroot;
-    let input: Box<dyn Read> = match &a.file {
-        Some(f) => Box::new(BufReader::with_capacity(
-            1 << 20,
+    // The stream is read on a thread, ahead of the commands being applied.
+    let input = match &a.file {
+        Some(f) => ReadAhead::new(
             File::open(f).map_err(|e| format!("cannot open {}: {e}", f.display()))?,
-        )),
-        None => Box::new(BufReader::with_capacity(1 << 20, std::io::stdin())),
+            1 << 20,
+            8,
+        ),
+        None => ReadAhead::new(std::io::stdin(), 1 << 20, 8),
     };
     if a.dump {
         let out = std::io::stdout();

@@ -13,6 +13,7 @@ mod cmd_send;
 mod cmd_subvol;
 mod manifest;
 mod output;
+mod readahead;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;

@@ -9,6 +9,9 @@
 //! short at a sector boundary) must open at the commit before, or at the
 //! one whose superblock copies they hold.
 //!
+//! The same with commits whose superblock is written by the next commit
+//! (`Trans::commit_deferred`, receive's commits as it goes).
+//!
 //! Full run (about 15 s):
 //!
 //!     UBTRFS_PROPTEST_CASES=100 cargo test --release -p ubtrfs-engine --test tx_crash
@@ -32,8 +35,14 @@ fn super_gen(off: u64, data: &[u8]) -> Option<u64> {
         .map(|s| s.generation)
 }
 
-fn run(seed: u64, nodesize: u32, n: usize, torn_per_segment: usize) -> Result<(), String> {
-    let (log, models) = record(seed, nodesize, n)?;
+fn run(
+    seed: u64,
+    nodesize: u32,
+    n: usize,
+    torn_per_segment: usize,
+    deferred: bool,
+) -> Result<(), String> {
+    let (log, models) = record_with(seed, nodesize, n, deferred)?;
     let mut rng = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
     let d = Arc::new(MemDev::new(DEV_SIZE));
     let flushes = log.flushes();
@@ -134,6 +143,14 @@ proptest! {
 
     #[test]
     fn replay_prefixes_and_torn_writes(seed in any::<u64>(), small in any::<bool>(), n in 20..200usize) {
-        run(seed, if small { 4096 } else { 16384 }, n, 3).map_err(TestCaseError::fail)?;
+        run(seed, if small { 4096 } else { 16384 }, n, 3, false).map_err(TestCaseError::fail)?;
+    }
+
+    /// Commits whose superblock waits for the next commit: a crash
+    /// before it finds the commit before, whole, whatever of the
+    /// deferred commit's blocks (and of the next one's) reached the disk.
+    #[test]
+    fn deferred_commits_replay_prefixes_and_torn_writes(seed in any::<u64>(), small in any::<bool>(), n in 20..200usize) {
+        run(seed, if small { 4096 } else { 16384 }, n, 3, true).map_err(TestCaseError::fail)?;
     }
 }

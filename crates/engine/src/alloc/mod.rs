@@ -341,16 +341,30 @@ impl Allocator {
 
     /// After commit: pinned space becomes free space.
     pub fn unpin_all(&mut self) {
-        for (s, l) in std::mem::take(&mut self.pinned) {
-            if let Some(g) = self.group_of(s) {
-                g.add_free(s, l);
-            }
-        }
+        let pinned = self.committed();
+        self.unpin(pinned);
+    }
+
+    /// At a commit whose superblock is not written yet: the block group
+    /// state is the committed one from here on, and what was pinned
+    /// (returned) stays out of the free space until [`Allocator::unpin`]
+    /// once that superblock is on disk.
+    pub fn committed(&mut self) -> Vec<(u64, u64)> {
         self.log_holds_items = false;
         for g in self.groups.values_mut() {
             g.fst_dirty = false;
             g.item_dirty = false;
             g.new = false;
+        }
+        std::mem::take(&mut self.pinned)
+    }
+
+    /// Pinned space of a commit now on disk becomes free space.
+    pub fn unpin(&mut self, pinned: Vec<(u64, u64)>) {
+        for (s, l) in pinned {
+            if let Some(g) = self.group_of(s) {
+                g.add_free(s, l);
+            }
         }
     }
 

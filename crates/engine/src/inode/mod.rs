@@ -83,11 +83,10 @@ impl Trans {
     /// collide share one DIR_ITEM / XATTR_ITEM / INODE_REF item), or makes
     /// the item.
     fn append_to_item(&mut self, tree: u64, key: Key, entry: Vec<u8>) -> Result<()> {
-        let mut entry = Some(entry);
-        if self.update_item(tree, &key, |d| d.extend_from_slice(&entry.take().unwrap()))? {
-            return Ok(());
-        }
-        self.insert_item(tree, key, entry.take().unwrap())
+        self.upsert_item(tree, key, |old| match old {
+            Some(d) => Some([&d[..], &entry[..]].concat()),
+            None => Some(entry),
+        })
     }
 
     /// Links `name` in directory `dir` to `location` (an inode's

@@ -55,8 +55,8 @@ impl Trans {
     /// directory): new inodes take the numbers above it, as the kernel's
     /// free_objectid.
     pub fn highest_ino(&mut self, tree: u64) -> Result<u64> {
-        let last = self.search_last_le(tree, &Key::new(LAST_FREE_OBJECTID, u8::MAX, u64::MAX))?;
-        Ok(last.map_or(FIRST_INODE, |(k, _)| k.objectid.max(FIRST_INODE)))
+        let last = self.last_key_le(tree, &Key::new(LAST_FREE_OBJECTID, u8::MAX, u64::MAX))?;
+        Ok(last.map_or(FIRST_INODE, |k| k.objectid.max(FIRST_INODE)))
     }
 
     /// Makes inode `ino` (mode with its type bits) linked as `name` in

@@ -31,6 +31,11 @@ pub trait BlockDev: Send + Sync + std::fmt::Debug {
     fn write_data(&self, buf: &[u8], off: u64) -> io::Result<()> {
         self.write_at(buf, off)
     }
+    /// A hint that the bytes written at `[off, off + len)` will be flushed
+    /// soon: a device may start writing them to the disk now, so that the
+    /// flush waits for less. Nothing is promised; only a flush makes them
+    /// durable.
+    fn start_writeback(&self, _off: u64, _len: u64) {}
     /// Shares `len` bytes of `src` from `src_off` at `off` (FICLONERANGE:
     /// the image file and `src` on one filesystem that clones ranges), in
     /// place of writing them. Offsets and length in whole blocks of that
@@ -134,6 +139,20 @@ impl BlockDev for FileDev {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    fn start_writeback(&self, off: u64, len: u64) {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: sync_file_range on an open descriptor; no memory is
+        // involved. A failure is only a lost hint.
+        unsafe {
+            libc::sync_file_range(
+                self.file.as_raw_fd(),
+                off as i64,
+                len as i64,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
     }
 
     fn write_data(&self, buf: &[u8], off: u64) -> io::Result<()> {

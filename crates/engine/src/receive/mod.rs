@@ -21,8 +21,10 @@
 //!   rtime set, read-only, the UUID tree entry, a commit.
 //!
 //! Commands that fail name their stream offset. Large streams commit as
-//! they go; a stream that fails leaves the image valid, the partial
-//! subvolume writable and not marked received.
+//! they go (each such commit's superblock is written with the next
+//! commit, so that the disk writes one batch while the next is built); a
+//! stream that fails leaves the image valid, the partial subvolume
+//! writable and not marked received.
 
 pub mod dump;
 pub mod stream;
@@ -84,6 +86,17 @@ struct Subvol {
     stransid: u64,
 }
 
+/// An inode item changed by the last commands and not yet written. A
+/// file's chown, chmod and utimes (and the write before them) come one
+/// after another in a stream: they change this copy, and the item is
+/// written once, before any other command (which may read it from the
+/// tree), before a commit, and at the end.
+struct HeldInode {
+    tree: u64,
+    ino: u64,
+    item: InodeItem,
+}
+
 struct PendingWrite {
     tree: u64,
     ino: u64,
@@ -101,6 +114,7 @@ pub struct Receiver<'t> {
     cur: Option<Subvol>,
     next_ino: HashMap<u64, u64>,
     pending: Option<PendingWrite>,
+    held: Option<HeldInode>,
     /// Paths of the current subvolume resolved to inodes (entries go
     /// with renames and removals).
     resolved: HashMap<Vec<u8>, u64>,
@@ -134,6 +148,13 @@ fn lossy(p: &[u8]) -> String {
     String::from_utf8_lossy(p).into_owned()
 }
 
+/// Whether command `c` changes only the inode item of its file (then a
+/// held inode item may stay held through it: see [`HeldInode`]); every
+/// other command finds the tree up to date.
+fn holds_inode(c: u16) -> bool {
+    matches!(c, cmd::CHOWN | cmd::CHMOD | cmd::UTIMES)
+}
+
 /// The btrfs compression type a `btrfs.compression` value asks for.
 fn compression_prop(v: &[u8]) -> Option<Option<u8>> {
     let algo = v.split(|&b| b == b':').next().unwrap_or(v);
@@ -163,6 +184,7 @@ impl<'t> Receiver<'t> {
             cur: None,
             next_ino: HashMap::new(),
             pending: None,
+            held: None,
             resolved: HashMap::new(),
             cached_caps: None,
             report: ReceiveReport::default(),
@@ -192,6 +214,10 @@ impl<'t> Receiver<'t> {
                     Next::Command(c) => c,
                 };
                 self.report.commands += 1;
+                if !holds_inode(c.cmd) {
+                    self.write_held()
+                        .map_err(|e| self.fail(c.context(e), false))?;
+                }
                 let before = self.t.mutations();
                 if c.cmd == cmd::END {
                     self.finish_subvol()
@@ -207,8 +233,12 @@ impl<'t> Receiver<'t> {
                     }
                     self.report.errors.push(c.context(e).to_string());
                 }
+                r.recycle(c);
                 if self.t.dirty_blocks() >= self.opts.commit_blocks {
-                    self.t.commit().map_err(|e| self.fail(e, false))?;
+                    self.write_held().map_err(|e| self.fail(e, false))?;
+                    // The disk writes this batch while the next is built;
+                    // its superblock goes with the next commit.
+                    self.t.commit_deferred().map_err(|e| self.fail(e, false))?;
                     self.report.commits += 1;
                 }
             }
@@ -228,6 +258,7 @@ impl<'t> Receiver<'t> {
                 break;
             }
         }
+        self.write_held().map_err(|e| self.fail(e, false))?;
         self.report.bytes = r.offset;
         Ok(self.report)
     }
@@ -238,9 +269,10 @@ impl<'t> Receiver<'t> {
         let mut clean = clean;
         if clean {
             let before = self.t.mutations();
-            if self.flush().is_err() {
+            if self.flush().and_then(|_| self.write_held()).is_err() {
                 clean = self.t.mutations() == before;
                 self.pending = None;
+                self.held = None;
             }
         }
         ReceiveError { error, clean }
@@ -262,11 +294,16 @@ impl<'t> Receiver<'t> {
             return Ok(ino);
         }
         let ino = self.lookup_path(path)?;
+        self.remember(path, ino);
+        Ok(ino)
+    }
+
+    /// Notes that `path` is inode `ino` now.
+    fn remember(&mut self, path: &[u8], ino: u64) {
         if self.resolved.len() >= 1 << 16 {
             self.resolved.clear();
         }
         self.resolved.insert(path.to_vec(), ino);
-        Ok(ino)
     }
 
     /// Forgets resolved paths after `path` was renamed or removed: the
@@ -333,14 +370,32 @@ impl<'t> Receiver<'t> {
         let Some(p) = self.pending.take() else {
             return Ok(());
         };
+        // write_file reads the inode from the tree.
+        self.write_held()?;
         let policy = self.policy(p.tree, p.ino)?;
         let inode = self.t.write_file(p.tree, p.ino, p.off, &p.data, policy)?;
         self.put_changed(p.tree, p.ino, inode, true)
     }
 
+    /// The inode item of `ino` as the commands so far left it.
+    fn inode(&mut self, tree: u64, ino: u64) -> Result<InodeItem> {
+        match &self.held {
+            Some(h) if h.tree == tree && h.ino == ino => Ok(h.item),
+            _ => self.t.inode_of(tree, ino),
+        }
+    }
+
+    /// Writes the held inode item, if any.
+    fn write_held(&mut self) -> Result<()> {
+        match self.held.take() {
+            Some(h) => self.t.put_inode(h.tree, h.ino, &h.item),
+            None => Ok(()),
+        }
+    }
+
     /// How new data of `ino` is stored.
     fn policy(&mut self, tree: u64, ino: u64) -> Result<DataPolicy> {
-        let inode = self.t.inode_of(tree, ino)?;
+        let inode = self.inode(tree, ino)?;
         let algo = if inode.flags & INODE_COMPRESS != 0 {
             self.t
                 .get_xattr(tree, ino, XATTR_COMPRESSION)?
@@ -361,13 +416,26 @@ impl<'t> Receiver<'t> {
         }
         i.transid = self.t.transid;
         i.sequence += 1;
-        self.t.put_inode(tree, ino, &i)
+        if self
+            .held
+            .as_ref()
+            .is_some_and(|h| (h.tree, h.ino) != (tree, ino))
+        {
+            self.write_held()?;
+        }
+        self.held = Some(HeldInode { tree, ino, item: i });
+        Ok(())
     }
 
     fn apply(&mut self, c: &Command) -> Result<()> {
         let now = self.opts.now;
         if c.cmd != cmd::WRITE {
             self.flush()?;
+        }
+        if !holds_inode(c.cmd) {
+            // The flush may have left the written file's inode held: the
+            // command's own changes read it from the tree.
+            self.write_held()?;
         }
         match c.cmd {
             cmd::SUBVOL => {
@@ -423,10 +491,8 @@ impl<'t> Receiver<'t> {
                 let tree = self.tree()?;
                 let (fd, fname) = self.resolve_parent(from)?;
                 let (td, tname) = self.resolve_parent(to)?;
-                let is_dir = self
-                    .t
-                    .lookup_name(tree, fd, fname)?
-                    .is_none_or(|e| e.file_type == FT_DIR);
+                let moved = self.t.lookup_name(tree, fd, fname)?;
+                let is_dir = moved.is_none_or(|e| e.file_type == FT_DIR);
                 let over_dir = self
                     .t
                     .lookup_name(tree, td, tname)?
@@ -434,6 +500,12 @@ impl<'t> Receiver<'t> {
                 self.forget_path(from, is_dir);
                 self.forget_path(to, over_dir);
                 self.t.rename(tree, fd, fname, td, tname, now)?;
+                // The commands after a rename name the file by its new
+                // path (send renames every new file from its temporary
+                // name).
+                if let Some(ino) = moved.and_then(|e| e.ino()) {
+                    self.remember(to, ino);
+                }
             }
             cmd::LINK => {
                 let path = c.path(attr::PATH)?;
@@ -473,7 +545,7 @@ impl<'t> Receiver<'t> {
                 let name = c.bytes(attr::XATTR_NAME)?;
                 let (tree, ino) = self.target(c)?;
                 self.t.remove_xattr(tree, ino, name)?;
-                let mut i = self.t.inode_of(tree, ino)?;
+                let mut i = self.inode(tree, ino)?;
                 if name == XATTR_COMPRESSION {
                     i.flags &= !(INODE_COMPRESS | INODE_NOCOMPRESS);
                 }
@@ -496,7 +568,7 @@ impl<'t> Receiver<'t> {
             cmd::CHMOD => {
                 let mode = c.u64(attr::MODE)?;
                 let (tree, ino) = self.target(c)?;
-                let mut i = self.t.inode_of(tree, ino)?;
+                let mut i = self.inode(tree, ino)?;
                 i.mode = (i.mode & S_IFMT) | (mode as u32 & 0o7777);
                 self.put_changed(tree, ino, i, false)?;
             }
@@ -509,7 +581,7 @@ impl<'t> Receiver<'t> {
                         "uid {uid} / gid {gid} out of range"
                     )));
                 };
-                let mut i = self.t.inode_of(tree, ino)?;
+                let mut i = self.inode(tree, ino)?;
                 i.uid = uid;
                 i.gid = gid;
                 if i.mode & S_IFMT != 0o040000 {
@@ -537,7 +609,7 @@ impl<'t> Receiver<'t> {
                 let atime = c.timespec(attr::ATIME)?;
                 let mtime = c.timespec(attr::MTIME)?;
                 let (tree, ino) = self.target(c)?;
-                let mut i = self.t.inode_of(tree, ino)?;
+                let mut i = self.inode(tree, ino)?;
                 i.atime = atime;
                 i.mtime = mtime;
                 self.put_changed(tree, ino, i, false)?;
@@ -609,6 +681,7 @@ impl<'t> Receiver<'t> {
     /// Marks the current subvolume received and read-only, and commits.
     fn finish_subvol(&mut self) -> Result<()> {
         self.flush()?;
+        self.write_held()?;
         let Some(s) = self.cur.take() else {
             return Ok(());
         };
@@ -684,7 +757,7 @@ impl<'t> Receiver<'t> {
     }
 
     fn set_xattr(&mut self, tree: u64, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
-        let mut i = self.t.inode_of(tree, ino)?;
+        let mut i = self.inode(tree, ino)?;
         if name.starts_with(b"btrfs.") {
             if name != XATTR_COMPRESSION {
                 return Err(Error::Invalid(format!(
@@ -730,7 +803,7 @@ impl<'t> Receiver<'t> {
             }
         }
         self.flush()?;
-        let i = self.t.inode_of(tree, ino)?;
+        let i = self.inode(tree, ino)?;
         if i.mode & S_IFMT != 0o100000 {
             return Err(Error::Invalid(format!("inode {ino} is not a regular file")));
         }
@@ -880,6 +953,9 @@ pub fn receive(
             if clean && t.mutations() > 0 {
                 t.commit()?;
             }
+            // Else what the last commit made goes on disk (its superblock
+            // may be waiting), not what the failed command left.
+            t.finish_deferred()?;
             Err(error)
         }
     }

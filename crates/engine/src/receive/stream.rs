@@ -62,8 +62,11 @@ pub struct Command {
     pub cmd: u16,
     /// The payload; attributes are ranges into it.
     body: Vec<u8>,
-    attrs: Vec<(u16, std::ops::Range<usize>)>,
+    attrs: Attrs,
 }
+
+/// A command's attributes: type and where its value is in the body.
+type Attrs = Vec<(u16, std::ops::Range<usize>)>;
 
 impl Command {
     pub fn name(&self) -> &'static str {
@@ -258,6 +261,9 @@ pub struct StreamReader<R: Read> {
     pub offset: u64,
     /// The version of the current stream (0 before a header).
     pub version: u32,
+    /// Buffers of a command given back ([`StreamReader::recycle`]), for
+    /// the next one: a receive reads a million small commands.
+    spare: Option<(Vec<u8>, Attrs)>,
 }
 
 /// What the reader found next.
@@ -274,7 +280,13 @@ impl<R: Read> StreamReader<R> {
             input,
             offset: 0,
             version: 0,
+            spare: None,
         }
+    }
+
+    /// Gives the buffers of a command done with back, for the next.
+    pub fn recycle(&mut self, c: Command) {
+        self.spare = Some((c.body, c.attrs));
     }
 
     fn bad(&self, at: u64, detail: impl Into<String>) -> Error {
@@ -348,7 +360,10 @@ impl<R: Read> StreamReader<R> {
                 ),
             ));
         }
-        let mut body = vec![0u8; len];
+        let (mut body, mut attrs) = self.spare.take().unwrap_or_default();
+        body.clear();
+        body.resize(len, 0);
+        attrs.clear();
         if !body.is_empty() && !self.read_full(&mut body, "a command")? {
             return Err(self.bad(self.offset, "stream ends inside a command"));
         }
@@ -364,7 +379,6 @@ impl<R: Read> StreamReader<R> {
                 ),
             ));
         }
-        let mut attrs = Vec::new();
         let mut q = 0;
         while q < body.len() {
             if q + 2 > body.len() {

@@ -1,9 +1,10 @@
-//! Tree blocks being changed: a block decoded into its items (leaf) or key
-//! pointers (node), so that inserting, deleting, resizing and splitting are
-//! vector operations; encoded back into bytes, with the header and the
+//! Tree blocks being changed: a block decoded into its items (leaf, see
+//! [`Leaf`]) or key pointers (node), so that inserting, deleting, resizing
+//! and splitting are vector operations; encoded back into bytes, with the header and the
 //! checksum, when the transaction writes it. The kernel's extent_buffer,
 //! decoded once instead of edited with memmove.
 
+use super::leaf::Leaf;
 use ubtrfs_format::key::{Key, KEY_SIZE};
 use ubtrfs_format::node::{Node, HEADER_SIZE, ITEM_SIZE, KEY_PTR_SIZE};
 use ubtrfs_format::CsumType;
@@ -26,7 +27,7 @@ pub struct Ptr {
 /// What a block holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Content {
-    Leaf(Vec<(Key, Vec<u8>)>),
+    Leaf(Leaf),
     Node(Vec<Ptr>),
 }
 
@@ -51,7 +52,7 @@ impl ExtentBuffer {
             owner,
             flags: HEADER_FLAG_WRITTEN,
             level: 0,
-            content: Content::Leaf(Vec::new()),
+            content: Content::Leaf(Leaf::default()),
         }
     }
 
@@ -59,14 +60,13 @@ impl ExtentBuffer {
     pub fn decode(node: Node<'_>, bytenr: u64, generation: u64, owner: u64, flags: u64) -> Self {
         let n = node.nritems();
         let content = if node.is_leaf() {
-            Content::Leaf(
-                (0..n)
-                    .map(|i| {
-                        let it = node.item(i);
-                        (it.key, it.data.to_vec())
-                    })
-                    .collect(),
-            )
+            let bytes = (0..n).map(|i| node.item(i).data.len()).sum();
+            let mut leaf = Leaf::with_capacity(n, bytes);
+            for i in 0..n {
+                let it = node.item(i);
+                leaf.push(it.key, it.data);
+            }
+            Content::Leaf(leaf)
         } else {
             Content::Node(
                 (0..n)
@@ -91,6 +91,15 @@ impl ExtentBuffer {
         }
     }
 
+    /// Makes room for a leaf's data to grow to a whole block without
+    /// reallocating (a block about to be changed; decoded blocks that
+    /// are only read keep their exact size).
+    pub fn reserve_block(&mut self, nodesize: u32) {
+        if let Content::Leaf(l) = &mut self.content {
+            l.reserve_data(capacity(nodesize));
+        }
+    }
+
     pub fn is_leaf(&self) -> bool {
         matches!(self.content, Content::Leaf(_))
     }
@@ -105,19 +114,19 @@ impl ExtentBuffer {
     /// The first key, if any.
     pub fn first_key(&self) -> Option<Key> {
         match &self.content {
-            Content::Leaf(v) => v.first().map(|(k, _)| *k),
+            Content::Leaf(v) => v.keys().first().copied(),
             Content::Node(v) => v.first().map(|p| p.key),
         }
     }
 
-    pub fn items(&self) -> &Vec<(Key, Vec<u8>)> {
+    pub fn items(&self) -> &Leaf {
         match &self.content {
             Content::Leaf(v) => v,
             Content::Node(_) => panic!("items() of a node"),
         }
     }
 
-    pub fn items_mut(&mut self) -> &mut Vec<(Key, Vec<u8>)> {
+    pub fn items_mut(&mut self) -> &mut Leaf {
         match &mut self.content {
             Content::Leaf(v) => v,
             Content::Node(_) => panic!("items_mut() of a node"),
@@ -142,7 +151,7 @@ impl ExtentBuffer {
     /// pointers (node).
     pub fn used(&self) -> usize {
         match &self.content {
-            Content::Leaf(v) => v.iter().map(|(_, d)| ITEM_SIZE + d.len()).sum(),
+            Content::Leaf(v) => v.used(),
             Content::Node(v) => v.len() * KEY_PTR_SIZE,
         }
     }
@@ -156,25 +165,39 @@ impl ExtentBuffer {
         csum: CsumType,
     ) -> Vec<u8> {
         let mut b = vec![0u8; nodesize as usize];
+        self.encode_into(&mut b, fsid, chunk_tree_uuid, csum);
+        b
+    }
+
+    /// [`ExtentBuffer::encode`] into `b`, one zeroed block (a commit
+    /// encodes runs of adjacent blocks into one buffer).
+    pub fn encode_into(
+        &self,
+        b: &mut [u8],
+        fsid: &[u8; 16],
+        chunk_tree_uuid: &[u8; 16],
+        csum: CsumType,
+    ) {
+        let nodesize = b.len();
         b[0x20..0x30].copy_from_slice(fsid);
-        set_u64(&mut b, 0x30, self.bytenr);
-        set_u64(&mut b, 0x38, self.flags | MIXED_BACKREF_REV);
+        set_u64(b, 0x30, self.bytenr);
+        set_u64(b, 0x38, self.flags | MIXED_BACKREF_REV);
         b[0x40..0x50].copy_from_slice(chunk_tree_uuid);
-        set_u64(&mut b, 0x50, self.generation);
-        set_u64(&mut b, 0x58, self.owner);
-        set_u32(&mut b, 0x60, self.nritems() as u32);
+        set_u64(b, 0x50, self.generation);
+        set_u64(b, 0x58, self.owner);
+        set_u32(b, 0x60, self.nritems() as u32);
         b[0x64] = self.level;
         match &self.content {
             Content::Leaf(items) => {
                 // Data grows down from the end of the block; offsets are
                 // relative to the end of the header.
-                let mut end = nodesize as usize - HEADER_SIZE;
+                let mut end = nodesize - HEADER_SIZE;
                 for (i, (key, data)) in items.iter().enumerate() {
                     end -= data.len();
                     let h = HEADER_SIZE + i * ITEM_SIZE;
                     b[h..h + KEY_SIZE].copy_from_slice(&key.to_bytes());
-                    set_u32(&mut b, h + KEY_SIZE, end as u32);
-                    set_u32(&mut b, h + KEY_SIZE + 4, data.len() as u32);
+                    set_u32(b, h + KEY_SIZE, end as u32);
+                    set_u32(b, h + KEY_SIZE + 4, data.len() as u32);
                     b[HEADER_SIZE + end..HEADER_SIZE + end + data.len()].copy_from_slice(data);
                 }
             }
@@ -182,14 +205,13 @@ impl ExtentBuffer {
                 for (i, p) in ptrs.iter().enumerate() {
                     let h = HEADER_SIZE + i * KEY_PTR_SIZE;
                     b[h..h + KEY_SIZE].copy_from_slice(&p.key.to_bytes());
-                    set_u64(&mut b, h + KEY_SIZE, p.blockptr);
-                    set_u64(&mut b, h + KEY_SIZE + 8, p.generation);
+                    set_u64(b, h + KEY_SIZE, p.blockptr);
+                    set_u64(b, h + KEY_SIZE + 8, p.generation);
                 }
             }
         }
         let sum = csum.compute(&b[32..]);
         b[..csum.size()].copy_from_slice(&sum[..csum.size()]);
-        b
     }
 }
 
@@ -237,7 +259,7 @@ mod tests {
         let mut leaf = ExtentBuffer::new_leaf(1 << 20, 7, 5);
         for i in 0..50u64 {
             leaf.items_mut()
-                .push((Key::new(256 + i, 1, i), vec![i as u8; (i * 3) as usize]));
+                .push(Key::new(256 + i, 1, i), &vec![i as u8; (i * 3) as usize]);
         }
         roundtrip(&leaf, 4096 * 4);
         let mut node = ExtentBuffer::new_leaf(2 << 20, 7, 5);

@@ -5,3 +5,4 @@
 pub mod block;
 pub mod buf;
 pub mod ctree;
+pub mod leaf;

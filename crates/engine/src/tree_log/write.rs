@@ -33,6 +33,7 @@ use super::log_leaves::LogLeaves;
 use crate::alloc::SpaceKind;
 use crate::error::{Error, Result};
 use crate::tree::buf::{Content, ExtentBuffer, Ptr, HEADER_FLAG_WRITTEN};
+use crate::tree::leaf::Leaf;
 use crate::tx::Trans;
 use std::collections::BTreeMap;
 use ubtrfs_format::consts::*;
@@ -329,7 +330,7 @@ impl LogWriter {
                 let addr = match leaf.addr {
                     Some(a) => a,
                     None => {
-                        let items = leaf.items.iter().map(|(k, d)| (*k, d.clone())).collect();
+                        let items = Leaf::from_items(leaf.items.iter().map(|(k, d)| (*k, &d[..])));
                         let a = write_block(t, ns, 0, Content::Leaf(items))?;
                         written += 1;
                         leaf.addr = Some(a);
@@ -362,7 +363,8 @@ impl LogWriter {
         // The log root tree: a handful of items, written whole.
         let mut level_blocks = Vec::new();
         for chunk in roots.chunks((ns as usize - HEADER_SIZE) / (ITEM_SIZE + 439)) {
-            let a = write_block(t, ns, 0, Content::Leaf(chunk.to_vec()))?;
+            let items = Leaf::from_items(chunk.iter().map(|(k, d)| (*k, &d[..])));
+            let a = write_block(t, ns, 0, Content::Leaf(items))?;
             upper.push(a);
             level_blocks.push((chunk[0].0, a));
         }

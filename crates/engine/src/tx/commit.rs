@@ -62,6 +62,30 @@ impl Trans {
         ))
     }
 
+    /// Lets the devices start writing what was just written at `logical`
+    /// (mirrored copies; RAID5/6 rows are left to the flush): the disk
+    /// works while the rest of the commit is encoded, and the flush waits
+    /// for less.
+    fn start_writeback(&self, logical: u64, len: u64) {
+        let Ok(None) = self.info.chunks.parity_row(logical) else {
+            return;
+        };
+        let mut done = 0;
+        while done < len {
+            let Ok(piece) = self.info.chunks.map(logical + done, len - done) else {
+                return;
+            };
+            if let Placement::Mirrors(copies) = &piece.placement {
+                for loc in copies {
+                    if let Some(d) = self.info.devices.get(&loc.devid) {
+                        d.dev().start_writeback(loc.physical, piece.len);
+                    }
+                }
+            }
+            done += piece.len;
+        }
+    }
+
     /// Writes `data` at logical address `logical` on every copy.
     pub(crate) fn write_logical(&self, logical: u64, data: &[u8]) -> Result<()> {
         self.write_logical_to(logical, data, false)
@@ -302,7 +326,7 @@ impl Trans {
         let mut sb = self.info.sb.clone();
         sb.log_root = log_root;
         sb.log_root_level = level;
-        self.write_superblocks(&sb)?;
+        self.write_superblocks(&sb, &self.dev_items)?;
         self.flush_all()
     }
 
@@ -320,6 +344,42 @@ impl Trans {
     /// Commits: after this returns the image on disk is the new one, and
     /// the transaction goes on as the next one.
     pub fn commit(&mut self) -> Result<()> {
+        self.finish_deferred()?;
+        self.commit_blocks(true)
+    }
+
+    /// Commits without waiting for the disk: the blocks are written (and
+    /// sent to the disk), the superblock waits for the next commit, or for
+    /// [`Trans::finish_deferred`], which writes it after a flush, as
+    /// [`Trans::commit`] does at once. Until then the image on disk is the
+    /// one before, whole: what that one reaches and this commit freed stays
+    /// pinned, so that nothing written meanwhile lands on it. For writers
+    /// that commit as they go (receive): the disk writes one commit while
+    /// the next is built. A transaction whose log tree holds items
+    /// commits at once (the log's space is only held until a commit).
+    pub fn commit_deferred(&mut self) -> Result<()> {
+        self.finish_deferred()?;
+        let sync = self.alloc.log_holds_items;
+        self.commit_blocks(sync)
+    }
+
+    /// Writes the superblock of a deferred commit, if any: after this the
+    /// image on disk is as of the last commit.
+    pub fn finish_deferred(&mut self) -> Result<()> {
+        let Some(d) = self.deferred.take() else {
+            return Ok(());
+        };
+        self.flush_all()?;
+        self.write_superblocks(&d.sb, &d.dev_items)?;
+        self.flush_all()?;
+        self.alloc.unpin(d.pinned);
+        Ok(())
+    }
+
+    /// The commit: the bookkeeping settled, the blocks written, then with
+    /// `sync` the flush, the superblock and the flush again (else the
+    /// superblock is kept for [`Trans::finish_deferred`]).
+    fn commit_blocks(&mut self, sync: bool) -> Result<()> {
         // The superblock's generation is the root tree's: its root block
         // is copied even when nothing else changed (the kernel's
         // commit_cowonly_roots).
@@ -340,32 +400,49 @@ impl Trans {
         // writes, and on RAID5/6 whole rows, whose parity needs no reads.
         let mut addrs: Vec<u64> = self.bufs.keys().copied().collect();
         addrs.sort_unstable();
-        let mut run: (u64, Vec<u8>) = (0, Vec::new());
+        // One buffer for every run: a fresh megabyte each time is pages
+        // mapped and zeroed by the kernel again.
+        let mut run: (u64, Vec<u8>) = (0, Vec::with_capacity(MAX_BLOCK_RUN + ns as usize));
         for &a in &addrs {
             if run.0 + run.1.len() as u64 != a || run.1.len() >= MAX_BLOCK_RUN {
                 if !run.1.is_empty() {
                     self.write_logical(run.0, &run.1)?;
+                    self.start_writeback(run.0, run.1.len() as u64);
                 }
-                run = (a, Vec::with_capacity(MAX_BLOCK_RUN));
+                run.0 = a;
+                run.1.clear();
             }
-            let eb = &self.bufs[&a];
-            run.1
-                .extend_from_slice(&eb.encode(ns, &self.fsid, &self.chunk_tree_uuid, csum));
+            let at = run.1.len();
+            run.1.resize(at + ns as usize, 0);
+            self.bufs[&a].encode_into(&mut run.1[at..], &self.fsid, &self.chunk_tree_uuid, csum);
         }
         if !run.1.is_empty() {
             self.write_logical(run.0, &run.1)?;
         }
-        self.flush_all()?;
         let sb = self.new_superblock()?;
-        self.write_superblocks(&sb)?;
-        self.flush_all()?;
-        // The new commit is on disk.
+        if sync {
+            self.flush_all()?;
+            self.write_superblocks(&sb, &self.dev_items)?;
+            self.flush_all()?;
+            // The new commit is on disk.
+            self.alloc.unpin_all();
+        } else {
+            if !run.1.is_empty() {
+                self.start_writeback(run.0, run.1.len() as u64);
+            }
+            self.deferred = Some(super::DeferredSuper {
+                sb: sb.clone(),
+                dev_items: self.dev_items.clone(),
+                pinned: self.alloc.committed(),
+            });
+        }
+        // The blocks at these addresses are the new ones now (written,
+        // durable or not: reads see what was written).
         for a in addrs {
             self.info.cache.remove(a);
         }
         self.bufs.clear();
         self.forget_decoded();
-        self.alloc.unpin_all();
         self.info.sb = sb;
         self.transid += 1;
         Ok(())
@@ -445,11 +522,14 @@ impl Trans {
 
     /// Writes `sb` to every superblock copy that fits on every device,
     /// each with its own device item.
-    fn write_superblocks(&self, sb: &ubtrfs_format::Superblock) -> Result<()> {
+    fn write_superblocks(
+        &self,
+        sb: &ubtrfs_format::Superblock,
+        dev_items: &std::collections::BTreeMap<u64, ubtrfs_format::items::DevItem>,
+    ) -> Result<()> {
         for d in self.info.devices.values() {
             let mut s = sb.clone();
-            s.dev_item = self
-                .dev_items
+            s.dev_item = dev_items
                 .get(&d.devid)
                 .copied()
                 .unwrap_or(d.superblock.dev_item);

@@ -52,31 +52,31 @@ impl Trans {
         let ns = self.nodesize() as u64;
         let full = flags & BLOCK_FLAG_FULL_BACKREF != 0;
         let old_owner = old.owner;
-        let mut eb = old;
-        eb.bytenr = new;
-        eb.generation = self.transid;
-        eb.owner = tree;
-        // The old block's content, at its address (for by-address refs).
-        let old_view = ExtentBuffer {
-            bytenr,
-            ..eb.clone()
-        };
+        // References move while `old` still has its address: by-address
+        // references name it, and the copy's references by tree do not
+        // depend on where the copy is (so no copy of the content is made
+        // for them).
         if refs > 1 {
             // The block stays for its other users.
             if old_owner == tree && !full {
-                self.mod_refs_of(&old_view, tree, true, 1)?;
+                self.mod_refs_of(&old, tree, true, 1)?;
                 self.refs.set_full_backref(bytenr, ns, level);
             } else {
-                self.mod_refs_of(&eb, tree, false, 1)?;
+                self.mod_refs_of(&old, tree, false, 1)?;
             }
             self.add_tree_ref(bytenr, ns, level, Backref::Tree { root: tree }, -1);
         } else {
             if full {
-                self.mod_refs_of(&eb, tree, false, 1)?;
-                self.mod_refs_of(&old_view, tree, true, -1)?;
+                self.mod_refs_of(&old, tree, false, 1)?;
+                self.mod_refs_of(&old, tree, true, -1)?;
             }
             self.free_tree_block(bytenr, tree, level);
         }
+        let mut eb = old;
+        eb.reserve_block(self.nodesize());
+        eb.bytenr = new;
+        eb.generation = self.transid;
+        eb.owner = tree;
         self.bufs.insert(new, eb);
         match parent {
             Some((p, slot)) => {
@@ -140,7 +140,7 @@ impl Trans {
     ) -> Result<()> {
         let ns = self.nodesize() as u64;
         if b.is_leaf() {
-            for (k, d) in b.items() {
+            for (k, d) in b.items().iter() {
                 if k.item_type != EXTENT_DATA {
                     continue;
                 }

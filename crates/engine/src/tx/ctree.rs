@@ -9,15 +9,60 @@ use super::{BlockRef, Trans};
 use crate::error::{Error, Result};
 use crate::tree::block::BlockExpect;
 use crate::tree::buf::{self, Content, Ptr};
-use ubtrfs_format::node::ITEM_SIZE;
+use crate::tree::leaf::Leaf;
+use ubtrfs_format::node::MAX_LEVEL;
 use ubtrfs_format::Key;
 
-/// (block, slot) per level, leaf first; the last entry is the root.
-pub type Path = Vec<(u64, usize)>;
+/// Most levels a path holds: a tree's levels, and a new root above.
+const PATH_LEVELS: usize = MAX_LEVEL as usize + 2;
+
+/// (block, slot) per level, leaf first; the last entry is the root. Held
+/// inline: every change of a tree makes one, and a tree is shallow.
+#[derive(Clone, Copy)]
+pub struct Path {
+    at: [(u64, usize); PATH_LEVELS],
+    len: usize,
+}
+
+impl Path {
+    fn new(len: usize) -> Self {
+        assert!(len <= PATH_LEVELS, "tree deeper than {PATH_LEVELS} levels");
+        Path {
+            at: [(0, 0); PATH_LEVELS],
+            len,
+        }
+    }
+
+    fn push(&mut self, e: (u64, usize)) {
+        assert!(
+            self.len < PATH_LEVELS,
+            "tree deeper than {PATH_LEVELS} levels"
+        );
+        self.at[self.len] = e;
+        self.len += 1;
+    }
+
+    fn pop(&mut self) {
+        self.len -= 1;
+    }
+}
+
+impl std::ops::Deref for Path {
+    type Target = [(u64, usize)];
+    fn deref(&self) -> &[(u64, usize)] {
+        &self.at[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for Path {
+    fn deref_mut(&mut self) -> &mut [(u64, usize)] {
+        &mut self.at[..self.len]
+    }
+}
 
 /// Position of `key` in a leaf: (slot, found); slot is where it would go.
-fn leaf_slot(items: &[(Key, Vec<u8>)], key: &Key) -> (usize, bool) {
-    match items.binary_search_by(|(k, _)| k.cmp(key)) {
+fn leaf_slot(items: &Leaf, key: &Key) -> (usize, bool) {
+    match items.search(key) {
         Ok(i) => (i, true),
         Err(i) => (i, false),
     }
@@ -43,15 +88,21 @@ fn expect_child(p: &Ptr, parent_level: u8) -> BlockExpect {
 
 impl Trans {
     fn root_expect(&mut self, tree: u64) -> Result<(u64, BlockExpect)> {
-        let r = self.root(tree)?;
-        Ok((
-            r.bytenr,
-            BlockExpect {
-                level: Some(r.level),
-                generation: Some(r.item.generation),
-                first_key: None,
-            },
-        ))
+        let expect = |r: &super::Root| {
+            (
+                r.bytenr,
+                BlockExpect {
+                    level: Some(r.level),
+                    generation: Some(r.item.generation),
+                    first_key: None,
+                },
+            )
+        };
+        // One map lookup for a loaded tree (root() looks twice).
+        if let Some(r) = self.roots.get(&tree) {
+            return Ok(expect(r));
+        }
+        Ok(expect(self.root(tree)?))
     }
 
     /// Descends to the leaf where `key` is or would be, copying every
@@ -60,7 +111,7 @@ impl Trans {
         self.mutations += 1;
         let (root, expect) = self.root_expect(tree)?;
         let mut b = self.cow(tree, root, expect, None)?;
-        let mut path = vec![(0, 0); self.buf(b).level as usize + 1];
+        let mut path = Path::new(self.buf(b).level as usize + 1);
         loop {
             let eb = self.buf(b);
             if eb.is_leaf() {
@@ -84,7 +135,7 @@ impl Trans {
             return Err(Error::Exists(format!("tree {tree}: key {key} exists")));
         }
         let (leaf, slot) = path[0];
-        self.buf_mut(leaf).items_mut().insert(slot, (key, data));
+        self.buf_mut(leaf).items_mut().insert(slot, key, &data);
         if slot == 0 {
             self.fixup_keys(&path, 0);
         }
@@ -94,11 +145,43 @@ impl Trans {
     /// Inserts the item or replaces its data.
     pub fn put_item(&mut self, tree: u64, key: Key, data: Vec<u8>) -> Result<()> {
         self.check_item_size(tree, &key, data.len())?;
-        let mut data = Some(data);
-        if self.update_item(tree, &key, |d| *d = data.take().unwrap())? {
-            return Ok(());
+        self.upsert_item(tree, key, |old| match old {
+            Some(d) if d.len() == data.len() => {
+                d.copy_from_slice(&data);
+                None
+            }
+            _ => Some(data),
+        })
+    }
+
+    /// Changes the item at `key` in one descent: `f` gets its data to
+    /// change in place (None when there is no item) and returns the data
+    /// to store instead, if any (the item is made when there was none;
+    /// it must return some then).
+    pub(crate) fn upsert_item(
+        &mut self,
+        tree: u64,
+        key: Key,
+        f: impl FnOnce(Option<&mut [u8]>) -> Option<Vec<u8>>,
+    ) -> Result<()> {
+        let (mut path, found) = self.search_mut(tree, &key)?;
+        let (leaf, slot) = path[0];
+        if found {
+            let Some(new) = f(Some(self.buf_mut(leaf).items_mut().data_mut(slot))) else {
+                return Ok(());
+            };
+            // Refused sizes leave the item as it was.
+            self.check_item_size(tree, &key, new.len())?;
+            self.buf_mut(leaf).items_mut().set_data(slot, &new);
+            return self.split_if_needed(tree, &mut path, 0);
         }
-        self.insert_item(tree, key, data.take().unwrap())
+        let new = f(None).expect("upsert_item: data for a new item");
+        self.check_item_size(tree, &key, new.len())?;
+        self.buf_mut(leaf).items_mut().insert(slot, key, &new);
+        if slot == 0 {
+            self.fixup_keys(&path, 0);
+        }
+        self.split_if_needed(tree, &mut path, 0)
     }
 
     /// Changes an item's data in place (it may grow or shrink); false when
@@ -114,11 +197,11 @@ impl Trans {
             return Ok(false);
         }
         let (leaf, slot) = path[0];
-        let mut new = self.buf(leaf).items()[slot].1.clone();
+        let mut new = self.buf(leaf).items().data(slot).to_vec();
         f(&mut new);
         // Refused sizes leave the item as it was.
         self.check_item_size(tree, key, new.len())?;
-        self.buf_mut(leaf).items_mut()[slot].1 = new;
+        self.buf_mut(leaf).items_mut().set_data(slot, &new);
         self.split_if_needed(tree, &mut path, 0)?;
         Ok(true)
     }
@@ -159,10 +242,35 @@ impl Trans {
 
     /// The item at `key`, if any.
     pub fn lookup(&mut self, tree: u64, key: &Key) -> Result<Option<Vec<u8>>> {
-        Ok(self
-            .search_first(tree, key)?
-            .filter(|(k, _)| k == key)
-            .map(|(_, d)| d))
+        let leaf = self.leaf_for(tree, key)?;
+        Ok(match leaf_slot(leaf.items(), key) {
+            (slot, true) => Some(leaf.items().data(slot).to_vec()),
+            _ => None,
+        })
+    }
+
+    /// The leaf where `key` is or would be. Parent keys are their
+    /// children's first keys, so it holds `key` if the tree does, and the
+    /// last item at or before `key` unless `key` is below every key.
+    fn leaf_for(&mut self, tree: u64, key: &Key) -> Result<BlockRef<'_>> {
+        let (root, expect) = self.root_expect(tree)?;
+        let this = &*self;
+        let mut cur = this.load(root, expect)?;
+        while !cur.is_leaf() {
+            let p = cur.ptrs()[node_slot(cur.ptrs(), key)];
+            cur = this.load(p.blockptr, expect_child(&p, cur.level))?;
+        }
+        Ok(cur)
+    }
+
+    /// The key of the last item at or before `key`.
+    pub fn last_key_le(&mut self, tree: u64, key: &Key) -> Result<Option<Key>> {
+        let leaf = self.leaf_for(tree, key)?;
+        Ok(match leaf_slot(leaf.items(), key) {
+            (slot, true) => Some(leaf.items().key(slot)),
+            (0, false) => None,
+            (slot, false) => Some(leaf.items().key(slot - 1)),
+        })
     }
 
     /// The first item at or after `key`.
@@ -192,13 +300,7 @@ impl Trans {
     /// first keys, so the leaf the search lands in holds it unless `key`
     /// is below every key.
     pub fn search_last_le(&mut self, tree: u64, key: &Key) -> Result<Option<(Key, Vec<u8>)>> {
-        let (root, expect) = self.root_expect(tree)?;
-        let this = &*self;
-        let mut cur = this.load(root, expect)?;
-        while !cur.is_leaf() {
-            let p = cur.ptrs()[node_slot(cur.ptrs(), key)];
-            cur = this.load(p.blockptr, expect_child(&p, cur.level))?;
-        }
+        let cur = self.leaf_for(tree, key)?;
         let (slot, found) = leaf_slot(cur.items(), key);
         let i = if found {
             slot
@@ -207,8 +309,8 @@ impl Trans {
         } else {
             return Ok(None);
         };
-        let (k, d) = &cur.items()[i];
-        Ok(Some((*k, d.clone())))
+        let (k, d) = cur.items().item(i);
+        Ok(Some((k, d.to_vec())))
     }
 
     /// Calls `f` on the items from `from` on, in order, while it returns
@@ -233,8 +335,8 @@ impl Trans {
                     0
                 };
                 first = false;
-                for (k, d) in &cur.items()[start..] {
-                    if !f(k, d) {
+                for (k, d) in cur.items().iter_from(start) {
+                    if !f(&k, d) {
                         return Ok(());
                     }
                 }
@@ -353,7 +455,7 @@ impl Trans {
                 vec![Content::Node(tail)]
             }
             Content::Leaf(items) => {
-                let sizes: Vec<usize> = items.iter().map(|(_, d)| ITEM_SIZE + d.len()).collect();
+                let sizes: Vec<usize> = (0..items.len()).map(|i| items.item_size(i)).collect();
                 let total: usize = sizes.iter().sum();
                 let last = sizes.len() - 1;
                 if at_end && total - sizes[last] <= cap {
@@ -376,15 +478,15 @@ impl Trans {
                 }
                 // Greedy: as many leaves as it takes.
                 let all = std::mem::take(items);
-                let mut groups: Vec<Vec<(Key, Vec<u8>)>> = vec![Vec::new()];
+                let mut groups: Vec<Leaf> = vec![Leaf::default()];
                 let mut used = 0;
-                for (it, s) in all.into_iter().zip(sizes) {
+                for ((k, d), s) in all.iter().zip(sizes) {
                     if used + s > cap && !groups.last().unwrap().is_empty() {
-                        groups.push(Vec::new());
+                        groups.push(Leaf::default());
                         used = 0;
                     }
                     used += s;
-                    groups.last_mut().unwrap().push(it);
+                    groups.last_mut().unwrap().push(k, d);
                 }
                 let mut rest = groups.into_iter();
                 *items = rest.next().unwrap();
@@ -439,9 +541,12 @@ impl Trans {
         if self.buf(into).used() + self.buf(from).used() > buf::capacity(self.nodesize()) {
             return Ok(());
         }
-        let moved = std::mem::replace(&mut self.buf_mut(from).content, Content::Leaf(Vec::new()));
+        let moved = std::mem::replace(
+            &mut self.buf_mut(from).content,
+            Content::Leaf(Leaf::default()),
+        );
         match (&mut self.buf_mut(into).content, moved) {
-            (Content::Leaf(a), Content::Leaf(m)) => a.extend(m),
+            (Content::Leaf(a), Content::Leaf(m)) => a.append(m),
             (Content::Node(a), Content::Node(m)) => a.extend(m),
             _ => unreachable!("siblings at one level"),
         }

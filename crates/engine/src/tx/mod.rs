@@ -96,6 +96,19 @@ pub struct Trans {
     /// index, which the committed trees (and a log replayed over them)
     /// still have.
     pub(crate) dir_index_next: HashMap<(u64, u64), u64>,
+    /// A commit whose superblock is still to write.
+    pub(crate) deferred: Option<DeferredSuper>,
+}
+
+/// A commit whose blocks are written and whose superblock is not yet
+/// ([`Trans::commit_deferred`]).
+pub(crate) struct DeferredSuper {
+    sb: ubtrfs_format::Superblock,
+    /// The device items as of that commit (each copy of the superblock
+    /// carries its device's).
+    dev_items: BTreeMap<u64, DevItem>,
+    /// Space that commit freed: the superblock on disk still reaches it.
+    pinned: Vec<(u64, u64)>,
 }
 
 /// Maps by block address, with a cheap integer mixer (SipHash's

@@ -214,6 +214,7 @@ impl Trans {
             decoded: Default::default(),
             max_inline: crate::inode::file::MAX_INLINE,
             dir_index_next: HashMap::new(),
+            deferred: None,
             chunk_cap: None,
             dev_items_dirty: false,
             info,

@@ -384,6 +384,19 @@ pub fn check_image(dev: Arc<dyn BlockDev>, m: &Model) -> Result<u64, String> {
 /// Runs the workload of `seed` on a recording device: its log, and the
 /// model of each committed generation.
 pub fn record(seed: u64, nodesize: u32, n: usize) -> Result<(Log, BTreeMap<u64, Model>), String> {
+    record_with(seed, nodesize, n, false)
+}
+
+/// [`record`]; with `deferred`, some commits (picked by the seed) leave
+/// their superblock to the next commit (`Trans::commit_deferred`), and a
+/// reopen first writes it (as receive does before it stops).
+pub fn record_with(
+    seed: u64,
+    nodesize: u32,
+    n: usize,
+    deferred: bool,
+) -> Result<(Log, BTreeMap<u64, Model>), String> {
+    let mut pick = Rng(seed ^ 0x5eed_defe);
     let r = Arc::new(RecordDev::new(Arc::new(MemDev::new(DEV_SIZE))));
     let rd: Arc<dyn BlockDev> = r.clone();
     let mut t = make(vec![("rec".into(), rd.clone())], &mkfs_options(nodesize))
@@ -402,10 +415,17 @@ pub fn record(seed: u64, nodesize: u32, n: usize) -> Result<(Log, BTreeMap<u64, 
         match op {
             Op::Commit | Op::Reopen => {
                 let g = t.transid;
-                t.commit()
-                    .map_err(|e| format!("step {step}: commit: {e}"))?;
+                let last = step + 1 == ops.len();
+                if deferred && !last && pick.below(2) == 0 {
+                    t.commit_deferred()
+                } else {
+                    t.commit()
+                }
+                .map_err(|e| format!("step {step}: commit: {e}"))?;
                 models.insert(g, model.clone());
                 if matches!(op, Op::Reopen) {
+                    t.finish_deferred()
+                        .map_err(|e| format!("step {step}: finish_deferred: {e}"))?;
                     drop(t);
                     t = ubtrfs_engine::tx::Trans::open_dev(vec![rd.clone()], 16 << 20)
                         .map_err(|e| e.to_string())?;
