@@ -287,7 +287,7 @@ fn raid56_device_failure_in_commit() {
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(
-        found.get("the last commit").is_some(),
+        found.contains_key("the last commit"),
         "no fault left the image at the last commit: {found:?}"
     );
 }
