@@ -322,6 +322,9 @@ impl Trans {
     /// written again with the log root tree's root, and flushed. The
     /// commit after it writes a superblock without a log.
     pub(crate) fn write_log_super(&mut self, log_root: u64, level: u8) -> Result<()> {
+        // A deferred commit's superblock goes first: written after this
+        // one, it would drop the log root.
+        self.finish_deferred()?;
         self.flush_all()?;
         let mut sb = self.info.sb.clone();
         sb.log_root = log_root;
