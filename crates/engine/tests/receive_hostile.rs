@@ -11,12 +11,13 @@ use std::sync::Arc;
 use ubtrfs_engine::io::dev::{BlockDev, MemDev};
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::receive::{receive, ReceiveOptions};
-use ubtrfs_engine::send::stream::{attr, cmd, StreamWriter};
+use ubtrfs_engine::send::stream::{attr, cmd};
 use ubtrfs_engine::tools::check::check_dev;
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_format::items::Timespec;
 
-type Cmd = (u16, Vec<(u16, Vec<u8>)>);
+mod stream_build;
+use stream_build::{encode, Cmd};
 
 fn u64a(t: u16, v: u64) -> (u16, Vec<u8>) {
     (t, v.to_le_bytes().to_vec())
@@ -197,26 +198,6 @@ fn base() -> Vec<Cmd> {
         ),
         (cmd::END, vec![]),
     ]
-}
-
-fn encode(cmds: &[Cmd]) -> Vec<u8> {
-    let mut out = Vec::new();
-    {
-        let mut w = StreamWriter::new(Box::new(&mut out), 2);
-        w.header().unwrap();
-        for (c, attrs) in cmds {
-            w.begin(*c);
-            for (t, v) in attrs {
-                if *t == attr::DATA {
-                    w.put_data(v);
-                } else {
-                    w.put(*t, v);
-                }
-            }
-            w.finish().unwrap();
-        }
-    }
-    out
 }
 
 mod memcheck;

@@ -10,13 +10,14 @@ use std::sync::Arc;
 use ubtrfs_engine::io::dev::MemDev;
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::receive::{receive, ReceiveOptions};
-use ubtrfs_engine::send::stream::{attr, cmd, StreamWriter, FALLOC_FL_KEEP_SIZE};
+use ubtrfs_engine::send::stream::{attr, cmd, FALLOC_FL_KEEP_SIZE};
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_format::consts::EXTENT_DATA;
 use ubtrfs_format::items::{FileExtent, FileExtentKind, Timespec};
 use ubtrfs_format::Key;
 
-type Cmd = (u16, Vec<(u16, Vec<u8>)>);
+mod stream_build;
+use stream_build::{encode, Cmd};
 
 fn n(t: u16, v: u64) -> (u16, Vec<u8>) {
     (t, v.to_le_bytes().to_vec())
@@ -36,26 +37,6 @@ fn write(f: &str, off: u64, len: usize) -> Cmd {
             (attr::DATA, data),
         ],
     )
-}
-
-fn encode(cmds: &[Cmd]) -> Vec<u8> {
-    let mut out = Vec::new();
-    {
-        let mut w = StreamWriter::new(Box::new(&mut out), 2);
-        w.header().unwrap();
-        for (c, attrs) in cmds {
-            w.begin(*c);
-            for (t, v) in attrs {
-                if *t == attr::DATA {
-                    w.put_data(v);
-                } else {
-                    w.put(*t, v);
-                }
-            }
-            w.finish().unwrap();
-        }
-    }
-    out
 }
 
 /// nbytes as `btrfs check` counts it: inline extents' ram bytes, regular
