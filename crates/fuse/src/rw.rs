@@ -301,7 +301,7 @@ impl RwFuse {
     }
 
     fn reply_entry(&self, op: &str, reply: ReplyEntry, res: Result<InodeId, Error>) {
-        let mut fs = self.fs();
+        let mut fs = self.fs_read();
         match res
             .map_err(|e| errno(op, e))
             .and_then(|id| self.entry(&mut fs, id))
