@@ -75,7 +75,9 @@ pub fn run(a: ReceiveArgs) -> CmdResult {
     let path = a.path.expect("required by clap");
     let mut all = vec![image];
     all.extend(a.devices);
-    let mut t = Trans::open(&all, 256 << 20)?;
+    // The block cache only holds committed blocks between readahead and
+    // use: the transaction keeps the blocks it works on decoded.
+    let mut t = Trans::open(&all, 64 << 20)?;
     let opts = ReceiveOptions {
         honor_end: a.honor_end,
         max_errors: a.max_errors,

@@ -79,16 +79,6 @@ impl Trans {
         }
     }
 
-    /// Appends an entry to the item at `key` (names whose hashes
-    /// collide share one DIR_ITEM / XATTR_ITEM / INODE_REF item), or makes
-    /// the item.
-    fn append_to_item(&mut self, tree: u64, key: Key, entry: Vec<u8>) -> Result<()> {
-        self.upsert_item(tree, key, |old| match old {
-            Some(d) => Some([&d[..], &entry[..]].concat()),
-            None => Some(entry),
-        })
-    }
-
     /// Links `name` in directory `dir` to `location` (an inode's
     /// INODE_ITEM key, or a subvolume's ROOT_ITEM key) at dir index
     /// `index`: DIR_ITEM and DIR_INDEX, and the directory's size. The
@@ -140,7 +130,8 @@ impl Trans {
                 )));
             }
         }
-        self.append_to_item(tree, item_key, bytes.clone())?;
+        // Names whose hashes collide share one DIR_ITEM.
+        self.append_item(tree, item_key, &bytes)?;
         self.insert_item(tree, dir_index_key(dir, index), bytes)?;
         let mut di = self
             .inode(tree, dir)?
@@ -177,7 +168,7 @@ impl Trans {
         r.encode_ref(&mut v);
         let cur = self.lookup(tree, &key)?.map_or(0, |d| d.len());
         if cur + v.len() <= crate::tree::buf::max_item_data(self.nodesize()) / 2 || cur == 0 {
-            return self.append_to_item(tree, key, v);
+            return self.append_item(tree, key, &v);
         }
         if self.info.sb.incompat_flags & INCOMPAT_EXTENDED_IREF == 0 {
             return Err(Error::NoSpace(format!(
@@ -186,7 +177,7 @@ impl Trans {
         }
         let mut v = Vec::new();
         r.encode_extref(&mut v);
-        self.append_to_item(tree, r.extref_key(ino), v)
+        self.append_item(tree, r.extref_key(ino), &v)
     }
 
     /// Links inode `ino` (of type `ftype`) as `name` in directory `dir`

@@ -29,6 +29,7 @@
 pub mod dump;
 pub mod stream;
 
+use crate::cache::reada::Readahead;
 use crate::error::{Error, Result};
 use crate::inode::file::{DataPolicy, INODE_COMPRESS, INODE_NOCOMPRESS};
 use crate::inode::namei::XATTR_COMPRESSION;
@@ -941,8 +942,30 @@ pub fn receive(
     input: impl Read,
     opts: ReceiveOptions,
 ) -> Result<ReceiveReport> {
-    let r = Receiver::new(t, dest, opts)?;
-    match r.receive(input) {
+    // Incremental streams change files in inode order: their leaves are
+    // read ahead, as send reads the trees it walks.
+    // UBTRFS_NO_RECEIVE_READAHEAD=1 turns it off (benchmark switch).
+    let ours = if std::env::var_os("UBTRFS_NO_RECEIVE_READAHEAD").is_some() {
+        Readahead::None
+    } else {
+        Readahead::ForwardAlways
+    };
+    let mode = std::mem::replace(&mut t.readahead, ours);
+    let res = match Receiver::new(t, dest, opts) {
+        Ok(r) => Ok(r.receive(input)),
+        Err(e) => Err(e),
+    };
+    let out = res.and_then(|res| finish_receive(t, res));
+    t.readahead = mode;
+    out
+}
+
+/// Commits what `receive` applied, as [`receive`] says.
+fn finish_receive(
+    t: &mut Trans,
+    res: std::result::Result<ReceiveReport, ReceiveError>,
+) -> Result<ReceiveReport> {
+    match res {
         Ok(rep) => {
             t.commit()?;
             Ok(rep)

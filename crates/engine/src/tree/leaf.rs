@@ -113,10 +113,20 @@ impl Leaf {
         self.ends.push(self.data.len() as u32);
     }
 
+    /// Moves the item data from `at` on by `grow` bytes towards the end
+    /// (one memmove, as the kernel moves item data within a leaf), making
+    /// room at `at`; the room holds stale bytes for the caller to fill.
+    fn open_gap(&mut self, at: usize, grow: usize) {
+        let old = self.data.len();
+        self.data.resize(old + grow, 0);
+        self.data.copy_within(at..old, at + grow);
+    }
+
     /// Inserts an item at slot `i`.
     pub fn insert(&mut self, i: usize, key: Key, data: &[u8]) {
         let at = self.start(i);
-        self.data.splice(at..at, data.iter().copied());
+        self.open_gap(at, data.len());
+        self.data[at..at + data.len()].copy_from_slice(data);
         self.keys.insert(i, key);
         self.ends.insert(i, at as u32);
         let n = data.len() as u32;
@@ -144,10 +154,28 @@ impl Leaf {
             self.data[a..b].copy_from_slice(data);
             return;
         }
-        self.data.splice(a..b, data.iter().copied());
+        if data.len() > b - a {
+            self.open_gap(b, data.len() - (b - a));
+        } else {
+            self.data.copy_within(b.., a + data.len());
+            self.data.truncate(self.data.len() - (b - a - data.len()));
+        }
+        self.data[a..a + data.len()].copy_from_slice(data);
         let (old, new) = ((b - a) as u32, data.len() as u32);
         for e in &mut self.ends[i..] {
             *e = *e - old + new;
+        }
+    }
+
+    /// Appends `bytes` to item `i`'s data (a name added to a DIR_ITEM or
+    /// INODE_REF), without copying the item out and back.
+    pub fn append_data(&mut self, i: usize, bytes: &[u8]) {
+        let end = self.ends[i] as usize;
+        self.open_gap(end, bytes.len());
+        self.data[end..end + bytes.len()].copy_from_slice(bytes);
+        let n = bytes.len() as u32;
+        for e in &mut self.ends[i..] {
+            *e += n;
         }
     }
 
@@ -215,10 +243,14 @@ mod tests {
                 let i = rnd(v.len() as u64) as usize;
                 l.remove(i);
                 v.remove(i);
-            } else if op == 3 {
+            } else if op == 3 && len.is_multiple_of(2) {
                 let i = rnd(v.len() as u64) as usize;
                 l.set_data(i, &vec![byte; len]);
                 v[i].1 = vec![byte; len];
+            } else if op == 3 {
+                let i = rnd(v.len() as u64) as usize;
+                l.append_data(i, &vec![byte; len]);
+                v[i].1.extend(vec![byte; len]);
             } else {
                 let i = rnd(v.len() as u64 + 1) as usize;
                 let tail = l.split_off(i);

@@ -6,7 +6,7 @@
 //! leaves the previous commit whole; the superblock write is the commit
 //! point.
 
-use super::Trans;
+use super::{durable, Trans};
 use crate::error::{Error, Result};
 use crate::io::raid56;
 use crate::io::volumes::{PhysLoc, Placement};
@@ -325,23 +325,10 @@ impl Trans {
         // A deferred commit's superblock goes first: written after this
         // one, it would drop the log root.
         self.finish_deferred()?;
-        self.flush_all()?;
         let mut sb = self.info.sb.clone();
         sb.log_root = log_root;
         sb.log_root_level = level;
-        self.write_superblocks(&sb, &self.dev_items)?;
-        self.flush_all()
-    }
-
-    fn flush_all(&self) -> Result<()> {
-        for d in self.info.devices.values() {
-            d.dev().flush().map_err(|e| Error::Io {
-                path: d.path.display().to_string(),
-                op: "flush".into(),
-                source: e,
-            })?;
-        }
-        Ok(())
+        durable::make_durable(&self.super_writes(&sb, &self.dev_items))
     }
 
     /// Commits: after this returns the image on disk is the new one, and
@@ -372,9 +359,7 @@ impl Trans {
         let Some(d) = self.deferred.take() else {
             return Ok(());
         };
-        self.flush_all()?;
-        self.write_superblocks(&d.sb, &d.dev_items)?;
-        self.flush_all()?;
+        d.writer.wait()?;
         self.alloc.unpin(d.pinned);
         Ok(())
     }
@@ -423,29 +408,32 @@ impl Trans {
             self.write_logical(run.0, &run.1)?;
         }
         let sb = self.new_superblock()?;
+        let supers = self.super_writes(&sb, &self.dev_items);
         if sync {
-            self.flush_all()?;
-            self.write_superblocks(&sb, &self.dev_items)?;
-            self.flush_all()?;
+            durable::make_durable(&supers)?;
             // The new commit is on disk.
             self.alloc.unpin_all();
         } else {
             if !run.1.is_empty() {
                 self.start_writeback(run.0, run.1.len() as u64);
             }
+            // What this commit freed stays pinned until its superblock is
+            // on disk; the next transaction allocates around it.
+            let pinned = self.alloc.committed();
             self.deferred = Some(super::DeferredSuper {
-                sb: sb.clone(),
-                dev_items: self.dev_items.clone(),
-                pinned: self.alloc.committed(),
+                writer: durable::Background::start(supers)?,
+                pinned,
             });
         }
         // The blocks at these addresses are the new ones now (written,
         // durable or not: reads see what was written).
+        // No readahead of an older block at one of these addresses may
+        // land in the cache after it is dropped from there.
+        self.info.reada.wait_idle();
         for a in addrs {
             self.info.cache.remove(a);
         }
-        self.bufs.clear();
-        self.forget_decoded();
+        self.keep_written_decoded();
         self.info.sb = sb;
         self.transid += 1;
         Ok(())
@@ -523,33 +511,35 @@ impl Trans {
         Ok(sb)
     }
 
-    /// Writes `sb` to every superblock copy that fits on every device,
-    /// each with its own device item.
-    fn write_superblocks(
+    /// `sb`'s copies for every device, each copy with its own device
+    /// item, encoded to write.
+    fn super_writes(
         &self,
         sb: &ubtrfs_format::Superblock,
         dev_items: &std::collections::BTreeMap<u64, ubtrfs_format::items::DevItem>,
-    ) -> Result<()> {
+    ) -> Vec<durable::DevSupers> {
+        let mut out = Vec::with_capacity(self.info.devices.len());
         for d in self.info.devices.values() {
             let mut s = sb.clone();
             s.dev_item = dev_items
                 .get(&d.devid)
                 .copied()
                 .unwrap_or(d.superblock.dev_item);
+            let mut copies = Vec::new();
             for &off in SUPER_OFFSETS.iter() {
                 if off + SUPER_SIZE as u64 > d.size {
                     break;
                 }
                 s.bytenr = off;
-                let bytes = s.to_bytes();
-                d.dev().write_at(&bytes, off).map_err(|e| Error::Io {
-                    path: d.path.display().to_string(),
-                    op: format!("write superblock at {off}"),
-                    source: e,
-                })?;
+                copies.push((off, s.to_bytes().to_vec()));
             }
+            out.push(durable::DevSupers::new(
+                d.dev().clone(),
+                d.path.clone(),
+                copies,
+            ));
         }
-        Ok(())
+        out
     }
 }
 

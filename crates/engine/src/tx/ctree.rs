@@ -6,6 +6,7 @@
 //! Parent keys follow their children's first keys.
 
 use super::{BlockRef, Trans};
+use crate::cache::reada::{self, Readahead};
 use crate::error::{Error, Result};
 use crate::tree::block::BlockExpect;
 use crate::tree::buf::{self, Content, Ptr};
@@ -123,6 +124,7 @@ impl Trans {
             let slot = node_slot(eb.ptrs(), key);
             let p = eb.ptrs()[slot];
             path[level as usize] = (b, slot);
+            self.read_ahead_leaves(self.buf(b), slot);
             b = self.cow(tree, p.blockptr, expect_child(&p, level), Some((b, slot)))?;
         }
     }
@@ -178,6 +180,26 @@ impl Trans {
         let new = f(None).expect("upsert_item: data for a new item");
         self.check_item_size(tree, &key, new.len())?;
         self.buf_mut(leaf).items_mut().insert(slot, key, &new);
+        if slot == 0 {
+            self.fixup_keys(&path, 0);
+        }
+        self.split_if_needed(tree, &mut path, 0)
+    }
+
+    /// Appends `bytes` to the data of the item at `key` in place (one more
+    /// name in a DIR_ITEM or INODE_REF), or makes the item of `bytes` when
+    /// there is none.
+    pub(crate) fn append_item(&mut self, tree: u64, key: Key, bytes: &[u8]) -> Result<()> {
+        let (mut path, found) = self.search_mut(tree, &key)?;
+        let (leaf, slot) = path[0];
+        if found {
+            let len = self.buf(leaf).items().data(slot).len() + bytes.len();
+            self.check_item_size(tree, &key, len)?;
+            self.buf_mut(leaf).items_mut().append_data(slot, bytes);
+            return self.split_if_needed(tree, &mut path, 0);
+        }
+        self.check_item_size(tree, &key, bytes.len())?;
+        self.buf_mut(leaf).items_mut().insert(slot, key, bytes);
         if slot == 0 {
             self.fixup_keys(&path, 0);
         }
@@ -257,10 +279,56 @@ impl Trans {
         let this = &*self;
         let mut cur = this.load(root, expect)?;
         while !cur.is_leaf() {
-            let p = cur.ptrs()[node_slot(cur.ptrs(), key)];
+            let slot = node_slot(cur.ptrs(), key);
+            let p = cur.ptrs()[slot];
+            this.read_ahead_leaves(&cur, slot);
             cur = this.load(p.blockptr, expect_child(&p, cur.level))?;
         }
         Ok(cur)
+    }
+
+    /// Before a descent reads leaf `slot` of `node` (a level-1 node), the
+    /// leaves after it are queued for the readahead threads as the
+    /// transaction's mode says ([`Trans::set_readahead`]), when that leaf
+    /// is not at hand already: a writer walking a committed tree in key
+    /// order (receive updating files in inode order) finds the leaves it
+    /// goes to next read, not waits for each. Leaves of this transaction
+    /// are not on disk yet and are never read ahead.
+    fn read_ahead_leaves(&self, node: &crate::tree::buf::ExtentBuffer, slot: usize) {
+        if self.readahead == Readahead::None || node.level != 1 {
+            return;
+        }
+        let ptrs = node.ptrs();
+        let target = ptrs[slot].blockptr;
+        if self.bufs.contains_key(&target) || self.decoded.borrow().contains_key(&target) {
+            return;
+        }
+        let reada = &self.info.reada;
+        let picked = reada::plan(
+            self.readahead,
+            1,
+            slot,
+            ptrs.len(),
+            self.info.nodesize,
+            reada.is_present(target),
+            0,
+            |i| (ptrs[i].key.objectid, ptrs[i].blockptr),
+        );
+        let blocks: Vec<(u64, BlockExpect)> = picked
+            .into_iter()
+            .map(|i| ptrs[i])
+            .filter(|p| !self.bufs.contains_key(&p.blockptr))
+            .map(|p| (p.blockptr, expect_child(&p, 1)))
+            .collect();
+        if !blocks.is_empty() {
+            reada.schedule(&self.info.reada_source(), &blocks);
+        }
+    }
+
+    /// Sets how descents read ahead leaves of committed trees (default
+    /// none: a mount's lookups are not in key order).
+    pub fn set_readahead(&mut self, mode: Readahead) {
+        self.readahead = mode;
     }
 
     /// The key of the last item at or before `key`.

@@ -22,6 +22,7 @@ pub mod cow;
 pub mod csum_tree;
 pub mod ctree;
 pub mod delayed_ref;
+pub(crate) mod durable;
 pub mod free_space_tree;
 pub mod open;
 pub mod volumes;
@@ -98,15 +99,15 @@ pub struct Trans {
     pub(crate) dir_index_next: HashMap<(u64, u64), u64>,
     /// A commit whose superblock is still to write.
     pub(crate) deferred: Option<DeferredSuper>,
+    /// How descents read ahead committed leaves ([`Trans::set_readahead`]).
+    pub(crate) readahead: crate::cache::reada::Readahead,
 }
 
 /// A commit whose blocks are written and whose superblock is not yet
 /// ([`Trans::commit_deferred`]).
 pub(crate) struct DeferredSuper {
-    sb: ubtrfs_format::Superblock,
-    /// The device items as of that commit (each copy of the superblock
-    /// carries its device's).
-    dev_items: BTreeMap<u64, DevItem>,
+    /// The thread making that commit durable.
+    writer: durable::Background,
     /// Space that commit freed: the superblock on disk still reaches it.
     pinned: Vec<(u64, u64)>,
 }
@@ -142,6 +143,17 @@ impl std::hash::Hasher for AddrHasher {
 
 /// Most decoded committed blocks kept (about 64 KiB each at most).
 const DECODED_BLOCKS: usize = 4096;
+
+/// Makes room in a full map of decoded blocks: an eighth of them goes
+/// (whichever the map holds first; not all, which would read every block
+/// in use again).
+fn evict_some(d: &mut BlockMap<std::sync::Arc<ExtentBuffer>>) {
+    let mut n = 0usize;
+    d.retain(|_, _| {
+        n += 1;
+        !n.is_multiple_of(8)
+    });
+}
 
 /// A block being read: this transaction's copy, or a decoded committed
 /// one.
@@ -364,7 +376,7 @@ impl Trans {
         let eb = std::sync::Arc::new(self.read_committed(bytenr, expect)?);
         let mut d = self.decoded.borrow_mut();
         if d.len() >= DECODED_BLOCKS {
-            d.clear();
+            evict_some(&mut d);
         }
         d.insert(bytenr, eb.clone());
         Ok(BlockRef::Committed(eb))
@@ -397,10 +409,29 @@ impl Trans {
         }
     }
 
-    /// Forgets the decoded committed blocks (at commit: their addresses
-    /// may be reused from now on).
-    pub(crate) fn forget_decoded(&mut self) {
-        self.decoded.get_mut().clear();
+    /// At commit: the decoded committed blocks are forgotten (what the
+    /// commit freed may be reused from now on), and the blocks just
+    /// written are kept decoded in their place (they are the committed
+    /// blocks at their addresses now), up to the cap, nodes first: the
+    /// next transaction goes on changing the same leaves (a directory
+    /// receiving files) and need not read them back.
+    pub(crate) fn keep_written_decoded(&mut self) {
+        let d = self.decoded.get_mut();
+        d.clear();
+        let mut leaves = Vec::new();
+        for (a, eb) in self.bufs.drain() {
+            if eb.is_leaf() {
+                leaves.push((a, eb));
+            } else if d.len() < DECODED_BLOCKS {
+                d.insert(a, std::sync::Arc::new(eb));
+            }
+        }
+        for (a, eb) in leaves {
+            if d.len() >= DECODED_BLOCKS {
+                break;
+            }
+            d.insert(a, std::sync::Arc::new(eb));
+        }
     }
 
     fn buf(&self, bytenr: u64) -> &ExtentBuffer {

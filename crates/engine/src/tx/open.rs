@@ -215,6 +215,7 @@ impl Trans {
             max_inline: crate::inode::file::MAX_INLINE,
             dir_index_next: HashMap::new(),
             deferred: None,
+            readahead: Default::default(),
             chunk_cap: None,
             dev_items_dirty: false,
             info,
