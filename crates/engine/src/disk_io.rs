@@ -6,6 +6,7 @@ use crate::cache::block_cache::BlockCache;
 use crate::cache::reada::{self, Prefetcher};
 use crate::error::{Error, Result};
 use crate::io::device::Device;
+use crate::io::pending::PendingWrites;
 use crate::io::raid56;
 use crate::io::volumes::{ChunkMap, PhysLoc, Placement};
 use crate::tree::block::{check_expectations, verify_tree_block, BlockExpect, TreeBlock};
@@ -30,6 +31,8 @@ pub struct FsInfo {
     pub cache: Arc<BlockCache>,
     /// Tree block readahead into `cache` (see [`crate::cache::reada`]).
     pub reada: Prefetcher,
+    /// Blocks a commit's thread is writing: reads of them wait.
+    pub pending: Arc<PendingWrites>,
     pub csum_type: CsumType,
     pub nodesize: u32,
     pub sectorsize: u32,
@@ -44,6 +47,7 @@ impl FsInfo {
             nodesize: sb.nodesize,
             sectorsize: sb.sectorsize,
             reada: Prefetcher::new(cache.clone()),
+            pending: Arc::default(),
             cache,
             chunks: ChunkMap::default(),
             devices,
@@ -109,6 +113,7 @@ impl FsInfo {
     /// as lost too and the rebuild uses whatever combination is left, failing
     /// only when more stripes are lost than the parity covers.
     pub fn read_copy(&self, logical: u64, buf: &mut [u8], mirror: usize) -> Result<()> {
+        self.pending.wait_for(logical, buf.len() as u64);
         let mut done = 0usize;
         while done < buf.len() {
             let at = logical + done as u64;

@@ -16,7 +16,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use ubtrfs_engine::io::dev::MemDev;
-use ubtrfs_engine::io::fault::Log;
+use ubtrfs_engine::io::fault::{Event, Log};
+use ubtrfs_format::consts::SUPER_OFFSETS;
+use ubtrfs_format::Superblock;
 
 fn require() -> bool {
     std::env::var("UBTRFS_REQUIRE_KERNEL").is_ok_and(|v| v == "1")
@@ -129,8 +131,21 @@ fn crash_images_pass_btrfs_check_and_mount() {
         let (log, _) = record(seed + round as u64, ns, 150).unwrap();
         let flushes = log.flushes();
         let mut rng = Rng(seed ^ ns as u64);
-        // Which flush prefixes to check: the last always, others at random.
-        let mut pick: Vec<usize> = (1..flushes.len()).collect();
+        // Which flush prefixes to check: the last always, others at random,
+        // from the first that holds a superblock (before it, mkfs has only
+        // wiped the old ones: no filesystem yet).
+        let first = flushes
+            .iter()
+            .position(|&f| {
+                log.events[..f].iter().any(|e| match e {
+                    Event::Write { off, data } => {
+                        *off == SUPER_OFFSETS[0] && Superblock::parse(data).is_ok()
+                    }
+                    _ => false,
+                })
+            })
+            .expect("a superblock is written");
+        let mut pick: Vec<usize> = (first..flushes.len()).collect();
         rng.shuffle(&mut pick);
         pick.truncate(checks / 2);
         pick.push(flushes.len() - 1);

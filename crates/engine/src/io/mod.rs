@@ -8,5 +8,6 @@ pub mod dev;
 pub mod device;
 pub mod fault;
 pub mod overlay;
+pub mod pending;
 pub mod raid56;
 pub mod volumes;

@@ -10,6 +10,8 @@ use super::{durable, Trans};
 use crate::error::{Error, Result};
 use crate::io::raid56;
 use crate::io::volumes::{PhysLoc, Placement};
+use crate::tree::buf::ExtentBuffer;
+use std::sync::Arc;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::superblock::RootBackup;
 
@@ -280,6 +282,24 @@ impl Trans {
         Ok(Some(out))
     }
 
+    /// Where each run of `blocks` goes ([`Trans::data_targets`]); None
+    /// when one is in a RAID5/6 block group.
+    fn run_targets(
+        &self,
+        blocks: &[(u64, Arc<ExtentBuffer>)],
+        runs: &[std::ops::Range<usize>],
+        ns: usize,
+    ) -> Result<Option<Vec<Vec<DataTarget>>>> {
+        let mut out = Vec::with_capacity(runs.len());
+        for r in runs {
+            match self.data_targets(blocks[r.start].0, (r.len() * ns) as u64)? {
+                Some(t) => out.push(t),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(out))
+    }
+
     /// Reads `buf.len()` bytes `off` bytes into the strip at `loc` (the
     /// rest of a RAID5/6 column, for its parity).
     fn read_phys(&self, loc: PhysLoc, off: u64, buf: &mut [u8], at: u64) -> Result<()> {
@@ -382,58 +402,89 @@ impl Trans {
             self.cow(ROOT_TREE_OBJECTID, bytenr, expect, None)?;
         }
         self.settle()?;
-        let ns = self.nodesize();
+        // The superblock first: it may look up root items, in the blocks
+        // about to leave `bufs`.
+        let sb = self.new_superblock()?;
+        let supers = self.super_writes(&sb, &self.dev_items);
+        let ns = self.nodesize() as usize;
         let csum = self.info.csum_type;
         // Blocks in address order, adjacent ones in one write: sequential
         // writes, and on RAID5/6 whole rows, whose parity needs no reads.
-        let mut addrs: Vec<u64> = self.bufs.keys().copied().collect();
-        addrs.sort_unstable();
-        // One buffer for every run: a fresh megabyte each time is pages
-        // mapped and zeroed by the kernel again.
-        let mut run: (u64, Vec<u8>) = (0, Vec::with_capacity(MAX_BLOCK_RUN + ns as usize));
-        for &a in &addrs {
-            if run.0 + run.1.len() as u64 != a || run.1.len() >= MAX_BLOCK_RUN {
-                if !run.1.is_empty() {
-                    self.write_logical(run.0, &run.1)?;
-                    self.start_writeback(run.0, run.1.len() as u64);
+        let mut blocks: Vec<(u64, Arc<ExtentBuffer>)> =
+            self.bufs.drain().map(|(a, b)| (a, Arc::new(b))).collect();
+        blocks.sort_unstable_by_key(|b| b.0);
+        let runs = block_runs(&blocks, ns);
+        // A deferred commit's thread writes its blocks, unless one is in a
+        // RAID5/6 group (parity rows are written under the transaction).
+        let targets = if sync {
+            None
+        } else {
+            self.run_targets(&blocks, &runs, ns)?
+        };
+        if targets.is_none() {
+            // One buffer for every run: a fresh megabyte each time is
+            // pages mapped and zeroed by the kernel again.
+            let mut buf = Vec::with_capacity(MAX_BLOCK_RUN + ns);
+            for r in &runs {
+                buf.clear();
+                buf.resize(r.len() * ns, 0);
+                for ((_, b), out) in blocks[r.clone()].iter().zip(buf.chunks_exact_mut(ns)) {
+                    b.encode_into(out, &self.fsid, &self.chunk_tree_uuid, csum);
                 }
-                run.0 = a;
-                run.1.clear();
+                let at = blocks[r.start].0;
+                self.write_logical(at, &buf)?;
+                self.start_writeback(at, buf.len() as u64);
             }
-            let at = run.1.len();
-            run.1.resize(at + ns as usize, 0);
-            self.bufs[&a].encode_into(&mut run.1[at..], &self.fsid, &self.chunk_tree_uuid, csum);
         }
-        if !run.1.is_empty() {
-            self.write_logical(run.0, &run.1)?;
-        }
-        let sb = self.new_superblock()?;
-        let supers = self.super_writes(&sb, &self.dev_items);
         if sync {
             durable::make_durable(&supers)?;
             // The new commit is on disk.
             self.alloc.unpin_all();
         } else {
-            if !run.1.is_empty() {
-                self.start_writeback(run.0, run.1.len() as u64);
-            }
+            let written = match targets {
+                Some(_) => blocks.iter().cloned().collect(),
+                None => Default::default(),
+            };
+            let writes = targets.map(|targets| {
+                let ranges = runs
+                    .iter()
+                    .map(|r| (blocks[r.start].0, blocks[r.start].0 + (r.len() * ns) as u64))
+                    .collect();
+                self.info.pending.start(ranges);
+                durable::BlockWrites {
+                    runs: runs
+                        .iter()
+                        .zip(targets)
+                        .map(|(r, targets)| durable::BlockRun {
+                            blocks: blocks[r.clone()].iter().map(|b| b.1.clone()).collect(),
+                            targets,
+                        })
+                        .collect(),
+                    nodesize: ns,
+                    fsid: self.fsid,
+                    chunk_tree_uuid: self.chunk_tree_uuid,
+                    csum,
+                    pending: self.info.pending.clone(),
+                }
+            });
             // What this commit freed stays pinned until its superblock is
             // on disk; the next transaction allocates around it.
             let pinned = self.alloc.committed();
             self.deferred = Some(super::DeferredSuper {
-                writer: durable::Background::start(supers)?,
+                writer: durable::Background::start(writes, supers)?,
+                written,
                 pinned,
             });
         }
         // The blocks at these addresses are the new ones now (written,
-        // durable or not: reads see what was written).
-        // No readahead of an older block at one of these addresses may
-        // land in the cache after it is dropped from there.
+        // durable or not, or being written: reads wait for those). No
+        // readahead of an older block at one of them may land in the
+        // cache after it is dropped from there.
         self.info.reada.wait_idle();
-        for a in addrs {
-            self.info.cache.remove(a);
+        for (a, _) in &blocks {
+            self.info.cache.remove(*a);
         }
-        self.keep_written_decoded();
+        self.keep_written_decoded(blocks);
         self.info.sb = sb;
         self.transid += 1;
         Ok(())
@@ -562,16 +613,31 @@ impl DataTarget {
         self
     }
 
-    /// Writes this target's bytes of `data` (the whole buffer the targets
-    /// were made for).
-    pub fn write(&self, data: &[u8]) -> Result<()> {
-        let buf = data.get(self.from..self.from + self.len).ok_or_else(|| {
+    /// As [`DataTarget::write`] for tree blocks, which are read again:
+    /// through the page cache, with write-back started.
+    pub(crate) fn write_cached(&self, data: &[u8]) -> Result<()> {
+        let buf = self.bytes(data)?;
+        self.dev
+            .write_at(buf, self.physical)
+            .map_err(|e| phys_write_error(&self.path, buf.len(), self.physical, self.logical, e))?;
+        self.dev.start_writeback(self.physical, buf.len() as u64);
+        Ok(())
+    }
+
+    fn bytes<'a>(&self, data: &'a [u8]) -> Result<&'a [u8]> {
+        data.get(self.from..self.from + self.len).ok_or_else(|| {
             Error::Invalid(format!(
                 "data target at logical {} past the {} bytes given",
                 self.logical,
                 data.len()
             ))
-        })?;
+        })
+    }
+
+    /// Writes this target's bytes of `data` (the whole buffer the targets
+    /// were made for).
+    pub fn write(&self, data: &[u8]) -> Result<()> {
+        let buf = self.bytes(data)?;
         self.dev
             .write_data(buf, self.physical)
             .map_err(|e| phys_write_error(&self.path, buf.len(), self.physical, self.logical, e))
@@ -580,6 +646,24 @@ impl DataTarget {
 
 /// The error of a failed write of `len` bytes at `physical` on `path`
 /// (for logical `at`).
+/// Runs of adjacent blocks (index ranges into `blocks`, in address
+/// order), each at most [`MAX_BLOCK_RUN`] bytes.
+fn block_runs(blocks: &[(u64, Arc<ExtentBuffer>)], ns: usize) -> Vec<std::ops::Range<usize>> {
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, (a, _)) in blocks.iter().enumerate() {
+        match runs.last_mut() {
+            Some(r)
+                if blocks[r.start].0 + (r.len() * ns) as u64 == *a
+                    && r.len() * ns < MAX_BLOCK_RUN =>
+            {
+                r.end = i + 1
+            }
+            _ => runs.push(i..i + 1),
+        }
+    }
+    runs
+}
+
 fn phys_write_error(
     path: &std::path::Path,
     len: usize,

@@ -292,15 +292,19 @@ impl Trans {
     /// transaction's mode says ([`Trans::set_readahead`]), when that leaf
     /// is not at hand already: a writer walking a committed tree in key
     /// order (receive updating files in inode order) finds the leaves it
-    /// goes to next read, not waits for each. Leaves of this transaction
-    /// are not on disk yet and are never read ahead.
+    /// goes to next read, not waits for each. Leaves of this transaction,
+    /// or of a deferred commit still being written, may not be on disk
+    /// yet and are never read ahead.
     fn read_ahead_leaves(&self, node: &crate::tree::buf::ExtentBuffer, slot: usize) {
         if self.readahead == Readahead::None || node.level != 1 {
             return;
         }
         let ptrs = node.ptrs();
         let target = ptrs[slot].blockptr;
-        if self.bufs.contains_key(&target) || self.decoded.borrow().contains_key(&target) {
+        if self.bufs.contains_key(&target)
+            || self.decoded.borrow().contains_key(&target)
+            || self.deferred_block(target).is_some()
+        {
             return;
         }
         let reada = &self.info.reada;
@@ -317,7 +321,9 @@ impl Trans {
         let blocks: Vec<(u64, BlockExpect)> = picked
             .into_iter()
             .map(|i| ptrs[i])
-            .filter(|p| !self.bufs.contains_key(&p.blockptr))
+            .filter(|p| {
+                !self.bufs.contains_key(&p.blockptr) && self.deferred_block(p.blockptr).is_none()
+            })
             .map(|p| (p.blockptr, expect_child(&p, 1)))
             .collect();
         if !blocks.is_empty() {

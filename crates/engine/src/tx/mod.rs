@@ -108,6 +108,10 @@ pub struct Trans {
 pub(crate) struct DeferredSuper {
     /// The thread making that commit durable.
     writer: durable::Background,
+    /// That commit's blocks when its thread writes them: they are the
+    /// committed blocks at their addresses, read from here rather than
+    /// from a disk that may not have them yet.
+    written: BlockMap<std::sync::Arc<ExtentBuffer>>,
     /// Space that commit freed: the superblock on disk still reaches it.
     pinned: Vec<(u64, u64)>,
 }
@@ -373,6 +377,9 @@ impl Trans {
         if let Some(b) = self.decoded.borrow().get(&bytenr) {
             return Ok(BlockRef::Committed(b.clone()));
         }
+        if let Some(b) = self.deferred_block(bytenr) {
+            return Ok(BlockRef::Committed(b.clone()));
+        }
         let eb = std::sync::Arc::new(self.read_committed(bytenr, expect)?);
         let mut d = self.decoded.borrow_mut();
         if d.len() >= DECODED_BLOCKS {
@@ -405,8 +412,16 @@ impl Trans {
     ) -> Result<ExtentBuffer> {
         match self.decoded.get_mut().remove(&bytenr) {
             Some(b) => Ok(std::sync::Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone())),
-            None => self.read_committed(bytenr, expect),
+            None => match self.deferred_block(bytenr) {
+                Some(b) => Ok((**b).clone()),
+                None => self.read_committed(bytenr, expect),
+            },
         }
+    }
+
+    /// The block at `bytenr` of a deferred commit whose thread writes it.
+    pub(crate) fn deferred_block(&self, bytenr: u64) -> Option<&std::sync::Arc<ExtentBuffer>> {
+        self.deferred.as_ref()?.written.get(&bytenr)
     }
 
     /// At commit: the decoded committed blocks are forgotten (what the
@@ -415,22 +430,25 @@ impl Trans {
     /// blocks at their addresses now), up to the cap, nodes first: the
     /// next transaction goes on changing the same leaves (a directory
     /// receiving files) and need not read them back.
-    pub(crate) fn keep_written_decoded(&mut self) {
+    pub(crate) fn keep_written_decoded(
+        &mut self,
+        written: Vec<(u64, std::sync::Arc<ExtentBuffer>)>,
+    ) {
         let d = self.decoded.get_mut();
         d.clear();
         let mut leaves = Vec::new();
-        for (a, eb) in self.bufs.drain() {
+        for (a, eb) in written {
             if eb.is_leaf() {
                 leaves.push((a, eb));
             } else if d.len() < DECODED_BLOCKS {
-                d.insert(a, std::sync::Arc::new(eb));
+                d.insert(a, eb);
             }
         }
         for (a, eb) in leaves {
             if d.len() >= DECODED_BLOCKS {
                 break;
             }
-            d.insert(a, std::sync::Arc::new(eb));
+            d.insert(a, eb);
         }
     }
 
