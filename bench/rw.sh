@@ -174,6 +174,7 @@ side_env() {
     ubtrfs-no-fsync-batch) echo UBTRFS_NO_FSYNC_BATCH=1 ;;
     ubtrfs-no-direct-io) echo UBTRFS_NO_DIRECT_IO=1 ;;
     ubtrfs-no-keep-cache) echo UBTRFS_NO_KEEP_CACHE=1 ;;
+    ubtrfs-sync-commits) echo UBTRFS_SYNC_COMMITS=1 ;;
     ubtrfs@*) echo "${1#ubtrfs@}" | tr , ' ' ;;  # ad hoc: ubtrfs@VAR=VALUE[,VAR=VALUE]
     *) echo "" ;;
   esac
@@ -204,7 +205,7 @@ sides_for() {
       local more=""
       case $1 in
         bssplit) more=" ubtrfs-no-direct-io" ;;
-        dbench) more=" ubtrfs-no-keep-cache" ;;
+        dbench) more=" ubtrfs-no-keep-cache ubtrfs-sync-commits" ;;
       esac
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-csum-full-scan$more"; } ;;
@@ -614,6 +615,7 @@ LABEL = {
     "ubtrfs-no-fsync-batch": "ubtrfs UBTRFS_NO_FSYNC_BATCH=1 (each fsync syncs the log itself)",
     "ubtrfs-no-direct-io": "ubtrfs UBTRFS_NO_DIRECT_IO=1 (O_DIRECT writes held dirty)",
     "ubtrfs-no-keep-cache": "ubtrfs UBTRFS_NO_KEEP_CACHE=1 (page cache dropped at open)",
+    "ubtrfs-sync-commits": "ubtrfs UBTRFS_SYNC_COMMITS=1 (interval commits flush under the lock)",
 }
 def label(side):
     return LABEL.get(side, side.replace("@", " "))

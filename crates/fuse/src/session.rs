@@ -388,6 +388,7 @@ fn serve_rw(
     let committer = {
         let rw = rw.clone();
         let stop = stop.clone();
+        let sync_commits = std::env::var_os("UBTRFS_SYNC_COMMITS").is_some();
         std::thread::Builder::new()
             .name("ubtrfs-commit".into())
             .spawn(move || {
@@ -400,7 +401,15 @@ fn serve_rw(
                     }
                     let mut fs = rw.lock();
                     if fs.commit_due() {
-                        if let Err(e) = fs.commit() {
+                        // The commit's thread writes its blocks and
+                        // superblock (UBTRFS_SYNC_COMMITS=1: this thread,
+                        // holding the lock; benchmark switch).
+                        let res = if sync_commits {
+                            fs.commit()
+                        } else {
+                            fs.commit_periodic()
+                        };
+                        if let Err(e) = res {
                             logging::error(&format!("commit: {e}"));
                         }
                     }

@@ -20,6 +20,9 @@ impl PendingWrites {
     pub fn start(&self, ranges: Vec<(u64, u64)>) {
         let mut r = self.ranges.lock().unwrap_or_else(|e| e.into_inner());
         r.extend(ranges);
+        // Sorted, for a binary search per read (a commit's runs do not
+        // overlap).
+        r.sort_unstable();
         self.busy.store(!r.is_empty(), Ordering::Release);
     }
 
@@ -39,7 +42,13 @@ impl PendingWrites {
         }
         let end = logical.saturating_add(len);
         let mut r = self.ranges.lock().unwrap_or_else(|e| e.into_inner());
-        while r.iter().any(|&(s, e)| s < end && logical < e) {
+        let overlaps = |r: &[(u64, u64)]| {
+            // The first range ending after `logical` is the only one that
+            // can overlap first.
+            let i = r.partition_point(|&(_, e)| e <= logical);
+            r.get(i).is_some_and(|&(s, _)| s < end)
+        };
+        while overlaps(&r) {
             r = self.written.wait(r).unwrap_or_else(|e| e.into_inner());
         }
     }
@@ -53,10 +62,12 @@ mod tests {
     #[test]
     fn a_read_of_a_pending_range_waits_for_the_writer() {
         let p = Arc::new(PendingWrites::default());
-        p.start(vec![(100, 200)]);
+        p.start(vec![(300, 400), (100, 200)]);
         // Outside: no wait.
         p.wait_for(0, 100);
         p.wait_for(200, 50);
+        p.wait_for(250, 50);
+        p.wait_for(400, 10);
         let (tx, rx) = std::sync::mpsc::channel();
         let reader = {
             let p = p.clone();

@@ -611,6 +611,8 @@ impl RwFs {
             return self.commit().map(|()| FsyncStage::Durable);
         }
         if !self.dirty.contains_key(&id) && !self.changed() {
+            // The last commit has it: on disk once its superblock is.
+            self.wait_committed()?;
             return Ok(FsyncStage::Durable);
         }
         if self.opts.notreelog {
@@ -648,6 +650,9 @@ impl RwFs {
     /// commit may still succeed, else it turns the mount read-only).
     pub fn fsync_sync(&mut self, n: u64) -> Result<()> {
         if self.fsync_durable(n) {
+            // A log sync or a commit covered it; a periodic commit's
+            // superblock may still be on its way.
+            self.wait_committed()?;
             self.stats.fsync_batched += 1;
             return Ok(());
         }

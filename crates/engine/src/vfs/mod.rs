@@ -370,12 +370,39 @@ impl RwFs {
     /// Writes back every dirty range and commits. A failed commit leaves
     /// the image at the last one and the mount read-only.
     pub fn commit(&mut self) -> Result<()> {
+        self.commit_as(true)
+    }
+
+    /// The commit interval's commit: as [`RwFs::commit`], but a thread of
+    /// the commit's own writes its blocks and, after a flush, its
+    /// superblock ([`Trans::commit_deferred`]), so that requests need not
+    /// wait for the disk. What must be durable waits for it: fsync
+    /// ([`RwFs::wait_committed`]), the next commit, a log sync, unmount.
+    pub fn commit_periodic(&mut self) -> Result<()> {
+        self.commit_as(false)
+    }
+
+    /// Waits until the last commit is on disk (a periodic commit's
+    /// superblock written). A failure leaves the mount read-only.
+    pub(crate) fn wait_committed(&mut self) -> Result<()> {
+        self.t.finish_deferred().inspect_err(|e| {
+            self.aborted = Some(e.to_string());
+        })
+    }
+
+    fn commit_as(&mut self, sync: bool) -> Result<()> {
         if let Some(why) = &self.aborted {
             return Err(Error::ReadOnly(format!(
                 "the filesystem is read-only after a failed commit: {why}"
             )));
         }
-        let res = self.writeback_all().and_then(|_| self.t.commit());
+        let res = self.writeback_all().and_then(|_| {
+            if sync {
+                self.t.commit()
+            } else {
+                self.t.commit_deferred()
+            }
+        });
         self.last_commit = Instant::now();
         match res {
             Ok(()) => {
