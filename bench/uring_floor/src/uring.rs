@@ -190,13 +190,15 @@ fn pin_to(cpu: usize) {
     }
 }
 
+/// A queue's ring, its entries, and the completions already seen.
+type Setup = (
+    IoUring<squeue::Entry128, cqueue::Entry>,
+    Vec<Ent>,
+    Vec<(u64, i32)>,
+);
+
 /// Creates the ring and submits REGISTER for every entry.
-fn setup(
-    dev: RawFd,
-    qid: usize,
-    depth: usize,
-    payload: usize,
-) -> io::Result<(IoUring<squeue::Entry128, cqueue::Entry>, Vec<Ent>)> {
+fn setup(dev: RawFd, qid: usize, depth: usize, payload: usize) -> io::Result<Setup> {
     // Plain SQE128 ring. libfuse notes that SINGLE_ISSUER/COOP_TASKRUN made
     // it slower; DEFER_TASKRUN would delay the task_work that copies each
     // request in until we enter the kernel, which we do anyway; kept simple.
@@ -214,19 +216,25 @@ fn setup(
     }
     ring.submit()?;
     // A REGISTER that is refused (EOPNOTSUPP when enable_uring is off,
-    // EINVAL for a bad size or qid) completes at once; an accepted one
-    // stays pending until a request comes. Report the first kind now.
+    // EINVAL for a bad size or qid) completes at once: report it now. But
+    // an accepted one may complete at once too, with a request in it: the
+    // registration that makes the ring ready wakes the requests that were
+    // waiting for it, and their task_work runs as our io_uring_enter
+    // returns. Those completions must be served, not dropped (dropping one
+    // leaves its sender in D state forever), so they are handed back.
+    let mut early = Vec::new();
     // SAFETY: only this thread touches the ring.
     for c in unsafe { ring.completion_shared() } {
-        if c.result() < 0 {
+        if c.result() < 0 && c.result() != -libc::EINTR && c.result() != -libc::EAGAIN {
             return Err(io::Error::other(format!(
                 "REGISTER qid {qid} entry {}: {}",
                 c.user_data(),
                 io::Error::from_raw_os_error(-c.result())
             )));
         }
+        early.push((c.user_data(), c.result()));
     }
-    Ok((ring, ents))
+    Ok((ring, ents, early))
 }
 
 fn queue_thread(
@@ -243,7 +251,7 @@ fn queue_thread(
     }
     // Allocate after pinning, so that first touch puts the buffers on this
     // CPU's node (moot on this VM, right on NUMA machines).
-    let (mut ring, mut ents) = match setup(dev, qid, depth, payload) {
+    let (mut ring, mut ents, mut done) = match setup(dev, qid, depth, payload) {
         Ok(x) => {
             let _ = ready.send(Ok(()));
             x
@@ -257,18 +265,9 @@ fn queue_thread(
     // A request's payload (LOOKUP's name) is copied here before the reply
     // overwrites the same buffer.
     let mut scratch: Vec<u8> = Vec::with_capacity(4096);
-    let mut done: Vec<(u64, i32)> = Vec::with_capacity(depth);
+    // Completions to serve first: those setup saw. Then: serve, submit the
+    // commits and wait for the next completions, in one io_uring_enter.
     loop {
-        match ring.submit_and_wait(1) {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-            Err(e) => {
-                eprintln!("uring-floor: queue {qid}: io_uring_enter: {e}");
-                return;
-            }
-        }
-        done.clear();
-        done.extend(ring.completion().map(|c| (c.user_data(), c.result())));
         for &(idx, res) in &done {
             let Some(ent) = ents.get_mut(idx as usize) else {
                 eprintln!("uring-floor: queue {qid}: CQE for unknown entry {idx}");
@@ -313,6 +312,18 @@ fn queue_thread(
         if ents.iter().all(|e| e.dead) {
             return;
         }
+        loop {
+            match ring.submit_and_wait(1) {
+                Ok(_) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => {
+                    eprintln!("uring-floor: queue {qid}: io_uring_enter: {e}");
+                    return;
+                }
+            }
+        }
+        done.clear();
+        done.extend(ring.completion().map(|c| (c.user_data(), c.result())));
     }
 }
 
