@@ -10,6 +10,7 @@
 #   dev      bench/uring_floor --transport dev   (own protocol code, 1 thread)
 #   uring    bench/uring_floor --transport uring (one ring + thread per CPU;
 #            INIT/FORGET/INTERRUPT still over /dev/fuse)
+#   uring-defer  the same with --taskrun defer (SINGLE_ISSUER|DEFER_TASKRUN)
 # Each run mounts each daemon in turn (the order rotates from run to run),
 # and measures, on a fresh mount:
 #   lseek  fuseprobe walk: SEEK_DATA/SEEK_HOLE from 0 to EOF (262144 calls),
@@ -22,7 +23,8 @@
 #   cpu    the daemon's user+sys CPU seconds over the whole mount.
 # Then unmount and wait for the daemon to exit. Prints the medians as a
 # markdown table, with the ratio to "dev" (the classic /dev/fuse transport
-# with the same protocol code) for lseek and stat.
+# with the same protocol code) for lseek, stat and cp. SIDES="dev uring"
+# runs a subset (the table needs dev for its ratios).
 #
 # Root only: mounts, and sets /sys/module/fuse/parameters/enable_uring to Y
 # for the run (restored on exit). Environment: CARGO_TARGET_DIR (default
@@ -80,6 +82,7 @@ start_daemon() { # side log
     libfuse) /usr/bin/time -f "%U %S" -o "$2.time" "$TGT/fuse_floor" -f "$MNT" 2>"$2" & ;;
     dev) /usr/bin/time -f "%U %S" -o "$2.time" "$UF" --transport dev "$MNT" 2>"$2" & ;;
     uring) /usr/bin/time -f "%U %S" -o "$2.time" "$UF" --transport uring "$MNT" 2>"$2" & ;;
+    uring-defer) /usr/bin/time -f "%U %S" -o "$2.time" "$UF" --transport uring --taskrun defer "$MNT" 2>"$2" & ;;
     esac
     DAEMON=$!
     for _ in $(seq 100); do
@@ -124,7 +127,7 @@ secs() { # command... -> seconds elapsed, on stdout
 
 nspc() { awk '{ for (i = 1; i < NF; i++) if ($i == "ns_per_call") print $(i + 1) / 1000 }'; }
 
-SIDES=(${SIDES:-libfuse dev uring})
+SIDES=(${SIDES:-libfuse dev uring uring-defer})
 echo -e "run\tside\tlseek_us\tstat_us\tread_s\tcp_s\tcpu_s\tumount_ms" > "$OUT"
 echo "load before: $(uptime)" >&2
 for run in $(seq "$RUNS"); do
@@ -148,21 +151,21 @@ echo "load after: $(uptime)" >&2
 echo "raw results: $OUT" >&2
 
 # Medians per side and the ratio to dev, as markdown.
-awk -F'\t' -v runs="$RUNS" '
+awk -F'\t' -v runs="$RUNS" -v order="${SIDES[*]}" '
 function median(arr, n,   i, j, t) {
     for (i = 2; i <= n; i++) { t = arr[i]; for (j = i - 1; j >= 1 && arr[j] > t; j--) arr[j + 1] = arr[j]; arr[j + 1] = t }
     return n % 2 ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
 }
 NR > 1 { n[$2]++; for (c = 3; c <= 8; c++) v[$2, c, n[$2]] = $c }
 END {
-    split("libfuse dev uring", sides, " ")
-    for (s = 1; s <= 3; s++) for (c = 3; c <= 8; c++) {
+    k = split(order, sides, " ")
+    for (s = 1; s <= k; s++) for (c = 3; c <= 8; c++) {
         for (i = 1; i <= n[sides[s]]; i++) a[i] = v[sides[s], c, i]
         m[sides[s], c] = median(a, n[sides[s]])
     }
     printf "| side (median of %d) | lseek us | vs dev | stat us | vs dev | cold read 1 GiB s | warm cp s | vs dev | daemon CPU s | umount+exit ms |\n", runs
     print "|---|---|---|---|---|---|---|---|---|---|"
-    for (s = 1; s <= 3; s++) {
+    for (s = 1; s <= k; s++) {
         x = sides[s]
         printf "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d |\n", x,
             m[x, 3], m[x, 3] / m["dev", 3], m[x, 4], m[x, 4] / m["dev", 4],

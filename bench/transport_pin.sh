@@ -5,7 +5,8 @@
 # wakeup), and perf stat counts the daemon's task-clock, context switches
 # and migrations over the walk. For uring, "pinned" is the default (queue
 # thread n on CPU n; the client on CPU 0 talks to queue 0) and "unpinned"
-# is --no-pin.
+# is --no-pin; uring-defer and uring-coop are pinned with the io_uring
+# task-run modes of uring_floor --taskrun (see src/uring.rs Taskrun).
 #
 #   bench/transport_pin.sh [RUNS]   (default 3; medians printed)
 #
@@ -46,8 +47,10 @@ declare -A CMD=(
     [dev-cpu1]="taskset -c 1 $UF --transport dev $MNT"
     [uring-pinned]="$UF --transport uring $MNT"
     [uring-unpinned]="$UF --transport uring --no-pin $MNT"
+    [uring-defer]="$UF --transport uring --taskrun defer $MNT"
+    [uring-coop]="$UF --transport uring --taskrun coop $MNT"
 )
-ORDER="libfuse-any libfuse-cpu0 libfuse-cpu1 dev-any dev-cpu0 dev-cpu1 uring-pinned uring-unpinned"
+ORDER=${ORDER:-"libfuse-any libfuse-cpu0 libfuse-cpu1 dev-any dev-cpu0 dev-cpu1 uring-pinned uring-unpinned uring-defer uring-coop"}
 RES=$TGT/transport-pin.tsv
 echo -e "run\tside\tlseek_us\tdaemon_us_per_call\tcs_per_call\tmigr_per_call" > "$RES"
 echo "load before: $(uptime)" >&2

@@ -10,8 +10,9 @@
 //! and runs in the foreground until the mount goes away (umount MNT), then
 //! prints per-transport request counts on stderr.
 //!
-//! Options: --depth N (ring entries per queue, default 2), --no-pin (do not
-//! pin queue threads to their CPU).
+//! Options (uring only): --depth N (ring entries per queue, default 2),
+//! --no-pin (do not pin queue threads to their CPU), --taskrun
+//! default|defer|coop (io_uring task_work mode, see uring::Taskrun).
 
 mod fs;
 mod proto;
@@ -51,10 +52,11 @@ struct Args {
     mountpoint: String,
     depth: usize,
     pin: bool,
+    taskrun: uring::Taskrun,
 }
 
 fn usage() -> ! {
-    eprintln!("usage: uring-floor --transport dev|uring [--depth N] [--no-pin] MOUNTPOINT");
+    eprintln!("usage: uring-floor --transport dev|uring [--depth N] [--no-pin] [--taskrun default|defer|coop] MOUNTPOINT");
     std::process::exit(2);
 }
 
@@ -63,6 +65,7 @@ fn parse_args() -> Args {
     let mut mountpoint = None;
     let mut depth = 2;
     let mut pin = true;
+    let mut taskrun = uring::Taskrun::Default;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -81,6 +84,14 @@ fn parse_args() -> Args {
                     .unwrap_or_else(|| usage())
             }
             "--no-pin" => pin = false,
+            "--taskrun" => {
+                taskrun = match it.next().as_deref() {
+                    Some("default") => uring::Taskrun::Default,
+                    Some("defer") => uring::Taskrun::Defer,
+                    Some("coop") => uring::Taskrun::Coop,
+                    _ => usage(),
+                }
+            }
             _ if a.starts_with('-') => usage(),
             _ => mountpoint = Some(a),
         }
@@ -90,6 +101,7 @@ fn parse_args() -> Args {
         mountpoint: mountpoint.unwrap_or_else(|| usage()),
         depth,
         pin,
+        taskrun,
     }
 }
 
@@ -299,7 +311,13 @@ fn main() {
                         let payload = (MAX_WRITE as usize)
                             .max(MAX_PAGES as usize * 4096)
                             .max(8192);
-                        match uring::start(raw, args.depth, payload, args.pin) {
+                        let o = uring::Opts {
+                            depth: args.depth,
+                            payload,
+                            pin: args.pin,
+                            taskrun: args.taskrun,
+                        };
+                        match uring::start(raw, o) {
                             Ok(q) => queues = Some(q),
                             Err(e) => {
                                 eprintln!("uring-floor: io_uring setup: {e}");

@@ -38,6 +38,35 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use crate::fs::{self, Outcome};
 use crate::proto::*;
 
+/// How to set up the rings.
+#[derive(Clone, Copy, Debug)]
+pub struct Opts {
+    /// Entries per queue.
+    pub depth: usize,
+    /// Bytes per entry payload buffer.
+    pub payload: usize,
+    /// Pin queue thread n to CPU n.
+    pub pin: bool,
+    /// io_uring task-run mode, see `Taskrun`.
+    pub taskrun: Taskrun,
+}
+
+/// How io_uring runs the task_work that copies each request into our
+/// buffers (and posts the CQE). The kernel does it in our thread's context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taskrun {
+    /// Plain ring: task_work is queued with a signal-style notification
+    /// (TWA_SIGNAL) that kicks the thread out of its wait. libfuse's choice.
+    Default,
+    /// IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN: the work is queued on
+    /// the ring and run only inside io_uring_enter(GETEVENTS), which is
+    /// where our thread waits anyway: no signal-style kick.
+    Defer,
+    /// IORING_SETUP_COOP_TASKRUN | TASKRUN_FLAG: no IPI to interrupt a
+    /// running task; the work runs at its next kernel entry.
+    Coop,
+}
+
 /// Shared with main for the exit report.
 pub struct Queues {
     /// Requests served per queue.
@@ -61,9 +90,12 @@ fn possible_cpus() -> io::Result<usize> {
 
 /// Starts one thread per queue and returns once each has created its ring
 /// and submitted REGISTER for its entries (or failed: then the error).
-pub fn start(dev: RawFd, depth: usize, payload: usize, pin: bool) -> io::Result<Arc<Queues>> {
+pub fn start(dev: RawFd, o: Opts) -> io::Result<Arc<Queues>> {
     let nq = possible_cpus()?;
-    eprintln!("uring-floor: io_uring: {nq} queues x {depth} entries, payload {payload} bytes");
+    eprintln!(
+        "uring-floor: io_uring: {nq} queues x {} entries, payload {} bytes, pin {}, taskrun {:?}",
+        o.depth, o.payload, o.pin, o.taskrun
+    );
     let q = Arc::new(Queues {
         served: (0..nq).map(|_| AtomicU64::new(0)).collect(),
     });
@@ -73,7 +105,7 @@ pub fn start(dev: RawFd, depth: usize, payload: usize, pin: bool) -> io::Result<
         let q = q.clone();
         std::thread::Builder::new()
             .name(format!("fuse-ring-{qid}"))
-            .spawn(move || queue_thread(dev, qid, depth, payload, pin, q, tx))?;
+            .spawn(move || queue_thread(dev, qid, o, q, tx))?;
     }
     drop(tx);
     for _ in 0..nq {
@@ -198,12 +230,21 @@ type Setup = (
 );
 
 /// Creates the ring and submits REGISTER for every entry.
-fn setup(dev: RawFd, qid: usize, depth: usize, payload: usize) -> io::Result<Setup> {
-    // Plain SQE128 ring. libfuse notes that SINGLE_ISSUER/COOP_TASKRUN made
-    // it slower; DEFER_TASKRUN would delay the task_work that copies each
-    // request in until we enter the kernel, which we do anyway; kept simple.
-    let ring: IoUring<squeue::Entry128, cqueue::Entry> =
-        IoUring::builder().build((depth as u32).next_power_of_two().max(2))?;
+fn setup(dev: RawFd, qid: usize, o: Opts) -> io::Result<Setup> {
+    let (depth, payload) = (o.depth, o.payload);
+    // SQE128 is implied by the Entry128 type. See Taskrun for the rest;
+    // libfuse notes that SINGLE_ISSUER and COOP_TASKRUN made it slower.
+    let mut b = IoUring::<squeue::Entry128, cqueue::Entry>::builder();
+    match o.taskrun {
+        Taskrun::Default => {}
+        Taskrun::Defer => {
+            b.setup_single_issuer().setup_defer_taskrun();
+        }
+        Taskrun::Coop => {
+            b.setup_coop_taskrun().setup_taskrun_flag();
+        }
+    }
+    let ring = b.build((depth as u32).next_power_of_two().max(2))?;
     ring.submitter().register_files(&[dev])?;
     let mut ents: Vec<Ent> = (0..depth).map(|_| Ent::new(payload)).collect();
     for (i, e) in ents.iter_mut().enumerate() {
@@ -240,18 +281,17 @@ fn setup(dev: RawFd, qid: usize, depth: usize, payload: usize) -> io::Result<Set
 fn queue_thread(
     dev: RawFd,
     qid: usize,
-    depth: usize,
-    payload: usize,
-    pin: bool,
+    o: Opts,
     q: Arc<Queues>,
     ready: mpsc::Sender<io::Result<()>>,
 ) {
-    if pin {
+    let payload = o.payload;
+    if o.pin {
         pin_to(qid);
     }
     // Allocate after pinning, so that first touch puts the buffers on this
     // CPU's node (moot on this VM, right on NUMA machines).
-    let (mut ring, mut ents, mut done) = match setup(dev, qid, depth, payload) {
+    let (mut ring, mut ents, mut done) = match setup(dev, qid, o) {
         Ok(x) => {
             let _ = ready.send(Ok(()));
             x
