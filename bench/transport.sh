@@ -6,7 +6,8 @@
 #
 # Three daemons serve the same file system (root + "f", 1 GiB, 4 KiB data /
 # 4 KiB hole, lseek answered arithmetically, reads of 0xab, KEEP_CACHE):
-#   libfuse  /work/shared/tools/fuse_floor.c (libfuse3 low level, 1 thread)
+#   libfuse  fuse_floor.c ($FLOOR_SRC: the workplace's, beside the project;
+#            libfuse3 low level, 1 thread)
 #   dev      bench/uring_floor --transport dev   (own protocol code, 1 thread)
 #   uring    bench/uring_floor --transport uring (one ring + thread per CPU;
 #            INIT/FORGET/INTERRUPT still over /dev/fuse)
@@ -36,30 +37,13 @@ RUNS=${1:-5}
 STAT_N=${STAT_N:-100000}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/tgt/uring}
-TGT=$CARGO_TARGET_DIR
-OUT=${OUT:-$TGT/transport-results.tsv}
-PARAM=/sys/module/fuse/parameters/enable_uring
-FLOOR_SRC=/work/shared/tools/fuse_floor.c
+OUT=${OUT:-${CARGO_TARGET_DIR:-/work/tgt/uring}/transport-results.tsv}
 MNT=/tmp/uring-bench-mnt
 CPOUT=/tmp/uring-bench-cp.out
+# shellcheck source=bench/transport_setup.sh
+. "$HERE/transport_setup.sh"
 
-if [ "$(id -u)" != 0 ]; then
-    echo "transport.sh: needs root (mount, $PARAM)" >&2
-    exit 1
-fi
-[ -w "$PARAM" ] || { echo "transport.sh: $PARAM not writable: no FUSE-over-io_uring here" >&2; exit 1; }
-
-(cd "$REPO" && cargo build --release -q -p uring-floor)
-gcc -O2 -Wall -o "$TGT/fuse_floor" "$FLOOR_SRC" $(pkg-config --cflags --libs fuse3)
-UF=$TGT/release/uring-floor
-PROBE=$TGT/release/fuseprobe
-
-OLD_PARAM=$(cat "$PARAM")
 DAEMON=""
-# Mounted? Read /proc/mounts rather than stat the directory: a mount whose
-# daemon died answers ENOTCONN, and one not yet initialised blocks.
-mounted() { grep -q " $MNT " /proc/mounts; }
 cleanup() {
     if mounted; then
         umount "$MNT" 2>/dev/null || umount -l "$MNT" || true

@@ -16,18 +16,10 @@ set -euo pipefail
 RUNS=${1:-3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/tgt/uring}
-TGT=$CARGO_TARGET_DIR
-PARAM=/sys/module/fuse/parameters/enable_uring
 MNT=/tmp/uring-pin-mnt
-(cd "$REPO" && cargo build --release -q -p uring-floor)
-gcc -O2 -Wall -o "$TGT/fuse_floor" /work/shared/tools/fuse_floor.c $(pkg-config --cflags --libs fuse3)
-UF=$TGT/release/uring-floor
-PROBE=$TGT/release/fuseprobe
-
-OLD_PARAM=$(cat "$PARAM")
+# shellcheck source=bench/transport_setup.sh
+. "$HERE/transport_setup.sh"
 D=""
-mounted() { grep -q " $MNT " /proc/mounts; }
 cleanup() {
     if mounted; then umount "$MNT" 2>/dev/null || umount -l "$MNT" || true; fi
     if [ -n "$D" ] && kill -0 "$D" 2>/dev/null; then kill "$D" || true; fi

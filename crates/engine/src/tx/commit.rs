@@ -406,20 +406,53 @@ impl Trans {
         // about to leave `bufs`.
         let sb = self.new_superblock()?;
         let supers = self.super_writes(&sb, &self.dev_items);
-        let ns = self.nodesize() as usize;
-        let csum = self.info.csum_type;
         // Blocks in address order, adjacent ones in one write: sequential
         // writes, and on RAID5/6 whole rows, whose parity needs no reads.
         let mut blocks: Vec<(u64, Arc<ExtentBuffer>)> =
             self.bufs.drain().map(|(a, b)| (a, Arc::new(b))).collect();
         blocks.sort_unstable_by_key(|b| b.0);
-        let runs = block_runs(&blocks, ns);
+        if let Err(e) = self.write_commit(&blocks, sync, supers) {
+            // A failed commit leaves the transaction's blocks as they were
+            // (the caller aborts; reads go on from them).
+            self.bufs = blocks
+                .into_iter()
+                .map(|(a, b)| (a, Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone())))
+                .collect();
+            return Err(e);
+        }
+        // The blocks at these addresses are the new ones now (written,
+        // durable or not, or being written: reads wait for those). No
+        // readahead of an older block at one of them may land in the
+        // cache after it is dropped from there.
+        self.info.reada.wait_idle();
+        for (a, _) in &blocks {
+            self.info.cache.remove(*a);
+        }
+        self.keep_written_decoded(blocks);
+        self.info.sb = sb;
+        self.transid += 1;
+        Ok(())
+    }
+
+    /// Writes a commit's `blocks` (in address order) and its superblock
+    /// copies `supers`: with `sync`, here, after a flush, then flushes
+    /// again; else the commit is deferred to its thread
+    /// ([`Trans::commit_deferred`]).
+    fn write_commit(
+        &mut self,
+        blocks: &[(u64, Arc<ExtentBuffer>)],
+        sync: bool,
+        supers: Vec<durable::DevSupers>,
+    ) -> Result<()> {
+        let ns = self.nodesize() as usize;
+        let csum = self.info.csum_type;
+        let runs = block_runs(blocks, ns);
         // A deferred commit's thread writes its blocks, unless one is in a
         // RAID5/6 group (parity rows are written under the transaction).
         let targets = if sync {
             None
         } else {
-            self.run_targets(&blocks, &runs, ns)?
+            self.run_targets(blocks, &runs, ns)?
         };
         if targets.is_none() {
             // One buffer for every run: a fresh megabyte each time is
@@ -476,17 +509,6 @@ impl Trans {
                 pinned,
             });
         }
-        // The blocks at these addresses are the new ones now (written,
-        // durable or not, or being written: reads wait for those). No
-        // readahead of an older block at one of them may land in the
-        // cache after it is dropped from there.
-        self.info.reada.wait_idle();
-        for (a, _) in &blocks {
-            self.info.cache.remove(*a);
-        }
-        self.keep_written_decoded(blocks);
-        self.info.sb = sb;
-        self.transid += 1;
         Ok(())
     }
 
