@@ -99,10 +99,12 @@ fn fsync_batching() -> bool {
 /// How files are opened: the kernel keeps a file's page cache across
 /// opens (FOPEN_KEEP_CACHE). Every change of a file's bytes goes through
 /// this mount and the kernel's page cache follows it: writes fill it
-/// (write-through: the writeback cache is off), and truncate, fallocate's
-/// punch and zero range, copy_file_range and direct writes drop the range
-/// they change. Without it every open drops the file's cached pages and a
-/// `cp` right after a write reads the whole file through the daemon again.
+/// (write-through: the writeback cache is off), fallocate's punch and zero
+/// range, copy_file_range and direct writes drop the range they change,
+/// and a truncate that changes the size drops all of it (the kernel's
+/// fuse_do_setattr does so without the writeback cache). Without it every
+/// open drops the file's cached pages and a `cp` right after a write reads
+/// the whole file through the daemon again.
 /// `UBTRFS_NO_KEEP_CACHE=1` drops them (the benchmark's switch).
 fn open_flags() -> FopenFlags {
     static KEEP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

@@ -956,11 +956,9 @@ pub fn receive(
         Readahead::ForwardAlways
     };
     let mode = std::mem::replace(&mut t.readahead, ours);
-    let res = match Receiver::new(t, dest, opts) {
-        Ok(r) => Ok(r.receive(input)),
-        Err(e) => Err(e),
-    };
-    let out = res.and_then(|res| finish_receive(t, res));
+    let out = Receiver::new(t, dest, opts)
+        .map(|r| r.receive(input))
+        .and_then(|res| finish_receive(t, res));
     t.readahead = mode;
     out
 }

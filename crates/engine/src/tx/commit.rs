@@ -474,32 +474,34 @@ impl Trans {
             // The new commit is on disk.
             self.alloc.unpin_all();
         } else {
-            let written = match targets {
-                Some(_) => blocks.iter().cloned().collect(),
-                None => Default::default(),
-            };
-            let writes = targets.map(|targets| {
-                let ranges = runs
-                    .iter()
-                    .map(|r| (blocks[r.start].0, blocks[r.start].0 + (r.len() * ns) as u64))
-                    .collect();
-                self.info.pending.start(ranges);
-                durable::BlockWrites {
-                    runs: runs
+            // The thread's blocks: pending until written, and read from
+            // memory by the next transaction meanwhile.
+            let (writes, written) = match targets {
+                None => (None, Default::default()),
+                Some(targets) => {
+                    let ranges = runs
                         .iter()
-                        .zip(targets)
-                        .map(|(r, targets)| durable::BlockRun {
-                            blocks: blocks[r.clone()].iter().map(|b| b.1.clone()).collect(),
-                            targets,
-                        })
-                        .collect(),
-                    nodesize: ns,
-                    fsid: self.fsid,
-                    chunk_tree_uuid: self.chunk_tree_uuid,
-                    csum,
-                    pending: self.info.pending.clone(),
+                        .map(|r| (blocks[r.start].0, blocks[r.start].0 + (r.len() * ns) as u64))
+                        .collect();
+                    self.info.pending.start(ranges);
+                    let writes = durable::BlockWrites {
+                        runs: runs
+                            .iter()
+                            .zip(targets)
+                            .map(|(r, targets)| durable::BlockRun {
+                                blocks: blocks[r.clone()].iter().map(|b| b.1.clone()).collect(),
+                                targets,
+                            })
+                            .collect(),
+                        nodesize: ns,
+                        fsid: self.fsid,
+                        chunk_tree_uuid: self.chunk_tree_uuid,
+                        csum,
+                        pending: self.info.pending.clone(),
+                    };
+                    (Some(writes), blocks.iter().cloned().collect())
                 }
-            });
+            };
             // What this commit freed stays pinned until its superblock is
             // on disk; the next transaction allocates around it.
             let pinned = self.alloc.committed();
@@ -666,8 +668,6 @@ impl DataTarget {
     }
 }
 
-/// The error of a failed write of `len` bytes at `physical` on `path`
-/// (for logical `at`).
 /// Runs of adjacent blocks (index ranges into `blocks`, in address
 /// order), each at most [`MAX_BLOCK_RUN`] bytes.
 fn block_runs(blocks: &[(u64, Arc<ExtentBuffer>)], ns: usize) -> Vec<std::ops::Range<usize>> {
@@ -686,6 +686,8 @@ fn block_runs(blocks: &[(u64, Arc<ExtentBuffer>)], ns: usize) -> Vec<std::ops::R
     runs
 }
 
+/// The error of a failed write of `len` bytes at `physical` on `path`
+/// (for logical `at`).
 fn phys_write_error(
     path: &std::path::Path,
     len: usize,

@@ -136,12 +136,20 @@ impl Trans {
         if found {
             return Err(Error::Exists(format!("tree {tree}: key {key} exists")));
         }
+        self.insert_at(tree, &mut path, key, &data)
+    }
+
+    /// Puts a new item where `path` (from [`Trans::search_mut`], not
+    /// found) says it goes: the parents' keys follow a new first item,
+    /// and the leaf splits if it overflows. The size is the caller's to
+    /// check.
+    fn insert_at(&mut self, tree: u64, path: &mut Path, key: Key, data: &[u8]) -> Result<()> {
         let (leaf, slot) = path[0];
-        self.buf_mut(leaf).items_mut().insert(slot, key, &data);
+        self.buf_mut(leaf).items_mut().insert(slot, key, data);
         if slot == 0 {
-            self.fixup_keys(&path, 0);
+            self.fixup_keys(path, 0);
         }
-        self.split_if_needed(tree, &mut path, 0)
+        self.split_if_needed(tree, path, 0)
     }
 
     /// Inserts the item or replaces its data.
@@ -179,11 +187,7 @@ impl Trans {
         }
         let new = f(None).expect("upsert_item: data for a new item");
         self.check_item_size(tree, &key, new.len())?;
-        self.buf_mut(leaf).items_mut().insert(slot, key, &new);
-        if slot == 0 {
-            self.fixup_keys(&path, 0);
-        }
-        self.split_if_needed(tree, &mut path, 0)
+        self.insert_at(tree, &mut path, key, &new)
     }
 
     /// Appends `bytes` to the data of the item at `key` in place (one more
@@ -199,11 +203,7 @@ impl Trans {
             return self.split_if_needed(tree, &mut path, 0);
         }
         self.check_item_size(tree, &key, bytes.len())?;
-        self.buf_mut(leaf).items_mut().insert(slot, key, bytes);
-        if slot == 0 {
-            self.fixup_keys(&path, 0);
-        }
-        self.split_if_needed(tree, &mut path, 0)
+        self.insert_at(tree, &mut path, key, bytes)
     }
 
     /// Changes an item's data in place (it may grow or shrink); false when
@@ -301,10 +301,7 @@ impl Trans {
         }
         let ptrs = node.ptrs();
         let target = ptrs[slot].blockptr;
-        if self.bufs.contains_key(&target)
-            || self.decoded.borrow().contains_key(&target)
-            || self.deferred_block(target).is_some()
-        {
+        if self.in_memory(target) {
             return;
         }
         let reada = &self.info.reada;
@@ -321,14 +318,20 @@ impl Trans {
         let blocks: Vec<(u64, BlockExpect)> = picked
             .into_iter()
             .map(|i| ptrs[i])
-            .filter(|p| {
-                !self.bufs.contains_key(&p.blockptr) && self.deferred_block(p.blockptr).is_none()
-            })
+            .filter(|p| !self.in_memory(p.blockptr))
             .map(|p| (p.blockptr, expect_child(&p, 1)))
             .collect();
         if !blocks.is_empty() {
             reada.schedule(&self.info.reada_source(), &blocks);
         }
+    }
+
+    /// Whether the block at `bytenr` is held decoded: this transaction's,
+    /// a deferred commit's, or a committed one read before.
+    fn in_memory(&self, bytenr: u64) -> bool {
+        self.bufs.contains_key(&bytenr)
+            || self.decoded.borrow().contains_key(&bytenr)
+            || self.deferred_block(bytenr).is_some()
     }
 
     /// Sets how descents read ahead leaves of committed trees (default
