@@ -31,6 +31,18 @@ use ubtrfs_engine::tx::Trans;
 /// Runs `ops` on a fresh filesystem of `nodesize`; with `fault` =
 /// (commit number, op number within it) the device dies there.
 fn run(nodesize: u32, ops: &[Op], fault: Option<(usize, u64)>) -> Result<(), String> {
+    run_with(nodesize, ops, fault, false)
+}
+
+/// [`run`]; with `deferred`, every commit is a deferred one whose thread
+/// writes the blocks and the superblock (`Trans::commit_deferred`), then
+/// waited for (`Trans::finish_deferred`), where a fault shows.
+fn run_with(
+    nodesize: u32,
+    ops: &[Op],
+    fault: Option<(usize, u64)>,
+    deferred: bool,
+) -> Result<(), String> {
     let m = Arc::new(MemDev::new(DEV_SIZE));
     let f = Arc::new(FaultDev::new(m.clone(), None));
     let fd: Arc<dyn BlockDev> = f.clone();
@@ -48,7 +60,12 @@ fn run(nodesize: u32, ops: &[Op], fault: Option<(usize, u64)>) -> Result<(), Str
                     f.fail_at(f.ops() + fault.unwrap().1);
                 }
                 commits += 1;
-                if let Err(e) = t.commit() {
+                let res = if deferred {
+                    t.commit_deferred().and_then(|()| t.finish_deferred())
+                } else {
+                    t.commit()
+                };
+                if let Err(e) = res {
                     if fault.is_none() {
                         return Err(format!("step {step}: commit: {e}"));
                     }
@@ -146,6 +163,19 @@ proptest! {
         small in any::<bool>(),
     ) {
         run(if small { 4096 } else { 16384 }, &ops, Some((commit, at)))
+            .map_err(TestCaseError::fail)?;
+    }
+
+    /// The same with commits whose thread writes their blocks and
+    /// superblock (receive's and the mount's interval commits).
+    #[test]
+    fn fault_in_deferred_commit(
+        ops in proptest::collection::vec(op_strategy(3, 4, 15), 1..150),
+        commit in 0..6usize,
+        at in prop_oneof![0..16u64, 0..64u64, 0..200u64],
+        small in any::<bool>(),
+    ) {
+        run_with(if small { 4096 } else { 16384 }, &ops, Some((commit, at)), true)
             .map_err(TestCaseError::fail)?;
     }
 }
