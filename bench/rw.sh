@@ -44,7 +44,11 @@
 #                         grouped into one log sync)
 #   sparse:               UBTRFS_NO_SEEK_CACHE=1
 #   bssplit:              UBTRFS_NO_DIRECT_IO=1 (O_DIRECT writes held dirty
-#                         under the lock, not written in place outside it)
+#                         under the lock, not written in place outside it),
+#                         UBTRFS_NO_PARALLEL_DIO=1 (O_DIRECT opens without
+#                         FOPEN_DIRECT_IO|PARALLEL_DIRECT_WRITES: the kernel
+#                         sends one write of the file at a time),
+#                         UBTRFS_NO_ASYNC_DIO=1 (no FUSE_ASYNC_DIO)
 #   dbench/sparse:        UBTRFS_NO_KEEP_CACHE=1 (every open drops the
 #                         file's page cache)
 # Runs are interleaved (run 1 of every side, then run 2, ...). Caches are
@@ -173,6 +177,8 @@ side_env() {
     ubtrfs-no-seek-cache) echo UBTRFS_NO_SEEK_CACHE=1 ;;
     ubtrfs-no-fsync-batch) echo UBTRFS_NO_FSYNC_BATCH=1 ;;
     ubtrfs-no-direct-io) echo UBTRFS_NO_DIRECT_IO=1 ;;
+    ubtrfs-no-parallel-dio) echo UBTRFS_NO_PARALLEL_DIO=1 ;;
+    ubtrfs-no-async-dio) echo UBTRFS_NO_ASYNC_DIO=1 ;;
     ubtrfs-no-keep-cache) echo UBTRFS_NO_KEEP_CACHE=1 ;;
     ubtrfs-sync-commits) echo UBTRFS_SYNC_COMMITS=1 ;;
     ubtrfs@*) echo "${1#ubtrfs@}" | tr , ' ' ;;  # ad hoc: ubtrfs@VAR=VALUE[,VAR=VALUE]
@@ -204,7 +210,7 @@ sides_for() {
     *)
       local more=""
       case $1 in
-        bssplit) more=" ubtrfs-no-direct-io" ;;
+        bssplit) more=" ubtrfs-no-direct-io ubtrfs-no-parallel-dio ubtrfs-no-async-dio" ;;
         dbench) more=" ubtrfs-no-keep-cache ubtrfs-sync-commits" ;;
       esac
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
@@ -614,6 +620,8 @@ LABEL = {
     "ubtrfs-no-seek-cache": "ubtrfs UBTRFS_NO_SEEK_CACHE=1",
     "ubtrfs-no-fsync-batch": "ubtrfs UBTRFS_NO_FSYNC_BATCH=1 (each fsync syncs the log itself)",
     "ubtrfs-no-direct-io": "ubtrfs UBTRFS_NO_DIRECT_IO=1 (O_DIRECT writes held dirty)",
+    "ubtrfs-no-parallel-dio": "ubtrfs UBTRFS_NO_PARALLEL_DIO=1 (the kernel sends one O_DIRECT write of a file at a time)",
+    "ubtrfs-no-async-dio": "ubtrfs UBTRFS_NO_ASYNC_DIO=1 (no FUSE_ASYNC_DIO)",
     "ubtrfs-no-keep-cache": "ubtrfs UBTRFS_NO_KEEP_CACHE=1 (page cache dropped at open)",
     "ubtrfs-sync-commits": "ubtrfs UBTRFS_SYNC_COMMITS=1 (interval commits flush under the lock)",
 }

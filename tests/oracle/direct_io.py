@@ -10,8 +10,14 @@ operations. Worker w owns the 64 KiB chunks c with c % PROCS == w of both
 files (so the outcome does not depend on how the workers interleave) and
 does, in them: O_DIRECT writes of 4-64 KiB (aligned), O_DIRECT reads and
 buffered reads compared with its model, and now and then a buffered write
-and an fsync (dirty data next to direct writes). Exit 0 when every read
-matched; else the first difference on stderr and exit 1.
+and an fsync (dirty data next to direct writes). The first half of each
+worker's operations uses only O_DIRECT descriptors: while no descriptor
+of a file uses the page cache, the kernel lets O_DIRECT writes of it run
+in parallel (FOPEN_PARALLEL_DIRECT_WRITES, the inode lock shared); the
+second half opens buffered descriptors as well (the kernel then takes
+turns) and also reads through a shared mapping of the O_DIRECT
+descriptor. Exit 0 when every read matched; else the first difference on
+stderr and exit 1.
 
 --verify recomputes the model from SEED (no I/O in between) and compares
 both files whole: what a mount shows after the writer's mount is gone.
@@ -54,7 +60,7 @@ def plan(seed, procs, ops, w):
     """Worker w's operations: (kind, file, offset, length, data)."""
     rng = random.Random("%d-%d" % (seed, w))
     chunks = [c for c in range((FILE_MIB << 20) // CHUNK) if c % procs == w]
-    for _ in range(ops):
+    for i in range(ops):
         name = NAMES[0] if rng.random() < 0.75 else NAMES[1]
         c = rng.choice(chunks)
         sectors = CHUNK // SS
@@ -62,6 +68,13 @@ def plan(seed, procs, ops, w):
         n = rng.randint(1, sectors - a)
         off, length = c * CHUNK + a * SS, n * SS
         r = rng.random()
+        if i < ops // 2:
+            # O_DIRECT only (see the module's comment).
+            if r < 0.7:
+                yield ("dwrite", name, off, length, rng.randbytes(length))
+            else:
+                yield ("dread", name, off, length, b"")
+            continue
         if r < 0.6:
             data = rng.randbytes(length)
             yield ("dwrite", name, off, length, data)
@@ -72,8 +85,10 @@ def plan(seed, procs, ops, w):
             yield ("bwrite", name, off + s, e - s, rng.randbytes(e - s))
         elif r < 0.75:
             yield ("fsync", name, 0, 0, b"")
-        elif r < 0.9:
+        elif r < 0.85:
             yield ("dread", name, off, length, b"")
+        elif r < 0.9:
+            yield ("mread", name, off, length, b"")
         else:
             yield ("bread", name, off, length, b"")
 
@@ -93,9 +108,11 @@ def aligned(n):
 
 def worker(top, seed, procs, ops, w):
     files = {n: initial(n) for n in NAMES}
-    fds = {n: os.open(os.path.join(top, n), os.O_RDWR) for n in NAMES}
+    fds = {}
     dfds = {n: os.open(os.path.join(top, n), os.O_RDWR | os.O_DIRECT) for n in NAMES}
     for i, (kind, name, off, length, data) in enumerate(plan(seed, procs, ops, w)):
+        if i == ops // 2:
+            fds = {n: os.open(os.path.join(top, n), os.O_RDWR) for n in NAMES}
         what = "worker %d op %d: %s %s off=%d len=%d" % (w, i, kind, name, off, length)
         if kind == "dwrite":
             buf = aligned(length)
@@ -115,6 +132,10 @@ def worker(top, seed, procs, ops, w):
                 buf = aligned(length)
                 n = os.preadv(dfds[name], [memoryview(buf)[:length]], off)
                 got = bytes(buf[:n])
+            elif kind == "mread":
+                with mmap.mmap(dfds[name], length, mmap.MAP_SHARED, mmap.PROT_READ,
+                               offset=off) as m:
+                    got = bytes(m[:length])
             else:
                 got = os.pread(fds[name], length, off)
             want = bytes(files[name][off:off + length])

@@ -37,6 +37,18 @@
 //!     them with O_DIRECT, and `btrfs check` stays clean. On ubtrfs's
 //!     mount the direct writes must have been written in place outside
 //!     the lock (the daemon's count, in its log).
+//! (i) `btrfs filesystem sync` (btrfs-progs; BTRFS_IOC_SYNC, forwarded by
+//!     FUSE) makes what was written durable: mounted with commit=300 (no
+//!     interval commit), 64 MiB and 100 small files written, the tool
+//!     run, the daemon SIGKILLed: `btrfs check` clean and the kernel
+//!     reads every byte. A file written after the sync is not required.
+//! (j) Read-ahead pushed into the page cache vs writers
+//!     (tests/oracle/push_race.py: a writer rewrites a file generation by
+//!     generation while readers drop the page cache and walk it with
+//!     small reads, every block at least as new as the last complete
+//!     generation): the mount's log must show pushes made and writers
+//!     that waited for one to land (the race was run), then `btrfs
+//!     check` clean.
 //!
 //! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
 //! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
@@ -792,6 +804,150 @@ fn umount_waits_for_the_last_commit() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+// ------------------------------------------------------------------ (i)
+
+fn filesystem_sync_case(base: &Path, seed: u64) -> Result<(), String> {
+    let dir = base.join("fs-sync");
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("fs.img");
+    mkfs_image(&image, "1G")?;
+    let mnt = dir.join("mnt");
+    let mut m = UbtrfsMount::start(&image, &mnt, "commit=300")?;
+    let write = |name: &str, data: &[u8]| {
+        std::fs::write(mnt.join(name), data).map_err(|e| format!("write {name}: {e}"))
+    };
+    let mib = 64;
+    let big: Vec<u8> = (0..mib).flat_map(|i| pseudo_block(seed, i)).collect();
+    write("big", &big)?;
+    std::fs::create_dir(mnt.join("d")).map_err(|e| e.to_string())?;
+    for i in 0..100 {
+        write(&format!("d/{i}"), format!("small file {i}\n").as_bytes())?;
+    }
+    let out = Command::new("btrfs")
+        .args(["filesystem", "sync"])
+        .arg(&mnt)
+        .output()
+        .map_err(|e| format!("btrfs filesystem sync: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "btrfs filesystem sync: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    write("after", b"written after the sync")?;
+    m.kill9();
+    check(&image, "after btrfs filesystem sync and SIGKILL")?;
+    let k = kernel_ro(&image, &dir.join("kmnt"));
+    let got = std::fs::read(k.path("big")).map_err(|e| format!("kernel read of big: {e}"));
+    let small: Result<Vec<_>, String> = (0..100)
+        .map(|i| {
+            std::fs::read(k.path(&format!("d/{i}")))
+                .map_err(|e| format!("kernel read of d/{i}: {e}"))
+                .and_then(|b| {
+                    (b == format!("small file {i}\n").as_bytes())
+                        .then_some(())
+                        .ok_or(format!("d/{i} differs in the kernel's mount"))
+                })
+        })
+        .collect();
+    k.unmount();
+    if got? != big {
+        return Err("big differs in the kernel's mount".into());
+    }
+    small?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[test]
+fn filesystem_sync_is_durable() {
+    if !ready("filesystem_sync_is_durable", Writer::Ubtrfs) {
+        return;
+    }
+    let base = tempdir("ubtrfs-fs-sync");
+    filesystem_sync_case(&base, 2).unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+// ------------------------------------------------------------------ (j)
+
+fn push_race_case(w: Writer, base: &Path) -> Result<String, String> {
+    let dir = base.join(w.name());
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("fs.img");
+    mkfs_image(&image, "512M")?;
+    let mnt = dir.join("mnt");
+    let m = RwMount::start(w, &image, &mnt, "")?;
+    let log = match &m {
+        RwMount::Ubtrfs(u) => Some(u.log.clone()),
+        RwMount::Kernel(_) => None,
+    };
+    let r = run(Command::new("python3")
+        .arg(repo_root().join("tests/oracle/push_race.py"))
+        .arg(mnt.join("f"))
+        .args(["20", "2"]));
+    let fin = m.finish();
+    r.map_err(|e| format!("push_race.py through the {} mount: {e}", w.name()))?;
+    fin.map_err(|e| format!("unmount: {e}"))?;
+    let mut note = String::from("push_race.py passed");
+    if let Some(log) = log {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        // "read-ahead pushed: N windows, M MiB; K writers waited ..."
+        let line = text
+            .lines()
+            .rev()
+            .find_map(|l| {
+                l.split_once("read-ahead pushed: ")
+                    .map(|(_, r)| r.to_string())
+            })
+            .ok_or_else(|| format!("no push count in the mount's log: {}", tail(&text, 800)))?;
+        let num = |after: &str| -> u64 {
+            line.split_once(after)
+                .map_or("", |(a, _)| a)
+                .rsplit(|c: char| !c.is_ascii_digit())
+                .find(|t| !t.is_empty())
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0)
+        };
+        let (pushed, waited) = (num(" windows"), num(" writers waited"));
+        if pushed == 0 || waited == 0 {
+            return Err(format!(
+                "the race did not run ({pushed} pushes, {waited} writers waited): {line}"
+            ));
+        }
+        note = format!("{note}; {line}");
+    }
+    check(
+        &image,
+        &format!("after push_race.py on the {} mount", w.name()),
+    )?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(note)
+}
+
+#[test]
+fn push_race_reference_on_kernel() {
+    if !ready("push_race_reference_on_kernel", Writer::Kernel) {
+        return;
+    }
+    let base = tempdir("ubtrfs-push-race");
+    let note = push_race_case(Writer::Kernel, &base).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("push_race_reference_on_kernel: {note}");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn push_race_on_ubtrfs_mount() {
+    if !ready("push_race_on_ubtrfs_mount", Writer::Ubtrfs) {
+        return;
+    }
+    let base = tempdir("ubtrfs-push-race");
+    let note = push_race_case(Writer::Ubtrfs, &base).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("push_race_on_ubtrfs_mount: {note}");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 // ------------------------------------------------------------------ (h)
 
 fn direct_io_script() -> PathBuf {
@@ -823,14 +979,17 @@ fn direct_io_case(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
     let mut note = String::from("direct_io.py passed");
     if let Some(log) = log {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let n: u64 = text
+        // "N direct writes in place, at most M at once"
+        let (n, most): (u64, String) = text
             .lines()
             .rev()
             .find_map(|l| {
-                l.split("; ")
-                    .find_map(|p| p.strip_suffix(" direct writes in place"))
+                l.split("; ").find_map(|p| {
+                    let (n, rest) = p.split_once(" direct writes in place")?;
+                    let most = rest.strip_prefix(", at most ")?.split(' ').next()?;
+                    Some((n.trim().parse().ok()?, most.to_string()))
+                })
             })
-            .and_then(|n| n.trim().parse().ok())
             .ok_or_else(|| {
                 format!(
                     "no direct write count in the mount's log: {}",
@@ -840,7 +999,7 @@ fn direct_io_case(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
         if n == 0 {
             return Err("no write was a direct write in place".into());
         }
-        note = format!("{note}, {n} direct writes in place");
+        note = format!("{note}, {n} direct writes in place, at most {most} at once");
     }
     check(&image, &format!("after the {} mount", w.name()))?;
     let k = RwMount::start(Writer::Kernel, &image, &mnt, "")?;

@@ -11,12 +11,9 @@ use ubtrfs_engine::{Error, FileHandle, InodeId};
 /// Handles kept per open file for reads running at the same time.
 const SPARE_READERS: usize = 4;
 
-/// Reads up to this size count as small: the kernel's readahead is not
-/// doing its work for them.
-const SMALL_READ: u32 = 128 << 10;
-/// Read-ahead window for small forward reads: first and largest size.
-const WINDOW_MIN: usize = 256 << 10;
-const WINDOW_MAX: usize = 4 << 20;
+/// Small reads and the read-ahead window's sizes: the read-write mount's
+/// (its pushes follow this one).
+use crate::rw_push::{SMALL_READ, WINDOW_MAX, WINDOW_MIN};
 
 /// Read-ahead for small reads that move forward.
 ///

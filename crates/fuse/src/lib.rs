@@ -33,6 +33,7 @@ pub mod pidfile;
 mod pool;
 mod reply;
 pub mod rw;
+pub mod rw_push;
 pub mod session;
 mod xattr;
 

@@ -417,7 +417,12 @@ fn serve_rw(
             })
             .map_err(|e| format!("commit thread: {e}"))?
     };
-    let res = mount_and_run(req, notify, set, handler, true, rw_threads(), |_| {});
+    let pushes = handler.pushes_handle();
+    let res = mount_and_run(req, notify, set, handler, true, rw_threads(), {
+        let pushes = pushes.clone();
+        move |session| pushes.set_notifier(session.notifier())
+    });
+    logging::info(&pushes.summary());
     stop.store(true, Ordering::Relaxed);
     let _ = committer.join();
     // The kernel may end the session without DESTROY (a lazy unmount, a
@@ -428,8 +433,8 @@ fn serve_rw(
         let last = fs.unmount();
         let (st, ls) = (fs.stats.clone(), fs.log_stats());
         logging::info(&format!(
-            "{} commits; fsync: {} by log tree, {} by another's log sync or a commit, {} by commit; log: {} syncs, {} inodes, {} blocks, {} checksum lookups; {} direct writes in place",
-            st.commits, st.log_syncs, st.fsync_batched, st.fsync_commits, ls.syncs, ls.inodes, ls.blocks, ls.csum_lookups, st.direct_writes
+            "{} commits; fsync: {} by log tree, {} by another's log sync or a commit, {} by commit; log: {} syncs, {} inodes, {} blocks, {} checksum lookups; {} direct writes in place, at most {} at once",
+            st.commits, st.log_syncs, st.fsync_batched, st.fsync_commits, ls.syncs, ls.inodes, ls.blocks, ls.csum_lookups, st.direct_writes, st.direct_max_in_flight
         ));
         last
     };

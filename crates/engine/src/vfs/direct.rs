@@ -108,6 +108,8 @@ impl RwFs {
         self.t.put_inode(id.subvol, id.ino, &i)?;
         self.direct_in_flight += 1;
         self.stats.direct_writes += 1;
+        self.stats.direct_max_in_flight =
+            self.stats.direct_max_in_flight.max(self.direct_in_flight);
         Ok(Some(DirectWrite {
             id,
             len,

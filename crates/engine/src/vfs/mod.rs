@@ -98,6 +98,9 @@ pub struct RwStats {
     pub nocow_cow: u64,
     /// O_DIRECT writes overwritten in place outside the lock ([`direct`]).
     pub direct_writes: u64,
+    /// The most direct writes in flight at once (the kernel sends an
+    /// O_DIRECT file's writes in parallel or one at a time).
+    pub direct_max_in_flight: u64,
 }
 
 /// statfs(2)'s answer, in sectors.
@@ -438,6 +441,43 @@ impl RwFs {
             return Ok(());
         }
         self.commit()
+    }
+
+    /// A sync of the whole filesystem, as the kernel's BTRFS_IOC_SYNC
+    /// (`btrfs filesystem sync`): everything written back and committed,
+    /// on disk when this returns. When nothing changed since the last
+    /// commit (and no log tree waits to be folded in) it only waits for
+    /// that commit's superblock. Returns the generation on disk.
+    pub fn sync_fs(&mut self) -> Result<u64> {
+        if self.dirty.is_empty() && !self.changed() && self.log.is_empty(&self.t) {
+            if let Some(why) = &self.aborted {
+                return Err(Error::ReadOnly(format!(
+                    "the filesystem is read-only after a failed commit: {why}"
+                )));
+            }
+            self.wait_committed()?;
+        } else {
+            self.commit()?;
+        }
+        Ok(self.t.info.sb.generation)
+    }
+
+    /// BTRFS_IOC_WAIT_SYNC: returns when transaction `transid` (0: the
+    /// last one committed) is on disk. The kernel waits for that
+    /// transaction's commit; the one still open is committed now. A
+    /// transaction not begun yet is EINVAL, as in the kernel.
+    pub fn wait_sync(&mut self, transid: u64) -> Result<()> {
+        let on_disk = self.t.info.sb.generation;
+        if transid > self.t.transid {
+            return Err(Error::Invalid(format!(
+                "wait for transaction {transid}: the newest is {}",
+                self.t.transid
+            )));
+        }
+        if transid == 0 || transid <= on_disk {
+            return self.wait_committed();
+        }
+        self.sync_fs().map(|_| ())
     }
 
     /// The log statistics.

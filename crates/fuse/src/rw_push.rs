@@ -1,0 +1,268 @@
+//! Read-ahead pushed into the kernel's page cache on the read-write mount,
+//! kept coherent with the writes.
+//!
+//! A reader that jumps over holes with SEEK_DATA (cp, tar --sparse) reads
+//! a page here and a page there: the kernel's readahead takes that for
+//! random reads, and each page cache miss is a READ round trip. As on the
+//! read-only mount ([`crate::file`]), a small READ that moves forward
+//! reads a window of the file (256 KiB, doubling to 4 MiB) and pushes
+//! what lies past the request into the page cache (FUSE_NOTIFY_STORE), so
+//! the reader's next pages need no request at all. It matters most right
+//! after a file was written: a truncate that changes the size drops the
+//! file's whole page cache (fuse_do_setattr), and cp of the file then
+//! read it a page per round trip.
+//!
+//! A push must never put older bytes over newer ones. The kernel's page
+//! cache only gets bytes the daemon has not seen through a handle that
+//! may write (write-through buffered writes, shared mappings, which the
+//! kernel writes back when they are unmapped, fuse_vma_close), and a
+//! store copies over a page whatever it holds. So, per inode:
+//! - a push starts only when no handle that may write is open, decided
+//!   under the mount's lock, in the same section that read the bytes
+//!   ([`Pushes::begin`]);
+//! - opening a handle that may write, or a truncate, first counts itself
+//!   as a writer (no push starts from then on) and then waits for the
+//!   pushes in flight to land ([`Pushes::writer_begin`]).
+//!
+//! A push waits for the page locks of READs in flight, which the request
+//! threads answer. So no request thread may wait for a push while
+//! holding the mount's lock, and a writer that must wait does so on a
+//! thread of its own (the caller's choice: [`Pushes::writer_begin`] says
+//! whether it must), never leaving the request threads all waiting.
+//!
+//! `UBTRFS_NO_RW_PUSH=1` turns pushes off (the benchmark's switch).
+
+use crate::pool::Pool;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use ubtrfs_engine::InodeId;
+
+/// Reads up to this size count as small (the kernel's readahead is not
+/// doing its work for them), and windows grow from and to these (both
+/// mounts).
+pub const SMALL_READ: u32 = 128 << 10;
+pub const WINDOW_MIN: usize = 256 << 10;
+pub const WINDOW_MAX: usize = 4 << 20;
+
+/// Whether pushes are on (read once).
+pub fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("UBTRFS_NO_RW_PUSH").is_none_or(|v| v == "0"))
+}
+
+/// A handle's read pattern: where its last READ ended and its window's
+/// size (0: not moving forward).
+#[derive(Default, Clone, Copy)]
+pub struct ReadPattern {
+    last_end: u64,
+    size: usize,
+}
+
+impl ReadPattern {
+    /// For a READ of `size` bytes at `offset`: the window to read (None:
+    /// just the request).
+    pub fn window(&self, offset: u64, size: u32) -> Option<usize> {
+        let gap = self.size.max(WINDOW_MIN) as u64;
+        let forward = offset >= self.last_end && offset - self.last_end <= gap;
+        (size <= SMALL_READ && forward).then(|| (self.size * 2).clamp(WINDOW_MIN, WINDOW_MAX))
+    }
+
+    /// After a READ that ended at `end`, with a window of `window` bytes
+    /// read (None: not moving forward).
+    pub fn read_to(&mut self, end: u64, window: Option<usize>) {
+        self.last_end = end;
+        self.size = window.unwrap_or(0);
+    }
+}
+
+#[derive(Default)]
+struct Inode {
+    /// Open handles that may write, and truncates in progress.
+    writers: u32,
+    /// Pushes read and not yet landed.
+    pushing: u32,
+}
+
+/// The per-inode writers and pushes, and the thread that pushes.
+pub struct Pushes {
+    inodes: Mutex<HashMap<InodeId, Inode>>,
+    landed: Condvar,
+    notifier: OnceLock<fuser::Notifier>,
+    /// The one thread that pushes (see the module).
+    storer: Pool,
+    /// Pushes made, bytes pushed, writers that waited for pushes.
+    pub pushed: AtomicU64,
+    pub pushed_bytes: AtomicU64,
+    pub writer_waits: AtomicU64,
+}
+
+impl Default for Pushes {
+    fn default() -> Pushes {
+        Pushes {
+            inodes: Mutex::new(HashMap::new()),
+            landed: Condvar::new(),
+            notifier: OnceLock::new(),
+            storer: Pool::new("ubtrfs-store", 1),
+            pushed: AtomicU64::new(0),
+            pushed_bytes: AtomicU64::new(0),
+            writer_waits: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Pushes {
+    fn inodes(&self) -> std::sync::MutexGuard<'_, HashMap<InodeId, Inode>> {
+        self.inodes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lets pushes go to the kernel through the session's `notifier`.
+    pub fn set_notifier(&self, notifier: fuser::Notifier) {
+        let _ = self.notifier.set(notifier);
+    }
+
+    /// Whether bytes of `id` just read may be pushed: no handle that may
+    /// write is open. Called holding the mount's lock, in the section
+    /// that read them; true counts a push in flight, which
+    /// [`Pushes::push`] then must be given.
+    pub fn begin(&self, id: InodeId) -> bool {
+        enabled() && self.notifier.get().is_some() && self.count_push(id)
+    }
+
+    /// Counts a push of `id` in flight unless a writer is open.
+    fn count_push(&self, id: InodeId) -> bool {
+        let mut m = self.inodes();
+        let i = m.entry(id).or_default();
+        if i.writers > 0 {
+            return false;
+        }
+        i.pushing += 1;
+        true
+    }
+
+    /// Pushes `data[skip..]`, the file's bytes at `start`, on the pushing
+    /// thread (node `node`), and counts the push landed after. Errors (the
+    /// kernel forgot the inode) only lose the read-ahead.
+    pub fn push(self: &Arc<Self>, id: InodeId, node: u64, start: u64, data: Vec<u8>, skip: usize) {
+        let this = self.clone();
+        self.storer.run(move || {
+            if let Some(n) = this.notifier.get() {
+                let data = data.get(skip..).unwrap_or_default();
+                this.pushed.fetch_add(1, Ordering::Relaxed);
+                this.pushed_bytes
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                for (i, chunk) in data.chunks(1 << 20).enumerate() {
+                    let off = start + (i << 20) as u64;
+                    if n.store(fuser::INodeNo(node), off, chunk).is_err() {
+                        break;
+                    }
+                }
+            }
+            this.end(id);
+        });
+    }
+
+    fn end(&self, id: InodeId) {
+        let mut m = self.inodes();
+        if let Some(i) = m.get_mut(&id) {
+            i.pushing -= 1;
+            if i.pushing == 0 {
+                if i.writers == 0 {
+                    m.remove(&id);
+                }
+                self.landed.notify_all();
+            }
+        }
+    }
+
+    /// A handle that may write `id` opens, or a truncate begins: no push
+    /// starts until [`Pushes::writer_end`]. False if pushes are in
+    /// flight: the caller must [`Pushes::wait_landed`] before changing
+    /// the file, on a thread that is not a request thread.
+    pub fn writer_begin(&self, id: InodeId) -> bool {
+        let mut m = self.inodes();
+        let i = m.entry(id).or_default();
+        i.writers += 1;
+        if i.pushing > 0 {
+            self.writer_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        i.pushing == 0
+    }
+
+    /// One log line's worth: what was pushed, and who waited for it.
+    pub fn summary(&self) -> String {
+        format!(
+            "read-ahead pushed: {} windows, {} MiB; {} writers waited for a push to land",
+            self.pushed.load(Ordering::Relaxed),
+            self.pushed_bytes.load(Ordering::Relaxed) >> 20,
+            self.writer_waits.load(Ordering::Relaxed)
+        )
+    }
+
+    /// Waits until no push of `id` is in flight (after
+    /// [`Pushes::writer_begin`]).
+    pub fn wait_landed(&self, id: InodeId) {
+        let mut m = self.inodes();
+        while m.get(&id).is_some_and(|i| i.pushing > 0) {
+            m = self.landed.wait(m).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// The writer counted by [`Pushes::writer_begin`] is gone.
+    pub fn writer_end(&self, id: InodeId) {
+        let mut m = self.inodes();
+        if let Some(i) = m.get_mut(&id) {
+            i.writers = i.writers.saturating_sub(1);
+            if i.writers == 0 && i.pushing == 0 {
+                m.remove(&id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(ino: u64) -> InodeId {
+        InodeId { subvol: 5, ino }
+    }
+
+    #[test]
+    fn a_window_grows_while_reads_move_forward() {
+        let mut p = ReadPattern::default();
+        let w = p.window(0, 4096);
+        assert_eq!(w, Some(WINDOW_MIN));
+        p.read_to(4096, w);
+        let w = p.window(8192, 4096);
+        assert_eq!(w, Some(2 * WINDOW_MIN));
+        p.read_to(12288, w);
+        // A jump back is not forward; a large read is not small.
+        assert_eq!(p.window(0, 4096), None);
+        assert_eq!(p.window(16384, SMALL_READ + 1), None);
+        p.read_to(1 << 30, None);
+        assert_eq!(p.window((1 << 30) + 4096, 4096), Some(WINDOW_MIN));
+    }
+
+    #[test]
+    fn writers_and_pushes_exclude_each_other() {
+        let p = Pushes::default();
+        // No notifier (no session): nothing is pushed.
+        assert!(!p.begin(id(257)));
+        assert!(p.count_push(id(257)));
+        // A writer that arrives while a push is in flight must wait.
+        assert!(!p.writer_begin(id(257)));
+        // While it is open no push starts.
+        assert!(!p.count_push(id(257)));
+        p.end(id(257));
+        p.wait_landed(id(257));
+        p.writer_end(id(257));
+        assert!(p.inodes().is_empty());
+        assert!(p.writer_begin(id(258)));
+        assert!(!p.count_push(id(258)));
+        p.writer_end(id(258));
+        assert!(p.count_push(id(258)));
+        p.end(id(258));
+        assert!(p.inodes().is_empty());
+    }
+}
