@@ -42,7 +42,10 @@
 #                         UBTRFS_CSUM_FULL_SCAN=1
 #   fsync/fsynccow:       UBTRFS_NO_FSYNC_BATCH=1 (concurrent fsyncs not
 #                         grouped into one log sync)
-#   sparse:               UBTRFS_NO_SEEK_CACHE=1
+#   sparse:               UBTRFS_NO_SEEK_CACHE=1,
+#                         UBTRFS_NO_RW_PUSH=1 (small forward reads not
+#                         answered with a read-ahead window pushed into
+#                         the page cache)
 #   bssplit:              UBTRFS_NO_DIRECT_IO=1 (O_DIRECT writes held dirty
 #                         under the lock, not written in place outside it),
 #                         UBTRFS_NO_PARALLEL_DIO=1 (O_DIRECT opens without
@@ -75,6 +78,16 @@
 #   KERNEL_OPTS, UBTRFS_OPTS    extra mount options (comma-separated)
 #   UBTRFS_BIN          ubtrfs binary (else cargo build --release -p ubtrfs)
 #   UMOUNT_TIMEOUT=600  seconds to wait for the daemon to exit after umount
+#   HALTPOLL_NS=N       guest halt polling of the cpuidle-haltpoll driver
+#                       for the run (/sys/module/haltpoll/parameters/
+#                       guest_halt_poll_ns; restored at the end). Every
+#                       FUSE round trip wakes a vCPU twice; on a VM whose
+#                       idle vCPUs halt at once (0, as on the machine of
+#                       docs/rw-bench.md) a wakeup costs what the host
+#                       takes to run the vCPU again: an lseek through the
+#                       mount measured 41-77 us with 0, 13.5-15.6 us with
+#                       200000 (the driver's usual default). The value in
+#                       effect is in the environment line either way.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$PWD
@@ -145,8 +158,16 @@ UPID=""
 CUR_SIDE=""
 CUR_TAG=""
 
+HALTPOLL=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+HALTPOLL_WAS=""
+if [[ -n ${HALTPOLL_NS:-} ]]; then
+  [[ -w $HALTPOLL ]] || { echo "bench/rw.sh: HALTPOLL_NS set but $HALTPOLL is not writable (no cpuidle-haltpoll)" >&2; exit 1; }
+  HALTPOLL_WAS=$(cat "$HALTPOLL")
+  echo "$HALTPOLL_NS" > "$HALTPOLL"
+fi
 cleanup() {
   set +e
+  [[ -n $HALTPOLL_WAS ]] && echo "$HALTPOLL_WAS" > "$HALTPOLL"
   if mountpoint -q "$MNT"; then umount "$MNT" || umount -l "$MNT"; fi
   if [[ -n $UPID ]]; then
     for _ in $(seq 100); do kill -0 "$UPID" 2>/dev/null || break; sleep 0.1; done
@@ -175,6 +196,7 @@ side_env() {
     ubtrfs-no-nocow) echo UBTRFS_NO_NOCOW=1 ;;
     ubtrfs-csum-full-scan) echo UBTRFS_CSUM_FULL_SCAN=1 ;;
     ubtrfs-no-seek-cache) echo UBTRFS_NO_SEEK_CACHE=1 ;;
+    ubtrfs-no-rw-push) echo UBTRFS_NO_RW_PUSH=1 ;;
     ubtrfs-no-fsync-batch) echo UBTRFS_NO_FSYNC_BATCH=1 ;;
     ubtrfs-no-direct-io) echo UBTRFS_NO_DIRECT_IO=1 ;;
     ubtrfs-no-parallel-dio) echo UBTRFS_NO_PARALLEL_DIO=1 ;;
@@ -201,7 +223,7 @@ sides_for() {
   local s="kernel"
   case $1 in
     sparse)
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-seek-cache ubtrfs-no-keep-cache"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-seek-cache ubtrfs-no-keep-cache ubtrfs-no-rw-push"; } ;;
     fsync)
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
@@ -538,6 +560,7 @@ log "results in $OUT"
   echo "date: $(date -Is)"
   echo "kernel: $(uname -r); $(nproc) CPUs; $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
   echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "guest_halt_poll_ns: $(cat "$HALTPOLL" 2>/dev/null || echo "- (no cpuidle-haltpoll)")"
   echo "fio: $(fio --version); dbench: $(dbench --help 2>&1 | head -1 | sed 's/ - .*//'); btrfs-progs: $(mkfs.btrfs --version 2>&1 | head -1)"
   [[ -n $BIN ]] && echo "ubtrfs: $BIN ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null))"
   echo "RUNS=$RUNS DURATION=$DURATION CLIENTS=$CLIENTS JOBS=$JOBS FSYNC_MIB=$FSYNC_MIB BSSPLIT_MIB=$BSSPLIT_MIB SPARSE_MIB=$SPARSE_MIB IMG_SIZE=$IMG_SIZE MKFS_ARGS=$MKFS_ARGS KERNEL_ONLY=$KERNEL_ONLY"
@@ -618,6 +641,7 @@ LABEL = {
     "ubtrfs-no-nocow": "ubtrfs UBTRFS_NO_NOCOW=1",
     "ubtrfs-csum-full-scan": "ubtrfs UBTRFS_CSUM_FULL_SCAN=1",
     "ubtrfs-no-seek-cache": "ubtrfs UBTRFS_NO_SEEK_CACHE=1",
+    "ubtrfs-no-rw-push": "ubtrfs UBTRFS_NO_RW_PUSH=1 (no read-ahead pushed)",
     "ubtrfs-no-fsync-batch": "ubtrfs UBTRFS_NO_FSYNC_BATCH=1 (each fsync syncs the log itself)",
     "ubtrfs-no-direct-io": "ubtrfs UBTRFS_NO_DIRECT_IO=1 (O_DIRECT writes held dirty)",
     "ubtrfs-no-parallel-dio": "ubtrfs UBTRFS_NO_PARALLEL_DIO=1 (the kernel sends one O_DIRECT write of a file at a time)",

@@ -20,7 +20,7 @@ use crate::dir::dirent_type;
 use crate::fslock::FsLock;
 use crate::ino;
 use crate::logging;
-use crate::rw_push::{self, Pushes, ReadPattern};
+use crate::rw_push::{Pushes, ReadPattern};
 
 /// The kernel's page size: pushes begin on a page (a partial page is not
 /// marked up to date).
@@ -756,8 +756,9 @@ impl fuser::Filesystem for RwFuse {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&fh.0)
-            .filter(|h| h.id == id && rw_push::enabled())
-            .and_then(|h| h.reads.window(offset, size));
+            .filter(|h| h.id == id)
+            .and_then(|h| h.reads.window(offset, size))
+            .filter(|_| self.pushes.may_push(id));
         let mut fs = self.fs_read();
         let res = match window {
             // A failure past the request is not this request's.

@@ -121,6 +121,16 @@ impl Pushes {
         let _ = self.notifier.set(notifier);
     }
 
+    /// Whether a push of `id` could start now (no handle that may write
+    /// is open): asked before reading a window, so that a file with a
+    /// writer is not read 4 MiB at a time for nothing. [`Pushes::begin`]
+    /// decides.
+    pub fn may_push(&self, id: InodeId) -> bool {
+        enabled()
+            && self.notifier.get().is_some()
+            && self.inodes().get(&id).is_none_or(|i| i.writers == 0)
+    }
+
     /// Whether bytes of `id` just read may be pushed: no handle that may
     /// write is open. Called holding the mount's lock, in the section
     /// that read them; true counts a push in flight, which
