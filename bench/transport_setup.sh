@@ -14,6 +14,11 @@ if [ "$(id -u)" != 0 ]; then
 fi
 [ -w "$PARAM" ] || { echo "$(basename "$0"): $PARAM not writable: no FUSE-over-io_uring here" >&2; exit 1; }
 [ -f "$FLOOR_SRC" ] || { echo "$(basename "$0"): no $FLOOR_SRC (set FLOOR_SRC to fuse_floor.c)" >&2; exit 1; }
+# The libfuse floor needs libfuse3's headers (Debian: libfuse3-dev).
+if ! pkg-config --exists fuse3 2>/dev/null; then
+    echo "$(basename "$0"): installing libfuse3-dev and pkg-config (the libfuse floor daemon)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q libfuse3-dev pkg-config >/dev/null
+fi
 (cd "$REPO" && cargo build --release -q -p uring-floor)
 gcc -O2 -Wall -o "$TGT/fuse_floor" "$FLOOR_SRC" $(pkg-config --cflags --libs fuse3)
 UF=$TGT/release/uring-floor

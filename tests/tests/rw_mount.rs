@@ -119,6 +119,20 @@ fn ready(test: &str, w: Writer) -> bool {
     }
 }
 
+/// One case in a fresh temporary directory: skipped (or failed under
+/// UBTRFS_REQUIRE_KERNEL) when `w`'s mount cannot run; its note printed.
+fn one_case(test: &str, w: Writer, case: impl FnOnce(&Path) -> Result<String, String>) {
+    if !ready(test, w) {
+        return;
+    }
+    let base = tempdir(&format!("ubtrfs-{test}"));
+    let note = case(&base).unwrap_or_else(|e| panic!("{test}: {e}"));
+    if !note.is_empty() {
+        eprintln!("{test}: {note}");
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 // ------------------------------------------------------------------ (a)
 
 fn rw_ops_then_kernel(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
@@ -796,12 +810,9 @@ fn umount_case(base: &Path, seed: u64) -> Result<(), String> {
 
 #[test]
 fn umount_waits_for_the_last_commit() {
-    if !ready("umount_waits_for_the_last_commit", Writer::Ubtrfs) {
-        return;
-    }
-    let base = tempdir("ubtrfs-umount");
-    umount_case(&base, 1).unwrap_or_else(|e| panic!("{e}"));
-    let _ = std::fs::remove_dir_all(&base);
+    one_case("umount_waits_for_the_last_commit", Writer::Ubtrfs, |base| {
+        umount_case(base, 1).map(|()| String::new())
+    });
 }
 
 // ------------------------------------------------------------------ (i)
@@ -862,12 +873,9 @@ fn filesystem_sync_case(base: &Path, seed: u64) -> Result<(), String> {
 
 #[test]
 fn filesystem_sync_is_durable() {
-    if !ready("filesystem_sync_is_durable", Writer::Ubtrfs) {
-        return;
-    }
-    let base = tempdir("ubtrfs-fs-sync");
-    filesystem_sync_case(&base, 2).unwrap_or_else(|e| panic!("{e}"));
-    let _ = std::fs::remove_dir_all(&base);
+    one_case("filesystem_sync_is_durable", Writer::Ubtrfs, |base| {
+        filesystem_sync_case(base, 2).map(|()| String::new())
+    });
 }
 
 // ------------------------------------------------------------------ (j)
@@ -928,24 +936,16 @@ fn push_race_case(w: Writer, base: &Path) -> Result<String, String> {
 
 #[test]
 fn push_race_reference_on_kernel() {
-    if !ready("push_race_reference_on_kernel", Writer::Kernel) {
-        return;
-    }
-    let base = tempdir("ubtrfs-push-race");
-    let note = push_race_case(Writer::Kernel, &base).unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("push_race_reference_on_kernel: {note}");
-    let _ = std::fs::remove_dir_all(&base);
+    one_case("push_race_reference_on_kernel", Writer::Kernel, |base| {
+        push_race_case(Writer::Kernel, base)
+    });
 }
 
 #[test]
 fn push_race_on_ubtrfs_mount() {
-    if !ready("push_race_on_ubtrfs_mount", Writer::Ubtrfs) {
-        return;
-    }
-    let base = tempdir("ubtrfs-push-race");
-    let note = push_race_case(Writer::Ubtrfs, &base).unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("push_race_on_ubtrfs_mount: {note}");
-    let _ = std::fs::remove_dir_all(&base);
+    one_case("push_race_on_ubtrfs_mount", Writer::Ubtrfs, |base| {
+        push_race_case(Writer::Ubtrfs, base)
+    });
 }
 
 // ------------------------------------------------------------------ (h)
