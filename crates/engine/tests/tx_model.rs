@@ -137,6 +137,17 @@ fn config(cases: u32) -> ProptestConfig {
     }
 }
 
+/// A fault case: operations, the commit that fails, the device operation
+/// it fails at, and whether the nodes are 4 KiB (else 16 KiB).
+fn fault_case() -> impl Strategy<Value = (Vec<Op>, usize, u64, bool)> {
+    (
+        proptest::collection::vec(op_strategy(3, 4, 15), 1..150),
+        0..6usize,
+        prop_oneof![0..16u64, 0..64u64, 0..200u64],
+        any::<bool>(),
+    )
+}
+
 proptest! {
     #![proptest_config(config(cases(16)))]
 
@@ -156,12 +167,7 @@ proptest! {
     }
 
     #[test]
-    fn fault_in_commit(
-        ops in proptest::collection::vec(op_strategy(3, 4, 15), 1..150),
-        commit in 0..6usize,
-        at in prop_oneof![0..16u64, 0..64u64, 0..200u64],
-        small in any::<bool>(),
-    ) {
+    fn fault_in_commit((ops, commit, at, small) in fault_case()) {
         run(if small { 4096 } else { 16384 }, &ops, Some((commit, at)))
             .map_err(TestCaseError::fail)?;
     }
@@ -169,12 +175,7 @@ proptest! {
     /// The same with commits whose thread writes their blocks and
     /// superblock (receive's and the mount's interval commits).
     #[test]
-    fn fault_in_deferred_commit(
-        ops in proptest::collection::vec(op_strategy(3, 4, 15), 1..150),
-        commit in 0..6usize,
-        at in prop_oneof![0..16u64, 0..64u64, 0..200u64],
-        small in any::<bool>(),
-    ) {
+    fn fault_in_deferred_commit((ops, commit, at, small) in fault_case()) {
         run_with(if small { 4096 } else { 16384 }, &ops, Some((commit, at)), true)
             .map_err(TestCaseError::fail)?;
     }

@@ -247,6 +247,29 @@ impl RwFuse {
         }))
     }
 
+    /// Runs `then` once the read-ahead pushes of `id` in flight have
+    /// landed, on a thread of its own (a request thread must not wait for
+    /// a push: see rw_push). If no thread can be made, the reply that
+    /// went with `then` is answered EIO as it is dropped, and the writer
+    /// stays counted, which only keeps pushes of this file off.
+    fn after_pushes_land(
+        &self,
+        id: InodeId,
+        op: &str,
+        then: impl FnOnce(&RwInner) + Send + 'static,
+    ) {
+        let this = self.0.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("ubtrfs-{op}"))
+            .spawn(move || {
+                this.pushes.wait_landed(id);
+                then(&this);
+            });
+        if let Err(e) = spawned {
+            logging::error(&format!("{op}: a thread to wait on: {e}"));
+        }
+    }
+
     /// Where read-ahead is pushed from, to be given the session's
     /// notifier once the session exists.
     pub fn pushes_handle(&self) -> Arc<Pushes> {
@@ -570,18 +593,10 @@ impl fuser::Filesystem for RwFuse {
             self.pushes.writer_end(id);
             return;
         }
-        let this = self.0.clone();
-        let spawned = std::thread::Builder::new()
-            .name("ubtrfs-truncate".into())
-            .spawn(move || {
-                this.pushes.wait_landed(id);
-                this.setattr_as(id, &a, reply);
-                this.pushes.writer_end(id);
-            });
-        if let Err(e) = spawned {
-            // As in open: the reply is answered EIO as it is dropped.
-            logging::error(&format!("setattr: a thread to wait on: {e}"));
-        }
+        self.after_pushes_land(id, "setattr", move |this| {
+            this.setattr_as(id, &a, reply);
+            this.pushes.writer_end(id);
+        });
     }
 
     fn readlink(&self, _req: &Request, node: INodeNo, reply: ReplyData) {
@@ -718,20 +733,8 @@ impl fuser::Filesystem for RwFuse {
             // Read-ahead of this file is being pushed into the page
             // cache: the open waits for it to land, on a thread of its
             // own (see rw_push).
-            let this = self.0.clone();
-            let spawned = std::thread::Builder::new()
-                .name("ubtrfs-open".into())
-                .spawn(move || {
-                    this.pushes.wait_landed(id);
-                    this.open_as(id, f, true, reply);
-                });
-            if let Err(e) = spawned {
-                // The reply went with the closure (answered EIO as it
-                // is dropped); the writer stays counted, which only
-                // keeps pushes of this file off.
-                logging::error(&format!("open: a thread to wait on: {e}"));
-            }
-            return;
+            return self
+                .after_pushes_land(id, "open", move |this| this.open_as(id, f, true, reply));
         }
         self.open_as(id, f, writing, reply);
     }
