@@ -1,11 +1,9 @@
 //! Attributes: lookup, getattr, access, statfs.
 
+use crate::proto::{ReplyAttr, ReplyEmpty, ReplyEntry, ReplyStatfs, Request};
 use crate::reply::{OnInode, OpResult};
 use crate::Inner;
-use fuser::{
-    AccessFlags, Errno, FileAttr, FileType, Generation, INodeNo, ReplyAttr, ReplyEmpty, ReplyEntry,
-    ReplyStatfs, Request,
-};
+use fuser::{AccessFlags, Errno, FileAttr, FileType, Generation, INodeNo};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ubtrfs_engine::{InodeId, Stat};
 use ubtrfs_format::items::Timespec;

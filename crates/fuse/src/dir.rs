@@ -3,12 +3,10 @@
 //! attributes.
 
 use crate::file::is_write_open;
+use crate::proto::{ReplyDirectory, ReplyDirectoryPlus, ReplyOpen};
 use crate::reply::{OnInode, OpResult, Reply};
 use crate::Inner;
-use fuser::{
-    Errno, FileAttr, FileType, FopenFlags, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyOpen,
-};
+use fuser::{Errno, FileAttr, FileType, FopenFlags, Generation, INodeNo};
 use std::ffi::OsStr;
 use std::ops::ControlFlow;
 use std::os::unix::ffi::OsStrExt;

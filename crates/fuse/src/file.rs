@@ -1,9 +1,10 @@
 //! Open files: open and release, READ (from the read-ahead window or on a
 //! worker), lseek with SEEK_DATA/SEEK_HOLE, readlink.
 
+use crate::proto::{ReplyData, ReplyEmpty, ReplyLseek, ReplyOpen};
 use crate::reply::{OnInode, OpResult};
 use crate::{ino, BtrfsFuse, Inner};
-use fuser::{Errno, FopenFlags, INodeNo, ReplyData, ReplyEmpty, ReplyLseek, ReplyOpen};
+use fuser::{Errno, FopenFlags, INodeNo};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use ubtrfs_engine::{Error, FileHandle, InodeId};

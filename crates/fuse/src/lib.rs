@@ -31,6 +31,7 @@ pub mod logging;
 pub mod options;
 pub mod pidfile;
 mod pool;
+pub mod proto;
 mod reply;
 pub mod rw;
 pub mod rw_push;
@@ -38,11 +39,11 @@ pub mod session;
 mod xattr;
 
 use crate::file::OpenFile;
-use fuser::{
-    AccessFlags, Errno, INodeNo, InitFlags, KernelConfig, ReplyAttr, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyXattr,
-    Request,
+use crate::proto::{
+    KernelConfig, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
+use fuser::{AccessFlags, Errno, INodeNo, InitFlags};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -78,7 +79,7 @@ pub struct Inner {
     subvol_paths: OnceLock<HashMap<u64, Vec<u8>>>,
     /// Pushes read-ahead windows into the kernel's page cache (set once
     /// the session exists).
-    notifier: OnceLock<fuser::Notifier>,
+    notifier: OnceLock<crate::proto::Notifier>,
     /// The one thread that pushes: a push waits for page locks, which
     /// READs in flight hold until the dispatcher or a worker answers them,
     /// so neither of those may be the one waiting.
@@ -106,7 +107,7 @@ impl BtrfsFuse {
 
     /// Lets the filesystem push data into the kernel's page cache through
     /// `notifier` (from the session serving it).
-    pub fn set_notifier(inner: &Arc<Inner>, notifier: fuser::Notifier) {
+    pub fn set_notifier(inner: &Arc<Inner>, notifier: crate::proto::Notifier) {
         let _ = inner.notifier.set(notifier);
     }
 
@@ -189,7 +190,7 @@ impl Inner {
 /// Requests go to the op groups: [`attr`], [`dir`], [`file`], [`xattr`];
 /// each answers through [`Inner::answer`]. Reads and listings run on the
 /// worker pool.
-impl fuser::Filesystem for BtrfsFuse {
+impl crate::proto::FuseFs for BtrfsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let caps = config.capabilities();
         let wanted = InitFlags::FUSE_DO_READDIRPLUS
@@ -463,7 +464,7 @@ impl fuser::Filesystem for BtrfsFuse {
         _write_flags: fuser::WriteFlags,
         _flags: fuser::OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
-        reply: fuser::ReplyWrite,
+        reply: crate::proto::ReplyWrite,
     ) {
         reply.error(Errno::EROFS);
     }
@@ -493,7 +494,7 @@ impl fuser::Filesystem for BtrfsFuse {
         _mode: u32,
         _umask: u32,
         _flags: i32,
-        reply: fuser::ReplyCreate,
+        reply: crate::proto::ReplyCreate,
     ) {
         reply.error(Errno::EROFS);
     }
@@ -522,7 +523,7 @@ impl fuser::Filesystem for BtrfsFuse {
         _offset_out: u64,
         _len: u64,
         _flags: fuser::CopyFileRangeFlags,
-        reply: fuser::ReplyWrite,
+        reply: crate::proto::ReplyWrite,
     ) {
         // Both ends are on this mount, so the destination is read-only.
         reply.error(Errno::EROFS);
@@ -537,25 +538,8 @@ impl fuser::Filesystem for BtrfsFuse {
         _cmd: u32,
         _in_data: &[u8],
         _out_size: u32,
-        reply: fuser::ReplyIoctl,
+        reply: crate::proto::ReplyIoctl,
     ) {
         reply.error(Errno::ENOTTY);
-    }
-
-    fn poll(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        _fh: fuser::FileHandle,
-        _ph: fuser::PollNotifier,
-        _events: fuser::PollEvents,
-        _flags: fuser::PollFlags,
-        reply: fuser::ReplyPoll,
-    ) {
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn bmap(&self, _req: &Request, _node: INodeNo, _bs: u32, _idx: u64, reply: fuser::ReplyBmap) {
-        reply.error(Errno::ENOSYS);
     }
 }

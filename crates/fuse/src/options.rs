@@ -37,6 +37,22 @@ pub struct MountOptions {
     pub acl: bool,
     /// Readahead window of the mount in KiB (set when mounted as root).
     pub readahead_kb: u32,
+    /// FUSE over io_uring: `uring` requires it, `nouring` refuses it; by
+    /// default it is used when the kernel offers it
+    /// (/sys/module/fuse/parameters/enable_uring is Y).
+    pub uring: Uring,
+}
+
+/// Which FUSE transport to ask the kernel for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Uring {
+    /// io_uring when the kernel offers it, /dev/fuse otherwise.
+    #[default]
+    Auto,
+    /// io_uring or fail.
+    On,
+    /// /dev/fuse.
+    Off,
 }
 
 /// Default number of request threads: enough that a request waiting on the
@@ -61,6 +77,7 @@ impl Default for MountOptions {
             kernel_flags: Vec::new(),
             rw: None,
             readahead_kb: 4096,
+            uring: Uring::Auto,
             write: Default::default(),
             acl: true,
         }
@@ -225,6 +242,8 @@ impl MountOptions {
                     self.write.max_inline =
                         parse_size(v).ok_or_else(|| format!("max_inline={v}: not a size"))?;
                 }
+                "uring" if value.is_none() => self.uring = Uring::On,
+                "nouring" if value.is_none() => self.uring = Uring::Off,
                 "readahead_kb" => {
                     let v = need(key, value)?;
                     self.readahead_kb = v

@@ -42,16 +42,16 @@ impl<T> OnInode<T> for Result<T, Error> {
     }
 }
 
-/// A reply that can carry an errno (every fuser reply type can).
+/// A reply that can carry an errno (every reply type can).
 pub(crate) trait Reply {
     fn error(self, e: Errno);
 }
 
 macro_rules! replies {
     ($($t:ident),* $(,)?) => {
-        $(impl Reply for fuser::$t {
+        $(impl Reply for crate::proto::$t {
             fn error(self, e: Errno) {
-                fuser::$t::error(self, e)
+                crate::proto::$t::error(self, e)
             }
         })*
     };

@@ -25,18 +25,18 @@ use crate::rw_push::{Pushes, ReadPattern};
 /// The kernel's page size: pushes begin on a page (a partial page is not
 /// marked up to date).
 const PAGE: u64 = 4096;
-use fuser::{
-    Errno, FileAttr, FopenFlags, Generation, INodeNo, KernelConfig, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+use crate::proto::{
+    KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
 };
+use fuser::{Errno, FileAttr, FopenFlags, Generation, INodeNo, TimeOrNow};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 use ubtrfs_engine::vfs::attr::{SetAttr, SetTime};
 use ubtrfs_engine::vfs::seek::SeekCache;
 use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwStats};
@@ -202,16 +202,13 @@ fn answered(before: &RwStats, after: &RwStats) -> String {
 /// (time.rs, system_time_from_time: "TODO: 1_000_000_000 - nsec") where
 /// the kernel means -S + N ns; the seconds and nanoseconds are undone
 /// here as sent.
+/// A time as btrfs stores it: seconds (negative before the epoch) and
+/// nanoseconds forward from them, as the kernel sends it.
 fn timespec(t: SystemTime) -> Timespec {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => Timespec {
-            sec: d.as_secs() as i64,
-            nsec: d.subsec_nanos(),
-        },
-        Err(e) => Timespec {
-            sec: -(e.duration().as_secs() as i64),
-            nsec: e.duration().subsec_nanos(),
-        },
+    let (sec, nsec) = crate::proto::reply::time(t);
+    Timespec {
+        sec: sec as i64,
+        nsec,
     }
 }
 
@@ -480,7 +477,7 @@ impl RwInner {
     }
 }
 
-impl fuser::Filesystem for RwFuse {
+impl crate::proto::FuseFs for RwFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         use fuser::InitFlags;
         let caps = config.capabilities();
@@ -519,7 +516,7 @@ impl fuser::Filesystem for RwFuse {
         Ok(())
     }
 
-    fn destroy(&mut self) {
+    fn destroy(&self) {
         if let Err(e) = self.fs().unmount() {
             logging::error(&format!("final commit: {e}"));
         }
@@ -1199,13 +1196,15 @@ fn answer_xattr(res: Result<Vec<u8>, Error>, size: u32, reply: ReplyXattr, op: &
 mod tests {
     use super::*;
 
-    /// What fuser 0.18 hands over for the kernel's (-2, 250_000_000)
-    /// (1969-12-31 23:59:58.25) is 2.25 s before the epoch.
+    /// The kernel's (-2, 250_000_000) is 1969-12-31 23:59:58.25, 1.75 s
+    /// before the epoch (our decoder's reading, proto::dispatch), stored
+    /// as the kernel sent it.
     #[test]
-    fn setattr_times_before_1970_are_read_as_the_kernel_sent_them() {
-        let from_fuser = UNIX_EPOCH - Duration::new(2, 250_000_000);
+    fn setattr_times_before_1970_are_stored_as_the_kernel_sent_them() {
+        use std::time::UNIX_EPOCH;
+        let decoded = UNIX_EPOCH - Duration::new(1, 750_000_000);
         assert_eq!(
-            timespec(from_fuser),
+            timespec(decoded),
             Timespec {
                 sec: -2,
                 nsec: 250_000_000

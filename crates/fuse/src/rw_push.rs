@@ -88,7 +88,7 @@ struct Inode {
 pub struct Pushes {
     inodes: Mutex<HashMap<InodeId, Inode>>,
     landed: Condvar,
-    notifier: OnceLock<fuser::Notifier>,
+    notifier: OnceLock<crate::proto::Notifier>,
     /// The one thread that pushes (see the module).
     storer: Pool,
     /// Pushes made, bytes pushed, writers that waited for pushes.
@@ -117,7 +117,7 @@ impl Pushes {
     }
 
     /// Lets pushes go to the kernel through the session's `notifier`.
-    pub fn set_notifier(&self, notifier: fuser::Notifier) {
+    pub fn set_notifier(&self, notifier: crate::proto::Notifier) {
         let _ = self.notifier.set(notifier);
     }
 

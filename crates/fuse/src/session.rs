@@ -4,10 +4,10 @@
 
 use crate::fslock::FsLock;
 use crate::logging;
-use crate::options::MountOptions;
+use crate::options::{MountOptions, Uring};
+use crate::proto::{Acl, FuseFs, Session};
 use crate::rw::RwFuse;
 use crate::BtrfsFuse;
-use fuser::{Config, MountOption, SessionACL};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
@@ -238,18 +238,44 @@ fn stop_signals() -> libc::sigset_t {
     }
 }
 
-fn kernel_flag(f: &str) -> Option<MountOption> {
-    Some(match f {
-        "nodev" => MountOption::NoDev,
-        "dev" => MountOption::Dev,
-        "nosuid" => MountOption::NoSuid,
-        "suid" => MountOption::Suid,
-        "noexec" => MountOption::NoExec,
-        "noatime" | "nodiratime" => MountOption::NoAtime,
-        "sync" => MountOption::Sync,
-        "dirsync" => MountOption::DirSync,
-        _ => return None,
-    })
+/// The option string fusermount3 mounts with: what mount_syscall passes
+/// as flags and data, in fusermount3's words (it adds fd=, rootmode=,
+/// user_id= and group_id= itself).
+fn fusermount_options(fsname: &str, o: &MountOptions, acl: Acl, rw: bool) -> String {
+    // fusermount3 splits at commas: escape them (and backslashes) in the name.
+    let mut name = String::new();
+    for c in fsname.chars() {
+        if c == ',' || c == '\\' {
+            name.push('\\');
+        }
+        name.push(c);
+    }
+    let mut parts = vec![
+        if rw { "rw" } else { "ro" }.to_string(),
+        "default_permissions".to_string(),
+        format!("fsname={name}"),
+        "subtype=ubtrfs".to_string(),
+    ];
+    if acl != Acl::Owner {
+        parts.push("allow_other".into());
+    }
+    for f in &o.kernel_flags {
+        if matches!(
+            f.as_str(),
+            "nodev"
+                | "dev"
+                | "nosuid"
+                | "suid"
+                | "noexec"
+                | "noatime"
+                | "nodiratime"
+                | "sync"
+                | "dirsync"
+        ) {
+            parts.push(f.clone());
+        }
+    }
+    parts.join(",")
 }
 
 /// How the mount was made, and so how to unmount it.
@@ -444,57 +470,80 @@ fn serve_rw(
 
 /// Mounts `handler` as the request says and serves it until unmounted.
 #[allow(clippy::too_many_arguments)]
-fn mount_and_run<F: fuser::Filesystem + Send + Sync + 'static>(
+fn mount_and_run<F: FuseFs>(
     req: &MountRequest,
     notify: &mut Option<File>,
     set: libc::sigset_t,
     handler: F,
     rw: bool,
     threads: usize,
-    on_session: impl FnOnce(&fuser::Session<F>),
+    on_session: impl FnOnce(&Session<F>),
 ) -> Result<(), String> {
     let o = &req.options;
     let fsname = o
         .fsname
         .clone()
         .unwrap_or_else(|| req.image.display().to_string());
-    let mut mount_options = vec![
-        if rw { MountOption::RW } else { MountOption::RO },
-        MountOption::DefaultPermissions,
-        MountOption::FSName(fsname.clone()),
-        MountOption::Subtype("ubtrfs".into()),
-    ];
-    mount_options.extend(o.kernel_flags.iter().filter_map(|f| kernel_flag(f)));
     let acl = if o.allow_other {
-        SessionACL::All
+        Acl::All
     } else if o.allow_root {
-        SessionACL::RootAndOwner
+        Acl::RootAndOwner
     } else {
-        SessionACL::Owner
+        Acl::Owner
     };
-    let mut config = Config::default();
-    config.mount_options = mount_options.clone();
-    config.acl = acl;
-    config.n_threads = Some(threads);
-
     let mnt_c = CString::new(req.mountpoint.as_os_str().as_bytes())
         .map_err(|_| "mount point has a NUL byte".to_string())?;
     // SAFETY: geteuid has no preconditions.
     let is_root = unsafe { libc::geteuid() } == 0;
-    let (session, unmount) = if is_root {
+    let (fd, unmount) = if is_root {
         let fd = mount_syscall(&req.mountpoint, &fsname, o, acl, rw)?;
-        let s = fuser::Session::from_fd(handler, fd, acl, config)
-            .map_err(|e| format!("FUSE handshake: {e}"))?;
+        (fd, Unmount::Syscall(mnt_c))
+    } else {
+        let opts = fusermount_options(&fsname, o, acl, rw);
+        let fd = crate::proto::dev::fusermount(&req.mountpoint, &opts)
+            .map_err(|e| format!("mount {}: {e}", req.mountpoint.display()))?;
+        (fd, Unmount::Fusermount(mnt_c))
+    };
+    let session = match Session::new(handler, fd, acl, o.uring != Uring::Off) {
+        Ok(s) => s,
+        Err(e) => {
+            unmount.unmount();
+            return Err(format!("FUSE handshake: {e}"));
+        }
+    };
+    // FUSE over io_uring when the kernel agreed (see proto::dev_uring).
+    // Once agreed, requests wait for the rings: failing to set them up
+    // ends the mount.
+    let rings = if session.uring() {
+        match session.start_uring() {
+            Ok(r) => Some(r),
+            Err(e) => {
+                unmount.unmount();
+                return Err(format!(
+                    "FUSE over io_uring: {e} (-o nouring mounts over /dev/fuse)"
+                ));
+            }
+        }
+    } else if o.uring == Uring::On {
+        unmount.unmount();
+        return Err(
+            "-o uring: the kernel does not offer FUSE over io_uring (it needs Linux 6.14+ \
+             and /sys/module/fuse/parameters/enable_uring set to Y)"
+                .into(),
+        );
+    } else {
+        None
+    };
+    let transport = match &rings {
+        Some(r) => format!("io_uring, {}", r.describe()),
+        None => format!("/dev/fuse, {threads} threads"),
+    };
+    if is_root {
         // After the handshake, which sets the window from INIT.
         if let Err(e) = set_readahead(&req.mountpoint, o.readahead_kb) {
             logging::warn(&format!("setting readahead: {e}"));
         }
-        (s, Unmount::Syscall(mnt_c))
-    } else {
-        let s = fuser::Session::new(handler, &req.mountpoint, &config)
-            .map_err(|e| format!("mount {}: {e}", req.mountpoint.display()))?;
-        (s, Unmount::Fusermount(mnt_c))
-    };
+    }
 
     on_session(&session);
 
@@ -539,11 +588,18 @@ fn mount_and_run<F: fuser::Filesystem + Send + Sync + 'static>(
         }
     }
     logging::info(&format!(
-        "mounted {} on {}",
+        "mounted {} on {} (FUSE transport: {transport})",
         req.image.display(),
         req.mountpoint.display()
     ));
-    let res = session.run();
+    // With the rings, /dev/fuse carries only FORGET and INTERRUPT.
+    let res = session.run_dev(if rings.is_some() { 1 } else { threads });
+    if let Some(r) = &rings {
+        let (inline, offloaded) = r.counts();
+        logging::info(&format!(
+            "io_uring: {inline} requests served on their CPU's queue, {offloaded} by workers"
+        ));
+    }
     logging::info(&format!("{} unmounted", req.mountpoint.display()));
     res.map_err(|e| format!("serving the mount: {e}"))
 }
@@ -553,7 +609,7 @@ fn mount_syscall(
     mnt: &Path,
     fsname: &str,
     o: &MountOptions,
-    acl: SessionACL,
+    acl: Acl,
     rw: bool,
 ) -> Result<OwnedFd, String> {
     let dev = std::fs::OpenOptions::new()
@@ -575,7 +631,7 @@ fn mount_syscall(
         dev.as_raw_fd(),
         root_mode
     );
-    if acl != SessionACL::Owner {
+    if acl != Acl::Owner {
         data.push_str(",allow_other");
     }
     let mut flags = if rw { 0 } else { libc::MS_RDONLY };

@@ -1,0 +1,471 @@
+//! FUSE over io_uring (the kernel's fs/fuse/dev_uring.c, 6.14+): requests
+//! arrive in ring entries instead of read(2)s of /dev/fuse, and each is
+//! served on the CPU its sender runs on.
+//!
+//! How the kernel side works (dev_uring.c, 6.18):
+//! - One queue per *possible* CPU; a request goes to the queue of the CPU
+//!   its sender runs on. The connection switches to the ring once every
+//!   queue has an entry registered; until then requests wait.
+//! - An entry is two buffers given with REGISTER (an iovec pair, SQE128):
+//!   a header (fuse_uring_req_header) and a payload of at least
+//!   max(max_write, max_pages * 4 KiB). A REGISTER or COMMIT_AND_FETCH
+//!   completes when a request is in the entry; the answer goes back in the
+//!   same buffers with COMMIT_AND_FETCH, which re-arms the entry.
+//! - The request is copied in by task_work of the task that submitted the
+//!   entry's last command, so a queue's own thread waits in io_uring_enter.
+//! - FORGET and INTERRUPT, and our notifications, still use /dev/fuse.
+//! - On unmount, pending entries complete with -ENOTCONN.
+//!
+//! Our side: a thread per queue, pinned to its CPU, serving requests as
+//! they complete. Requests that may take long (fsync, an O_DIRECT write, a
+//! sync ioctl) go to a worker pool instead, so they neither hold the queue
+//! nor lose the parallelism they had on /dev/fuse; a worker commits its
+//! answer itself (the submission queue has a lock, as libfuse's has).
+
+use super::abi::{self, bytes, read, InHeader, OutHeader, UringCmdReq, UringReqHeader};
+use super::dispatch::{dispatch, no_reply, Acl};
+use super::filesystem::FuseFs;
+use super::reply::{Sender, Transport};
+use crate::pool::Pool;
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use std::cell::Cell;
+use std::io;
+use std::os::fd::RawFd;
+use std::ptr::{addr_of_mut, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+/// Entries per queue at most, and the memory all entries' payload buffers
+/// may take together (the depth shrinks on machines with many CPUs).
+const MAX_DEPTH: usize = 16;
+const MAX_PAYLOAD_TOTAL: usize = 512 << 20;
+
+/// One ring entry's buffers. Leaked raw allocations, not Boxes: the kernel
+/// writes into them behind the compiler's back, and may still hold them
+/// when we stop serving; the process ends soon after.
+struct Ent {
+    hdr: NonNull<UringReqHeader>,
+    payload: NonNull<u8>,
+    /// The REGISTER iovec pair, which must also stay put.
+    iov: NonNull<[libc::iovec; 2]>,
+}
+
+impl Ent {
+    fn new(payload_len: usize) -> Ent {
+        let hdr = NonNull::from(Box::leak(Box::<UringReqHeader>::default()));
+        let payload = NonNull::from(vec![0u8; payload_len].leak()).cast::<u8>();
+        let iov = NonNull::from(Box::leak(Box::new([
+            libc::iovec {
+                iov_base: hdr.as_ptr().cast(),
+                iov_len: std::mem::size_of::<UringReqHeader>(),
+            },
+            libc::iovec {
+                iov_base: payload.as_ptr().cast(),
+                iov_len: payload_len,
+            },
+        ])));
+        Ent { hdr, payload, iov }
+    }
+}
+
+/// One queue: its ring, entries and counters. The submission side is
+/// shared (under `sq`); the completion side belongs to the queue thread.
+pub(crate) struct Queue {
+    qid: usize,
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    sq: Mutex<()>,
+    ents: Vec<Ent>,
+    payload_len: usize,
+    served: AtomicU64,
+    offloaded: AtomicU64,
+}
+
+// SAFETY: the raw buffers are owned by protocol, not by a thread: an
+// entry's buffers are touched by whoever serves the request in it (one
+// party at a time: the kernel until the completion, then one serving
+// thread until its commit). The ring's submission side is used under
+// `sq`; its completion side only by the queue thread.
+unsafe impl Send for Queue {}
+// SAFETY: as above.
+unsafe impl Sync for Queue {}
+
+thread_local! {
+    /// The queue this thread serves (its address), if any: replies made
+    /// on it are submitted by its next wait, not one by one.
+    static ON_QUEUE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Sets sqe->len, which io-uring 0.7's UringCmd80 does not expose and
+/// REGISTER needs (the number of iovecs, 2).
+fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
+    // SAFETY: Entry128 is #[repr(C)]: a 64-byte struct io_uring_sqe and 64
+    // more bytes, any bytes valid. In io_uring_sqe, `len` (u32) is at
+    // offset 24.
+    let mut raw: [u8; 128] = unsafe { std::mem::transmute(e) };
+    raw[24..28].copy_from_slice(&len.to_ne_bytes());
+    // SAFETY: as above.
+    unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
+}
+
+impl Queue {
+    /// The SQE that registers entry `idx` (commit_id None) or commits its
+    /// answer to request `commit_id` and fetches the next.
+    fn sqe(&self, idx: usize, commit_id: Option<u64>) -> squeue::Entry128 {
+        let req = UringCmdReq {
+            commit_id: commit_id.unwrap_or(0),
+            qid: self.qid as u16,
+            ..UringCmdReq::default()
+        };
+        let mut cmd = [0u8; 80];
+        cmd[..std::mem::size_of::<UringCmdReq>()].copy_from_slice(bytes(&req));
+        let op = if commit_id.is_some() {
+            abi::FUSE_IO_URING_CMD_COMMIT_AND_FETCH
+        } else {
+            abi::FUSE_IO_URING_CMD_REGISTER
+        };
+        // The device is fixed file 0 (registered with the ring).
+        let mut b = opcode::UringCmd80::new(types::Fixed(0), op).cmd(cmd);
+        if commit_id.is_none() {
+            b = b.addr(Some(self.ents[idx].iov.as_ptr() as u64));
+        }
+        let e = b.build().user_data(idx as u64);
+        if commit_id.is_none() {
+            with_len(e, 2)
+        } else {
+            e
+        }
+    }
+
+    /// Queues an SQE; submits it at once unless this is the queue's own
+    /// thread, whose next wait submits everything queued.
+    fn push(&self, e: squeue::Entry128) {
+        let own = ON_QUEUE.with(|q| q.get()) == self as *const Queue as usize;
+        let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: the SQEs point at leaked buffers that live for the
+        // process; `sq` makes this the only user of the submission queue.
+        // There is room: each entry has at most one command in flight and
+        // the queue holds at least `ents.len()` SQEs.
+        if unsafe { self.ring.submission_shared().push(&e) }.is_err() {
+            crate::logging::error(&format!("fuse ring {}: submission queue full", self.qid));
+            return;
+        }
+        if !own {
+            if let Err(e) = self.ring.submit() {
+                crate::logging::error(&format!("fuse ring {}: submit: {e}", self.qid));
+            }
+        }
+    }
+}
+
+impl Transport for Queue {
+    fn send(&self, slot: usize, unique: u64, error: i32, parts: &[&[u8]]) {
+        let Some(ent) = self.ents.get(slot) else {
+            return;
+        };
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let (error, total) = if total > self.payload_len {
+            crate::logging::error(&format!(
+                "reply of {total} bytes to request {unique} does not fit the ring's {} byte buffer",
+                self.payload_len
+            ));
+            (-libc::EIO, 0)
+        } else {
+            (error, total)
+        };
+        let oh = OutHeader {
+            len: (std::mem::size_of::<OutHeader>() + total) as u32,
+            error,
+            unique,
+        };
+        let hp = ent.hdr.as_ptr();
+        // SAFETY: the entry holds this request, so its buffers are ours
+        // (no one else writes them) until the commit below.
+        unsafe {
+            if error == 0 || total == 0 {
+                let mut at = ent.payload.as_ptr();
+                for p in parts.iter().filter(|_| error == 0) {
+                    std::ptr::copy_nonoverlapping(p.as_ptr(), at, p.len());
+                    at = at.add(p.len());
+                }
+            }
+            std::ptr::copy_nonoverlapping(
+                bytes(&oh).as_ptr(),
+                addr_of_mut!((*hp).in_out).cast::<u8>(),
+                std::mem::size_of::<OutHeader>(),
+            );
+            addr_of_mut!((*hp).ring_ent_in_out.payload_sz).write_volatile(if error == 0 {
+                total as u32
+            } else {
+                0
+            });
+        }
+        self.push(self.sqe(slot, Some(unique)));
+    }
+}
+
+/// A completion: the entry (user data) and the result.
+type Completion = (u64, i32);
+
+/// The rings of one mount.
+pub struct Rings {
+    queues: Vec<Arc<Queue>>,
+}
+
+impl Rings {
+    /// "N queues x D entries of P KiB" for the log.
+    pub fn describe(&self) -> String {
+        let q = &self.queues[0];
+        format!(
+            "{} queues x {} entries of {} KiB",
+            self.queues.len(),
+            q.ents.len(),
+            q.payload_len >> 10
+        )
+    }
+
+    /// Requests served by the queue threads and by the worker pool.
+    pub fn counts(&self) -> (u64, u64) {
+        let s = self
+            .queues
+            .iter()
+            .map(|q| q.served.load(Ordering::Relaxed))
+            .sum();
+        let o = self
+            .queues
+            .iter()
+            .map(|q| q.offloaded.load(Ordering::Relaxed))
+            .sum();
+        (s, o)
+    }
+}
+
+/// The number of queues the kernel expects: one per possible CPU (its
+/// num_possible_cpus()), from the `possible` mask ("0-1").
+fn possible_cpus() -> io::Result<usize> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let mut max = 0usize;
+    for part in s.trim().split(',') {
+        let last = part.rsplit('-').next().unwrap_or(part);
+        let n: usize = last
+            .parse()
+            .map_err(|_| io::Error::other(format!("cpu possible mask {s:?}")))?;
+        max = max.max(n);
+    }
+    Ok(max + 1)
+}
+
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and
+    // sched_setaffinity get valid pointers and sizes.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        // Not fatal: a CPU that is possible but offline cannot be pinned to.
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Whether a request may take long enough that it should not hold its
+/// queue: fsync (a log sync or commit), an O_DIRECT write (disk I/O, and
+/// many may run at once), ioctls (a sync waits for a commit).
+fn slow(h: &InHeader, arg: &[u8]) -> bool {
+    match h.opcode {
+        abi::FUSE_FSYNC | abi::FUSE_FSYNCDIR | abi::FUSE_IOCTL => true,
+        abi::FUSE_WRITE => {
+            read::<abi::WriteIn>(arg).is_some_and(|w| w.flags as i32 & libc::O_DIRECT != 0)
+        }
+        _ => false,
+    }
+}
+
+/// Starts a queue per possible CPU serving `fs` and returns once each has
+/// registered its entries (or the first error). The queue threads run
+/// until the connection ends.
+pub(crate) fn start<F: FuseFs>(
+    fs: Arc<F>,
+    dev: RawFd,
+    acl: Acl,
+    owner: u32,
+    payload_len: usize,
+) -> io::Result<Rings> {
+    let nq = possible_cpus()?;
+    let depth = (MAX_PAYLOAD_TOTAL / (nq * payload_len)).clamp(2, MAX_DEPTH);
+    let pool = Arc::new(Pool::new("fuse-slow", 8));
+    let (tx, rx) = mpsc::channel();
+    for qid in 0..nq {
+        let (tx, fs, pool) = (tx.clone(), fs.clone(), pool.clone());
+        std::thread::Builder::new()
+            .name(format!("fuse-ring-{qid}"))
+            .spawn(move || {
+                pin_to(qid);
+                // Allocated after pinning: first touch places the buffers
+                // on this CPU's memory node.
+                match setup(dev, qid, depth, payload_len) {
+                    Ok((q, early)) => {
+                        let _ = tx.send(Ok(q.clone()));
+                        drop(tx);
+                        serve(&q, early, &fs, &pool, acl, owner);
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            })?;
+    }
+    drop(tx);
+    let mut queues = Vec::with_capacity(nq);
+    for _ in 0..nq {
+        match rx.recv() {
+            Ok(Ok(q)) => queues.push(q),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(io::Error::other("a fuse ring thread died during setup")),
+        }
+    }
+    queues.sort_by_key(|q| q.qid);
+    Ok(Rings { queues })
+}
+
+/// Creates the queue's ring and registers its entries. Returns the
+/// completions already there: a registration that makes the ring ready
+/// may complete at once with a request in it, which must be served.
+fn setup(
+    dev: RawFd,
+    qid: usize,
+    depth: usize,
+    payload_len: usize,
+) -> io::Result<(Arc<Queue>, Vec<Completion>)> {
+    // SQE128 comes with the Entry128 type. A plain ring (no
+    // SINGLE_ISSUER): workers submit their commits too.
+    let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+        .build((depth as u32).next_power_of_two().max(2))?;
+    ring.submitter().register_files(&[dev])?;
+    let q = Arc::new(Queue {
+        qid,
+        ring,
+        sq: Mutex::new(()),
+        ents: (0..depth).map(|_| Ent::new(payload_len)).collect(),
+        payload_len,
+        served: AtomicU64::new(0),
+        offloaded: AtomicU64::new(0),
+    });
+    ON_QUEUE.with(|c| c.set(Arc::as_ptr(&q) as usize));
+    for i in 0..depth {
+        q.push(q.sqe(i, None));
+    }
+    q.ring.submit()?;
+    let mut early = Vec::new();
+    // SAFETY: only this thread reads the completion queue.
+    for c in unsafe { q.ring.completion_shared() } {
+        let r = c.result();
+        if r < 0 && r != -libc::EINTR && r != -libc::EAGAIN {
+            return Err(io::Error::other(format!(
+                "registering fuse ring {qid} entry {}: {}",
+                c.user_data(),
+                io::Error::from_raw_os_error(-r)
+            )));
+        }
+        early.push((c.user_data(), r));
+    }
+    Ok((q, early))
+}
+
+/// The queue thread: serve what completed, submit, wait; until every
+/// entry has ended (the connection went away).
+fn serve<F: FuseFs>(
+    q: &Arc<Queue>,
+    early: Vec<Completion>,
+    fs: &Arc<F>,
+    pool: &Arc<Pool>,
+    acl: Acl,
+    owner: u32,
+) {
+    let mut live = q.ents.len();
+    let mut done = early;
+    // The request's payload is copied out before the answer overwrites
+    // the same buffer.
+    let mut data: Vec<u8> = Vec::with_capacity(64 << 10);
+    loop {
+        for &(idx, res) in &done {
+            let idx = idx as usize;
+            if idx >= q.ents.len() {
+                continue;
+            }
+            if res < 0 {
+                match -res {
+                    // Not taken: try the registration again.
+                    libc::EINTR | libc::EAGAIN => q.push(q.sqe(idx, None)),
+                    libc::ENOTCONN | libc::ECONNABORTED | libc::ENODEV | libc::ECANCELED => {
+                        live -= 1
+                    }
+                    e => {
+                        crate::logging::error(&format!(
+                            "fuse ring {} entry {idx}: {}",
+                            q.qid,
+                            io::Error::from_raw_os_error(e)
+                        ));
+                        live -= 1;
+                    }
+                }
+                continue;
+            }
+            let ent = &q.ents[idx];
+            // SAFETY: the kernel filled the header before completing the
+            // command and does not touch it until our commit; read by
+            // value through the raw pointer.
+            let hdr: UringReqHeader = unsafe { ent.hdr.as_ptr().read_volatile() };
+            let Some(h) = read::<InHeader>(&hdr.in_out) else {
+                live -= 1;
+                continue;
+            };
+            let info = hdr.ring_ent_in_out;
+            if info.commit_id == 0 || no_reply(h.opcode) {
+                // Nothing the kernel would take back: the entry is lost.
+                crate::logging::error(&format!(
+                    "fuse ring {}: request opcode {} with commit id {}",
+                    q.qid, h.opcode, info.commit_id
+                ));
+                live -= 1;
+                continue;
+            }
+            let psz = (info.payload_sz as usize).min(q.payload_len);
+            // SAFETY: psz bytes of the entry's payload buffer, which is ours
+            // until the commit.
+            let payload = unsafe { std::slice::from_raw_parts(ent.payload.as_ptr(), psz) };
+            let arg = &hdr.op_in[..abi::op_arg_size(h.opcode).min(abi::FUSE_URING_OP_IN_OUT_SZ)];
+            let sender = Sender {
+                transport: q.clone(),
+                slot: idx,
+                unique: h.unique,
+            };
+            if slow(&h, arg) {
+                q.offloaded.fetch_add(1, Ordering::Relaxed);
+                let (arg, payload, fs) = (arg.to_vec(), payload.to_vec(), fs.clone());
+                pool.run(move || dispatch(&*fs, acl, owner, &h, &arg, &payload, sender));
+            } else {
+                q.served.fetch_add(1, Ordering::Relaxed);
+                data.clear();
+                data.extend_from_slice(payload);
+                dispatch(&**fs, acl, owner, &h, arg, &data, sender);
+            }
+        }
+        if live == 0 {
+            return;
+        }
+        let res = {
+            // Submit what this thread queued, then wait. Not under `sq`: a
+            // worker may push and submit meanwhile.
+            q.ring.submitter().submit_and_wait(1)
+        };
+        match res {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) => {
+                crate::logging::error(&format!("fuse ring {}: io_uring_enter: {e}", q.qid));
+                return;
+            }
+        }
+        done.clear();
+        // SAFETY: only this thread reads the completion queue.
+        done.extend(unsafe { q.ring.completion_shared() }.map(|c| (c.user_data(), c.result())));
+    }
+}

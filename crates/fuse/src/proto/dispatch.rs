@@ -1,0 +1,586 @@
+//! One request, from its header, fixed argument and variable data, to the
+//! file system's method. The same for both transports: /dev/fuse bodies
+//! are split at [`abi::op_arg_size`], ring entries arrive split.
+
+use super::abi::{self, read, InHeader};
+use super::filesystem::{FuseFs, Request};
+use super::reply::*;
+use fuser::{
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, INodeNo, IoctlFlags, LockOwner, OpenFlags,
+    RenameFlags, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Who may use the mount, beyond what the kernel already checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acl {
+    /// Only the mounting user (the kernel enforces it: no allow_other).
+    Owner,
+    /// The mounting user and root (allow_root: allow_other, checked here).
+    RootAndOwner,
+    /// Everyone (allow_other).
+    All,
+}
+
+/// Requests that never get a reply.
+pub(crate) fn no_reply(opcode: u32) -> bool {
+    matches!(
+        opcode,
+        abi::FUSE_FORGET | abi::FUSE_BATCH_FORGET | abi::FUSE_INTERRUPT
+    )
+}
+
+/// The name up to its NUL and what follows it.
+fn cstr(b: &[u8]) -> Option<(&OsStr, &[u8])> {
+    let n = b.iter().position(|&c| c == 0)?;
+    Some((OsStr::from_bytes(&b[..n]), &b[n + 1..]))
+}
+
+fn at(secs: u64, nsec: u32) -> SystemTime {
+    let s = secs as i64;
+    let base = if s >= 0 {
+        UNIX_EPOCH + Duration::from_secs(s as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(s.unsigned_abs())
+    };
+    base + Duration::from_nanos(nsec.min(999_999_999) as u64)
+}
+
+/// Serves one request. `arg` is the fixed argument (in_args[0]), `data`
+/// the rest. A malformed request is answered EINVAL (EIO for one we
+/// cannot read at all) and logged.
+pub(crate) fn dispatch<F: FuseFs>(
+    fs: &F,
+    acl: Acl,
+    owner: u32,
+    h: &InHeader,
+    arg: &[u8],
+    data: &[u8],
+    s: Sender,
+) {
+    let req = Request {
+        unique: h.unique,
+        uid: h.uid,
+        gid: h.gid,
+        pid: h.pid,
+    };
+    if no_reply(h.opcode) {
+        // No lookup counts are kept (node ids are a pure function of the
+        // inode) and requests are not cancelled midway.
+        return;
+    }
+    if acl == Acl::RootAndOwner && h.uid != 0 && h.uid != owner && h.opcode != abi::FUSE_DESTROY {
+        return ReplyEmpty::new(s).error(Errno::EACCES);
+    }
+    if serve(fs, &req, h, arg, data, s).is_none() {
+        crate::logging::warn(&format!(
+            "malformed request: opcode {} of {} + {} bytes",
+            h.opcode,
+            arg.len(),
+            data.len()
+        ));
+    }
+}
+
+/// Answers the request; None (with EINVAL sent) when it is malformed.
+fn serve<F: FuseFs>(
+    fs: &F,
+    req: &Request,
+    h: &InHeader,
+    arg: &[u8],
+    data: &[u8],
+    s: Sender,
+) -> Option<()> {
+    let node = INodeNo(h.nodeid);
+    macro_rules! arg {
+        ($t:ty) => {
+            match read::<$t>(arg) {
+                Some(a) => a,
+                None => {
+                    ReplyEmpty::new(s).error(Errno::EINVAL);
+                    return None;
+                }
+            }
+        };
+    }
+    macro_rules! name {
+        ($b:expr) => {
+            match cstr($b) {
+                Some(x) => x,
+                None => {
+                    ReplyEmpty::new(s).error(Errno::EINVAL);
+                    return None;
+                }
+            }
+        };
+    }
+    match h.opcode {
+        abi::FUSE_LOOKUP => {
+            let (name, _) = name!(data);
+            fs.lookup(req, node, name, ReplyEntry::new(s));
+        }
+        abi::FUSE_GETATTR => {
+            let a = arg!(abi::GetattrIn);
+            let fh = (a.getattr_flags & abi::FUSE_GETATTR_FH != 0).then_some(FileHandle(a.fh));
+            fs.getattr(req, node, fh, ReplyAttr::new(s));
+        }
+        abi::FUSE_SETATTR => {
+            let a = arg!(abi::SetattrIn);
+            let v = a.valid;
+            let has = |bit: u32| v & bit != 0;
+            let time = |bit: u32, now: u32, secs: u64, nsec: u32| {
+                has(bit).then(|| {
+                    if has(now) {
+                        TimeOrNow::Now
+                    } else {
+                        TimeOrNow::SpecificTime(at(secs, nsec))
+                    }
+                })
+            };
+            fs.setattr(
+                req,
+                node,
+                has(abi::FATTR_MODE).then_some(a.mode),
+                has(abi::FATTR_UID).then_some(a.uid),
+                has(abi::FATTR_GID).then_some(a.gid),
+                has(abi::FATTR_SIZE).then_some(a.size),
+                time(abi::FATTR_ATIME, abi::FATTR_ATIME_NOW, a.atime, a.atimensec),
+                time(abi::FATTR_MTIME, abi::FATTR_MTIME_NOW, a.mtime, a.mtimensec),
+                has(abi::FATTR_CTIME).then(|| at(a.ctime, a.ctimensec)),
+                has(abi::FATTR_FH).then_some(FileHandle(a.fh)),
+                None,
+                None,
+                None,
+                None,
+                ReplyAttr::new(s),
+            );
+        }
+        abi::FUSE_READLINK => fs.readlink(req, node, ReplyData::new(s)),
+        abi::FUSE_SYMLINK => {
+            let (name, rest) = name!(data);
+            let (target, _) = name!(rest);
+            fs.symlink(req, node, name, Path::new(target), ReplyEntry::new(s));
+        }
+        abi::FUSE_MKNOD => {
+            let a = arg!(abi::MknodIn);
+            let (name, _) = name!(data);
+            fs.mknod(req, node, name, a.mode, a.umask, a.rdev, ReplyEntry::new(s));
+        }
+        abi::FUSE_MKDIR => {
+            let a = arg!(abi::MkdirIn);
+            let (name, _) = name!(data);
+            fs.mkdir(req, node, name, a.mode, a.umask, ReplyEntry::new(s));
+        }
+        abi::FUSE_UNLINK => {
+            let (name, _) = name!(data);
+            fs.unlink(req, node, name, ReplyEmpty::new(s));
+        }
+        abi::FUSE_RMDIR => {
+            let (name, _) = name!(data);
+            fs.rmdir(req, node, name, ReplyEmpty::new(s));
+        }
+        abi::FUSE_RENAME | abi::FUSE_RENAME2 => {
+            let (newdir, flags) = if h.opcode == abi::FUSE_RENAME {
+                (arg!(abi::NodeIn).nodeid, 0)
+            } else {
+                let a = arg!(abi::Rename2In);
+                (a.newdir, a.flags)
+            };
+            let (name, rest) = name!(data);
+            let (newname, _) = name!(rest);
+            fs.rename(
+                req,
+                node,
+                name,
+                INodeNo(newdir),
+                newname,
+                RenameFlags::from_bits_retain(flags),
+                ReplyEmpty::new(s),
+            );
+        }
+        abi::FUSE_LINK => {
+            let a = arg!(abi::NodeIn);
+            let (name, _) = name!(data);
+            fs.link(req, INodeNo(a.nodeid), node, name, ReplyEntry::new(s));
+        }
+        abi::FUSE_OPEN => {
+            let a = arg!(abi::OpenIn);
+            fs.open(req, node, OpenFlags(a.flags as i32), ReplyOpen::new(s));
+        }
+        abi::FUSE_OPENDIR => {
+            let a = arg!(abi::OpenIn);
+            fs.opendir(req, node, OpenFlags(a.flags as i32), ReplyOpen::new(s));
+        }
+        abi::FUSE_READ => {
+            let a = arg!(abi::ReadIn);
+            let owner =
+                (a.read_flags & abi::FUSE_READ_LOCKOWNER != 0).then_some(LockOwner(a.lock_owner));
+            fs.read(
+                req,
+                node,
+                FileHandle(a.fh),
+                a.offset,
+                a.size,
+                OpenFlags(a.flags as i32),
+                owner,
+                ReplyData::new(s),
+            );
+        }
+        abi::FUSE_WRITE => {
+            let a = arg!(abi::WriteIn);
+            let Some(bytes) = data.get(..a.size as usize) else {
+                ReplyEmpty::new(s).error(Errno::EINVAL);
+                return None;
+            };
+            let owner =
+                (a.write_flags & abi::FUSE_WRITE_LOCKOWNER != 0).then_some(LockOwner(a.lock_owner));
+            fs.write(
+                req,
+                node,
+                FileHandle(a.fh),
+                a.offset,
+                bytes,
+                WriteFlags::from_bits_retain(a.write_flags),
+                OpenFlags(a.flags as i32),
+                owner,
+                ReplyWrite::new(s),
+            );
+        }
+        abi::FUSE_FLUSH => {
+            let a = arg!(abi::FlushIn);
+            fs.flush(
+                req,
+                node,
+                FileHandle(a.fh),
+                LockOwner(a.lock_owner),
+                ReplyEmpty::new(s),
+            );
+        }
+        abi::FUSE_RELEASE => {
+            let a = arg!(abi::ReleaseIn);
+            let owner = (a.release_flags & abi::FUSE_RELEASE_FLOCK_UNLOCK != 0)
+                .then_some(LockOwner(a.lock_owner));
+            fs.release(
+                req,
+                node,
+                FileHandle(a.fh),
+                OpenFlags(a.flags as i32),
+                owner,
+                a.release_flags & abi::FUSE_RELEASE_FLUSH != 0,
+                ReplyEmpty::new(s),
+            );
+        }
+        abi::FUSE_RELEASEDIR => {
+            let a = arg!(abi::ReleaseIn);
+            fs.releasedir(
+                req,
+                node,
+                FileHandle(a.fh),
+                OpenFlags(a.flags as i32),
+                ReplyEmpty::new(s),
+            );
+        }
+        abi::FUSE_FSYNC | abi::FUSE_FSYNCDIR => {
+            let a = arg!(abi::FsyncIn);
+            let datasync = a.fsync_flags & abi::FUSE_FSYNC_FDATASYNC != 0;
+            if h.opcode == abi::FUSE_FSYNC {
+                fs.fsync(req, node, FileHandle(a.fh), datasync, ReplyEmpty::new(s));
+            } else {
+                fs.fsyncdir(req, node, FileHandle(a.fh), datasync, ReplyEmpty::new(s));
+            }
+        }
+        abi::FUSE_READDIR | abi::FUSE_READDIRPLUS => {
+            let a = arg!(abi::ReadIn);
+            let size = a.size as usize;
+            if h.opcode == abi::FUSE_READDIR {
+                fs.readdir(
+                    req,
+                    node,
+                    FileHandle(a.fh),
+                    a.offset,
+                    ReplyDirectory::new(s, size),
+                );
+            } else {
+                fs.readdirplus(
+                    req,
+                    node,
+                    FileHandle(a.fh),
+                    a.offset,
+                    ReplyDirectoryPlus::new(s, size),
+                );
+            }
+        }
+        abi::FUSE_STATFS => fs.statfs(req, node, ReplyStatfs::new(s)),
+        abi::FUSE_SETXATTR => {
+            let a = arg!(abi::SetxattrIn);
+            let (name, rest) = name!(data);
+            let Some(value) = rest.get(..a.size as usize) else {
+                ReplyEmpty::new(s).error(Errno::EINVAL);
+                return None;
+            };
+            fs.setxattr(
+                req,
+                node,
+                name,
+                value,
+                a.flags as i32,
+                0,
+                ReplyEmpty::new(s),
+            );
+        }
+        abi::FUSE_GETXATTR => {
+            let a = arg!(abi::XattrSize);
+            let (name, _) = name!(data);
+            fs.getxattr(req, node, name, a.size, ReplyXattr::new(s));
+        }
+        abi::FUSE_LISTXATTR => {
+            let a = arg!(abi::XattrSize);
+            fs.listxattr(req, node, a.size, ReplyXattr::new(s));
+        }
+        abi::FUSE_REMOVEXATTR => {
+            let (name, _) = name!(data);
+            fs.removexattr(req, node, name, ReplyEmpty::new(s));
+        }
+        abi::FUSE_ACCESS => {
+            let a = arg!(abi::AccessIn);
+            fs.access(
+                req,
+                node,
+                AccessFlags::from_bits_retain(a.mask as i32),
+                ReplyEmpty::new(s),
+            );
+        }
+        abi::FUSE_CREATE => {
+            let a = arg!(abi::CreateIn);
+            let (name, _) = name!(data);
+            fs.create(
+                req,
+                node,
+                name,
+                a.mode,
+                a.umask,
+                a.flags as i32,
+                ReplyCreate::new(s),
+            );
+        }
+        abi::FUSE_IOCTL => {
+            let a = arg!(abi::IoctlIn);
+            let Some(input) = data.get(..a.in_size as usize) else {
+                ReplyEmpty::new(s).error(Errno::EINVAL);
+                return None;
+            };
+            fs.ioctl(
+                req,
+                node,
+                FileHandle(a.fh),
+                IoctlFlags::from_bits_retain(a.flags),
+                a.cmd,
+                input,
+                a.out_size,
+                ReplyIoctl::new(s),
+            );
+        }
+        abi::FUSE_FALLOCATE => {
+            let a = arg!(abi::FallocateIn);
+            fs.fallocate(
+                req,
+                node,
+                FileHandle(a.fh),
+                a.offset,
+                a.length,
+                a.mode as i32,
+                ReplyEmpty::new(s),
+            );
+        }
+        abi::FUSE_LSEEK => {
+            let a = arg!(abi::LseekIn);
+            fs.lseek(
+                req,
+                node,
+                FileHandle(a.fh),
+                a.offset as i64,
+                a.whence as i32,
+                ReplyLseek::new(s),
+            );
+        }
+        abi::FUSE_COPY_FILE_RANGE => {
+            let a = arg!(abi::CopyFileRangeIn);
+            fs.copy_file_range(
+                req,
+                node,
+                FileHandle(a.fh_in),
+                a.off_in,
+                INodeNo(a.nodeid_out),
+                FileHandle(a.fh_out),
+                a.off_out,
+                a.len,
+                CopyFileRangeFlags::from_bits_retain(a.flags),
+                ReplyWrite::new(s),
+            );
+        }
+        abi::FUSE_DESTROY => {
+            fs.destroy();
+            ReplyEmpty::new(s).ok();
+        }
+        _ => ReplyEmpty::new(s).error(Errno::ENOSYS),
+    }
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    use crate::proto::reply::tests::{Capture, Sent};
+
+    /// Records the calls it gets.
+    #[derive(Default)]
+    struct Calls(Mutex<Vec<String>>);
+    impl FuseFs for Calls {
+        fn rename(
+            &self,
+            _req: &Request,
+            parent: INodeNo,
+            name: &OsStr,
+            newparent: INodeNo,
+            newname: &OsStr,
+            flags: RenameFlags,
+            reply: ReplyEmpty,
+        ) {
+            self.0.lock().unwrap().push(format!(
+                "rename {} {:?} {} {:?} {}",
+                parent.0,
+                name,
+                newparent.0,
+                newname,
+                flags.bits()
+            ));
+            reply.ok()
+        }
+        fn write(
+            &self,
+            _req: &Request,
+            ino: INodeNo,
+            fh: FileHandle,
+            offset: u64,
+            data: &[u8],
+            _write_flags: WriteFlags,
+            flags: OpenFlags,
+            _lock_owner: Option<LockOwner>,
+            reply: ReplyWrite,
+        ) {
+            self.0.lock().unwrap().push(format!(
+                "write {} {} {offset} {:?} {:#o}",
+                ino.0, fh.0, data, flags.0
+            ));
+            reply.written(data.len() as u32)
+        }
+    }
+
+    fn run(opcode: u32, arg: &[u8], data: &[u8]) -> (Vec<String>, Vec<Sent>) {
+        let fs = Calls::default();
+        let cap = Arc::new(Capture::default());
+        let h = InHeader {
+            opcode,
+            unique: 42,
+            nodeid: 5,
+            ..InHeader::default()
+        };
+        let s = Sender {
+            transport: cap.clone(),
+            slot: 0,
+            unique: 42,
+        };
+        dispatch(&fs, Acl::All, 0, &h, arg, data, s);
+        let calls = fs.0.lock().unwrap().clone();
+        let sent = cap.0.lock().unwrap().clone();
+        (calls, sent)
+    }
+
+    #[test]
+    fn times_decode_as_replies_encode_them() {
+        // Before the epoch the kernel sends floor seconds and forward
+        // nanoseconds: -1.25 s is (-2, 750000000).
+        for t in [
+            UNIX_EPOCH,
+            UNIX_EPOCH + Duration::new(5, 7),
+            UNIX_EPOCH - Duration::new(1, 250_000_000),
+            UNIX_EPOCH - Duration::new(150_889_292, 791_803_855),
+            UNIX_EPOCH - Duration::new(3, 0),
+        ] {
+            let (s, n) = time(t);
+            assert!(n < 1_000_000_000);
+            assert_eq!(at(s, n), t, "{t:?} as ({}, {n})", s as i64);
+        }
+        assert_eq!(
+            time(UNIX_EPOCH - Duration::new(1, 250_000_000)),
+            ((-2i64) as u64, 750_000_000)
+        );
+    }
+
+    #[test]
+    fn rename2_names_and_flags() {
+        let a = abi::Rename2In {
+            newdir: 9,
+            flags: libc::RENAME_NOREPLACE,
+            padding: 0,
+        };
+        let (calls, sent) = run(abi::FUSE_RENAME2, abi::bytes(&a), b"old\0new\0");
+        assert_eq!(calls, vec![r#"rename 5 "old" 9 "new" 1"#.to_string()]);
+        assert_eq!(sent, vec![(42, 0, vec![])]);
+    }
+
+    #[test]
+    fn write_takes_size_bytes() {
+        let a = abi::WriteIn {
+            fh: 3,
+            offset: 4096,
+            size: 2,
+            flags: libc::O_DIRECT as u32,
+            ..abi::WriteIn::default()
+        };
+        let (calls, sent) = run(abi::FUSE_WRITE, abi::bytes(&a), b"abc");
+        assert_eq!(
+            calls,
+            vec![format!("write 5 3 4096 [97, 98] {:#o}", libc::O_DIRECT)]
+        );
+        assert_eq!(
+            sent[0].2,
+            abi::bytes(&abi::WriteOut {
+                size: 2,
+                padding: 0
+            })
+        );
+    }
+
+    #[test]
+    fn malformed_requests_get_einval() {
+        // A name without its NUL, a write shorter than it says, a short arg.
+        let (calls, sent) = run(abi::FUSE_UNLINK, &[], b"abc");
+        assert!(calls.is_empty());
+        assert_eq!(sent, vec![(42, -libc::EINVAL, vec![])]);
+        let a = abi::WriteIn {
+            size: 10,
+            ..abi::WriteIn::default()
+        };
+        let (calls, sent) = run(abi::FUSE_WRITE, abi::bytes(&a), b"abc");
+        assert!(calls.is_empty());
+        assert_eq!(sent[0].1, -libc::EINVAL);
+        let (_, sent) = run(abi::FUSE_WRITE, &[0; 8], b"abc");
+        assert_eq!(sent[0].1, -libc::EINVAL);
+    }
+
+    #[test]
+    fn unknown_and_unimplemented_are_enosys_and_forget_is_silent() {
+        let (_, sent) = run(4242, &[], &[]);
+        assert_eq!(sent[0].1, -libc::ENOSYS);
+        let (_, sent) = run(abi::FUSE_READLINK, &[], &[]);
+        assert_eq!(sent[0].1, -libc::ENOSYS);
+        let (_, sent) = run(abi::FUSE_FORGET, &[1, 0, 0, 0, 0, 0, 0, 0], &[]);
+        assert!(sent.is_empty());
+    }
+}

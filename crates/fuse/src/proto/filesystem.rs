@@ -1,0 +1,458 @@
+//! What a file system served through [`super`] implements: one method per
+//! request, as the `fuser` crate's `Filesystem` trait has them (so the
+//! op groups read the same), answering through the [`super::reply`]
+//! types. A method left out answers ENOSYS, which tells the kernel not to
+//! ask again where it keeps such a note (no_poll, no_bmap, ...).
+
+use super::reply::*;
+use fuser::{
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, INodeNo, InitFlags,
+    IoctlFlags, LockOwner, OpenFlags, RenameFlags, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// Who sent a request.
+#[derive(Debug, Clone, Copy)]
+pub struct Request {
+    pub(crate) unique: u64,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) pid: u32,
+}
+
+impl Request {
+    pub fn unique(&self) -> u64 {
+        self.unique
+    }
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+    pub fn gid(&self) -> u32 {
+        self.gid
+    }
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
+/// The largest write (and read) we take in one request: our request and
+/// ring buffers are sized for it.
+pub const MAX_WRITE: u32 = 1 << 20;
+
+/// The connection parameters INIT answers with; the file system's `init`
+/// may change them within what the kernel offered.
+#[derive(Debug, Clone)]
+pub struct KernelConfig {
+    pub(crate) offered: InitFlags,
+    pub(crate) requested: InitFlags,
+    pub(crate) max_readahead: u32,
+    pub(crate) kernel_max_readahead: u32,
+    pub(crate) max_background: u16,
+    pub(crate) congestion_threshold: Option<u16>,
+    pub(crate) max_write: u32,
+    pub(crate) time_gran: u32,
+}
+
+impl KernelConfig {
+    pub(crate) fn new(offered: InitFlags, max_readahead: u32) -> KernelConfig {
+        let mut requested = InitFlags::FUSE_ASYNC_READ | InitFlags::FUSE_BIG_WRITES;
+        if offered.contains(InitFlags::FUSE_MAX_PAGES) {
+            requested |= InitFlags::FUSE_MAX_PAGES;
+        }
+        KernelConfig {
+            offered,
+            requested,
+            max_readahead,
+            kernel_max_readahead: max_readahead,
+            max_background: 16,
+            congestion_threshold: None,
+            max_write: MAX_WRITE,
+            time_gran: 1,
+        }
+    }
+
+    /// What the kernel offered.
+    pub fn capabilities(&self) -> InitFlags {
+        self.offered & !InitFlags::FUSE_INIT_EXT
+    }
+
+    /// Asks for `flags`; Err with those the kernel did not offer.
+    pub fn add_capabilities(&mut self, flags: InitFlags) -> Result<(), InitFlags> {
+        let missing = flags - self.offered;
+        if !missing.is_empty() {
+            return Err(missing);
+        }
+        self.requested |= flags;
+        Ok(())
+    }
+
+    pub fn set_max_background(&mut self, n: u16) -> Result<u16, u16> {
+        if n == 0 {
+            return Err(1);
+        }
+        Ok(std::mem::replace(&mut self.max_background, n))
+    }
+
+    pub fn set_congestion_threshold(&mut self, n: u16) -> Result<u16, u16> {
+        if n == 0 {
+            return Err(1);
+        }
+        let old = self.congestion_threshold();
+        self.congestion_threshold = Some(n);
+        Ok(old)
+    }
+
+    /// Err(the nearest allowed value) when out of range.
+    pub fn set_max_write(&mut self, n: u32) -> Result<u32, u32> {
+        if n == 0 {
+            return Err(1);
+        }
+        if n > MAX_WRITE {
+            return Err(MAX_WRITE);
+        }
+        Ok(std::mem::replace(&mut self.max_write, n))
+    }
+
+    pub fn set_max_readahead(&mut self, n: u32) -> Result<u32, u32> {
+        if n == 0 {
+            return Err(1);
+        }
+        if n > self.kernel_max_readahead {
+            return Err(self.kernel_max_readahead);
+        }
+        Ok(std::mem::replace(&mut self.max_readahead, n))
+    }
+
+    /// The timestamp granularity: a power of ten nanoseconds up to 1 s.
+    pub fn set_time_granularity(&mut self, d: Duration) -> Result<Duration, Duration> {
+        let ns = d.as_nanos();
+        if ns == 0 || ns > 1_000_000_000 {
+            return Err(Duration::from_nanos(1));
+        }
+        let mut p = 1u128;
+        while p < ns {
+            p *= 10;
+        }
+        if p != ns {
+            return Err(Duration::from_nanos((p / 10) as u64));
+        }
+        let old = Duration::from_nanos(self.time_gran as u64);
+        self.time_gran = ns as u32;
+        Ok(old)
+    }
+
+    pub(crate) fn congestion_threshold(&self) -> u16 {
+        match self.congestion_threshold {
+            None => (u32::from(self.max_background) * 3 / 4) as u16,
+            Some(n) => n.min(self.max_background),
+        }
+    }
+
+    /// Pages per request: enough for the largest write and read-ahead, at
+    /// most what a request buffer holds.
+    pub(crate) fn max_pages(&self) -> u16 {
+        (MAX_WRITE / 4096) as u16
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub trait FuseFs: Send + Sync + 'static {
+    fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn destroy(&self) {}
+    fn lookup(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEntry) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn getattr(&self, _req: &Request, _ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn setattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        _size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn readlink(&self, _req: &Request, _ino: INodeNo, reply: ReplyData) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn mknod(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn mkdir(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn symlink(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _link_name: &OsStr,
+        _target: &Path,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn rename(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        _flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok()
+    }
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok()
+    }
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn create(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _length: u64,
+        _mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: i64,
+        _whence: i32,
+        reply: ReplyLseek,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
+}
