@@ -88,6 +88,11 @@
 #                       mount measured 41-77 us with 0, 13.5-15.6 us with
 #                       200000 (the driver's usual default). The value in
 #                       effect is in the environment line either way.
+#   URING=1             FUSE over io_uring for the run: sets /sys/module/
+#                       fuse/parameters/enable_uring to Y (restored at the
+#                       end), so ubtrfs mounts use it by default, and adds
+#                       the ubtrfs-no-uring variant (UBTRFS_NO_URING=1:
+#                       /dev/fuse) to the variants.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$PWD
@@ -165,9 +170,17 @@ if [[ -n ${HALTPOLL_NS:-} ]]; then
   HALTPOLL_WAS=$(cat "$HALTPOLL")
   echo "$HALTPOLL_NS" > "$HALTPOLL"
 fi
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+URING_WAS=""
+if [[ ${URING:-0} == 1 ]]; then
+  [[ -w $URING_PARAM ]] || { echo "bench/rw.sh: URING=1 but $URING_PARAM is not writable (kernel before 6.14, or not root)" >&2; exit 1; }
+  URING_WAS=$(cat "$URING_PARAM")
+  echo Y > "$URING_PARAM"
+fi
 cleanup() {
   set +e
   [[ -n $HALTPOLL_WAS ]] && echo "$HALTPOLL_WAS" > "$HALTPOLL"
+  [[ -n $URING_WAS ]] && echo "$URING_WAS" > "$URING_PARAM"
   if mountpoint -q "$MNT"; then umount "$MNT" || umount -l "$MNT"; fi
   if [[ -n $UPID ]]; then
     for _ in $(seq 100); do kill -0 "$UPID" 2>/dev/null || break; sleep 0.1; done
@@ -203,6 +216,7 @@ side_env() {
     ubtrfs-no-async-dio) echo UBTRFS_NO_ASYNC_DIO=1 ;;
     ubtrfs-no-keep-cache) echo UBTRFS_NO_KEEP_CACHE=1 ;;
     ubtrfs-sync-commits) echo UBTRFS_SYNC_COMMITS=1 ;;
+    ubtrfs-no-uring) echo UBTRFS_NO_URING=1 ;;
     ubtrfs@*) echo "${1#ubtrfs@}" | tr , ' ' ;;  # ad hoc: ubtrfs@VAR=VALUE[,VAR=VALUE]
     *) echo "" ;;
   esac
@@ -238,6 +252,7 @@ sides_for() {
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-csum-full-scan$more"; } ;;
   esac
+  [[ ${URING:-0} == 1 && $VARIANTS == 1 && $KERNEL_ONLY != 1 ]] && s="$s ubtrfs-no-uring"
   echo "$s"
 }
 
@@ -561,6 +576,7 @@ log "results in $OUT"
   echo "kernel: $(uname -r); $(nproc) CPUs; $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
   echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "guest_halt_poll_ns: $(cat "$HALTPOLL" 2>/dev/null || echo "- (no cpuidle-haltpoll)")"
+  echo "fuse enable_uring: $(cat "$URING_PARAM" 2>/dev/null || echo "- (no FUSE over io_uring)")"
   echo "fio: $(fio --version); dbench: $(dbench --help 2>&1 | head -1 | sed 's/ - .*//'); btrfs-progs: $(mkfs.btrfs --version 2>&1 | head -1)"
   [[ -n $BIN ]] && echo "ubtrfs: $BIN ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null))"
   echo "RUNS=$RUNS DURATION=$DURATION CLIENTS=$CLIENTS JOBS=$JOBS FSYNC_MIB=$FSYNC_MIB BSSPLIT_MIB=$BSSPLIT_MIB SPARSE_MIB=$SPARSE_MIB IMG_SIZE=$IMG_SIZE MKFS_ARGS=$MKFS_ARGS KERNEL_ONLY=$KERNEL_ONLY"
@@ -647,6 +663,7 @@ LABEL = {
     "ubtrfs-no-parallel-dio": "ubtrfs UBTRFS_NO_PARALLEL_DIO=1 (the kernel sends one O_DIRECT write of a file at a time)",
     "ubtrfs-no-async-dio": "ubtrfs UBTRFS_NO_ASYNC_DIO=1 (no FUSE_ASYNC_DIO)",
     "ubtrfs-no-keep-cache": "ubtrfs UBTRFS_NO_KEEP_CACHE=1 (page cache dropped at open)",
+    "ubtrfs-no-uring": "ubtrfs UBTRFS_NO_URING=1 (FUSE over /dev/fuse, not io_uring)",
     "ubtrfs-sync-commits": "ubtrfs UBTRFS_SYNC_COMMITS=1 (interval commits flush under the lock)",
 }
 def label(side):

@@ -16,5 +16,25 @@ if [[ -z "${UBTRFS_FIXTURES_DIR:-}" && $(id -u) -eq 0 ]]; then
   bash tests/fixtures/build.sh "$UBTRFS_FIXTURES_DIR"
 fi
 # One test thread per binary: the kernel tests share loop devices and
-# build their fixtures once per process.
-cargo test --release --workspace --locked -- --test-threads=1
+# build their fixtures once per process. Every ubtrfs mount of this pass
+# goes over /dev/fuse (-o nouring), whatever the machine's setting.
+UBTRFS_FUSE_TRANSPORT=dev cargo test --release --workspace --locked -- --test-threads=1
+# FUSE over io_uring (Linux 6.14+): the mount suites again, every ubtrfs
+# mount required to use it (-o uring: the mount fails otherwise). The
+# kernel offers it only while enable_uring is Y: set for this pass, then
+# restored.
+if [[ $(id -u) -eq 0 ]]; then
+  param=/sys/module/fuse/parameters/enable_uring
+  if [[ -w $param ]]; then
+    was=$(cat "$param")
+    trap 'echo "$was" > "$param"' EXIT
+    echo Y > "$param"
+    UBTRFS_FUSE_TRANSPORT=uring cargo test --release -p ubtrfs-oracle --locked \
+      --test rw_mount --test fuse --test log_crash -- --test-threads=1
+    echo "$was" > "$param"
+    trap - EXIT
+  elif [[ ${UBTRFS_REQUIRE_KERNEL:-} == 1 ]]; then
+    echo "scripts/test.sh: $param is missing or not writable: no FUSE over io_uring to test" >&2
+    exit 1
+  fi
+fi

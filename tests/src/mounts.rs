@@ -220,6 +220,9 @@ impl FuseMount {
         for o in opts {
             cmd.args(["-o", o]);
         }
+        if let Some(t) = crate::run::transport_option() {
+            cmd.args(["-o", t]);
+        }
         if foreground {
             cmd.arg("-f");
         }

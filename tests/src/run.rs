@@ -16,6 +16,19 @@ use crate::paths::repo_root;
 /// profile this test was built with (`cargo test --release`: release;
 /// plain `cargo test`: the dev profile, with overflow checks and debug
 /// assertions).
+/// The FUSE transport option every ubtrfs mount of the tests gets, from
+/// UBTRFS_FUSE_TRANSPORT: `uring` mounts with `-o uring` (FUSE over
+/// io_uring, or the mount fails), `dev` with `-o nouring`; unset leaves
+/// the mount's default (io_uring when the kernel offers it).
+pub fn transport_option() -> Option<&'static str> {
+    match std::env::var("UBTRFS_FUSE_TRANSPORT").as_deref() {
+        Ok("uring") => Some("uring"),
+        Ok("dev") => Some("nouring"),
+        Ok("") | Err(_) => None,
+        Ok(other) => panic!("UBTRFS_FUSE_TRANSPORT={other}: uring or dev"),
+    }
+}
+
 pub fn ubtrfs_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {

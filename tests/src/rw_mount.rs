@@ -82,11 +82,14 @@ impl UbtrfsMount {
     ) -> Result<UbtrfsMount, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let log = dir.with_extension("mount.log");
-        let opts = if extra.is_empty() {
+        let mut opts = if extra.is_empty() {
             "rw".to_string()
         } else {
             format!("rw,{extra}")
         };
+        if let Some(t) = crate::run::transport_option() {
+            opts = format!("{opts},{t}");
+        }
         let child = Command::new(ubtrfs_bin())
             .args(["mount", "-f", "-o", &opts])
             .arg(image)

@@ -504,7 +504,13 @@ fn mount_and_run<F: FuseFs>(
             .map_err(|e| format!("mount {}: {e}", req.mountpoint.display()))?;
         (fd, Unmount::Fusermount(mnt_c))
     };
-    let session = match Session::new(handler, fd, acl, o.uring != Uring::Off) {
+    // UBTRFS_NO_URING=1: /dev/fuse whatever the options (benchmark switch).
+    let uring = if std::env::var_os("UBTRFS_NO_URING").is_some_and(|v| v == "1") {
+        Uring::Off
+    } else {
+        o.uring
+    };
+    let session = match Session::new(handler, fd, acl, uring != Uring::Off) {
         Ok(s) => s,
         Err(e) => {
             unmount.unmount();
@@ -524,7 +530,7 @@ fn mount_and_run<F: FuseFs>(
                 ));
             }
         }
-    } else if o.uring == Uring::On {
+    } else if uring == Uring::On {
         unmount.unmount();
         return Err(
             "-o uring: the kernel does not offer FUSE over io_uring (it needs Linux 6.14+ \

@@ -19,8 +19,12 @@
 //! Our side: a thread per queue, pinned to its CPU, serving requests as
 //! they complete. Requests that may take long (fsync, an O_DIRECT write, a
 //! sync ioctl) go to a worker pool instead, so they neither hold the queue
-//! nor lose the parallelism they had on /dev/fuse; a worker commits its
-//! answer itself (the submission queue has a lock, as libfuse's has).
+//! nor lose the parallelism they had on /dev/fuse. An answer made off the
+//! queue thread (a worker, or a thread a request spawned) is committed by
+//! the queue thread, woken through an eventfd: the next request is copied
+//! in by task_work of the committing task, and a thread that has ended by
+//! then would see it cancelled (ECANCELED to the caller: seen, with
+//! libfuse's commit-from-any-thread design, in rw_mount's rw_ops).
 
 use super::abi::{self, bytes, read, InHeader, OutHeader, UringCmdReq, UringReqHeader};
 use super::dispatch::{dispatch, no_reply, Acl};
@@ -30,10 +34,13 @@ use crate::pool::Pool;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::cell::Cell;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::{addr_of_mut, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
+
+/// The user data of the wake read's completions (entries use their index).
+const WAKE: u64 = u64::MAX;
 
 /// Entries per queue at most, and the memory all entries' payload buffers
 /// may take together (the depth shrinks on machines with many CPUs).
@@ -74,6 +81,14 @@ pub(crate) struct Queue {
     qid: usize,
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     sq: Mutex<()>,
+    /// Answers made on other threads, for the queue thread to commit:
+    /// (entry, request).
+    pending: Mutex<Vec<(usize, u64)>>,
+    /// Written when `pending` gains one; the queue thread keeps a read of
+    /// it in its ring, so the write wakes it.
+    wake: OwnedFd,
+    /// Where that read puts the count.
+    wake_buf: NonNull<u64>,
     ents: Vec<Ent>,
     payload_len: usize,
     served: AtomicU64,
@@ -136,24 +151,47 @@ impl Queue {
         }
     }
 
-    /// Queues an SQE; submits it at once unless this is the queue's own
-    /// thread, whose next wait submits everything queued.
+    /// Queues an SQE for the queue thread's next wait to submit. Only the
+    /// queue thread submits: the kernel copies the next request into an
+    /// entry by task_work of whichever task submitted the entry's last
+    /// command, and a worker that has ended by then would cancel it.
     fn push(&self, e: squeue::Entry128) {
-        let own = ON_QUEUE.with(|q| q.get()) == self as *const Queue as usize;
         let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: the SQEs point at leaked buffers that live for the
         // process; `sq` makes this the only user of the submission queue.
-        // There is room: each entry has at most one command in flight and
-        // the queue holds at least `ents.len()` SQEs.
+        // There is room: each entry has at most one command in flight, plus
+        // the wake read, and the queue holds ents.len() + 1 SQEs.
         if unsafe { self.ring.submission_shared().push(&e) }.is_err() {
             crate::logging::error(&format!("fuse ring {}: submission queue full", self.qid));
+        }
+    }
+
+    /// The read of `wake` that wakes the queue thread.
+    fn wake_sqe(&self) -> squeue::Entry128 {
+        opcode::Read::new(
+            types::Fd(self.wake.as_raw_fd()),
+            self.wake_buf.as_ptr().cast(),
+            8,
+        )
+        .build()
+        .user_data(WAKE)
+        .into()
+    }
+
+    /// Commits entry `slot`'s answer to request `unique`: at once on the
+    /// queue thread, else through `pending` and a wakeup.
+    fn commit(&self, slot: usize, unique: u64) {
+        if ON_QUEUE.with(|q| q.get()) == self as *const Queue as usize {
+            self.push(self.sqe(slot, Some(unique)));
             return;
         }
-        if !own {
-            if let Err(e) = self.ring.submit() {
-                crate::logging::error(&format!("fuse ring {}: submit: {e}", self.qid));
-            }
-        }
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((slot, unique));
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 }
 
@@ -199,7 +237,7 @@ impl Transport for Queue {
                 0
             });
         }
-        self.push(self.sqe(slot, Some(unique)));
+        self.commit(slot, unique);
     }
 }
 
@@ -337,12 +375,22 @@ fn setup(
     // SQE128 comes with the Entry128 type. A plain ring (no
     // SINGLE_ISSUER): workers submit their commits too.
     let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
-        .build((depth as u32).next_power_of_two().max(2))?;
+        .build((depth as u32 + 1).next_power_of_two())?;
     ring.submitter().register_files(&[dev])?;
+    // SAFETY: eventfd returns a new descriptor (or -1, checked).
+    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if efd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own.
+    let wake = unsafe { OwnedFd::from_raw_fd(efd) };
     let q = Arc::new(Queue {
         qid,
         ring,
         sq: Mutex::new(()),
+        pending: Mutex::new(Vec::new()),
+        wake,
+        wake_buf: NonNull::from(Box::leak(Box::new(0u64))),
         ents: (0..depth).map(|_| Ent::new(payload_len)).collect(),
         payload_len,
         served: AtomicU64::new(0),
@@ -352,6 +400,7 @@ fn setup(
     for i in 0..depth {
         q.push(q.sqe(i, None));
     }
+    q.push(q.wake_sqe());
     q.ring.submit()?;
     let mut early = Vec::new();
     // SAFETY: only this thread reads the completion queue.
@@ -364,7 +413,9 @@ fn setup(
                 io::Error::from_raw_os_error(-r)
             )));
         }
-        early.push((c.user_data(), r));
+        if c.user_data() != WAKE {
+            early.push((c.user_data(), r));
+        }
     }
     Ok((q, early))
 }
@@ -386,6 +437,18 @@ fn serve<F: FuseFs>(
     let mut data: Vec<u8> = Vec::with_capacity(64 << 10);
     loop {
         for &(idx, res) in &done {
+            if idx == WAKE {
+                // Answers from workers: commit them, and read again.
+                let ready =
+                    std::mem::take(&mut *q.pending.lock().unwrap_or_else(|p| p.into_inner()));
+                for (slot, unique) in ready {
+                    q.push(q.sqe(slot, Some(unique)));
+                }
+                if res >= 0 || res == -libc::EINTR || res == -libc::EAGAIN {
+                    q.push(q.wake_sqe());
+                }
+                continue;
+            }
             let idx = idx as usize;
             if idx >= q.ents.len() {
                 continue;
