@@ -378,7 +378,8 @@ fn setup(
     // instead of interrupting the thread: SINGLE_ISSUER | DEFER_TASKRUN.
     // UBTRFS_URING_PLAIN=1 (benchmark switch): a plain ring.
     let mut b = IoUring::<squeue::Entry128, cqueue::Entry>::builder();
-    if !std::env::var_os("UBTRFS_URING_PLAIN").is_some_and(|v| v == "1") {
+    let plain = std::env::var_os("UBTRFS_URING_PLAIN").is_some_and(|v| v == "1");
+    if !plain {
         b.setup_single_issuer().setup_defer_taskrun();
     }
     let ring = b.build((depth as u32 + 1).next_power_of_two())?;
