@@ -37,6 +37,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::fs::{self, Outcome};
 use crate::proto::*;
+use ubtrfs_fuse::proto::dev_uring::{pin_to, possible_cpus, with_len};
 
 /// How to set up the rings.
 #[derive(Clone, Copy, Debug)]
@@ -71,21 +72,6 @@ pub enum Taskrun {
 pub struct Queues {
     /// Requests served per queue.
     pub served: Vec<AtomicU64>,
-}
-
-/// The number of queues the kernel expects: one per possible CPU, read as
-/// the kernel's num_possible_cpus() is, from the `possible` mask ("0-1").
-fn possible_cpus() -> io::Result<usize> {
-    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
-    let mut max = 0usize;
-    for part in s.trim().split(',') {
-        let last = part.rsplit('-').next().unwrap_or(part);
-        let n: usize = last
-            .parse()
-            .map_err(|_| io::Error::other(format!("cpu possible mask {s:?}")))?;
-        max = max.max(n);
-    }
-    Ok(max + 1)
 }
 
 /// Starts one thread per queue and returns once each has created its ring
@@ -169,18 +155,6 @@ impl Ent {
     }
 }
 
-/// Sets sqe->len, which UringCmd80 in io-uring 0.7 does not expose and
-/// REGISTER needs (the number of iovecs, 2).
-fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
-    // SAFETY: Entry128 is #[repr(C)]: a 64-byte struct io_uring_sqe then
-    // the 64 extra bytes, 128 in all, and any bytes are a valid value. In
-    // struct io_uring_sqe, `len` (u32) is at offset 24.
-    let mut raw: [u8; 128] = unsafe { std::mem::transmute(e) };
-    raw[24..28].copy_from_slice(&len.to_ne_bytes());
-    // SAFETY: as above.
-    unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
-}
-
 /// The SQE for an entry's command. The device is fixed file 0 (registered
 /// with the ring, as libfuse does: saves a file lookup per command).
 fn sqe(ent: &Ent, idx: usize, qid: usize) -> squeue::Entry128 {
@@ -204,21 +178,6 @@ fn sqe(ent: &Ent, idx: usize, qid: usize) -> squeue::Entry128 {
         with_len(e, 2)
     } else {
         e
-    }
-}
-
-fn pin_to(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and
-    // sched_setaffinity get valid pointers and sizes.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            eprintln!(
-                "uring-floor: pin queue thread to cpu {cpu}: {}",
-                io::Error::last_os_error()
-            );
-        }
     }
 }
 

@@ -112,7 +112,7 @@ thread_local! {
 
 /// Sets sqe->len, which io-uring 0.7's UringCmd80 does not expose and
 /// REGISTER needs (the number of iovecs, 2).
-fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
+pub fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
     // SAFETY: Entry128 is #[repr(C)]: a 64-byte struct io_uring_sqe and 64
     // more bytes, any bytes valid. In io_uring_sqe, `len` (u32) is at
     // offset 24.
@@ -279,7 +279,7 @@ impl Rings {
 
 /// The number of queues the kernel expects: one per possible CPU (its
 /// num_possible_cpus()), from the `possible` mask ("0-1").
-fn possible_cpus() -> io::Result<usize> {
+pub fn possible_cpus() -> io::Result<usize> {
     let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
     let mut max = 0usize;
     for part in s.trim().split(',') {
@@ -292,7 +292,7 @@ fn possible_cpus() -> io::Result<usize> {
     Ok(max + 1)
 }
 
-fn pin_to(cpu: usize) {
+pub fn pin_to(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and
     // sched_setaffinity get valid pointers and sizes.
     unsafe {
@@ -427,60 +427,87 @@ fn setup(
     Ok((q, early))
 }
 
-/// The queue thread's scheduling policy around its wait.
+/// The queue thread's scheduling policy.
 ///
 /// The answer to a request wakes its sender from inside the queue
 /// thread's io_uring_enter, while the thread still runs on the sender's
 /// CPU. The scheduler then moves the sender to another CPU if one is idle
 /// (select_idle_sibling), its next request goes to the other queue, and
-/// every round trip wakes a halted vCPU: an lseek measured 48-58 us here
-/// with 14-17 thousand migrations in 20,000 calls. A CPU whose runnable
-/// tasks are all SCHED_IDLE counts as idle for that choice
-/// (sched_idle_cpu), so the thread answers and waits as SCHED_IDLE and the
-/// sender stays (25 migrations). It serves as SCHED_OTHER, so it is not
-/// starved while it holds the mount's lock: with six CPU hogs running,
-/// staying SCHED_IDLE made 3,000 writes with an fsync every 100 take
-/// 0.88 s against 0.33 s. The switch costs two system calls per wakeup
-/// (lseek 20.9 us against 14.9 us when always SCHED_IDLE).
-/// UBTRFS_URING_SCHED (benchmark switch): `idle` stays SCHED_IDLE,
-/// `normal` stays SCHED_OTHER.
+/// every round trip wakes a halted vCPU: an lseek loop measured 48-93 us
+/// here with 6-17 thousand migrations in 20,000 calls. A CPU whose
+/// runnable tasks are all SCHED_IDLE counts as idle for that choice
+/// (sched_idle_cpu), and a SCHED_IDLE queue thread keeps the sender where
+/// it is: 12.8 us, 25 migrations. But when many senders keep the CPUs
+/// busy, a SCHED_IDLE thread waits behind them, holding the mount's lock:
+/// dbench's 16 clients did 136 MB/s with it against 156 without.
+///
+/// So the thread goes SCHED_IDLE only while it serves one sender at a
+/// time: a wakeup that brought exactly one request, from the same process
+/// as the one before on this queue. Anything else puts it back to
+/// SCHED_OTHER. The policy changes only when that state does (a system
+/// call each). UBTRFS_URING_SCHED (benchmark switch): `normal` never
+/// SCHED_IDLE, `idle` always.
 struct Policy {
-    on: bool,
-    hybrid: bool,
+    mode: PolicyMode,
+    idle: bool,
+    last_pid: u32,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PolicyMode {
+    Adaptive,
+    Normal,
+    Idle,
 }
 
 impl Policy {
     fn from_env() -> Policy {
-        let v = std::env::var("UBTRFS_URING_SCHED").unwrap_or_default();
-        let p = Policy {
-            on: v != "normal",
-            hybrid: v != "idle",
+        let mode = match std::env::var("UBTRFS_URING_SCHED").as_deref() {
+            Ok("normal") => PolicyMode::Normal,
+            Ok("idle") => PolicyMode::Idle,
+            _ => PolicyMode::Adaptive,
         };
-        if p.on && !p.hybrid {
-            p.set(libc::SCHED_IDLE);
+        let mut p = Policy {
+            mode,
+            idle: false,
+            last_pid: 0,
+        };
+        if mode == PolicyMode::Idle {
+            p.set(true);
         }
         p
     }
 
-    fn set(&self, policy: libc::c_int) {
-        if self.on {
-            let p = libc::sched_param { sched_priority: 0 };
-            // SAFETY: this thread, a valid param; a failure leaves the
-            // policy as it was, which is only slower.
-            unsafe { libc::sched_setscheduler(0, policy, &p) };
+    fn set(&mut self, idle: bool) {
+        if self.idle == idle {
+            return;
         }
+        self.idle = idle;
+        let policy = if idle {
+            libc::SCHED_IDLE
+        } else {
+            libc::SCHED_OTHER
+        };
+        let p = libc::sched_param { sched_priority: 0 };
+        // SAFETY: this thread, a valid param; a failure leaves the policy
+        // as it was, which is only slower.
+        unsafe { libc::sched_setscheduler(0, policy, &p) };
     }
 
-    fn waiting(&mut self) {
-        if self.hybrid {
-            self.set(libc::SCHED_IDLE)
+    /// After serving a wakeup's requests (`pids` of their senders), before
+    /// waiting again.
+    fn after(&mut self, pids: &[u32]) {
+        if self.mode != PolicyMode::Adaptive {
+            return;
         }
-    }
-
-    fn serving(&mut self) {
-        if self.hybrid {
-            self.set(libc::SCHED_OTHER)
+        let one = match pids {
+            [pid] => *pid == self.last_pid,
+            _ => false,
+        };
+        if let Some(&last) = pids.last() {
+            self.last_pid = last;
         }
+        self.set(one);
     }
 }
 
@@ -497,6 +524,8 @@ fn serve<F: FuseFs>(
     let mut live = q.ents.len();
     let mut done = early;
     let mut policy = Policy::from_env();
+    // The senders of the requests served since the last wait.
+    let mut pids: Vec<u32> = Vec::new();
     // The request's payload is copied out before the answer overwrites
     // the same buffer.
     let mut data: Vec<u8> = Vec::with_capacity(64 << 10);
@@ -555,6 +584,7 @@ fn serve<F: FuseFs>(
                 live -= 1;
                 continue;
             }
+            pids.push(h.pid);
             let psz = (info.payload_sz as usize).min(q.payload_len);
             // SAFETY: psz bytes of the entry's payload buffer, which is ours
             // until the commit.
@@ -579,10 +609,10 @@ fn serve<F: FuseFs>(
         if live == 0 {
             return;
         }
-        // Submit the answers and wait, as SCHED_IDLE: see `Policy`.
-        policy.waiting();
+        // Submit the answers and wait; see `Policy`.
+        policy.after(&pids);
+        pids.clear();
         let res = q.ring.submitter().submit_and_wait(1);
-        policy.serving();
         match res {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}

@@ -279,18 +279,39 @@ impl ReplyIoctl {
     }
 }
 
-/// Appends one directory entry (`head` then the name, padded to 8 bytes)
-/// to `buf` unless that would pass `max`: then returns true ("full").
-fn add_entry(buf: &mut Vec<u8>, max: usize, head: &[u8], name: &[u8]) -> bool {
-    let len = head.len() + name.len();
-    let padded = len.next_multiple_of(8);
-    if buf.len() + padded > max {
-        return true;
+/// The buffer of a directory listing answer, filled up to the size asked.
+struct DirBuf {
+    raw: ReplyRaw,
+    buf: Vec<u8>,
+    max: usize,
+}
+
+impl DirBuf {
+    fn new(s: Sender, size: usize) -> DirBuf {
+        DirBuf {
+            raw: ReplyRaw::new(s),
+            buf: Vec::with_capacity(size.min(1 << 20)),
+            max: size,
+        }
     }
-    buf.extend_from_slice(head);
-    buf.extend_from_slice(name);
-    buf.resize(buf.len() + padded - len, 0);
-    false
+
+    /// Appends one entry (`head` then the name, padded to 8 bytes) unless
+    /// it would not fit: then true ("full").
+    fn add(&mut self, head: &[u8], name: &[u8]) -> bool {
+        let len = head.len() + name.len();
+        let padded = len.next_multiple_of(8);
+        if self.buf.len() + padded > self.max {
+            return true;
+        }
+        self.buf.extend_from_slice(head);
+        self.buf.extend_from_slice(name);
+        self.buf.resize(self.buf.len() + padded - len, 0);
+        false
+    }
+
+    fn ok(self) {
+        self.raw.ok(&[&self.buf])
+    }
 }
 
 fn dirent(ino: INodeNo, offset: u64, kind: FileType, name: &[u8]) -> abi::Dirent {
@@ -302,20 +323,12 @@ fn dirent(ino: INodeNo, offset: u64, kind: FileType, name: &[u8]) -> abi::Dirent
     }
 }
 
-/// A READDIR answer, filled entry by entry up to the size asked for.
-pub struct ReplyDirectory {
-    raw: ReplyRaw,
-    buf: Vec<u8>,
-    max: usize,
-}
+/// A READDIR answer.
+pub struct ReplyDirectory(DirBuf);
 
 impl ReplyDirectory {
     pub(crate) fn new(s: Sender, size: usize) -> ReplyDirectory {
-        ReplyDirectory {
-            raw: ReplyRaw::new(s),
-            buf: Vec::with_capacity(size.min(1 << 20)),
-            max: size,
-        }
+        ReplyDirectory(DirBuf::new(s, size))
     }
 
     /// Adds an entry; true when it did not fit (the buffer is full).
@@ -327,33 +340,24 @@ impl ReplyDirectory {
         name: T,
     ) -> bool {
         let name = name.as_ref().as_bytes();
-        let d = dirent(ino, offset, kind, name);
-        add_entry(&mut self.buf, self.max, bytes(&d), name)
+        self.0.add(bytes(&dirent(ino, offset, kind, name)), name)
     }
 
     pub fn ok(self) {
-        self.raw.ok(&[&self.buf])
+        self.0.ok()
     }
 
     pub fn error(self, e: Errno) {
-        self.raw.error(e)
+        self.0.raw.error(e)
     }
 }
 
 /// A READDIRPLUS answer: each entry carries its lookup answer.
-pub struct ReplyDirectoryPlus {
-    raw: ReplyRaw,
-    buf: Vec<u8>,
-    max: usize,
-}
+pub struct ReplyDirectoryPlus(DirBuf);
 
 impl ReplyDirectoryPlus {
     pub(crate) fn new(s: Sender, size: usize) -> ReplyDirectoryPlus {
-        ReplyDirectoryPlus {
-            raw: ReplyRaw::new(s),
-            buf: Vec::with_capacity(size.min(1 << 20)),
-            max: size,
-        }
+        ReplyDirectoryPlus(DirBuf::new(s, size))
     }
 
     /// Adds an entry; true when it did not fit (the buffer is full).
@@ -370,15 +374,15 @@ impl ReplyDirectoryPlus {
         let mut head = [0u8; 128 + 24];
         head[..128].copy_from_slice(bytes(&entry_out(ttl, attr, generation)));
         head[128..].copy_from_slice(bytes(&dirent(ino, offset, attr.kind, name)));
-        add_entry(&mut self.buf, self.max, &head, name)
+        self.0.add(&head, name)
     }
 
     pub fn ok(self) {
-        self.raw.ok(&[&self.buf])
+        self.0.ok()
     }
 
     pub fn error(self, e: Errno) {
-        self.raw.error(e)
+        self.0.raw.error(e)
     }
 }
 
