@@ -29,7 +29,7 @@
 
 use std::io;
 use std::os::fd::RawFd;
-use std::ptr::{addr_of_mut, NonNull};
+use std::ptr::addr_of_mut;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
@@ -37,7 +37,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::fs::{self, Outcome};
 use crate::proto::*;
-use ubtrfs_fuse::proto::dev_uring::{pin_to, possible_cpus, with_len};
+use ubtrfs_fuse::proto::dev_uring::{pin_to, possible_cpus, with_len, EntBufs};
 
 /// How to set up the rings.
 #[derive(Clone, Copy, Debug)]
@@ -111,16 +111,9 @@ enum Cmd {
     Commit(u64),
 }
 
-/// One ring entry. The buffers are leaked raw allocations, not Boxes: the
-/// kernel writes into them behind the compiler's back (during our
-/// io_uring_enter), and they must outlive any pending command, which at
-/// exit may still be held by the kernel; the process ends right after.
+/// One ring entry: the mount's buffer set, plus what the floor tracks.
 struct Ent {
-    hdr: NonNull<UringReqHeader>,
-    payload: NonNull<u8>,
-    /// The REGISTER iovec pair; it too must stay put while the kernel may
-    /// read it.
-    iov: NonNull<[libc::iovec; 2]>,
+    b: EntBufs,
     /// Bytes at the front of the payload that are not 0xab: the payload is
     /// pre-filled with file data so that a READ reply needs no copy (a real
     /// server would read straight into it); only what other replies or the
@@ -132,22 +125,8 @@ struct Ent {
 
 impl Ent {
     fn new(payload_len: usize) -> Ent {
-        let hdr = NonNull::from(Box::leak(Box::<UringReqHeader>::default()));
-        let payload = NonNull::new(vec![0xabu8; payload_len].leak().as_mut_ptr()).unwrap();
-        let iov = NonNull::from(Box::leak(Box::new([
-            libc::iovec {
-                iov_base: hdr.as_ptr().cast(),
-                iov_len: std::mem::size_of::<UringReqHeader>(),
-            },
-            libc::iovec {
-                iov_base: payload.as_ptr().cast(),
-                iov_len: payload_len,
-            },
-        ])));
         Ent {
-            hdr,
-            payload,
-            iov,
+            b: EntBufs::new(payload_len, 0xab),
             dirty: 0,
             last: Cmd::Register,
             dead: false,
@@ -171,7 +150,7 @@ fn sqe(ent: &Ent, idx: usize, qid: usize) -> squeue::Entry128 {
     cmd[..std::mem::size_of::<UringCmdReq>()].copy_from_slice(bytes(&req));
     let mut b = opcode::UringCmd80::new(types::Fixed(0), op).cmd(cmd);
     if let Cmd::Register = ent.last {
-        b = b.addr(Some(ent.iov.as_ptr() as u64));
+        b = b.addr(Some(ent.b.iov.as_ptr() as u64));
     }
     let e = b.build().user_data(idx as u64);
     if let Cmd::Register = ent.last {
@@ -329,7 +308,7 @@ fn queue_thread(
 /// Answers the request the kernel put in `ent` and returns the commit id
 /// to send back, or None if the entry carries something we cannot commit.
 fn serve(ent: &mut Ent, payload_len: usize, scratch: &mut Vec<u8>) -> Option<u64> {
-    let hp = ent.hdr.as_ptr();
+    let hp = ent.b.hdr.as_ptr();
     // SAFETY: the kernel filled the header before completing the command
     // and does not touch it again until we submit the commit; reading it by
     // value via a raw pointer makes no aliasing promise to the compiler.
@@ -348,7 +327,7 @@ fn serve(ent: &mut Ent, payload_len: usize, scratch: &mut Vec<u8>) -> Option<u64
     let psz = (info.payload_sz as usize).min(payload_len);
     // SAFETY: the payload buffer is payload_len bytes, leaked for the
     // process's life, and the kernel is done with it until the commit.
-    let buf = unsafe { std::slice::from_raw_parts_mut(ent.payload.as_ptr(), payload_len) };
+    let buf = unsafe { std::slice::from_raw_parts_mut(ent.b.payload.as_ptr(), payload_len) };
     scratch.clear();
     scratch.extend_from_slice(&buf[..psz]);
     ent.dirty = ent.dirty.max(psz);

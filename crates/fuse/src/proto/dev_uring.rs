@@ -50,17 +50,18 @@ const MAX_PAYLOAD_TOTAL: usize = 512 << 20;
 /// One ring entry's buffers. Leaked raw allocations, not Boxes: the kernel
 /// writes into them behind the compiler's back, and may still hold them
 /// when we stop serving; the process ends soon after.
-struct Ent {
-    hdr: NonNull<UringReqHeader>,
-    payload: NonNull<u8>,
+pub struct EntBufs {
+    pub hdr: NonNull<UringReqHeader>,
+    pub payload: NonNull<u8>,
     /// The REGISTER iovec pair, which must also stay put.
-    iov: NonNull<[libc::iovec; 2]>,
+    pub iov: NonNull<[libc::iovec; 2]>,
 }
 
-impl Ent {
-    fn new(payload_len: usize) -> Ent {
+impl EntBufs {
+    /// Buffers with a payload of `payload_len` bytes of `fill`.
+    pub fn new(payload_len: usize, fill: u8) -> EntBufs {
         let hdr = NonNull::from(Box::leak(Box::<UringReqHeader>::default()));
-        let payload = NonNull::from(vec![0u8; payload_len].leak()).cast::<u8>();
+        let payload = NonNull::from(vec![fill; payload_len].leak()).cast::<u8>();
         let iov = NonNull::from(Box::leak(Box::new([
             libc::iovec {
                 iov_base: hdr.as_ptr().cast(),
@@ -71,7 +72,7 @@ impl Ent {
                 iov_len: payload_len,
             },
         ])));
-        Ent { hdr, payload, iov }
+        EntBufs { hdr, payload, iov }
     }
 }
 
@@ -89,7 +90,7 @@ pub(crate) struct Queue {
     wake: OwnedFd,
     /// Where that read puts the count.
     wake_buf: NonNull<u64>,
-    ents: Vec<Ent>,
+    ents: Vec<EntBufs>,
     payload_len: usize,
     served: AtomicU64,
     offloaded: AtomicU64,
@@ -398,7 +399,7 @@ fn setup(
         pending: Mutex::new(Vec::new()),
         wake,
         wake_buf: NonNull::from(Box::leak(Box::new(0u64))),
-        ents: (0..depth).map(|_| Ent::new(payload_len)).collect(),
+        ents: (0..depth).map(|_| EntBufs::new(payload_len, 0)).collect(),
         payload_len,
         served: AtomicU64::new(0),
         offloaded: AtomicU64::new(0),
