@@ -523,6 +523,13 @@ fn mount_and_run<F: FuseFs>(
     let rings = if session.uring() {
         match session.start_uring() {
             Ok(r) => Some(r),
+            // A refused REGISTER puts the connection back on /dev/fuse
+            // (fc->io_uring = 0, dev_uring.c): serve it there, unless the
+            // ring was required.
+            Err(e) if uring == Uring::Auto => {
+                logging::warn(&format!("FUSE over io_uring: {e}: serving /dev/fuse"));
+                None
+            }
             Err(e) => {
                 unmount.unmount();
                 return Err(format!(

@@ -204,8 +204,10 @@ impl<F: FuseFs> Session<F> {
     /// then on requests arrive there, and /dev/fuse carries only FORGET,
     /// INTERRUPT and our notifications.
     pub fn start_uring(&self) -> io::Result<super::dev_uring::Rings> {
+        // What the kernel requires of each entry's payload buffer:
+        // max(8 KiB, max_write, max_pages pages) (dev_uring.c).
         let payload = (self.config.max_write as usize)
-            .max(self.config.max_pages() as usize * 4096)
+            .max(self.config.max_pages() as usize * super::filesystem::page_size())
             .max(8192);
         super::dev_uring::start(
             self.fs.clone(),
@@ -280,7 +282,13 @@ fn serve_dev<F: FuseFs>(fs: &F, dev: &Arc<DevChannel>, acl: Acl, owner: u32) -> 
             slot: 0,
             unique: h.unique,
         };
-        dispatch(fs, acl, owner, &h, arg, data, s);
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            dispatch(fs, acl, owner, &h, arg, data, s)
+        }))
+        .is_err()
+        {
+            crate::logging::error("a request handler panicked; it was answered EIO");
+        }
     }
 }
 

@@ -278,19 +278,23 @@ impl Rings {
     }
 }
 
-/// The number of queues the kernel expects: one per possible CPU (its
-/// num_possible_cpus()), from the `possible` mask ("0-1").
+/// The number of queues the kernel expects: one per possible CPU, counted
+/// as its num_possible_cpus() counts them, from the `possible` mask
+/// ("0-1", "0-3,8-11").
 pub fn possible_cpus() -> io::Result<usize> {
     let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
-    let mut max = 0usize;
+    count_cpus(&s).ok_or_else(|| io::Error::other(format!("cpu possible mask {s:?}")))
+}
+
+/// The number of CPUs in a cpu list ("0-3,8-11"), None if malformed.
+fn count_cpus(s: &str) -> Option<usize> {
+    let mut n = 0usize;
     for part in s.trim().split(',') {
-        let last = part.rsplit('-').next().unwrap_or(part);
-        let n: usize = last
-            .parse()
-            .map_err(|_| io::Error::other(format!("cpu possible mask {s:?}")))?;
-        max = max.max(n);
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+        n = n.checked_add(b.checked_sub(a)?.checked_add(1)?)?;
     }
-    Ok(max + 1)
+    Some(n)
 }
 
 pub fn pin_to(cpu: usize) {
@@ -468,6 +472,13 @@ impl Policy {
             Ok("idle") => PolicyMode::Idle,
             _ => PolicyMode::Adaptive,
         };
+        // An unprivileged thread may enter SCHED_IDLE but not leave it
+        // unless RLIMIT_NICE allows nice 0: then never enter it.
+        let mode = if mode != PolicyMode::Normal && !can_leave_idle() {
+            PolicyMode::Normal
+        } else {
+            mode
+        };
         let mut p = Policy {
             mode,
             idle: false,
@@ -483,16 +494,23 @@ impl Policy {
         if self.idle == idle {
             return;
         }
-        self.idle = idle;
         let policy = if idle {
             libc::SCHED_IDLE
         } else {
             libc::SCHED_OTHER
         };
         let p = libc::sched_param { sched_priority: 0 };
-        // SAFETY: this thread, a valid param; a failure leaves the policy
-        // as it was, which is only slower.
-        unsafe { libc::sched_setscheduler(0, policy, &p) };
+        // SAFETY: this thread, a valid param.
+        if unsafe { libc::sched_setscheduler(0, policy, &p) } == 0 {
+            self.idle = idle;
+        } else if !idle {
+            // Could not leave SCHED_IDLE: stop adapting (and say so once).
+            crate::logging::warn(&format!(
+                "fuse ring thread: leaving SCHED_IDLE: {}",
+                io::Error::last_os_error()
+            ));
+            self.mode = PolicyMode::Normal;
+        }
     }
 
     /// After serving a wakeup's requests (`pids` of their senders), before
@@ -509,6 +527,28 @@ impl Policy {
             self.last_pid = last;
         }
         self.set(one);
+    }
+}
+
+/// Runs `f` (one request's dispatch), containing a panic: the reply it
+/// owned answers EIO as it unwinds, and the thread goes on serving. A
+/// queue thread that died would leave its CPU's requests waiting forever.
+fn guarded(f: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        crate::logging::error("a request handler panicked; it was answered EIO");
+    }
+}
+
+/// Whether this thread could return from SCHED_IDLE to SCHED_OTHER: root
+/// (CAP_SYS_NICE, approximately) or RLIMIT_NICE of 20 (nice 0) or more.
+fn can_leave_idle() -> bool {
+    // SAFETY: geteuid has no preconditions; getrlimit fills a local.
+    unsafe {
+        if libc::geteuid() == 0 {
+            return true;
+        }
+        let mut r: libc::rlimit = std::mem::zeroed();
+        libc::getrlimit(libc::RLIMIT_NICE, &mut r) == 0 && r.rlim_cur >= 20
     }
 }
 
@@ -533,15 +573,17 @@ fn serve<F: FuseFs>(
     loop {
         for &(idx, res) in &done {
             if idx == WAKE {
-                // Answers from workers: commit them, and read again.
-                let ready =
-                    std::mem::take(&mut *q.pending.lock().unwrap_or_else(|p| p.into_inner()));
-                for (slot, unique) in ready {
-                    q.push(q.sqe(slot, Some(unique)));
+                // Answers from other threads (committed below); read again,
+                // whatever this read's result: a lost wake read would leave
+                // their answers waiting until this queue's next request.
+                if res < 0 && !matches!(-res, libc::EINTR | libc::EAGAIN) {
+                    crate::logging::warn(&format!(
+                        "fuse ring {}: wake read: {}",
+                        q.qid,
+                        io::Error::from_raw_os_error(-res)
+                    ));
                 }
-                if res >= 0 || res == -libc::EINTR || res == -libc::EAGAIN {
-                    q.push(q.wake_sqe());
-                }
+                q.push(q.wake_sqe());
                 continue;
             }
             let idx = idx as usize;
@@ -599,13 +641,20 @@ fn serve<F: FuseFs>(
             if slow(&h, arg) {
                 q.offloaded.fetch_add(1, Ordering::Relaxed);
                 let (arg, payload, fs) = (arg.to_vec(), payload.to_vec(), fs.clone());
-                pool.run(move || dispatch(&*fs, acl, owner, &h, &arg, &payload, sender));
+                pool.run(move || {
+                    guarded(|| dispatch(&*fs, acl, owner, &h, &arg, &payload, sender))
+                });
             } else {
                 q.served.fetch_add(1, Ordering::Relaxed);
                 data.clear();
                 data.extend_from_slice(payload);
-                dispatch(&**fs, acl, owner, &h, arg, &data, sender);
+                guarded(|| dispatch(&**fs, acl, owner, &h, arg, &data, sender));
             }
+        }
+        // Answers made on other threads since the last wait.
+        let ready = std::mem::take(&mut *q.pending.lock().unwrap_or_else(|p| p.into_inner()));
+        for (slot, unique) in ready {
+            q.push(q.sqe(slot, Some(unique)));
         }
         if live == 0 {
             return;
@@ -616,7 +665,11 @@ fn serve<F: FuseFs>(
         let res = q.ring.submitter().submit_and_wait(1);
         match res {
             Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) => {}
             Err(e) => {
                 crate::logging::error(&format!("fuse ring {}: io_uring_enter: {e}", q.qid));
                 return;
@@ -625,5 +678,20 @@ fn serve<F: FuseFs>(
         done.clear();
         // SAFETY: only this thread reads the completion queue.
         done.extend(unsafe { q.ring.completion_shared() }.map(|c| (c.user_data(), c.result())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_cpus;
+
+    #[test]
+    fn cpu_lists_count_as_the_kernel_counts() {
+        assert_eq!(count_cpus("0-1\n"), Some(2));
+        assert_eq!(count_cpus("0"), Some(1));
+        assert_eq!(count_cpus("0-3,8-11"), Some(8));
+        assert_eq!(count_cpus("3-1"), None);
+        assert_eq!(count_cpus("x"), None);
+        assert_eq!(count_cpus(""), None);
     }
 }

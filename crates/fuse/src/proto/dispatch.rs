@@ -33,6 +33,25 @@ pub(crate) fn no_reply(opcode: u32) -> bool {
     )
 }
 
+/// Requests on a descriptor already open (or the connection's end), let
+/// through `allow_root`'s check as fuser did: a descriptor passed to or
+/// inherited by another user keeps working.
+fn on_open_file(opcode: u32) -> bool {
+    matches!(
+        opcode,
+        abi::FUSE_READ
+            | abi::FUSE_WRITE
+            | abi::FUSE_FLUSH
+            | abi::FUSE_FSYNC
+            | abi::FUSE_FSYNCDIR
+            | abi::FUSE_READDIR
+            | abi::FUSE_READDIRPLUS
+            | abi::FUSE_RELEASE
+            | abi::FUSE_RELEASEDIR
+            | abi::FUSE_DESTROY
+    )
+}
+
 /// The name up to its NUL and what follows it.
 fn cstr(b: &[u8]) -> Option<(&OsStr, &[u8])> {
     let n = b.iter().position(|&c| c == 0)?;
@@ -72,7 +91,7 @@ pub(crate) fn dispatch<F: FuseFs>(
         // inode) and requests are not cancelled midway.
         return;
     }
-    if acl == Acl::RootAndOwner && h.uid != 0 && h.uid != owner && h.opcode != abi::FUSE_DESTROY {
+    if acl == Acl::RootAndOwner && h.uid != 0 && h.uid != owner && !on_open_file(h.opcode) {
         return ReplyEmpty::new(s).error(Errno::EACCES);
     }
     if serve(fs, &req, h, arg, data, s).is_none() {
@@ -482,12 +501,23 @@ mod tests {
     }
 
     fn run(opcode: u32, arg: &[u8], data: &[u8]) -> (Vec<String>, Vec<Sent>) {
+        run_as(Acl::All, 0, opcode, arg, data)
+    }
+
+    fn run_as(
+        acl: Acl,
+        uid: u32,
+        opcode: u32,
+        arg: &[u8],
+        data: &[u8],
+    ) -> (Vec<String>, Vec<Sent>) {
         let fs = Calls::default();
         let cap = Arc::new(Capture::default());
         let h = InHeader {
             opcode,
             unique: 42,
             nodeid: 5,
+            uid,
             ..InHeader::default()
         };
         let s = Sender {
@@ -495,7 +525,7 @@ mod tests {
             slot: 0,
             unique: 42,
         };
-        dispatch(&fs, Acl::All, 0, &h, arg, data, s);
+        dispatch(&fs, acl, 1000, &h, arg, data, s);
         let calls = fs.0.lock().unwrap().clone();
         let sent = cap.0.lock().unwrap().clone();
         (calls, sent)
@@ -520,6 +550,23 @@ mod tests {
             time(UNIX_EPOCH - Duration::new(1, 250_000_000)),
             ((-2i64) as u64, 750_000_000)
         );
+    }
+
+    #[test]
+    fn allow_root_refuses_others_but_not_on_open_files() {
+        let w = abi::WriteIn {
+            size: 1,
+            ..abi::WriteIn::default()
+        };
+        // The owner (1000) and root pass; another user only on an open file.
+        for uid in [0, 1000] {
+            let (_, sent) = run_as(Acl::RootAndOwner, uid, abi::FUSE_UNLINK, &[], b"x\0");
+            assert_eq!(sent[0].1, -libc::ENOSYS, "uid {uid}");
+        }
+        let (_, sent) = run_as(Acl::RootAndOwner, 7, abi::FUSE_UNLINK, &[], b"x\0");
+        assert_eq!(sent[0].1, -libc::EACCES);
+        let (calls, sent) = run_as(Acl::RootAndOwner, 7, abi::FUSE_WRITE, abi::bytes(&w), b"z");
+        assert_eq!((calls.len(), sent[0].1), (1, 0));
     }
 
     #[test]

@@ -41,6 +41,17 @@ impl Request {
 /// ring buffers are sized for it.
 pub const MAX_WRITE: u32 = 1 << 20;
 
+/// The size of a page (4 KiB here, 64 KiB on some arm64 and ppc64le).
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as usize
+    } else {
+        4096
+    }
+}
+
 /// The connection parameters INIT answers with; the file system's `init`
 /// may change them within what the kernel offered.
 #[derive(Debug, Clone)]
@@ -150,10 +161,11 @@ impl KernelConfig {
         }
     }
 
-    /// Pages per request: enough for the largest write and read-ahead, at
-    /// most what a request buffer holds.
+    /// Pages per request: as many as make up the largest write, so that
+    /// a request buffer holds any request (the kernel clamps it to its own
+    /// limit, 256 by default).
     pub(crate) fn max_pages(&self) -> u16 {
-        (MAX_WRITE / 4096) as u16
+        (MAX_WRITE as usize / page_size()).clamp(1, 256) as u16
     }
 }
 

@@ -43,8 +43,15 @@ impl ReplyRaw {
 
     fn error(mut self, e: Errno) {
         let code = e.code();
-        // Errno 0 would be a success with no payload: never meant.
-        self.send(-(if code > 0 { code } else { libc::EIO }), &[]);
+        // Errno 0 would be a success with no payload, never meant; the
+        // kernel refuses a reply with an errno of 512 or more (it would
+        // never answer the request): both become EIO.
+        let code = if (1..512).contains(&code) {
+            code
+        } else {
+            libc::EIO
+        };
+        self.send(-code, &[]);
     }
 
     fn ok(mut self, parts: &[&[u8]]) {
@@ -438,13 +445,16 @@ pub(crate) mod tests {
         drop(ReplyEmpty::new(sender(&c, 5)));
         ReplyEmpty::new(sender(&c, 6)).ok();
         ReplyEmpty::new(sender(&c, 7)).error(Errno::ENOENT);
+        // The kernel would refuse 600 and never answer: EIO instead.
+        ReplyEmpty::new(sender(&c, 8)).error(Errno::from_i32(600));
         let got = c.0.lock().unwrap().clone();
         assert_eq!(
             got,
             vec![
                 (5, -libc::EIO, vec![]),
                 (6, 0, vec![]),
-                (7, -libc::ENOENT, vec![])
+                (7, -libc::ENOENT, vec![]),
+                (8, -libc::EIO, vec![])
             ]
         );
     }
