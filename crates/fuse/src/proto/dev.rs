@@ -3,7 +3,7 @@
 //! that read requests and write replies, and notifications.
 
 use super::abi::{self, bytes, read, InHeader, InitIn, InitOut, OutHeader};
-use super::dispatch::{dispatch, Acl};
+use super::dispatch::{dispatch, guarded, Acl};
 use super::filesystem::{FuseFs, KernelConfig, Request, MAX_WRITE};
 use super::reply::{Sender, Transport};
 use fuser::{INodeNo, InitFlags};
@@ -282,13 +282,7 @@ fn serve_dev<F: FuseFs>(fs: &F, dev: &Arc<DevChannel>, acl: Acl, owner: u32) -> 
             slot: 0,
             unique: h.unique,
         };
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            dispatch(fs, acl, owner, &h, arg, data, s)
-        }))
-        .is_err()
-        {
-            crate::logging::error("a request handler panicked; it was answered EIO");
-        }
+        guarded(|| dispatch(fs, acl, owner, &h, arg, data, s));
     }
 }
 

@@ -27,7 +27,7 @@
 //! libfuse's commit-from-any-thread design, in rw_mount's rw_ops).
 
 use super::abi::{self, bytes, read, InHeader, OutHeader, UringCmdReq, UringReqHeader};
-use super::dispatch::{dispatch, no_reply, Acl};
+use super::dispatch::{dispatch, guarded, no_reply, Acl};
 use super::filesystem::FuseFs;
 use super::reply::{Sender, Transport};
 use crate::pool::Pool;
@@ -527,15 +527,6 @@ impl Policy {
             self.last_pid = last;
         }
         self.set(one);
-    }
-}
-
-/// Runs `f` (one request's dispatch), containing a panic: the reply it
-/// owned answers EIO as it unwinds, and the thread goes on serving. A
-/// queue thread that died would leave its CPU's requests waiting forever.
-fn guarded(f: impl FnOnce()) {
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-        crate::logging::error("a request handler panicked; it was answered EIO");
     }
 }
 

@@ -12,7 +12,8 @@ use fuser::{
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
+use ubtrfs_format::items::Timespec;
 
 /// Who may use the mount, beyond what the kernel already checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,14 +59,22 @@ fn cstr(b: &[u8]) -> Option<(&OsStr, &[u8])> {
     Some((OsStr::from_bytes(&b[..n]), &b[n + 1..]))
 }
 
+/// A time as the kernel sends it (seconds, negative before the epoch, and
+/// nanoseconds forward from them), read as the mount reads stored times.
 fn at(secs: u64, nsec: u32) -> SystemTime {
-    let s = secs as i64;
-    let base = if s >= 0 {
-        UNIX_EPOCH + Duration::from_secs(s as u64)
-    } else {
-        UNIX_EPOCH - Duration::from_secs(s.unsigned_abs())
-    };
-    base + Duration::from_nanos(nsec.min(999_999_999) as u64)
+    crate::attr::system_time(&Timespec {
+        sec: secs as i64,
+        nsec,
+    })
+}
+
+/// Runs `f` (one request's dispatch), containing a panic: the reply it
+/// owned answers EIO as it unwinds, and the serving thread goes on. A ring
+/// queue thread that died would leave its CPU's requests waiting forever.
+pub(crate) fn guarded(f: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        crate::logging::error("a request handler panicked; it was answered EIO");
+    }
 }
 
 /// Serves one request. `arg` is the fixed argument (in_args[0]), `data`
@@ -455,6 +464,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use crate::proto::reply::tests::{Capture, Sent};
+    use std::time::{Duration, UNIX_EPOCH};
 
     /// Records the calls it gets.
     #[derive(Default)]
