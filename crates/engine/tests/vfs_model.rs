@@ -20,7 +20,7 @@ use ubtrfs_engine::io::dev::MemDev;
 use ubtrfs_engine::io::device::Device;
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::vfs::attr::SetAttr;
-use ubtrfs_engine::vfs::seek::SeekCache;
+use ubtrfs_engine::vfs::seek::{SeekCache, Versions};
 use ubtrfs_engine::vfs::{RwFs, RwOptions};
 use ubtrfs_engine::FileHandle;
 use ubtrfs_format::consts::*;
@@ -130,6 +130,37 @@ fn verify(fs: &mut RwFs, m: &Model, id: InodeId, what: &str) -> Result<(), Strin
     Ok(())
 }
 
+/// An open file's seek cache kept across steps: whenever it answers
+/// without the filesystem ([`SeekCache::cached`]), the answer is the one a
+/// map built now gives; then it is brought up to date as an lseek would.
+fn check_kept_cache(
+    fs: &mut RwFs,
+    versions: &Versions,
+    id: InodeId,
+    cache: &mut SeekCache,
+) -> Result<(), String> {
+    let size = fs.stat(id).map_err(|e| format!("stat: {e}"))?.size;
+    let mut fresh = SeekCache::default();
+    for i in 0..=17u64 {
+        let off = size * i / 16;
+        for whence in [3, 4] {
+            let want = fs
+                .seek(id, &mut fresh, off, whence)
+                .map_err(|e| format!("seek: {e}"))?;
+            if let Some(got) = cache.cached(versions, id, off, whence) {
+                if got != want {
+                    return Err(format!(
+                        "inode {}: the kept seek cache answers {got:?} for whence {whence} at {off}, the file {want:?}",
+                        id.ino
+                    ));
+                }
+            }
+        }
+    }
+    fs.seek(id, cache, 0, 3).map_err(|e| format!("seek: {e}"))?;
+    Ok(())
+}
+
 fn run_seed(seed: u64) -> Result<usize, String> {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let dev = Arc::new(MemDev::new(192 << 20));
@@ -157,6 +188,8 @@ fn run_seed(seed: u64) -> Result<usize, String> {
         .map_err(|e| e.to_string())?;
     let dirs = [root, sub];
     let mut m = Model::default();
+    let versions = fs.versions();
+    let mut kept: HashMap<InodeId, SeekCache> = HashMap::new();
     let names: [&[u8]; 5] = [b"a", b"b", b"c", b"e", b"f"];
     let steps = 60 + rng.below(80) as usize;
     let mut log: Vec<String> = Vec::new();
@@ -401,6 +434,11 @@ fn run_seed(seed: u64) -> Result<usize, String> {
                 verify(&mut fs, &m, id, &what)
                     .map_err(|e| format!("{e}\nlog:\n{}", log.join("\n")))?;
             }
+        }
+        kept.retain(|id, _| m.data.contains_key(id));
+        for id in m.files() {
+            check_kept_cache(&mut fs, &versions, id, kept.entry(id).or_default())
+                .map_err(|e| format!("{what}: {e}\nlog:\n{}", log.join("\n")))?;
         }
     }
     for id in m.files() {

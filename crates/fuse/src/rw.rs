@@ -20,15 +20,11 @@ use crate::dir::dirent_type;
 use crate::fslock::FsLock;
 use crate::ino;
 use crate::logging;
-use crate::rw_push::{Pushes, ReadPattern};
-
-/// The kernel's page size: pushes begin on a page (a partial page is not
-/// marked up to date).
-const PAGE: u64 = 4096;
 use crate::proto::{
     KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
     ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
 };
+use crate::rw_push::{Pushes, ReadPattern};
 use fuser::{Errno, FileAttr, FopenFlags, Generation, INodeNo, TimeOrNow};
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -38,7 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 use ubtrfs_engine::vfs::attr::{SetAttr, SetTime};
-use ubtrfs_engine::vfs::seek::SeekCache;
+use ubtrfs_engine::vfs::seek::{SeekCache, Versions};
 use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwStats};
 use ubtrfs_engine::{Error, InodeId, Stat};
 use ubtrfs_format::items::Timespec;
@@ -99,6 +95,9 @@ impl std::ops::Deref for RwFuse {
 
 pub struct RwInner {
     fs: Arc<FsLock>,
+    /// The engine's data change counters: an lseek whose file's cache is
+    /// current answers without the filesystem's lock.
+    versions: Arc<Versions>,
     root: InodeId,
     ttl: Duration,
     sectorsize: u32,
@@ -229,9 +228,13 @@ fn errno(op: &str, e: Error) -> Errno {
 
 impl RwFuse {
     pub fn new(fs: Arc<FsLock>, root: InodeId, ttl: Duration, acl: bool) -> RwFuse {
-        let sectorsize = fs.lock_shared().sectorsize() as u32;
+        let (sectorsize, versions) = {
+            let g = fs.lock_shared();
+            (g.sectorsize() as u32, g.versions())
+        };
         RwFuse(Arc::new(RwInner {
             fs,
+            versions,
             root,
             ttl,
             sectorsize,
@@ -760,32 +763,29 @@ impl crate::proto::FuseFs for RwFuse {
             .and_then(|h| h.reads.window(offset, size))
             .filter(|_| self.pushes.may_push(id));
         let mut fs = self.fs_read();
-        let res = match window {
-            // A failure past the request is not this request's.
-            Some(w) => fs
-                .read(id, offset, w.max(size as usize) as u32)
-                .or_else(|_| fs.read(id, offset, size)),
-            None => fs.read(id, offset, size),
-        };
-        let n = res.as_ref().map_or(0, |d| d.len().min(size as usize));
-        // Pushed from the page after the request's end.
-        let from = (n as u64 + offset).next_multiple_of(PAGE) - offset;
-        let push = res.as_ref().is_ok_and(|d| d.len() as u64 > from) && self.pushes.begin(id);
+        let res = fs.read(id, offset, size);
+        // A failure past the request is not this request's.
+        let ahead = window
+            .filter(|_| res.is_ok())
+            .and_then(|w| fs.read(id, w.start, w.len as u32).ok())
+            .filter(|d| !d.is_empty());
+        let push = ahead.is_some() && self.pushes.begin(id);
         drop(fs);
+        let n = res.as_ref().map_or(0, |d| d.len());
         if let Some(h) = self
             .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get_mut(&fh.0)
         {
-            h.reads.read_to(offset + n as u64, window);
+            h.reads
+                .read_to(offset, offset + n as u64, window.filter(|_| push));
         }
         match res {
             Ok(d) => {
-                reply.data(&d[..n]);
-                if push {
-                    self.pushes
-                        .push(id, node.0, offset + from, d, from as usize);
+                reply.data(&d);
+                if let (true, Some(w), Some(data)) = (push, window, ahead) {
+                    self.pushes.push(id, node.0, w.start, data);
                 }
             }
             Err(e) => reply.error(errno("read", e)),
@@ -1146,7 +1146,12 @@ impl crate::proto::FuseFs for RwFuse {
             Some(h) if h.id == id => &mut h.seek,
             _ => &mut scratch,
         };
-        let res = self.fs_read().seek(id, cache, offset as u64, whence);
+        // A current cache answers without the filesystem's lock (seed
+        // 001: the walk does not wait for a commit or another writer).
+        let res = match cache.cached(&self.versions, id, offset as u64, whence) {
+            Some(o) => Ok(o),
+            None => self.fs_read().seek(id, cache, offset as u64, whence),
+        };
         match res {
             Ok(Some(o)) => reply.offset(o as i64),
             Ok(None) => reply.error(Errno::ENXIO),

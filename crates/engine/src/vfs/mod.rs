@@ -118,9 +118,9 @@ pub struct RwFs {
     pub opts: RwOptions,
     dirty: HashMap<InodeId, InodeDirty>,
     dirty_bytes: u64,
-    /// Change counters of inodes' data (SEEK_DATA caches compare them).
-    versions: HashMap<InodeId, u64>,
-    next_version: u64,
+    /// Change counters of inodes' data (SEEK_DATA caches compare them),
+    /// shared with callers that answer from a cache without the lock.
+    versions: std::sync::Arc<seek::Versions>,
     /// Next free inode number per subvolume.
     next_ino: HashMap<u64, u64>,
     /// Read-only subvolumes (received, snapshots made read-only).
@@ -183,8 +183,7 @@ impl RwFs {
             opts,
             dirty: HashMap::new(),
             dirty_bytes: 0,
-            versions: HashMap::new(),
-            next_version: 1,
+            versions: Default::default(),
             next_ino: HashMap::new(),
             readonly: HashMap::new(),
             open: HashMap::new(),
@@ -218,12 +217,18 @@ impl RwFs {
 
     /// Bumps the data change counter of `id`.
     pub(crate) fn bump(&mut self, id: InodeId) {
-        self.next_version += 1;
-        self.versions.insert(id, self.next_version);
+        self.versions.bump(id);
     }
 
     pub(crate) fn version(&self, id: InodeId) -> u64 {
-        self.versions.get(&id).copied().unwrap_or(0)
+        self.versions.get(id)
+    }
+
+    /// The data change counters, for answering SEEK_DATA/SEEK_HOLE from
+    /// an open file's cache without this filesystem
+    /// ([`seek::SeekCache::cached`]).
+    pub fn versions(&self) -> std::sync::Arc<seek::Versions> {
+        self.versions.clone()
     }
 
     /// Refuses changes once a commit has failed, and in read-only

@@ -9,6 +9,15 @@
 //! (the mechanism of the first seed: the cached extent state per open
 //! file). `UBTRFS_NO_SEEK_CACHE=1` rebuilds the map on every call, for
 //! the benchmark only.
+//!
+//! The change counters live apart from the filesystem ([`Versions`]), so
+//! that a cache still current answers without the filesystem's lock
+//! ([`SeekCache::cached`]): a walk goes on while a commit, a writeback or
+//! another file's write holds it.
+
+use crate::InodeId;
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// Where data lies in a file: sorted, disjoint, non-touching `[start, end)`
 /// ranges below its size.
@@ -69,6 +78,55 @@ pub struct SeekCache {
     /// Maps built (for tests and the benchmark: one per change, not per
     /// call).
     pub builds: u64,
+}
+
+/// The data change counter of every inode whose data changed since the
+/// mount: moved under the filesystem's lock, together with the change and
+/// before the change is answered, so a reader that finds its cache's
+/// counter current may answer from the cache at any time.
+#[derive(Debug, Default)]
+pub struct Versions(Mutex<(u64, HashMap<InodeId, u64>)>);
+
+impl Versions {
+    fn inner(&self) -> std::sync::MutexGuard<'_, (u64, HashMap<InodeId, u64>)> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Moves the counter of `id`.
+    pub(crate) fn bump(&self, id: InodeId) {
+        let mut g = self.inner();
+        g.0 += 1;
+        let v = g.0;
+        g.1.insert(id, v);
+    }
+
+    /// The counter of `id` (0: unchanged since the mount).
+    pub fn get(&self, id: InodeId) -> u64 {
+        self.inner().1.get(&id).copied().unwrap_or(0)
+    }
+}
+
+impl SeekCache {
+    /// The answer to lseek(`off`, `whence`) from the map as it is, when
+    /// it is still `id`'s (no data change since it was built): Some(None)
+    /// is ENXIO; None means the map must be rebuilt
+    /// ([`crate::vfs::RwFs::seek`]). Needs no filesystem lock.
+    pub fn cached(
+        &self,
+        versions: &Versions,
+        id: InodeId,
+        off: u64,
+        whence: i32,
+    ) -> Option<Option<u64>> {
+        if cache_disabled() || self.version != Some(versions.get(id)) {
+            return None;
+        }
+        match whence {
+            3 => Some(self.map.seek_data(off)),
+            4 => Some(self.map.seek_hole(off)),
+            _ => None,
+        }
+    }
 }
 
 /// Whether the cache is switched off (benchmark only).
