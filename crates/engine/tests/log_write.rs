@@ -36,7 +36,7 @@ use ubtrfs_engine::io::fault::{FaultDev, RecordDev};
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_engine::vfs::attr::SetAttr;
-use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwOptions};
+use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwOptions, SyncStep};
 use ubtrfs_engine::FileHandle;
 use ubtrfs_format::consts::*;
 
@@ -98,6 +98,8 @@ struct World {
     attempt: Vec<Durable>,
     /// fsyncs of two files that shared one log sync.
     grouped: u64,
+    /// Log syncs whose superblock was written while another file changed.
+    in_flight: u64,
 }
 
 fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Result<(), String> {
@@ -110,6 +112,7 @@ fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Resu
         states,
         attempt,
         grouped,
+        in_flight,
     } = w;
     let durable_all = |files: &Vec<File>| -> Durable {
         files
@@ -278,9 +281,42 @@ fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Resu
                         }
                     }
                     // The last logged syncs for all; the others find
-                    // their files durable.
-                    for &n in seqs.iter().rev() {
-                        fs.fsync_sync(n).map_err(|e| format!("{what}: {e}"))?;
+                    // their files durable. Now and then that sync is made
+                    // as the mount makes it, its superblock written
+                    // without the lock, while another file changes (and is
+                    // written back) in between, which the log must not see.
+                    for (j, &n) in seqs.iter().rev().enumerate() {
+                        if j > 0 || rng.below(3) != 0 {
+                            fs.fsync_sync(n).map_err(|e| format!("{what}: {e}"))?;
+                            continue;
+                        }
+                        let w = match fs.fsync_sync_begin(n).map_err(|e| format!("{what}: {e}"))? {
+                            SyncStep::Done => continue,
+                            SyncStep::Write(w) => w,
+                        };
+                        let k = rng.below(files.len() as u64) as usize;
+                        let at = rng.below(files[k].data.len() as u64 + SS);
+                        let len = 1 + rng.below(3 * SS) as usize;
+                        let d = fill(rng, len);
+                        fs.write(files[k].id, at, &d)
+                            .map_err(|e| format!("{what}: write during the log sync: {e}"))?;
+                        let end = at as usize + d.len();
+                        if files[k].data.len() < end {
+                            files[k].data.resize(end, 0);
+                        }
+                        files[k].data[at as usize..end].copy_from_slice(&d);
+                        fs.writeback(files[k].id)
+                            .map_err(|e| format!("{what}: writeback during the log sync: {e}"))?;
+                        if fs.commit().is_ok() {
+                            return Err(format!("{what}: a commit ran during a log sync"));
+                        }
+                        // A failed log write commits instead: everything.
+                        attempt.push(durable_all(files));
+                        *in_flight += 1;
+                        let res = w.write();
+                        if let Err(why) = fs.fsync_sync_end(w, res) {
+                            fs.fsync_fallback(why).map_err(|e| format!("{what}: {e}"))?;
+                        }
                     }
                     if seqs.len() == 2 && fs.stats.fsync_commits == commits {
                         if fs.stats.fsync_batched == batched {
@@ -465,6 +501,7 @@ fn prepare(seed: u64) -> Result<(Vec<u8>, World), String> {
         states: Vec::new(),
         attempt: Vec::new(),
         grouped: 0,
+        in_flight: 0,
     };
     let null = RecordDev::new(Arc::new(MemDev::new(4096)));
     workload(&mut fs, &null, &mut w, 30)?;
@@ -522,10 +559,11 @@ fn run_seed(seed: u64, export_to: Option<&std::path::Path>) -> Result<String, St
         checked += 1;
     }
     Ok(format!(
-        "{} fsyncs logged ({} grouped pairs), {commits} committed, {checked} of {} prefixes checked",
+        "{} fsyncs logged ({} grouped pairs), {commits} committed, {checked} of {} prefixes checked; {} log syncs written while another file changed",
         syncs,
         w.grouped,
-        flushes.len()
+        flushes.len(),
+        w.in_flight
     ))
 }
 
@@ -607,11 +645,17 @@ fn fsync_log_survives_write_failures() {
 fn fsync_log_survives_every_crash_point() {
     let seeds = memcheck::seeds("UBTRFS_LOG_WRITE_SEED", "UBTRFS_LOG_WRITE_SEEDS", 8);
     let mut failed = Vec::new();
-    let (mut logged, mut grouped) = (0, 0);
+    let (mut logged, mut grouped, mut in_flight) = (0, 0, 0);
     for s in &seeds {
         match run_seed(*s, None) {
             Ok(line) => {
                 eprintln!("seed {s}: {line}");
+                in_flight += line
+                    .rsplit("; ")
+                    .next()
+                    .and_then(|t| t.split(' ').next())
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap();
                 logged += line.split(' ').next().unwrap().parse::<u64>().unwrap();
                 grouped += line
                     .split('(')
@@ -632,6 +676,10 @@ fn fsync_log_survives_every_crash_point() {
     assert!(failed.is_empty(), "seeds failed: {failed:?}");
     assert!(logged > 0, "no fsync wrote a log");
     assert!(grouped > 0, "no two fsyncs shared a log sync");
+    assert!(
+        in_flight > 0,
+        "no log sync was written while another file changed"
+    );
 }
 
 /// The kernel replays the logs of every crash image (root; fails under

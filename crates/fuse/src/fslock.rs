@@ -9,11 +9,18 @@
 //! direct write is in flight, and new direct writes wait behind it (they
 //! would otherwise keep it waiting forever under a steady load). Reads
 //! ([`FsLock::lock_shared`]) change nothing and take the lock as it is.
+//!
+//! A log sync writes its superblock and waits for the disk's flushes with
+//! the lock released ([`RwFs::fsync_sync_begin`]); until it ends, what may
+//! commit ([`FsLock::lock_commit`]: the commit thread, the sync ioctls,
+//! unmount) or sync the log ([`FsLock::lock_log`]: fsync) waits, and
+//! everything else goes on.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use ubtrfs_engine::vfs::direct::DirectWrite;
-use ubtrfs_engine::vfs::RwFs;
+use ubtrfs_engine::vfs::{LogSyncWrite, RwFs};
 use ubtrfs_engine::Error;
 
 pub struct FsLock {
@@ -23,6 +30,54 @@ pub struct FsLock {
     drained: Condvar,
     /// Requests waiting for direct writes to drain.
     waiting: AtomicU64,
+    /// Commits waiting for a log sync to end ([`FsLock::lock_commit`]).
+    committers: AtomicU64,
+    /// Where time goes around the lock (logged at unmount).
+    pub stats: LockStats,
+}
+
+/// Time spent waiting for the lock, and holding it to commit: what tells
+/// whether requests queue behind each other or behind the commit.
+#[derive(Default)]
+pub struct LockStats {
+    takes: AtomicU64,
+    wait_ns: AtomicU64,
+    max_wait_ns: AtomicU64,
+    commits: AtomicU64,
+    commit_ns: AtomicU64,
+    max_commit_ns: AtomicU64,
+}
+
+impl LockStats {
+    fn waited(&self, since: Instant) {
+        let ns = since.elapsed().as_nanos() as u64;
+        self.takes.fetch_add(1, Ordering::Relaxed);
+        self.wait_ns.fetch_add(ns, Ordering::Relaxed);
+        self.max_wait_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// A commit held the lock for `d` (the commit thread's, or
+    /// unmount's).
+    pub fn committed(&self, d: Duration) {
+        let ns = d.as_nanos() as u64;
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.commit_ns.fetch_add(ns, Ordering::Relaxed);
+        self.max_commit_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// One log line's worth.
+    pub fn summary(&self) -> String {
+        let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e6;
+        format!(
+            "filesystem lock: taken {} times, {:.1} ms waited in all, at most {:.1} ms; commits held it {} times, {:.1} ms in all, at most {:.1} ms",
+            self.takes.load(Ordering::Relaxed),
+            ms(&self.wait_ns),
+            ms(&self.max_wait_ns),
+            self.commits.load(Ordering::Relaxed),
+            ms(&self.commit_ns),
+            ms(&self.max_commit_ns),
+        )
+    }
 }
 
 impl FsLock {
@@ -31,6 +86,8 @@ impl FsLock {
             fs: Mutex::new(fs),
             drained: Condvar::new(),
             waiting: AtomicU64::new(0),
+            committers: AtomicU64::new(0),
+            stats: LockStats::default(),
         }
     }
 
@@ -45,6 +102,7 @@ impl FsLock {
     /// The filesystem with no direct write in flight: for every request
     /// that may change it.
     pub fn lock(&self) -> MutexGuard<'_, RwFs> {
+        let since = Instant::now();
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let mut g = self.raw();
         while g.direct_in_flight() > 0 {
@@ -55,22 +113,73 @@ impl FsLock {
         if self.waiting.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.drained.notify_all();
         }
+        self.stats.waited(since);
         g
+    }
+
+    /// The filesystem with no direct write and no log sync in flight, for
+    /// a commit (a commit's superblock must not land before a log
+    /// sync's). Log syncs waiting to begin let it go first, so a steady
+    /// stream of fsyncs does not keep the commit waiting.
+    pub fn lock_commit(&self) -> MutexGuard<'_, RwFs> {
+        self.committers.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let g = self.lock();
+            if !g.log_sync_in_flight() {
+                // Under the lock: the log syncs this wakes find it taken
+                // and run after the commit.
+                self.committers.fetch_sub(1, Ordering::SeqCst);
+                self.drained.notify_all();
+                return g;
+            }
+            // Direct writes may begin while this waits: lock() again.
+            drop(self.wait(g));
+        }
+    }
+
+    /// The filesystem with no direct write, no log sync in flight and no
+    /// commit waiting for one: for fsync, which may begin a log sync.
+    pub fn lock_log(&self) -> MutexGuard<'_, RwFs> {
+        loop {
+            let g = self.lock();
+            if !g.log_sync_in_flight() && self.committers.load(Ordering::SeqCst) == 0 {
+                return g;
+            }
+            drop(self.wait(g));
+        }
+    }
+
+    /// Ends a log sync whose superblock write returned `res` (see
+    /// [`RwFs::fsync_sync_begin`]): Err(why) when the caller must commit
+    /// instead.
+    pub fn end_log_sync(&self, w: LogSyncWrite, res: Result<(), Error>) -> Result<(), String> {
+        let since = Instant::now();
+        let mut g = self.raw();
+        self.stats.waited(since);
+        let res = g.fsync_sync_end(w, res);
+        drop(g);
+        self.drained.notify_all();
+        res
     }
 
     /// The filesystem as it is, direct writes in flight or not: for
     /// requests that only read.
     pub fn lock_shared(&self) -> MutexGuard<'_, RwFs> {
-        self.raw()
+        let since = Instant::now();
+        let g = self.raw();
+        self.stats.waited(since);
+        g
     }
 
     /// The filesystem for beginning a direct write: after the requests
     /// waiting for direct writes to drain.
     pub fn lock_direct(&self) -> MutexGuard<'_, RwFs> {
+        let since = Instant::now();
         let mut g = self.raw();
         while self.waiting.load(Ordering::SeqCst) > 0 {
             g = self.wait(g);
         }
+        self.stats.waited(since);
         g
     }
 

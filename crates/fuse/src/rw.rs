@@ -35,7 +35,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 use ubtrfs_engine::vfs::attr::{SetAttr, SetTime};
 use ubtrfs_engine::vfs::seek::{SeekCache, Versions};
-use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwStats};
+use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwStats, SyncStep};
 use ubtrfs_engine::{Error, InodeId, Stat};
 use ubtrfs_format::items::Timespec;
 
@@ -123,6 +123,13 @@ const FSYNC_GROUP_WAIT: Duration = Duration::from_millis(5);
 fn fsync_batching() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     env_switch_on(&ON, "UBTRFS_NO_FSYNC_BATCH")
+}
+
+/// UBTRFS_LOCKED_LOG_SYNC=1: a log sync holds the filesystem's lock
+/// while the disk flushes (the benchmark's switch for syncing outside it).
+fn log_sync_unlocked() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    env_switch_on(&ON, "UBTRFS_LOCKED_LOG_SYNC")
 }
 
 /// How files are opened: the kernel keeps a file's page cache across
@@ -347,7 +354,7 @@ impl RwInner {
     fn fsync_grouped(&self, id: InodeId) -> (Result<(), Error>, String) {
         let trace = trace_fsync();
         self.fsyncs_waiting.fetch_add(1, Ordering::SeqCst);
-        let mut fs = self.fs();
+        let mut fs = self.fs.lock_log();
         self.fsyncs_waiting.fetch_sub(1, Ordering::SeqCst);
         let before = trace.then(|| fs.stats.clone());
         let n = match fs.fsync_log(id) {
@@ -357,6 +364,7 @@ impl RwInner {
                 return (res.map(|_| ()), how.unwrap_or_default());
             }
         };
+        let mut waited = false;
         if fsync_batching() {
             let until = std::time::Instant::now() + FSYNC_GROUP_WAIT;
             while !fs.fsync_durable(n) && self.fsyncs_waiting.load(Ordering::SeqCst) > 0 {
@@ -369,12 +377,39 @@ impl RwInner {
                     .wait_timeout(fs, left)
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
+                waited = true;
             }
+        }
+        // While this one waited (the lock released), another fsync's log
+        // sync may have begun (it covers this file, or the next one will),
+        // a commit may be waiting, and direct writes may have begun.
+        if waited {
+            drop(fs);
+            fs = self.fs.lock_log();
         }
         // Counted from here: other fsyncs moved the counters while this
         // one waited.
         let before = trace.then(|| fs.stats.clone());
-        let res = fs.fsync_sync(n);
+        let res = match fs.fsync_sync_begin(n) {
+            Ok(SyncStep::Write(w)) if !log_sync_unlocked() => {
+                let written = w.write();
+                fs.fsync_sync_end(w, written)
+                    .or_else(|why| fs.fsync_fallback(why))
+            }
+            Ok(SyncStep::Done) => Ok(()),
+            Ok(SyncStep::Write(w)) => {
+                // The flushes wait for the disk without the lock.
+                drop(fs);
+                let written = w.write();
+                let res = self.fs.end_log_sync(w, written);
+                fs = match res {
+                    Ok(()) => self.fs.lock_shared(),
+                    Err(_) => self.fs.lock_commit(),
+                };
+                res.or_else(|why| fs.fsync_fallback(why))
+            }
+            Err(e) => Err(e),
+        };
         let how = before.map(|b| answered(&b, &fs.stats));
         drop(fs);
         self.log_synced.notify_all();
@@ -520,7 +555,7 @@ impl crate::proto::FuseFs for RwFuse {
     }
 
     fn destroy(&self) {
-        if let Err(e) = self.fs().unmount() {
+        if let Err(e) = self.fs.lock_commit().unmount() {
             logging::error(&format!("final commit: {e}"));
         }
     }
@@ -1084,13 +1119,13 @@ impl crate::proto::FuseFs for RwFuse {
                     Err(e) => reply.error(errno("ioctl", e)),
                 }
             }
-            BTRFS_IOC_SYNC => match self.fs().sync_fs() {
+            BTRFS_IOC_SYNC => match self.fs.lock_commit().sync_fs() {
                 Ok(_) => reply.ioctl(0, &[]),
                 Err(e) => reply.error(errno("ioctl BTRFS_IOC_SYNC", e)),
             },
             // The kernel starts a commit and returns at once; this one is
             // done when it returns (WAIT_SYNC then has nothing to wait for).
-            BTRFS_IOC_START_SYNC => match self.fs().sync_fs() {
+            BTRFS_IOC_START_SYNC => match self.fs.lock_commit().sync_fs() {
                 Ok(transid) => reply.ioctl(0, &transid.to_le_bytes()),
                 Err(e) => reply.error(errno("ioctl BTRFS_IOC_START_SYNC", e)),
             },
@@ -1098,7 +1133,7 @@ impl crate::proto::FuseFs for RwFuse {
                 let transid = in_data
                     .get(..8)
                     .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
-                match self.fs().wait_sync(transid) {
+                match self.fs.lock_commit().wait_sync(transid) {
                     Ok(()) => reply.ioctl(0, &[]),
                     Err(e) => reply.error(errno("ioctl BTRFS_IOC_WAIT_SYNC", e)),
                 }

@@ -425,16 +425,18 @@ fn serve_rw(
                     if !rw.lock_shared().commit_due() {
                         continue;
                     }
-                    let mut fs = rw.lock();
+                    let mut fs = rw.lock_commit();
                     if fs.commit_due() {
                         // The commit's thread writes its blocks and
                         // superblock (UBTRFS_SYNC_COMMITS=1: this thread,
                         // holding the lock; benchmark switch).
+                        let since = std::time::Instant::now();
                         let res = if sync_commits {
                             fs.commit()
                         } else {
                             fs.commit_periodic()
                         };
+                        rw.stats.committed(since.elapsed());
                         if let Err(e) = res {
                             logging::error(&format!("commit: {e}"));
                         }
@@ -449,13 +451,14 @@ fn serve_rw(
         move |session| pushes.set_notifier(session.notifier())
     });
     logging::info(&pushes.summary());
+    logging::info(&rw.stats.summary());
     stop.store(true, Ordering::Relaxed);
     let _ = committer.join();
     // The kernel may end the session without DESTROY (a lazy unmount, a
     // dead connection): commit here too (a second commit of nothing
     // writes nothing).
     let last = {
-        let mut fs = rw.lock();
+        let mut fs = rw.lock_commit();
         let last = fs.unmount();
         let (st, ls) = (fs.stats.clone(), fs.log_stats());
         logging::info(&format!(

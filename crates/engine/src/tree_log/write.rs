@@ -70,6 +70,22 @@ pub struct LogWriter {
     pub stats: LogStats,
 }
 
+/// A log written whose superblock is still to write
+/// ([`LogWriter::sync_begin`]).
+pub struct LogSync {
+    supers: Vec<crate::tx::durable::DevSupers>,
+    release: Vec<u64>,
+    nodesize: u32,
+}
+
+impl LogSync {
+    /// Flush, superblock with the log root, flush: needs no transaction,
+    /// only the devices.
+    pub fn write(&self) -> Result<()> {
+        crate::tx::durable::make_durable(&self.supers)
+    }
+}
+
 /// Why an inode cannot be logged (the caller commits).
 pub type NoLog = &'static str;
 
@@ -283,9 +299,33 @@ impl LogWriter {
     /// what a crash from now until the commit replays. Err(reason) when
     /// the log would be too big (the caller commits).
     pub fn sync(&mut self, t: &mut Trans) -> Result<std::result::Result<(), NoLog>> {
+        match self.sync_begin(t)? {
+            Err(why) => Ok(Err(why)),
+            Ok(None) => Ok(Ok(())),
+            Ok(Some(s)) => {
+                let res = s.write();
+                self.sync_end(t, s, res.is_ok());
+                res.map(Ok)
+            }
+        }
+    }
+
+    /// A log sync's first half, which needs the transaction: writes the
+    /// changed log blocks and encodes the superblock that points to them.
+    /// [`LogSync::write`] then makes it durable without the transaction
+    /// (the flushes wait for the disk: other requests need not), and
+    /// [`LogWriter::sync_end`] gives back what the log before it used.
+    /// None when nothing is logged. Until `sync_end` nothing may commit
+    /// or sync the log again (the caller's lock says so); other changes
+    /// to the transaction may go on: the log's blocks are held, and what
+    /// it points to is pinned.
+    pub fn sync_begin(
+        &mut self,
+        t: &mut Trans,
+    ) -> Result<std::result::Result<Option<LogSync>, NoLog>> {
         self.follow(t);
         if self.trees.is_empty() {
-            return Ok(Ok(()));
+            return Ok(Ok(None));
         }
         let leaves: usize = self.trees.values().map(|l| l.leaves.len()).sum();
         if leaves > MAX_LOG_BLOCKS {
@@ -293,9 +333,11 @@ impl LogWriter {
         }
         let ns = t.nodesize();
         let mut upper: Vec<u64> = Vec::new();
-        let res = self.write_trees(t, ns, &mut upper);
-        let (root, level) = match res {
-            Ok(r) => r,
+        let supers = self
+            .write_trees(t, ns, &mut upper)
+            .and_then(|(root, level)| t.log_super_writes(root, level));
+        let supers = match supers {
+            Ok(s) => s,
             Err(e) => {
                 for b in upper {
                     t.alloc.release_held(b, ns as u64);
@@ -303,18 +345,32 @@ impl LogWriter {
                 return Err(e);
             }
         };
-        t.write_log_super(root, level)?;
-        let old = std::mem::replace(&mut self.upper, upper);
-        for b in old {
-            t.alloc.release_held(b, ns as u64);
-        }
+        // Blocks the log on disk uses now and the new one does not: free
+        // once the new superblock is (blocks replaced after this go to
+        // the next sync).
+        let mut release = std::mem::replace(&mut self.upper, upper);
         for log in self.trees.values_mut() {
-            for b in log.replaced.drain(..) {
-                t.alloc.release_held(b, ns as u64);
-            }
+            release.append(&mut log.replaced);
+        }
+        Ok(Ok(Some(LogSync {
+            supers,
+            release,
+            nodesize: ns,
+        })))
+    }
+
+    /// A log sync's last half, after [`LogSync::write`]: when `written`,
+    /// the blocks only the log before used are given back. When not, the
+    /// superblock on disk may be either, so they stay held until the
+    /// commit the caller makes instead.
+    pub fn sync_end(&mut self, t: &mut Trans, s: LogSync, written: bool) {
+        if !written {
+            return;
+        }
+        for b in s.release {
+            t.alloc.release_held(b, s.nodesize as u64);
         }
         self.stats.syncs += 1;
-        Ok(Ok(()))
     }
 
     /// Writes the changed leaves of every log tree, nodes above them and

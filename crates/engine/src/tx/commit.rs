@@ -336,19 +336,24 @@ impl Trans {
         !self.pending_chunks.is_empty() || self.dev_items_dirty || self.alloc.has_new_groups()
     }
 
-    /// Makes a log tree written since the last commit the one a crash
-    /// replays (the kernel's btrfs_sync_log): everything written so far
-    /// (data, log blocks) is flushed, then the committed superblock is
-    /// written again with the log root tree's root, and flushed. The
-    /// commit after it writes a superblock without a log.
-    pub(crate) fn write_log_super(&mut self, log_root: u64, level: u8) -> Result<()> {
+    /// The superblock writes that make a log tree written since the last
+    /// commit the one a crash replays (the kernel's btrfs_sync_log): the
+    /// committed superblock again with the log root tree's root, for
+    /// [`durable::make_durable`] (a flush of everything written so far,
+    /// data and log blocks, then these, then a flush). The commit after it
+    /// writes a superblock without a log.
+    pub(crate) fn log_super_writes(
+        &mut self,
+        log_root: u64,
+        level: u8,
+    ) -> Result<Vec<durable::DevSupers>> {
         // A deferred commit's superblock goes first: written after this
         // one, it would drop the log root.
         self.finish_deferred()?;
         let mut sb = self.info.sb.clone();
         sb.log_root = log_root;
         sb.log_root_level = level;
-        durable::make_durable(&self.super_writes(&sb, &self.dev_items))
+        Ok(self.super_writes(&sb, &self.dev_items))
     }
 
     /// Commits: after this returns the image on disk is the new one, and

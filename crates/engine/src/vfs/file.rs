@@ -5,7 +5,7 @@
 
 use super::extent_io::InodeDirty;
 use super::seek::{cache_disabled, DataMap, SeekCache};
-use super::{FsyncStage, RwFs};
+use super::{FsyncStage, LogSyncWrite, RwFs, SyncStep};
 use crate::data::extent::ExtentKind;
 use crate::error::{Error, Result};
 use crate::fs::InodeId;
@@ -649,30 +649,91 @@ impl RwFs {
     /// superblock. A log that cannot be written falls back to a commit (a
     /// commit may still succeed, else it turns the mount read-only).
     pub fn fsync_sync(&mut self, n: u64) -> Result<()> {
+        match self.fsync_sync_begin(n)? {
+            SyncStep::Done => Ok(()),
+            SyncStep::Write(w) => {
+                let res = w.write();
+                match self.fsync_sync_end(w, res) {
+                    Ok(()) => Ok(()),
+                    Err(why) => self.fsync_fallback(why),
+                }
+            }
+        }
+    }
+
+    /// [`RwFs::fsync_sync`] in three steps, so that the disk's flushes
+    /// need not hold the caller's lock: this one, under it, answers when
+    /// an earlier log sync or a commit covered `n`, or writes the log's
+    /// blocks and returns the superblock write to make
+    /// ([`LogSyncWrite::write`], without the lock), after which
+    /// [`RwFs::fsync_sync_end`] (under it again) settles. While that write
+    /// is in flight nothing may commit or begin another log sync
+    /// ([`RwFs::log_sync_in_flight`]); every other change may go on.
+    pub fn fsync_sync_begin(&mut self, n: u64) -> Result<SyncStep> {
         if self.fsync_durable(n) {
             // A log sync or a commit covered it; a periodic commit's
             // superblock may still be on its way.
             self.wait_committed()?;
             self.stats.fsync_batched += 1;
-            return Ok(());
+            return Ok(SyncStep::Done);
         }
         // A commit failed since this file was logged (another fsync's, or
         // the commit thread's): nothing more is written, the error says so.
         if self.aborted.is_some() {
-            return self.commit();
+            return self.commit().map(|()| SyncStep::Done);
+        }
+        if self.log_sync_in_flight {
+            return Err(Error::Invalid(
+                "a log sync while another is in flight".into(),
+            ));
         }
         let upto = self.log_seq;
-        match self.log.sync(&mut self.t) {
-            Ok(Ok(())) => {
+        match self.log.sync_begin(&mut self.t) {
+            Ok(Ok(None)) => {
                 self.stats.log_syncs += 1;
                 self.durable_seq = upto;
-                Ok(())
+                Ok(SyncStep::Done)
             }
-            Ok(Err(why)) => self.fsync_commit(why.into()).map(|_| ()),
+            Ok(Ok(Some(sync))) => {
+                self.log_sync_in_flight = true;
+                Ok(SyncStep::Write(LogSyncWrite { sync, upto }))
+            }
+            Ok(Err(why)) => self.fsync_commit(why.into()).map(|_| SyncStep::Done),
             Err(e) => self
                 .fsync_commit(format!("writing the log failed: {e}"))
-                .map(|_| ()),
+                .map(|_| SyncStep::Done),
         }
+    }
+
+    /// After [`LogSyncWrite::write`] returned `res`: Ok when the log is
+    /// durable (every fsync logged before it is answered); else why not,
+    /// for [`RwFs::fsync_fallback`].
+    pub fn fsync_sync_end(
+        &mut self,
+        w: LogSyncWrite,
+        res: Result<()>,
+    ) -> std::result::Result<(), String> {
+        self.log_sync_in_flight = false;
+        self.log.sync_end(&mut self.t, w.sync, res.is_ok());
+        match res {
+            Ok(()) => {
+                self.stats.log_syncs += 1;
+                self.durable_seq = self.durable_seq.max(w.upto);
+                Ok(())
+            }
+            Err(e) => Err(format!("writing the log failed: {e}")),
+        }
+    }
+
+    /// An fsync whose log could not be written: answered by a commit.
+    pub fn fsync_fallback(&mut self, why: String) -> Result<()> {
+        self.fsync_commit(why).map(|_| ())
+    }
+
+    /// Whether a log sync is between [`RwFs::fsync_sync_begin`] and
+    /// [`RwFs::fsync_sync_end`].
+    pub fn log_sync_in_flight(&self) -> bool {
+        self.log_sync_in_flight
     }
 
     /// An fsync answered by a commit, and why.

@@ -135,6 +135,9 @@ pub struct RwFs {
     aborted: Option<String>,
     /// Direct writes begun and not ended ([`direct`]).
     direct_in_flight: u64,
+    /// A log sync begun and not ended ([`RwFs::fsync_sync_begin`]): no
+    /// commit and no other log sync until it ends.
+    log_sync_in_flight: bool,
     /// A writeback that failed after its write(2) had returned, reported
     /// at the next fsync.
     wb_error: Option<Error>,
@@ -152,6 +155,29 @@ pub struct RwFs {
     /// before one log sync share it.
     log_seq: u64,
     durable_seq: u64,
+}
+
+/// What [`RwFs::fsync_sync_begin`] left to do.
+pub enum SyncStep {
+    /// Nothing: durable already (covered, or committed).
+    Done,
+    /// The log's superblock, to write without the filesystem's lock.
+    Write(LogSyncWrite),
+}
+
+/// A log sync's superblock write, made without the filesystem
+/// ([`RwFs::fsync_sync_begin`]).
+pub struct LogSyncWrite {
+    sync: crate::tree_log::write::LogSync,
+    /// The last file logged that it makes durable.
+    upto: u64,
+}
+
+impl LogSyncWrite {
+    /// Flush, superblock, flush.
+    pub fn write(&self) -> Result<()> {
+        self.sync.write()
+    }
 }
 
 /// Where an fsync stands once its file is in the in-memory log.
@@ -191,6 +217,7 @@ impl RwFs {
             last_commit: Instant::now(),
             aborted: None,
             direct_in_flight: 0,
+            log_sync_in_flight: false,
             wb_error: None,
             stats: RwStats::default(),
             log: Default::default(),
@@ -399,6 +426,13 @@ impl RwFs {
     }
 
     fn commit_as(&mut self, sync: bool) -> Result<()> {
+        if self.log_sync_in_flight {
+            // The caller's lock lets no commit start during a log sync:
+            // its superblock could land before the log's.
+            return Err(Error::Invalid(
+                "a commit while a log sync is in flight".into(),
+            ));
+        }
         if let Some(why) = &self.aborted {
             return Err(Error::ReadOnly(format!(
                 "the filesystem is read-only after a failed commit: {why}"
