@@ -40,6 +40,8 @@
 # ubtrfs with one mechanism switched off through the daemon's environment:
 #   dbench/fsync/bssplit: UBTRFS_NO_NOCOW=1,
 #                         UBTRFS_CSUM_FULL_SCAN=1
+#   fsync/fsynccow/dbench: UBTRFS_LOCKED_LOG_SYNC=1 (a log sync holds the
+#                         lock while the disk flushes)
 #   fsync/fsynccow:       UBTRFS_NO_FSYNC_BATCH=1 (concurrent fsyncs not
 #                         grouped into one log sync)
 #   sparse:               UBTRFS_NO_SEEK_CACHE=1,
@@ -211,6 +213,7 @@ side_env() {
     ubtrfs-no-seek-cache) echo UBTRFS_NO_SEEK_CACHE=1 ;;
     ubtrfs-no-rw-push) echo UBTRFS_NO_RW_PUSH=1 ;;
     ubtrfs-no-fsync-batch) echo UBTRFS_NO_FSYNC_BATCH=1 ;;
+    ubtrfs-locked-log-sync) echo UBTRFS_LOCKED_LOG_SYNC=1 ;;
     ubtrfs-no-direct-io) echo UBTRFS_NO_DIRECT_IO=1 ;;
     ubtrfs-no-parallel-dio) echo UBTRFS_NO_PARALLEL_DIO=1 ;;
     ubtrfs-no-async-dio) echo UBTRFS_NO_ASYNC_DIO=1 ;;
@@ -240,14 +243,14 @@ sides_for() {
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-seek-cache ubtrfs-no-keep-cache ubtrfs-no-rw-push"; } ;;
     fsync)
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-locked-log-sync ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
     fsynccow)
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-locked-log-sync"; } ;;
     *)
       local more=""
       case $1 in
         bssplit) more=" ubtrfs-no-direct-io ubtrfs-no-parallel-dio ubtrfs-no-async-dio" ;;
-        dbench) more=" ubtrfs-no-keep-cache ubtrfs-sync-commits" ;;
+        dbench) more=" ubtrfs-no-keep-cache ubtrfs-sync-commits ubtrfs-locked-log-sync" ;;
       esac
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-csum-full-scan$more"; } ;;
@@ -330,6 +333,10 @@ umount_side() {
     UPID=""
     (( rc == 0 )) || note "$exp/$side run $run: daemon exited with status $rc (log $OUT/$tag.daemon.log)"
     [[ -s $OUT/$CUR_TAG.rss ]] && record "$exp" "$side" "$run" rss_mib "$(tail -1 "$OUT/$CUR_TAG.rss" | awk '{ printf "%.0f", $1 / 1024 }')"
+    # Time requests spent waiting for the daemon's filesystem lock, over
+    # the whole mount (its unmount line), in s.
+    local lw; lw=$(sed -n 's/.*filesystem lock: taken [0-9]* times, \([0-9.]*\) ms waited.*/\1/p' "$OUT/$tag.daemon.log" | tail -1)
+    [[ -n $lw ]] && record "$exp" "$side" "$run" lock_wait_s "$(python3 -c "print('%.1f' % ($lw / 1000))")"
   fi
   record "$exp" "$side" "$run" umount_s "$(sub "$e" "$s")"
 }
@@ -659,6 +666,7 @@ LABEL = {
     "ubtrfs-no-seek-cache": "ubtrfs UBTRFS_NO_SEEK_CACHE=1",
     "ubtrfs-no-rw-push": "ubtrfs UBTRFS_NO_RW_PUSH=1 (no read-ahead pushed)",
     "ubtrfs-no-fsync-batch": "ubtrfs UBTRFS_NO_FSYNC_BATCH=1 (each fsync syncs the log itself)",
+    "ubtrfs-locked-log-sync": "ubtrfs UBTRFS_LOCKED_LOG_SYNC=1 (log sync flushes under the lock)",
     "ubtrfs-no-direct-io": "ubtrfs UBTRFS_NO_DIRECT_IO=1 (O_DIRECT writes held dirty)",
     "ubtrfs-no-parallel-dio": "ubtrfs UBTRFS_NO_PARALLEL_DIO=1 (the kernel sends one O_DIRECT write of a file at a time)",
     "ubtrfs-no-async-dio": "ubtrfs UBTRFS_NO_ASYNC_DIO=1 (no FUSE_ASYNC_DIO)",
