@@ -32,6 +32,9 @@ pub struct FsLock {
     waiting: AtomicU64,
     /// Commits waiting for a log sync to end ([`FsLock::lock_commit`]).
     committers: AtomicU64,
+    /// Signalled when a log sync ends, and when a waiting commit has the
+    /// lock.
+    log_ended: Condvar,
     /// Where time goes around the lock (logged at unmount).
     pub stats: LockStats,
 }
@@ -87,6 +90,7 @@ impl FsLock {
             drained: Condvar::new(),
             waiting: AtomicU64::new(0),
             committers: AtomicU64::new(0),
+            log_ended: Condvar::new(),
             stats: LockStats::default(),
         }
     }
@@ -103,6 +107,12 @@ impl FsLock {
     /// that may change it.
     pub fn lock(&self) -> MutexGuard<'_, RwFs> {
         let since = Instant::now();
+        let g = self.lock_drained();
+        self.stats.waited(since);
+        g
+    }
+
+    fn lock_drained(&self) -> MutexGuard<'_, RwFs> {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let mut g = self.raw();
         while g.direct_in_flight() > 0 {
@@ -113,8 +123,15 @@ impl FsLock {
         if self.waiting.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.drained.notify_all();
         }
-        self.stats.waited(since);
         g
+    }
+
+    /// Waits for the end of a log sync, or for a commit that log syncs
+    /// waited for to take the lock ([`FsLock::log_ended`]; not `drained`,
+    /// which every uncontended [`FsLock::lock`] signals: waiters for a
+    /// flush would wake each other in turn until it ends).
+    fn wait_log<'a>(&self, g: MutexGuard<'a, RwFs>) -> MutexGuard<'a, RwFs> {
+        self.log_ended.wait(g).unwrap_or_else(|p| p.into_inner())
     }
 
     /// The filesystem with no direct write and no log sync in flight, for
@@ -122,30 +139,34 @@ impl FsLock {
     /// sync's). Log syncs waiting to begin let it go first, so a steady
     /// stream of fsyncs does not keep the commit waiting.
     pub fn lock_commit(&self) -> MutexGuard<'_, RwFs> {
+        let since = Instant::now();
         self.committers.fetch_add(1, Ordering::SeqCst);
         loop {
-            let g = self.lock();
+            let g = self.lock_drained();
             if !g.log_sync_in_flight() {
                 // Under the lock: the log syncs this wakes find it taken
                 // and run after the commit.
                 self.committers.fetch_sub(1, Ordering::SeqCst);
-                self.drained.notify_all();
+                self.log_ended.notify_all();
+                self.stats.waited(since);
                 return g;
             }
-            // Direct writes may begin while this waits: lock() again.
-            drop(self.wait(g));
+            // Direct writes may begin while this waits: lock again.
+            drop(self.wait_log(g));
         }
     }
 
     /// The filesystem with no direct write, no log sync in flight and no
     /// commit waiting for one: for fsync, which may begin a log sync.
     pub fn lock_log(&self) -> MutexGuard<'_, RwFs> {
+        let since = Instant::now();
         loop {
-            let g = self.lock();
+            let g = self.lock_drained();
             if !g.log_sync_in_flight() && self.committers.load(Ordering::SeqCst) == 0 {
+                self.stats.waited(since);
                 return g;
             }
-            drop(self.wait(g));
+            drop(self.wait_log(g));
         }
     }
 
@@ -158,7 +179,7 @@ impl FsLock {
         self.stats.waited(since);
         let res = g.fsync_sync_end(w, res);
         drop(g);
-        self.drained.notify_all();
+        self.log_ended.notify_all();
         res
     }
 

@@ -398,15 +398,21 @@ impl RwInner {
             }
             Ok(SyncStep::Done) => Ok(()),
             Ok(SyncStep::Write(w)) => {
-                // The flushes wait for the disk without the lock.
+                // The flushes wait for the disk without the lock. A panic
+                // there must still end the sync (else every fsync and
+                // commit after it would wait for good).
                 drop(fs);
-                let written = w.write();
-                let res = self.fs.end_log_sync(w, written);
-                fs = match res {
-                    Ok(()) => self.fs.lock_shared(),
-                    Err(_) => self.fs.lock_commit(),
+                let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.write()))
+                    .unwrap_or_else(|_| {
+                        Err(Error::Invalid("the log sync's write panicked".into()))
+                    });
+                let res = match self.fs.end_log_sync(w, written) {
+                    Ok(()) => Ok(()),
+                    Err(why) => self.fs.lock_commit().fsync_fallback(why),
                 };
-                res.or_else(|why| fs.fsync_fallback(why))
+                let how = before.map(|b| answered(&b, &self.fs.lock_shared().stats));
+                self.log_synced.notify_all();
+                return (res, how.unwrap_or_default());
             }
             Err(e) => Err(e),
         };

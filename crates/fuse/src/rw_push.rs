@@ -83,8 +83,12 @@ impl ReadPattern {
     /// several times over (3.6 GiB pushed for a 1 GiB sparse file) and
     /// slow the pushing thread further.
     pub fn window(&self, offset: u64, size: u32) -> Option<Window> {
+        // Forward: at or after the last READ's end, and at most a window
+        // past it or past what was pushed (a window continued from the
+        // pushed end lands beyond the last READ by more than its size).
         let gap = self.size.max(WINDOW_MIN) as u64;
-        let forward = offset >= self.last_end && offset - self.last_end <= gap;
+        let forward =
+            offset >= self.last_end && offset.saturating_sub(self.last_end.max(self.ahead)) <= gap;
         if size > SMALL_READ || !forward {
             return None;
         }
@@ -337,6 +341,16 @@ mod tests {
         );
         p.read_to(ahead - 8192, ahead - 4096, w);
         assert_eq!(p.window(ahead + 4096, 4096), None);
+        // That push landed: the next miss is where it ended, more than a
+        // window past the last READ, and still forward.
+        let end = ahead + 2 * WINDOW_MIN as u64;
+        assert_eq!(
+            p.window(end, 4096),
+            Some(Window {
+                start: end + 4096,
+                len: 4 * WINDOW_MIN
+            })
+        );
     }
 
     #[test]
