@@ -59,8 +59,7 @@ impl LockStats {
         self.max_wait_ns.fetch_max(ns, Ordering::Relaxed);
     }
 
-    /// A commit held the lock for `d` (the commit thread's, or
-    /// unmount's).
+    /// The commit thread's commit held the lock for `d`.
     pub fn committed(&self, d: Duration) {
         let ns = d.as_nanos() as u64;
         self.commits.fetch_add(1, Ordering::Relaxed);

@@ -390,12 +390,13 @@ impl RwInner {
         // Counted from here: other fsyncs moved the counters while this
         // one waited.
         let before = trace.then(|| fs.stats.clone());
-        let res = match fs.fsync_sync_begin(n) {
-            Ok(SyncStep::Write(w)) if !log_sync_unlocked() => {
-                let written = w.write();
-                fs.fsync_sync_end(w, written)
-                    .or_else(|why| fs.fsync_fallback(why))
-            }
+        let step = if log_sync_unlocked() {
+            fs.fsync_sync_begin(n)
+        } else {
+            // The whole sync under the lock (the benchmark's switch).
+            fs.fsync_sync(n).map(|()| SyncStep::Done)
+        };
+        let res = match step {
             Ok(SyncStep::Done) => Ok(()),
             Ok(SyncStep::Write(w)) => {
                 // The flushes wait for the disk without the lock. A panic
