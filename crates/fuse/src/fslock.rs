@@ -8,7 +8,17 @@
 //! could change extents ([`FsLock::lock`]: all but reads) waits until no
 //! direct write is in flight, and new direct writes wait behind it (they
 //! would otherwise keep it waiting forever under a steady load). Reads
-//! ([`FsLock::lock_shared`]) change nothing and take the lock as it is.
+//! ([`FsLock::lock_shared`]: read, lookup, stat, readdir, xattrs, lseek)
+//! change nothing: they share the lock with each other, and with direct
+//! writes and log syncs in flight; every other request has it alone.
+//!
+//! The engine's reads take `&RwFs` ([`RwFs::read`], [`RwFs::stat`], ...):
+//! they descend the transaction's trees as they are, loading committed
+//! blocks into a cache of their own that readers fill side by side. So
+//! readers of one file, or of different files, wait for no one but a
+//! writer; the kernel's tree locks let readers of different leaves pass
+//! writers too, which one transaction in memory does not (a writer may
+//! move any block of a path it copies).
 //!
 //! A log sync writes its superblock and waits for the disk's flushes with
 //! the lock released ([`RwFs::fsync_sync_begin`]); until it ends, what may
@@ -17,14 +27,46 @@
 //! everything else goes on.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 use ubtrfs_engine::vfs::direct::DirectWrite;
 use ubtrfs_engine::vfs::{LogSyncWrite, RwFs};
 use ubtrfs_engine::Error;
 
+/// The filesystem held alone, for a request that may change it.
+pub type FsWrite<'a> = RwLockWriteGuard<'a, RwFs>;
+/// The filesystem shared with other readers (or held alone, with
+/// `UBTRFS_EXCLUSIVE_READS=1`).
+pub enum FsRead<'a> {
+    Shared(RwLockReadGuard<'a, RwFs>),
+    Alone(FsWrite<'a>),
+}
+
+impl std::ops::Deref for FsRead<'_> {
+    type Target = RwFs;
+    fn deref(&self) -> &RwFs {
+        match self {
+            FsRead::Shared(g) => g,
+            FsRead::Alone(g) => g,
+        }
+    }
+}
+
+/// UBTRFS_EXCLUSIVE_READS=1: requests that only read take the lock alone,
+/// one at a time, as every request did before reads shared it (the
+/// benchmark's switch).
+fn reads_shared() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    crate::rw::env_switch_on(&ON, "UBTRFS_EXCLUSIVE_READS")
+}
+
 pub struct FsLock {
-    fs: Mutex<RwFs>,
+    fs: RwLock<RwFs>,
+    /// Taken by a request that must wait for direct writes to drain or a
+    /// log sync to end, before it lets the filesystem go, and by whoever
+    /// ends them to signal: no signal falls between a waiter's look at
+    /// the filesystem and its wait.
+    gate: Mutex<()>,
     /// Signalled when the last direct write in flight ends, and when a
     /// request that waited for that has the lock.
     drained: Condvar,
@@ -85,7 +127,8 @@ impl LockStats {
 impl FsLock {
     pub fn new(fs: RwFs) -> FsLock {
         FsLock {
-            fs: Mutex::new(fs),
+            fs: RwLock::new(fs),
+            gate: Mutex::new(()),
             drained: Condvar::new(),
             waiting: AtomicU64::new(0),
             committers: AtomicU64::new(0),
@@ -94,50 +137,70 @@ impl FsLock {
         }
     }
 
-    fn raw(&self) -> MutexGuard<'_, RwFs> {
-        self.fs.lock().unwrap_or_else(|p| p.into_inner())
+    fn raw(&self) -> FsWrite<'_> {
+        self.fs.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn wait<'a>(&self, g: MutexGuard<'a, RwFs>) -> MutexGuard<'a, RwFs> {
-        self.drained.wait(g).unwrap_or_else(|p| p.into_inner())
+    fn gate(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.gate.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lets the filesystem go and waits for `cv` (the caller looks
+    /// again: wake-ups may be spurious).
+    fn wait_on(&self, cv: &Condvar, g: FsWrite<'_>) {
+        let gate = self.gate();
+        drop(g);
+        drop(cv.wait(gate).unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// Lets the filesystem go, waits for `cv` at most `dur`, and takes it
+    /// again (as it is: the caller looks at what it waited for).
+    pub fn wait_timeout<'a>(&'a self, cv: &Condvar, g: FsWrite<'a>, dur: Duration) -> FsWrite<'a> {
+        let gate = self.gate();
+        drop(g);
+        drop(
+            cv.wait_timeout(gate, dur)
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        self.raw()
+    }
+
+    /// Wakes the requests waiting on `cv` (in [`FsLock::wait_timeout`],
+    /// or for direct writes to drain and log syncs to end).
+    pub fn signal(&self, cv: &Condvar) {
+        let _gate = self.gate();
+        cv.notify_all();
     }
 
     /// The filesystem with no direct write in flight: for every request
     /// that may change it.
-    pub fn lock(&self) -> MutexGuard<'_, RwFs> {
+    pub fn lock(&self) -> FsWrite<'_> {
         let since = Instant::now();
         let g = self.lock_drained();
         self.stats.waited(since);
         g
     }
 
-    fn lock_drained(&self) -> MutexGuard<'_, RwFs> {
+    fn lock_drained(&self) -> FsWrite<'_> {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let mut g = self.raw();
         while g.direct_in_flight() > 0 {
-            g = self.wait(g);
+            self.wait_on(&self.drained, g);
+            g = self.raw();
         }
         // Under the lock, so that a direct write that saw it non-zero is
         // already waiting for the signal.
         if self.waiting.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.drained.notify_all();
+            self.signal(&self.drained);
         }
         g
-    }
-
-    /// Waits for the end of a log sync, or for a commit that log syncs
-    /// waited for to take the lock ([`FsLock::log_ended`]; not `drained`,
-    /// which every uncontended [`FsLock::lock`] signals: waiters for a
-    /// flush would wake each other in turn until it ends).
-    fn wait_log<'a>(&self, g: MutexGuard<'a, RwFs>) -> MutexGuard<'a, RwFs> {
-        self.log_ended.wait(g).unwrap_or_else(|p| p.into_inner())
     }
 
     /// The filesystem with no direct write and no log sync in flight, for
     /// a commit (a commit's superblock must not land before a log
     /// sync's). Log syncs waiting to begin let it go first, so a steady
     /// stream of fsyncs does not keep the commit waiting.
-    pub fn lock_commit(&self) -> MutexGuard<'_, RwFs> {
+    pub fn lock_commit(&self) -> FsWrite<'_> {
         let since = Instant::now();
         self.committers.fetch_add(1, Ordering::SeqCst);
         loop {
@@ -146,18 +209,21 @@ impl FsLock {
                 // Under the lock: the log syncs this wakes find it taken
                 // and run after the commit.
                 self.committers.fetch_sub(1, Ordering::SeqCst);
-                self.log_ended.notify_all();
+                self.signal(&self.log_ended);
                 self.stats.waited(since);
                 return g;
             }
-            // Direct writes may begin while this waits: lock again.
-            drop(self.wait_log(g));
+            // Direct writes may begin while this waits: lock again. Not
+            // on `drained`, which every uncontended lock() signals:
+            // waiters for a flush would wake each other in turn until it
+            // ends.
+            self.wait_on(&self.log_ended, g);
         }
     }
 
     /// The filesystem with no direct write, no log sync in flight and no
     /// commit waiting for one: for fsync, which may begin a log sync.
-    pub fn lock_log(&self) -> MutexGuard<'_, RwFs> {
+    pub fn lock_log(&self) -> FsWrite<'_> {
         let since = Instant::now();
         loop {
             let g = self.lock_drained();
@@ -165,7 +231,7 @@ impl FsLock {
                 self.stats.waited(since);
                 return g;
             }
-            drop(self.wait_log(g));
+            self.wait_on(&self.log_ended, g);
         }
     }
 
@@ -178,26 +244,31 @@ impl FsLock {
         self.stats.waited(since);
         let res = g.fsync_sync_end(w, res);
         drop(g);
-        self.log_ended.notify_all();
+        self.signal(&self.log_ended);
         res
     }
 
-    /// The filesystem as it is, direct writes in flight or not: for
-    /// requests that only read.
-    pub fn lock_shared(&self) -> MutexGuard<'_, RwFs> {
+    /// The filesystem as it is, shared with other readers, direct writes
+    /// and log syncs in flight or not: for requests that only read.
+    pub fn lock_shared(&self) -> FsRead<'_> {
         let since = Instant::now();
-        let g = self.raw();
+        let g = if reads_shared() {
+            FsRead::Shared(self.fs.read().unwrap_or_else(|p| p.into_inner()))
+        } else {
+            FsRead::Alone(self.raw())
+        };
         self.stats.waited(since);
         g
     }
 
     /// The filesystem for beginning a direct write: after the requests
     /// waiting for direct writes to drain.
-    pub fn lock_direct(&self) -> MutexGuard<'_, RwFs> {
+    pub fn lock_direct(&self) -> FsWrite<'_> {
         let since = Instant::now();
         let mut g = self.raw();
         while self.waiting.load(Ordering::SeqCst) > 0 {
-            g = self.wait(g);
+            self.wait_on(&self.drained, g);
+            g = self.raw();
         }
         self.stats.waited(since);
         g
@@ -208,7 +279,7 @@ impl FsLock {
         let mut g = self.raw();
         let res = g.direct_write_end(w, written);
         if g.direct_in_flight() == 0 {
-            self.drained.notify_all();
+            self.signal(&self.drained);
         }
         res
     }

@@ -17,7 +17,7 @@
 
 use crate::attr::file_attr;
 use crate::dir::dirent_type;
-use crate::fslock::FsLock;
+use crate::fslock::{FsLock, FsRead, FsWrite};
 use crate::ino;
 use crate::logging;
 use crate::proto::{
@@ -31,7 +31,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 use ubtrfs_engine::vfs::attr::{SetAttr, SetTime};
 use ubtrfs_engine::vfs::seek::{SeekCache, Versions};
@@ -183,7 +183,7 @@ fn async_direct() -> bool {
 
 /// A mechanism that `VAR=1` (any value but 0) in the daemon's environment
 /// switches off, read once.
-fn env_switch_on(cell: &std::sync::OnceLock<bool>, var: &str) -> bool {
+pub(crate) fn env_switch_on(cell: &std::sync::OnceLock<bool>, var: &str) -> bool {
     *cell.get_or_init(|| std::env::var_os(var).is_none_or(|v| v == "0"))
 }
 
@@ -286,13 +286,13 @@ impl RwFuse {
 
 impl RwInner {
     /// The filesystem, for a request that may change it.
-    fn fs(&self) -> MutexGuard<'_, RwFs> {
+    fn fs(&self) -> FsWrite<'_> {
         self.fs.lock()
     }
 
-    /// The filesystem, for a request that only reads it (direct writes
-    /// may be in flight).
-    fn fs_read(&self) -> MutexGuard<'_, RwFs> {
+    /// The filesystem, for a request that only reads it: shared with
+    /// other readers (direct writes and a log sync may be in flight).
+    fn fs_read(&self) -> FsRead<'_> {
         self.fs.lock_shared()
     }
 
@@ -372,11 +372,7 @@ impl RwInner {
                 if left.is_zero() {
                     break;
                 }
-                fs = self
-                    .log_synced
-                    .wait_timeout(fs, left)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                fs = self.fs.wait_timeout(&self.log_synced, fs, left);
                 waited = true;
             }
         }
@@ -412,14 +408,14 @@ impl RwInner {
                     Err(why) => self.fs.lock_commit().fsync_fallback(why),
                 };
                 let how = before.map(|b| answered(&b, &self.fs.lock_shared().stats));
-                self.log_synced.notify_all();
+                self.fs.signal(&self.log_synced);
                 return (res, how.unwrap_or_default());
             }
             Err(e) => Err(e),
         };
         let how = before.map(|b| answered(&b, &fs.stats));
         drop(fs);
-        self.log_synced.notify_all();
+        self.fs.signal(&self.log_synced);
         (res, how.unwrap_or_default())
     }
 
@@ -435,16 +431,16 @@ impl RwInner {
     }
 
     /// Stat and attributes of `id`, for an entry reply.
-    fn entry(&self, fs: &mut RwFs, id: InodeId) -> Result<(FileAttr, Generation), Errno> {
+    fn entry(&self, fs: &RwFs, id: InodeId) -> Result<(FileAttr, Generation), Errno> {
         let st = fs.stat(id).map_err(|e| errno("stat", e))?;
         Ok((self.attr(&st)?, Generation(st.generation)))
     }
 
     fn reply_entry(&self, op: &str, reply: ReplyEntry, res: Result<InodeId, Error>) {
-        let mut fs = self.fs_read();
+        let fs = self.fs_read();
         match res
             .map_err(|e| errno(op, e))
-            .and_then(|id| self.entry(&mut fs, id))
+            .and_then(|id| self.entry(&fs, id))
         {
             Ok((attr, g)) => reply.entry(&self.ttl, &attr, g),
             Err(e) => reply.error(e),
@@ -804,7 +800,7 @@ impl crate::proto::FuseFs for RwFuse {
             .filter(|h| h.id == id)
             .and_then(|h| h.reads.window(offset, size))
             .filter(|_| self.pushes.may_push(id));
-        let mut fs = self.fs_read();
+        let fs = self.fs_read();
         let res = fs.read(id, offset, size);
         // A failure past the request is not this request's.
         let ahead = window
@@ -1074,7 +1070,7 @@ impl crate::proto::FuseFs for RwFuse {
     ) {
         let id = self.inode(node);
         match cmd {
-            FS_IOC_GETFLAGS => match self.fs().get_flags(id) {
+            FS_IOC_GETFLAGS => match self.fs_read().get_flags(id) {
                 Ok(f) => reply.ioctl(0, &f.to_le_bytes()),
                 Err(e) => reply.error(errno("ioctl", e)),
             },
@@ -1088,7 +1084,7 @@ impl crate::proto::FuseFs for RwFuse {
                     Err(e) => reply.error(errno("ioctl", e)),
                 }
             }
-            FS_IOC_FSGETXATTR => match self.fs().get_flags(id) {
+            FS_IOC_FSGETXATTR => match self.fs_read().get_flags(id) {
                 Ok(f) => {
                     let x = XFLAGS
                         .iter()

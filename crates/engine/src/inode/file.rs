@@ -84,13 +84,13 @@ impl Trans {
     }
 
     /// The inode item of `ino`, NotFound when there is none.
-    pub fn inode_of(&mut self, tree: u64, ino: u64) -> Result<InodeItem> {
+    pub fn inode_of(&self, tree: u64, ino: u64) -> Result<InodeItem> {
         self.inode(tree, ino)?.ok_or_else(|| missing(tree, ino))
     }
 
     /// The file extents of `ino` that overlap `[start, end)`, in order.
     pub fn file_extents(
-        &mut self,
+        &self,
         tree: u64,
         ino: u64,
         start: u64,
@@ -105,7 +105,7 @@ impl Trans {
 
     /// [`Trans::file_extents`] with each item's bytes.
     fn file_extents_raw(
-        &mut self,
+        &self,
         tree: u64,
         ino: u64,
         start: u64,
@@ -139,7 +139,7 @@ impl Trans {
 
     /// The file's bytes `[off, off + len)` as they read now (zeros in holes
     /// and preallocated ranges; checksums are not verified).
-    pub fn read_file(&mut self, tree: u64, ino: u64, off: u64, len: u64) -> Result<Vec<u8>> {
+    pub fn read_file(&self, tree: u64, ino: u64, off: u64, len: u64) -> Result<Vec<u8>> {
         if len == 0 {
             // Nothing to look up (a write at the start of a sector asks
             // for its empty prefix).
@@ -209,7 +209,7 @@ impl Trans {
     /// has it (none for nodatasum data), another copy tried where one does
     /// not match: a sector no copy of which matches is an error, as the
     /// kernel's EIO.
-    fn read_verified(&mut self, logical: u64, len: u64) -> Result<Vec<u8>> {
+    fn read_verified(&self, logical: u64, len: u64) -> Result<Vec<u8>> {
         // The length comes from an extent item: bounded before the
         // checksum list is sized by it (read_data bounds it too, later).
         if len > crate::disk_io::MAX_DATA_READ as u64 {
@@ -224,7 +224,7 @@ impl Trans {
         let ss = self.sectorsize() as u64;
         let cs = self.info.csum_type.size();
         let mut sums: Vec<Option<[u8; CSUM_SIZE_MAX]>> = vec![None; (len / ss) as usize];
-        for (first, run) in self.csums_in(logical, logical + len)? {
+        for (first, run) in self.csums_view(logical, logical + len)? {
             for (i, c) in run.chunks(cs).enumerate() {
                 let at = (first - logical) / ss + i as u64;
                 if let Some(slot) = sums.get_mut(at as usize) {

@@ -70,7 +70,7 @@ impl Trans {
     }
 
     /// The inode item of `ino`, if any.
-    pub fn inode(&mut self, tree: u64, ino: u64) -> Result<Option<InodeItem>> {
+    pub fn inode(&self, tree: u64, ino: u64) -> Result<Option<InodeItem>> {
         match self.lookup(tree, &InodeItem::key(ino))? {
             None => Ok(None),
             Some(d) => InodeItem::parse(&d)

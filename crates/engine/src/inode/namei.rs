@@ -38,7 +38,7 @@ fn name_str(name: &[u8]) -> String {
 
 impl Trans {
     /// The entry `name` in directory `dir`, if any.
-    pub fn lookup_name(&mut self, tree: u64, dir: u64, name: &[u8]) -> Result<Option<Entry>> {
+    pub fn lookup_name(&self, tree: u64, dir: u64, name: &[u8]) -> Result<Option<Entry>> {
         let key = dir_item_key(dir, name);
         let Some(d) = self.lookup(tree, &key)? else {
             return Ok(None);
@@ -142,7 +142,7 @@ impl Trans {
     }
 
     /// The value of xattr `name` of `ino`.
-    pub fn get_xattr(&mut self, tree: u64, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
+    pub fn get_xattr(&self, tree: u64, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
         let key = xattr_item_key(ino, name);
         let Some(d) = self.lookup(tree, &key)? else {
             return Ok(None);

@@ -175,7 +175,7 @@ impl Trans {
 
     /// Every back reference of inode `ino`: (parent, name, index), from
     /// its INODE_REF and INODE_EXTREF items.
-    pub fn inode_refs(&mut self, tree: u64, ino: u64) -> Result<Vec<(u64, Vec<u8>, u64)>> {
+    pub fn inode_refs(&self, tree: u64, ino: u64) -> Result<Vec<(u64, Vec<u8>, u64)>> {
         let mut out = Vec::new();
         let lo = Key::new(ino, INODE_REF, 0);
         let hi = Key::new(ino, INODE_EXTREF, u64::MAX);
@@ -192,7 +192,7 @@ impl Trans {
     }
 
     /// The inode item of `ino`, or a corruption error saying who needed it.
-    pub fn inode_or(&mut self, tree: u64, ino: u64, what: &str) -> Result<InodeItem> {
+    pub fn inode_or(&self, tree: u64, ino: u64, what: &str) -> Result<InodeItem> {
         self.inode(tree, ino)?.ok_or_else(|| {
             Error::corrupt(
                 format!("tree {tree} inode {ino}"),

@@ -64,9 +64,18 @@ impl Trans {
     }
 
     /// The checksums of data sectors in `[start, end)` (queued ones
-    /// written first): runs of consecutive sectors, (first sector, sums).
+    /// written first): runs of consecutive sectors, (first sector, sums),
+    /// in order.
     pub fn csums_in(&mut self, start: u64, end: u64) -> Result<Vec<(u64, Vec<u8>)>> {
         self.flush_csums()?;
+        self.csums_view(start, end)
+    }
+
+    /// [`Trans::csums_in`] for a reader sharing the transaction: the csum
+    /// tree's runs in order, then the queued run's part of the range, not
+    /// necessarily in order (the queued sectors are new data, which no
+    /// item in the tree covers).
+    pub fn csums_view(&self, start: u64, end: u64) -> Result<Vec<(u64, Vec<u8>)>> {
         let ss = self.sectorsize() as u64;
         let cs = self.info.csum_type.size() as u64;
         let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
@@ -109,6 +118,13 @@ impl Trans {
         )?;
         for (k, d) in rest {
             take(&k, &d);
+        }
+        let run = &self.csum_run;
+        if !run.sums.is_empty() {
+            take(
+                &Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, run.start),
+                &run.sums,
+            );
         }
         Ok(out)
     }

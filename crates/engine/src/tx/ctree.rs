@@ -88,28 +88,25 @@ fn expect_child(p: &Ptr, parent_level: u8) -> BlockExpect {
 }
 
 impl Trans {
-    fn root_expect(&mut self, tree: u64) -> Result<(u64, BlockExpect)> {
-        let expect = |r: &super::Root| {
-            (
-                r.bytenr,
-                BlockExpect {
-                    level: Some(r.level),
-                    generation: Some(r.item.generation),
-                    first_key: None,
-                },
-            )
-        };
-        // One map lookup for a loaded tree (root() looks twice).
-        if let Some(r) = self.roots.get(&tree) {
-            return Ok(expect(r));
-        }
-        Ok(expect(self.root(tree)?))
+    /// Where tree `tree`'s root block is and what it must be.
+    fn root_expect(&self, tree: u64) -> Result<(u64, BlockExpect)> {
+        let r = self.root_view(tree)?;
+        Ok((
+            r.bytenr,
+            BlockExpect {
+                level: Some(r.level),
+                generation: Some(r.item.generation),
+                first_key: None,
+            },
+        ))
     }
 
     /// Descends to the leaf where `key` is or would be, copying every
     /// block on the way into the transaction.
     pub(crate) fn search_mut(&mut self, tree: u64, key: &Key) -> Result<(Path, bool)> {
         self.mutations += 1;
+        // Loaded and kept: the copy below moves the root.
+        self.root(tree)?;
         let (root, expect) = self.root_expect(tree)?;
         let mut b = self.cow(tree, root, expect, None)?;
         let mut path = Path::new(self.buf(b).level as usize + 1);
@@ -263,7 +260,7 @@ impl Trans {
     }
 
     /// The item at `key`, if any.
-    pub fn lookup(&mut self, tree: u64, key: &Key) -> Result<Option<Vec<u8>>> {
+    pub fn lookup(&self, tree: u64, key: &Key) -> Result<Option<Vec<u8>>> {
         let leaf = self.leaf_for(tree, key)?;
         Ok(match leaf_slot(leaf.items(), key) {
             (slot, true) => Some(leaf.items().data(slot).to_vec()),
@@ -274,9 +271,9 @@ impl Trans {
     /// The leaf where `key` is or would be. Parent keys are their
     /// children's first keys, so it holds `key` if the tree does, and the
     /// last item at or before `key` unless `key` is below every key.
-    fn leaf_for(&mut self, tree: u64, key: &Key) -> Result<BlockRef<'_>> {
+    fn leaf_for(&self, tree: u64, key: &Key) -> Result<BlockRef<'_>> {
         let (root, expect) = self.root_expect(tree)?;
-        let this = &*self;
+        let this = self;
         let mut cur = this.load(root, expect)?;
         while !cur.is_leaf() {
             let slot = node_slot(cur.ptrs(), key);
@@ -330,7 +327,7 @@ impl Trans {
     /// a deferred commit's, or a committed one read before.
     fn in_memory(&self, bytenr: u64) -> bool {
         self.bufs.contains_key(&bytenr)
-            || self.decoded.borrow().contains_key(&bytenr)
+            || self.decoded().contains_key(&bytenr)
             || self.deferred_block(bytenr).is_some()
     }
 
@@ -341,7 +338,7 @@ impl Trans {
     }
 
     /// The key of the last item at or before `key`.
-    pub fn last_key_le(&mut self, tree: u64, key: &Key) -> Result<Option<Key>> {
+    pub fn last_key_le(&self, tree: u64, key: &Key) -> Result<Option<Key>> {
         let leaf = self.leaf_for(tree, key)?;
         Ok(match leaf_slot(leaf.items(), key) {
             (slot, true) => Some(leaf.items().key(slot)),
@@ -351,7 +348,7 @@ impl Trans {
     }
 
     /// The first item at or after `key`.
-    pub fn search_first(&mut self, tree: u64, key: &Key) -> Result<Option<(Key, Vec<u8>)>> {
+    pub fn search_first(&self, tree: u64, key: &Key) -> Result<Option<(Key, Vec<u8>)>> {
         let mut out = None;
         self.scan(tree, key, |k, d| {
             out = Some((*k, d.to_vec()));
@@ -361,7 +358,7 @@ impl Trans {
     }
 
     /// Every item with a key in `[lo, hi]`, in order.
-    pub fn items_in(&mut self, tree: u64, lo: &Key, hi: &Key) -> Result<Vec<(Key, Vec<u8>)>> {
+    pub fn items_in(&self, tree: u64, lo: &Key, hi: &Key) -> Result<Vec<(Key, Vec<u8>)>> {
         let mut out = Vec::new();
         self.scan(tree, lo, |k, d| {
             if k > hi {
@@ -376,7 +373,7 @@ impl Trans {
     /// The last item at or before `key`. Parent keys are their children's
     /// first keys, so the leaf the search lands in holds it unless `key`
     /// is below every key.
-    pub fn search_last_le(&mut self, tree: u64, key: &Key) -> Result<Option<(Key, Vec<u8>)>> {
+    pub fn search_last_le(&self, tree: u64, key: &Key) -> Result<Option<(Key, Vec<u8>)>> {
         let cur = self.leaf_for(tree, key)?;
         let (slot, found) = leaf_slot(cur.items(), key);
         let i = if found {
@@ -393,13 +390,13 @@ impl Trans {
     /// Calls `f` on the items from `from` on, in order, while it returns
     /// true. Reads only: nothing is copied into the transaction.
     pub fn scan(
-        &mut self,
+        &self,
         tree: u64,
         from: &Key,
         mut f: impl FnMut(&Key, &[u8]) -> bool,
     ) -> Result<()> {
         let (root, expect) = self.root_expect(tree)?;
-        let this = &*self;
+        let this = self;
         // Stack of (node, next slot to visit) above the current block.
         let mut stack: Vec<(BlockRef<'_>, usize)> = Vec::new();
         let mut cur = this.load(root, expect)?;

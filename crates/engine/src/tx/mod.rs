@@ -86,8 +86,10 @@ pub struct Trans {
     /// Tree changes made so far (callers tell whether a failed
     /// operation changed anything).
     pub(crate) mutations: u64,
-    /// Committed blocks read in this transaction, decoded.
-    decoded: std::cell::RefCell<BlockMap<std::sync::Arc<ExtentBuffer>>>,
+    /// Committed blocks read in this transaction, decoded. Behind a mutex
+    /// of its own: readers sharing the mount's lock ([`Trans`]'s `&self`
+    /// reads) decode and keep blocks side by side.
+    decoded: std::sync::Mutex<BlockMap<std::sync::Arc<ExtentBuffer>>>,
     /// Largest file kept inline in its EXTENT_DATA item (the max_inline
     /// mount option; 0 keeps none).
     pub max_inline: u64,
@@ -200,26 +202,40 @@ impl Trans {
     /// time; NotFound when there is none.
     pub fn root(&mut self, id: u64) -> Result<&Root> {
         if !self.roots.contains_key(&id) {
-            let key = Key::new(id, ROOT_ITEM, 0);
-            let (k, data) = self
-                .search_first(ROOT_TREE_OBJECTID, &key)?
-                .filter(|(k, _)| k.objectid == id && k.item_type == ROOT_ITEM)
-                .ok_or_else(|| Error::NotFound(format!("tree {id}: no ROOT_ITEM")))?;
-            let item = RootItem::parse(&data)
-                .map_err(|e| Error::format(format!("root tree key {k}"), e))?;
-            self.roots.insert(
-                id,
-                Root {
-                    id,
-                    bytenr: item.bytenr,
-                    level: item.level,
-                    item,
-                    dirty: false,
-                    key_offset: k.offset,
-                },
-            );
+            let r = self.read_root(id)?;
+            self.roots.insert(id, r);
         }
         Ok(&self.roots[&id])
+    }
+
+    /// The tree `id` as it is now, for a reader that shares the
+    /// transaction (`&self`): the loaded root, or else one read from the
+    /// root tree and not kept (a tree not loaded has not changed in this
+    /// transaction, so its ROOT_ITEM there is current).
+    pub fn root_view(&self, id: u64) -> Result<std::borrow::Cow<'_, Root>> {
+        match self.roots.get(&id) {
+            Some(r) => Ok(std::borrow::Cow::Borrowed(r)),
+            None => self.read_root(id).map(std::borrow::Cow::Owned),
+        }
+    }
+
+    /// Tree `id`'s ROOT_ITEM, read from the root tree (always loaded).
+    fn read_root(&self, id: u64) -> Result<Root> {
+        let key = Key::new(id, ROOT_ITEM, 0);
+        let (k, data) = self
+            .search_first(ROOT_TREE_OBJECTID, &key)?
+            .filter(|(k, _)| k.objectid == id && k.item_type == ROOT_ITEM)
+            .ok_or_else(|| Error::NotFound(format!("tree {id}: no ROOT_ITEM")))?;
+        let item =
+            RootItem::parse(&data).map_err(|e| Error::format(format!("root tree key {k}"), e))?;
+        Ok(Root {
+            id,
+            bytenr: item.bytenr,
+            level: item.level,
+            item,
+            dirty: false,
+            key_offset: k.offset,
+        })
     }
 
     /// The ROOT_ITEM of tree `id`, to change; it is written at commit.
@@ -231,8 +247,8 @@ impl Trans {
     }
 
     /// Whether tree `id` exists.
-    pub fn has_tree(&mut self, id: u64) -> Result<bool> {
-        match self.root(id) {
+    pub fn has_tree(&self, id: u64) -> Result<bool> {
+        match self.root_view(id) {
             Ok(_) => Ok(true),
             Err(Error::NotFound(_)) => Ok(false),
             Err(e) => Err(e),
@@ -366,6 +382,13 @@ impl Trans {
         r.dirty = true;
     }
 
+    /// The decoded committed blocks (a panic elsewhere while holding them
+    /// leaves a map that is still whole: every change is one insert or
+    /// remove).
+    fn decoded(&self) -> std::sync::MutexGuard<'_, BlockMap<std::sync::Arc<ExtentBuffer>>> {
+        self.decoded.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The block at `bytenr`: this transaction's copy, or the committed
     /// one read and verified against what its parent pointer promised
     /// (decoded once and kept until the commit: committed blocks do not
@@ -374,14 +397,14 @@ impl Trans {
         if let Some(b) = self.bufs.get(&bytenr) {
             return Ok(BlockRef::Tx(b));
         }
-        if let Some(b) = self.decoded.borrow().get(&bytenr) {
+        if let Some(b) = self.decoded().get(&bytenr) {
             return Ok(BlockRef::Committed(b.clone()));
         }
         if let Some(b) = self.deferred_block(bytenr) {
             return Ok(BlockRef::Committed(b.clone()));
         }
         let eb = std::sync::Arc::new(self.read_committed(bytenr, expect)?);
-        let mut d = self.decoded.borrow_mut();
+        let mut d = self.decoded();
         if d.len() >= DECODED_BLOCKS {
             evict_some(&mut d);
         }
@@ -410,7 +433,12 @@ impl Trans {
         bytenr: u64,
         expect: BlockExpect,
     ) -> Result<ExtentBuffer> {
-        match self.decoded.get_mut().remove(&bytenr) {
+        match self
+            .decoded
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&bytenr)
+        {
             Some(b) => Ok(std::sync::Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone())),
             None => match self.deferred_block(bytenr) {
                 Some(b) => Ok((**b).clone()),
@@ -434,7 +462,7 @@ impl Trans {
         &mut self,
         written: Vec<(u64, std::sync::Arc<ExtentBuffer>)>,
     ) {
-        let d = self.decoded.get_mut();
+        let d = self.decoded.get_mut().unwrap_or_else(|p| p.into_inner());
         d.clear();
         let mut leaves = Vec::new();
         for (a, eb) in written {

@@ -84,9 +84,9 @@ fn system_time(t: SetTime) -> Timespec {
 impl RwFs {
     /// stat(2) of `id`: the inode item, with dirty data counted in the
     /// allocated bytes as the kernel counts delalloc bytes.
-    pub fn stat(&mut self, id: InodeId) -> Result<Stat> {
+    pub fn stat(&self, id: InodeId) -> Result<Stat> {
         if id.is_placeholder() {
-            let t = self.t.root(id.subvol)?.item.otime;
+            let t = self.t.root_view(id.subvol)?.item.otime;
             return Ok(Stat::placeholder(id, t));
         }
         let i = self.t.inode_of(id.subvol, id.ino)?;
@@ -112,7 +112,7 @@ impl RwFs {
     }
 
     /// The target of symlink `id`.
-    pub fn readlink(&mut self, id: InodeId) -> Result<Vec<u8>> {
+    pub fn readlink(&self, id: InodeId) -> Result<Vec<u8>> {
         let i = self.t.inode_of(id.subvol, id.ino)?;
         if i.mode & 0o170000 != 0o120000 {
             return Err(Error::Invalid(format!("inode {} is not a symlink", id.ino)));
@@ -184,7 +184,7 @@ impl RwFs {
     }
 
     /// getxattr(2): NoData when `id` has no xattr `name`.
-    pub fn getxattr(&mut self, id: InodeId, name: &[u8]) -> Result<Vec<u8>> {
+    pub fn getxattr(&self, id: InodeId, name: &[u8]) -> Result<Vec<u8>> {
         if id.is_placeholder() {
             return Err(Error::NoData(String::from_utf8_lossy(name).into_owned()));
         }
@@ -194,7 +194,7 @@ impl RwFs {
     }
 
     /// listxattr(2): the names, each followed by a NUL.
-    pub fn listxattr(&mut self, id: InodeId) -> Result<Vec<u8>> {
+    pub fn listxattr(&self, id: InodeId) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         if id.is_placeholder() {
             return Ok(out);
@@ -322,7 +322,7 @@ impl RwFs {
     }
 
     /// FS_IOC_GETFLAGS: the inode's flags as `lsattr` shows them.
-    pub fn get_flags(&mut self, id: InodeId) -> Result<u32> {
+    pub fn get_flags(&self, id: InodeId) -> Result<u32> {
         if id.is_placeholder() {
             return Ok(0);
         }

@@ -28,7 +28,7 @@ fn round_up(v: u64, ss: u64) -> u64 {
 }
 
 impl RwFs {
-    fn regular(&mut self, id: InodeId) -> Result<InodeItem> {
+    fn regular(&self, id: InodeId) -> Result<InodeItem> {
         let i = self.t.inode_of(id.subvol, id.ino)?;
         match i.mode & 0o170000 {
             0o100000 => Ok(i),
@@ -42,7 +42,7 @@ impl RwFs {
 
     /// The file's bytes `[off, off + len)` as they read now: the extents,
     /// under the dirty ranges.
-    fn read_view(&mut self, id: InodeId, off: u64, len: u64) -> Result<Vec<u8>> {
+    fn read_view(&self, id: InodeId, off: u64, len: u64) -> Result<Vec<u8>> {
         let mut buf = self.t.read_file(id.subvol, id.ino, off, len)?;
         if let Some(d) = self.dirty.get(&id) {
             d.overlay(off, &mut buf);
@@ -51,7 +51,7 @@ impl RwFs {
     }
 
     /// read(2): up to `len` bytes at `off`, fewer at the end of file.
-    pub fn read(&mut self, id: InodeId, off: u64, len: u32) -> Result<Vec<u8>> {
+    pub fn read(&self, id: InodeId, off: u64, len: u32) -> Result<Vec<u8>> {
         let i = self.regular(id)?;
         if off >= i.size {
             return Ok(Vec::new());
@@ -546,7 +546,7 @@ impl RwFs {
 
     /// The data map of `id` now: data extents (inline and regular, not
     /// preallocated) and dirty ranges, below the size.
-    fn data_map(&mut self, id: InodeId) -> Result<DataMap> {
+    fn data_map(&self, id: InodeId) -> Result<DataMap> {
         let i = self.regular(id)?;
         let mut parts = Vec::new();
         for (_, e) in self.t.file_extents(id.subvol, id.ino, 0, i.size.max(1))? {
@@ -567,7 +567,7 @@ impl RwFs {
     /// open file's cached map while the file has not changed. None is
     /// ENXIO.
     pub fn seek(
-        &mut self,
+        &self,
         id: InodeId,
         cache: &mut SeekCache,
         off: u64,

@@ -552,3 +552,9 @@ impl RwFs {
         }
     }
 }
+
+#[allow(dead_code)]
+fn _assert_sync() {
+    fn s<T: Sync>() {}
+    s::<RwFs>();
+}

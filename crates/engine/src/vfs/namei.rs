@@ -55,7 +55,7 @@ fn is_dir(mode: u32) -> bool {
 impl RwFs {
     /// What entry `e` of directory `dir` leads to: an inode, a subvolume's
     /// root, or the placeholder of a subvolume this snapshot lacks.
-    fn target(&mut self, dir: InodeId, e: &Entry) -> Result<InodeId> {
+    fn target(&self, dir: InodeId, e: &Entry) -> Result<InodeId> {
         if e.location.item_type != ROOT_ITEM {
             return Ok(InodeId {
                 subvol: dir.subvol,
@@ -81,7 +81,7 @@ impl RwFs {
     }
 
     /// The inode `name` in `dir` names, if any.
-    pub fn lookup(&mut self, dir: InodeId, name: &[u8]) -> Result<Option<InodeId>> {
+    pub fn lookup(&self, dir: InodeId, name: &[u8]) -> Result<Option<InodeId>> {
         if name.len() > NAME_MAX {
             check_name(name)?;
         }
@@ -97,7 +97,7 @@ impl RwFs {
     /// Up to `max` entries of `dir` after cookie `from` ("." is 1, ".."
     /// 2, then each name's dir index + 1, so entries added during a
     /// listing come after the ones already listed).
-    pub fn readdir(&mut self, dir: InodeId, from: u64, max: usize) -> Result<Vec<DirEnt>> {
+    pub fn readdir(&self, dir: InodeId, from: u64, max: usize) -> Result<Vec<DirEnt>> {
         let mut out = Vec::new();
         if from < 1 {
             out.push(DirEnt {
@@ -163,7 +163,7 @@ impl RwFs {
 
     /// The directory holding `dir` (itself for a subvolume's root at the
     /// top, or the directory holding the subvolume).
-    pub fn parent(&mut self, dir: InodeId) -> Result<InodeId> {
+    pub fn parent(&self, dir: InodeId) -> Result<InodeId> {
         if dir.is_placeholder() {
             return Ok(dir);
         }
