@@ -1033,7 +1033,7 @@ impl crate::proto::FuseFs for RwFuse {
                 self.umask(umask),
             )
             .map_err(|e| errno("create", e))
-            .and_then(|id| self.entry(&mut fs, id).map(|a| (id, a)));
+            .and_then(|id| self.entry(&fs, id).map(|a| (id, a)));
         match res {
             Ok((id, (attr, g))) => {
                 fs.opened(id);
