@@ -23,6 +23,12 @@
 #            IOPS, bandwidth, clat p99, max latency. If the mount refuses
 #            io_uring or O_DIRECT the script falls back (libaio, psync,
 #            then buffered) and says so in the table.
+#   randread fio randread 4K, O_DIRECT, psync, JOBS (4) jobs, each on a
+#            file of its own of RANDREAD_MIB (256) MiB written through the
+#            mount (COW, data checksums) and fsynced first; IOPS, clat
+#            p99, max latency. Every read is a round trip to the daemon,
+#            which reads the image and verifies the checksums: readers
+#            that share the mount's lock run side by side.
 #   sparse   a SPARSE_MIB (1024) MiB file of alternating 4 KiB data / 4 KiB
 #            holes written through the mount (no fsync), then at once
 #            `cp --sparse=always` to tmpfs while it is dirty, then fsync +
@@ -56,6 +62,8 @@
 #                         UBTRFS_NO_ASYNC_DIO=1 (no FUSE_ASYNC_DIO)
 #   dbench/sparse:        UBTRFS_NO_KEEP_CACHE=1 (every open drops the
 #                         file's page cache)
+#   dbench/randread:      UBTRFS_EXCLUSIVE_READS=1 (requests that only
+#                         read take the mount's lock alone, one at a time)
 # Runs are interleaved (run 1 of every side, then run 2, ...). Caches are
 # dropped after each setup, before the measured part. The ubtrfs daemon
 # runs in the foreground (-f) under /usr/bin/time (peak RSS); "umount s" is
@@ -69,13 +77,14 @@
 # results.tsv with every number, table.md). RUNS defaults to 3.
 # Environment:
 #   UBTRFS_RW_BENCH_KERNEL_ONLY=1  kernel sides only (no build, no FUSE)
-#   EXPS="dbench fsync fsynccow bssplit sparse"   experiments to run
+#   EXPS="dbench fsync fsynccow bssplit randread sparse"   experiments to run
 #   VARIANTS=1          ubtrfs with each mechanism off (0: plain ubtrfs only)
 #   SIDES="kernel ubtrfs ..."  exactly these sides, for every experiment
 #                       (ubtrfs@VAR=VALUE[,VAR=VALUE]...: ubtrfs with these
 #                       in the daemon's environment)
 #   KERNEL_COW=1        the kernel-datacow reference rows (0: skip)
 #   DURATION=30 CLIENTS=16 JOBS=4 FSYNC_MIB=256 BSSPLIT_MIB=1024 SPARSE_MIB=1024
+#   RANDREAD_MIB=256
 #   IMG_SIZE=4G  MKFS_ARGS="-m dup -d single" (given to both mkfs)
 #   KERNEL_OPTS, UBTRFS_OPTS    extra mount options (comma-separated)
 #   UBTRFS_BIN          ubtrfs binary (else cargo build --release -p ubtrfs)
@@ -102,7 +111,7 @@ REPO=$PWD
 WORK=${1:-/var/tmp/ubtrfs-rwbench}
 RUNS=${2:-3}
 KERNEL_ONLY=${UBTRFS_RW_BENCH_KERNEL_ONLY:-0}
-EXPS=${EXPS:-"dbench fsync fsynccow bssplit sparse"}
+EXPS=${EXPS:-"dbench fsync fsynccow bssplit randread sparse"}
 VARIANTS=${VARIANTS:-1}
 KERNEL_COW=${KERNEL_COW:-1}
 DURATION=${DURATION:-30}
@@ -111,6 +120,7 @@ JOBS=${JOBS:-4}
 FSYNC_MIB=${FSYNC_MIB:-256}
 BSSPLIT_MIB=${BSSPLIT_MIB:-1024}
 SPARSE_MIB=${SPARSE_MIB:-1024}
+RANDREAD_MIB=${RANDREAD_MIB:-256}
 IMG_SIZE=${IMG_SIZE:-4G}
 MKFS_ARGS=${MKFS_ARGS:-"-m dup -d single"}
 KERNEL_OPTS=${KERNEL_OPTS:-}
@@ -218,6 +228,7 @@ side_env() {
     ubtrfs-no-parallel-dio) echo UBTRFS_NO_PARALLEL_DIO=1 ;;
     ubtrfs-no-async-dio) echo UBTRFS_NO_ASYNC_DIO=1 ;;
     ubtrfs-no-keep-cache) echo UBTRFS_NO_KEEP_CACHE=1 ;;
+    ubtrfs-exclusive-reads) echo UBTRFS_EXCLUSIVE_READS=1 ;;
     ubtrfs-sync-commits) echo UBTRFS_SYNC_COMMITS=1 ;;
     ubtrfs-no-uring) echo UBTRFS_NO_URING=1 ;;
     ubtrfs@*) echo "${1#ubtrfs@}" | tr , ' ' ;;  # ad hoc: ubtrfs@VAR=VALUE[,VAR=VALUE]
@@ -246,11 +257,13 @@ sides_for() {
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-locked-log-sync ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
     fsynccow)
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-locked-log-sync"; } ;;
+    randread)
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-exclusive-reads"; } ;;
     *)
       local more=""
       case $1 in
         bssplit) more=" ubtrfs-no-direct-io ubtrfs-no-parallel-dio ubtrfs-no-async-dio" ;;
-        dbench) more=" ubtrfs-no-keep-cache ubtrfs-sync-commits ubtrfs-locked-log-sync" ;;
+        dbench) more=" ubtrfs-no-keep-cache ubtrfs-sync-commits ubtrfs-locked-log-sync ubtrfs-exclusive-reads" ;;
       esac
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-csum-full-scan$more"; } ;;
@@ -389,7 +402,8 @@ fio_parse() {
 import json, sys
 d = json.load(open(sys.argv[1]))
 j = d["jobs"][0]
-w = j["write"]
+# The direction the job did (randread: read; the others: write).
+w = j["read"] if j["read"].get("total_ios", 0) and not j["write"].get("total_ios", 0) else j["write"]
 print("iops %.0f" % w["iops"])
 print("mib_s %.2f" % (w["bw"] / 1024.0))
 clat = w.get("clat_ns", {})
@@ -523,6 +537,28 @@ exp_bssplit() { # SIDE RUN
   umount_side bssplit "$run" "$tag"
 }
 
+exp_randread() { # SIDE RUN
+  local side=$1 run=$2 tag=randread-$1-$2 f
+  mount_side "$side" "" "$tag"
+  mkdir "$MNT/rr"
+  local job=(--name=randread --directory="$MNT/rr" --bs=4k --size="${RANDREAD_MIB}M"
+             --numjobs="$JOBS" --ioengine=psync --group_reporting)
+  # The files written (fio's random buffers) and made durable, untimed.
+  if ! fio "${job[@]}" --rw=write --bs=1M --end_fsync=1 > "$OUT/$tag.layout.out" 2>&1; then
+    note "randread/$side run $run: fio layout failed (see $OUT/$tag.layout.out)"
+    umount_side randread "$run" "$tag"; return
+  fi
+  sync
+  drop_caches
+  if fio "${job[@]}" --rw=randread --direct=1 --time_based --runtime="$DURATION" \
+       --output-format=json --output="$OUT/$tag.json" > "$OUT/$tag.out" 2>&1; then
+    record_fio randread "$side" "$run" "$OUT/$tag.json"
+  else
+    note "randread/$side run $run: fio failed (see $OUT/$tag.out)"
+  fi
+  umount_side randread "$run" "$tag"
+}
+
 # The sparse file: 4 KiB of data (each block distinct) every 8 KiB, then
 # ftruncate to the full size; no fsync.
 write_sparse() { # FILE MIB
@@ -586,7 +622,7 @@ log "results in $OUT"
   echo "fuse enable_uring: $(cat "$URING_PARAM" 2>/dev/null || echo "- (no FUSE over io_uring)")"
   echo "fio: $(fio --version); dbench: $(dbench --help 2>&1 | head -1 | sed 's/ - .*//'); btrfs-progs: $(mkfs.btrfs --version 2>&1 | head -1)"
   [[ -n $BIN ]] && echo "ubtrfs: $BIN ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null))"
-  echo "RUNS=$RUNS DURATION=$DURATION CLIENTS=$CLIENTS JOBS=$JOBS FSYNC_MIB=$FSYNC_MIB BSSPLIT_MIB=$BSSPLIT_MIB SPARSE_MIB=$SPARSE_MIB IMG_SIZE=$IMG_SIZE MKFS_ARGS=$MKFS_ARGS KERNEL_ONLY=$KERNEL_ONLY"
+  echo "RUNS=$RUNS DURATION=$DURATION CLIENTS=$CLIENTS JOBS=$JOBS FSYNC_MIB=$FSYNC_MIB BSSPLIT_MIB=$BSSPLIT_MIB RANDREAD_MIB=$RANDREAD_MIB SPARSE_MIB=$SPARSE_MIB IMG_SIZE=$IMG_SIZE MKFS_ARGS=$MKFS_ARGS KERNEL_ONLY=$KERNEL_ONLY"
 } > "$OUT/env.txt"
 
 if [[ " $EXPS " == *" sparse "* ]]; then
@@ -594,7 +630,7 @@ if [[ " $EXPS " == *" sparse "* ]]; then
 fi
 T0=$(now)
 for exp in $EXPS; do
-  case $exp in dbench|fsync|fsynccow|bssplit|sparse) ;; *) echo "bench/rw.sh: unknown experiment $exp" >&2; exit 1 ;; esac
+  case $exp in dbench|fsync|fsynccow|bssplit|randread|sparse) ;; *) echo "bench/rw.sh: unknown experiment $exp" >&2; exit 1 ;; esac
   for run in $(seq "$RUNS"); do
     for side in $(sides_for "$exp"); do
       log "$exp: $side, run $run/$RUNS"
@@ -673,6 +709,7 @@ LABEL = {
     "ubtrfs-no-keep-cache": "ubtrfs UBTRFS_NO_KEEP_CACHE=1 (page cache dropped at open)",
     "ubtrfs-no-uring": "ubtrfs UBTRFS_NO_URING=1 (FUSE over /dev/fuse, not io_uring)",
     "ubtrfs-sync-commits": "ubtrfs UBTRFS_SYNC_COMMITS=1 (interval commits flush under the lock)",
+    "ubtrfs-exclusive-reads": "ubtrfs UBTRFS_EXCLUSIVE_READS=1 (reads take the lock alone)",
 }
 def label(side):
     return LABEL.get(side, side.replace("@", " "))
@@ -683,6 +720,7 @@ MOUNT = {
               "ubtrfs-commit": "-o rw,notreelog, chattr +C dir"},
     "fsynccow": {"kernel": "(COW dir)", "ubtrfs": "-o rw (COW dir)", "ubtrfs-commit": "-o rw,notreelog (COW dir)"},
     "bssplit": {"kernel": "chattr +C dir", "kernel-datacow": "(COW dir)", "ubtrfs": "-o rw, chattr +C dir"},
+    "randread": {"kernel": "(defaults)", "ubtrfs": "-o rw"},
     "sparse": {"kernel": "(defaults)", "ubtrfs": "-o rw"},
 }
 def mount_of(exp, side):
@@ -749,6 +787,20 @@ if rows("bssplit"):
               text("bssplit", s, "prealloc"), fmt(v, 0), ratio(v, k), offon, fmt(med("bssplit", s, "mib_s"), 2),
               fmt(med("bssplit", s, "clat_p99_ms")), fmt(med("bssplit", s, "lat_max_ms"), 1), text("bssplit", s, "nocow"),
               fmt(med("bssplit", s, "umount_s")), fmt(med("bssplit", s, "rss_mib"), 0)))
+
+if rows("randread"):
+    print()
+    print("fio randread 4K, O_DIRECT, psync, JOBS jobs (see the environment line), each on a file of its own, written and fsynced first:")
+    print()
+    print("| side | mount | IOPS | vs kernel | off/on | MiB/s | clat p99 ms | max latency ms | lock wait s | umount s | daemon RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    k = med("randread", "kernel", "iops"); u = med("randread", "ubtrfs", "iops")
+    for s in rows("randread"):
+        v = med("randread", s, "iops")
+        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("randread", s), fmt(v, 0), ratio(v, k), offon,
+              fmt(med("randread", s, "mib_s"), 2), fmt(med("randread", s, "clat_p99_ms")), fmt(med("randread", s, "lat_max_ms"), 1),
+              fmt(med("randread", s, "lock_wait_s"), 1), fmt(med("randread", s, "umount_s")), fmt(med("randread", s, "rss_mib"), 0)))
 
 if rows("sparse"):
     print()
