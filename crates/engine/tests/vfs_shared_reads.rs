@@ -191,3 +191,40 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
     let mut g = fs.write().unwrap();
     g.unmount().unwrap();
 }
+
+/// A close under the shared lock that was the last of an orphan leaves
+/// the deletion to the exclusive lock; a handle opened in between (the
+/// kernel opens an unlinked file again through /proc/PID/fd) keeps it.
+#[test]
+fn last_close_of_an_orphan_deletes_it_unless_reopened() {
+    let dev = Arc::new(MemDev::new(160 << 20));
+    let t = make(
+        vec![("mem".into(), dev.clone())],
+        &MkfsOptions {
+            fsid: Some([0x32; 16]),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut fs = RwFs::with_trans(t, RwOptions::default()).unwrap();
+    let root = InodeId {
+        subvol: FS_TREE_OBJECTID,
+        ino: FIRST_INODE,
+    };
+    let id = fs.create(root, b"gone", 0o100644, 0, (0, 0), None).unwrap();
+    fs.write(id, 0, b"still here").unwrap();
+    fs.opened(id);
+    fs.opened(id);
+    fs.unlink(root, b"gone").unwrap();
+    assert!(!fs.release_shared(id), "one handle is still open");
+    assert!(fs.release_shared(id), "the last close of an orphan");
+    // Opened again before the exclusive lock was taken: kept.
+    fs.opened(id);
+    fs.drop_orphan_if_closed(id).unwrap();
+    assert_eq!(fs.read(id, 0, 64).unwrap(), b"still here");
+    fs.commit().unwrap();
+    assert!(fs.release_shared(id));
+    fs.drop_orphan_if_closed(id).unwrap();
+    assert!(fs.stat(id).is_err(), "the orphan outlived its last close");
+    fs.unmount().unwrap();
+}

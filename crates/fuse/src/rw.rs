@@ -470,17 +470,24 @@ impl RwInner {
     /// [`Pushes::writer_begin`] (and uncounted here if the open fails).
     fn open_as(&self, id: InodeId, f: i32, writer: bool, reply: ReplyOpen) {
         let res = (|| {
+            if f & libc::O_TRUNC == 0 {
+                // Changes nothing but the open count: shared.
+                let fs = self.fs_read();
+                if writer {
+                    fs.check_open_write(id, f & libc::O_APPEND != 0)?;
+                }
+                fs.opened(id);
+                return Ok(());
+            }
             let mut fs = self.fs();
             if writer {
                 fs.check_open_write(id, f & libc::O_APPEND != 0)?;
             }
-            if f & libc::O_TRUNC != 0 {
-                let a = SetAttr {
-                    size: Some(0),
-                    ..Default::default()
-                };
-                fs.setattr(id, &a)?;
-            }
+            let a = SetAttr {
+                size: Some(0),
+                ..Default::default()
+            };
+            fs.setattr(id, &a)?;
             fs.opened(id);
             Ok(())
         })();
@@ -888,8 +895,13 @@ impl crate::proto::FuseFs for RwFuse {
             if h.writer {
                 self.pushes.writer_end(h.id);
             }
-            if let Err(e) = self.fs().released(h.id) {
-                logging::error(&format!("release: {e}"));
+            // Shared, but for the last close of a file without names,
+            // which deletes it.
+            let last_of_orphan = self.fs_read().release_shared(h.id);
+            if last_of_orphan {
+                if let Err(e) = self.fs().drop_orphan_if_closed(h.id) {
+                    logging::error(&format!("release: {e}"));
+                }
             }
         }
         reply.ok();

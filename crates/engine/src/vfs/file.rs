@@ -78,8 +78,8 @@ impl RwFs {
 
     /// Whether `id` may be opened for writing (not immutable; append-only
     /// files only with O_APPEND).
-    pub fn check_open_write(&mut self, id: InodeId, append: bool) -> Result<()> {
-        self.check_writable(id)?;
+    pub fn check_open_write(&self, id: InodeId, append: bool) -> Result<()> {
+        self.writable(id)?;
         let i = self.t.inode_of(id.subvol, id.ino)?;
         if i.flags & INODE_IMMUTABLE != 0 || (i.flags & INODE_APPEND != 0 && !append) {
             return Err(Error::Permission(format!(

@@ -127,7 +127,11 @@ pub struct RwFs {
     readonly: HashMap<u64, bool>,
     /// Open handles per inode: an inode whose last name goes while it is
     /// open lives on as an orphan until the last close.
-    open: HashMap<InodeId, u32>,
+    /// Behind a mutex of its own: opens and closes share the mount's lock
+    /// ([`RwFs::opened`], [`RwFs::release_shared`]); what looks at it to
+    /// change the trees (unlink, the last close of an orphan) holds the
+    /// filesystem alone.
+    open: std::sync::Mutex<HashMap<InodeId, u32>>,
     orphans: HashSet<InodeId>,
     last_commit: Instant,
     /// A commit failed: the transaction is gone, nothing more is written
@@ -212,7 +216,7 @@ impl RwFs {
             versions: Default::default(),
             next_ino: HashMap::new(),
             readonly: HashMap::new(),
-            open: HashMap::new(),
+            open: Default::default(),
             orphans: HashSet::new(),
             last_commit: Instant::now(),
             aborted: None,
@@ -261,6 +265,16 @@ impl RwFs {
     /// Refuses changes once a commit has failed, and in read-only
     /// subvolumes (and the placeholder directories of snapshots).
     pub(crate) fn check_writable(&mut self, id: InodeId) -> Result<()> {
+        if !id.is_placeholder() && !self.readonly.contains_key(&id.subvol) {
+            let ro = self.t.root(id.subvol)?.item.flags & ROOT_SUBVOL_RDONLY != 0;
+            self.readonly.insert(id.subvol, ro);
+        }
+        self.writable(id)
+    }
+
+    /// [`RwFs::check_writable`] for a caller that shares the filesystem
+    /// (a subvolume not looked at before is looked up, not remembered).
+    pub(crate) fn writable(&self, id: InodeId) -> Result<()> {
         if let Some(why) = &self.aborted {
             return Err(Error::ReadOnly(format!(
                 "the filesystem is read-only after a failed commit: {why}"
@@ -274,11 +288,7 @@ impl RwFs {
         }
         let ro = match self.readonly.get(&id.subvol) {
             Some(&ro) => ro,
-            None => {
-                let ro = self.t.root(id.subvol)?.item.flags & ROOT_SUBVOL_RDONLY != 0;
-                self.readonly.insert(id.subvol, ro);
-                ro
-            }
+            None => self.t.root_view(id.subvol)?.item.flags & ROOT_SUBVOL_RDONLY != 0,
         };
         if ro {
             return Err(Error::ReadOnly(format!(
@@ -304,32 +314,52 @@ impl RwFs {
         Ok(next)
     }
 
-    /// Notes an open handle of `id`.
-    pub fn opened(&mut self, id: InodeId) {
-        *self.open.entry(id).or_insert(0) += 1;
+    fn open_counts(&self) -> std::sync::MutexGuard<'_, HashMap<InodeId, u32>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Notes the close of a handle of `id`; the last close of an orphan
-    /// deletes it.
-    pub fn released(&mut self, id: InodeId) -> Result<()> {
-        let n = match self.open.get_mut(&id) {
+    /// Notes an open handle of `id`.
+    pub fn opened(&self, id: InodeId) {
+        *self.open_counts().entry(id).or_insert(0) += 1;
+    }
+
+    /// Notes the close of a handle of `id`, for a caller that shares the
+    /// filesystem: true when that was the last handle of an orphan, which
+    /// [`RwFs::released`] must then delete (holding the filesystem alone).
+    pub fn release_shared(&self, id: InodeId) -> bool {
+        let mut open = self.open_counts();
+        let n = match open.get_mut(&id) {
             Some(n) => {
-                *n -= 1;
+                *n = n.saturating_sub(1);
                 *n
             }
             None => 0,
         };
         if n == 0 {
-            self.open.remove(&id);
-            if self.orphans.remove(&id) && self.aborted.is_none() {
-                self.drop_orphan(id)?;
-            }
+            open.remove(&id);
+        }
+        n == 0 && self.orphans.contains(&id)
+    }
+
+    /// Notes the close of a handle of `id`; the last close of an orphan
+    /// deletes it.
+    pub fn released(&mut self, id: InodeId) -> Result<()> {
+        self.release_shared(id);
+        self.drop_orphan_if_closed(id)
+    }
+
+    /// Deletes orphan `id` if no handle has it open (after
+    /// [`RwFs::release_shared`] said its last one closed: a handle opened
+    /// since, through /proc/PID/fd, keeps it).
+    pub fn drop_orphan_if_closed(&mut self, id: InodeId) -> Result<()> {
+        if !self.is_open(id) && self.orphans.remove(&id) && self.aborted.is_none() {
+            self.drop_orphan(id)?;
         }
         Ok(())
     }
 
     pub(crate) fn is_open(&self, id: InodeId) -> bool {
-        self.open.contains_key(&id)
+        self.open_counts().contains_key(&id)
     }
 
     /// Keeps `id` (no names left) until its last close: an ORPHAN_ITEM, as
