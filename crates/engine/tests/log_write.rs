@@ -102,6 +102,9 @@ struct World {
     in_flight: u64,
 }
 
+/// fsyncs logged while a log sync was in flight (every seed's).
+static PIPELINED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Result<(), String> {
     let World {
         rng,
@@ -278,6 +281,11 @@ fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Resu
                         {
                             FsyncStage::Logged(n) => seqs.push(n),
                             FsyncStage::Durable => {}
+                            FsyncStage::Commit(why) => {
+                                return Err(format!(
+                                    "{what}: a commit left to the caller with no log sync in flight ({why})"
+                                ))
+                            }
                         }
                     }
                     // The last logged syncs for all; the others find
@@ -305,8 +313,20 @@ fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Resu
                             files[k].data.resize(end, 0);
                         }
                         files[k].data[at as usize..end].copy_from_slice(&d);
-                        fs.writeback(files[k].id)
-                            .map_err(|e| format!("{what}: writeback during the log sync: {e}"))?;
+                        // Written back, or fsynced as the mount's fsync
+                        // does during a log sync: logged into the log the
+                        // next sync writes (or a commit left for after).
+                        let mut next = None;
+                        if rng.below(2) == 0 {
+                            fs.writeback(files[k].id).map_err(|e| {
+                                format!("{what}: writeback during the log sync: {e}")
+                            })?;
+                        } else {
+                            next = Some(fs.fsync_log(files[k].id).map_err(|e| {
+                                format!("{what}: fsync_log during the log sync: {e}")
+                            })?);
+                            PIPELINED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
                         if fs.commit().is_ok() {
                             return Err(format!("{what}: a commit ran during a log sync"));
                         }
@@ -314,8 +334,31 @@ fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Resu
                         attempt.push(durable_all(files));
                         *in_flight += 1;
                         let res = w.write();
-                        if let Err(why) = fs.fsync_sync_end(w, res) {
-                            fs.fsync_fallback(why).map_err(|e| format!("{what}: {e}"))?;
+                        let ended = match fs.fsync_sync_end(w, res) {
+                            Ok(()) => one.clone(),
+                            Err(why) => {
+                                fs.fsync_fallback(why).map_err(|e| format!("{what}: {e}"))?;
+                                durable_all(files)
+                            }
+                        };
+                        if next.is_some() {
+                            // Another sync follows in this step: a crash
+                            // between the two finds this one's state.
+                            states.push((rec.log().events.len(), ended));
+                        }
+                        match next {
+                            Some(FsyncStage::Logged(n2)) => {
+                                // The next sync: the group's files and
+                                // this one's new bytes.
+                                let f = &files[k];
+                                one.insert(f.path.clone(), (f.data.clone(), f.xattrs.clone()));
+                                attempt.push(one.clone());
+                                fs.fsync_sync(n2).map_err(|e| format!("{what}: {e}"))?;
+                            }
+                            Some(FsyncStage::Commit(why)) => {
+                                fs.fsync_fallback(why).map_err(|e| format!("{what}: {e}"))?;
+                            }
+                            Some(FsyncStage::Durable) | None => {}
                         }
                     }
                     if seqs.len() == 2 && fs.stats.fsync_commits == commits {
@@ -679,6 +722,10 @@ fn fsync_log_survives_every_crash_point() {
     assert!(
         in_flight > 0,
         "no log sync was written while another file changed"
+    );
+    assert!(
+        PIPELINED.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no fsync logged its file during a log sync"
     );
 }
 

@@ -235,6 +235,12 @@ impl FsLock {
         }
     }
 
+    /// Whether a commit waits for a log sync to end (fsyncs let it go
+    /// first).
+    pub fn commit_waiting(&self) -> bool {
+        self.committers.load(Ordering::SeqCst) > 0
+    }
+
     /// Ends a log sync whose superblock write returned `res` (see
     /// [`RwFs::fsync_sync_begin`]): Err(why) when the caller must commit
     /// instead.

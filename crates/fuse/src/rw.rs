@@ -125,6 +125,13 @@ fn fsync_batching() -> bool {
     env_switch_on(&ON, "UBTRFS_NO_FSYNC_BATCH")
 }
 
+/// UBTRFS_NO_FSYNC_PIPELINE=1: an fsync waits for a log sync in flight
+/// before it logs its file (the benchmark's switch for logging beside it).
+fn fsync_pipelined() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    env_switch_on(&ON, "UBTRFS_NO_FSYNC_PIPELINE")
+}
+
 /// UBTRFS_LOCKED_LOG_SYNC=1: a log sync holds the filesystem's lock
 /// while the disk flushes (the benchmark's switch for syncing outside it).
 fn log_sync_unlocked() -> bool {
@@ -354,11 +361,26 @@ impl RwInner {
     fn fsync_grouped(&self, id: InodeId) -> (Result<(), Error>, String) {
         let trace = trace_fsync();
         self.fsyncs_waiting.fetch_add(1, Ordering::SeqCst);
-        let mut fs = self.fs.lock_log();
+        // Logging the file need not wait for a log sync in flight: it
+        // goes into the log the next sync writes (UBTRFS_NO_FSYNC_PIPELINE=1:
+        // it waits, as before).
+        let mut fs = if fsync_pipelined() {
+            self.fs.lock()
+        } else {
+            self.fs.lock_log()
+        };
         self.fsyncs_waiting.fetch_sub(1, Ordering::SeqCst);
         let before = trace.then(|| fs.stats.clone());
         let n = match fs.fsync_log(id) {
             Ok(FsyncStage::Logged(n)) => n,
+            Ok(FsyncStage::Commit(why)) => {
+                // A commit, once the log sync in flight has ended.
+                drop(fs);
+                let mut fs = self.fs.lock_commit();
+                let res = fs.fsync_fallback(why);
+                let how = before.map(|b| answered(&b, &fs.stats));
+                return (res, how.unwrap_or_default());
+            }
             res => {
                 let how = before.map(|b| answered(&b, &fs.stats));
                 return (res.map(|_| ()), how.unwrap_or_default());
@@ -378,8 +400,10 @@ impl RwInner {
         }
         // While this one waited (the lock released), another fsync's log
         // sync may have begun (it covers this file, or the next one will),
-        // a commit may be waiting, and direct writes may have begun.
-        if waited {
+        // a commit may be waiting, and direct writes may have begun; or
+        // this one logged while a log sync was in flight, which must end
+        // first.
+        if waited || fs.log_sync_in_flight() || self.fs.commit_waiting() {
             drop(fs);
             fs = self.fs.lock_log();
         }

@@ -597,6 +597,7 @@ impl RwFs {
         match self.fsync_log(id)? {
             FsyncStage::Durable => Ok(()),
             FsyncStage::Logged(n) => self.fsync_sync(n),
+            FsyncStage::Commit(why) => self.fsync_fallback(why),
         }
     }
 
@@ -605,10 +606,15 @@ impl RwFs {
     /// serving concurrent fsyncs lets the others log their files before
     /// calling [`RwFs::fsync_sync`], so one log sync serves them all (the
     /// kernel batches fsyncs into one log commit the same way).
+    ///
+    /// While another fsync's log sync is in flight this logs into the log
+    /// that the next sync writes (the kernel's fsync joins the next log
+    /// transaction while one commits), and answers
+    /// [`FsyncStage::Commit`] where it would commit.
     pub fn fsync_log(&mut self, id: InodeId) -> Result<FsyncStage> {
         self.take_wb_error()?;
         if self.aborted.is_some() {
-            return self.commit().map(|()| FsyncStage::Durable);
+            return self.fsync_commit_or_defer("the filesystem is read-only".into());
         }
         if !self.dirty.contains_key(&id) && !self.changed() {
             // The last commit has it: on disk once its superblock is.
@@ -616,7 +622,10 @@ impl RwFs {
             return Ok(FsyncStage::Durable);
         }
         if self.opts.notreelog {
-            return self.fsync_commit("notreelog".into());
+            return self.fsync_commit_or_defer("notreelog".into());
+        }
+        if self.log_sync_in_flight {
+            self.stats.fsync_logged_in_flight += 1;
         }
         self.writeback(id)?;
         let renamed = &self.renamed;
@@ -634,9 +643,18 @@ impl RwFs {
                 self.log_seq += 1;
                 Ok(FsyncStage::Logged(self.log_seq))
             }
-            Ok(Err(why)) => self.fsync_commit(why.into()),
-            Err(e) => self.fsync_commit(format!("logging the file failed: {e}")),
+            Ok(Err(why)) => self.fsync_commit_or_defer(why.into()),
+            Err(e) => self.fsync_commit_or_defer(format!("logging the file failed: {e}")),
         }
+    }
+
+    /// An fsync that a commit must answer: made now, or left to the caller
+    /// while a log sync is in flight.
+    fn fsync_commit_or_defer(&mut self, why: String) -> Result<FsyncStage> {
+        if self.log_sync_in_flight {
+            return Ok(FsyncStage::Commit(why));
+        }
+        self.fsync_commit(why)
     }
 
     /// Whether the file logged as number `n` is durable.

@@ -96,6 +96,9 @@ pub struct RwStats {
     /// NOCOW ranges overwritten in place, and those that fell back to COW.
     pub nocow_in_place: u64,
     pub nocow_cow: u64,
+    /// fsyncs that logged their file while another's log sync was in
+    /// flight (their own sync follows it).
+    pub fsync_logged_in_flight: u64,
     /// O_DIRECT writes overwritten in place outside the lock ([`direct`]).
     pub direct_writes: u64,
     /// The most direct writes in flight at once (the kernel sends an
@@ -185,13 +188,17 @@ impl LogSyncWrite {
 }
 
 /// Where an fsync stands once its file is in the in-memory log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FsyncStage {
     /// Durable already: nothing changed, or a commit was made.
     Durable,
     /// Logged as number `n`: durable once a log sync covers it
     /// ([`RwFs::fsync_sync`]).
     Logged(u64),
+    /// Only a commit can make it durable (why), and a log sync is in
+    /// flight, which no commit may overtake: the caller commits once it
+    /// has ended ([`RwFs::fsync_fallback`]).
+    Commit(String),
 }
 
 impl RwFs {
