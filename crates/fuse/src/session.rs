@@ -462,8 +462,8 @@ fn serve_rw(
         let last = fs.unmount();
         let (st, ls) = (fs.stats.clone(), fs.log_stats());
         logging::info(&format!(
-            "{} commits; fsync: {} by log tree, {} by another's log sync or a commit, {} by commit; log: {} syncs, {} inodes, {} blocks, {} checksum lookups; {} direct writes in place, at most {} at once",
-            st.commits, st.log_syncs, st.fsync_batched, st.fsync_commits, ls.syncs, ls.inodes, ls.blocks, ls.csum_lookups, st.direct_writes, st.direct_max_in_flight
+            "{} commits; fsync: {} by log tree, {} by another's log sync or a commit, {} by commit, {} logged during a log sync; log: {} syncs, {} inodes, {} blocks, {} checksum lookups; {} direct writes in place, at most {} at once",
+            st.commits, st.log_syncs, st.fsync_batched, st.fsync_commits, st.fsync_logged_in_flight, ls.syncs, ls.inodes, ls.blocks, ls.csum_lookups, st.direct_writes, st.direct_max_in_flight
         ));
         last
     };
