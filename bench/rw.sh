@@ -48,8 +48,9 @@
 #                         UBTRFS_CSUM_FULL_SCAN=1
 #   fsync/fsynccow/dbench: UBTRFS_LOCKED_LOG_SYNC=1 (a log sync holds the
 #                         lock while the disk flushes),
-#                         UBTRFS_NO_FSYNC_PIPELINE=1 (an fsync waits for a
-#                         log sync in flight before logging its file)
+#                         UBTRFS_FSYNC_PIPELINE=1 (switched on, not off: an
+#                         fsync logs its file while another's log sync is
+#                         in flight; off by default, it did not pay)
 #   fsync/fsynccow:       UBTRFS_NO_FSYNC_BATCH=1 (concurrent fsyncs not
 #                         grouped into one log sync)
 #   sparse:               UBTRFS_NO_SEEK_CACHE=1,
@@ -226,7 +227,7 @@ side_env() {
     ubtrfs-no-rw-push) echo UBTRFS_NO_RW_PUSH=1 ;;
     ubtrfs-no-fsync-batch) echo UBTRFS_NO_FSYNC_BATCH=1 ;;
     ubtrfs-locked-log-sync) echo UBTRFS_LOCKED_LOG_SYNC=1 ;;
-    ubtrfs-no-fsync-pipeline) echo UBTRFS_NO_FSYNC_PIPELINE=1 ;;
+    ubtrfs-fsync-pipeline) echo UBTRFS_FSYNC_PIPELINE=1 ;;
     ubtrfs-no-direct-io) echo UBTRFS_NO_DIRECT_IO=1 ;;
     ubtrfs-no-parallel-dio) echo UBTRFS_NO_PARALLEL_DIO=1 ;;
     ubtrfs-no-async-dio) echo UBTRFS_NO_ASYNC_DIO=1 ;;
@@ -257,16 +258,16 @@ sides_for() {
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-seek-cache ubtrfs-no-keep-cache ubtrfs-no-rw-push"; } ;;
     fsync)
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-locked-log-sync ubtrfs-no-fsync-pipeline ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-locked-log-sync ubtrfs-fsync-pipeline ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
     fsynccow)
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-locked-log-sync ubtrfs-no-fsync-pipeline"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-locked-log-sync ubtrfs-fsync-pipeline"; } ;;
     randread)
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-exclusive-reads"; } ;;
     *)
       local more=""
       case $1 in
         bssplit) more=" ubtrfs-no-direct-io ubtrfs-no-parallel-dio ubtrfs-no-async-dio" ;;
-        dbench) more=" ubtrfs-no-keep-cache ubtrfs-sync-commits ubtrfs-locked-log-sync ubtrfs-no-fsync-pipeline ubtrfs-exclusive-reads" ;;
+        dbench) more=" ubtrfs-no-keep-cache ubtrfs-sync-commits ubtrfs-locked-log-sync ubtrfs-fsync-pipeline ubtrfs-exclusive-reads" ;;
       esac
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-csum-full-scan$more"; } ;;
@@ -713,7 +714,7 @@ LABEL = {
     "ubtrfs-no-uring": "ubtrfs UBTRFS_NO_URING=1 (FUSE over /dev/fuse, not io_uring)",
     "ubtrfs-sync-commits": "ubtrfs UBTRFS_SYNC_COMMITS=1 (interval commits flush under the lock)",
     "ubtrfs-exclusive-reads": "ubtrfs UBTRFS_EXCLUSIVE_READS=1 (reads take the lock alone)",
-    "ubtrfs-no-fsync-pipeline": "ubtrfs UBTRFS_NO_FSYNC_PIPELINE=1 (fsync waits for a log sync in flight before logging)",
+    "ubtrfs-fsync-pipeline": "ubtrfs UBTRFS_FSYNC_PIPELINE=1 (fsync logs while a log sync is in flight; on/off)",
 }
 def label(side):
     return LABEL.get(side, side.replace("@", " "))

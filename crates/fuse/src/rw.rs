@@ -125,11 +125,12 @@ fn fsync_batching() -> bool {
     env_switch_on(&ON, "UBTRFS_NO_FSYNC_BATCH")
 }
 
-/// UBTRFS_NO_FSYNC_PIPELINE=1: an fsync waits for a log sync in flight
-/// before it logs its file (the benchmark's switch for logging beside it).
+/// UBTRFS_FSYNC_PIPELINE=1: an fsync logs its file while another's log
+/// sync is in flight, instead of waiting for it to end (an experiment the
+/// benchmark measures; off by default, see [`RwFuse::fsync_grouped`]).
 fn fsync_pipelined() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    env_switch_on(&ON, "UBTRFS_NO_FSYNC_PIPELINE")
+    *ON.get_or_init(|| std::env::var_os("UBTRFS_FSYNC_PIPELINE").is_some_and(|v| v != "0"))
 }
 
 /// UBTRFS_LOCKED_LOG_SYNC=1: a log sync holds the filesystem's lock
@@ -361,9 +362,10 @@ impl RwInner {
     fn fsync_grouped(&self, id: InodeId) -> (Result<(), Error>, String) {
         let trace = trace_fsync();
         self.fsyncs_waiting.fetch_add(1, Ordering::SeqCst);
-        // Logging the file need not wait for a log sync in flight: it
-        // goes into the log the next sync writes (UBTRFS_NO_FSYNC_PIPELINE=1:
-        // it waits, as before).
+        // With UBTRFS_FSYNC_PIPELINE=1 logging the file does not wait for
+        // a log sync in flight: it goes into the log the next sync writes.
+        // Off by default: measured, it did not pay here (fio fsync 0.89x,
+        // dbench 0.95x; docs/rw-bench.md, session 13).
         let mut fs = if fsync_pipelined() {
             self.fs.lock()
         } else {
