@@ -83,23 +83,25 @@ fn look(fs: &RwFs, root: InodeId) -> Result<u64, String> {
     Ok(bytes)
 }
 
-#[test]
-fn readers_share_the_filesystem_and_see_whole_versions() {
+/// A mount over a fresh in-memory image, and its top directory.
+fn fresh(nodesize: u32, fsid: u8) -> (RwFs, InodeId) {
     let dev = Arc::new(MemDev::new(192 << 20));
-    let t = make(
-        vec![("mem".into(), dev.clone())],
-        &MkfsOptions {
-            nodesize: 4096,
-            fsid: Some([0x31; 16]),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let mut fs = RwFs::with_trans(t, RwOptions::default()).unwrap();
+    let mkopts = MkfsOptions {
+        nodesize,
+        fsid: Some([fsid; 16]),
+        ..Default::default()
+    };
+    let t = make(vec![("mem".into(), dev)], &mkopts).unwrap();
     let root = InodeId {
         subvol: FS_TREE_OBJECTID,
         ino: FIRST_INODE,
     };
+    (RwFs::with_trans(t, RwOptions::default()).unwrap(), root)
+}
+
+#[test]
+fn readers_share_the_filesystem_and_see_whole_versions() {
+    let (mut fs, root) = fresh(4096, 0x31);
     let mut ids = HashMap::new();
     for i in 0..FILES {
         let id = fs
@@ -197,20 +199,7 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
 /// kernel opens an unlinked file again through /proc/PID/fd) keeps it.
 #[test]
 fn last_close_of_an_orphan_deletes_it_unless_reopened() {
-    let dev = Arc::new(MemDev::new(160 << 20));
-    let t = make(
-        vec![("mem".into(), dev.clone())],
-        &MkfsOptions {
-            fsid: Some([0x32; 16]),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let mut fs = RwFs::with_trans(t, RwOptions::default()).unwrap();
-    let root = InodeId {
-        subvol: FS_TREE_OBJECTID,
-        ino: FIRST_INODE,
-    };
+    let (mut fs, root) = fresh(16384, 0x32);
     let id = fs.create(root, b"gone", 0o100644, 0, (0, 0), None).unwrap();
     fs.write(id, 0, b"still here").unwrap();
     fs.opened(id);
