@@ -652,6 +652,7 @@ impl RwFs {
     /// while a log sync is in flight.
     fn fsync_commit_or_defer(&mut self, why: String) -> Result<FsyncStage> {
         if self.log_sync_in_flight {
+            self.commit_owed = Some(why.clone());
             return Ok(FsyncStage::Commit(why));
         }
         self.fsync_commit(why)
@@ -704,6 +705,11 @@ impl RwFs {
             return Err(Error::Invalid(
                 "a log sync while another is in flight".into(),
             ));
+        }
+        if let Some(why) = self.commit_owed.clone() {
+            // An fsync logged during the last sync may have left its file
+            // half in the log: a commit answers instead.
+            return self.fsync_commit(why).map(|_| SyncStep::Done);
         }
         let upto = self.log_seq;
         match self.log.sync_begin(&mut self.t) {

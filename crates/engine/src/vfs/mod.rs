@@ -145,6 +145,11 @@ pub struct RwFs {
     /// A log sync begun and not ended ([`RwFs::fsync_sync_begin`]): no
     /// commit and no other log sync until it ends.
     log_sync_in_flight: bool,
+    /// An fsync during a log sync found that only a commit could answer it
+    /// (why), and left the commit to its caller: until a commit is made,
+    /// no log is written (logging may have stopped half way through a
+    /// file, which a log must not hold).
+    commit_owed: Option<String>,
     /// A writeback that failed after its write(2) had returned, reported
     /// at the next fsync.
     wb_error: Option<Error>,
@@ -229,6 +234,7 @@ impl RwFs {
             aborted: None,
             direct_in_flight: 0,
             log_sync_in_flight: false,
+            commit_owed: None,
             wb_error: None,
             stats: RwStats::default(),
             log: Default::default(),
@@ -272,7 +278,8 @@ impl RwFs {
     /// Refuses changes once a commit has failed, and in read-only
     /// subvolumes (and the placeholder directories of snapshots).
     pub(crate) fn check_writable(&mut self, id: InodeId) -> Result<()> {
-        if !id.is_placeholder() && !self.readonly.contains_key(&id.subvol) {
+        if self.aborted.is_none() && !id.is_placeholder() && !self.readonly.contains_key(&id.subvol)
+        {
             let ro = self.t.root(id.subvol)?.item.flags & ROOT_SUBVOL_RDONLY != 0;
             self.readonly.insert(id.subvol, ro);
         }
@@ -489,6 +496,7 @@ impl RwFs {
                 self.renamed.clear();
                 self.committed_mutations = self.t.mutations();
                 self.durable_seq = self.log_seq;
+                self.commit_owed = None;
                 Ok(())
             }
             Err(e) => {
