@@ -70,7 +70,7 @@ const XFLAGS: [(u32, u32); 5] = [
 /// fsync.
 fn trace_fsync() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("UBTRFS_TRACE_FSYNC").is_some_and(|v| v != "0"))
+    env_switch_set(&ON, "UBTRFS_TRACE_FSYNC")
 }
 
 /// An open file.
@@ -130,7 +130,7 @@ fn fsync_batching() -> bool {
 /// benchmark measures; off by default, see [`RwFuse::fsync_grouped`]).
 fn fsync_pipelined() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("UBTRFS_FSYNC_PIPELINE").is_some_and(|v| v != "0"))
+    env_switch_set(&ON, "UBTRFS_FSYNC_PIPELINE")
 }
 
 /// UBTRFS_LOCKED_LOG_SYNC=1: a log sync holds the filesystem's lock
@@ -193,6 +193,12 @@ fn async_direct() -> bool {
 /// switches off, read once.
 pub(crate) fn env_switch_on(cell: &std::sync::OnceLock<bool>, var: &str) -> bool {
     *cell.get_or_init(|| std::env::var_os(var).is_none_or(|v| v == "0"))
+}
+
+/// Whether `VAR=1` (any value but 0) is in the daemon's environment, read
+/// once: for what is off unless asked for.
+fn env_switch_set(cell: &std::sync::OnceLock<bool>, var: &str) -> bool {
+    *cell.get_or_init(|| std::env::var_os(var).is_some_and(|v| v != "0"))
 }
 
 /// How an fsync was answered, from the counters its own calls moved (for

@@ -389,6 +389,12 @@ impl Trans {
         self.decoded.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The decoded committed blocks, for a caller that holds the
+    /// transaction alone (no lock taken).
+    fn decoded_mut(&mut self) -> &mut BlockMap<std::sync::Arc<ExtentBuffer>> {
+        self.decoded.get_mut().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The block at `bytenr`: this transaction's copy, or the committed
     /// one read and verified against what its parent pointer promised
     /// (decoded once and kept until the commit: committed blocks do not
@@ -433,12 +439,7 @@ impl Trans {
         bytenr: u64,
         expect: BlockExpect,
     ) -> Result<ExtentBuffer> {
-        match self
-            .decoded
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&bytenr)
-        {
+        match self.decoded_mut().remove(&bytenr) {
             Some(b) => Ok(std::sync::Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone())),
             None => match self.deferred_block(bytenr) {
                 Some(b) => Ok((**b).clone()),
@@ -462,7 +463,7 @@ impl Trans {
         &mut self,
         written: Vec<(u64, std::sync::Arc<ExtentBuffer>)>,
     ) {
-        let d = self.decoded.get_mut().unwrap_or_else(|p| p.into_inner());
+        let d = self.decoded_mut();
         d.clear();
         let mut leaves = Vec::new();
         for (a, eb) in written {

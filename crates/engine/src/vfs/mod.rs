@@ -339,7 +339,8 @@ impl RwFs {
 
     /// Notes the close of a handle of `id`, for a caller that shares the
     /// filesystem: true when that was the last handle of an orphan, which
-    /// [`RwFs::released`] must then delete (holding the filesystem alone).
+    /// [`RwFs::drop_orphan_if_closed`] must then delete (holding the
+    /// filesystem alone).
     pub fn release_shared(&self, id: InodeId) -> bool {
         let mut open = self.open_counts();
         let n = match open.get_mut(&id) {
