@@ -17,6 +17,8 @@ use ubtrfs_engine::vfs::attr::SetAttr;
 use ubtrfs_engine::vfs::{RwFs, RwOptions};
 use ubtrfs_format::consts::*;
 
+mod memcheck;
+
 const FILES: u64 = 6;
 const READERS: usize = 4;
 const WRITES: u64 = 600;
@@ -83,25 +85,38 @@ fn look(fs: &RwFs, root: InodeId) -> Result<u64, String> {
     Ok(bytes)
 }
 
-/// A mount over a fresh in-memory image, and its top directory.
-fn fresh(nodesize: u32, fsid: u8) -> (RwFs, InodeId) {
+/// A mount over a fresh in-memory image, its device and its top
+/// directory.
+fn fresh(nodesize: u32, fsid: u8) -> (RwFs, Arc<MemDev>, InodeId) {
     let dev = Arc::new(MemDev::new(192 << 20));
     let mkopts = MkfsOptions {
         nodesize,
         fsid: Some([fsid; 16]),
         ..Default::default()
     };
-    let t = make(vec![("mem".into(), dev)], &mkopts).unwrap();
+    let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
     let root = InodeId {
         subvol: FS_TREE_OBJECTID,
         ino: FIRST_INODE,
     };
-    (RwFs::with_trans(t, RwOptions::default()).unwrap(), root)
+    (
+        RwFs::with_trans(t, RwOptions::default()).unwrap(),
+        dev,
+        root,
+    )
+}
+
+/// btrfs-progs' `btrfs check --readonly` of the unmounted image.
+fn btrfs_check(dev: &MemDev, test: &str) {
+    if memcheck::btrfs_available(test) {
+        memcheck::btrfs_check(dev, "UBTRFS_VFS_SHARED_READS_KEEP")
+            .unwrap_or_else(|e| panic!("{test}: {e}"));
+    }
 }
 
 #[test]
 fn readers_share_the_filesystem_and_see_whole_versions() {
-    let (mut fs, root) = fresh(4096, 0x31);
+    let (mut fs, dev, root) = fresh(4096, 0x31);
     let mut ids = HashMap::new();
     for i in 0..FILES {
         let id = fs
@@ -192,6 +207,8 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
     );
     let mut g = fs.write().unwrap();
     g.unmount().unwrap();
+    drop(g);
+    btrfs_check(&dev, "vfs_shared_reads");
 }
 
 /// A close under the shared lock that was the last of an orphan leaves
@@ -199,7 +216,7 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
 /// kernel opens an unlinked file again through /proc/PID/fd) keeps it.
 #[test]
 fn last_close_of_an_orphan_deletes_it_unless_reopened() {
-    let (mut fs, root) = fresh(16384, 0x32);
+    let (mut fs, dev, root) = fresh(16384, 0x32);
     let id = fs.create(root, b"gone", 0o100644, 0, (0, 0), None).unwrap();
     fs.write(id, 0, b"still here").unwrap();
     fs.opened(id);
@@ -216,4 +233,5 @@ fn last_close_of_an_orphan_deletes_it_unless_reopened() {
     fs.drop_orphan_if_closed(id).unwrap();
     assert!(fs.stat(id).is_err(), "the orphan outlived its last close");
     fs.unmount().unwrap();
+    btrfs_check(&dev, "vfs_shared_reads orphan");
 }
