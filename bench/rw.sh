@@ -354,6 +354,11 @@ umount_side() {
     # the whole mount (its unmount line), in s.
     local lw; lw=$(sed -n 's/.*filesystem lock: taken [0-9]* times, \([0-9.]*\) ms waited.*/\1/p' "$OUT/$tag.daemon.log" | tail -1)
     [[ -n $lw ]] && record "$exp" "$side" "$run" lock_wait_s "$(python3 -c "print('%.1f' % ($lw / 1000))")"
+    # Time the lock was held alone (requests that change the filesystem,
+    # commits), in s: with the run's length, how much of it readers and
+    # writers could not pass.
+    local lh; lh=$(sed -n 's/.*filesystem lock: .* held alone \([0-9.]*\) ms in all.*/\1/p' "$OUT/$tag.daemon.log" | tail -1)
+    [[ -n $lh ]] && record "$exp" "$side" "$run" lock_held_s "$(python3 -c "print('%.1f' % ($lh / 1000))")"
   fi
   record "$exp" "$side" "$run" umount_s "$(sub "$e" "$s")"
 }

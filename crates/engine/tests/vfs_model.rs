@@ -762,3 +762,41 @@ fn vfs_direct_writes_outside_the_lock() {
     assert_eq!(fh.read_at(&reader, 0, &mut got).unwrap(), got.len());
     assert!(got == model, "the committed file differs from the model");
 }
+
+/// After the final commit (unmount) the filesystem is closed: a request
+/// still running when the mount ended is refused (EROFS) and writes
+/// nothing, and a second unmount does nothing; reads go on.
+#[test]
+fn vfs_unmount_closes_the_filesystem() {
+    let (dev, mut fs, root) = fresh_mount(&MkfsOptions {
+        fsid: Some([0x31; 16]),
+        ..Default::default()
+    });
+    let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
+    fs.write(id, 0, &[5u8; 10000]).unwrap();
+    fs.opened(id);
+    fs.unmount().unwrap();
+    let image = dev.snapshot();
+    let refused = |what: &str, r: Result<(), ubtrfs_engine::Error>| match r {
+        Err(ubtrfs_engine::Error::ReadOnly(m)) => assert!(m.contains("unmounted"), "{what}: {m}"),
+        other => panic!("{what} after unmount: {other:?}"),
+    };
+    refused("write", fs.write(id, 0, &[6u8; 4096]).map(drop));
+    refused(
+        "create",
+        fs.create(root, b"g", 0o100644, 0, (0, 0), None).map(drop),
+    );
+    refused("unlink", fs.unlink(root, b"f"));
+    refused("commit", fs.commit());
+    refused("direct write", fs.direct_write_begin(id, 0, 4096).map(drop));
+    // Nothing changed since the final commit: fsync and sync answer from
+    // it.
+    assert!(fs.fsync(id).is_ok());
+    assert!(fs.sync_fs().is_ok());
+    fs.released(id).unwrap();
+    fs.unmount().unwrap();
+    assert_eq!(fs.read(id, 0, 10000).unwrap(), vec![5u8; 10000]);
+    assert!(dev.snapshot() == image, "the image changed after unmount");
+    drop(fs);
+    btrfs_check(&dev).unwrap();
+}

@@ -33,8 +33,53 @@ use ubtrfs_engine::vfs::direct::DirectWrite;
 use ubtrfs_engine::vfs::{LogSyncWrite, RwFs};
 use ubtrfs_engine::Error;
 
-/// The filesystem held alone, for a request that may change it.
-pub type FsWrite<'a> = RwLockWriteGuard<'a, RwFs>;
+/// The filesystem held alone, for a request that may change it. How long
+/// it was held is counted when it is let go ([`LockStats`]).
+pub struct FsWrite<'a> {
+    g: RwLockWriteGuard<'a, RwFs>,
+    since: Instant,
+    stats: &'a LockStats,
+}
+
+impl std::ops::Deref for FsWrite<'_> {
+    type Target = RwFs;
+    fn deref(&self) -> &RwFs {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for FsWrite<'_> {
+    fn deref_mut(&mut self) -> &mut RwFs {
+        &mut self.g
+    }
+}
+
+impl Drop for FsWrite<'_> {
+    fn drop(&mut self) {
+        let held = self.stats.held(self.since);
+        if trace_holds().is_some_and(|min| held >= min) {
+            // Dropped where it was held: the stack names the holder.
+            let bt = std::backtrace::Backtrace::force_capture();
+            crate::logging::info(&format!(
+                "trace: filesystem lock held alone {:.1} ms by:\n{bt}",
+                held.as_secs_f64() * 1e3
+            ));
+        }
+    }
+}
+
+/// UBTRFS_TRACE_LOCK_MS=N: log the holder of every hold of the lock alone
+/// that lasted N ms or more (where the time goes).
+fn trace_holds() -> Option<Duration> {
+    static MIN: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| {
+        std::env::var("UBTRFS_TRACE_LOCK_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_millis)
+    })
+}
+
 /// The filesystem shared with other readers (or held alone, with
 /// `UBTRFS_EXCLUSIVE_READS=1`).
 pub enum FsRead<'a> {
@@ -91,6 +136,10 @@ pub struct LockStats {
     commits: AtomicU64,
     commit_ns: AtomicU64,
     max_commit_ns: AtomicU64,
+    /// Time the lock was held alone (by requests that may change the
+    /// filesystem, commits, the ends of direct writes and log syncs).
+    held_ns: AtomicU64,
+    max_held_ns: AtomicU64,
 }
 
 impl LockStats {
@@ -99,6 +148,14 @@ impl LockStats {
         self.takes.fetch_add(1, Ordering::Relaxed);
         self.wait_ns.fetch_add(ns, Ordering::Relaxed);
         self.max_wait_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    fn held(&self, since: Instant) -> Duration {
+        let d = since.elapsed();
+        let ns = d.as_nanos() as u64;
+        self.held_ns.fetch_add(ns, Ordering::Relaxed);
+        self.max_held_ns.fetch_max(ns, Ordering::Relaxed);
+        d
     }
 
     /// The commit thread's commit held the lock for `d`.
@@ -113,10 +170,12 @@ impl LockStats {
     pub fn summary(&self) -> String {
         let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e6;
         format!(
-            "filesystem lock: taken {} times, {:.1} ms waited in all, at most {:.1} ms; commits held it {} times, {:.1} ms in all, at most {:.1} ms",
+            "filesystem lock: taken {} times, {:.1} ms waited in all, at most {:.1} ms; held alone {:.1} ms in all, at most {:.1} ms; commits held it {} times, {:.1} ms in all, at most {:.1} ms",
             self.takes.load(Ordering::Relaxed),
             ms(&self.wait_ns),
             ms(&self.max_wait_ns),
+            ms(&self.held_ns),
+            ms(&self.max_held_ns),
             self.commits.load(Ordering::Relaxed),
             ms(&self.commit_ns),
             ms(&self.max_commit_ns),
@@ -138,7 +197,11 @@ impl FsLock {
     }
 
     fn raw(&self) -> FsWrite<'_> {
-        self.fs.write().unwrap_or_else(|p| p.into_inner())
+        FsWrite {
+            g: self.fs.write().unwrap_or_else(|p| p.into_inner()),
+            since: Instant::now(),
+            stats: &self.stats,
+        }
     }
 
     fn gate(&self) -> std::sync::MutexGuard<'_, ()> {

@@ -613,6 +613,11 @@ impl RwFs {
     /// [`FsyncStage::Commit`] where it would commit.
     pub fn fsync_log(&mut self, id: InodeId) -> Result<FsyncStage> {
         self.take_wb_error()?;
+        if self.unmounted() && !self.changed() {
+            // The final commit has everything.
+            return Ok(FsyncStage::Durable);
+        }
+        self.check_mounted()?;
         if self.aborted.is_some() {
             return self.fsync_commit_or_defer("the filesystem is read-only".into());
         }
@@ -696,6 +701,7 @@ impl RwFs {
             self.stats.fsync_batched += 1;
             return Ok(SyncStep::Done);
         }
+        self.check_mounted()?;
         // A commit failed since this file was logged (another fsync's, or
         // the commit thread's): nothing more is written, the error says so.
         if self.aborted.is_some() {

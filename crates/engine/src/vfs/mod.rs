@@ -140,6 +140,11 @@ pub struct RwFs {
     /// A commit failed: the transaction is gone, nothing more is written
     /// (the kernel's transaction abort turns the filesystem read-only).
     aborted: Option<String>,
+    /// The final commit was made ([`RwFs::unmount`]): nothing more is
+    /// changed or written. A request still running when the mount ended
+    /// (a lazy unmount, an aborted connection) is refused rather than
+    /// changing what no commit will write, or writing a log after it.
+    unmounted: bool,
     /// Direct writes begun and not ended ([`direct`]).
     direct_in_flight: u64,
     /// A log sync begun and not ended ([`RwFs::fsync_sync_begin`]): no
@@ -232,6 +237,7 @@ impl RwFs {
             orphans: HashSet::new(),
             last_commit: Instant::now(),
             aborted: None,
+            unmounted: false,
             direct_in_flight: 0,
             log_sync_in_flight: false,
             commit_owed: None,
@@ -289,6 +295,7 @@ impl RwFs {
     /// [`RwFs::check_writable`] for a caller that shares the filesystem
     /// (a subvolume not looked at before is looked up, not remembered).
     pub(crate) fn writable(&self, id: InodeId) -> Result<()> {
+        self.check_mounted()?;
         if let Some(why) = &self.aborted {
             return Err(Error::ReadOnly(format!(
                 "the filesystem is read-only after a failed commit: {why}"
@@ -367,7 +374,11 @@ impl RwFs {
     /// [`RwFs::release_shared`] said its last one closed: a handle opened
     /// since, through /proc/PID/fd, keeps it).
     pub fn drop_orphan_if_closed(&mut self, id: InodeId) -> Result<()> {
-        if !self.is_open(id) && self.orphans.remove(&id) && self.aborted.is_none() {
+        if !self.is_open(id)
+            && self.orphans.remove(&id)
+            && self.aborted.is_none()
+            && !self.unmounted
+        {
             self.drop_orphan(id)?;
         }
         Ok(())
@@ -437,7 +448,7 @@ impl RwFs {
     /// Whether a commit is due: the commit interval passed, or too much is
     /// held in memory.
     pub fn commit_due(&self) -> bool {
-        if self.aborted.is_some() {
+        if self.aborted.is_some() || self.unmounted {
             return false;
         }
         let meta = self.t.dirty_blocks() as u64 * self.t.nodesize() as u64;
@@ -471,6 +482,7 @@ impl RwFs {
     }
 
     fn commit_as(&mut self, sync: bool) -> Result<()> {
+        self.check_mounted()?;
         if self.log_sync_in_flight {
             // The caller's lock lets no commit start during a log sync:
             // its superblock could land before the log's.
@@ -514,18 +526,43 @@ impl RwFs {
 
     /// At unmount: orphans still open are deleted, everything committed
     /// (nothing is written when nothing changed and no log is on disk).
+    ///
+    /// After it returns Ok, the filesystem is closed: reads go on, every
+    /// change, commit and log sync is refused (EROFS), and a second
+    /// unmount does nothing. A failed final commit leaves it open and
+    /// read-only, as any failed commit.
     pub fn unmount(&mut self) -> Result<()> {
-        if self.aborted.is_some() {
+        if self.aborted.is_some() || self.unmounted {
             return Ok(());
         }
         let orphans: Vec<InodeId> = self.orphans.drain().collect();
         for id in orphans {
             self.drop_orphan(id)?;
         }
-        if self.dirty.is_empty() && !self.changed() && self.log.is_empty(&self.t) {
-            return Ok(());
+        if !self.dirty.is_empty() || self.changed() || !self.log.is_empty(&self.t) {
+            self.commit()?;
         }
-        self.commit()
+        // A periodic commit's superblock is on disk before the mount
+        // says it is done.
+        self.wait_committed()?;
+        self.unmounted = true;
+        Ok(())
+    }
+
+    /// Whether the final commit was made ([`RwFs::unmount`]).
+    pub fn unmounted(&self) -> bool {
+        self.unmounted
+    }
+
+    /// Refuses what would change or write the filesystem after its final
+    /// commit ([`RwFs::unmount`]).
+    pub(crate) fn check_mounted(&self) -> Result<()> {
+        if self.unmounted {
+            return Err(Error::ReadOnly(
+                "the filesystem is unmounted (its final commit was made)".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// A sync of the whole filesystem, as the kernel's BTRFS_IOC_SYNC
