@@ -21,7 +21,7 @@ use ubtrfs_engine::io::device::Device;
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::vfs::attr::SetAttr;
 use ubtrfs_engine::vfs::seek::{SeekCache, Versions};
-use ubtrfs_engine::vfs::{RwFs, RwOptions};
+use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwOptions};
 use ubtrfs_engine::FileHandle;
 use ubtrfs_format::consts::*;
 
@@ -775,8 +775,25 @@ fn vfs_unmount_closes_the_filesystem() {
     let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
     fs.write(id, 0, &[5u8; 10000]).unwrap();
     fs.opened(id);
+    // A file open without names: the final commit deletes it.
+    let gone = fs.create(root, b"o", 0o100644, 0, (0, 0), None).unwrap();
+    fs.write(gone, 0, &[7u8; 5000]).unwrap();
+    fs.opened(gone);
+    fs.unlink(root, b"o").unwrap();
+    // The last commit's superblock left to its thread: unmount waits for
+    // it.
+    fs.commit_periodic().unwrap();
+    // Logged before the unmount, synced after: the final commit has it.
+    let g = fs.create(root, b"g", 0o100644, 0, (0, 0), None).unwrap();
+    fs.write(g, 0, &[8u8; 3000]).unwrap();
+    let logged = match fs.fsync_log(g).unwrap() {
+        FsyncStage::Logged(n) => n,
+        other => panic!("fsync_log: {other:?}"),
+    };
     fs.unmount().unwrap();
     let image = dev.snapshot();
+    fs.fsync_sync(logged).unwrap();
+    fs.released(gone).unwrap();
     let refused = |what: &str, r: Result<(), ubtrfs_engine::Error>| match r {
         Err(ubtrfs_engine::Error::ReadOnly(m)) => assert!(m.contains("unmounted"), "{what}: {m}"),
         other => panic!("{what} after unmount: {other:?}"),
@@ -799,4 +816,15 @@ fn vfs_unmount_closes_the_filesystem() {
     assert!(dev.snapshot() == image, "the image changed after unmount");
     drop(fs);
     btrfs_check(&dev).unwrap();
+    // What the final commit wrote is what a new mount reads.
+    let d = Device::from_dev(std::path::Path::new("mem"), dev.clone()).unwrap();
+    let reader = Filesystem::from_devices(vec![d], 16 << 20).unwrap();
+    for (name, want) in [(&b"f"[..], vec![5u8; 10000]), (b"g", vec![8u8; 3000])] {
+        let e = reader.lookup(root, name).unwrap().expect("name kept");
+        let mut fh = FileHandle::open(&reader, e.target).unwrap();
+        let mut buf = vec![0u8; want.len() + 1];
+        let n = fh.read_at(&reader, 0, &mut buf).unwrap();
+        assert_eq!(&buf[..n], &want[..]);
+    }
+    assert!(reader.lookup(root, b"o").unwrap().is_none());
 }

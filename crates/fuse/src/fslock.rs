@@ -26,6 +26,7 @@
 //! unmount) or sync the log ([`FsLock::lock_log`]: fsync) waits, and
 //! everything else goes on.
 
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
@@ -36,7 +37,8 @@ use ubtrfs_engine::Error;
 /// The filesystem held alone, for a request that may change it. How long
 /// it was held is counted when it is let go ([`LockStats`]).
 pub struct FsWrite<'a> {
-    g: RwLockWriteGuard<'a, RwFs>,
+    /// Let go first when dropped, before the hold is counted and logged.
+    g: ManuallyDrop<RwLockWriteGuard<'a, RwFs>>,
     since: Instant,
     stats: &'a LockStats,
 }
@@ -56,9 +58,12 @@ impl std::ops::DerefMut for FsWrite<'_> {
 
 impl Drop for FsWrite<'_> {
     fn drop(&mut self) {
+        // SAFETY: the guard is dropped once, here, and not used after.
+        unsafe { ManuallyDrop::drop(&mut self.g) };
         let held = self.stats.held(self.since);
         if trace_holds().is_some_and(|min| held >= min) {
-            // Dropped where it was held: the stack names the holder.
+            // Dropped where it was held: the stack names the holder (the
+            // lock already let go, so logging keeps no one waiting).
             let bt = std::backtrace::Backtrace::force_capture();
             crate::logging::info(&format!(
                 "trace: filesystem lock held alone {:.1} ms by:\n{bt}",
@@ -137,7 +142,8 @@ pub struct LockStats {
     commit_ns: AtomicU64,
     max_commit_ns: AtomicU64,
     /// Time the lock was held alone (by requests that may change the
-    /// filesystem, commits, the ends of direct writes and log syncs).
+    /// filesystem, commits, the ends of direct writes and log syncs; and
+    /// reads, with `UBTRFS_EXCLUSIVE_READS=1`).
     held_ns: AtomicU64,
     max_held_ns: AtomicU64,
 }
@@ -198,7 +204,7 @@ impl FsLock {
 
     fn raw(&self) -> FsWrite<'_> {
         FsWrite {
-            g: self.fs.write().unwrap_or_else(|p| p.into_inner()),
+            g: ManuallyDrop::new(self.fs.write().unwrap_or_else(|p| p.into_inner())),
             since: Instant::now(),
             stats: &self.stats,
         }

@@ -459,7 +459,14 @@ fn serve_rw(
     // writes nothing).
     let last = {
         let mut fs = rw.lock_commit();
-        let last = fs.unmount();
+        // A failed commit (during the mount, or DESTROY's final one)
+        // leaves it read-only and not closed: the daemon says so.
+        let last = fs.unmount().and_then(|()| match fs.aborted() {
+            Some(why) if !fs.unmounted() => Err(ubtrfs_engine::Error::ReadOnly(format!(
+                "not made: the filesystem is read-only after a failed commit: {why}"
+            ))),
+            _ => Ok(()),
+        });
         let (st, ls) = (fs.stats.clone(), fs.log_stats());
         logging::info(&format!(
             "{} commits; fsync: {} by log tree, {} by another's log sync or a commit, {} by commit, {} logged during a log sync; log: {} syncs, {} inodes, {} blocks, {} checksum lookups; {} direct writes in place, at most {} at once",

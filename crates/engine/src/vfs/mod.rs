@@ -535,6 +535,12 @@ impl RwFs {
         if self.aborted.is_some() || self.unmounted {
             return Ok(());
         }
+        if self.direct_in_flight > 0 || self.log_sync_in_flight {
+            // Their writes could land after the final commit.
+            return Err(Error::Invalid(
+                "unmount with a direct write or a log sync in flight".into(),
+            ));
+        }
         let orphans: Vec<InodeId> = self.orphans.drain().collect();
         for id in orphans {
             self.drop_orphan(id)?;
@@ -547,6 +553,11 @@ impl RwFs {
         self.wait_committed()?;
         self.unmounted = true;
         Ok(())
+    }
+
+    /// Why the filesystem is read-only after a failed commit, if it is.
+    pub fn aborted(&self) -> Option<&str> {
+        self.aborted.as_deref()
     }
 
     /// Whether the final commit was made ([`RwFs::unmount`]).
