@@ -506,7 +506,9 @@ const KERNEL_PJDFSTEST_FAILURES: &[&str] = &["rename::updates_link_parent"];
 /// pjdfstest on `w`'s mount of a fresh image, in a directory every user
 /// can reach (under /tmp, mode 755). ubtrfs mounts with allow_other:
 /// pjdfstest runs cases as nobody and tests.
-fn pjdfstest_on(w: Writer, bin: &Path, tmp: &Path) -> Result<PjdResult, String> {
+/// pjdfstest on a fresh mount of `w`: its result, and the daemon's error
+/// and warning lines (ubtrfs; the mount's log goes with its directory).
+fn pjdfstest_on(w: Writer, bin: &Path, tmp: &Path) -> Result<(PjdResult, String), String> {
     // Removed on return (after the mount, declared later, is dropped).
     let top = Workdir(tempdir("ubtrfs-pjd"));
     std::fs::set_permissions(&*top, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -525,7 +527,18 @@ fn pjdfstest_on(w: Writer, bin: &Path, tmp: &Path) -> Result<PjdResult, String> 
     let secondary = top.join("secondary");
     std::fs::create_dir(&secondary).unwrap();
     let r = run_pjdfstest(bin, &dir, &secondary, tmp);
+    let log = match &m {
+        RwMount::Ubtrfs(u) => u.log.clone(),
+        RwMount::Kernel(_) => PathBuf::new(),
+    };
     let fin = m.finish();
+    let notes: String = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("error") || l.contains("warn"))
+        .take(40)
+        .map(|l| format!("{l}\n"))
+        .collect();
     let r = r?;
     fin.map_err(|e| format!("unmount after pjdfstest: {e}"))?;
     check(
@@ -533,7 +546,7 @@ fn pjdfstest_on(w: Writer, bin: &Path, tmp: &Path) -> Result<PjdResult, String> 
         &format!("after pjdfstest on the {} mount", w.name()),
     )?;
     let _ = std::fs::remove_file(&image);
-    Ok(r)
+    Ok((r, notes))
 }
 
 fn pjdfstest_ready(test: &str, w: Writer) -> Option<PathBuf> {
@@ -550,7 +563,7 @@ fn pjdfstest_reference_on_kernel() {
         return;
     };
     let tmp = Workdir::new("rw-pjd-kernel");
-    let r = pjdfstest_on(Writer::Kernel, &bin, &tmp).unwrap_or_else(|e| panic!("{e}"));
+    let (r, _) = pjdfstest_on(Writer::Kernel, &bin, &tmp).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{test}: kernel: {} ({:.1?})", r.counts(), r.elapsed);
     let failed = r.with(PjdStatus::Failed);
     let unknown: Vec<&&str> = failed
@@ -577,18 +590,18 @@ fn pjdfstest_on_ubtrfs_mount() {
         return;
     };
     let tmp = Workdir::new("rw-pjd-ubtrfs");
-    let kernel = pjdfstest_on(Writer::Kernel, &bin, &tmp).unwrap_or_else(|e| panic!("{e}"));
+    let (kernel, _) = pjdfstest_on(Writer::Kernel, &bin, &tmp).unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "{test}: kernel: {} ({:.1?})",
         kernel.counts(),
         kernel.elapsed
     );
-    let ours = pjdfstest_on(Writer::Ubtrfs, &bin, &tmp).unwrap_or_else(|e| panic!("{e}"));
+    let (ours, notes) = pjdfstest_on(Writer::Ubtrfs, &bin, &tmp).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{test}: ubtrfs: {} ({:.1?})", ours.counts(), ours.elapsed);
     let worse = ours.regressions_from(&kernel);
     assert!(
         worse.is_empty() && ours.passed >= kernel.passed,
-        "{test}: {} cases pass on the kernel's mount and not on ubtrfs's (kernel: {}; ubtrfs: {}):\n  {}",
+        "{test}: {} cases pass on the kernel's mount and not on ubtrfs's (kernel: {}; ubtrfs: {}):\n  {}\nthe daemon's errors and warnings:\n{notes}",
         worse.len(),
         kernel.counts(),
         ours.counts(),
