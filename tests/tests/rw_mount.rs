@@ -505,9 +505,9 @@ const KERNEL_PJDFSTEST_FAILURES: &[&str] = &["rename::updates_link_parent"];
 
 /// pjdfstest on `w`'s mount of a fresh image, in a directory every user
 /// can reach (under /tmp, mode 755). ubtrfs mounts with allow_other:
-/// pjdfstest runs cases as nobody and tests.
-/// pjdfstest on a fresh mount of `w`: its result, and the daemon's error
-/// and warning lines (ubtrfs; the mount's log goes with its directory).
+/// pjdfstest runs cases as nobody and tests. Returns the result and, for
+/// ubtrfs, the daemon's error and warning lines (its log goes with the
+/// mount's directory).
 fn pjdfstest_on(w: Writer, bin: &Path, tmp: &Path) -> Result<(PjdResult, String), String> {
     // Removed on return (after the mount, declared later, is dropped).
     let top = Workdir(tempdir("ubtrfs-pjd"));

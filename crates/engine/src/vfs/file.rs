@@ -613,8 +613,7 @@ impl RwFs {
     /// [`FsyncStage::Commit`] where it would commit.
     pub fn fsync_log(&mut self, id: InodeId) -> Result<FsyncStage> {
         self.take_wb_error()?;
-        if self.unmounted() && !self.changed() {
-            // The final commit has everything.
+        if self.final_commit_has_all() {
             return Ok(FsyncStage::Durable);
         }
         self.check_mounted()?;
@@ -757,8 +756,7 @@ impl RwFs {
 
     /// An fsync whose log could not be written: answered by a commit.
     pub fn fsync_fallback(&mut self, why: String) -> Result<()> {
-        if self.unmounted() && !self.changed() {
-            // The final commit has everything.
+        if self.final_commit_has_all() {
             return Ok(());
         }
         self.fsync_commit(why).map(|_| ())

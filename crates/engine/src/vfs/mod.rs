@@ -565,6 +565,12 @@ impl RwFs {
         self.unmounted
     }
 
+    /// The final commit was made and nothing changed since: an fsync is
+    /// answered by it.
+    pub(crate) fn final_commit_has_all(&self) -> bool {
+        self.unmounted && !self.changed()
+    }
+
     /// Refuses what would change or write the filesystem after its final
     /// commit ([`RwFs::unmount`]).
     pub(crate) fn check_mounted(&self) -> Result<()> {
