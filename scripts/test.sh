@@ -5,6 +5,14 @@
 #   bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# A hang fails the run with what hung (scripts/hang_report.py), instead of
+# running into CI's 90-minute limit with nothing on record:
+# UBTRFS_TEST_TIME_LIMIT seconds for this whole script (default 70 min;
+# it takes ~40 here).
+limit=${UBTRFS_TEST_TIME_LIMIT:-4200}
+python3 scripts/hang_report.py --after "$limit" $$ >&2 &
+monitor=$!
+trap 'kill $monitor 2>/dev/null || true' EXIT
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 python3 -m unittest discover -s tests/oracle -p 'test_*.py'
@@ -27,12 +35,12 @@ if [[ $(id -u) -eq 0 ]]; then
   param=/sys/module/fuse/parameters/enable_uring
   if [[ -w $param ]]; then
     was=$(cat "$param")
-    trap 'echo "$was" > "$param"' EXIT
+    trap 'echo "$was" > "$param"; kill $monitor 2>/dev/null || true' EXIT
     echo Y > "$param"
     UBTRFS_FUSE_TRANSPORT=uring cargo test --release -p ubtrfs-oracle --locked \
       --test rw_mount --test fuse --test log_crash -- --test-threads=1
     echo "$was" > "$param"
-    trap - EXIT
+    trap 'kill $monitor 2>/dev/null || true' EXIT
   elif [[ ${UBTRFS_REQUIRE_KERNEL:-} == 1 ]]; then
     echo "scripts/test.sh: $param is missing or not writable: no FUSE over io_uring to test" >&2
     exit 1

@@ -118,7 +118,7 @@ impl UbtrfsMount {
                         "{what}: the mount is read-only ({mopts}); log: {}",
                         m.log_tail()
                     );
-                    m.kill9();
+                    let _ = m.kill9();
                     return Err(err);
                 }
                 return Ok(m);
@@ -159,7 +159,7 @@ impl UbtrfsMount {
         let r = run(Command::new("umount").arg(&self.dir));
         if let Err(e) = r {
             let log = self.log_tail();
-            self.kill9();
+            let _ = self.kill9();
             return Err(format!("umount {}: {e}; log: {log}", self.dir.display()));
         }
         let mut child = self.child.take().expect("a running mount");
@@ -235,22 +235,100 @@ impl UbtrfsMount {
     }
 
     /// The crash: SIGKILL to the mount's process, then `umount -l`.
-    pub fn kill9(&mut self) {
+    ///
+    /// A process with a thread stuck in the kernel (a read-ahead push
+    /// waiting for a page a READ holds: see crates/fuse/src/watchdog.rs)
+    /// does not end while its /dev/fuse descriptor keeps the connection
+    /// up. The mount's watchdog aborts the connection then; if the process
+    /// has still not ended after 30 s, this aborts it by hand (so that a
+    /// test fails instead of hanging) and says so: Err.
+    pub fn kill9(&mut self) -> Result<(), String> {
+        let mut res = Ok(());
         if let Some(mut c) = self.child.take() {
+            let conn = fuse_connection(&self.dir);
             let _ = c.kill();
-            let _ = c.wait();
+            if wait_within(&mut c, Duration::from_secs(30)).is_none() {
+                let aborted = match conn {
+                    Some(n) => abort_fuse_connection(n),
+                    None => Err("no FUSE connection found for the mount".into()),
+                };
+                let ended = wait_within(&mut c, Duration::from_secs(30));
+                res = Err(format!(
+                    "the mount's process {} had not ended 30 s after SIGKILL \
+                     (connection {conn:?} aborted by hand: {aborted:?}; ended then: {})",
+                    c.id(),
+                    ended.is_some()
+                ));
+            }
         }
         if is_mounted(&self.dir) {
             let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
         }
+        res
     }
+}
+
+/// Waits at most `limit` for `c` to end; its status, or None.
+fn wait_within(c: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let t = Instant::now();
+    loop {
+        if let Ok(Some(s)) = c.try_wait() {
+            return Some(s);
+        }
+        if t.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The FUSE connection number of the mount on `dir` (its device number
+/// in mountinfo, which fusectl names it by; major 0): read without a
+/// request to the mount, which may not answer.
+pub fn fuse_connection(dir: &Path) -> Option<u64> {
+    let want = dir.display().to_string();
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let line = info
+        .lines()
+        .rev()
+        .find(|l| l.split(' ').nth(4) == Some(want.as_str()))?;
+    let (major, minor) = line.split(' ').nth(2)?.split_once(':')?;
+    let (major, minor): (u64, u64) = (major.parse().ok()?, minor.parse().ok()?);
+    Some((major << 20) | minor)
+}
+
+/// Writes to fusectl's abort file of connection `n` (mounting fusectl on
+/// /sys/fs/fuse/connections first when it is not): what closing the
+/// daemon's /dev/fuse descriptor would have done.
+pub fn abort_fuse_connection(n: u64) -> Result<(), String> {
+    let ctl = Path::new("/sys/fs/fuse/connections");
+    // mount(2), not mount(8): libmount looks at the mounts, and a look at
+    // the stuck one never returns.
+    // SAFETY: NUL-terminated constant strings.
+    let mounted = !ctl.join(n.to_string()).exists()
+        && unsafe {
+            libc::mount(
+                c"fusectl".as_ptr(),
+                c"/sys/fs/fuse/connections".as_ptr(),
+                c"fusectl".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        } == 0;
+    let p = ctl.join(n.to_string()).join("abort");
+    let res = std::fs::write(&p, "1").map_err(|e| format!("{}: {e}", p.display()));
+    if mounted {
+        // SAFETY: as above.
+        unsafe { libc::umount2(c"/sys/fs/fuse/connections".as_ptr(), libc::MNT_DETACH) };
+    }
+    res
 }
 
 impl Drop for UbtrfsMount {
     fn drop(&mut self) {
         if self.child.is_some() || is_mounted(&self.dir) {
             let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
-            self.kill9();
+            let _ = self.kill9();
         }
     }
 }

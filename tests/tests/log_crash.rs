@@ -295,8 +295,9 @@ fn crash_once(seed: u64, notreelog: bool, dir: &Path) -> Result<Outcome, String>
     unsafe {
         libc::kill(-(work.child.id() as i32), libc::SIGSTOP);
     }
-    m.kill9();
+    let killed = m.kill9();
     let r = kill_group(work);
+    killed?;
     count_trace(&m.log, &mut out);
     if ended_early {
         return Err(format!(

@@ -49,6 +49,13 @@
 //!     generation): the mount's log must show pushes made and writers
 //!     that waited for one to land (the race was run), then `btrfs
 //!     check` clean.
+//! (k) A SIGKILL while a read-ahead push waits in the kernel for a page a
+//!     READ holds (UBTRFS_TEST_READ_DELAY holds the daemon's answer to
+//!     the READ of the page at 128 KiB; a READ at 0 pushes [4 KiB, 260
+//!     KiB)): the process must end within seconds, as the mount's
+//!     watchdog aborts the connection (crates/fuse/src/watchdog.rs); the
+//!     held read ends with the page's bytes or ENOTCONN; `btrfs check`
+//!     clean.
 //!
 //! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
 //! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
@@ -452,8 +459,9 @@ fn kill_mid_run(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
         std::thread::sleep(delay);
         match m {
             RwMount::Ubtrfs(mut u) => {
-                u.kill9();
+                let killed = u.kill9();
                 kill_group(work);
+                killed.map_err(|e| format!("{when}: {e}"))?;
             }
             RwMount::Kernel(km) => {
                 kill_group(work);
@@ -860,7 +868,7 @@ fn filesystem_sync_case(base: &Path, seed: u64) -> Result<(), String> {
         ));
     }
     write("after", b"written after the sync")?;
-    m.kill9();
+    m.kill9()?;
     check(&image, "after btrfs filesystem sync and SIGKILL")?;
     let k = kernel_ro(&image, &dir.join("kmnt"));
     let got = std::fs::read(k.path("big")).map_err(|e| format!("kernel read of big: {e}"));
@@ -1060,4 +1068,119 @@ fn direct_io_on_ubtrfs_mount() {
     each_seed("direct_io_on_ubtrfs_mount", |s| {
         direct_io_case(Writer::Ubtrfs, s, &base)
     });
+}
+
+// ------------------------------------------------------------------ (k)
+
+/// The daemon's threads whose name starts with `prefix`: their states
+/// (field 3 of /proc/PID/task/TID/stat).
+fn thread_states(pid: u32, prefix: &str) -> Vec<char> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            // "TID (COMM) S ...": COMM may hold spaces, not ')'.
+            let (head, rest) = stat.rsplit_once(") ")?;
+            let comm = head.split_once(" (")?.1;
+            comm.starts_with(prefix)
+                .then(|| rest.chars().next())
+                .flatten()
+        })
+        .collect()
+}
+
+/// Reads `len` bytes at `off` of `path` with read-ahead off
+/// (POSIX_FADV_RANDOM), so that the kernel asks the daemon for just that.
+fn read_random(path: &Path, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path)?;
+    // SAFETY: an advice call on our own open descriptor.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    let mut buf = vec![0u8; len];
+    let n = f.read_at(&mut buf, off)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+fn kill9_push_case(base: &Path) -> Result<String, String> {
+    let dir = base.join("kill9-push");
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("fs.img");
+    mkfs_image(&image, "256M")?;
+    let mnt = dir.join("mnt");
+    let data = pseudo_block(11, 0);
+    // Written through one mount and read through the next: no page of the
+    // file is cached when the reads come.
+    let m = UbtrfsMount::start(&image, &mnt, "")?;
+    std::fs::write(mnt.join("f"), &data).map_err(|e| format!("write f: {e}"))?;
+    m.unmount()?;
+    let held = 128u64 << 10;
+    let mut m = UbtrfsMount::start_env(
+        &image,
+        &mnt,
+        "",
+        &[("UBTRFS_TEST_READ_DELAY", &format!("{held}:60000"))],
+    )?;
+    let pid = m.pid().ok_or("no mount process")?;
+    let f = mnt.join("f");
+    let reader = {
+        let f = f.clone();
+        std::thread::spawn(move || read_random(&f, held, 4096))
+    };
+    // The held READ is in the daemon once its answering thread exists.
+    let t = Instant::now();
+    while thread_states(pid, "ubtrfs-test-del").is_empty() {
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = m.kill9();
+            return Err(format!(
+                "the READ at {held} never reached the daemon; log: {}",
+                m.log_tail()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let first = read_random(&f, 0, 4096).map_err(|e| format!("read at 0: {e}"))?;
+    if first != data[..4096] {
+        return Err("the read at 0 differs from what was written".into());
+    }
+    // The push of [4 KiB, 260 KiB) reaches the held page and waits.
+    let t = Instant::now();
+    while !thread_states(pid, "ubtrfs-store").contains(&'D') {
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = m.kill9();
+            return Err(format!(
+                "the push never waited in the kernel; log: {}",
+                m.log_tail()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let t = Instant::now();
+    m.kill9()?;
+    let ended = t.elapsed();
+    let got = reader.join().map_err(|_| "the held reader panicked")?;
+    let outcome = match got {
+        Ok(b) if b == data[held as usize..held as usize + 4096] => "read the page's bytes",
+        Ok(_) => return Err("the held read returned other bytes than written".into()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => "failed ENOTCONN",
+        Err(e) => return Err(format!("the held read failed: {e}")),
+    };
+    check(&image, "after SIGKILL with a push waiting")?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(format!(
+        "the process ended {ended:?} after SIGKILL; the held read {outcome}"
+    ))
+}
+
+#[test]
+fn kill9_while_a_push_waits_for_a_read() {
+    one_case(
+        "kill9_while_a_push_waits_for_a_read",
+        Writer::Ubtrfs,
+        kill9_push_case,
+    );
 }

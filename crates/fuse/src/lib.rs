@@ -36,6 +36,7 @@ mod reply;
 pub mod rw;
 pub mod rw_push;
 pub mod session;
+pub mod watchdog;
 mod xattr;
 
 use crate::file::OpenFile;

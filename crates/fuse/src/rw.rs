@@ -829,6 +829,25 @@ impl crate::proto::FuseFs for RwFuse {
         reply: ReplyData,
     ) {
         let id = self.inode(node);
+        if let Some(ms) = test_read_delay(offset, size) {
+            // Test hook: this READ is answered late, from a thread of its
+            // own, before any window is counted (it ties up no request
+            // thread or ring queue, and pushes nothing).
+            let this = self.0.clone();
+            let spawned = std::thread::Builder::new()
+                .name("ubtrfs-test-delay".into())
+                .spawn(move || {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    match this.fs_read().read(id, offset, size) {
+                        Ok(d) => reply.data(&d),
+                        Err(e) => reply.error(errno("read", e)),
+                    }
+                });
+            if let Err(e) = spawned {
+                logging::error(&format!("read: the test delay's thread: {e}"));
+            }
+            return;
+        }
         // A small forward read reads a window, and what lies past the
         // request is pushed into the page cache (see rw_push).
         let window = self
@@ -1277,6 +1296,20 @@ fn answer_xattr(res: Result<Vec<u8>, Error>, size: u32, reply: ReplyXattr, op: &
         Ok(v) => reply.data(&v),
         Err(e) => reply.error(errno(op, e)),
     }
+}
+
+/// Test hook `UBTRFS_TEST_READ_DELAY=OFFSET:MS`: a READ whose range holds
+/// byte OFFSET is answered MS milliseconds late (tests/tests/rw_mount.rs
+/// (k) holds a page locked in the kernel with it). None for every other
+/// READ, and always without the variable.
+fn test_read_delay(offset: u64, size: u32) -> Option<u64> {
+    static DELAY: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+    let (at, ms) = (*DELAY.get_or_init(|| {
+        let v = std::env::var("UBTRFS_TEST_READ_DELAY").ok()?;
+        let (at, ms) = v.split_once(':')?;
+        Some((at.parse().ok()?, ms.parse().ok()?))
+    }))?;
+    (offset <= at && at < offset + size as u64).then_some(ms)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use crate::logging;
 use crate::options::{MountOptions, Uring};
 use crate::proto::{Acl, FuseFs, Session};
 use crate::rw::RwFuse;
+use crate::watchdog::{self, Watchdog};
 use crate::BtrfsFuse;
 use std::ffi::CString;
 use std::fs::File;
@@ -339,6 +340,9 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
+    // Before any thread exists (it forks): aborts the connection if this
+    // process is killed with a thread stuck in the kernel.
+    let mut watchdog = crate::watchdog::Watchdog::start();
     let o = &req.options;
     // An unreplayed log tree is replayed in memory: the mount shows what
     // the kernel would after its replay, the image is not written. (The
@@ -356,13 +360,13 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     match o.rw {
         Some(true) => {
             drop(fs);
-            return serve_rw(req, notify, set, open_rw(req)?, root);
+            return serve_rw(req, notify, set, open_rw(req)?, root, &mut watchdog);
         }
         Some(false) => {}
         None if writable(req) => match open_rw(req) {
             Ok(rw) => {
                 drop(fs);
-                return serve_rw(req, notify, set, rw, root);
+                return serve_rw(req, notify, set, rw, root, &mut watchdog);
             }
             Err(e) => logging::warn(&format!("mounting read-only: {e}")),
         },
@@ -373,9 +377,15 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     let handler = BtrfsFuse::new(fs, root, ttl, o.threads);
     let shared = handler.inner();
     // One thread takes requests; the worker pool does the I/O (see pool.rs).
-    mount_and_run(req, notify, set, handler, false, 1, |session| {
+    let on_session = |session: &Session<BtrfsFuse>| {
         BtrfsFuse::set_notifier(&shared, session.notifier());
-    })
+    };
+    let run = Run {
+        notify,
+        set,
+        watchdog: &mut watchdog,
+    };
+    mount_and_run(req, run, handler, false, 1, on_session)
 }
 
 /// Whether every device of the image can be opened for writing.
@@ -403,6 +413,7 @@ fn serve_rw(
     set: libc::sigset_t,
     rw: RwFs,
     root: InodeId,
+    watchdog: &mut Option<Watchdog>,
 ) -> Result<(), String> {
     let o = &req.options;
     let rw = Arc::new(FsLock::new(rw));
@@ -446,7 +457,12 @@ fn serve_rw(
             .map_err(|e| format!("commit thread: {e}"))?
     };
     let pushes = handler.pushes_handle();
-    let res = mount_and_run(req, notify, set, handler, true, rw_threads(), {
+    let run = Run {
+        notify,
+        set,
+        watchdog,
+    };
+    let res = mount_and_run(req, run, handler, true, rw_threads(), {
         let pushes = pushes.clone();
         move |session| pushes.set_notifier(session.notifier())
     });
@@ -478,12 +494,20 @@ fn serve_rw(
     last.map_err(|e| format!("final commit: {e}"))
 }
 
+/// What serving a mount carries besides the request and the handler.
+struct Run<'a> {
+    /// Told "ok" once the mount is ready (the background mount's parent).
+    notify: &'a mut Option<File>,
+    /// The stop signals, waited for by the signal thread.
+    set: libc::sigset_t,
+    /// Told the connection once mounted and the end once served.
+    watchdog: &'a mut Option<Watchdog>,
+}
+
 /// Mounts `handler` as the request says and serves it until unmounted.
-#[allow(clippy::too_many_arguments)]
 fn mount_and_run<F: FuseFs>(
     req: &MountRequest,
-    notify: &mut Option<File>,
-    set: libc::sigset_t,
+    run: Run,
     handler: F,
     rw: bool,
     threads: usize,
@@ -561,6 +585,12 @@ fn mount_and_run<F: FuseFs>(
         Some(r) => format!("io_uring, {}", r.describe()),
         None => format!("/dev/fuse, {threads} threads"),
     };
+    if let Some(w) = run.watchdog.as_mut() {
+        match mount_dev(&req.mountpoint).and_then(|d| watchdog::connection_number(&d)) {
+            Some(n) => w.connection(n),
+            None => logging::warn("the watchdog: the mount's connection not found in mountinfo"),
+        }
+    }
     if is_root {
         // After the handshake, which sets the window from INIT.
         if let Err(e) = set_readahead(&req.mountpoint, o.readahead_kb) {
@@ -573,6 +603,7 @@ fn mount_and_run<F: FuseFs>(
     // The signal thread: unmount, and the serving threads then see the
     // device close and return.
     let u = unmount.clone();
+    let set = run.set;
     std::thread::Builder::new()
         .name("ubtrfs-signals".into())
         .spawn(move || loop {
@@ -585,7 +616,7 @@ fn mount_and_run<F: FuseFs>(
         })
         .map_err(|e| format!("signal thread: {e}"))?;
 
-    if let Some(mut n) = notify.take() {
+    if let Some(mut n) = run.notify.take() {
         if let Some(f) = &o.log_file {
             let file = std::fs::OpenOptions::new()
                 .create(true)
@@ -617,6 +648,10 @@ fn mount_and_run<F: FuseFs>(
     ));
     // With the rings, /dev/fuse carries only FORGET and INTERRUPT.
     let res = session.run_dev(if rings.is_some() { 1 } else { threads });
+    // The connection is gone: a later mount may get its number.
+    if let Some(w) = run.watchdog.as_mut() {
+        w.end();
+    }
     if let Some(r) = &rings {
         let (inline, offloaded) = r.counts();
         logging::info(&format!(
@@ -706,7 +741,15 @@ fn mount_syscall(
 /// comes from mountinfo: a stat of the mount point would be a request to
 /// this very process, which is not serving yet.
 fn set_readahead(mnt: &Path, kb: u32) -> Result<(), String> {
-    let info = std::fs::read("/proc/self/mountinfo").map_err(|e| format!("mountinfo: {e}"))?;
+    let dev = mount_dev(mnt).ok_or("mount not found in mountinfo")?;
+    let p = format!("/sys/class/bdi/{dev}/read_ahead_kb");
+    std::fs::write(&p, format!("{kb}\n")).map_err(|e| format!("{p}: {e}"))
+}
+
+/// The device field ("MAJOR:MINOR") of the last mount on `mnt` in
+/// mountinfo (read without a request to the mount).
+fn mount_dev(mnt: &Path) -> Option<String> {
+    let info = std::fs::read("/proc/self/mountinfo").ok()?;
     let want = mnt.as_os_str().as_bytes();
     let mut dev = None;
     for line in info.split(|&b| b == b'\n') {
@@ -715,9 +758,7 @@ fn set_readahead(mnt: &Path, kb: u32) -> Result<(), String> {
             dev = Some(String::from_utf8_lossy(f[2]).into_owned());
         }
     }
-    let dev = dev.ok_or("mount not found in mountinfo")?;
-    let p = format!("/sys/class/bdi/{dev}/read_ahead_kb");
-    std::fs::write(&p, format!("{kb}\n")).map_err(|e| format!("{p}: {e}"))
+    dev
 }
 
 /// Undoes mountinfo's octal escapes (\040 for a space, ...).
