@@ -223,7 +223,18 @@ impl RwFs {
             return Ok(());
         };
         let policy = self.policy(id, &inode)?;
-        let nocow = inode.flags & INODE_NODATACOW != 0 && !super::nocow::disabled();
+        // In place where the extents allow: a NOCOW file's, or only the
+        // preallocated extents of a file fallocate gave some (the kernel's
+        // should_nocow: NODATACOW or PREALLOC).
+        let nocow = if super::nocow::disabled() {
+            None
+        } else if inode.flags & INODE_NODATACOW != 0 {
+            Some(false)
+        } else if inode.flags & INODE_PREALLOC != 0 {
+            Some(true)
+        } else {
+            None
+        };
         let mut ranges = ranges.into_iter();
         while let Some((start, buf)) = ranges.next() {
             if let Err(e) = self.write_back_range(id, start, &buf, nocow, policy) {
@@ -246,13 +257,15 @@ impl RwFs {
         Ok(())
     }
 
-    /// Gives one dirty range of `id` its extents.
+    /// Gives one dirty range of `id` its extents: in place where
+    /// `in_place` allows (Some(prealloc_only): see
+    /// [`RwFs::write_in_place`]), the rest copy-on-write.
     fn write_back_range(
         &mut self,
         id: InodeId,
         start: u64,
         buf: &[u8],
-        nocow: bool,
+        in_place: Option<bool>,
         policy: DataPolicy,
     ) -> Result<()> {
         let size = self.t.inode_of(id.subvol, id.ino)?.size;
@@ -260,16 +273,34 @@ impl RwFs {
             return Ok(());
         }
         let n = (buf.len() as u64).min(size - start) as usize;
-        if nocow && self.nocow_write(id, start, &buf[..n])? {
+        let Some(prealloc_only) = in_place else {
+            return self.write_cow(id, start, &buf[..n], policy);
+        };
+        let cow = self.write_in_place(id, start, &buf[..n], prealloc_only, policy.csum)?;
+        if cow.is_empty() {
             self.stats.nocow_in_place += 1;
-            return Ok(());
-        }
-        if nocow {
+        } else if !prealloc_only {
             self.stats.nocow_cow += 1;
         }
-        let inode = self
-            .t
-            .write_file(id.subvol, id.ino, start, &buf[..n], policy)?;
+        for c in cow {
+            let lo = (c.start - start) as usize;
+            let hi = ((c.end - start) as usize).min(n);
+            if lo < hi {
+                self.write_cow(id, c.start, &buf[lo..hi], policy)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `start` of `id` to new extents.
+    fn write_cow(
+        &mut self,
+        id: InodeId,
+        start: u64,
+        data: &[u8],
+        policy: DataPolicy,
+    ) -> Result<()> {
+        let inode = self.t.write_file(id.subvol, id.ino, start, data, policy)?;
         self.t.put_inode(id.subvol, id.ino, &inode)
     }
 

@@ -5,7 +5,10 @@
 //! compressed), nothing else references it (no other file, no snapshot:
 //! its generation is newer than the subvolume's last snapshot), its block
 //! group is writable, and none of its sectors has a checksum. Otherwise
-//! the range is written copy-on-write.
+//! the range is written copy-on-write. A COW file's preallocated extents
+//! (fallocate) are written in place the same way, with checksums, as the
+//! kernel does for an inode with BTRFS_INODE_PREALLOC. Extent by extent,
+//! as the kernel: what cannot go in place is written copy-on-write.
 //!
 //! The checks are done in two steps, as the third seed does: the file
 //! extent items are first copied out of the leaf, then the slow checks
@@ -58,16 +61,37 @@ impl Piece {
     }
 }
 
+/// A stretch of a range being written back: in place over `piece`, or
+/// copy-on-write (None).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stretch {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) piece: Option<Piece>,
+}
+
 impl RwFs {
-    /// Overwrites `[start, start + data.len())` of NOCOW file `id` in
-    /// place if its extents allow; false (nothing written) when the range
-    /// must be written copy-on-write.
-    pub(crate) fn nocow_write(&mut self, id: InodeId, start: u64, data: &[u8]) -> Result<bool> {
+    /// Writes `[start, start + data.len())` of file `id` back where its
+    /// extents allow in place (NOCOW files; with `prealloc_only`, a COW
+    /// file's preallocated extents, as the kernel's run_delalloc_nocow
+    /// for an inode with BTRFS_INODE_PREALLOC: a write into fallocated
+    /// space needs no new space), adding checksums when `csum`. Extent by
+    /// extent, as the kernel: returns the stretches left to write
+    /// copy-on-write.
+    pub(crate) fn write_in_place(
+        &mut self,
+        id: InodeId,
+        start: u64,
+        data: &[u8],
+        prealloc_only: bool,
+        csum: bool,
+    ) -> Result<Vec<Stretch>> {
         let ss = self.sectorsize();
         let end = start + (data.len() as u64).div_ceil(ss) * ss;
-        let Some(pieces) = self.nocow_pieces(id, start, end)? else {
-            return Ok(false);
-        };
+        let stretches = self.stretches(id, start, end, prealloc_only)?;
+        if stretches.iter().all(|s| s.piece.is_none()) {
+            return Ok(stretches);
+        }
         // Step three: the writes, and preallocated pieces become written.
         let mut padded;
         let bytes = if (data.len() as u64) < end - start {
@@ -77,19 +101,27 @@ impl RwFs {
         } else {
             data
         };
-        for p in &pieces {
+        let mut cow = Vec::new();
+        for s in stretches {
+            let Some(p) = s.piece else {
+                cow.push(s);
+                continue;
+            };
             let src = &bytes[(p.start - start) as usize..(p.end - start) as usize];
             self.t.write_logical_data(p.addr(), src)?;
+            if csum {
+                self.t.add_data_csums(p.addr(), src)?;
+            }
             if p.prealloc {
-                self.mark_written(id, p)?;
+                self.mark_written(id, &p)?;
             }
         }
-        Ok(true)
+        Ok(cow)
     }
 
     /// The pieces of NOCOW file `id` over the sector-aligned range
     /// `[start, end)` if every one may be overwritten in place (steps one
-    /// and two of [`RwFs::nocow_write`]); None if the range must be
+    /// and two of [`RwFs::write_in_place`]); None if the range must be
     /// written copy-on-write.
     pub(crate) fn nocow_pieces(
         &mut self,
@@ -97,12 +129,29 @@ impl RwFs {
         start: u64,
         end: u64,
     ) -> Result<Option<Vec<Piece>>> {
-        // Step one: the items, copied; the range must be covered whole.
+        let stretches = self.stretches(id, start, end, false)?;
+        Ok(stretches.iter().map(|s| s.piece).collect())
+    }
+
+    /// `[start, end)` of `id` (sector-aligned) in stretches: each extent
+    /// that may be overwritten in place is one with its piece, what lies
+    /// between them copy-on-write stretches.
+    ///
+    /// Step one copies the file extent items out of the leaf; step two
+    /// runs the slow checks (the extent tree, the csum tree) on the
+    /// copies, with nothing of the file's leaf held (seed 003).
+    fn stretches(
+        &mut self,
+        id: InodeId,
+        start: u64,
+        end: u64,
+        prealloc_only: bool,
+    ) -> Result<Vec<Stretch>> {
+        // Step one: the items, copied.
         let mut pieces = Vec::new();
-        let mut at = start;
         for (k, e) in self.t.file_extents(id.subvol, id.ino, start, end)? {
-            if e.start > at || e.compression != 0 {
-                return Ok(None);
+            if e.end <= start || e.start >= end || e.compression != 0 {
+                continue;
             }
             let (disk, disk_len, ext_off, ram_bytes, prealloc) = match e.kind {
                 ExtentKind::Regular {
@@ -111,17 +160,17 @@ impl RwFs {
                     offset,
                     ram_bytes,
                     ..
-                } => (disk_bytenr, disk_num_bytes, offset, ram_bytes, false),
+                } if !prealloc_only => (disk_bytenr, disk_num_bytes, offset, ram_bytes, false),
                 ExtentKind::Prealloc {
                     disk_bytenr,
                     disk_num_bytes,
                     offset,
                     ..
                 } => (disk_bytenr, disk_num_bytes, offset, disk_num_bytes, true),
-                _ => return Ok(None),
+                _ => continue,
             };
             if disk == 0 {
-                return Ok(None);
+                continue;
             }
             pieces.push(Piece {
                 start: e.start.max(start),
@@ -133,30 +182,46 @@ impl RwFs {
                 ram_bytes,
                 prealloc,
             });
-            at = e.end;
-            if at >= end {
-                break;
-            }
-        }
-        if at < end {
-            return Ok(None);
         }
         // Step two: the slow checks, on the copies.
         let last_snapshot = self.t.root(id.subvol)?.item.last_snapshot;
-        for p in &pieces {
-            if !self.extent_exclusive(id, p, last_snapshot)? {
-                return Ok(None);
-            }
-            if !self.group_writable(p.disk) {
-                return Ok(None);
+        let mut ok = Vec::new();
+        for p in pieces {
+            if !self.extent_exclusive(id, &p, last_snapshot)? || !self.group_writable(p.disk) {
+                continue;
             }
             let lo = p.addr();
             let hi = lo + (p.end - p.start);
             if self.t.csum_in_range(lo, hi, full_csum_scan())? {
-                return Ok(None);
+                continue;
             }
+            ok.push(p);
         }
-        Ok(Some(pieces))
+        let mut out = Vec::new();
+        let mut at = start;
+        for p in ok {
+            if p.start > at {
+                out.push(Stretch {
+                    start: at,
+                    end: p.start,
+                    piece: None,
+                });
+            }
+            at = p.end;
+            out.push(Stretch {
+                start: p.start,
+                end: p.end,
+                piece: Some(p),
+            });
+        }
+        if at < end {
+            out.push(Stretch {
+                start: at,
+                end,
+                piece: None,
+            });
+        }
+        Ok(out)
     }
 
     /// Whether `p`'s extent is referenced by this file's extent items
