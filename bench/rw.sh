@@ -81,13 +81,14 @@
 # Environment:
 #   UBTRFS_RW_BENCH_KERNEL_ONLY=1  kernel sides only (no build, no FUSE)
 #   EXPS="dbench fsync fsynccow bssplit randread sparse"   experiments to run
+#                       (also: prealloc, not run by default)
 #   VARIANTS=1          ubtrfs with each mechanism off (0: plain ubtrfs only)
 #   SIDES="kernel ubtrfs ..."  exactly these sides, for every experiment
 #                       (ubtrfs@VAR=VALUE[,VAR=VALUE]...: ubtrfs with these
 #                       in the daemon's environment)
 #   KERNEL_COW=1        the kernel-datacow reference rows (0: skip)
 #   DURATION=30 CLIENTS=16 JOBS=4 FSYNC_MIB=256 BSSPLIT_MIB=1024 SPARSE_MIB=1024
-#   RANDREAD_MIB=256
+#   RANDREAD_MIB=256 PREALLOC_MIB=1024
 #   IMG_SIZE=4G  MKFS_ARGS="-m dup -d single" (given to both mkfs)
 #   KERNEL_OPTS, UBTRFS_OPTS    extra mount options (comma-separated)
 #   UBTRFS_BIN          ubtrfs binary (else cargo build --release -p ubtrfs)
@@ -124,6 +125,7 @@ FSYNC_MIB=${FSYNC_MIB:-256}
 BSSPLIT_MIB=${BSSPLIT_MIB:-1024}
 SPARSE_MIB=${SPARSE_MIB:-1024}
 RANDREAD_MIB=${RANDREAD_MIB:-256}
+PREALLOC_MIB=${PREALLOC_MIB:-1024}
 IMG_SIZE=${IMG_SIZE:-4G}
 MKFS_ARGS=${MKFS_ARGS:-"-m dup -d single"}
 KERNEL_OPTS=${KERNEL_OPTS:-}
@@ -249,7 +251,7 @@ side_opts() {
 is_kernel() { [[ $1 == kernel* ]]; }
 # NOCOW wanted for this experiment's and side's data? (kernel-datacow: the
 # COW reference; fsynccow: COW everywhere)
-wants_nocow() { [[ $1 != fsynccow && $2 != kernel-datacow ]]; }
+wants_nocow() { [[ $1 != fsynccow && $1 != prealloc && $2 != kernel-datacow ]]; }
 sides_for() {
   if [[ -n ${SIDES:-} ]]; then echo "$SIDES"; return; fi
   local s="kernel"
@@ -263,6 +265,8 @@ sides_for() {
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-locked-log-sync ubtrfs-fsync-pipeline"; } ;;
     randread)
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-exclusive-reads"; } ;;
+    prealloc)
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow"; } ;;
     *)
       local more=""
       case $1 in
@@ -546,6 +550,37 @@ exp_bssplit() { # SIDE RUN
   umount_side bssplit "$run" "$tag"
 }
 
+# fio randwrite bssplit, buffered, on one fallocated COW file (checksums
+# on): the kernel writes an inode's preallocated extents in place, and so
+# does ubtrfs (UBTRFS_NO_NOCOW=1: copy-on-write); "used MiB" is what the
+# run added to df's used space (a COW overwrite adds what it wrote).
+exp_prealloc() { # SIDE RUN
+  local side=$1 run=$2 tag=prealloc-$1-$2 f u0 u1
+  mount_side "$side" "" "$tag"
+  nocow_dir prealloc "$side" "$run" "$tag"
+  f=$MNT/nocow/file
+  if ! fallocate -l "${PREALLOC_MIB}M" "$f" 2>"$OUT/$tag.falloc.err"; then
+    note "prealloc/$side run $run: fallocate refused ($(head -1 "$OUT/$tag.falloc.err"))"
+    umount_side prealloc "$run" "$tag"; return
+  fi
+  sync "$f"
+  drop_caches
+  u0=$(df -B1M --output=used "$MNT" | tail -1)
+  if fio --name=prealloc --filename="$f" --rw=randwrite \
+       --bssplit=4k/20:8k/20:16k/20:32k/20:64k/20 --direct=0 \
+       --ioengine=psync --numjobs="$JOBS" --size="${PREALLOC_MIB}M" \
+       --fallocate=none --allow_file_create=0 --group_reporting --end_fsync=1 \
+       --time_based --runtime="$DURATION" --output-format=json \
+       --output="$OUT/$tag.json" > "$OUT/$tag.out" 2>&1; then
+    record_fio prealloc "$side" "$run" "$OUT/$tag.json"
+  else
+    note "prealloc/$side run $run: fio failed (see $OUT/$tag.out)"
+  fi
+  u1=$(df -B1M --output=used "$MNT" | tail -1)
+  record prealloc "$side" "$run" used_mib $(( u1 - u0 ))
+  umount_side prealloc "$run" "$tag"
+}
+
 exp_randread() { # SIDE RUN
   local side=$1 run=$2 tag=randread-$1-$2 f
   mount_side "$side" "" "$tag"
@@ -639,7 +674,7 @@ if [[ " $EXPS " == *" sparse "* ]]; then
 fi
 T0=$(now)
 for exp in $EXPS; do
-  case $exp in dbench|fsync|fsynccow|bssplit|randread|sparse) ;; *) echo "bench/rw.sh: unknown experiment $exp" >&2; exit 1 ;; esac
+  case $exp in dbench|fsync|fsynccow|bssplit|randread|sparse|prealloc) ;; *) echo "bench/rw.sh: unknown experiment $exp" >&2; exit 1 ;; esac
   for run in $(seq "$RUNS"); do
     for side in $(sides_for "$exp"); do
       log "$exp: $side, run $run/$RUNS"
@@ -731,6 +766,7 @@ MOUNT = {
     "fsynccow": {"kernel": "(COW dir)", "ubtrfs": "-o rw (COW dir)", "ubtrfs-commit": "-o rw,notreelog (COW dir)"},
     "bssplit": {"kernel": "chattr +C dir", "kernel-datacow": "(COW dir)", "ubtrfs": "-o rw, chattr +C dir"},
     "randread": {"kernel": "(defaults)", "ubtrfs": "-o rw"},
+    "prealloc": {"kernel": "(COW dir)", "ubtrfs": "-o rw (COW dir)"},
     "sparse": {"kernel": "(defaults)", "ubtrfs": "-o rw"},
 }
 def mount_of(exp, side):
@@ -811,6 +847,20 @@ if rows("randread"):
         print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("randread", s), fmt(v, 0), ratio(v, k), offon,
               fmt(med("randread", s, "mib_s"), 2), fmt(med("randread", s, "clat_p99_ms")), fmt(med("randread", s, "lat_max_ms"), 1),
               fmt(med("randread", s, "lock_wait_s"), 1), fmt(med("randread", s, "umount_s")), fmt(med("randread", s, "rss_mib"), 0)))
+
+if rows("prealloc"):
+    print()
+    print("fio randwrite bssplit 4k/20:8k/20:16k/20:32k/20:64k/20, buffered, psync, JOBS jobs, end fsync, one fallocated COW file:")
+    print()
+    print("| side | mount | IOPS | vs kernel | off/on | MiB/s | clat p99 ms | max latency ms | used MiB added | umount s | daemon RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    k = med("prealloc", "kernel", "iops"); u = med("prealloc", "ubtrfs", "iops")
+    for s in rows("prealloc"):
+        v = med("prealloc", s, "iops")
+        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("prealloc", s), fmt(v, 0), ratio(v, k), offon,
+              fmt(med("prealloc", s, "mib_s"), 2), fmt(med("prealloc", s, "clat_p99_ms")), fmt(med("prealloc", s, "lat_max_ms"), 1),
+              fmt(med("prealloc", s, "used_mib"), 0), fmt(med("prealloc", s, "umount_s")), fmt(med("prealloc", s, "rss_mib"), 0)))
 
 if rows("sparse"):
     print()

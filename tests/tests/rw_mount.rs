@@ -61,7 +61,8 @@
 //!     checksums): a file preallocated over 240 MiB of a 512 MiB image (more than
 //!     is left after it) is
 //!     rewritten whole in random order, in MiBs and unaligned pieces,
-//!     with fsyncs; every write succeeds; unmount; `btrfs check
+//!     with fsyncs, after the rest of the space was taken by another
+//!     file; every write succeeds; unmount; `btrfs check
 //!     --check-data-csum` clean; the kernel reads the file equal to the
 //!     model (its checksums verified); df's used space grew by less
 //!     than 16 MiB.
@@ -1228,6 +1229,19 @@ fn prealloc_overwrite_case(w: Writer, base: &Path) -> Result<String, String> {
         return Err(format!("fallocate: {}", std::io::Error::last_os_error()));
     }
     f.sync_all().map_err(|e| format!("fsync: {e}"))?;
+    // The rest of the space taken by another file: a write into fallocated
+    // space needs none (the kernel's btrfs_check_nocow_lock).
+    let filler = std::fs::File::create(mnt.join("filler")).map_err(|e| format!("filler: {e}"))?;
+    let mut at = 0u64;
+    for chunk in [1usize << 20, 64 << 10] {
+        let block = vec![0x77u8; chunk];
+        while filler.write_all_at(&block, at).is_ok() {
+            at += chunk as u64;
+        }
+        // Space a failed write held may come back at the fsync.
+        let _ = filler.sync_all();
+    }
+    drop(filler);
     let before = used_bytes(&mnt)?;
     let mut rng = Rng::new(0x9e11);
     let mut model = vec![0u8; size as usize];
@@ -1273,7 +1287,11 @@ fn prealloc_overwrite_case(w: Writer, base: &Path) -> Result<String, String> {
         ));
     }
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(format!("used space grew by {} KiB", grew >> 10))
+    Ok(format!(
+        "{} MiB of filler; used space grew by {} KiB",
+        at >> 20,
+        grew >> 10
+    ))
 }
 
 #[test]

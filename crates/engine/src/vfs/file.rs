@@ -107,12 +107,18 @@ impl RwFs {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or_else(|| Error::TooLarge(format!("write at {off}")))?;
-        self.reserve(data.len() as u64)?;
+        let ss = self.sectorsize();
+        let (a0, a1) = (off / ss * ss, round_up(end, ss));
+        if let Err(e) = self.reserve(data.len() as u64) {
+            // As the kernel's btrfs_check_nocow_lock: a write its extents
+            // take in place needs no data space.
+            if !self.fits_in_place(id, i.flags, a0, a1)? {
+                return Err(e);
+            }
+        }
         if off > i.size {
             self.dirty_eof_block(id, i.size)?;
         }
-        let ss = self.sectorsize();
-        let (a0, a1) = (off / ss * ss, round_up(end, ss));
         let mut buf = vec![0u8; (a1 - a0) as usize];
         // Partial sectors at the edges read what they hold now, as the
         // page cache reads a page before a partial write to it.
@@ -144,6 +150,19 @@ impl RwFs {
             self.writeback_all()?;
         }
         Ok(data.len())
+    }
+
+    /// Whether writeback would write `[a0, a1)` of `id` (inode flags
+    /// `flags`) in place whole (see [`RwFs::write_in_place`]).
+    fn fits_in_place(&mut self, id: InodeId, flags: u64, a0: u64, a1: u64) -> Result<bool> {
+        if super::nocow::disabled() || flags & (INODE_NODATACOW | INODE_PREALLOC) == 0 {
+            return Ok(false);
+        }
+        let prealloc_only = flags & INODE_NODATACOW == 0;
+        Ok(self
+            .stretches(id, a0, a1, prealloc_only)?
+            .iter()
+            .all(|s| s.piece.is_some()))
     }
 
     /// Refuses a write of `len` bytes that could not be given extents

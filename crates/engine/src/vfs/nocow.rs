@@ -140,7 +140,7 @@ impl RwFs {
     /// Step one copies the file extent items out of the leaf; step two
     /// runs the slow checks (the extent tree, the csum tree) on the
     /// copies, with nothing of the file's leaf held (seed 003).
-    fn stretches(
+    pub(crate) fn stretches(
         &mut self,
         id: InodeId,
         start: u64,
