@@ -550,12 +550,14 @@ exp_bssplit() { # SIDE RUN
   umount_side bssplit "$run" "$tag"
 }
 
-# fio randwrite bssplit, buffered, on one fallocated COW file (checksums
-# on): the kernel writes an inode's preallocated extents in place, and so
-# does ubtrfs (UBTRFS_NO_NOCOW=1: copy-on-write); "used MiB" is what the
-# run added to df's used space (a COW overwrite adds what it wrote).
+# fio randwrite bssplit, buffered, over one fallocated COW file
+# (checksums on), each block written once (JOBS jobs, a slice each), then
+# fsync: the kernel writes an inode's preallocated extents in place, and
+# so does ubtrfs (UBTRFS_NO_NOCOW=1: copy-on-write); "used MiB" is what
+# the run added to df's used space (copy-on-write adds what it wrote).
+# Timed until fio ends (wall_s).
 exp_prealloc() { # SIDE RUN
-  local side=$1 run=$2 tag=prealloc-$1-$2 f u0 u1
+  local side=$1 run=$2 tag=prealloc-$1-$2 f u0 u1 slice=$((PREALLOC_MIB / JOBS))
   mount_side "$side" "" "$tag"
   nocow_dir prealloc "$side" "$run" "$tag"
   f=$MNT/nocow/file
@@ -566,12 +568,13 @@ exp_prealloc() { # SIDE RUN
   sync "$f"
   drop_caches
   u0=$(df -B1M --output=used "$MNT" | tail -1)
+  local t0; t0=$(now)
   if fio --name=prealloc --filename="$f" --rw=randwrite \
        --bssplit=4k/20:8k/20:16k/20:32k/20:64k/20 --direct=0 \
-       --ioengine=psync --numjobs="$JOBS" --size="${PREALLOC_MIB}M" \
+       --ioengine=psync --numjobs="$JOBS" --size="${slice}M" --offset_increment="${slice}M" \
        --fallocate=none --allow_file_create=0 --group_reporting --end_fsync=1 \
-       --time_based --runtime="$DURATION" --output-format=json \
-       --output="$OUT/$tag.json" > "$OUT/$tag.out" 2>&1; then
+       --output-format=json --output="$OUT/$tag.json" > "$OUT/$tag.out" 2>&1; then
+    record prealloc "$side" "$run" fio_s "$(sub "$(now)" "$t0")"
     record_fio prealloc "$side" "$run" "$OUT/$tag.json"
   else
     note "prealloc/$side run $run: fio failed (see $OUT/$tag.out)"
@@ -850,15 +853,15 @@ if rows("randread"):
 
 if rows("prealloc"):
     print()
-    print("fio randwrite bssplit 4k/20:8k/20:16k/20:32k/20:64k/20, buffered, psync, JOBS jobs, end fsync, one fallocated COW file:")
+    print("fio randwrite bssplit 4k/20:8k/20:16k/20:32k/20:64k/20, buffered, psync, JOBS jobs (a slice each), every block of one fallocated COW file written once, then fsync:")
     print()
-    print("| side | mount | IOPS | vs kernel | off/on | MiB/s | clat p99 ms | max latency ms | used MiB added | umount s | daemon RSS MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| side | mount | fio s | IOPS | vs kernel | off/on | MiB/s | clat p99 ms | max latency ms | used MiB added | umount s | daemon RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     k = med("prealloc", "kernel", "iops"); u = med("prealloc", "ubtrfs", "iops")
     for s in rows("prealloc"):
         v = med("prealloc", s, "iops")
         offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("prealloc", s), fmt(v, 0), ratio(v, k), offon,
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("prealloc", s), fmt(med("prealloc", s, "fio_s")), fmt(v, 0), ratio(v, k), offon,
               fmt(med("prealloc", s, "mib_s"), 2), fmt(med("prealloc", s, "clat_p99_ms")), fmt(med("prealloc", s, "lat_max_ms"), 1),
               fmt(med("prealloc", s, "used_mib"), 0), fmt(med("prealloc", s, "umount_s")), fmt(med("prealloc", s, "rss_mib"), 0)))
 

@@ -911,13 +911,20 @@ fn filesystem_sync_is_durable() {
 
 // ------------------------------------------------------------------ (j)
 
-fn push_race_case(w: Writer, base: &Path) -> Result<String, String> {
+/// A fresh 512 MiB image in `base`/WRITER, mounted read-write by `w` on
+/// its `mnt`: (the directory, the image, the mount point, the mount).
+fn fresh_512m(w: Writer, base: &Path) -> Result<(PathBuf, PathBuf, PathBuf, RwMount), String> {
     let dir = base.join(w.name());
     std::fs::create_dir_all(&dir).unwrap();
     let image = dir.join("fs.img");
     mkfs_image(&image, "512M")?;
     let mnt = dir.join("mnt");
     let m = RwMount::start(w, &image, &mnt, "")?;
+    Ok((dir, image, mnt, m))
+}
+
+fn push_race_case(w: Writer, base: &Path) -> Result<String, String> {
+    let (dir, image, mnt, m) = fresh_512m(w, base)?;
     let log = match &m {
         RwMount::Ubtrfs(u) => Some(u.log.clone()),
         RwMount::Kernel(_) => None,
@@ -1215,12 +1222,7 @@ fn used_bytes(dir: &Path) -> Result<u64, String> {
 fn prealloc_overwrite_case(w: Writer, base: &Path) -> Result<String, String> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
-    let dir = base.join(w.name());
-    std::fs::create_dir_all(&dir).unwrap();
-    let image = dir.join("fs.img");
-    mkfs_image(&image, "512M")?;
-    let mnt = dir.join("mnt");
-    let m = RwMount::start(w, &image, &mnt, "")?;
+    let (dir, image, mnt, m) = fresh_512m(w, base)?;
     let size: u64 = 240 << 20;
     let path = mnt.join("f");
     let f = std::fs::File::create(&path).map_err(|e| format!("create f: {e}"))?;

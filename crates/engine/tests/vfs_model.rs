@@ -553,6 +553,19 @@ fn vfs_full_filesystem_is_enospc_at_write() {
     btrfs_check(&dev).unwrap();
 }
 
+/// Where the sector `sector` (4 KiB) lies on `dev`, the first place.
+fn find_sector(dev: &MemDev, sector: &[u8]) -> Option<u64> {
+    use ubtrfs_engine::io::dev::BlockDev;
+    let mut buf = vec![0u8; 1 << 20];
+    for off in (0..dev.size()).step_by(1 << 20) {
+        dev.read_at(&mut buf, off).unwrap();
+        if let Some(i) = buf.chunks(SS as usize).position(|c| c == sector) {
+            return Some(off + i as u64 * SS);
+        }
+    }
+    None
+}
+
 /// Writes into a COW file's fallocated space go in place, with checksums,
 /// as the kernel's (an inode with BTRFS_INODE_PREALLOC takes
 /// run_delalloc_nocow): overwriting a file preallocated over most of the
@@ -630,16 +643,7 @@ fn vfs_writes_into_fallocated_space_go_in_place() {
     }
     // The first whole sector of MiB 3, found on the device and corrupted:
     // its checksum makes the read fail.
-    let sector = model[(3 << 20)..(3 << 20) + SS as usize].to_vec();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut at = None;
-    for off in (0..dev.size()).step_by(1 << 20) {
-        dev.read_at(&mut buf, off).unwrap();
-        if let Some(i) = buf.chunks(SS as usize).position(|c| c == sector) {
-            at = Some(off + i as u64 * SS);
-            break;
-        }
-    }
+    let at = find_sector(&dev, &model[(3 << 20)..(3 << 20) + SS as usize]);
     fs.unmount().unwrap();
     drop(fs);
     ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
@@ -710,17 +714,8 @@ fn vfs_reads_verify_data_checksums() {
         fs.commit().unwrap();
         assert_eq!(fs.read(id, 0, data.len() as u32).unwrap(), data);
         // Sector 5 of the file, wherever it is on the device.
-        let sector = &data[5 * 4096..6 * 4096];
-        let mut at = None;
-        let mut buf = vec![0u8; 1 << 20];
-        for off in (0..dev.size()).step_by(1 << 20) {
-            dev.read_at(&mut buf, off).unwrap();
-            if let Some(i) = buf.chunks(4096).position(|c| c == sector) {
-                at = Some(off + i as u64 * 4096);
-                break;
-            }
-        }
-        let at = at.expect("the file's sector on the device");
+        let at =
+            find_sector(&dev, &data[5 * 4096..6 * 4096]).expect("the file's sector on the device");
         dev.write_at(&[0xa5; 512], at + 100).unwrap();
         let r = fs.read(id, 4 * 4096, 3 * 4096);
         if dup {
