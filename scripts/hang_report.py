@@ -10,9 +10,9 @@ first (so it outlives nothing it watches).
 
 Prints every process under PID (state, kernel wait channel, command line
 when it can be read without blocking), the kernel stacks of tasks in D
-state and the FUSE mounts; then aborts every FUSE connection (a daemon
-stuck in the kernel keeps its connection and its clients waiting) and
-kills the processes under PID.
+state and the FUSE mounts; then aborts the FUSE connections of the
+fuse.ubtrfs mounts (a daemon stuck in the kernel keeps its connection and
+its clients waiting) and kills the processes under PID.
 
 Only /proc files that never wait on a stuck task are read here (not
 cmdline or environ of a process whose memory a stuck thread holds: ps
@@ -106,14 +106,27 @@ def report(root):
     return order
 
 
+def ubtrfs_connections():
+    """The FUSE connection numbers of the fuse.ubtrfs mounts (the tests'
+    and benchmarks'; no other FUSE mount of the machine is touched)."""
+    out = []
+    for line in (read("/proc/self/mountinfo") or "").splitlines():
+        head, _, tail = line.partition(" - ")
+        if tail.startswith("fuse.ubtrfs "):
+            major, _, minor = head.split(" ")[2].partition(":")
+            out.append(str((int(major) << 20) | int(minor)))
+    return out
+
+
 def abort_fuse():
     ctl = "/sys/fs/fuse/connections"
-    if not os.listdir(ctl):
+    conns = ubtrfs_connections()
+    if conns and not os.listdir(ctl):
         # mount(2) itself: mount(8) looks at the mounts, and would hang on
         # the stuck one.
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mount(b"fusectl", ctl.encode(), b"fusectl", 0, None)
-    for c in os.listdir(ctl):
+    for c in conns:
         try:
             with open(f"{ctl}/{c}/abort", "w") as f:
                 f.write("1")

@@ -62,6 +62,9 @@ pub struct UbtrfsMount {
     /// The mount's stderr (its log lines).
     pub log: PathBuf,
     child: Option<Child>,
+    /// The FUSE connection's number, read once mounted (for an abort by
+    /// hand: see [`UbtrfsMount::kill9`]).
+    conn: Option<u64>,
 }
 
 impl UbtrfsMount {
@@ -105,6 +108,7 @@ impl UbtrfsMount {
             image: image.to_path_buf(),
             log,
             child: Some(child),
+            conn: None,
         };
         let what = format!("ubtrfs mount -f -o {opts} {}", image.display());
         let t = Instant::now();
@@ -121,6 +125,7 @@ impl UbtrfsMount {
                     let _ = m.kill9();
                     return Err(err);
                 }
+                m.conn = fuse_connection(dir);
                 return Ok(m);
             }
             if let Some(s) = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
@@ -245,7 +250,7 @@ impl UbtrfsMount {
     pub fn kill9(&mut self) -> Result<(), String> {
         let mut res = Ok(());
         if let Some(mut c) = self.child.take() {
-            let conn = fuse_connection(&self.dir);
+            let conn = self.conn.or_else(|| fuse_connection(&self.dir));
             let _ = c.kill();
             if wait_within(&mut c, Duration::from_secs(30)).is_none() {
                 let aborted = match conn {

@@ -663,6 +663,45 @@ fn vfs_writes_into_fallocated_space_go_in_place() {
     }
 }
 
+/// A write past the end of file into fallocated space of a full
+/// filesystem dirties the sector of the old end of file too, which is not
+/// preallocated: it needs space, so the write is ENOSPC (as the kernel's
+/// btrfs_truncate_block), and the next commit still succeeds.
+#[test]
+fn vfs_full_filesystem_refuses_a_write_whose_eof_sector_needs_space() {
+    let (dev, mut fs, root) = fresh_mount(&MkfsOptions {
+        fsid: Some([0x2a; 16]),
+        ..Default::default()
+    });
+    let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
+    fs.write(id, 0, &[b'x'; 100]).unwrap();
+    fs.commit().unwrap();
+    fs.fallocate(id, 4096, 1 << 20, libc::FALLOC_FL_KEEP_SIZE)
+        .unwrap();
+    let filler = fs
+        .create(root, b"filler", 0o100644, 0, (0, 0), None)
+        .unwrap();
+    let mut at = 0u64;
+    for chunk in [1 << 20, 64 << 10, 4096] {
+        while fs.write(filler, at, &vec![0x77; chunk]).is_ok() {
+            at += chunk as u64;
+        }
+        fs.commit().unwrap();
+    }
+    // Inside the preallocated range, not touching the old end: in place.
+    // Past the end: the sector at 0 is dirtied with it.
+    match fs.write(id, 8192, &[1; 4096]) {
+        Ok(_) => panic!("a write needing the end-of-file sector's space was taken"),
+        Err(e) => assert_eq!(e.errno(), libc::ENOSPC, "{e}"),
+    }
+    fs.commit().expect("the commit after a refused write");
+    assert_eq!(fs.read(id, 0, 100).unwrap(), vec![b'x'; 100]);
+    fs.unmount().unwrap();
+    drop(fs);
+    ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
+    btrfs_check(&dev).unwrap();
+}
+
 /// ZERO_RANGE growing a file past a gap, without no-holes: the gap between
 /// the old end of file and the zeroed range has hole items (btrfs check:
 /// "file extent discount" / "Found file extent holes" otherwise).

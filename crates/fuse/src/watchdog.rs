@@ -126,6 +126,13 @@ fn watch(rx: RawFd, parent: libc::pid_t) -> ! {
         // Keep nothing of the mount's open but the pipe: an inherited pipe
         // to a caller (stdout of `ubtrfs mount`, the background mount's
         // notify pipe) must close when the mount's process lets go of it.
+        // The pipe first out of 0..2 (a mount started with stdin or stdout
+        // closed), then to 3.
+        let rx = if rx < 3 {
+            libc::fcntl(rx, libc::F_DUPFD, 3)
+        } else {
+            rx
+        };
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         if null >= 0 {
             for fd in 0..3 {
@@ -135,7 +142,19 @@ fn watch(rx: RawFd, parent: libc::pid_t) -> ! {
         if rx != 3 {
             libc::dup2(rx, 3);
         }
-        libc::syscall(libc::SYS_close_range, 4, libc::c_uint::MAX, 0);
+        if libc::syscall(libc::SYS_close_range, 4, libc::c_uint::MAX, 0) != 0 {
+            // Before Linux 5.9, or refused by a seccomp profile: one by
+            // one, up to the descriptor limit.
+            let mut lim: libc::rlimit = std::mem::zeroed();
+            let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+                lim.rlim_cur.min(1 << 20) as libc::c_int
+            } else {
+                1024
+            };
+            for fd in 4..max {
+                libc::close(fd);
+            }
+        }
         // A terminal's Ctrl-C goes to the whole process group: the mount
         // unmounts on it, the watchdog waits for the pipe to say so.
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -159,6 +178,10 @@ fn watch(rx: RawFd, parent: libc::pid_t) -> ! {
         libc::sigemptyset(&mut only);
         libc::sigaddset(&mut only, libc::SIGUSR1);
         let sfd = libc::signalfd(-1, &only, libc::SFD_CLOEXEC);
+        if sfd < 0 {
+            // No way to hear of the death: nothing to watch with.
+            libc::_exit(0);
+        }
         libc::fcntl(3, libc::F_SETFL, libc::O_NONBLOCK);
         let mut conn: Option<u64> = None;
         loop {
@@ -174,7 +197,7 @@ fn watch(rx: RawFd, parent: libc::pid_t) -> ! {
                     revents: 0,
                 },
             ];
-            let n = libc::poll(p.as_mut_ptr(), if sfd >= 0 { 2 } else { 1 }, -1);
+            let n = libc::poll(p.as_mut_ptr(), 2, -1);
             if n < 0 {
                 continue;
             }

@@ -112,7 +112,14 @@ impl RwFs {
         if let Err(e) = self.reserve(data.len() as u64) {
             // As the kernel's btrfs_check_nocow_lock: a write its extents
             // take in place needs no data space.
-            if !self.fits_in_place(id, i.flags, a0, a1)? {
+            // The sector of the old end of file, dirtied below for a write
+            // past it, must go in place too (the kernel reserves for it in
+            // btrfs_truncate_block, or requires its nocow check).
+            let eof = i.size / ss * ss;
+            let eof_too = off <= i.size
+                || i.size.is_multiple_of(ss)
+                || self.fits_in_place(id, i.flags, eof, eof + ss)?;
+            if !eof_too || !self.fits_in_place(id, i.flags, a0, a1)? {
                 return Err(e);
             }
         }
