@@ -772,6 +772,7 @@ pub fn run_pjdfstest(
     dir: &Path,
     secondary: &Path,
     tmp: &Path,
+    patterns: &[&str],
 ) -> Result<PjdResult, String> {
     let mut c = Command::new(bin);
     c.arg("-c")
@@ -780,6 +781,7 @@ pub fn run_pjdfstest(
         .arg(dir)
         .arg("-s")
         .arg(secondary)
+        .args(patterns)
         .env("NO_COLOR", "1");
     let r = run_limited(
         c,
