@@ -36,23 +36,28 @@ pub fn mkfs_image(image: &Path, size: &str) -> Result<(), String> {
     .map(|_| ())
 }
 
-/// The line of /proc/self/mountinfo for mount point `dir`: (per-mount
-/// options, file system type, super block options).
-pub fn mount_entry(dir: &Path) -> Option<(String, String, String)> {
+/// The line of /proc/self/mountinfo for the mount on `dir` (the last
+/// one: the one seen), read without a request to the mount.
+fn mountinfo_line(dir: &Path) -> Option<String> {
     let want = dir.display().to_string();
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    // The last mount on `dir` is the one seen.
     info.lines()
         .rev()
         .find(|l| l.split(' ').nth(4) == Some(want.as_str()))
-        .and_then(|l| {
-            let (head, rest) = l.split_once(" - ")?;
-            let opts = head.split(' ').nth(5)?.to_string();
-            let mut r = rest.split(' ');
-            let fstype = r.next()?.to_string();
-            let _source = r.next();
-            Some((opts, fstype, r.next().unwrap_or("").to_string()))
-        })
+        .map(str::to_string)
+}
+
+/// The line of /proc/self/mountinfo for mount point `dir`: (per-mount
+/// options, file system type, super block options).
+pub fn mount_entry(dir: &Path) -> Option<(String, String, String)> {
+    mountinfo_line(dir).and_then(|l| {
+        let (head, rest) = l.split_once(" - ")?;
+        let opts = head.split(' ').nth(5)?.to_string();
+        let mut r = rest.split(' ');
+        let fstype = r.next()?.to_string();
+        let _source = r.next();
+        Some((opts, fstype, r.next().unwrap_or("").to_string()))
+    })
 }
 
 /// `ubtrfs mount -f -o rw[,extra] IMAGE MNT`, a child of this process.
@@ -168,20 +173,13 @@ impl UbtrfsMount {
             return Err(format!("umount {}: {e}; log: {log}", self.dir.display()));
         }
         let mut child = self.child.take().expect("a running mount");
-        let t = Instant::now();
-        let status: ExitStatus = loop {
-            if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
-                break s;
-            }
-            if t.elapsed() > timeout {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "ubtrfs mount did not exit within {timeout:?} of umount; log: {}",
-                    self.log_tail()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let Some(status) = wait_within(&mut child, timeout) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "ubtrfs mount did not exit within {timeout:?} of umount; log: {}",
+                self.log_tail()
+            ));
         };
         if status.success() {
             Ok(())
@@ -217,15 +215,7 @@ impl UbtrfsMount {
                             .join(" | ")
                     })
                     .unwrap_or_default();
-                let status = loop {
-                    if let Ok(Some(s)) = child.try_wait() {
-                        break Some(s);
-                    }
-                    if t.elapsed() > Duration::from_secs(60) {
-                        break None;
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                };
+                let status = wait_within(child, Duration::from_secs(60));
                 Err(format!(
                     "the mount's process {pid} still ran (threads: {tasks}); it ended {:?} later ({status:?}); log then: {log}",
                     t.elapsed(),
@@ -291,12 +281,7 @@ fn wait_within(c: &mut Child, limit: Duration) -> Option<ExitStatus> {
 /// in mountinfo, which fusectl names it by; major 0): read without a
 /// request to the mount, which may not answer.
 pub fn fuse_connection(dir: &Path) -> Option<u64> {
-    let want = dir.display().to_string();
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let line = info
-        .lines()
-        .rev()
-        .find(|l| l.split(' ').nth(4) == Some(want.as_str()))?;
+    let line = mountinfo_line(dir)?;
     let (major, minor) = line.split(' ').nth(2)?.split_once(':')?;
     let (major, minor): (u64, u64) = (major.parse().ok()?, minor.parse().ok()?);
     Some((major << 20) | minor)

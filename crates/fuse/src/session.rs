@@ -342,7 +342,7 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     }
     // Before any thread exists (it forks): aborts the connection if this
     // process is killed with a thread stuck in the kernel.
-    let mut watchdog = crate::watchdog::Watchdog::start();
+    let mut watchdog = Watchdog::start();
     let o = &req.options;
     // An unreplayed log tree is replayed in memory: the mount shows what
     // the kernel would after its replay, the image is not written. (The

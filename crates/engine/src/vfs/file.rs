@@ -162,10 +162,9 @@ impl RwFs {
     /// Whether writeback would write `[a0, a1)` of `id` (inode flags
     /// `flags`) in place whole (see [`RwFs::write_in_place`]).
     fn fits_in_place(&mut self, id: InodeId, flags: u64, a0: u64, a1: u64) -> Result<bool> {
-        if super::nocow::disabled() || flags & (INODE_NODATACOW | INODE_PREALLOC) == 0 {
+        let Some(prealloc_only) = super::nocow::in_place_mode(flags) else {
             return Ok(false);
-        }
-        let prealloc_only = flags & INODE_NODATACOW == 0;
+        };
         Ok(self
             .stretches(id, a0, a1, prealloc_only)?
             .iter()
@@ -249,18 +248,7 @@ impl RwFs {
             return Ok(());
         };
         let policy = self.policy(id, &inode)?;
-        // In place where the extents allow: a NOCOW file's, or only the
-        // preallocated extents of a file fallocate gave some (the kernel's
-        // should_nocow: NODATACOW or PREALLOC).
-        let nocow = if super::nocow::disabled() {
-            None
-        } else if inode.flags & INODE_NODATACOW != 0 {
-            Some(false)
-        } else if inode.flags & INODE_PREALLOC != 0 {
-            Some(true)
-        } else {
-            None
-        };
+        let nocow = super::nocow::in_place_mode(inode.flags);
         let mut ranges = ranges.into_iter();
         while let Some((start, buf)) = ranges.next() {
             if let Err(e) = self.write_back_range(id, start, &buf, nocow, policy) {

@@ -23,6 +23,7 @@ use crate::data::extent::ExtentKind;
 use crate::error::Result;
 use crate::fs::InodeId;
 use crate::tx::delayed_ref::Backref;
+use ubtrfs_format::consts::{INODE_NODATACOW, INODE_PREALLOC};
 
 fn env_on(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| v != "0")
@@ -32,6 +33,22 @@ fn env_on(name: &str) -> bool {
 pub(crate) fn disabled() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OFF.get_or_init(|| env_on("UBTRFS_NO_NOCOW"))
+}
+
+/// How writeback may write an inode with flags `flags` in place, as the
+/// kernel's should_nocow: Some(false) a NOCOW file (any plain extent),
+/// Some(true) a file fallocate gave preallocated extents (those only),
+/// None copy-on-write (also with the benchmark's switch off).
+pub(crate) fn in_place_mode(flags: u64) -> Option<bool> {
+    if disabled() {
+        None
+    } else if flags & INODE_NODATACOW != 0 {
+        Some(false)
+    } else if flags & INODE_PREALLOC != 0 {
+        Some(true)
+    } else {
+        None
+    }
 }
 
 fn full_csum_scan() -> bool {
