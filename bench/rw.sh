@@ -81,14 +81,14 @@
 # Environment:
 #   UBTRFS_RW_BENCH_KERNEL_ONLY=1  kernel sides only (no build, no FUSE)
 #   EXPS="dbench fsync fsynccow bssplit randread sparse"   experiments to run
-#                       (also: prealloc, not run by default)
+#                       (also: prealloc, readwrite, not run by default)
 #   VARIANTS=1          ubtrfs with each mechanism off (0: plain ubtrfs only)
 #   SIDES="kernel ubtrfs ..."  exactly these sides, for every experiment
 #                       (ubtrfs@VAR=VALUE[,VAR=VALUE]...: ubtrfs with these
 #                       in the daemon's environment)
 #   KERNEL_COW=1        the kernel-datacow reference rows (0: skip)
 #   DURATION=30 CLIENTS=16 JOBS=4 FSYNC_MIB=256 BSSPLIT_MIB=1024 SPARSE_MIB=1024
-#   RANDREAD_MIB=256 PREALLOC_MIB=1024
+#   RANDREAD_MIB=256 PREALLOC_MIB=1024 RW_WRITE_MIB=1536
 #   IMG_SIZE=4G  MKFS_ARGS="-m dup -d single" (given to both mkfs)
 #   KERNEL_OPTS, UBTRFS_OPTS    extra mount options (comma-separated)
 #   UBTRFS_BIN          ubtrfs binary (else cargo build --release -p ubtrfs)
@@ -126,6 +126,7 @@ BSSPLIT_MIB=${BSSPLIT_MIB:-1024}
 SPARSE_MIB=${SPARSE_MIB:-1024}
 RANDREAD_MIB=${RANDREAD_MIB:-256}
 PREALLOC_MIB=${PREALLOC_MIB:-1024}
+RW_WRITE_MIB=${RW_WRITE_MIB:-1536}
 IMG_SIZE=${IMG_SIZE:-4G}
 MKFS_ARGS=${MKFS_ARGS:-"-m dup -d single"}
 KERNEL_OPTS=${KERNEL_OPTS:-}
@@ -237,6 +238,7 @@ side_env() {
     ubtrfs-exclusive-reads) echo UBTRFS_EXCLUSIVE_READS=1 ;;
     ubtrfs-sync-commits) echo UBTRFS_SYNC_COMMITS=1 ;;
     ubtrfs-no-uring) echo UBTRFS_NO_URING=1 ;;
+    ubtrfs-no-ordered) echo UBTRFS_NO_ORDERED=1 ;;
     ubtrfs@*) echo "${1#ubtrfs@}" | tr , ' ' ;;  # ad hoc: ubtrfs@VAR=VALUE[,VAR=VALUE]
     *) echo "" ;;
   esac
@@ -267,6 +269,8 @@ sides_for() {
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-exclusive-reads"; } ;;
     prealloc)
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow"; } ;;
+    readwrite)
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-ordered ubtrfs-exclusive-reads"; } ;;
     *)
       local more=""
       case $1 in
@@ -584,26 +588,66 @@ exp_prealloc() { # SIDE RUN
   umount_side prealloc "$run" "$tag"
 }
 
-exp_randread() { # SIDE RUN
-  local side=$1 run=$2 tag=randread-$1-$2 f
-  mount_side "$side" "" "$tag"
+# randread_layout EXP SIDE RUN TAG: JOBS files of RANDREAD_MIB each in
+# $MNT/rr (fio's random buffers), fsynced, caches dropped; untimed.
+randread_job() {
+  RR_JOB=(--name=randread --directory="$MNT/rr" --bs=4k --size="${RANDREAD_MIB}M"
+          --numjobs="$JOBS" --ioengine=psync --group_reporting)
+}
+randread_layout() {
   mkdir "$MNT/rr"
-  local job=(--name=randread --directory="$MNT/rr" --bs=4k --size="${RANDREAD_MIB}M"
-             --numjobs="$JOBS" --ioengine=psync --group_reporting)
-  # The files written (fio's random buffers) and made durable, untimed.
-  if ! fio "${job[@]}" --rw=write --bs=1M --end_fsync=1 > "$OUT/$tag.layout.out" 2>&1; then
-    note "randread/$side run $run: fio layout failed (see $OUT/$tag.layout.out)"
-    umount_side randread "$run" "$tag"; return
+  randread_job
+  if ! fio "${RR_JOB[@]}" --rw=write --bs=1M --end_fsync=1 > "$OUT/$4.layout.out" 2>&1; then
+    note "$1/$2 run $3: fio layout failed (see $OUT/$4.layout.out)"
+    return 1
   fi
   sync
   drop_caches
-  if fio "${job[@]}" --rw=randread --direct=1 --time_based --runtime="$DURATION" \
-       --output-format=json --output="$OUT/$tag.json" > "$OUT/$tag.out" 2>&1; then
-    record_fio randread "$side" "$run" "$OUT/$tag.json"
+}
+# randread_run EXP SIDE RUN TAG: O_DIRECT 4K random reads of those files
+# for DURATION s, recorded.
+randread_run() {
+  randread_job
+  if fio "${RR_JOB[@]}" --rw=randread --direct=1 --time_based --runtime="$DURATION" \
+       --output-format=json --output="$OUT/$4.json" > "$OUT/$4.out" 2>&1; then
+    record_fio "$1" "$2" "$3" "$OUT/$4.json"
   else
-    note "randread/$side run $run: fio failed (see $OUT/$tag.out)"
+    note "$1/$2 run $3: fio failed (see $OUT/$4.out)"
   fi
+}
+
+exp_randread() { # SIDE RUN
+  local side=$1 run=$2 tag=randread-$1-$2
+  mount_side "$side" "" "$tag"
+  randread_layout randread "$side" "$run" "$tag" && randread_run randread "$side" "$run" "$tag"
   umount_side randread "$run" "$tag"
+}
+
+# Readers beside a writer: randread's readers (JOBS jobs, O_DIRECT, so
+# every read reaches the filesystem) for DURATION s, while, from the
+# second second, one writer writes RW_WRITE_MIB sequentially, buffered,
+# in 1 MiB writes, no fsync (ubtrfs writes everything back each time 256
+# MiB are dirty, its bytes written outside the mount's lock; with
+# UBTRFS_NO_ORDERED=1 under it; the kernel's flusher threads write in the
+# background). The readers' latency shows whether they wait for the
+# writeback.
+exp_readwrite() { # SIDE RUN
+  local side=$1 run=$2 tag=readwrite-$1-$2 rpid t0
+  mount_side "$side" "" "$tag"
+  if randread_layout readwrite "$side" "$run" "$tag"; then
+    randread_run readwrite "$side" "$run" "$tag" &
+    rpid=$!
+    sleep 1
+    t0=$(now)
+    if fio --name=writer --filename="$MNT/big" --rw=write --bs=1M --size="${RW_WRITE_MIB}M" \
+         --ioengine=psync > "$OUT/$tag.writer.out" 2>&1; then
+      record readwrite "$side" "$run" write_s "$(sub "$(now)" "$t0")"
+    else
+      note "readwrite/$side run $run: the writer failed (see $OUT/$tag.writer.out)"
+    fi
+    wait "$rpid" || true
+  fi
+  umount_side readwrite "$run" "$tag"
 }
 
 # The sparse file: 4 KiB of data (each block distinct) every 8 KiB, then
@@ -677,7 +721,7 @@ if [[ " $EXPS " == *" sparse "* ]]; then
 fi
 T0=$(now)
 for exp in $EXPS; do
-  case $exp in dbench|fsync|fsynccow|bssplit|randread|sparse|prealloc) ;; *) echo "bench/rw.sh: unknown experiment $exp" >&2; exit 1 ;; esac
+  case $exp in dbench|fsync|fsynccow|bssplit|randread|sparse|prealloc|readwrite) ;; *) echo "bench/rw.sh: unknown experiment $exp" >&2; exit 1 ;; esac
   for run in $(seq "$RUNS"); do
     for side in $(sides_for "$exp"); do
       log "$exp: $side, run $run/$RUNS"
@@ -758,6 +802,7 @@ LABEL = {
     "ubtrfs-sync-commits": "ubtrfs UBTRFS_SYNC_COMMITS=1 (interval commits flush under the lock)",
     "ubtrfs-exclusive-reads": "ubtrfs UBTRFS_EXCLUSIVE_READS=1 (reads take the lock alone)",
     "ubtrfs-fsync-pipeline": "ubtrfs UBTRFS_FSYNC_PIPELINE=1 (fsync logs while a log sync is in flight; on/off)",
+    "ubtrfs-no-ordered": "ubtrfs UBTRFS_NO_ORDERED=1 (writeback's device writes under the lock)",
 }
 def label(side):
     return LABEL.get(side, side.replace("@", " "))
@@ -770,6 +815,7 @@ MOUNT = {
     "bssplit": {"kernel": "chattr +C dir", "kernel-datacow": "(COW dir)", "ubtrfs": "-o rw, chattr +C dir"},
     "randread": {"kernel": "(defaults)", "ubtrfs": "-o rw"},
     "prealloc": {"kernel": "(COW dir)", "ubtrfs": "-o rw (COW dir)"},
+    "readwrite": {"kernel": "(defaults)", "ubtrfs": "-o rw"},
     "sparse": {"kernel": "(defaults)", "ubtrfs": "-o rw"},
 }
 def mount_of(exp, side):
@@ -850,6 +896,20 @@ if rows("randread"):
         print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("randread", s), fmt(v, 0), ratio(v, k), offon,
               fmt(med("randread", s, "mib_s"), 2), fmt(med("randread", s, "clat_p99_ms")), fmt(med("randread", s, "lat_max_ms"), 1),
               fmt(med("randread", s, "lock_wait_s"), 1), fmt(med("randread", s, "umount_s")), fmt(med("randread", s, "rss_mib"), 0)))
+
+if rows("readwrite"):
+    print()
+    print("Readers beside a writer: fio randread 4K, O_DIRECT, psync, JOBS jobs for the duration, while one writer writes a file sequentially (1 MiB buffered writes, no fsync) from the second second:")
+    print()
+    print("| side | mount | read IOPS | vs kernel | off/on | read clat p99 ms | read max latency ms | writer s | lock wait s | umount s | daemon RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    k = med("readwrite", "kernel", "iops"); u = med("readwrite", "ubtrfs", "iops")
+    for s in rows("readwrite"):
+        v = med("readwrite", s, "iops")
+        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("readwrite", s), fmt(v, 0), ratio(v, k), offon,
+              fmt(med("readwrite", s, "clat_p99_ms")), fmt(med("readwrite", s, "lat_max_ms"), 1), fmt(med("readwrite", s, "write_s")),
+              fmt(med("readwrite", s, "lock_wait_s"), 1), fmt(med("readwrite", s, "umount_s")), fmt(med("readwrite", s, "rss_mib"), 0)))
 
 if rows("prealloc"):
     print()

@@ -323,6 +323,18 @@ impl Drop for UbtrfsMount {
     }
 }
 
+/// The count N of "N `what`" in the last line of the daemon's log `text`
+/// that has it (its unmount line: "...; N direct writes in place, ...;
+/// N writebacks written outside the lock (M MiB)").
+pub fn daemon_count(text: &str, what: &str) -> Option<u64> {
+    text.lines().rev().find_map(|l| {
+        l.split("; ").find_map(|p| {
+            let (n, _) = p.split_once(what)?;
+            n.trim().parse().ok()
+        })
+    })
+}
+
 /// Who writes: the kernel (the reference) or ubtrfs's mount (the subject).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Writer {
@@ -350,6 +362,18 @@ impl RwMount {
     /// Mounts `image` read-write on `dir`. `extra`: further options (for
     /// ubtrfs, after "rw,"; for the kernel, its btrfs options).
     pub fn start(w: Writer, image: &Path, dir: &Path, extra: &str) -> Result<RwMount, String> {
+        RwMount::start_env(w, image, dir, extra, &[])
+    }
+
+    /// [`RwMount::start`] with `envs` in ubtrfs's daemon's environment
+    /// (the kernel's mount has none).
+    pub fn start_env(
+        w: Writer,
+        image: &Path,
+        dir: &Path,
+        extra: &str,
+        envs: &[(&str, &str)],
+    ) -> Result<RwMount, String> {
         match w {
             Writer::Kernel => {
                 std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
@@ -358,7 +382,7 @@ impl RwMount {
                     .map(RwMount::Kernel)
                     .map_err(|_| format!("kernel mount of {} failed", image.display()))
             }
-            Writer::Ubtrfs => UbtrfsMount::start(image, dir, extra).map(RwMount::Ubtrfs),
+            Writer::Ubtrfs => UbtrfsMount::start_env(image, dir, extra, envs).map(RwMount::Ubtrfs),
         }
     }
 

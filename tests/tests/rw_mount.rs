@@ -86,6 +86,11 @@ use std::time::{Duration, Instant};
 use ubtrfs_oracle::mkfs_support::btrfs_check;
 use ubtrfs_oracle::*;
 
+/// A dirty limit of 1 MiB for ubtrfs's mount in (a), (d) and (f): writes
+/// write everything back often, with the bytes written outside the lock
+/// while other processes' reads go on (vfs/ordered.rs).
+const SMALL_DIRTY_LIMIT: &[(&str, &str)] = &[("UBTRFS_DIRTY_LIMIT_KB", "1024")];
+
 fn seeds() -> Vec<u64> {
     match std::env::var("UBTRFS_RW_SEEDS") {
         Ok(s) => s
@@ -158,7 +163,11 @@ fn rw_ops_then_kernel(w: Writer, seed: u64, base: &Path) -> Result<String, Strin
     let image = dir.join("fs.img");
     mkfs_image(&image, &image_size())?;
     let mnt = dir.join("mnt");
-    let m = RwMount::start(w, &image, &mnt, "")?;
+    let m = RwMount::start_env(w, &image, &mnt, "", SMALL_DIRTY_LIMIT)?;
+    let log = match &m {
+        RwMount::Ubtrfs(u) => Some(u.log.clone()),
+        RwMount::Kernel(_) => None,
+    };
     let t = mnt.join("t");
     std::fs::create_dir(&t).map_err(|e| format!("mkdir {}: {e}", t.display()))?;
     let ops = RwOps::new(seed, ops(), procs());
@@ -172,6 +181,15 @@ fn rw_ops_then_kernel(w: Writer, seed: u64, base: &Path) -> Result<String, Strin
         ));
     }
     m.finish().map_err(|e| format!("unmount: {e}"))?;
+    let mut note = String::new();
+    if let Some(log) = log {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let what = " writebacks written outside the lock";
+        match daemon_count(&text, what) {
+            Some(n) if n > 0 => note = format!(", {n}{what}"),
+            n => return Err(format!("{n:?}{what}: {}", tail(&text, 800))),
+        }
+    }
     check(&image, &format!("after the {} mount", w.name()))?;
 
     let k = RwMount::start(Writer::Kernel, &image, &mnt, "")?;
@@ -196,7 +214,7 @@ fn rw_ops_then_kernel(w: Writer, seed: u64, base: &Path) -> Result<String, Strin
     new.map_err(|e| format!("kernel write: {e}"))?;
     check(&image, "after the kernel wrote on top")?;
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(format!("rw_ops {}", r.brief()))
+    Ok(format!("rw_ops {}{note}", r.brief()))
 }
 
 #[test]
@@ -462,7 +480,7 @@ fn kill_mid_run(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
     for k in 0..kills() {
         let delay = Duration::from_millis(300 + rng.below(2700));
         let when = format!("kill {k} after {delay:?}");
-        let m = RwMount::start(w, &image, &mnt, "commit=1")?;
+        let m = RwMount::start_env(w, &image, &mnt, "commit=1", SMALL_DIRTY_LIMIT)?;
         let t = mnt.join(format!("t{k}"));
         std::fs::create_dir(&t).map_err(|e| e.to_string())?;
         let work = RwOps::new(seed * 1000 + k, 1_000_000, procs()).spawn(&t, &dir);
@@ -736,7 +754,7 @@ fn fsx_on(w: Writer, bin: &Path, base: &Path) -> Result<String, String> {
     let image = dir.join("fs.img");
     mkfs_image(&image, &image_size())?;
     let mnt = dir.join("mnt");
-    let m = RwMount::start(w, &image, &mnt, "")?;
+    let m = RwMount::start_env(w, &image, &mnt, "", SMALL_DIRTY_LIMIT)?;
     let n = env_u64("UBTRFS_FSX_OPS").unwrap_or(5000);
     let mut notes = Vec::new();
     for seed in seeds() {

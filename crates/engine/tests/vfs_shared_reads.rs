@@ -4,7 +4,9 @@
 //! read section, is one whole version of it (lookup, stat, readdir and
 //! read agree), through writes held dirty, writebacks, commits (after
 //! which reads load committed blocks into the cache readers fill side by
-//! side) and renames over a name. Readers must also have been inside the
+//! side), renames over a name, and writebacks in flight (the write lock
+//! let go while their bytes are written, as the mount does: readers must
+//! have looked during flights). Readers must also have been inside the
 //! lock together: the lock is shared, not taken in turn.
 
 use std::collections::HashMap;
@@ -132,6 +134,10 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
     let done = Arc::new(AtomicBool::new(false));
     let inside = Arc::new(AtomicU64::new(0));
     let most_inside = Arc::new(AtomicU64::new(0));
+    // Flights begun, and looks made wholly inside one.
+    let flight = Arc::new(AtomicU64::new(0));
+    let flying = Arc::new(AtomicBool::new(false));
+    let looks_in_flight = Arc::new(AtomicU64::new(0));
     let readers: Vec<_> = (0..READERS)
         .map(|_| {
             let (fs, done, inside, most) = (
@@ -140,15 +146,22 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
                 inside.clone(),
                 most_inside.clone(),
             );
+            let (flight, flying, in_flight) =
+                (flight.clone(), flying.clone(), looks_in_flight.clone());
             std::thread::spawn(move || -> Result<(u64, u64), String> {
                 let (mut looks, mut bytes) = (0u64, 0u64);
                 while !done.load(Ordering::SeqCst) || looks == 0 {
                     let g = fs.read().unwrap();
                     let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(n, Ordering::SeqCst);
+                    let f0 = (flying.load(Ordering::SeqCst), flight.load(Ordering::SeqCst));
                     let res = look(&g, root);
+                    let f1 = (flying.load(Ordering::SeqCst), flight.load(Ordering::SeqCst));
                     inside.fetch_sub(1, Ordering::SeqCst);
                     drop(g);
+                    if f0.0 && f0 == f1 {
+                        in_flight.fetch_add(1, Ordering::SeqCst);
+                    }
                     bytes += res?;
                     looks += 1;
                 }
@@ -161,6 +174,7 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
     // section; now and then a writeback, a commit, or a new inode renamed
     // over the name.
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut flights = 0u64;
     for v in FILES..FILES + WRITES {
         rng ^= rng << 13;
         rng ^= rng >> 7;
@@ -185,6 +199,26 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
         match rng % 11 {
             0 | 1 => g.commit().unwrap(),
             2 | 3 => g.writeback(ids[&i]).unwrap(),
+            4 => {
+                // A writeback in flight: the lock let go until a reader
+                // has looked (or a while has passed).
+                let mut o = g.writeback_all_begin().unwrap();
+                flight.fetch_add(1, Ordering::SeqCst);
+                flying.store(true, Ordering::SeqCst);
+                drop(g);
+                let seen = looks_in_flight.load(Ordering::SeqCst);
+                let t = std::time::Instant::now();
+                while looks_in_flight.load(Ordering::SeqCst) == seen
+                    && t.elapsed() < std::time::Duration::from_millis(200)
+                {
+                    std::thread::yield_now();
+                }
+                let res = o.write();
+                g = fs.write().unwrap();
+                flying.store(false, Ordering::SeqCst);
+                g.writeback_all_end(o, res).unwrap();
+                flights += 1;
+            }
             _ => {}
         }
         drop(g);
@@ -198,8 +232,13 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
         total += bytes;
     }
     let most = most_inside.load(Ordering::SeqCst);
+    let in_flight = looks_in_flight.load(Ordering::SeqCst);
     eprintln!(
-        "vfs_shared_reads: {WRITES} writes, {total} bytes read, at most {most} readers at once"
+        "vfs_shared_reads: {WRITES} writes, {total} bytes read, at most {most} readers at once, {in_flight} looks during {flights} writebacks in flight"
+    );
+    assert!(
+        flights > 0 && in_flight > 0,
+        "no reader looked while a writeback was in flight ({flights} flights)"
     );
     assert!(
         most >= 2,

@@ -20,6 +20,10 @@
 //! writers too, which one transaction in memory does not (a writer may
 //! move any block of a path it copies).
 //!
+//! A writeback ([`FsLock::writeback_all`]: the write that passes the
+//! dirty limit, the commit thread) writes its bytes with the lock let go
+//! too, and is waited for as direct writes are.
+//!
 //! A log sync writes its superblock and waits for the disk's flushes with
 //! the lock released ([`RwFs::fsync_sync_begin`]); until it ends, what may
 //! commit ([`FsLock::lock_commit`]: the commit thread, the sync ioctls,
@@ -253,7 +257,7 @@ impl FsLock {
     fn lock_drained(&self) -> FsWrite<'_> {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let mut g = self.raw();
-        while g.direct_in_flight() > 0 {
+        while g.in_flight() > 0 {
             self.wait_on(&self.drained, g);
             g = self.raw();
         }
@@ -353,7 +357,24 @@ impl FsLock {
     pub fn end_direct(&self, w: DirectWrite, written: bool) -> Result<(), Error> {
         let mut g = self.raw();
         let res = g.direct_write_end(w, written);
-        if g.direct_in_flight() == 0 {
+        if g.in_flight() == 0 {
+            self.signal(&self.drained);
+        }
+        res
+    }
+
+    /// Writes back every dirty inode, the bytes checksummed and written
+    /// with the lock let go (see [`ubtrfs_engine::vfs::ordered`]): reads
+    /// and direct writes go on meanwhile, every other request waits for
+    /// the end as it waits for direct writes to drain. `g` is the lock
+    /// held alone, by the caller.
+    pub fn writeback_all(&self, mut g: FsWrite<'_>) -> Result<(), Error> {
+        let mut o = g.writeback_all_begin()?;
+        drop(g);
+        let res = o.write();
+        let mut g = self.raw();
+        let res = g.writeback_all_end(o, res);
+        if g.in_flight() == 0 {
             self.signal(&self.drained);
         }
         res

@@ -310,6 +310,17 @@ impl RwInner {
         self.fs.lock_shared()
     }
 
+    /// A write into the dirty ranges; the one that passes the dirty
+    /// limit writes everything back, its bytes outside the lock.
+    fn buffered_write(&self, id: InodeId, offset: u64, data: &[u8]) -> Result<usize, Error> {
+        let mut g = self.fs();
+        let n = g.write_buffered(id, offset, data)?;
+        if g.over_dirty_limit() {
+            self.fs.writeback_all(g)?;
+        }
+        Ok(n)
+    }
+
     /// An O_DIRECT write: in place and outside the lock where the engine
     /// can (see [`ubtrfs_engine::vfs::direct`]); None if it must be
     /// written as a buffered write.
@@ -908,7 +919,7 @@ impl crate::proto::FuseFs for RwFuse {
             .flatten()
         {
             Some(res) => res.map(|()| data.len()),
-            None => self.fs().write(id, offset, data),
+            None => self.buffered_write(id, offset, data),
         };
         match res {
             Ok(n) => reply.written(n as u32),

@@ -400,8 +400,17 @@ fn writable(req: &MountRequest) -> bool {
 fn open_rw(req: &MountRequest) -> Result<RwFs, String> {
     let mut paths = vec![req.image.clone()];
     paths.extend(req.devices.iter().cloned());
-    RwFs::open(&paths, req.cache_bytes, req.options.write.clone())
-        .map_err(|e| format!("{}: {e}", req.image.display()))
+    let mut opts = req.options.write.clone();
+    // UBTRFS_DIRTY_LIMIT_KB=N: write back everything once N KiB are dirty
+    // (tests and benchmarks; 256 MiB by default. The kernel's limit,
+    // vm.dirty_bytes, is no mount option either).
+    if let Some(kb) = std::env::var("UBTRFS_DIRTY_LIMIT_KB")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        opts.dirty_limit = kb.saturating_mul(1024);
+    }
+    RwFs::open(&paths, req.cache_bytes, opts).map_err(|e| format!("{}: {e}", req.image.display()))
 }
 
 /// The read-write mount: the image opened for writing (an unreplayed log
@@ -438,13 +447,22 @@ fn serve_rw(
                     }
                     let mut fs = rw.lock_commit();
                     if fs.commit_due() {
-                        // The commit's thread writes its blocks and
-                        // superblock (UBTRFS_SYNC_COMMITS=1: this thread,
-                        // holding the lock; benchmark switch).
+                        // The dirty data is written back with the lock let
+                        // go, then the commit's thread writes its blocks
+                        // and superblock (UBTRFS_SYNC_COMMITS=1: all on
+                        // this thread, holding the lock; benchmark
+                        // switch). A failed writeback is tried again by
+                        // the commit, which fails the same way.
                         let since = std::time::Instant::now();
                         let res = if sync_commits {
                             fs.commit()
                         } else {
+                            if fs.dirty_bytes() > 0 {
+                                if let Err(e) = rw.writeback_all(fs) {
+                                    logging::error(&format!("writeback: {e}"));
+                                }
+                                fs = rw.lock_commit();
+                            }
                             fs.commit_periodic()
                         };
                         rw.stats.committed(since.elapsed());
@@ -485,8 +503,8 @@ fn serve_rw(
         });
         let (st, ls) = (fs.stats.clone(), fs.log_stats());
         logging::info(&format!(
-            "{} commits; fsync: {} by log tree, {} by another's log sync or a commit, {} by commit, {} logged during a log sync; log: {} syncs, {} inodes, {} blocks, {} checksum lookups; {} direct writes in place, at most {} at once",
-            st.commits, st.log_syncs, st.fsync_batched, st.fsync_commits, st.fsync_logged_in_flight, ls.syncs, ls.inodes, ls.blocks, ls.csum_lookups, st.direct_writes, st.direct_max_in_flight
+            "{} commits; fsync: {} by log tree, {} by another's log sync or a commit, {} by commit, {} logged during a log sync; log: {} syncs, {} inodes, {} blocks, {} checksum lookups; {} direct writes in place, at most {} at once; {} writebacks written outside the lock ({} MiB)",
+            st.commits, st.log_syncs, st.fsync_batched, st.fsync_commits, st.fsync_logged_in_flight, ls.syncs, ls.inodes, ls.blocks, ls.csum_lookups, st.direct_writes, st.direct_max_in_flight, st.ordered_writebacks, st.ordered_bytes >> 20
         ));
         last
     };

@@ -408,7 +408,7 @@ impl Trans {
         Ok(())
     }
 
-    fn has_inline(&mut self, tree: u64, ino: u64) -> Result<bool> {
+    pub(crate) fn has_inline(&mut self, tree: u64, ino: u64) -> Result<bool> {
         let ss = self.sectorsize() as u64;
         Ok(self
             .file_extents(tree, ino, 0, ss)?

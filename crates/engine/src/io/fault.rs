@@ -39,6 +39,12 @@ impl FaultDev {
         self.fail_at.store(n, Ordering::SeqCst);
     }
 
+    /// Works again (a transient fault ended): nothing fails from now on.
+    pub fn revive(&self) {
+        self.fail_at.store(u64::MAX, Ordering::SeqCst);
+        self.dead.store(false, Ordering::SeqCst);
+    }
+
     /// Writes and flushes seen so far (failed ones included).
     pub fn ops(&self) -> u64 {
         self.ops.load(Ordering::SeqCst)

@@ -90,7 +90,8 @@ impl RwFs {
             return Ok(Stat::placeholder(id, t));
         }
         let i = self.t.inode_of(id.subvol, id.ino)?;
-        let dirty = self.dirty.get(&id).map_or(0, |d| d.bytes());
+        let dirty = self.dirty.get(&id).map_or(0, |d| d.bytes())
+            + self.ordered.get(&id).map_or(0, |d| d.bytes());
         Ok(Stat {
             id,
             ino: id.ino,

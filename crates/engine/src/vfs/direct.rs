@@ -86,6 +86,7 @@ impl RwFs {
             || i.flags & refused != 0
             || end > i.size
             || self.dirty.get(&id).is_some_and(|d| d.overlaps(off, end))
+            || self.ordered.get(&id).is_some_and(|d| d.overlaps(off, end))
         {
             return Ok(None);
         }

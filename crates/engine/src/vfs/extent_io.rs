@@ -10,16 +10,52 @@
 //! squared.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-/// The dirty sectors of one inode.
-#[derive(Debug, Default)]
-pub struct InodeDirty {
+/// A range's bytes: owned while dirty, shared once its writeback is in
+/// flight ([`super::ordered`]: readers and the device writes both hold
+/// them).
+pub trait RangeBytes {
+    fn bytes(&self) -> &[u8];
+}
+
+impl RangeBytes for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl RangeBytes for Arc<Vec<u8>> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// The dirty sectors of one inode (or, with shared bytes, its sectors
+/// whose writeback is in flight).
+#[derive(Debug)]
+pub struct InodeDirty<B = Vec<u8>> {
     /// Start (sector aligned) to bytes (a whole number of sectors).
-    ranges: BTreeMap<u64, Vec<u8>>,
+    ranges: BTreeMap<u64, B>,
     bytes: u64,
 }
 
-impl InodeDirty {
+impl<B> Default for InodeDirty<B> {
+    fn default() -> Self {
+        InodeDirty {
+            ranges: BTreeMap::new(),
+            bytes: 0,
+        }
+    }
+}
+
+impl<B: RangeBytes> InodeDirty<B> {
+    /// Ranges given whole (a writeback's, now in flight).
+    pub fn from_ranges(ranges: BTreeMap<u64, B>) -> Self {
+        let bytes = ranges.values().map(|v| v.bytes().len() as u64).sum();
+        InodeDirty { ranges, bytes }
+    }
+
     /// Dirty bytes held.
     pub fn bytes(&self) -> u64 {
         self.bytes
@@ -31,7 +67,9 @@ impl InodeDirty {
 
     /// The dirty ranges as `(start, end)`, in order.
     pub fn spans(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.ranges.iter().map(|(&s, v)| (s, s + v.len() as u64))
+        self.ranges
+            .iter()
+            .map(|(&s, v)| (s, s + v.bytes().len() as u64))
     }
 
     /// Whether any dirty range overlaps `[start, end)`.
@@ -39,16 +77,39 @@ impl InodeDirty {
         self.ranges
             .range(..end)
             .next_back()
-            .is_some_and(|(&s, v)| s + v.len() as u64 > start)
+            .is_some_and(|(&s, v)| s + v.bytes().len() as u64 > start)
     }
 
     /// Dirty bytes of the sector at `sector`, if it is dirty.
     pub fn sector(&self, sector: u64, ss: u64) -> Option<&[u8]> {
         let (&s, v) = self.ranges.range(..=sector).next_back()?;
+        let v = v.bytes();
         let rel = (sector - s) as usize;
         (rel < v.len()).then(|| &v[rel..rel + ss as usize])
     }
 
+    /// Copies the dirty bytes that overlap `[off, off + out.len())` into
+    /// `out`.
+    pub fn overlay(&self, off: u64, out: &mut [u8]) {
+        let end = off + out.len() as u64;
+        let first = self
+            .ranges
+            .range(..=off)
+            .next_back()
+            .map_or(off, |(&s, _)| s);
+        for (&s, v) in self.ranges.range(first..end) {
+            let v = v.bytes();
+            let vend = s + v.len() as u64;
+            let (a, b) = (s.max(off), vend.min(end));
+            if a < b {
+                out[(a - off) as usize..(b - off) as usize]
+                    .copy_from_slice(&v[(a - s) as usize..(b - s) as usize]);
+            }
+        }
+    }
+}
+
+impl InodeDirty<Vec<u8>> {
     /// Stores `data` (whole sectors) at `start` (sector aligned), over
     /// whatever was dirty there, merging with ranges it touches.
     pub fn insert(&mut self, start: u64, data: &[u8]) {
@@ -79,25 +140,6 @@ impl InodeDirty {
         }
         self.bytes += buf.len() as u64;
         self.ranges.insert(base, buf);
-    }
-
-    /// Copies the dirty bytes that overlap `[off, off + out.len())` into
-    /// `out`.
-    pub fn overlay(&self, off: u64, out: &mut [u8]) {
-        let end = off + out.len() as u64;
-        let first = self
-            .ranges
-            .range(..=off)
-            .next_back()
-            .map_or(off, |(&s, _)| s);
-        for (&s, v) in self.ranges.range(first..end) {
-            let vend = s + v.len() as u64;
-            let (a, b) = (s.max(off), vend.min(end));
-            if a < b {
-                out[(a - off) as usize..(b - off) as usize]
-                    .copy_from_slice(&v[(a - s) as usize..(b - s) as usize]);
-            }
-        }
     }
 
     /// Takes every dirty range out (for writeback).

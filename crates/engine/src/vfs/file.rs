@@ -44,6 +44,9 @@ impl RwFs {
     /// under the dirty ranges.
     fn read_view(&self, id: InodeId, off: u64, len: u64) -> Result<Vec<u8>> {
         let mut buf = self.t.read_file(id.subvol, id.ino, off, len)?;
+        if let Some(d) = self.ordered.get(&id) {
+            d.overlay(off, &mut buf);
+        }
         if let Some(d) = self.dirty.get(&id) {
             d.overlay(off, &mut buf);
         }
@@ -93,6 +96,28 @@ impl RwFs {
     /// write(2) of `data` at `off`: held as dirty sectors until writeback;
     /// the size and times change now.
     pub fn write(&mut self, id: InodeId, off: u64, data: &[u8]) -> Result<usize> {
+        let n = self.write_buffered(id, off, data)?;
+        if self.over_dirty_limit() {
+            self.writeback_all()?;
+        }
+        Ok(n)
+    }
+
+    /// Dirty bytes held (not yet written back).
+    pub fn dirty_bytes(&self) -> u64 {
+        self.dirty_bytes
+    }
+
+    /// Whether more dirty data is held than the mount's limit: the caller
+    /// of [`RwFs::write_buffered`] writes everything back.
+    pub fn over_dirty_limit(&self) -> bool {
+        self.dirty_bytes > self.opts.dirty_limit
+    }
+
+    /// write(2) into the dirty ranges, leaving the writeback that passing
+    /// the dirty limit calls for ([`RwFs::over_dirty_limit`]) to the
+    /// caller (the mount runs it outside its lock, [`super::ordered`]).
+    pub fn write_buffered(&mut self, id: InodeId, off: u64, data: &[u8]) -> Result<usize> {
         let mut i = self.check_data_writable(id, true)?;
         if i.flags & INODE_APPEND != 0 && off < i.size {
             return Err(Error::Permission(format!(
@@ -153,9 +178,6 @@ impl RwFs {
         i.sequence += 1;
         self.t.put_inode(id.subvol, id.ino, &i)?;
         self.bump(id);
-        if self.dirty_bytes > self.opts.dirty_limit {
-            self.writeback_all()?;
-        }
         Ok(data.len())
     }
 
@@ -211,7 +233,7 @@ impl RwFs {
 
     /// How new data of `inode` is stored: its flags, its compression
     /// property and the mount's compress options.
-    fn policy(&mut self, id: InodeId, inode: &InodeItem) -> Result<DataPolicy> {
+    pub(crate) fn policy(&mut self, id: InodeId, inode: &InodeItem) -> Result<DataPolicy> {
         let prop = if inode.flags & INODE_COMPRESS != 0 {
             self.t
                 .get_xattr(id.subvol, id.ino, XATTR_COMPRESSION)?
@@ -236,30 +258,36 @@ impl RwFs {
     }
 
     /// Writes back the dirty ranges of `id`: NOCOW files in place where
-    /// their extents allow, everything else copy-on-write to new extents.
+    /// their extents allow, everything else copy-on-write to new extents
+    /// ([`super::ordered`]'s three steps, back to back).
     pub fn writeback(&mut self, id: InodeId) -> Result<()> {
-        let Some(mut d) = self.dirty.remove(&id) else {
-            return Ok(());
+        let mut o = self.writeback_begin(&[id])?;
+        let res = o.write();
+        self.writeback_end(o, res)
+    }
+
+    /// Writes back `ranges` of `id` now (NOCOW files, compressed and
+    /// inline data: what [`super::ordered`] does not defer).
+    pub(crate) fn write_back_ranges(
+        &mut self,
+        id: InodeId,
+        ranges: std::collections::BTreeMap<u64, Vec<u8>>,
+    ) -> Result<()> {
+        let inode = self.t.inode_of(id.subvol, id.ino)?;
+        let policy = match self.policy(id, &inode) {
+            Ok(p) => p,
+            Err(e) => {
+                self.redirty(id, ranges);
+                return Err(e);
+            }
         };
-        self.dirty_bytes -= d.bytes();
-        let ranges = d.take();
-        self.stats.writebacks += 1;
-        let Some(inode) = self.t.inode(id.subvol, id.ino)? else {
-            return Ok(());
-        };
-        let policy = self.policy(id, &inode)?;
         let nocow = super::nocow::in_place_mode(inode.flags);
         let mut ranges = ranges.into_iter();
         while let Some((start, buf)) = ranges.next() {
             if let Err(e) = self.write_back_range(id, start, &buf, nocow, policy) {
                 // What was not written stays dirty (and readable): the
                 // error goes to the caller, and to the next fsync.
-                let d = self.dirty.entry(id).or_default();
-                d.insert(start, &buf);
-                for (s, b) in ranges {
-                    d.insert(s, &b);
-                }
-                self.dirty_bytes += d.bytes();
+                self.redirty(id, std::iter::once((start, buf)).chain(ranges).collect());
                 return Err(e);
             }
         }
@@ -320,18 +348,9 @@ impl RwFs {
 
     /// Writes back every dirty inode.
     pub fn writeback_all(&mut self) -> Result<()> {
-        let ids: Vec<InodeId> = self.dirty.keys().copied().collect();
-        for id in ids {
-            if let Err(e) = self.writeback(id) {
-                self.wb_error = Some(Error::Io {
-                    path: format!("subvolume {} inode {}", id.subvol, id.ino),
-                    op: "writeback".into(),
-                    source: std::io::Error::other(e.to_string()),
-                });
-                return Err(e);
-            }
-        }
-        Ok(())
+        let mut o = self.writeback_all_begin()?;
+        let res = o.write();
+        self.writeback_all_end(o, res)
     }
 
     /// truncate(2) / ftruncate(2) to `size` (times are the caller's).
@@ -603,6 +622,9 @@ impl RwFs {
             }
         }
         if let Some(d) = self.dirty.get(&id) {
+            parts.extend(d.spans());
+        }
+        if let Some(d) = self.ordered.get(&id) {
             parts.extend(d.spans());
         }
         Ok(DataMap::build(parts, i.size))

@@ -19,6 +19,8 @@
 //!   SEEK_DATA/SEEK_HOLE ([`seek`]), fsync;
 //! * [`nocow`]: in-place overwrites of NOCOW extents;
 //! * [`direct`]: O_DIRECT overwrites of NOCOW extents, written outside
+//!   the mount's lock;
+//! * [`ordered`]: writeback whose checksums and device writes run outside
 //!   the mount's lock.
 
 pub mod acl;
@@ -28,6 +30,7 @@ pub mod extent_io;
 pub mod file;
 pub mod namei;
 pub mod nocow;
+pub mod ordered;
 pub mod seek;
 
 use crate::error::{Error, Result};
@@ -104,6 +107,10 @@ pub struct RwStats {
     /// The most direct writes in flight at once (the kernel sends an
     /// O_DIRECT file's writes in parallel or one at a time).
     pub direct_max_in_flight: u64,
+    /// Writebacks with bytes written outside the lock ([`ordered`]), and
+    /// those bytes.
+    pub ordered_writebacks: u64,
+    pub ordered_bytes: u64,
 }
 
 /// statfs(2)'s answer, in sectors.
@@ -121,6 +128,11 @@ pub struct RwFs {
     pub opts: RwOptions,
     dirty: HashMap<InodeId, InodeDirty>,
     dirty_bytes: u64,
+    /// Ranges whose writeback is in flight ([`ordered`]): read from here
+    /// until their extents are in the trees.
+    ordered: HashMap<InodeId, InodeDirty<std::sync::Arc<Vec<u8>>>>,
+    /// Writebacks begun and not ended ([`ordered`]).
+    ordered_in_flight: u64,
     /// Change counters of inodes' data (SEEK_DATA caches compare them),
     /// shared with callers that answer from a cache without the lock.
     versions: std::sync::Arc<seek::Versions>,
@@ -230,6 +242,8 @@ impl RwFs {
             opts,
             dirty: HashMap::new(),
             dirty_bytes: 0,
+            ordered: HashMap::new(),
+            ordered_in_flight: 0,
             versions: Default::default(),
             next_ino: HashMap::new(),
             readonly: HashMap::new(),
@@ -490,6 +504,12 @@ impl RwFs {
                 "a commit while a log sync is in flight".into(),
             ));
         }
+        if self.ordered_in_flight > 0 {
+            // Its extents are allocated and have no items yet.
+            return Err(Error::Invalid(
+                "a commit while a writeback is in flight".into(),
+            ));
+        }
         if let Some(why) = &self.aborted {
             return Err(Error::ReadOnly(format!(
                 "the filesystem is read-only after a failed commit: {why}"
@@ -535,10 +555,10 @@ impl RwFs {
         if self.aborted.is_some() || self.unmounted {
             return Ok(());
         }
-        if self.direct_in_flight > 0 || self.log_sync_in_flight {
+        if self.in_flight() > 0 || self.log_sync_in_flight {
             // Their writes could land after the final commit.
             return Err(Error::Invalid(
-                "unmount with a direct write or a log sync in flight".into(),
+                "unmount with a direct write, writeback or log sync in flight".into(),
             ));
         }
         let orphans: Vec<InodeId> = self.orphans.drain().collect();

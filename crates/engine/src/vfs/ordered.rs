@@ -1,0 +1,364 @@
+//! Writeback whose checksums and device writes run outside the mount's
+//! lock: the kernel's ordered extents (inode.c cow_file_range, then
+//! btrfs_finish_ordered_io once the bio completes), in three steps.
+//!
+//! 1. [`RwFs::writeback_begin`], under the lock: the dirty ranges of the
+//!    inodes move to the in-flight ranges (reads still see them there),
+//!    and copy-on-write ranges get their data extents allocated and the
+//!    devices' places found. What cannot wait is written now, as before:
+//!    NOCOW and preallocated ranges in place ([`super::nocow`]),
+//!    compressed data, inline files, RAID5/6 block groups.
+//! 2. [`Ordered::write`], with no lock held: checksums computed, bytes
+//!    written to every copy. Readers go on meanwhile.
+//! 3. [`RwFs::writeback_end`], under the lock again: the file extent
+//!    items replace the old extents, the checksums go to the csum tree,
+//!    the in-flight ranges go away. If step 2 failed, the extents are
+//!    freed and the bytes are dirty again (under anything written since),
+//!    and the error is kept for the next fsync.
+//!
+//! What the flight relies on — the files' extents and sizes as step 1
+//! saw them, no commit while allocated extents have no items — holds
+//! while the mount lets only reads and direct writes in
+//! ([`RwFs::in_flight`]), as for direct writes ([`super::direct`]).
+//! [`RwFs::writeback`] runs the three steps back to back.
+//! `UBTRFS_NO_ORDERED=1` writes everything in step 1 (the benchmark's
+//! switch).
+
+use super::extent_io::InodeDirty;
+use super::RwFs;
+use crate::error::{Error, Result};
+use crate::fs::InodeId;
+use crate::inode::file_item::MAX_EXTENT_SIZE;
+use crate::tx::commit::DataTarget;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use ubtrfs_format::checksum::CsumType;
+use ubtrfs_format::consts::COMPRESS_NONE;
+
+/// Everything written under the lock (benchmark only).
+fn disabled() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var_os("UBTRFS_NO_ORDERED").is_some_and(|v| v != "0"))
+}
+
+/// A writeback between [`RwFs::writeback_begin`] and
+/// [`RwFs::writeback_end`].
+pub struct Ordered {
+    ranges: Vec<OrderedRange>,
+    csum_type: CsumType,
+    sectorsize: usize,
+}
+
+/// One dirty range on its way to new extents.
+struct OrderedRange {
+    id: InodeId,
+    start: u64,
+    /// The range's bytes (readers see them until the end).
+    buf: Arc<Vec<u8>>,
+    /// Bytes written: whole sectors up to the end of file.
+    len: usize,
+    csum: bool,
+    extents: Vec<OrderedExtent>,
+}
+
+/// A data extent allocated for part of a range.
+struct OrderedExtent {
+    /// Its bytes within the range's buffer.
+    from: usize,
+    len: usize,
+    disk: u64,
+    /// Where its bytes go; None once written (under the lock).
+    targets: Option<Vec<DataTarget>>,
+    sums: Option<Vec<u8>>,
+    /// Its file extent item is in the tree (the end got that far).
+    inserted: bool,
+}
+
+impl Ordered {
+    /// Bytes to write outside the lock.
+    pub fn bytes(&self) -> u64 {
+        self.ranges
+            .iter()
+            .flat_map(|r| &r.extents)
+            .filter(|e| e.targets.is_some())
+            .map(|e| e.len as u64)
+            .sum()
+    }
+
+    /// Computes the checksums and writes the bytes to every copy. Called
+    /// without the mount's lock.
+    pub fn write(&mut self) -> Result<()> {
+        let (ct, ss) = (self.csum_type, self.sectorsize);
+        for r in &mut self.ranges {
+            for e in &mut r.extents {
+                let data = &r.buf[e.from..e.from + e.len];
+                if r.csum {
+                    let mut sums = Vec::with_capacity(e.len / ss * ct.size());
+                    for sector in data.chunks(ss) {
+                        sums.extend_from_slice(&ct.compute(sector)[..ct.size()]);
+                    }
+                    e.sums = Some(sums);
+                }
+                for t in e.targets.iter().flatten() {
+                    t.write(data)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RwFs {
+    /// Begins the writeback of every dirty inode (see the module); a
+    /// failure is kept for the next fsync, as [`RwFs::writeback_all_end`]
+    /// keeps it.
+    pub fn writeback_all_begin(&mut self) -> Result<Ordered> {
+        let ids: Vec<InodeId> = self.dirty.keys().copied().collect();
+        self.writeback_begin(&ids)
+            .inspect_err(|e| self.note_wb_error(e))
+    }
+
+    /// Begins the writeback of the dirty ranges of `ids` (see the
+    /// module). On error nothing is in flight: what was begun went back.
+    pub fn writeback_begin(&mut self, ids: &[InodeId]) -> Result<Ordered> {
+        if self.ordered_in_flight > 0 {
+            return Err(Error::Invalid(
+                "a writeback while another is in flight".into(),
+            ));
+        }
+        let mut o = Ordered {
+            ranges: Vec::new(),
+            csum_type: self.t.info.csum_type,
+            sectorsize: self.sectorsize() as usize,
+        };
+        self.ordered_in_flight += 1;
+        for &id in ids {
+            if let Err(e) = self.begin_inode(id, &mut o) {
+                return Err(self.writeback_end(o, Err(e)).unwrap_err());
+            }
+        }
+        if !o.ranges.is_empty() {
+            self.stats.ordered_writebacks += 1;
+            self.stats.ordered_bytes += o.bytes();
+        }
+        Ok(o)
+    }
+
+    fn begin_inode(&mut self, id: InodeId, o: &mut Ordered) -> Result<()> {
+        let Some(mut d) = self.dirty.remove(&id) else {
+            return Ok(());
+        };
+        self.dirty_bytes -= d.bytes();
+        let ranges = d.take();
+        self.stats.writebacks += 1;
+        let Some(inode) = self.t.inode(id.subvol, id.ino)? else {
+            return Ok(());
+        };
+        let ss = self.sectorsize();
+        let ordered = match self.policy(id, &inode) {
+            Ok(p) => (p.compress.is_none()
+                && super::nocow::in_place_mode(inode.flags).is_none()
+                && inode.size >= ss
+                && !disabled())
+            .then_some(p),
+            Err(e) => {
+                self.redirty(id, ranges);
+                return Err(e);
+            }
+        };
+        let ordered = match ordered {
+            Some(p) => match self.t.has_inline(id.subvol, id.ino) {
+                Ok(false) => Some(p),
+                Ok(true) => None,
+                Err(e) => {
+                    self.redirty(id, ranges);
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        let Some(policy) = ordered else {
+            return self.write_back_ranges(id, ranges);
+        };
+        let size = inode.size;
+        let mut flying = BTreeMap::new();
+        let mut res = Ok(());
+        let mut rest = BTreeMap::new();
+        for (start, mut buf) in ranges {
+            if start >= size {
+                continue;
+            }
+            if res.is_err() {
+                rest.insert(start, buf);
+                continue;
+            }
+            let n = (buf.len() as u64).min(size - start) as usize;
+            let len = n.next_multiple_of(ss as usize);
+            // The last sector's bytes past the end of file are zeros on
+            // disk, as the page cache writes them.
+            buf[n..len].fill(0);
+            let buf = Arc::new(buf);
+            flying.insert(start, buf.clone());
+            let mut r = OrderedRange {
+                id,
+                start,
+                buf,
+                len,
+                csum: policy.csum,
+                extents: Vec::new(),
+            };
+            res = self.allocate(&mut r);
+            o.ranges.push(r);
+        }
+        self.ordered.insert(id, InodeDirty::from_ranges(flying));
+        if !rest.is_empty() {
+            self.redirty(id, rest);
+        }
+        res
+    }
+
+    /// Gives `r` its data extents (halved where no block group has room
+    /// for a whole one, as [`crate::tx::Trans`]'s writes do).
+    fn allocate(&mut self, r: &mut OrderedRange) -> Result<()> {
+        let ss = self.sectorsize() as usize;
+        let mut step = MAX_EXTENT_SIZE as usize;
+        let mut at = r.extents.last().map_or(0, |e| e.from + e.len);
+        while at < r.len {
+            let len = step.min(r.len - at);
+            let disk = match self.t.alloc_data(len as u64) {
+                Ok(d) => d,
+                Err(Error::NoSpace(_)) if len > ss => {
+                    step = (len / 2).div_ceil(ss) * ss;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let mut e = OrderedExtent {
+                from: at,
+                len,
+                disk,
+                targets: None,
+                sums: None,
+                inserted: false,
+            };
+            let targets = self.t.data_targets(disk, len as u64);
+            let res = match targets {
+                Ok(Some(ts)) => {
+                    e.targets = Some(ts);
+                    Ok(())
+                }
+                // Parity rows are written with their parity, here.
+                Ok(None) => self.t.write_logical_data(disk, &r.buf[at..at + len]),
+                Err(err) => Err(err),
+            };
+            r.extents.push(e);
+            res?;
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// Ends a writeback begun by [`RwFs::writeback_begin`], whose bytes
+    /// were written (`res` Ok) or not. Returns the first error.
+    /// [`RwFs::writeback_all_end`] also keeps it for the next fsync.
+    pub fn writeback_end(&mut self, mut o: Ordered, res: Result<()>) -> Result<()> {
+        self.ordered_in_flight -= 1;
+        for r in &o.ranges {
+            self.ordered.remove(&r.id);
+        }
+        let res = res.and_then(|()| self.finish_ranges(&mut o.ranges));
+        let Err(e) = res else {
+            return Ok(());
+        };
+        // What has no item yet is freed; its bytes are dirty again.
+        for r in o.ranges {
+            for x in r.extents.iter().filter(|x| !x.inserted) {
+                self.t.alloc.free_now(x.disk, x.len as u64);
+            }
+            let buf = Arc::try_unwrap(r.buf).unwrap_or_else(|b| (*b).clone());
+            self.redirty(r.id, BTreeMap::from([(r.start, buf)]));
+        }
+        Err(e)
+    }
+
+    /// Step 3 for every range, inode by inode; the ranges whose items
+    /// are all in are taken out of `ranges`.
+    fn finish_ranges(&mut self, ranges: &mut Vec<OrderedRange>) -> Result<()> {
+        while let Some(first) = ranges.first() {
+            let id = first.id;
+            let n = ranges.iter().take_while(|r| r.id == id).count();
+            let mut inode = self.t.inode_of(id.subvol, id.ino)?;
+            for r in &mut ranges[..n] {
+                let (tree, ino) = (id.subvol, id.ino);
+                let end = r.start + r.len as u64;
+                let removed = self.t.drop_extents(tree, ino, r.start, end)?;
+                inode.nbytes = inode.nbytes.saturating_sub(removed);
+                for x in &mut r.extents {
+                    let (pos, len) = (r.start + x.from as u64, x.len as u64);
+                    self.t.insert_file_extent(
+                        tree,
+                        ino,
+                        pos,
+                        x.disk,
+                        len,
+                        0,
+                        len,
+                        len,
+                        COMPRESS_NONE,
+                        false,
+                        true,
+                    )?;
+                    x.inserted = true;
+                    inode.nbytes += len;
+                    if let Some(sums) = x.sums.take() {
+                        self.t.add_csum_run(x.disk, sums)?;
+                    }
+                }
+            }
+            // Without no-holes every gap needs its hole item: the size
+            // grew at write(2) time, before these extents existed.
+            let ss = self.sectorsize();
+            self.t
+                .fill_holes(id.subvol, id.ino, 0, inode.size.div_ceil(ss) * ss)?;
+            inode.transid = self.t.transid;
+            self.t.put_inode(id.subvol, id.ino, &inode)?;
+            self.bump(id);
+            ranges.drain(..n);
+        }
+        Ok(())
+    }
+
+    /// Ends a writeback of every dirty inode: as [`RwFs::writeback_end`],
+    /// and a failure is reported at the next fsync too (no write(2) is
+    /// left to report it to).
+    pub fn writeback_all_end(&mut self, o: Ordered, res: Result<()>) -> Result<()> {
+        self.writeback_end(o, res)
+            .inspect_err(|e| self.note_wb_error(e))
+    }
+
+    pub(crate) fn note_wb_error(&mut self, e: &Error) {
+        self.wb_error = Some(Error::Io {
+            path: "dirty data".into(),
+            op: "writeback".into(),
+            source: std::io::Error::other(e.to_string()),
+        });
+    }
+
+    /// Puts `ranges` of `id` back among its dirty ranges, under what was
+    /// written since.
+    pub(crate) fn redirty(&mut self, id: InodeId, ranges: BTreeMap<u64, Vec<u8>>) {
+        let d = self.dirty.entry(id).or_default();
+        let before = d.bytes();
+        let newer = d.take();
+        for (s, b) in ranges.into_iter().chain(newer) {
+            d.insert(s, &b);
+        }
+        self.dirty_bytes = self.dirty_bytes + d.bytes() - before;
+    }
+
+    /// Writebacks begun and not ended, and direct writes in flight: while
+    /// any is, only reads and direct writes may run.
+    pub fn in_flight(&self) -> u64 {
+        self.direct_in_flight + self.ordered_in_flight
+    }
+}
