@@ -639,7 +639,7 @@ exp_readwrite() { # SIDE RUN
     rpid=$!
     sleep 1
     t0=$(now)
-    if fio --name=writer --filename="$MNT/big" --rw=write --bs=1M --size="${RW_WRITE_MIB}M" \
+    if fio --name=writer --filename="$MNT/big" --rw=write --bs=1M --size="${RW_WRITE_MIB}M" --fallocate=none \
          --ioengine=psync > "$OUT/$tag.writer.out" 2>&1; then
       record readwrite "$side" "$run" write_s "$(sub "$(now)" "$t0")"
     else

@@ -32,9 +32,10 @@
 
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 use ubtrfs_engine::vfs::direct::DirectWrite;
+use ubtrfs_engine::vfs::ordered::Ordered;
 use ubtrfs_engine::vfs::{LogSyncWrite, RwFs};
 use ubtrfs_engine::Error;
 
@@ -245,8 +246,8 @@ impl FsLock {
         cv.notify_all();
     }
 
-    /// The filesystem with no direct write in flight: for every request
-    /// that may change it.
+    /// The filesystem with no direct write or writeback in flight: for
+    /// every request that may change it.
     pub fn lock(&self) -> FsWrite<'_> {
         let since = Instant::now();
         let g = self.lock_drained();
@@ -254,10 +255,28 @@ impl FsLock {
         g
     }
 
+    /// The filesystem with no direct write in flight, a writeback in
+    /// flight or not: for a buffered write, which only adds to the dirty
+    /// ranges and the inode item (a writeback in flight reads neither:
+    /// its end takes the inode as it is then, and what was written since
+    /// stays dirty over its ranges).
+    pub fn lock_buffered(&self) -> FsWrite<'_> {
+        let since = Instant::now();
+        let g = self.lock_until(|fs| fs.direct_in_flight() == 0);
+        self.stats.waited(since);
+        g
+    }
+
     fn lock_drained(&self) -> FsWrite<'_> {
+        self.lock_until(|fs| fs.in_flight() == 0)
+    }
+
+    /// The filesystem once `ready` holds, after the requests already
+    /// waiting for direct writes to drain (new ones wait behind this).
+    fn lock_until(&self, ready: impl Fn(&RwFs) -> bool) -> FsWrite<'_> {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let mut g = self.raw();
-        while g.in_flight() > 0 {
+        while !ready(&g) {
             self.wait_on(&self.drained, g);
             g = self.raw();
         }
@@ -357,7 +376,7 @@ impl FsLock {
     pub fn end_direct(&self, w: DirectWrite, written: bool) -> Result<(), Error> {
         let mut g = self.raw();
         let res = g.direct_write_end(w, written);
-        if g.in_flight() == 0 {
+        if g.direct_in_flight() == 0 {
             self.signal(&self.drained);
         }
         res
@@ -369,8 +388,13 @@ impl FsLock {
     /// the end as it waits for direct writes to drain. `g` is the lock
     /// held alone, by the caller.
     pub fn writeback_all(&self, mut g: FsWrite<'_>) -> Result<(), Error> {
-        let mut o = g.writeback_all_begin()?;
+        let o = g.writeback_all_begin()?;
         drop(g);
+        self.write_and_end(o)
+    }
+
+    /// Writes a writeback's bytes (no lock held) and ends it.
+    fn write_and_end(&self, mut o: Ordered) -> Result<(), Error> {
         let res = o.write();
         let mut g = self.raw();
         let res = g.writeback_all_end(o, res);
@@ -378,5 +402,41 @@ impl FsLock {
             self.signal(&self.drained);
         }
         res
+    }
+
+    /// [`FsLock::writeback_all`] with the bytes written and the end made
+    /// by a thread of its own (the kernel's flusher threads): the caller
+    /// goes on at once. Buffered writes go on meanwhile
+    /// ([`FsLock::lock_buffered`]); the next writer that passes the dirty
+    /// limit waits for this one. A failure is logged and reported at the
+    /// next fsync.
+    pub fn writeback_background(self: &Arc<Self>, mut g: FsWrite<'_>) -> Result<(), Error> {
+        let o = g.writeback_all_begin()?;
+        if o.bytes() == 0 {
+            // Everything was written under the lock (NOCOW, compressed,
+            // UBTRFS_NO_ORDERED=1): only the end is left.
+            let res = g.writeback_all_end(o, Ok(()));
+            if g.in_flight() == 0 {
+                drop(g);
+                self.signal(&self.drained);
+            }
+            return res;
+        }
+        drop(g);
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ubtrfs-flush".into())
+            .spawn(move || {
+                if let Err(e) = me.write_and_end(o) {
+                    crate::logging::error(&format!("writeback: {e}"));
+                }
+            });
+        // A thread that cannot start would leave the writeback in flight
+        // for ever: the mount would stop. Nothing to do but abort.
+        if let Err(e) = spawned {
+            crate::logging::error(&format!("writeback thread: {e}"));
+            std::process::abort();
+        }
+        Ok(())
     }
 }

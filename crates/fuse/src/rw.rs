@@ -189,6 +189,15 @@ fn async_direct() -> bool {
     env_switch_on(&ON, "UBTRFS_NO_ASYNC_DIO")
 }
 
+/// `UBTRFS_SYNC_WRITEBACK=1` (the benchmark's switch): the writer that
+/// passes the dirty limit writes the bytes back itself, other writers
+/// waiting, rather than a thread of the writeback's own while writes go
+/// on ([`FsLock::writeback_background`]).
+fn sync_writeback() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    env_switch_set(&ON, "UBTRFS_SYNC_WRITEBACK")
+}
+
 /// A mechanism that `VAR=1` (any value but 0) in the daemon's environment
 /// switches off, read once.
 pub(crate) fn env_switch_on(cell: &std::sync::OnceLock<bool>, var: &str) -> bool {
@@ -310,13 +319,27 @@ impl RwInner {
         self.fs.lock_shared()
     }
 
-    /// A write into the dirty ranges; the one that passes the dirty
-    /// limit writes everything back, its bytes outside the lock.
+    /// A write into the dirty ranges, beside a writeback in flight; the
+    /// one that passes the dirty limit starts a writeback of everything,
+    /// its bytes written in the background (one at a time: while one is
+    /// in flight, that writer waits for it, as the kernel's
+    /// balance_dirty_pages makes writers wait for writeback).
     fn buffered_write(&self, id: InodeId, offset: u64, data: &[u8]) -> Result<usize, Error> {
-        let mut g = self.fs();
+        let mut g = self.fs.lock_buffered();
         let n = g.write_buffered(id, offset, data)?;
         if g.over_dirty_limit() {
-            self.fs.writeback_all(g)?;
+            if g.in_flight() > 0 {
+                drop(g);
+                g = self.fs();
+                if !g.over_dirty_limit() {
+                    return Ok(n);
+                }
+            }
+            if sync_writeback() {
+                self.fs.writeback_all(g)?;
+            } else {
+                self.fs.writeback_background(g)?;
+            }
         }
         Ok(n)
     }

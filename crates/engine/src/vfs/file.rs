@@ -335,7 +335,7 @@ impl RwFs {
     }
 
     /// Writes `data` at `start` of `id` to new extents.
-    fn write_cow(
+    pub(crate) fn write_cow(
         &mut self,
         id: InodeId,
         start: u64,

@@ -4,30 +4,36 @@
 //!
 //! 1. [`RwFs::writeback_begin`], under the lock: the dirty ranges of the
 //!    inodes move to the in-flight ranges (reads still see them there),
-//!    and copy-on-write ranges get their data extents allocated and the
-//!    devices' places found. What cannot wait is written now, as before:
-//!    NOCOW and preallocated ranges in place ([`super::nocow`]),
-//!    compressed data, inline files, RAID5/6 block groups.
+//!    and each range's extents are planned: NOCOW and preallocated
+//!    extents to overwrite in place (the checks of [`super::nocow`]),
+//!    new data extents allocated for the rest; the devices' places are
+//!    found. What cannot wait is written now, as before: compressed
+//!    data, inline files, RAID5/6 block groups.
 //! 2. [`Ordered::write`], with no lock held: checksums computed, bytes
 //!    written to every copy. Readers go on meanwhile.
-//! 3. [`RwFs::writeback_end`], under the lock again: the file extent
-//!    items replace the old extents, the checksums go to the csum tree,
-//!    the in-flight ranges go away. If step 2 failed, the extents are
+//! 3. [`RwFs::writeback_end`], under the lock again: the new extents'
+//!    items replace the old extents, preallocated extents written in
+//!    place become written ones, the checksums go to the csum tree, the
+//!    in-flight ranges go away. If step 2 failed, the new extents are
 //!    freed and the bytes are dirty again (under anything written since),
 //!    and the error is kept for the next fsync.
 //!
-//! What the flight relies on — the files' extents and sizes as step 1
-//! saw them, no commit while allocated extents have no items — holds
-//! while the mount lets only reads and direct writes in
-//! ([`RwFs::in_flight`]), as for direct writes ([`super::direct`]).
+//! What the flight relies on — the files' extents as step 1 saw them
+//! (those overwritten in place unshared), no commit while allocated
+//! extents have no items — holds while the mount lets only reads, direct
+//! writes outside the flight's ranges and buffered writes in
+//! ([`RwFs::in_flight`]; buffered writes add dirty ranges over the
+//! flight's, which the end leaves dirty).
 //! [`RwFs::writeback`] runs the three steps back to back.
 //! `UBTRFS_NO_ORDERED=1` writes everything in step 1 (the benchmark's
 //! switch).
 
 use super::extent_io::InodeDirty;
+use super::nocow::Piece;
 use super::RwFs;
 use crate::error::{Error, Result};
 use crate::fs::InodeId;
+use crate::inode::file::DataPolicy;
 use crate::inode::file_item::MAX_EXTENT_SIZE;
 use crate::tx::commit::DataTarget;
 use std::collections::BTreeMap;
@@ -57,20 +63,33 @@ struct OrderedRange {
     buf: Arc<Vec<u8>>,
     /// Bytes written: whole sectors up to the end of file.
     len: usize,
+    /// Bytes before the end of file.
+    valid: usize,
     csum: bool,
     extents: Vec<OrderedExtent>,
 }
 
-/// A data extent allocated for part of a range.
+/// Where part of a range goes.
+enum Place {
+    /// A data extent allocated for it.
+    New,
+    /// An extent of the file overwritten in place ([`super::nocow`]).
+    InPlace(Piece),
+}
+
+/// Part of a range on its way to the disk.
 struct OrderedExtent {
     /// Its bytes within the range's buffer.
     from: usize,
     len: usize,
+    /// The logical address of its first byte.
     disk: u64,
+    place: Place,
     /// Where its bytes go; None once written (under the lock).
     targets: Option<Vec<DataTarget>>,
     sums: Option<Vec<u8>>,
-    /// Its file extent item is in the tree (the end got that far).
+    /// Its file extent item is in the tree (the end got that far), or it
+    /// was written in place (nothing of it is freed on failure).
     inserted: bool,
 }
 
@@ -155,12 +174,14 @@ impl RwFs {
             return Ok(());
         };
         let ss = self.sectorsize();
+        let in_place = super::nocow::in_place_mode(inode.flags);
         let ordered = match self.policy(id, &inode) {
-            Ok(p) => (p.compress.is_none()
-                && super::nocow::in_place_mode(inode.flags).is_none()
-                && inode.size >= ss
-                && !disabled())
-            .then_some(p),
+            // Compressed files are written now; the compressed
+            // copy-on-write parts of a file written in place too.
+            Ok(p) => {
+                ((p.compress.is_none() || in_place.is_some()) && inode.size >= ss && !disabled())
+                    .then_some(p)
+            }
             Err(e) => {
                 self.redirty(id, ranges);
                 return Err(e);
@@ -204,10 +225,11 @@ impl RwFs {
                 start,
                 buf,
                 len,
+                valid: n,
                 csum: policy.csum,
                 extents: Vec::new(),
             };
-            res = self.allocate(&mut r);
+            res = self.plan(&mut r, in_place, policy);
             o.ranges.push(r);
         }
         self.ordered.insert(id, InodeDirty::from_ranges(flying));
@@ -217,14 +239,53 @@ impl RwFs {
         res
     }
 
-    /// Gives `r` its data extents (halved where no block group has room
-    /// for a whole one, as [`crate::tx::Trans`]'s writes do).
-    fn allocate(&mut self, r: &mut OrderedRange) -> Result<()> {
+    /// Plans where `r` goes: in place where `in_place` allows
+    /// (Some(prealloc_only), see [`RwFs::write_in_place`]), new extents
+    /// for the rest (compressed ones written now).
+    fn plan(
+        &mut self,
+        r: &mut OrderedRange,
+        in_place: Option<bool>,
+        policy: DataPolicy,
+    ) -> Result<()> {
+        let Some(prealloc_only) = in_place else {
+            return self.allocate(r, 0, r.len);
+        };
+        let start = r.start;
+        let stretches = self.stretches(r.id, start, start + r.len as u64, prealloc_only)?;
+        if stretches.iter().all(|s| s.piece.is_some()) {
+            self.stats.nocow_in_place += 1;
+        } else if !prealloc_only {
+            self.stats.nocow_cow += 1;
+        }
+        for st in stretches {
+            let (from, to) = ((st.start - start) as usize, (st.end - start) as usize);
+            match st.piece {
+                Some(p) => self.add_extent(r, from, to - from, p.addr(), Place::InPlace(p))?,
+                None if policy.compress.is_some() => {
+                    // Up to the end of file: a write past it would grow
+                    // the file.
+                    let buf = r.buf.clone();
+                    let to = to.min(r.valid);
+                    if from < to {
+                        self.write_cow(r.id, st.start, &buf[from..to], policy)?;
+                    }
+                }
+                None => self.allocate(r, from, to)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives `[from, to)` of `r` new data extents (halved where no block
+    /// group has room for a whole one, as [`crate::tx::Trans`]'s writes
+    /// do).
+    fn allocate(&mut self, r: &mut OrderedRange, from: usize, to: usize) -> Result<()> {
         let ss = self.sectorsize() as usize;
         let mut step = MAX_EXTENT_SIZE as usize;
-        let mut at = r.extents.last().map_or(0, |e| e.from + e.len);
-        while at < r.len {
-            let len = step.min(r.len - at);
+        let mut at = from;
+        while at < to {
+            let len = step.min(to - at);
             let disk = match self.t.alloc_data(len as u64) {
                 Ok(d) => d,
                 Err(Error::NoSpace(_)) if len > ss => {
@@ -233,29 +294,42 @@ impl RwFs {
                 }
                 Err(e) => return Err(e),
             };
-            let mut e = OrderedExtent {
-                from: at,
-                len,
-                disk,
-                targets: None,
-                sums: None,
-                inserted: false,
-            };
-            let targets = self.t.data_targets(disk, len as u64);
-            let res = match targets {
-                Ok(Some(ts)) => {
-                    e.targets = Some(ts);
-                    Ok(())
-                }
-                // Parity rows are written with their parity, here.
-                Ok(None) => self.t.write_logical_data(disk, &r.buf[at..at + len]),
-                Err(err) => Err(err),
-            };
-            r.extents.push(e);
-            res?;
+            self.add_extent(r, at, len, disk, Place::New)?;
             at += len;
         }
         Ok(())
+    }
+
+    /// Adds `len` bytes of `r` from `from`, going to logical `disk`, with
+    /// the devices' places (RAID5/6 rows, written with their parity, are
+    /// written now).
+    fn add_extent(
+        &mut self,
+        r: &mut OrderedRange,
+        from: usize,
+        len: usize,
+        disk: u64,
+        place: Place,
+    ) -> Result<()> {
+        let mut e = OrderedExtent {
+            from,
+            len,
+            disk,
+            place,
+            targets: None,
+            sums: None,
+            inserted: false,
+        };
+        let res = match self.t.data_targets(disk, len as u64) {
+            Ok(Some(ts)) => {
+                e.targets = Some(ts);
+                Ok(())
+            }
+            Ok(None) => self.t.write_logical_data(disk, &r.buf[from..from + len]),
+            Err(err) => Err(err),
+        };
+        r.extents.push(e);
+        res
     }
 
     /// Ends a writeback begun by [`RwFs::writeback_begin`], whose bytes
@@ -272,8 +346,10 @@ impl RwFs {
         };
         // What has no item yet is freed; its bytes are dirty again.
         for r in o.ranges {
-            for x in r.extents.iter().filter(|x| !x.inserted) {
-                self.t.alloc.free_now(x.disk, x.len as u64);
+            for x in &r.extents {
+                if let (Place::New, false) = (&x.place, x.inserted) {
+                    self.t.alloc.free_now(x.disk, x.len as u64);
+                }
             }
             let buf = Arc::try_unwrap(r.buf).unwrap_or_else(|b| (*b).clone());
             self.redirty(r.id, BTreeMap::from([(r.start, buf)]));
@@ -290,26 +366,31 @@ impl RwFs {
             let mut inode = self.t.inode_of(id.subvol, id.ino)?;
             for r in &mut ranges[..n] {
                 let (tree, ino) = (id.subvol, id.ino);
-                let end = r.start + r.len as u64;
-                let removed = self.t.drop_extents(tree, ino, r.start, end)?;
-                inode.nbytes = inode.nbytes.saturating_sub(removed);
                 for x in &mut r.extents {
                     let (pos, len) = (r.start + x.from as u64, x.len as u64);
-                    self.t.insert_file_extent(
-                        tree,
-                        ino,
-                        pos,
-                        x.disk,
-                        len,
-                        0,
-                        len,
-                        len,
-                        COMPRESS_NONE,
-                        false,
-                        true,
-                    )?;
+                    match &x.place {
+                        Place::New => {
+                            let removed = self.t.drop_extents(tree, ino, pos, pos + len)?;
+                            inode.nbytes = inode.nbytes.saturating_sub(removed);
+                            self.t.insert_file_extent(
+                                tree,
+                                ino,
+                                pos,
+                                x.disk,
+                                len,
+                                0,
+                                len,
+                                len,
+                                COMPRESS_NONE,
+                                false,
+                                true,
+                            )?;
+                            inode.nbytes += len;
+                        }
+                        Place::InPlace(p) if p.prealloc => self.mark_written(id, p)?,
+                        Place::InPlace(_) => {}
+                    }
                     x.inserted = true;
-                    inode.nbytes += len;
                     if let Some(sums) = x.sums.take() {
                         self.t.add_csum_run(x.disk, sums)?;
                     }
