@@ -34,6 +34,7 @@ use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
+use ubtrfs_engine::fs::InodeId;
 use ubtrfs_engine::vfs::direct::DirectWrite;
 use ubtrfs_engine::vfs::ordered::Ordered;
 use ubtrfs_engine::vfs::{LogSyncWrite, RwFs};
@@ -393,6 +394,13 @@ impl FsLock {
         self.write_and_end(o)
     }
 
+    /// [`FsLock::writeback_all`] for the dirty ranges of `id` only.
+    pub fn writeback(&self, mut g: FsWrite<'_>, id: InodeId) -> Result<(), Error> {
+        let o = g.writeback_begin(&[id])?;
+        drop(g);
+        self.write_and_end(o)
+    }
+
     /// Writes a writeback's bytes (no lock held) and ends it.
     fn write_and_end(&self, mut o: Ordered) -> Result<(), Error> {
         let res = o.write();
@@ -411,11 +419,13 @@ impl FsLock {
     /// limit waits for this one. A failure is logged and reported at the
     /// next fsync.
     pub fn writeback_background(self: &Arc<Self>, mut g: FsWrite<'_>) -> Result<(), Error> {
-        let o = g.writeback_all_begin()?;
+        let mut o = g.writeback_all_begin()?;
         if o.bytes() == 0 {
-            // Everything was written under the lock (NOCOW, compressed,
-            // UBTRFS_NO_ORDERED=1): only the end is left.
-            let res = g.writeback_all_end(o, Ok(()));
+            // Everything was written under the lock (compressed, RAID5/6,
+            // UBTRFS_NO_ORDERED=1): only the checksums and the end are
+            // left.
+            let res = o.write();
+            let res = g.writeback_all_end(o, res);
             if g.in_flight() == 0 {
                 drop(g);
                 self.signal(&self.drained);

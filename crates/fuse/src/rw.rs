@@ -335,6 +335,11 @@ impl RwInner {
                     return Ok(n);
                 }
             }
+            if self.fs.commit_waiting() {
+                // The commit writes everything back: writers starting a
+                // flight at each one's end could keep it waiting.
+                return Ok(n);
+            }
             if sync_writeback() {
                 self.fs.writeback_all(g)?;
             } else {
@@ -342,6 +347,21 @@ impl RwInner {
             }
         }
         Ok(n)
+    }
+
+    /// Writes back a file holding much dirty data before its fsync, the
+    /// bytes written with the lock let go (fsync's own writeback holds
+    /// it). A failure leaves the bytes dirty and is reported by the fsync.
+    fn writeback_before_fsync(&self, id: InodeId) {
+        const MUCH: u64 = 1 << 20;
+        let much = |fs: &RwFs| fs.dirty_of(id).is_some_and(|d| d.bytes() >= MUCH);
+        if sync_writeback() || !much(&self.fs_read()) {
+            return;
+        }
+        let g = self.fs();
+        if much(&g) {
+            let _ = self.fs.writeback(g, id);
+        }
     }
 
     /// An O_DIRECT write: in place and outside the lock where the engine
@@ -401,6 +421,7 @@ impl RwInner {
     /// Also says how the fsync was answered (for UBTRFS_TRACE_FSYNC).
     fn fsync_grouped(&self, id: InodeId) -> (Result<(), Error>, String) {
         let trace = trace_fsync();
+        self.writeback_before_fsync(id);
         self.fsyncs_waiting.fetch_add(1, Ordering::SeqCst);
         // With UBTRFS_FSYNC_PIPELINE=1 logging the file does not wait for
         // a log sync in flight: it goes into the log the next sync writes.

@@ -462,6 +462,9 @@ fn serve_rw(
                                     logging::error(&format!("writeback: {e}"));
                                 }
                                 fs = rw.lock_commit();
+                                if fs.unmounted() {
+                                    continue;
+                                }
                             }
                             fs.commit_periodic()
                         };

@@ -187,6 +187,11 @@ impl RwFs {
         let Some(prealloc_only) = super::nocow::in_place_mode(flags) else {
             return Ok(false);
         };
+        // Preallocated pieces a writeback in flight writes become written
+        // extents at its end, which only a NOCOW file overwrites in place.
+        if prealloc_only && self.ordered.get(&id).is_some_and(|d| d.overlaps(a0, a1)) {
+            return Ok(false);
+        }
         Ok(self
             .stretches(id, a0, a1, prealloc_only)?
             .iter()
@@ -271,10 +276,10 @@ impl RwFs {
     pub(crate) fn write_back_ranges(
         &mut self,
         id: InodeId,
+        inode: &InodeItem,
         ranges: std::collections::BTreeMap<u64, Vec<u8>>,
     ) -> Result<()> {
-        let inode = self.t.inode_of(id.subvol, id.ino)?;
-        let policy = match self.policy(id, &inode) {
+        let policy = match self.policy(id, inode) {
             Ok(p) => p,
             Err(e) => {
                 self.redirty(id, ranges);

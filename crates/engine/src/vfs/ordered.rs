@@ -40,6 +40,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use ubtrfs_format::checksum::CsumType;
 use ubtrfs_format::consts::COMPRESS_NONE;
+use ubtrfs_format::items::InodeItem;
 
 /// Everything written under the lock (benchmark only).
 fn disabled() -> bool {
@@ -164,13 +165,18 @@ impl RwFs {
     }
 
     fn begin_inode(&mut self, id: InodeId, o: &mut Ordered) -> Result<()> {
+        if !self.dirty.contains_key(&id) {
+            return Ok(());
+        }
+        // Read before the ranges are taken: a failed read keeps them.
+        let inode = self.t.inode(id.subvol, id.ino)?;
         let Some(mut d) = self.dirty.remove(&id) else {
             return Ok(());
         };
         self.dirty_bytes -= d.bytes();
         let ranges = d.take();
         self.stats.writebacks += 1;
-        let Some(inode) = self.t.inode(id.subvol, id.ino)? else {
+        let Some(inode) = inode else {
             return Ok(());
         };
         let ss = self.sectorsize();
@@ -199,7 +205,7 @@ impl RwFs {
             None => None,
         };
         let Some(policy) = ordered else {
-            return self.write_back_ranges(id, ranges);
+            return self.write_back_ranges(id, &inode, ranges);
         };
         let size = inode.size;
         let mut flying = BTreeMap::new();
@@ -232,7 +238,9 @@ impl RwFs {
             res = self.plan(&mut r, in_place, policy);
             o.ranges.push(r);
         }
-        self.ordered.insert(id, InodeDirty::from_ranges(flying));
+        if !flying.is_empty() {
+            self.ordered.insert(id, InodeDirty::from_ranges(flying));
+        }
         if !rest.is_empty() {
             self.redirty(id, rest);
         }
@@ -364,49 +372,64 @@ impl RwFs {
             let id = first.id;
             let n = ranges.iter().take_while(|r| r.id == id).count();
             let mut inode = self.t.inode_of(id.subvol, id.ino)?;
-            for r in &mut ranges[..n] {
-                let (tree, ino) = (id.subvol, id.ino);
-                for x in &mut r.extents {
-                    let (pos, len) = (r.start + x.from as u64, x.len as u64);
-                    match &x.place {
-                        Place::New => {
-                            let removed = self.t.drop_extents(tree, ino, pos, pos + len)?;
-                            inode.nbytes = inode.nbytes.saturating_sub(removed);
-                            self.t.insert_file_extent(
-                                tree,
-                                ino,
-                                pos,
-                                x.disk,
-                                len,
-                                0,
-                                len,
-                                len,
-                                COMPRESS_NONE,
-                                false,
-                                true,
-                            )?;
-                            inode.nbytes += len;
-                        }
-                        Place::InPlace(p) if p.prealloc => self.mark_written(id, p)?,
-                        Place::InPlace(_) => {}
-                    }
-                    x.inserted = true;
-                    if let Some(sums) = x.sums.take() {
-                        self.t.add_csum_run(x.disk, sums)?;
-                    }
-                }
-            }
-            // Without no-holes every gap needs its hole item: the size
-            // grew at write(2) time, before these extents existed.
-            let ss = self.sectorsize();
-            self.t
-                .fill_holes(id.subvol, id.ino, 0, inode.size.div_ceil(ss) * ss)?;
+            let res = self.finish_inode(id, &mut inode, &mut ranges[..n]);
+            // The inode item keeps what went in (nbytes), even when not
+            // all did: a failed range is dirty again, and its next
+            // writeback drops what this one inserted.
             inode.transid = self.t.transid;
-            self.t.put_inode(id.subvol, id.ino, &inode)?;
+            let put = self.t.put_inode(id.subvol, id.ino, &inode);
             self.bump(id);
+            res?;
+            put?;
             ranges.drain(..n);
         }
         Ok(())
+    }
+
+    /// Step 3 for the ranges of one inode (`inode`, its item, changed).
+    fn finish_inode(
+        &mut self,
+        id: InodeId,
+        inode: &mut InodeItem,
+        ranges: &mut [OrderedRange],
+    ) -> Result<()> {
+        let (tree, ino) = (id.subvol, id.ino);
+        for r in ranges {
+            for x in &mut r.extents {
+                let (pos, len) = (r.start + x.from as u64, x.len as u64);
+                match &x.place {
+                    Place::New => {
+                        let removed = self.t.drop_extents(tree, ino, pos, pos + len)?;
+                        inode.nbytes = inode.nbytes.saturating_sub(removed);
+                        self.t.insert_file_extent(
+                            tree,
+                            ino,
+                            pos,
+                            x.disk,
+                            len,
+                            0,
+                            len,
+                            len,
+                            COMPRESS_NONE,
+                            false,
+                            true,
+                        )?;
+                        inode.nbytes += len;
+                    }
+                    Place::InPlace(p) if p.prealloc => self.mark_written(id, p)?,
+                    Place::InPlace(_) => {}
+                }
+                x.inserted = true;
+                if let Some(sums) = x.sums.take() {
+                    self.t.add_csum_run(x.disk, sums)?;
+                }
+            }
+        }
+        // Without no-holes every gap needs its hole item: the size grew
+        // at write(2) time, before these extents existed.
+        let ss = self.sectorsize();
+        self.t
+            .fill_holes(tree, ino, 0, inode.size.div_ceil(ss) * ss)
     }
 
     /// Ends a writeback of every dirty inode: as [`RwFs::writeback_end`],
