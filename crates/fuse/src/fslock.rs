@@ -130,6 +130,9 @@ pub struct FsLock {
     waiting: AtomicU64,
     /// Commits waiting for a log sync to end ([`FsLock::lock_commit`]).
     committers: AtomicU64,
+    /// Writebacks whose bytes are being written ([`FsLock::writeback_all`]
+    /// and its kin): requests that change the filesystem may wait long.
+    flights: AtomicU64,
     /// Signalled when a log sync ends, and when a waiting commit has the
     /// lock.
     log_ended: Condvar,
@@ -203,6 +206,7 @@ impl FsLock {
             drained: Condvar::new(),
             waiting: AtomicU64::new(0),
             committers: AtomicU64::new(0),
+            flights: AtomicU64::new(0),
             log_ended: Condvar::new(),
             stats: LockStats::default(),
         }
@@ -390,6 +394,7 @@ impl FsLock {
     /// held alone, by the caller.
     pub fn writeback_all(&self, mut g: FsWrite<'_>) -> Result<(), Error> {
         let o = g.writeback_all_begin()?;
+        self.flights.fetch_add(1, Ordering::SeqCst);
         drop(g);
         self.write_and_end(o)
     }
@@ -397,6 +402,7 @@ impl FsLock {
     /// [`FsLock::writeback_all`] for the dirty ranges of `id` only.
     pub fn writeback(&self, mut g: FsWrite<'_>, id: InodeId) -> Result<(), Error> {
         let o = g.writeback_begin(&[id])?;
+        self.flights.fetch_add(1, Ordering::SeqCst);
         drop(g);
         self.write_and_end(o)
     }
@@ -406,10 +412,19 @@ impl FsLock {
         let res = o.write();
         let mut g = self.raw();
         let res = g.writeback_all_end(o, res);
+        self.flights.fetch_sub(1, Ordering::SeqCst);
         if g.in_flight() == 0 {
             self.signal(&self.drained);
         }
         res
+    }
+
+    /// Whether a writeback's bytes are being written: a request that
+    /// changes the filesystem may wait for the end (the io_uring
+    /// transport serves those on its workers meanwhile, not on the queue
+    /// that reads of the same CPU wait behind).
+    pub fn writeback_in_flight(&self) -> bool {
+        self.flights.load(Ordering::SeqCst) > 0
     }
 
     /// [`FsLock::writeback_all`] with the bytes written and the end made
@@ -432,6 +447,7 @@ impl FsLock {
             }
             return res;
         }
+        self.flights.fetch_add(1, Ordering::SeqCst);
         drop(g);
         let me = self.clone();
         let spawned = std::thread::Builder::new()

@@ -613,6 +613,10 @@ impl RwInner {
 }
 
 impl crate::proto::FuseFs for RwFuse {
+    fn busy(&self) -> bool {
+        self.fs.writeback_in_flight()
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         use fuser::InitFlags;
         let caps = config.capabilities();

@@ -310,8 +310,27 @@ pub fn pin_to(cpu: usize) {
 
 /// Whether a request may take long enough that it should not hold its
 /// queue: fsync (a log sync or commit), an O_DIRECT write (disk I/O, and
-/// many may run at once), ioctls (a sync waits for a commit).
-fn slow(h: &InHeader, arg: &[u8]) -> bool {
+/// many may run at once), ioctls (a sync waits for a commit); while the
+/// filesystem is `busy` ([`FuseFs::busy`]), every request but those that
+/// only read.
+fn slow(h: &InHeader, arg: &[u8], busy: impl FnOnce() -> bool) -> bool {
+    let reads = matches!(
+        h.opcode,
+        abi::FUSE_READ
+            | abi::FUSE_LOOKUP
+            | abi::FUSE_GETATTR
+            | abi::FUSE_READDIR
+            | abi::FUSE_READDIRPLUS
+            | abi::FUSE_READLINK
+            | abi::FUSE_GETXATTR
+            | abi::FUSE_LISTXATTR
+            | abi::FUSE_STATFS
+            | abi::FUSE_LSEEK
+            | abi::FUSE_FLUSH
+    );
+    if !reads && busy() {
+        return true;
+    }
     match h.opcode {
         abi::FUSE_FSYNC | abi::FUSE_FSYNCDIR | abi::FUSE_IOCTL => true,
         abi::FUSE_WRITE => {
@@ -629,7 +648,7 @@ fn serve<F: FuseFs>(
                 slot: idx,
                 unique: h.unique,
             };
-            if slow(&h, arg) {
+            if slow(&h, arg, || fs.busy()) {
                 q.offloaded.fetch_add(1, Ordering::Relaxed);
                 let (arg, payload, fs) = (arg.to_vec(), payload.to_vec(), fs.clone());
                 pool.run(move || {

@@ -171,6 +171,13 @@ impl KernelConfig {
 
 #[allow(clippy::too_many_arguments)]
 pub trait FuseFs: Send + Sync + 'static {
+    /// Whether requests that change the filesystem may wait long now (a
+    /// writeback in flight): the io_uring transport then serves them on
+    /// its workers rather than on the queue thread, which the reads of
+    /// the same CPU would wait behind.
+    fn busy(&self) -> bool {
+        false
+    }
     fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> std::io::Result<()> {
         Ok(())
     }
