@@ -536,6 +536,20 @@ fn vfs_operations_match_a_model() {
     eprintln!("vfs_model: {} seeds, {ops} operations", seeds.len());
 }
 
+/// The read-only engine (the reader the kernel tests judge) over `dev`.
+fn reader_of(dev: &Arc<MemDev>) -> Filesystem {
+    let d = Device::from_dev(std::path::Path::new("mem"), dev.clone()).unwrap();
+    Filesystem::from_devices(vec![d], 16 << 20).unwrap()
+}
+
+/// The first `len` bytes of `id` through `reader` (all of them there).
+fn read_through(reader: &Filesystem, id: InodeId, len: usize) -> Vec<u8> {
+    let mut fh = FileHandle::open(reader, id).unwrap();
+    let mut got = vec![0u8; len];
+    assert_eq!(fh.read_at(reader, 0, &mut got).unwrap(), len);
+    got
+}
+
 /// A mount over a fresh 160 MiB in-memory image made with `mkopts`, and
 /// its top directory.
 fn fresh_mount(mkopts: &MkfsOptions) -> (Arc<MemDev>, RwFs, InodeId) {
@@ -638,17 +652,13 @@ fn vfs_failed_writeback_in_flight_keeps_the_data() {
     drop(fs);
     ubtrfs_engine::tools::check::check_dev(mem.clone()).unwrap();
     btrfs_check(&mem).unwrap();
-    let d = Device::from_dev(std::path::Path::new("mem"), mem.clone()).unwrap();
-    let reader = Filesystem::from_devices(vec![d], 16 << 20).unwrap();
-    let mut fh = FileHandle::open(&reader, id).unwrap();
-    let mut got = vec![0u8; want.len()];
-    assert_eq!(fh.read_at(&reader, 0, &mut got).unwrap(), got.len());
-    assert!(got == want, "the reader after unmount");
-    let mut fh = FileHandle::open(&reader, pre).unwrap();
-    let mut got = vec![0u8; pre_want.len()];
-    assert_eq!(fh.read_at(&reader, 0, &mut got).unwrap(), got.len());
+    let reader = reader_of(&mem);
     assert!(
-        got == pre_want,
+        read_through(&reader, id, want.len()) == want,
+        "the reader after unmount"
+    );
+    assert!(
+        read_through(&reader, pre, pre_want.len()) == pre_want,
         "the reader after unmount: the fallocated file"
     );
 }
@@ -1034,11 +1044,7 @@ fn vfs_direct_writes_outside_the_lock() {
     drop(fs);
     ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
     btrfs_check(&dev).unwrap();
-    let d = Device::from_dev(std::path::Path::new("mem"), dev.clone()).unwrap();
-    let reader = Filesystem::from_devices(vec![d], 16 << 20).unwrap();
-    let mut fh = FileHandle::open(&reader, id).unwrap();
-    let mut got = vec![0u8; SIZE as usize];
-    assert_eq!(fh.read_at(&reader, 0, &mut got).unwrap(), got.len());
+    let got = read_through(&reader_of(&dev), id, SIZE as usize);
     assert!(got == model, "the committed file differs from the model");
 }
 
