@@ -772,6 +772,17 @@ fn vfs_writes_into_fallocated_space_go_in_place() {
         fs.write(id, off, &data)
             .unwrap_or_else(|e| panic!("write {n} at {off}: {e}"));
         model[off as usize..off as usize + len].copy_from_slice(&data);
+        if n == 2 {
+            // Written again while its writeback is in flight: the flight
+            // makes the preallocated extent a written one, which a COW
+            // file rewrites copy-on-write, so on a full filesystem the
+            // write is ENOSPC now (not a failed writeback later).
+            let mut o = fs.writeback_all_begin().unwrap();
+            let e = fs.write_buffered(id, off, &data).unwrap_err();
+            assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+            let res = o.write();
+            fs.writeback_all_end(o, res).unwrap();
+        }
         if n % 8 == 7 {
             fs.commit()
                 .unwrap_or_else(|e| panic!("commit after write {n}: {e}"));
