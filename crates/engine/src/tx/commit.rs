@@ -663,6 +663,19 @@ impl DataTarget {
         })
     }
 
+    /// Writes the part of this target's bytes that `data`, a prefix of
+    /// the buffer the targets were made for, covers (a compressed extent
+    /// written into the start of the space allocated for it whole).
+    pub fn write_prefix(&self, data: &[u8]) -> Result<()> {
+        if self.from >= data.len() {
+            return Ok(());
+        }
+        let buf = &data[self.from..(self.from + self.len).min(data.len())];
+        self.dev
+            .write_data(buf, self.physical)
+            .map_err(|e| phys_write_error(&self.path, buf.len(), self.physical, self.logical, e))
+    }
+
     /// Writes this target's bytes of `data` (the whole buffer the targets
     /// were made for).
     pub fn write(&self, data: &[u8]) -> Result<()> {

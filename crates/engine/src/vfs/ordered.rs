@@ -7,14 +7,17 @@
 //!    and each range's extents are planned: NOCOW and preallocated
 //!    extents to overwrite in place (the checks of [`super::nocow`]),
 //!    new data extents allocated for the rest; the devices' places are
-//!    found. What cannot wait is written now, as before: compressed
-//!    data, inline files, RAID5/6 block groups.
-//! 2. [`Ordered::write`], with no lock held: checksums computed, bytes
-//!    written to every copy. Readers go on meanwhile.
+//!    found (new extents of compressed files are allocated whole, one per
+//!    128 KiB, as if they would not compress). What cannot wait is
+//!    written now, as before: inline files, RAID5/6 block groups.
+//! 2. [`Ordered::write`], with no lock held: data compressed (kept where
+//!    it saves a sector), checksums computed, bytes written to every copy.
+//!    Readers go on meanwhile.
 //! 3. [`RwFs::writeback_end`], under the lock again: the new extents'
-//!    items replace the old extents, preallocated extents written in
-//!    place become written ones, the checksums go to the csum tree, the
-//!    in-flight ranges go away. If step 2 failed, the new extents are
+//!    items replace the old extents (a compressed one gives back the
+//!    allocated space its compressed bytes did not take), preallocated
+//!    extents written in place become written ones, the checksums go to
+//!    the csum tree, the in-flight ranges go away. If step 2 failed, the new extents are
 //!    freed and the bytes are dirty again (under anything written since),
 //!    and the error is kept for the next fsync.
 //!
@@ -33,14 +36,18 @@ use super::nocow::Piece;
 use super::RwFs;
 use crate::error::{Error, Result};
 use crate::fs::InodeId;
-use crate::inode::file::DataPolicy;
 use crate::inode::file_item::MAX_EXTENT_SIZE;
 use crate::tx::commit::DataTarget;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use ubtrfs_format::checksum::CsumType;
+use ubtrfs_format::compress::compress;
 use ubtrfs_format::consts::COMPRESS_NONE;
 use ubtrfs_format::items::InodeItem;
+
+/// Largest uncompressed piece of one compressed extent (as
+/// [`crate::inode::file`]'s writes).
+const COMPRESSED_CHUNK: usize = 128 * 1024;
 
 /// Everything written under the lock (benchmark only).
 fn disabled() -> bool {
@@ -64,9 +71,9 @@ struct OrderedRange {
     buf: Arc<Vec<u8>>,
     /// Bytes written: whole sectors up to the end of file.
     len: usize,
-    /// Bytes before the end of file.
-    valid: usize,
     csum: bool,
+    /// Compression of new extents (algorithm, level).
+    compress: Option<(u8, i32)>,
     extents: Vec<OrderedExtent>,
 }
 
@@ -89,6 +96,8 @@ struct OrderedExtent {
     /// Where its bytes go; None once written (under the lock).
     targets: Option<Vec<DataTarget>>,
     sums: Option<Vec<u8>>,
+    /// Compressed (algorithm), its bytes on disk: set by the write.
+    packed: Option<(u8, usize)>,
     /// Its file extent item is in the tree (the end got that far), or it
     /// was written in place (nothing of it is freed on failure).
     inserted: bool,
@@ -112,16 +121,30 @@ impl Ordered {
         for r in &mut self.ranges {
             for e in &mut r.extents {
                 let data = &r.buf[e.from..e.from + e.len];
+                let packed = match (r.compress, &e.place) {
+                    (Some((algo, level)), Place::New) => compress(algo, level, data, ss as u32)
+                        .map_err(|err| {
+                            Error::format(format!("inode {} at {}", r.id.ino, r.start), err)
+                        })?
+                        .filter(|c| c.len().next_multiple_of(ss) < data.len())
+                        .map(|mut c| {
+                            c.resize(c.len().next_multiple_of(ss), 0);
+                            (algo, c)
+                        }),
+                    _ => None,
+                };
+                let data = packed.as_ref().map_or(data, |(_, c)| &c[..]);
                 if r.csum {
-                    let mut sums = Vec::with_capacity(e.len / ss * ct.size());
+                    let mut sums = Vec::with_capacity(data.len() / ss * ct.size());
                     for sector in data.chunks(ss) {
                         sums.extend_from_slice(&ct.compute(sector)[..ct.size()]);
                     }
                     e.sums = Some(sums);
                 }
                 for t in e.targets.iter().flatten() {
-                    t.write(data)?;
+                    t.write_prefix(data)?;
                 }
+                e.packed = packed.map(|(algo, c)| (algo, c.len()));
             }
         }
         Ok(())
@@ -182,12 +205,7 @@ impl RwFs {
         let ss = self.sectorsize();
         let in_place = super::nocow::in_place_mode(inode.flags);
         let ordered = match self.policy(id, &inode) {
-            // Compressed files are written now; the compressed
-            // copy-on-write parts of a file written in place too.
-            Ok(p) => {
-                ((p.compress.is_none() || in_place.is_some()) && inode.size >= ss && !disabled())
-                    .then_some(p)
-            }
+            Ok(p) => (inode.size >= ss && !disabled()).then_some(p),
             Err(e) => {
                 self.redirty(id, ranges);
                 return Err(e);
@@ -231,11 +249,11 @@ impl RwFs {
                 start,
                 buf,
                 len,
-                valid: n,
                 csum: policy.csum,
+                compress: policy.compress,
                 extents: Vec::new(),
             };
-            res = self.plan(&mut r, in_place, policy);
+            res = self.plan(&mut r, in_place);
             o.ranges.push(r);
         }
         if !flying.is_empty() {
@@ -249,13 +267,8 @@ impl RwFs {
 
     /// Plans where `r` goes: in place where `in_place` allows
     /// (Some(prealloc_only), see [`RwFs::write_in_place`]), new extents
-    /// for the rest (compressed ones written now).
-    fn plan(
-        &mut self,
-        r: &mut OrderedRange,
-        in_place: Option<bool>,
-        policy: DataPolicy,
-    ) -> Result<()> {
+    /// for the rest.
+    fn plan(&mut self, r: &mut OrderedRange, in_place: Option<bool>) -> Result<()> {
         let Some(prealloc_only) = in_place else {
             return self.allocate(r, 0, r.len);
         };
@@ -270,15 +283,6 @@ impl RwFs {
             let (from, to) = ((st.start - start) as usize, (st.end - start) as usize);
             match st.piece {
                 Some(p) => self.add_extent(r, from, to - from, p.addr(), Place::InPlace(p))?,
-                None if policy.compress.is_some() => {
-                    // Up to the end of file: a write past it would grow
-                    // the file.
-                    let buf = r.buf.clone();
-                    let to = to.min(r.valid);
-                    if from < to {
-                        self.write_cow(r.id, st.start, &buf[from..to], policy)?;
-                    }
-                }
                 None => self.allocate(r, from, to)?,
             }
         }
@@ -290,7 +294,11 @@ impl RwFs {
     /// do).
     fn allocate(&mut self, r: &mut OrderedRange, from: usize, to: usize) -> Result<()> {
         let ss = self.sectorsize() as usize;
-        let mut step = MAX_EXTENT_SIZE as usize;
+        let mut step = if r.compress.is_some() {
+            COMPRESSED_CHUNK
+        } else {
+            MAX_EXTENT_SIZE as usize
+        };
         let mut at = from;
         while at < to {
             let len = step.min(to - at);
@@ -326,6 +334,7 @@ impl RwFs {
             place,
             targets: None,
             sums: None,
+            packed: None,
             inserted: false,
         };
         let res = match self.t.data_targets(disk, len as u64) {
@@ -401,19 +410,18 @@ impl RwFs {
                     Place::New => {
                         let removed = self.t.drop_extents(tree, ino, pos, pos + len)?;
                         inode.nbytes = inode.nbytes.saturating_sub(removed);
+                        let (algo, on_disk) = x
+                            .packed
+                            .map_or((COMPRESS_NONE, len), |(a, n)| (a, n as u64));
                         self.t.insert_file_extent(
-                            tree,
-                            ino,
-                            pos,
-                            x.disk,
-                            len,
-                            0,
-                            len,
-                            len,
-                            COMPRESS_NONE,
-                            false,
-                            true,
+                            tree, ino, pos, x.disk, on_disk, 0, len, len, algo, false, true,
                         )?;
+                        if on_disk < len {
+                            // What was allocated for the data whole and
+                            // its compressed bytes did not take.
+                            self.t.alloc.free_now(x.disk + on_disk, len - on_disk);
+                            self.t.note_compression(algo);
+                        }
                         inode.nbytes += len;
                     }
                     Place::InPlace(p) if p.prealloc => self.mark_written(id, p)?,
