@@ -6,7 +6,8 @@
 //! Run only the references with `cargo test --test rw_mount reference`.
 //!
 //! (a) rw_ops.py (seeded fsx/fsstress-like workload, every read checked
-//!     against its model) on a fresh `ubtrfs mkfs` image; unmount (ubtrfs
+//!     against its model; even seeds with compress=zstd) on a fresh
+//!     `ubtrfs mkfs` image; unmount (ubtrfs
 //!     must exit 0: everything committed); `btrfs check --readonly` clean;
 //!     the kernel mounts it and `rw_ops.py --verify-only` finds the tree
 //!     the model expects; the kernel then writes (cp -a, rm -r) and
@@ -163,7 +164,9 @@ fn rw_ops_then_kernel(w: Writer, seed: u64, base: &Path) -> Result<String, Strin
     let image = dir.join("fs.img");
     mkfs_image(&image, &image_size())?;
     let mnt = dir.join("mnt");
-    let m = RwMount::start_env(w, &image, &mnt, "", SMALL_DIRTY_LIMIT)?;
+    // Even seeds write compressed (zstd), on both mounts.
+    let opts = if seed % 2 == 0 { "compress=zstd" } else { "" };
+    let m = RwMount::start_env(w, &image, &mnt, opts, SMALL_DIRTY_LIMIT)?;
     let log = match &m {
         RwMount::Ubtrfs(u) => Some(u.log.clone()),
         RwMount::Kernel(_) => None,
