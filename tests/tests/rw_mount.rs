@@ -165,7 +165,11 @@ fn rw_ops_then_kernel(w: Writer, seed: u64, base: &Path) -> Result<String, Strin
     mkfs_image(&image, &image_size())?;
     let mnt = dir.join("mnt");
     // Even seeds write compressed (zstd), on both mounts.
-    let opts = if seed % 2 == 0 { "compress=zstd" } else { "" };
+    let opts = if seed.is_multiple_of(2) {
+        "compress=zstd"
+    } else {
+        ""
+    };
     let m = RwMount::start_env(w, &image, &mnt, opts, SMALL_DIRTY_LIMIT)?;
     let log = match &m {
         RwMount::Ubtrfs(u) => Some(u.log.clone()),

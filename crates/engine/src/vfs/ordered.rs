@@ -41,7 +41,6 @@ use crate::tx::commit::DataTarget;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use ubtrfs_format::checksum::CsumType;
-use ubtrfs_format::compress::compress;
 use ubtrfs_format::consts::COMPRESS_NONE;
 use ubtrfs_format::items::InodeItem;
 
@@ -120,34 +119,60 @@ impl Ordered {
         let (ct, ss) = (self.csum_type, self.sectorsize);
         for r in &mut self.ranges {
             for e in &mut r.extents {
-                let data = &r.buf[e.from..e.from + e.len];
-                let packed = match (r.compress, &e.place) {
-                    (Some((algo, level)), Place::New) => compress(algo, level, data, ss as u32)
-                        .map_err(|err| {
-                            Error::format(format!("inode {} at {}", r.id.ino, r.start), err)
-                        })?
-                        .filter(|c| c.len().next_multiple_of(ss) < data.len())
-                        .map(|mut c| {
-                            c.resize(c.len().next_multiple_of(ss), 0);
-                            (algo, c)
-                        }),
-                    _ => None,
+                // Those written under the lock (RAID5/6 rows) were sealed
+                // then.
+                let Some(targets) = e.targets.take() else {
+                    continue;
                 };
-                let data = packed.as_ref().map_or(data, |(_, c)| &c[..]);
-                if r.csum {
-                    let mut sums = Vec::with_capacity(data.len() / ss * ct.size());
-                    for sector in data.chunks(ss) {
-                        sums.extend_from_slice(&ct.compute(sector)[..ct.size()]);
-                    }
-                    e.sums = Some(sums);
-                }
-                for t in e.targets.iter().flatten() {
+                let data = &r.buf[e.from..e.from + e.len];
+                let packed = e.seal(data, r.compress, r.csum, ct, ss, r.id.ino)?;
+                let data = packed.as_deref().unwrap_or(data);
+                for t in &targets {
                     t.write_prefix(data)?;
                 }
-                e.packed = packed.map(|(algo, c)| (algo, c.len()));
+                e.targets = Some(targets);
             }
         }
         Ok(())
+    }
+}
+
+impl OrderedExtent {
+    /// Compresses `data`, this extent's bytes, if `compress` asks and it
+    /// saves a sector (new extents only), and computes the checksums of
+    /// what goes to disk when `csum` asks; returns the compressed bytes
+    /// (zero-padded to whole sectors), None when `data` goes as it is.
+    fn seal(
+        &mut self,
+        data: &[u8],
+        compress: Option<(u8, i32)>,
+        csum: bool,
+        ct: CsumType,
+        ss: usize,
+        ino: u64,
+    ) -> Result<Option<Vec<u8>>> {
+        let packed = match (compress, &self.place) {
+            (Some((algo, level)), Place::New) => {
+                ubtrfs_format::compress::compress(algo, level, data, ss as u32)
+                    .map_err(|err| Error::format(format!("inode {ino}"), err))?
+                    .filter(|c| c.len().next_multiple_of(ss) < data.len())
+                    .map(|mut c| {
+                        c.resize(c.len().next_multiple_of(ss), 0);
+                        self.packed = Some((algo, c.len()));
+                        c
+                    })
+            }
+            _ => None,
+        };
+        if csum {
+            let bytes = packed.as_deref().unwrap_or(data);
+            let mut sums = Vec::with_capacity(bytes.len() / ss * ct.size());
+            for sector in bytes.chunks(ss) {
+                sums.extend_from_slice(&ct.compute(sector)[..ct.size()]);
+            }
+            self.sums = Some(sums);
+        }
+        Ok(packed)
     }
 }
 
@@ -342,7 +367,17 @@ impl RwFs {
                 e.targets = Some(ts);
                 Ok(())
             }
-            Ok(None) => self.t.write_logical_data(disk, &r.buf[from..from + len]),
+            // Parity rows are written with their parity, here: sealed
+            // (compressed, summed) now.
+            Ok(None) => {
+                let data = &r.buf[from..from + len];
+                let (ct, ss) = (self.t.info.csum_type, self.sectorsize() as usize);
+                e.seal(data, r.compress, r.csum, ct, ss, r.id.ino)
+                    .and_then(|packed| {
+                        self.t
+                            .write_logical_data(disk, packed.as_deref().unwrap_or(data))
+                    })
+            }
             Err(err) => Err(err),
         };
         r.extents.push(e);
