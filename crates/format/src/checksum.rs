@@ -67,6 +67,16 @@ impl CsumType {
         out
     }
 
+    /// The checksums of `data`'s sectors of `sectorsize` bytes, each
+    /// `size()` bytes, one after another (as csum items hold them).
+    pub fn sector_sums(self, data: &[u8], sectorsize: usize) -> Vec<u8> {
+        let mut sums = Vec::with_capacity(data.len().div_ceil(sectorsize) * self.size());
+        for sector in data.chunks(sectorsize) {
+            sums.extend_from_slice(&self.compute(sector)[..self.size()]);
+        }
+        sums
+    }
+
     /// Checks `stored` (at least `size()` bytes) against the checksum of `data`.
     pub fn verify(self, data: &[u8], stored: &[u8]) -> Result<()> {
         let n = self.size();
@@ -110,6 +120,17 @@ mod tests {
         // RFC 3720 test vector: 32 bytes of zeros.
         let c = CsumType::Crc32c.compute(&[0u8; 32]);
         assert_eq!(&c[..4], &0x8a9136aau32.to_le_bytes());
+    }
+
+    #[test]
+    fn sector_sums_are_each_sectors_checksum_in_turn() {
+        let data: Vec<u8> = (0..3 * 4096).map(|i| (i / 7) as u8).collect();
+        let ct = CsumType::Xxhash64;
+        let sums = ct.sector_sums(&data, 4096);
+        assert_eq!(sums.len(), 3 * 8);
+        for (i, s) in sums.chunks(8).enumerate() {
+            assert_eq!(s, &ct.compute(&data[i * 4096..(i + 1) * 4096])[..8]);
+        }
     }
 
     #[test]

@@ -50,14 +50,7 @@ impl Trans {
             padded = v;
             &padded[..]
         };
-        let sums = csum.then(|| {
-            let ct = self.info.csum_type;
-            let mut sums = Vec::with_capacity(len / ss * ct.size());
-            for sector in bytes.chunks(ss) {
-                sums.extend_from_slice(&ct.compute(sector)[..ct.size()]);
-            }
-            sums
-        });
+        let sums = csum.then(|| self.info.csum_type.sector_sums(bytes, ss));
         self.write_data_extent_summed(bytes, sums)
     }
 

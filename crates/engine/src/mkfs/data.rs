@@ -203,13 +203,7 @@ impl Job {
             }
         }
         let sums = match self.csum {
-            Some(ct) if !self.inline => {
-                let mut s = Vec::with_capacity(buf.len() / ss * ct.size());
-                for sector in buf.chunks(ss) {
-                    s.extend_from_slice(&ct.compute(sector)[..ct.size()]);
-                }
-                Some(s)
-            }
+            Some(ct) if !self.inline => Some(ct.sector_sums(&buf, ss)),
             _ => None,
         };
         Ok(Piece {
@@ -238,10 +232,7 @@ impl Job {
             Some(ct) => {
                 let mut buf = vec![0u8; n];
                 read(&mut buf[..self.want], self.at)?;
-                let mut s = Vec::with_capacity(n / ss * ct.size());
-                for sector in buf.chunks(ss) {
-                    s.extend_from_slice(&ct.compute(sector)[..ct.size()]);
-                }
+                let s = ct.sector_sums(&buf, ss);
                 (AlignedBuf::from_vec(buf[full..].to_vec()), Some(s))
             }
             None => {

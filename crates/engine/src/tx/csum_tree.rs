@@ -131,12 +131,10 @@ impl Trans {
 
     /// Queues the checksums of `data` written at `logical` (whole sectors).
     pub fn add_data_csums(&mut self, logical: u64, data: &[u8]) -> Result<()> {
-        let ss = self.sectorsize() as usize;
-        let ct = self.info.csum_type;
-        let mut sums = Vec::with_capacity(data.len() / ss * ct.size());
-        for sector in data.chunks(ss) {
-            sums.extend_from_slice(&ct.compute(sector)[..ct.size()]);
-        }
+        let sums = self
+            .info
+            .csum_type
+            .sector_sums(data, self.sectorsize() as usize);
         self.add_csum_run(logical, sums)
     }
 

@@ -165,12 +165,7 @@ impl OrderedExtent {
             _ => None,
         };
         if csum {
-            let bytes = packed.as_deref().unwrap_or(data);
-            let mut sums = Vec::with_capacity(bytes.len() / ss * ct.size());
-            for sector in bytes.chunks(ss) {
-                sums.extend_from_slice(&ct.compute(sector)[..ct.size()]);
-            }
-            self.sums = Some(sums);
+            self.sums = Some(ct.sector_sums(packed.as_deref().unwrap_or(data), ss));
         }
         Ok(packed)
     }
