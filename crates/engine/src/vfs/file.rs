@@ -271,21 +271,16 @@ impl RwFs {
         self.writeback_end(o, res)
     }
 
-    /// Writes back `ranges` of `id` now (NOCOW files, compressed and
-    /// inline data: what [`super::ordered`] does not defer).
+    /// Writes back `ranges` of `id` (item `inode`, data stored as
+    /// `policy` says) now, under the lock: what [`super::ordered`] does not
+    /// defer (inline files, or everything with `UBTRFS_NO_ORDERED=1`).
     pub(crate) fn write_back_ranges(
         &mut self,
         id: InodeId,
         inode: &InodeItem,
+        policy: DataPolicy,
         ranges: std::collections::BTreeMap<u64, Vec<u8>>,
     ) -> Result<()> {
-        let policy = match self.policy(id, inode) {
-            Ok(p) => p,
-            Err(e) => {
-                self.redirty(id, ranges);
-                return Err(e);
-            }
-        };
         let nocow = super::nocow::in_place_mode(inode.flags);
         let mut ranges = ranges.into_iter();
         while let Some((start, buf)) = ranges.next() {

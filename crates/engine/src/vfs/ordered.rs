@@ -36,6 +36,7 @@ use super::nocow::Piece;
 use super::RwFs;
 use crate::error::{Error, Result};
 use crate::fs::InodeId;
+use crate::inode::file::DataPolicy;
 use crate::inode::file_item::MAX_EXTENT_SIZE;
 use crate::tx::commit::DataTarget;
 use std::collections::BTreeMap;
@@ -223,28 +224,17 @@ impl RwFs {
             return Ok(());
         };
         let ss = self.sectorsize();
-        let in_place = super::nocow::in_place_mode(inode.flags);
-        let ordered = match self.policy(id, &inode) {
-            Ok(p) => (inode.size >= ss && !disabled()).then_some(p),
+        let (policy, deferred) = match self.how_to_write_back(id, &inode) {
+            Ok(how) => how,
             Err(e) => {
                 self.redirty(id, ranges);
                 return Err(e);
             }
         };
-        let ordered = match ordered {
-            Some(p) => match self.t.has_inline(id.subvol, id.ino) {
-                Ok(false) => Some(p),
-                Ok(true) => None,
-                Err(e) => {
-                    self.redirty(id, ranges);
-                    return Err(e);
-                }
-            },
-            None => None,
-        };
-        let Some(policy) = ordered else {
-            return self.write_back_ranges(id, &inode, ranges);
-        };
+        if !deferred {
+            return self.write_back_ranges(id, &inode, policy, ranges);
+        }
+        let in_place = super::nocow::in_place_mode(inode.flags);
         let size = inode.size;
         let mut flying = BTreeMap::new();
         let mut res = Ok(());
@@ -283,6 +273,17 @@ impl RwFs {
             self.redirty(id, rest);
         }
         res
+    }
+
+    /// How `id`'s new data is stored, and whether its bytes can be written
+    /// in the flight (not for inline files, which are written whole under
+    /// the lock, nor with the benchmark's switch).
+    fn how_to_write_back(&mut self, id: InodeId, inode: &InodeItem) -> Result<(DataPolicy, bool)> {
+        let policy = self.policy(id, inode)?;
+        let deferred = inode.size >= self.sectorsize()
+            && !disabled()
+            && !self.t.has_inline(id.subvol, id.ino)?;
+        Ok((policy, deferred))
     }
 
     /// Plans where `r` goes: in place where `in_place` allows
