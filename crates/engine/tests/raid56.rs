@@ -299,8 +299,6 @@ fn raid56_device_failure_in_commit() {
 /// the image checks clean.
 #[test]
 fn raid5_compressed_writeback_reads_back() {
-    use ubtrfs_engine::fs::InodeId;
-    use ubtrfs_engine::vfs::{RwFs, RwOptions};
     use ubtrfs_engine::FileHandle;
     let devs: Vec<Arc<MemDev>> = (0..3).map(|_| Arc::new(MemDev::new(DEV_SIZE))).collect();
     let t = setup(
@@ -309,20 +307,9 @@ fn raid5_compressed_writeback_reads_back() {
         0x57,
     )
     .unwrap();
-    let opts = RwOptions {
-        compress: Some((COMPRESS_ZSTD, 1)),
-        ..Default::default()
-    };
-    let mut fs = RwFs::with_trans(t, opts).unwrap();
-    let root = InodeId {
-        subvol: FS_TREE_OBJECTID,
-        ino: FIRST_INODE,
-    };
+    let (mut fs, root) = memcheck::zstd_mount(t);
     let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
-    let line = b"rows written with their parity. ";
-    let want: Vec<u8> = (0..(3usize << 20) + 777)
-        .map(|i| line[i % line.len()] ^ (i >> 14) as u8)
-        .collect();
+    let want = memcheck::compressible(b"rows written with their parity. ", (3 << 20) + 777, 14);
     let before = fs.statfs().bfree;
     fs.write(id, 0, &want).unwrap();
     fs.commit().unwrap();

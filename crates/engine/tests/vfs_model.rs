@@ -676,20 +676,10 @@ fn vfs_compressed_writeback_gives_back_unused_space() {
         ..Default::default()
     };
     let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
-    let opts = RwOptions {
-        compress: Some((COMPRESS_ZSTD, 1)),
-        ..Default::default()
-    };
-    let mut fs = RwFs::with_trans(t, opts).unwrap();
-    let root = InodeId {
-        subvol: FS_TREE_OBJECTID,
-        ino: FIRST_INODE,
-    };
+    let (mut fs, root) = memcheck::zstd_mount(t);
     let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
     let line = b"ordered extents, compressed outside the lock. ";
-    let text: Vec<u8> = (0..(8usize << 20) + 1234)
-        .map(|i| line[i % line.len()] ^ (i >> 16) as u8)
-        .collect();
+    let text = memcheck::compressible(line, (8 << 20) + 1234, 16);
     let before = fs.statfs().bfree;
     fs.write(id, 0, &text).unwrap();
     let mut o = fs.writeback_all_begin().unwrap();

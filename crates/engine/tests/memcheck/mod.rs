@@ -100,3 +100,28 @@ pub fn btrfs_check(dev: &MemDev, keep_var: &str) -> Result<(), String> {
         ))
     }
 }
+
+/// A read-write mount with compress=zstd over `t`, and the top directory
+/// of its default subvolume.
+pub fn zstd_mount(
+    t: ubtrfs_engine::tx::Trans,
+) -> (ubtrfs_engine::vfs::RwFs, ubtrfs_engine::fs::InodeId) {
+    use ubtrfs_format::consts::{COMPRESS_ZSTD, FIRST_INODE, FS_TREE_OBJECTID};
+    let opts = ubtrfs_engine::vfs::RwOptions {
+        compress: Some((COMPRESS_ZSTD, 1)),
+        ..Default::default()
+    };
+    let root = ubtrfs_engine::fs::InodeId {
+        subvol: FS_TREE_OBJECTID,
+        ino: FIRST_INODE,
+    };
+    (ubtrfs_engine::vfs::RwFs::with_trans(t, opts).unwrap(), root)
+}
+
+/// `len` bytes of `line` repeated, changed every `1 << shift` bytes:
+/// data that compresses well but not to nothing.
+pub fn compressible(line: &[u8], len: usize, shift: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| line[i % line.len()] ^ (i >> shift) as u8)
+        .collect()
+}
