@@ -394,14 +394,18 @@ impl FsLock {
     /// held alone, by the caller.
     pub fn writeback_all(&self, mut g: FsWrite<'_>) -> Result<(), Error> {
         let o = g.writeback_all_begin()?;
-        self.flights.fetch_add(1, Ordering::SeqCst);
-        drop(g);
-        self.write_and_end(o)
+        self.fly(g, o)
     }
 
     /// [`FsLock::writeback_all`] for the dirty ranges of `id` only.
     pub fn writeback(&self, mut g: FsWrite<'_>, id: InodeId) -> Result<(), Error> {
         let o = g.writeback_begin(&[id])?;
+        self.fly(g, o)
+    }
+
+    /// Lets the filesystem go while `o`, begun under `g`, is written, and
+    /// ends it.
+    fn fly(&self, g: FsWrite<'_>, o: Ordered) -> Result<(), Error> {
         self.flights.fetch_add(1, Ordering::SeqCst);
         drop(g);
         self.write_and_end(o)
@@ -436,9 +440,9 @@ impl FsLock {
     pub fn writeback_background(self: &Arc<Self>, mut g: FsWrite<'_>) -> Result<(), Error> {
         let mut o = g.writeback_all_begin()?;
         if o.bytes() == 0 {
-            // Everything was written under the lock (compressed, RAID5/6,
-            // UBTRFS_NO_ORDERED=1): only the checksums and the end are
-            // left.
+            // Everything was written under the lock (inline files,
+            // RAID5/6 rows, UBTRFS_NO_ORDERED=1): only the end is left
+            // (write() seals nothing more then, but is the one path).
             let res = o.write();
             let res = g.writeback_all_end(o, res);
             if g.in_flight() == 0 {
