@@ -67,6 +67,11 @@
 //!     --check-data-csum` clean; the kernel reads the file equal to the
 //!     model (its checksums verified); df's used space grew by less
 //!     than 16 MiB.
+//! (m) The first copy_file_range calls of a mount, 16 threads at once,
+//!     then a copy of a sparse file: a clone that keeps the hole (Linux
+//!     6.18 asks for FUSE_COPY_FILE_RANGE_64 first; an ENOSYS to it, seen
+//!     by two racing first copies, turned every later copy of the mount
+//!     into a byte copy); `btrfs check` clean.
 //!
 //! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
 //! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
@@ -1369,4 +1374,152 @@ fn prealloc_overwrite_on_ubtrfs_mount() {
         Writer::Ubtrfs,
         |base| prealloc_overwrite_case(Writer::Ubtrfs, base),
     );
+}
+
+// ------------------------------------------------------------------ (m)
+
+/// SEEK_DATA/SEEK_HOLE map of `f`: its data ranges, [start, end).
+fn data_ranges(f: &std::fs::File) -> Result<Vec<(u64, u64)>, String> {
+    use std::os::fd::AsRawFd;
+    let size = f.metadata().map_err(|e| e.to_string())?.len();
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    while at < size {
+        // SAFETY: lseek(2) on our own descriptor.
+        let d = unsafe { libc::lseek(f.as_raw_fd(), at as i64, libc::SEEK_DATA) };
+        if d < 0 {
+            break; // ENXIO: no data after `at`
+        }
+        // SAFETY: as above.
+        let h = unsafe { libc::lseek(f.as_raw_fd(), d, libc::SEEK_HOLE) };
+        if h < 0 {
+            return Err(format!(
+                "SEEK_HOLE from {d}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        out.push((d as u64, h as u64));
+        at = h as u64;
+    }
+    Ok(out)
+}
+
+/// copy_file_range(2) of `len` bytes, to the end; the count copied.
+fn copy_range(
+    src: &std::fs::File,
+    soff: u64,
+    dst: &std::fs::File,
+    doff: u64,
+    len: usize,
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let (mut so, mut dso) = (soff as i64, doff as i64);
+    let mut done = 0;
+    while done < len {
+        // SAFETY: both descriptors are ours; the offsets are locals.
+        let r = unsafe {
+            libc::copy_file_range(
+                src.as_raw_fd(),
+                &mut so,
+                dst.as_raw_fd(),
+                &mut dso,
+                len - done,
+                0,
+            )
+        };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if r == 0 {
+            break;
+        }
+        done += r as usize;
+    }
+    Ok(done)
+}
+
+/// The first copy_file_range calls of a mount, made by 16 threads at
+/// once, then a whole-file copy of a sparse file: the copy must be a
+/// clone that keeps the hole, as the kernel's btrfs makes it. Linux 6.18
+/// asks FUSE for COPY_FILE_RANGE_64 first; a mount that answered ENOSYS
+/// to it lost copy_file_range for good when two first copies raced (the
+/// kernel then falls back to a byte copy, holes written as zeros): the
+/// cause of a flaky (b).
+fn first_copies_case(w: Writer, base: &Path) -> Result<String, String> {
+    use std::os::unix::fs::FileExt;
+    let (dir, image, mnt, m) = fresh_512m(w, base)?;
+    let src_path = mnt.join("sparse");
+    let src = std::fs::File::create(&src_path).map_err(|e| format!("create: {e}"))?;
+    let block = pseudo_block(7, 0);
+    src.write_all_at(&block[..4096], 0)
+        .and_then(|_| src.write_all_at(&block[4096..8192], 1 << 20))
+        .and_then(|_| src.sync_all())
+        .map_err(|e| format!("write the source: {e}"))?;
+    drop(src);
+    let src = std::fs::File::open(&src_path).map_err(|e| format!("open: {e}"))?;
+    let barrier = std::sync::Barrier::new(16);
+    let firsts: Vec<Result<usize, String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..16)
+            .map(|i| {
+                let (src, barrier, mnt) = (&src, &barrier, &mnt);
+                s.spawn(move || {
+                    let d = std::fs::File::create(mnt.join(format!("first{i}")))
+                        .map_err(|e| e.to_string())?;
+                    barrier.wait();
+                    copy_range(src, 0, &d, 0, 4096).map_err(|e| format!("first copy {i}: {e}"))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for r in firsts {
+        if r? != 4096 {
+            return Err("a first copy was short".into());
+        }
+    }
+    let dst = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(mnt.join("copy"))
+        .map_err(|e| format!("create copy: {e}"))?;
+    let size = (1 << 20) + 4096;
+    let n = copy_range(&src, 0, &dst, 0, size).map_err(|e| format!("whole copy: {e}"))?;
+    let map = data_ranges(&dst)?;
+    let mut got = vec![0u8; size];
+    dst.read_exact_at(&mut got, 0)
+        .map_err(|e| format!("read copy: {e}"))?;
+    drop((src, dst));
+    m.finish().map_err(|e| format!("unmount: {e}"))?;
+    let mut want = vec![0u8; size];
+    want[..4096].copy_from_slice(&block[..4096]);
+    want[1 << 20..].copy_from_slice(&block[4096..8192]);
+    if n != size || got != want {
+        return Err(format!(
+            "the copy differs from its source ({n} of {size} bytes copied)"
+        ));
+    }
+    if map != [(0, 4096), (1 << 20, size as u64)] {
+        return Err(format!(
+            "the copy's data map is {map:?}: its hole was written as zeros (a byte copy, not a clone)"
+        ));
+    }
+    check(&image, &format!("after copies on the {} mount", w.name()))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(String::new())
+}
+
+#[test]
+fn first_copies_reference_on_kernel() {
+    one_case("first_copies_reference_on_kernel", Writer::Kernel, |base| {
+        first_copies_case(Writer::Kernel, base)
+    });
+}
+
+#[test]
+fn first_copies_on_ubtrfs_mount() {
+    one_case("first_copies_on_ubtrfs_mount", Writer::Ubtrfs, |base| {
+        first_copies_case(Writer::Ubtrfs, base)
+    });
 }

@@ -524,7 +524,7 @@ impl crate::proto::FuseFs for BtrfsFuse {
         _offset_out: u64,
         _len: u64,
         _flags: fuser::CopyFileRangeFlags,
-        reply: crate::proto::ReplyWrite,
+        reply: crate::proto::ReplyCopy,
     ) {
         // Both ends are on this mount, so the destination is read-only.
         reply.error(Errno::EROFS);

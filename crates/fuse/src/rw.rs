@@ -21,8 +21,8 @@ use crate::fslock::{FsLock, FsRead, FsWrite};
 use crate::ino;
 use crate::logging;
 use crate::proto::{
-    KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    KernelConfig, ReplyAttr, ReplyCopy, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
 };
 use crate::rw_push::{Pushes, ReadPattern};
 use fuser::{Errno, FileAttr, FopenFlags, Generation, INodeNo, TimeOrNow};
@@ -1331,7 +1331,7 @@ impl crate::proto::FuseFs for RwFuse {
         offset_out: u64,
         len: u64,
         _flags: fuser::CopyFileRangeFlags,
-        reply: ReplyWrite,
+        reply: ReplyCopy,
     ) {
         let len = len.min(u32::MAX as u64 & !0xfff);
         let res = self.fs().copy_range(
@@ -1342,7 +1342,7 @@ impl crate::proto::FuseFs for RwFuse {
             len,
         );
         match res {
-            Ok(n) => reply.written(n as u32),
+            Ok(n) => reply.copied(n),
             Err(e) => reply.error(errno("copy_file_range", e)),
         }
     }

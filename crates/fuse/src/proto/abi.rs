@@ -49,6 +49,8 @@ pub const FUSE_READDIRPLUS: u32 = 44;
 pub const FUSE_RENAME2: u32 = 45;
 pub const FUSE_LSEEK: u32 = 46;
 pub const FUSE_COPY_FILE_RANGE: u32 = 47;
+/// Protocol 7.45 (Linux 6.18): copy_file_range with a 64-bit count.
+pub const FUSE_COPY_FILE_RANGE_64: u32 = 53;
 
 // Notification codes (the `error` field of an unsolicited message).
 pub const FUSE_NOTIFY_STORE: i32 = 4;
@@ -360,6 +362,11 @@ pod! {
         pub len: u64,
         pub flags: u64,
     }
+    /// FUSE_COPY_FILE_RANGE_64's answer (FUSE_COPY_FILE_RANGE's is a
+    /// WriteOut).
+    pub struct CopyFileRangeOut {
+        pub bytes_copied: u64,
+    }
     pub struct Kstatfs {
         pub blocks: u64,
         pub bfree: u64,
@@ -467,6 +474,7 @@ const _: () = {
     assert!(size_of::<LseekIn>() == 24);
     assert!(size_of::<LseekOut>() == 8);
     assert!(size_of::<CopyFileRangeIn>() == 56);
+    assert!(size_of::<CopyFileRangeOut>() == 8);
     assert!(size_of::<Kstatfs>() == 80);
     assert!(size_of::<Dirent>() == 24);
     assert!(size_of::<NotifyStoreOut>() == 24);
@@ -505,7 +513,7 @@ pub fn op_arg_size(opcode: u32) -> usize {
         FUSE_IOCTL => size_of::<IoctlIn>(),
         FUSE_FALLOCATE => size_of::<FallocateIn>(),
         FUSE_LSEEK => size_of::<LseekIn>(),
-        FUSE_COPY_FILE_RANGE => size_of::<CopyFileRangeIn>(),
+        FUSE_COPY_FILE_RANGE | FUSE_COPY_FILE_RANGE_64 => size_of::<CopyFileRangeIn>(),
         FUSE_BMAP => 16,
         FUSE_INIT => size_of::<InitIn>(),
         _ => 0,

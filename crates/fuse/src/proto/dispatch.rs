@@ -434,7 +434,13 @@ fn serve<F: FuseFs>(
                 ReplyLseek::new(s),
             );
         }
-        abi::FUSE_COPY_FILE_RANGE => {
+        abi::FUSE_COPY_FILE_RANGE | abi::FUSE_COPY_FILE_RANGE_64 => {
+            // Answering the 64-bit opcode matters beyond large copies:
+            // the kernel (6.18) tries it first and, on ENOSYS, falls back
+            // to the old one; two first copies at once can both see
+            // ENOSYS, and the second then takes it for the old opcode's
+            // and turns every later copy_file_range of the mount into a
+            // byte copy (holes written as zeros).
             let a = arg!(abi::CopyFileRangeIn);
             fs.copy_file_range(
                 req,
@@ -446,16 +452,33 @@ fn serve<F: FuseFs>(
                 a.off_out,
                 a.len,
                 CopyFileRangeFlags::from_bits_retain(a.flags),
-                ReplyWrite::new(s),
+                ReplyCopy::new(s, h.opcode == abi::FUSE_COPY_FILE_RANGE_64),
             );
         }
         abi::FUSE_DESTROY => {
             fs.destroy();
             ReplyEmpty::new(s).ok();
         }
-        _ => ReplyEmpty::new(s).error(Errno::ENOSYS),
+        op => {
+            note_unknown(op);
+            ReplyEmpty::new(s).error(Errno::ENOSYS)
+        }
     }
     Some(())
+}
+
+/// Logs, once per opcode (for the first 64 of them), a request this
+/// mount does not know: the kernel may take ENOSYS for "never again"
+/// and change course, as it did with FUSE_COPY_FILE_RANGE_64.
+fn note_unknown(opcode: u32) {
+    static SEEN: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.len() < 64 && !seen.contains(&opcode) {
+        seen.push(opcode);
+        crate::logging::info(&format!(
+            "the kernel sent FUSE opcode {opcode}, which this mount does not implement: answered ENOSYS"
+        ));
+    }
 }
 
 #[cfg(test)]
@@ -507,6 +530,25 @@ mod tests {
                 ino.0, fh.0, data, flags.0
             ));
             reply.written(data.len() as u32)
+        }
+        fn copy_file_range(
+            &self,
+            _req: &Request,
+            ino_in: INodeNo,
+            _fh_in: FileHandle,
+            offset_in: u64,
+            ino_out: INodeNo,
+            _fh_out: FileHandle,
+            offset_out: u64,
+            len: u64,
+            _flags: CopyFileRangeFlags,
+            reply: ReplyCopy,
+        ) {
+            self.0.lock().unwrap().push(format!(
+                "copy {} {offset_in} {} {offset_out} {len}",
+                ino_in.0, ino_out.0
+            ));
+            reply.copied(len)
         }
     }
 
@@ -612,6 +654,32 @@ mod tests {
                 padding: 0
             })
         );
+    }
+
+    /// Both copy_file_range opcodes reach the file system; the 64-bit
+    /// one is answered with a 64-bit count, the old one with a
+    /// fuse_write_out.
+    #[test]
+    fn copy_file_range_answers_both_opcodes() {
+        let a = abi::CopyFileRangeIn {
+            fh_in: 1,
+            off_in: 4096,
+            nodeid_out: 9,
+            fh_out: 2,
+            off_out: 8192,
+            len: 5 << 30,
+            flags: 0,
+        };
+        let (calls, sent) = run(abi::FUSE_COPY_FILE_RANGE_64, abi::bytes(&a), &[]);
+        assert_eq!(calls, vec![format!("copy 5 4096 9 8192 {}", 5u64 << 30)]);
+        assert_eq!(sent, vec![(42, 0, (5u64 << 30).to_ne_bytes().to_vec())]);
+        let a = abi::CopyFileRangeIn { len: 12288, ..a };
+        let (_, sent) = run(abi::FUSE_COPY_FILE_RANGE, abi::bytes(&a), &[]);
+        let out = abi::WriteOut {
+            size: 12288,
+            padding: 0,
+        };
+        assert_eq!(sent, vec![(42, 0, abi::bytes(&out).to_vec())]);
     }
 
     #[test]

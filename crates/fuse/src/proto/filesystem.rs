@@ -470,7 +470,7 @@ pub trait FuseFs: Send + Sync + 'static {
         _offset_out: u64,
         _len: u64,
         _flags: CopyFileRangeFlags,
-        reply: ReplyWrite,
+        reply: ReplyCopy,
     ) {
         reply.error(Errno::ENOSYS)
     }

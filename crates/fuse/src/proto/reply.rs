@@ -99,6 +99,39 @@ reply_types!(
     ReplyIoctl,
 );
 
+/// The answer to a copy_file_range: FUSE_COPY_FILE_RANGE_64 takes the
+/// count as 64 bits, FUSE_COPY_FILE_RANGE in a fuse_write_out.
+pub struct ReplyCopy {
+    raw: ReplyRaw,
+    wide: bool,
+}
+
+impl ReplyCopy {
+    pub(crate) fn new(s: Sender, wide: bool) -> ReplyCopy {
+        ReplyCopy {
+            raw: ReplyRaw::new(s),
+            wide,
+        }
+    }
+
+    pub fn error(self, e: Errno) {
+        self.raw.error(e)
+    }
+
+    /// `n` bytes copied. The 32-bit answer cannot say more than
+    /// u32::MAX: the file system caps the count it copies (the kernel
+    /// asks FUSE_COPY_FILE_RANGE for at most 4 GiB - 4 KiB).
+    pub fn copied(self, n: u64) {
+        if self.wide {
+            self.raw
+                .ok(&[bytes(&abi::CopyFileRangeOut { bytes_copied: n })])
+        } else {
+            let size = u32::try_from(n).unwrap_or(u32::MAX);
+            self.raw.ok(&[bytes(&abi::WriteOut { size, padding: 0 })])
+        }
+    }
+}
+
 /// Seconds and nanoseconds since the epoch, as fuse_attr stores them
 /// (negative seconds before it, nanoseconds always forward).
 pub(crate) fn time(t: SystemTime) -> (u64, u32) {
