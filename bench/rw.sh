@@ -81,14 +81,15 @@
 # Environment:
 #   UBTRFS_RW_BENCH_KERNEL_ONLY=1  kernel sides only (no build, no FUSE)
 #   EXPS="dbench fsync fsynccow bssplit randread sparse"   experiments to run
-#                       (also: prealloc, readwrite, not run by default)
+#                       (also: prealloc, readwrite, truncate, not run by
+#                       default)
 #   VARIANTS=1          ubtrfs with each mechanism off (0: plain ubtrfs only)
 #   SIDES="kernel ubtrfs ..."  exactly these sides, for every experiment
 #                       (ubtrfs@VAR=VALUE[,VAR=VALUE]...: ubtrfs with these
 #                       in the daemon's environment)
 #   KERNEL_COW=1        the kernel-datacow reference rows (0: skip)
 #   DURATION=30 CLIENTS=16 JOBS=4 FSYNC_MIB=256 BSSPLIT_MIB=1024 SPARSE_MIB=1024
-#   RANDREAD_MIB=256 PREALLOC_MIB=1024 RW_WRITE_MIB=1536
+#   RANDREAD_MIB=256 PREALLOC_MIB=1024 RW_WRITE_MIB=1536 TRUNC_MIB=192
 #   IMG_SIZE=4G  MKFS_ARGS="-m dup -d single" (given to both mkfs)
 #   KERNEL_OPTS, UBTRFS_OPTS    extra mount options (comma-separated)
 #   UBTRFS_BIN          ubtrfs binary (else cargo build --release -p ubtrfs)
@@ -127,6 +128,7 @@ SPARSE_MIB=${SPARSE_MIB:-1024}
 RANDREAD_MIB=${RANDREAD_MIB:-256}
 PREALLOC_MIB=${PREALLOC_MIB:-1024}
 RW_WRITE_MIB=${RW_WRITE_MIB:-1536}
+TRUNC_MIB=${TRUNC_MIB:-192}
 IMG_SIZE=${IMG_SIZE:-4G}
 MKFS_ARGS=${MKFS_ARGS:-"-m dup -d single"}
 KERNEL_OPTS=${KERNEL_OPTS:-}
@@ -239,6 +241,7 @@ side_env() {
     ubtrfs-sync-commits) echo UBTRFS_SYNC_COMMITS=1 ;;
     ubtrfs-no-uring) echo UBTRFS_NO_URING=1 ;;
     ubtrfs-no-ordered) echo UBTRFS_NO_ORDERED=1 ;;
+    ubtrfs-truncate-writeback) echo UBTRFS_TRUNCATE_WRITEBACK=1 ;;
     ubtrfs@*) echo "${1#ubtrfs@}" | tr , ' ' ;;  # ad hoc: ubtrfs@VAR=VALUE[,VAR=VALUE]
     *) echo "" ;;
   esac
@@ -271,6 +274,8 @@ sides_for() {
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow"; } ;;
     readwrite)
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-ordered ubtrfs-exclusive-reads"; } ;;
+    truncate)
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-truncate-writeback"; } ;;
     *)
       local more=""
       case $1 in
@@ -650,6 +655,26 @@ exp_readwrite() { # SIDE RUN
   umount_side readwrite "$run" "$tag"
 }
 
+# A file of TRUNC_MIB written with 1 MiB buffered writes and no fsync (all
+# of it dirty: under ubtrfs's 256 MiB dirty limit), then truncated to 0:
+# the truncate's time, then a sync's (what was left to write).
+exp_truncate() { # SIDE RUN
+  local side=$1 run=$2 tag=truncate-$1-$2 t0 f
+  mount_side "$side" "" "$tag"
+  f=$MNT/t
+  if dd if=/dev/urandom of="$f" bs=1M count="$TRUNC_MIB" status=none 2>"$OUT/$tag.dd.err"; then
+    t0=$(now)
+    truncate -s 0 "$f"
+    record truncate "$side" "$run" truncate_s "$(sub "$(now)" "$t0")"
+    t0=$(now)
+    sync -f "$MNT"
+    record truncate "$side" "$run" sync_s "$(sub "$(now)" "$t0")"
+  else
+    note "truncate/$side run $run: the write failed ($(head -1 "$OUT/$tag.dd.err"))"
+  fi
+  umount_side truncate "$run" "$tag"
+}
+
 # The sparse file: 4 KiB of data (each block distinct) every 8 KiB, then
 # ftruncate to the full size; no fsync.
 write_sparse() { # FILE MIB
@@ -721,7 +746,7 @@ if [[ " $EXPS " == *" sparse "* ]]; then
 fi
 T0=$(now)
 for exp in $EXPS; do
-  case $exp in dbench|fsync|fsynccow|bssplit|randread|sparse|prealloc|readwrite) ;; *) echo "bench/rw.sh: unknown experiment $exp" >&2; exit 1 ;; esac
+  case $exp in dbench|fsync|fsynccow|bssplit|randread|sparse|prealloc|readwrite|truncate) ;; *) echo "bench/rw.sh: unknown experiment $exp" >&2; exit 1 ;; esac
   for run in $(seq "$RUNS"); do
     for side in $(sides_for "$exp"); do
       log "$exp: $side, run $run/$RUNS"
@@ -816,6 +841,7 @@ MOUNT = {
     "randread": {"kernel": "(defaults)", "ubtrfs": "-o rw"},
     "prealloc": {"kernel": "(COW dir)", "ubtrfs": "-o rw (COW dir)"},
     "readwrite": {"kernel": "(defaults)", "ubtrfs": "-o rw"},
+    "truncate": {"kernel": "(defaults)", "ubtrfs": "-o rw"},
     "sparse": {"kernel": "(defaults)", "ubtrfs": "-o rw"},
 }
 def mount_of(exp, side):
@@ -924,6 +950,19 @@ if rows("prealloc"):
         print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("prealloc", s), fmt(med("prealloc", s, "fio_s")), fmt(v, 0), ratio(v, k), offon,
               fmt(med("prealloc", s, "mib_s"), 2), fmt(med("prealloc", s, "clat_p99_ms")), fmt(med("prealloc", s, "lat_max_ms"), 1),
               fmt(med("prealloc", s, "used_mib"), 0), fmt(med("prealloc", s, "umount_s")), fmt(med("prealloc", s, "rss_mib"), 0)))
+
+if rows("truncate"):
+    print()
+    print("A file written with 1 MiB buffered writes, no fsync (all dirty), then truncated to 0; then sync -f:")
+    print()
+    print("| side | mount | truncate s | vs kernel | off/on | sync s | umount s | daemon RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    k = med("truncate", "kernel", "truncate_s"); u = med("truncate", "ubtrfs", "truncate_s")
+    for s in rows("truncate"):
+        v = med("truncate", s, "truncate_s")
+        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
+        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("truncate", s), fmt(v), ratio(v, k), offon,
+              fmt(med("truncate", s, "sync_s")), fmt(med("truncate", s, "umount_s")), fmt(med("truncate", s, "rss_mib"), 0)))
 
 if rows("sparse"):
     print()

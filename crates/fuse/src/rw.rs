@@ -349,18 +349,25 @@ impl RwInner {
         Ok(n)
     }
 
-    /// Writes back a file holding much dirty data before its fsync, the
-    /// bytes written with the lock let go (fsync's own writeback holds
-    /// it). A failure leaves the bytes dirty and is reported by the fsync.
-    fn writeback_before_fsync(&self, id: InodeId) {
+    /// Writes back the files among `ids` that hold much dirty data
+    /// before a request whose own writeback of them holds the lock
+    /// (fsync, fallocate, copy_file_range), the bytes written with the
+    /// lock let go. A failure leaves the bytes dirty; the request's own
+    /// writeback meets it again (fsync reports it).
+    fn writeback_first(&self, ids: &[InodeId]) {
         const MUCH: u64 = 1 << 20;
-        let much = |fs: &RwFs| fs.dirty_of(id).is_some_and(|d| d.bytes() >= MUCH);
-        if sync_writeback() || !much(&self.fs_read()) {
+        if sync_writeback() {
             return;
         }
-        let g = self.fs();
-        if much(&g) {
-            let _ = self.fs.writeback(g, id);
+        for &id in ids {
+            let much = |fs: &RwFs| fs.dirty_of(id).is_some_and(|d| d.bytes() >= MUCH);
+            if !much(&self.fs_read()) {
+                continue;
+            }
+            let g = self.fs();
+            if much(&g) {
+                let _ = self.fs.writeback(g, id);
+            }
         }
     }
 
@@ -421,7 +428,7 @@ impl RwInner {
     /// Also says how the fsync was answered (for UBTRFS_TRACE_FSYNC).
     fn fsync_grouped(&self, id: InodeId) -> (Result<(), Error>, String) {
         let trace = trace_fsync();
-        self.writeback_before_fsync(id);
+        self.writeback_first(&[id]);
         self.fsyncs_waiting.fetch_add(1, Ordering::SeqCst);
         // With UBTRFS_FSYNC_PIPELINE=1 logging the file does not wait for
         // a log sync in flight: it goes into the log the next sync writes.
@@ -1277,7 +1284,9 @@ impl crate::proto::FuseFs for RwFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let res = self.fs().fallocate(self.inode(node), offset, length, mode);
+        let id = self.inode(node);
+        self.writeback_first(&[id]);
+        let res = self.fs().fallocate(id, offset, length, mode);
         match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno("fallocate", e)),
@@ -1334,13 +1343,9 @@ impl crate::proto::FuseFs for RwFuse {
         reply: ReplyCopy,
     ) {
         let len = len.min(u32::MAX as u64 & !0xfff);
-        let res = self.fs().copy_range(
-            self.inode(ino_in),
-            offset_in,
-            self.inode(ino_out),
-            offset_out,
-            len,
-        );
+        let (src, dst) = (self.inode(ino_in), self.inode(ino_out));
+        self.writeback_first(&[src, dst]);
+        let res = self.fs().copy_range(src, offset_in, dst, offset_out, len);
         match res {
             Ok(n) => reply.copied(n),
             Err(e) => reply.error(errno("copy_file_range", e)),

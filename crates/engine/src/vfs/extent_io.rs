@@ -142,6 +142,29 @@ impl InodeDirty<Vec<u8>> {
         self.ranges.insert(base, buf);
     }
 
+    /// Drops what lies past `size` (a truncate): the sectors after the
+    /// one holding `size` go, and that sector's bytes past `size` become
+    /// zeros, as the kernel's truncate_pagecache drops and zeroes pages.
+    pub fn truncate(&mut self, size: u64, ss: u64) {
+        let keep_end = size.div_ceil(ss) * ss;
+        let gone: Vec<u64> = self.ranges.range(keep_end..).map(|(&s, _)| s).collect();
+        for s in gone {
+            let v = self.ranges.remove(&s).unwrap_or_default();
+            self.bytes -= v.len() as u64;
+        }
+        if let Some((&s, v)) = self.ranges.range_mut(..keep_end).next_back() {
+            let end = s + v.len() as u64;
+            if end > keep_end {
+                v.truncate((keep_end - s) as usize);
+                self.bytes -= end - keep_end;
+            }
+            if s + (v.len() as u64) > size {
+                let from = size.saturating_sub(s) as usize;
+                v[from..].fill(0);
+            }
+        }
+    }
+
     /// Takes every dirty range out (for writeback).
     pub fn take(&mut self) -> BTreeMap<u64, Vec<u8>> {
         self.bytes = 0;
@@ -202,6 +225,42 @@ mod tests {
             let taken = d.take();
             assert!(d.is_empty() && d.bytes() == 0);
             assert_eq!(taken.values().map(|v| v.len()).sum::<usize>(), model.len());
+        }
+    }
+
+    #[test]
+    fn truncates_drop_and_zero_like_a_byte_map() {
+        let mut rng = 0x51f0_aa11_77d3_e045u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for _ in 0..50 {
+            let mut d = InodeDirty::default();
+            let mut model = Model::new();
+            for op in 0..40u64 {
+                if op % 4 == 3 {
+                    let size = next() % 700;
+                    d.truncate(size, 16);
+                    let keep_end = size.div_ceil(16) * 16;
+                    model.retain(|&o, _| o < keep_end);
+                    for (&o, b) in model.range_mut(size..) {
+                        assert!(o < keep_end);
+                        *b = 0;
+                    }
+                } else {
+                    let start = (next() % 40) * 16;
+                    let len = (next() % 6 + 1) * 16;
+                    let data: Vec<u8> = (0..len).map(|i| (op * 7 + i) as u8 | 1).collect();
+                    d.insert(start, &data);
+                    for (i, b) in data.iter().enumerate() {
+                        model.insert(start + i as u64, *b);
+                    }
+                }
+                check(&d, &model);
+            }
         }
     }
 

@@ -229,6 +229,20 @@ impl RwFs {
         Ok(())
     }
 
+    /// Drops the dirty bytes of `id` past `size` (zeroing the rest of
+    /// the sector that holds it).
+    fn truncate_dirty(&mut self, id: InodeId, size: u64) {
+        let ss = self.sectorsize();
+        if let Some(d) = self.dirty.get_mut(&id) {
+            let before = d.bytes();
+            d.truncate(size, ss);
+            self.dirty_bytes -= before - d.bytes();
+            if d.is_empty() {
+                self.dirty.remove(&id);
+            }
+        }
+    }
+
     /// Drops the dirty ranges of `id` (its data is gone).
     pub(crate) fn forget_dirty(&mut self, id: InodeId) {
         if let Some(d) = self.dirty.remove(&id) {
@@ -354,6 +368,9 @@ impl RwFs {
     }
 
     /// truncate(2) / ftruncate(2) to `size` (times are the caller's).
+    /// Dirty data past a smaller size is dropped, not written back
+    /// (`UBTRFS_TRUNCATE_WRITEBACK=1` writes the file back first, as
+    /// before: the benchmark's switch).
     pub(crate) fn truncate(&mut self, id: InodeId, size: u64) -> Result<()> {
         let i = self.check_data_writable(id, false)?;
         if size > MAX_FILE_SIZE {
@@ -362,10 +379,21 @@ impl RwFs {
         if size == i.size {
             return Ok(());
         }
+        if self.ordered_in_flight > 0 {
+            return Err(Error::Invalid(
+                "a truncate while a writeback is in flight".into(),
+            ));
+        }
         if size > i.size {
             self.dirty_eof_block(id, i.size)?;
+        } else if truncate_writes_back() {
+            self.writeback(id)?;
+        } else {
+            // What is dirty past the new size is dropped, never written
+            // (the kernel's truncate_pagecache); what is below stays
+            // dirty.
+            self.truncate_dirty(id, size);
         }
-        self.writeback(id)?;
         let policy = self.policy(id, &i)?;
         let inode = self.t.truncate_file(id.subvol, id.ino, size, policy)?;
         self.t.put_inode(id.subvol, id.ino, &inode)?;
@@ -846,4 +874,11 @@ impl RwFs {
     pub fn dirty_of(&self, id: InodeId) -> Option<&InodeDirty> {
         self.dirty.get(&id)
     }
+}
+
+/// `UBTRFS_TRUNCATE_WRITEBACK=1`: a truncate writes the file's dirty data
+/// back before cutting it (the benchmark's switch; bench/rw.sh truncate).
+fn truncate_writes_back() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("UBTRFS_TRUNCATE_WRITEBACK").is_some_and(|v| v != "0"))
 }
