@@ -657,7 +657,8 @@ exp_readwrite() { # SIDE RUN
 
 # A file of TRUNC_MIB written with 1 MiB buffered writes and no fsync (all
 # of it dirty: under ubtrfs's 256 MiB dirty limit), then truncated to 0:
-# the truncate's time, then a sync's (what was left to write).
+# the truncate's time, then the file's fsync (sync FILE: what was left to
+# write; syncfs never reaches a FUSE daemon).
 exp_truncate() { # SIDE RUN
   local side=$1 run=$2 tag=truncate-$1-$2 t0 f
   mount_side "$side" "" "$tag"
@@ -667,7 +668,7 @@ exp_truncate() { # SIDE RUN
     truncate -s 0 "$f"
     record truncate "$side" "$run" truncate_s "$(sub "$(now)" "$t0")"
     t0=$(now)
-    sync -f "$MNT"
+    sync "$f"
     record truncate "$side" "$run" sync_s "$(sub "$(now)" "$t0")"
   else
     note "truncate/$side run $run: the write failed ($(head -1 "$OUT/$tag.dd.err"))"
@@ -953,9 +954,9 @@ if rows("prealloc"):
 
 if rows("truncate"):
     print()
-    print("A file written with 1 MiB buffered writes, no fsync (all dirty), then truncated to 0; then sync -f:")
+    print("A file written with 1 MiB buffered writes, no fsync (all dirty), then truncated to 0; then fsync of the file:")
     print()
-    print("| side | mount | truncate s | vs kernel | off/on | sync s | umount s | daemon RSS MiB |")
+    print("| side | mount | truncate s | vs kernel | off/on | fsync s | umount s | daemon RSS MiB |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     k = med("truncate", "kernel", "truncate_s"); u = med("truncate", "ubtrfs", "truncate_s")
     for s in rows("truncate"):

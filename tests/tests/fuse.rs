@@ -630,3 +630,70 @@ fn fuse_subvol_options_and_mount_helper() {
         panic!("mount -t fuse.ubtrfs: {d}");
     }
 }
+
+/// Every path of `dir` (not following symlinks), relative, sorted.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(dir.join(&rel)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let r = rel.join(e.file_name());
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(r.clone());
+            }
+            out.push(r);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Birth times (statx STATX_BTIME: btrfs's otime) through the mount equal
+/// the kernel's for every path of a fixture. The kernel asks a FUSE
+/// daemon for them with FUSE_STATX; without it statx reports none.
+#[test]
+fn fuse_birth_times_match_kernel() {
+    let test = "fuse_birth_times_match_kernel";
+    if !fuse_available(test) || !kernel_available(test) {
+        return;
+    }
+    let f = kernel_fixtures()
+        .iter()
+        .find(|f| f.name == "zstd")
+        .expect("kernel fixture 'zstd'");
+    let base = scratch_dir("fuse-btime");
+    let k = Mount::fixture(f, &base.join("kernel"));
+    let dir = base.join("fuse");
+    let m = FuseMount::of(f, &[], &dir);
+    let paths = walk(&k.dir);
+    let mut bad = Vec::new();
+    let mut with_birth = 0;
+    for p in &paths {
+        let born = |root: &Path| {
+            std::fs::symlink_metadata(root.join(p))
+                .and_then(|md| md.created())
+                .map_err(|e| e.to_string())
+        };
+        let (want, got) = (born(&k.dir), born(&dir));
+        // The kernel has none for the placeholder of a subvolume a
+        // snapshot does not hold: neither must the mount.
+        if want != got {
+            bad.push(format!("{}: kernel {want:?}, mount {got:?}", p.display()));
+        } else if want.is_ok() {
+            with_birth += 1;
+        }
+    }
+    drop(m);
+    k.unmount();
+    assert!(
+        paths.len() > 10,
+        "only {} paths in the fixture",
+        paths.len()
+    );
+    bad.truncate(10);
+    assert!(bad.is_empty(), "{test}:\n  {}", bad.join("\n  "));
+    eprintln!("{test}: {} paths ({with_birth} with a birth time): equal", paths.len());
+}

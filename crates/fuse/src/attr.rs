@@ -92,7 +92,13 @@ impl Inner {
     }
 
     pub(crate) fn getattr(&self, node: INodeNo, reply: ReplyAttr) {
-        let res = self.stat_attr(self.inode(node));
+        let id = self.inode(node);
+        let res = self.stat_attr(id);
+        let reply = if id.is_placeholder() {
+            reply.without_birth()
+        } else {
+            reply
+        };
         self.answer("getattr", reply, res, |reply, (_, attr)| {
             reply.attr(&self.ttl, &attr)
         });

@@ -157,6 +157,12 @@ impl InodeDirty<Vec<u8>> {
             if end > keep_end {
                 v.truncate((keep_end - s) as usize);
                 self.bytes -= end - keep_end;
+                // A range grown by appends holds spare room: what was cut
+                // must not stay allocated unaccounted (the dirty limit
+                // counts lengths).
+                if v.capacity() > 2 * v.len() {
+                    v.shrink_to_fit();
+                }
             }
             if s + (v.len() as u64) > size {
                 let from = size.saturating_sub(s) as usize;

@@ -368,9 +368,10 @@ impl RwFs {
     }
 
     /// truncate(2) / ftruncate(2) to `size` (times are the caller's).
-    /// Dirty data past a smaller size is dropped, not written back
-    /// (`UBTRFS_TRUNCATE_WRITEBACK=1` writes the file back first, as
-    /// before: the benchmark's switch).
+    /// Nothing is written back: dirty data past a smaller size is
+    /// dropped, the rest stays dirty (`UBTRFS_TRUNCATE_WRITEBACK=1` writes
+    /// the file back before a shrinking truncate, as before: the
+    /// benchmark's switch).
     pub(crate) fn truncate(&mut self, id: InodeId, size: u64) -> Result<()> {
         let i = self.check_data_writable(id, false)?;
         if size > MAX_FILE_SIZE {
@@ -388,15 +389,17 @@ impl RwFs {
             self.dirty_eof_block(id, i.size)?;
         } else if truncate_writes_back() {
             self.writeback(id)?;
-        } else {
-            // What is dirty past the new size is dropped, never written
-            // (the kernel's truncate_pagecache); what is below stays
-            // dirty.
-            self.truncate_dirty(id, size);
         }
         let policy = self.policy(id, &i)?;
         let inode = self.t.truncate_file(id.subvol, id.ino, size, policy)?;
         self.t.put_inode(id.subvol, id.ino, &inode)?;
+        if size < i.size {
+            // What is dirty past the new size is dropped, never written
+            // (the kernel's truncate_pagecache); what is below stays
+            // dirty. Only now: had the truncate failed, the old size
+            // would still show those bytes.
+            self.truncate_dirty(id, size);
+        }
         self.bump(id);
         Ok(())
     }

@@ -49,6 +49,8 @@ pub const FUSE_READDIRPLUS: u32 = 44;
 pub const FUSE_RENAME2: u32 = 45;
 pub const FUSE_LSEEK: u32 = 46;
 pub const FUSE_COPY_FILE_RANGE: u32 = 47;
+/// Protocol 7.39: attributes with the birth time.
+pub const FUSE_STATX: u32 = 52;
 /// Protocol 7.45 (Linux 6.18): copy_file_range with a 64-bit count.
 pub const FUSE_COPY_FILE_RANGE_64: u32 = 53;
 
@@ -122,8 +124,9 @@ macro_rules! pod {
             #[repr(C)]
             #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
             pub struct $name { $($(#[$fm])* pub $f: $t,)* }
-            // SAFETY: a #[repr(C)] struct of integers; the size assertions
-            // below show it has no implicit padding.
+            // SAFETY: a #[repr(C)] struct of integers (and arrays and
+            // structs of them); the size assertions below show it has no
+            // implicit padding.
             unsafe impl Pod for $name {}
         )*
     };
@@ -350,6 +353,51 @@ pod! {
         pub whence: u32,
         pub padding: u32,
     }
+    pub struct StatxIn {
+        pub getattr_flags: u32,
+        pub reserved: u32,
+        pub fh: u64,
+        pub sx_flags: u32,
+        pub sx_mask: u32,
+    }
+    /// fuse_sx_time: seconds (signed, as two's complement) and
+    /// nanoseconds.
+    pub struct SxTime {
+        pub tv_sec: u64,
+        pub tv_nsec: u32,
+        pub reserved: i32,
+    }
+    /// fuse_statx.
+    pub struct Statx {
+        pub mask: u32,
+        pub blksize: u32,
+        pub attributes: u64,
+        pub nlink: u32,
+        pub uid: u32,
+        pub gid: u32,
+        pub mode: u16,
+        pub spare0: u16,
+        pub ino: u64,
+        pub size: u64,
+        pub blocks: u64,
+        pub attributes_mask: u64,
+        pub atime: SxTime,
+        pub btime: SxTime,
+        pub ctime: SxTime,
+        pub mtime: SxTime,
+        pub rdev_major: u32,
+        pub rdev_minor: u32,
+        pub dev_major: u32,
+        pub dev_minor: u32,
+        pub spare2: [u64; 14],
+    }
+    pub struct StatxOut {
+        pub attr_valid: u64,
+        pub attr_valid_nsec: u32,
+        pub flags: u32,
+        pub spare: [u64; 2],
+        pub stat: Statx,
+    }
     pub struct LseekOut {
         pub offset: u64,
     }
@@ -473,6 +521,10 @@ const _: () = {
     assert!(size_of::<FallocateIn>() == 32);
     assert!(size_of::<LseekIn>() == 24);
     assert!(size_of::<LseekOut>() == 8);
+    assert!(size_of::<StatxIn>() == 24);
+    assert!(size_of::<SxTime>() == 16);
+    assert!(size_of::<Statx>() == 256);
+    assert!(size_of::<StatxOut>() == 288);
     assert!(size_of::<CopyFileRangeIn>() == 56);
     assert!(size_of::<CopyFileRangeOut>() == 8);
     assert!(size_of::<Kstatfs>() == 80);
@@ -493,6 +545,7 @@ const _: () = {
 pub fn op_arg_size(opcode: u32) -> usize {
     match opcode {
         FUSE_GETATTR => size_of::<GetattrIn>(),
+        FUSE_STATX => size_of::<StatxIn>(),
         FUSE_SETATTR => size_of::<SetattrIn>(),
         FUSE_MKNOD => size_of::<MknodIn>(),
         FUSE_MKDIR => size_of::<MkdirIn>(),

@@ -310,7 +310,8 @@ pub fn pin_to(cpu: usize) {
 
 /// Whether a request may take long enough that it should not hold its
 /// queue: fsync (a log sync or commit), an O_DIRECT write (disk I/O, and
-/// many may run at once), ioctls (a sync waits for a commit); while the
+/// many may run at once), ioctls (a sync waits for a commit), fallocate
+/// and copy_file_range (they may write a file back first); while the
 /// filesystem is `busy` ([`FuseFs::busy`]), every request but those that
 /// only read.
 fn slow(h: &InHeader, arg: &[u8], busy: impl FnOnce() -> bool) -> bool {
@@ -332,7 +333,13 @@ fn slow(h: &InHeader, arg: &[u8], busy: impl FnOnce() -> bool) -> bool {
         return true;
     }
     match h.opcode {
-        abi::FUSE_FSYNC | abi::FUSE_FSYNCDIR | abi::FUSE_IOCTL => true,
+        // fallocate and copy_file_range may write a file back first.
+        abi::FUSE_FSYNC
+        | abi::FUSE_FSYNCDIR
+        | abi::FUSE_IOCTL
+        | abi::FUSE_FALLOCATE
+        | abi::FUSE_COPY_FILE_RANGE
+        | abi::FUSE_COPY_FILE_RANGE_64 => true,
         abi::FUSE_WRITE => {
             read::<abi::WriteIn>(arg).is_some_and(|w| w.flags as i32 & libc::O_DIRECT != 0)
         }

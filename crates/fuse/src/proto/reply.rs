@@ -89,7 +89,6 @@ reply_types!(
     ReplyEmpty,
     ReplyData,
     ReplyEntry,
-    ReplyAttr,
     ReplyOpen,
     ReplyWrite,
     ReplyStatfs,
@@ -223,15 +222,96 @@ impl ReplyEntry {
     }
 }
 
+/// The answer to GETATTR (a fuse_attr_out) or to STATX (a
+/// fuse_statx_out: the same attributes and the birth time).
+pub struct ReplyAttr {
+    raw: ReplyRaw,
+    statx: bool,
+    /// The birth time is known (STATX_BTIME in a STATX answer).
+    born: bool,
+}
+
 impl ReplyAttr {
+    pub(crate) fn new(s: Sender) -> ReplyAttr {
+        ReplyAttr {
+            raw: ReplyRaw::new(s),
+            statx: false,
+            born: true,
+        }
+    }
+
+    pub(crate) fn statx(s: Sender) -> ReplyAttr {
+        ReplyAttr {
+            raw: ReplyRaw::new(s),
+            statx: true,
+            born: true,
+        }
+    }
+
+    /// Answers without a birth time (the kernel's btrfs has none for the
+    /// placeholder directory of a subvolume a snapshot does not hold).
+    pub fn without_birth(mut self) -> ReplyAttr {
+        self.born = false;
+        self
+    }
+
+    pub fn error(self, e: Errno) {
+        self.raw.error(e)
+    }
+
     pub fn attr(self, ttl: &Duration, attr: &FileAttr) {
+        if self.statx {
+            let out = abi::StatxOut {
+                attr_valid: ttl.as_secs(),
+                attr_valid_nsec: ttl.subsec_nanos(),
+                stat: fuse_statx(attr, self.born),
+                ..Default::default()
+            };
+            return self.raw.ok(&[bytes(&out)]);
+        }
         let out = abi::AttrOut {
             attr_valid: ttl.as_secs(),
             attr_valid_nsec: ttl.subsec_nanos(),
             dummy: 0,
             attr: fuse_attr(attr),
         };
-        self.0.ok(&[bytes(&out)])
+        self.raw.ok(&[bytes(&out)])
+    }
+}
+
+/// fuse_statx of `a`: the basic statistics and, if `born`, the birth
+/// time (the inode's otime; what the kernel takes from a STATX answer).
+fn fuse_statx(a: &FileAttr, born: bool) -> abi::Statx {
+    let t = |when: SystemTime| {
+        let (tv_sec, tv_nsec) = time(when);
+        abi::SxTime {
+            tv_sec,
+            tv_nsec,
+            reserved: 0,
+        }
+    };
+    let rdev = libc::dev_t::from(a.rdev);
+    abi::Statx {
+        mask: libc::STATX_BASIC_STATS | if born { libc::STATX_BTIME } else { 0 },
+        blksize: a.blksize,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        mode: mode(a.kind, a.perm) as u16,
+        ino: a.ino.0,
+        size: a.size,
+        blocks: a.blocks,
+        atime: t(a.atime),
+        btime: if born {
+            t(a.crtime)
+        } else {
+            abi::SxTime::default()
+        },
+        ctime: t(a.ctime),
+        mtime: t(a.mtime),
+        rdev_major: libc::major(rdev),
+        rdev_minor: libc::minor(rdev),
+        ..Default::default()
     }
 }
 
