@@ -695,5 +695,8 @@ fn fuse_birth_times_match_kernel() {
     );
     bad.truncate(10);
     assert!(bad.is_empty(), "{test}:\n  {}", bad.join("\n  "));
-    eprintln!("{test}: {} paths ({with_birth} with a birth time): equal", paths.len());
+    eprintln!(
+        "{test}: {} paths ({with_birth} with a birth time): equal",
+        paths.len()
+    );
 }

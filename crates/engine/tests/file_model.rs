@@ -90,6 +90,8 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
         let policy = DataPolicy {
             csum: true,
             compress: (rng.below(4) == 0).then_some((COMPRESS_ZSTD, 1)),
+            // Every piece tried, whatever the kernel's heuristic says.
+            force: true,
         };
         let size = model[f].len() as u64;
         let op = rng.below(12);

@@ -144,7 +144,7 @@ fn first_commit_with_files(nodesize: u32, files: u64) -> Arc<MemDev> {
     let mut t = build(vec![("m".into(), dev)], &o).unwrap();
     let policy = DataPolicy {
         csum: true,
-        compress: None,
+        ..Default::default()
     };
     for i in 0..files {
         let ino = FIRST_INODE + 1 + i;

@@ -701,6 +701,69 @@ fn vfs_compressed_writeback_gives_back_unused_space() {
     assert!(read_through(&reader_of(&dev), id, text.len()) == text);
 }
 
+/// Under compress=zstd, data the kernel's heuristic refuses (only what
+/// it samples, 16 bytes every 256, is random; the rest zeros) is written
+/// as it is, as the kernel writes it; under compress-force=zstd the same
+/// data is compressed (to a fraction: it is mostly zeros).
+#[test]
+fn vfs_compression_heuristic_and_compress_force() {
+    use ubtrfs_format::consts::{COMPRESS_ZSTD, FIRST_INODE, FS_TREE_OBJECTID};
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let data: Vec<u8> = (0..4usize << 20)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if i % 256 < 16 {
+                (x >> 32) as u8
+            } else {
+                0
+            }
+        })
+        .collect();
+    assert!(!ubtrfs_format::compress::worth_compressing(&data));
+    let mut used = Vec::new();
+    for force in [false, true] {
+        let dev = Arc::new(MemDev::new(160 << 20));
+        let mkopts = MkfsOptions {
+            fsid: Some([0x2c; 16]),
+            ..Default::default()
+        };
+        let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
+        let opts = ubtrfs_engine::vfs::RwOptions {
+            compress: Some((COMPRESS_ZSTD, 1)),
+            compress_force: force,
+            ..Default::default()
+        };
+        let root = ubtrfs_engine::fs::InodeId {
+            subvol: FS_TREE_OBJECTID,
+            ino: FIRST_INODE,
+        };
+        let mut fs = ubtrfs_engine::vfs::RwFs::with_trans(t, opts).unwrap();
+        let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
+        let before = fs.statfs().bfree;
+        fs.write(id, 0, &data).unwrap();
+        fs.commit().unwrap();
+        used.push((before - fs.statfs().bfree) * SS);
+        assert!(fs.read(id, 0, data.len() as u32).unwrap() == data);
+        fs.unmount().unwrap();
+        drop(fs);
+        btrfs_check(&dev).unwrap();
+        assert!(read_through(&reader_of(&dev), id, data.len()) == data);
+    }
+    let n = data.len() as u64;
+    assert!(
+        used[0] > n * 3 / 4,
+        "compress=zstd: {} bytes used for {n}",
+        used[0]
+    );
+    assert!(
+        used[1] < n / 4,
+        "compress-force=zstd: {} bytes used for {n}",
+        used[1]
+    );
+}
+
 /// A full filesystem is ENOSPC at write(2), never a lost writeback: what
 /// was accepted is committed, reads back, and the image checks clean.
 #[test]

@@ -110,6 +110,79 @@ pub fn compress(algo: u8, level: i32, input: &[u8], sectorsize: u32) -> Result<O
     Ok((out.len().next_multiple_of(ss) < input.len().next_multiple_of(ss)).then_some(out))
 }
 
+/// Whether `input` looks worth compressing, as the kernel decides before
+/// it tries (compression.c, btrfs_compress_heuristic; skipped under
+/// compress-force): a sample of 16 bytes every 256 of the first 128 KiB
+/// (within each 4 KiB page) passes if its halves repeat, if it uses
+/// fewer than 64 distinct byte values, if fewer than 65 values make up
+/// 90% of it, or else if its Shannon entropy (the kernel's integer
+/// estimate) is under 80% of 8 bits per byte; 200 or more values making
+/// up 90% fail it. Random or already compressed data fails, and is then
+/// written without spending a compression on it.
+pub fn worth_compressing(input: &[u8]) -> bool {
+    const READ: usize = 16;
+    const INTERVAL: usize = 256;
+    const PAGE: usize = 4096;
+    const BYTE_SET: usize = 64;
+    const CORE_LOW: usize = 64;
+    const CORE_HIGH: usize = 200;
+    const ENTROPY_HIGH: u64 = 80;
+    let window = &input[..input.len().min(MAX_UNCOMPRESSED as usize)];
+    let mut sample = Vec::with_capacity(window.len() / INTERVAL * READ + READ);
+    for page in (0..window.len()).step_by(PAGE) {
+        for at in (page..page + PAGE - READ).step_by(INTERVAL) {
+            // Nothing from past the end (the kernel keeps to start + 16
+            // < the end).
+            if at + READ >= window.len() {
+                break;
+            }
+            sample.extend_from_slice(&window[at..at + READ]);
+        }
+    }
+    let half = sample.len() / 2;
+    if sample[..half] == sample[half..2 * half] {
+        return true;
+    }
+    let mut counts = [0u64; 256];
+    for &b in &sample {
+        counts[b as usize] += 1;
+    }
+    if counts.iter().filter(|&&c| c > 0).count() < BYTE_SET {
+        return true;
+    }
+    // The core set: the fewest values that make up 90% of the sample.
+    counts.sort_unstable_by(|a, b| b.cmp(a));
+    let n = sample.len() as u64;
+    let threshold = n * 90 / 100;
+    let mut sum: u64 = counts[..CORE_LOW].iter().sum();
+    let mut core = CORE_LOW;
+    if sum <= threshold {
+        while core < CORE_HIGH && counts[core] > 0 {
+            sum += counts[core];
+            if sum > threshold {
+                break;
+            }
+            core += 1;
+        }
+    }
+    if core <= CORE_LOW {
+        return true;
+    }
+    if core >= CORE_HIGH {
+        return false;
+    }
+    // log2 of x^4, rounded down: the kernel's fixed-point log.
+    let log4 = |x: u64| 63 - (x * x * x * x).leading_zeros() as u64;
+    let base = log4(n);
+    let mut entropy: u64 = counts
+        .iter()
+        .take_while(|&&c| c > 0)
+        .map(|&c| c * (base - log4(c)))
+        .sum();
+    entropy /= n;
+    entropy * 100 / (8 * log4(2)) < ENTROPY_HIGH
+}
+
 /// btrfs's lzo framing of `input`.
 fn lzo_frame(input: &[u8], ss: usize) -> Result<Vec<u8>> {
     let mut out = vec![0u8; LZO_LEN];
@@ -408,6 +481,51 @@ fn zstd(input: &[u8], out: &mut [u8]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+
+    /// The heuristic passes text, zeros and repeated blocks, and fails
+    /// random bytes and what zstd already compressed; it never reads past
+    /// a short input.
+    #[test]
+    fn heuristic_tells_compressible_from_random() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let random: Vec<u8> = (0..128 * 1024)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect();
+        assert!(!worth_compressing(&random));
+        let packed = zstd::bulk::compress(&random, 3).unwrap();
+        assert!(!worth_compressing(&packed[..packed.len().min(64 * 1024)]));
+        let text: Vec<u8> = b"The quick brown fox jumps over the lazy dog; "
+            .iter()
+            .cycle()
+            .take(128 * 1024)
+            .copied()
+            .collect();
+        assert!(worth_compressing(&text));
+        assert!(worth_compressing(&vec![0u8; 128 * 1024]));
+        let mut block = random[..4096].to_vec();
+        block.extend_from_within(..);
+        assert!(worth_compressing(&block), "two equal halves");
+        // Words of a 40-letter alphabet: few values, high enough entropy
+        // only by the byte-set rule.
+        let words: Vec<u8> = random
+            .iter()
+            .map(|b| b"abcdefghijklmnopqrstuvwxyz0123456789 .,;"[(*b % 40) as usize])
+            .collect();
+        assert!(worth_compressing(&words));
+        for n in [0, 1, 15, 16, 17, 300, 4097] {
+            let _ = worth_compressing(&random[..n]);
+        }
+        // Only the first 128 KiB is looked at.
+        let mut tail = text.clone();
+        tail.extend_from_slice(&random);
+        assert!(worth_compressing(&tail));
+    }
+
     use super::*;
     use sha2::{Digest, Sha256};
     use std::io::Write;

@@ -40,6 +40,9 @@ pub struct DataPolicy {
     pub csum: bool,
     /// Compression (algorithm, level), kept only where it saves a sector.
     pub compress: Option<(u8, i32)>,
+    /// compress-force: compression tried on every piece, without the
+    /// kernel's look at the data first.
+    pub force: bool,
 }
 
 impl DataPolicy {
@@ -53,7 +56,19 @@ impl DataPolicy {
             .filter(|_| f & INODE_COMPRESS != 0)
             .filter(|_| f & (INODE_NOCOMPRESS | INODE_NODATACOW) == 0 && csum)
             .map(|a| (a, 0));
-        DataPolicy { csum, compress }
+        DataPolicy {
+            csum,
+            compress,
+            force: false,
+        }
+    }
+
+    /// The compression to try on `data`: none unless the policy
+    /// compresses, and (but under compress-force) only if the data looks
+    /// worth it, as the kernel's inode_need_compress decides.
+    pub fn compression_for(&self, data: &[u8]) -> Option<(u8, i32)> {
+        self.compress
+            .filter(|_| self.force || ubtrfs_format::compress::worth_compressing(data))
     }
 }
 
@@ -462,7 +477,7 @@ impl Trans {
         while !rest.is_empty() {
             let piece = &rest[..rest.len().min(step)];
             let n = piece.len() as u64;
-            let packed = match policy.compress {
+            let packed = match policy.compression_for(piece) {
                 Some((algo, level)) => compress(algo, level, piece, ss as u32)
                     .map_err(|e| Error::format(format!("tree {tree} inode {ino}"), e))?
                     .filter(|c| round_up(c.len() as u64, ss) < n)
@@ -529,7 +544,7 @@ impl Trans {
             let removed = self.drop_extents(tree, ino, 0, ss)?;
             inode.nbytes = inode.nbytes.saturating_sub(removed);
             let data = &buf[..isize as usize];
-            let packed = match policy.compress {
+            let packed = match policy.compression_for(data) {
                 Some((algo, level)) => compress(algo, level, data, ss as u32)
                     .map_err(|e| Error::format(format!("tree {tree} inode {ino}"), e))?
                     .filter(|c| c.len() < data.len())

@@ -271,6 +271,7 @@ impl RwFs {
         if let Some((algo, level)) = self.opts.compress {
             if cow_summed && (f & INODE_NOCOMPRESS == 0 || self.opts.compress_force) {
                 p.compress = Some((prop.unwrap_or(algo), level));
+                p.force = self.opts.compress_force;
             }
         }
         Ok(p)

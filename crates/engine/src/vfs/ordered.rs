@@ -71,9 +71,8 @@ struct OrderedRange {
     buf: Arc<Vec<u8>>,
     /// Bytes written: whole sectors up to the end of file.
     len: usize,
-    csum: bool,
-    /// Compression of new extents (algorithm, level).
-    compress: Option<(u8, i32)>,
+    /// Checksums, and compression of new extents.
+    policy: DataPolicy,
     extents: Vec<OrderedExtent>,
 }
 
@@ -126,7 +125,7 @@ impl Ordered {
                     continue;
                 };
                 let data = &r.buf[e.from..e.from + e.len];
-                let packed = e.seal(data, r.compress, r.csum, ct, ss, r.id.ino)?;
+                let packed = e.seal(data, &r.policy, ct, ss, r.id.ino)?;
                 let data = packed.as_deref().unwrap_or(data);
                 for t in &targets {
                     t.write_prefix(data)?;
@@ -139,20 +138,20 @@ impl Ordered {
 }
 
 impl OrderedExtent {
-    /// Compresses `data`, this extent's bytes, if `compress` asks and it
-    /// saves a sector (new extents only), and computes the checksums of
-    /// what goes to disk when `csum` asks; returns the compressed bytes
+    /// Compresses `data`, this extent's bytes, if the policy asks, the
+    /// data looks worth it ([`DataPolicy::compression_for`]) and it saves
+    /// a sector (new extents only), and computes the checksums of what
+    /// goes to disk when the policy asks; returns the compressed bytes
     /// (zero-padded to whole sectors), None when `data` goes as it is.
     fn seal(
         &mut self,
         data: &[u8],
-        compress: Option<(u8, i32)>,
-        csum: bool,
+        policy: &DataPolicy,
         ct: CsumType,
         ss: usize,
         ino: u64,
     ) -> Result<Option<Vec<u8>>> {
-        let packed = match (compress, &self.place) {
+        let packed = match (policy.compression_for(data), &self.place) {
             (Some((algo, level)), Place::New) => {
                 ubtrfs_format::compress::compress(algo, level, data, ss as u32)
                     .map_err(|err| Error::format(format!("inode {ino}"), err))?
@@ -165,7 +164,7 @@ impl OrderedExtent {
             }
             _ => None,
         };
-        if csum {
+        if policy.csum {
             self.sums = Some(ct.sector_sums(packed.as_deref().unwrap_or(data), ss));
         }
         Ok(packed)
@@ -259,8 +258,7 @@ impl RwFs {
                 start,
                 buf,
                 len,
-                csum: policy.csum,
-                compress: policy.compress,
+                policy,
                 extents: Vec::new(),
             };
             res = self.plan(&mut r, in_place);
@@ -315,7 +313,7 @@ impl RwFs {
     /// do).
     fn allocate(&mut self, r: &mut OrderedRange, from: usize, to: usize) -> Result<()> {
         let ss = self.sectorsize() as usize;
-        let mut step = if r.compress.is_some() {
+        let mut step = if r.policy.compress.is_some() {
             COMPRESSED_CHUNK
         } else {
             MAX_EXTENT_SIZE as usize
@@ -368,7 +366,7 @@ impl RwFs {
             Ok(None) => {
                 let data = &r.buf[from..from + len];
                 let (ct, ss) = (self.t.info.csum_type, self.sectorsize() as usize);
-                e.seal(data, r.compress, r.csum, ct, ss, r.id.ino)
+                e.seal(data, &r.policy, ct, ss, r.id.ino)
                     .and_then(|packed| {
                         self.t
                             .write_logical_data(disk, packed.as_deref().unwrap_or(data))
