@@ -749,7 +749,27 @@ fn vfs_compression_heuristic_and_compress_force() {
         fs.unmount().unwrap();
         drop(fs);
         btrfs_check(&dev).unwrap();
-        assert!(read_through(&reader_of(&dev), id, data.len()) == data);
+        let reader = reader_of(&dev);
+        assert!(read_through(&reader, id, data.len()) == data);
+        let map = FileHandle::open(&reader, id).unwrap().map(&reader).unwrap();
+        let data_extents = map.iter().filter(|r| r.disk.is_some()).count();
+        let compressed = map
+            .iter()
+            .filter(|r| r.disk.is_some_and(|d| d.2 != 0))
+            .count();
+        if force {
+            assert_eq!(
+                compressed, 32,
+                "compress-force: 128 KiB pieces, compressed: {map:?}"
+            );
+        } else {
+            // As the kernel sends a range that does not look compressible
+            // to cow_file_range: large plain extents, not 128 KiB pieces.
+            assert!(
+                compressed == 0 && data_extents < 4,
+                "compress=zstd: {data_extents} extents, {compressed} compressed"
+            );
+        }
     }
     let n = data.len() as u64;
     assert!(

@@ -63,6 +63,18 @@ impl DataPolicy {
         }
     }
 
+    /// The policy for a range of dirty data starting with `data`: without
+    /// compression when its first 128 KiB does not look worth it (but
+    /// under compress-force), so that it is written in large plain
+    /// extents rather than in 128 KiB pieces, as the kernel's
+    /// btrfs_run_delalloc_range sends such a range to cow_file_range.
+    pub fn for_range(&self, data: &[u8]) -> DataPolicy {
+        DataPolicy {
+            compress: self.compression_for(data),
+            ..*self
+        }
+    }
+
     /// The compression to try on `data`: none unless the policy
     /// compresses, and (but under compress-force) only if the data looks
     /// worth it, as the kernel's inode_need_compress decides.
@@ -464,6 +476,7 @@ impl Trans {
         policy: DataPolicy,
     ) -> Result<()> {
         let ss = self.sectorsize() as u64;
+        let policy = policy.for_range(buf);
         let step = if policy.compress.is_some() {
             COMPRESSED_CHUNK
         } else {

@@ -256,9 +256,11 @@ impl RwFs {
             let mut r = OrderedRange {
                 id,
                 start,
+                // Data that does not look compressible goes in large
+                // plain extents (a look at its first 128 KiB, here).
+                policy: policy.for_range(&buf[..len]),
                 buf,
                 len,
-                policy,
                 extents: Vec::new(),
             };
             res = self.plan(&mut r, in_place);
