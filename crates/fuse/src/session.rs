@@ -453,7 +453,7 @@ fn serve_rw(
                         // this thread, holding the lock; benchmark
                         // switch). A failed writeback is tried again by
                         // the commit, which fails the same way.
-                        let since = std::time::Instant::now();
+                        let mut since = std::time::Instant::now();
                         let res = if sync_commits {
                             fs.commit()
                         } else {
@@ -465,6 +465,9 @@ fn serve_rw(
                                 if fs.unmounted() {
                                     continue;
                                 }
+                                // The hold counted from here: the flight
+                                // let the lock go.
+                                since = std::time::Instant::now();
                             }
                             fs.commit_periodic()
                         };
