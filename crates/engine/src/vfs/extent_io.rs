@@ -201,15 +201,19 @@ mod tests {
         }
     }
 
+    /// A seeded xorshift64 generator.
+    fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
     #[test]
     fn inserts_merge_and_read_back_like_a_byte_map() {
-        let mut rng = 0x9e3779b97f4a7c15u64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(0x9e3779b97f4a7c15u64);
         for _ in 0..50 {
             let mut d = InodeDirty::default();
             let mut model = Model::new();
@@ -236,13 +240,7 @@ mod tests {
 
     #[test]
     fn truncates_drop_and_zero_like_a_byte_map() {
-        let mut rng = 0x51f0_aa11_77d3_e045u64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(0x51f0_aa11_77d3_e045u64);
         for _ in 0..50 {
             let mut d = InodeDirty::default();
             let mut model = Model::new();
