@@ -114,8 +114,9 @@ pub fn compress(algo: u8, level: i32, input: &[u8], sectorsize: u32) -> Result<O
 /// it tries (compression.c, btrfs_compress_heuristic; skipped under
 /// compress-force): a sample of 16 bytes every 256 of the first 128 KiB
 /// (within each 4 KiB page) passes if its halves repeat, if it uses
-/// fewer than 64 distinct byte values, if fewer than 65 values make up
-/// 90% of it, or else if its Shannon entropy (the kernel's integer
+/// fewer than 64 distinct byte values, if its most frequent values make
+/// up 90% of it within the kernel's count of 64 (its loop's index: up
+/// to 65 values), or else if its Shannon entropy (the kernel's integer
 /// estimate) is under 80% of 8 bits per byte; 200 or more values making
 /// up 90% fail it. Random or already compressed data fails, and is then
 /// written without spending a compression on it.

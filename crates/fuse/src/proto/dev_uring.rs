@@ -320,6 +320,7 @@ fn slow(h: &InHeader, arg: &[u8], busy: impl FnOnce() -> bool) -> bool {
         abi::FUSE_READ
             | abi::FUSE_LOOKUP
             | abi::FUSE_GETATTR
+            | abi::FUSE_STATX
             | abi::FUSE_READDIR
             | abi::FUSE_READDIRPLUS
             | abi::FUSE_READLINK
