@@ -32,7 +32,7 @@ use ubtrfs_format::consts::*;
 /// Direct writes written as buffered ones (benchmark only).
 fn disabled() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OFF.get_or_init(|| std::env::var_os("UBTRFS_NO_DIRECT_IO").is_some_and(|v| v != "0"))
+    *OFF.get_or_init(|| super::env_on("UBTRFS_NO_DIRECT_IO"))
 }
 
 /// A direct write between [`RwFs::direct_write_begin`] and

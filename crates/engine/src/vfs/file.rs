@@ -884,5 +884,5 @@ impl RwFs {
 /// back before cutting it (the benchmark's switch; bench/rw.sh truncate).
 fn truncate_writes_back() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("UBTRFS_TRUNCATE_WRITEBACK").is_some_and(|v| v != "0"))
+    *ON.get_or_init(|| super::env_on("UBTRFS_TRUNCATE_WRITEBACK"))
 }

@@ -43,6 +43,12 @@ use std::time::{Duration, Instant};
 use ubtrfs_format::consts::*;
 use ubtrfs_format::Key;
 
+/// Whether `VAR=1` (any value but 0) is in the environment: the
+/// benchmark's switches.
+pub(crate) fn env_on(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| v != "0")
+}
+
 /// Mount options that change how data is written (the kernel's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RwOptions {

@@ -18,16 +18,13 @@
 //! for the benchmark). `UBTRFS_NO_NOCOW=1` writes NOCOW files
 //! copy-on-write, for the benchmark only.
 
+use super::env_on;
 use super::RwFs;
 use crate::data::extent::ExtentKind;
 use crate::error::Result;
 use crate::fs::InodeId;
 use crate::tx::delayed_ref::Backref;
 use ubtrfs_format::consts::{INODE_NODATACOW, INODE_PREALLOC};
-
-fn env_on(name: &str) -> bool {
-    std::env::var_os(name).is_some_and(|v| v != "0")
-}
 
 /// NOCOW overwrites switched off (benchmark only).
 pub(crate) fn disabled() -> bool {

@@ -52,7 +52,7 @@ const COMPRESSED_CHUNK: usize = 128 * 1024;
 /// Everything written under the lock (benchmark only).
 fn disabled() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OFF.get_or_init(|| std::env::var_os("UBTRFS_NO_ORDERED").is_some_and(|v| v != "0"))
+    *OFF.get_or_init(|| super::env_on("UBTRFS_NO_ORDERED"))
 }
 
 /// A writeback between [`RwFs::writeback_begin`] and

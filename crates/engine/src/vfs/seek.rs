@@ -132,7 +132,7 @@ impl SeekCache {
 /// Whether the cache is switched off (benchmark only).
 pub(crate) fn cache_disabled() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OFF.get_or_init(|| std::env::var_os("UBTRFS_NO_SEEK_CACHE").is_some_and(|v| v != "0"))
+    *OFF.get_or_init(|| super::env_on("UBTRFS_NO_SEEK_CACHE"))
 }
 
 #[cfg(test)]
