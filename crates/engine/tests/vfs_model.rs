@@ -707,7 +707,6 @@ fn vfs_compressed_writeback_gives_back_unused_space() {
 /// data is compressed (to a fraction: it is mostly zeros).
 #[test]
 fn vfs_compression_heuristic_and_compress_force() {
-    use ubtrfs_format::consts::{COMPRESS_ZSTD, FIRST_INODE, FS_TREE_OBJECTID};
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let data: Vec<u8> = (0..4usize << 20)
         .map(|i| {
@@ -730,16 +729,7 @@ fn vfs_compression_heuristic_and_compress_force() {
             ..Default::default()
         };
         let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
-        let opts = ubtrfs_engine::vfs::RwOptions {
-            compress: Some((COMPRESS_ZSTD, 1)),
-            compress_force: force,
-            ..Default::default()
-        };
-        let root = ubtrfs_engine::fs::InodeId {
-            subvol: FS_TREE_OBJECTID,
-            ino: FIRST_INODE,
-        };
-        let mut fs = ubtrfs_engine::vfs::RwFs::with_trans(t, opts).unwrap();
+        let (mut fs, root) = memcheck::zstd_mount_forced(t, force);
         let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
         let before = fs.statfs().bfree;
         fs.write(id, 0, &data).unwrap();

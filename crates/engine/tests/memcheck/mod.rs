@@ -106,9 +106,18 @@ pub fn btrfs_check(dev: &MemDev, keep_var: &str) -> Result<(), String> {
 pub fn zstd_mount(
     t: ubtrfs_engine::tx::Trans,
 ) -> (ubtrfs_engine::vfs::RwFs, ubtrfs_engine::fs::InodeId) {
+    zstd_mount_forced(t, false)
+}
+
+/// [`zstd_mount`], with compress-force=zstd when `force`.
+pub fn zstd_mount_forced(
+    t: ubtrfs_engine::tx::Trans,
+    force: bool,
+) -> (ubtrfs_engine::vfs::RwFs, ubtrfs_engine::fs::InodeId) {
     use ubtrfs_format::consts::{COMPRESS_ZSTD, FIRST_INODE, FS_TREE_OBJECTID};
     let opts = ubtrfs_engine::vfs::RwOptions {
         compress: Some((COMPRESS_ZSTD, 1)),
+        compress_force: force,
         ..Default::default()
     };
     let root = ubtrfs_engine::fs::InodeId {
