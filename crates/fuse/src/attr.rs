@@ -29,6 +29,17 @@ pub(crate) fn file_type(mode: u32) -> FileType {
     }
 }
 
+/// `reply` for `id`'s attributes: without a birth time for the
+/// placeholder of a subvolume a snapshot does not hold (the kernel's btrfs
+/// has none for it), with one for every inode.
+pub(crate) fn birth_of(reply: ReplyAttr, id: InodeId) -> ReplyAttr {
+    if id.is_placeholder() {
+        reply.without_birth()
+    } else {
+        reply
+    }
+}
+
 /// What FUSE shows for `st` as node `node`.
 pub(crate) fn file_attr(st: &Stat, node: u64, sectorsize: u32) -> FileAttr {
     let ss = sectorsize as u64;
@@ -94,11 +105,7 @@ impl Inner {
     pub(crate) fn getattr(&self, node: INodeNo, reply: ReplyAttr) {
         let id = self.inode(node);
         let res = self.stat_attr(id);
-        let reply = if id.is_placeholder() {
-            reply.without_birth()
-        } else {
-            reply
-        };
+        let reply = birth_of(reply, id);
         self.answer("getattr", reply, res, |reply, (_, attr)| {
             reply.attr(&self.ttl, &attr)
         });

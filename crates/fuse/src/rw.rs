@@ -687,11 +687,7 @@ impl crate::proto::FuseFs for RwFuse {
     ) {
         let id = self.inode(node);
         let res = self.fs_read().stat(id);
-        let reply = if id.is_placeholder() {
-            reply.without_birth()
-        } else {
-            reply
-        };
+        let reply = crate::attr::birth_of(reply, id);
         match res
             .map_err(|e| errno("getattr", e))
             .and_then(|st| self.attr(&st))
