@@ -194,6 +194,7 @@ fn run_seed(seed: u64) -> Result<usize, String> {
     let names: [&[u8]; 5] = [b"a", b"b", b"c", b"e", b"f"];
     let steps = 60 + rng.below(80) as usize;
     let mut log: Vec<String> = Vec::new();
+    let mut commits = 0;
     for step in 0..steps {
         let files = m.files();
         let pick = |rng: &mut Rng| -> Option<InodeId> {
@@ -423,6 +424,22 @@ fn run_seed(seed: u64) -> Result<usize, String> {
                     .map_err(|e| format!("{what}: end: {e}"))?;
                 touched.extend(m.files());
             }
+            17 if rng.below(2) == 0 => {
+                // The interval commit: dirty data stays dirty, files grown
+                // since their last writeback go in at their old sizes. What
+                // it left on the device is what a crash now would leave.
+                what = "interval commit".into();
+                fs.commit_periodic()
+                    .and_then(|()| fs.wait_committed())
+                    .map_err(|e| format!("{what}: {e}"))?;
+                // btrfs-progs checks the first of each seed
+                // (UBTRFS_VFS_MODEL_CHECK_ALL=1: every one).
+                let progs =
+                    commits == 0 || std::env::var_os("UBTRFS_VFS_MODEL_CHECK_ALL").is_some();
+                check_committed(&dev, progs)
+                    .map_err(|e| format!("{what}: {e}\nlog:\n{}", log.join("\n")))?;
+                commits += 1;
+            }
             17 => {
                 what = "commit".into();
                 fs.commit().map_err(|e| format!("{what}: {e}"))?;
@@ -534,6 +551,50 @@ fn vfs_operations_match_a_model() {
     }
     assert!(failed.is_empty(), "seeds failed: {failed:?}");
     eprintln!("vfs_model: {} seeds, {ops} operations", seeds.len());
+}
+
+/// The image `dev` holds now, as a crash would leave it: the engine's
+/// check passes (and btrfs-progs' when `progs`), and the reader reads
+/// every file of the top directory and its subdirectory `d` whole.
+fn check_committed(dev: &MemDev, progs: bool) -> Result<(), String> {
+    let snap = Arc::new(MemDev::from_bytes(dev.snapshot()));
+    ubtrfs_engine::tools::check::check_dev(snap.clone())
+        .map_err(|e| format!("engine check of the committed image: {e}"))?;
+    if progs {
+        btrfs_check(&snap).map_err(|e| format!("the committed image: {e}"))?;
+    }
+    let reader = reader_of(&snap);
+    let top = InodeId {
+        subvol: FS_TREE_OBJECTID,
+        ino: FIRST_INODE,
+    };
+    let mut dirs = vec![top];
+    if let Some(d) = reader.lookup(top, b"d").map_err(|e| e.to_string())? {
+        dirs.push(d.target);
+    }
+    for dir in dirs {
+        for e in reader.read_dir(dir).map_err(|e| e.to_string())? {
+            let st = reader
+                .stat(e.target)
+                .map_err(|err| format!("committed image: inode {}: {err}", e.target.ino))?;
+            if !st.is_reg() {
+                continue;
+            }
+            let mut fh = FileHandle::open(&reader, e.target).map_err(|e| e.to_string())?;
+            let mut buf = vec![0u8; st.size as usize];
+            let n = fh
+                .read_at(&reader, 0, &mut buf)
+                .map_err(|err| format!("committed image: inode {}: {err}", e.target.ino))?;
+            if n != buf.len() {
+                return Err(format!(
+                    "committed image: inode {} read {n} of {} bytes",
+                    e.target.ino,
+                    buf.len()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The read-only engine (the reader the kernel tests judge) over `dev`.
@@ -661,6 +722,79 @@ fn vfs_failed_writeback_in_flight_keeps_the_data() {
         read_through(&reader, pre, pre_want.len()) == pre_want,
         "the reader after unmount: the fallocated file"
     );
+}
+
+/// The interval commit leaves dirty data dirty (the mount wrote back what
+/// was dirty outside its lock just before), as the kernel's transaction
+/// commit leaves delalloc: a file grown since its last writeback goes into
+/// that commit at the size its extents back (the kernel's disk_i_size),
+/// so the committed image, what a crash would leave, shows each file as
+/// it was before, never a tail of zeros nor a size its hole items do not
+/// reach. With and without no-holes; btrfs-progs checks each image.
+#[test]
+fn vfs_interval_commit_writes_disk_sizes() {
+    for no_holes in [true, false] {
+        let mkopts = MkfsOptions {
+            fsid: Some([0x2d; 16]),
+            no_holes,
+            ..Default::default()
+        };
+        let (dev, mut fs, root) = fresh_mount(&mkopts);
+        let grown = fs
+            .create(root, b"grown", 0o100644, 0, (0, 0), None)
+            .unwrap();
+        let old: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        fs.write(grown, 0, &old).unwrap();
+        let cut = fs.create(root, b"cut", 0o100644, 0, (0, 0), None).unwrap();
+        fs.commit().unwrap();
+        // Dirty: an overwrite and a growth of `grown`, a new file, and a
+        // file grown then cut back with all its dirty bytes dropped.
+        let mut new = old.clone();
+        new[..100].fill(0xee);
+        new.resize(300_000, 0x77);
+        fs.write(grown, 0, &new[..100]).unwrap();
+        fs.write(grown, 10_000, &new[10_000..]).unwrap();
+        let fresh = fs
+            .create(root, b"fresh", 0o100644, 0, (0, 0), None)
+            .unwrap();
+        fs.write(fresh, 0, &[0x55; 20_000]).unwrap();
+        fs.write(cut, 10_000, &[0x66; 10_000]).unwrap();
+        let a = SetAttr {
+            size: Some(5_000),
+            ..Default::default()
+        };
+        fs.setattr(cut, &a).unwrap();
+        fs.commit_periodic().unwrap();
+        fs.wait_committed().unwrap();
+        assert!(fs.dirty_bytes() > 290_000, "the interval commit wrote back");
+        let snap = Arc::new(MemDev::from_bytes(dev.snapshot()));
+        ubtrfs_engine::tools::check::check_dev(snap.clone()).unwrap();
+        btrfs_check(&snap).unwrap();
+        let reader = reader_of(&snap);
+        let size = |id| reader.stat(id).unwrap().size;
+        assert_eq!(
+            size(grown),
+            10_000,
+            "no-holes {no_holes}: the grown file's size"
+        );
+        assert!(read_through(&reader, grown, old.len()) == old);
+        assert_eq!(size(fresh), 0, "no-holes {no_holes}: the new file's size");
+        assert_eq!(size(cut), 5_000, "no-holes {no_holes}: the cut file's size");
+        assert!(read_through(&reader, cut, 5_000) == vec![0; 5_000]);
+        // The mount reads what was written, and its next commits write it.
+        assert!(fs.read(grown, 0, 400_000).unwrap() == new);
+        assert_eq!(fs.stat(fresh).unwrap().size, 20_000);
+        fs.commit_periodic().unwrap();
+        fs.wait_committed().unwrap();
+        fs.unmount().unwrap();
+        drop(fs);
+        ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
+        btrfs_check(&dev).unwrap();
+        let reader = reader_of(&dev);
+        assert!(read_through(&reader, grown, new.len()) == new);
+        assert!(read_through(&reader, fresh, 20_000) == vec![0x55; 20_000]);
+        assert_eq!(reader.stat(cut).unwrap().size, 5_000);
+    }
 }
 
 /// Under compress=zstd a writeback compresses outside the lock

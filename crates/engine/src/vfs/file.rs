@@ -170,6 +170,10 @@ impl RwFs {
         d.insert(a0, &buf);
         let after = d.bytes();
         self.dirty_bytes = self.dirty_bytes + after - before;
+        if end > i.size {
+            // The items back the old size until a writeback.
+            self.disk_i_size.entry(id).or_insert(i.size);
+        }
         let t = now();
         i.size = i.size.max(end);
         i.mtime = t;
@@ -245,6 +249,7 @@ impl RwFs {
 
     /// Drops the dirty ranges of `id` (its data is gone).
     pub(crate) fn forget_dirty(&mut self, id: InodeId) {
+        self.disk_i_size.remove(&id);
         if let Some(d) = self.dirty.remove(&id) {
             self.dirty_bytes -= d.bytes();
         }
@@ -311,6 +316,7 @@ impl RwFs {
         let size = self.t.inode_of(id.subvol, id.ino)?.size;
         self.t
             .fill_holes(id.subvol, id.ino, 0, round_up(size, self.sectorsize()))?;
+        self.disk_i_size.remove(&id);
         Ok(())
     }
 
@@ -400,6 +406,10 @@ impl RwFs {
             // dirty. Only now: had the truncate failed, the old size
             // would still show those bytes.
             self.truncate_dirty(id, size);
+            // Its items back no more than the new size.
+            if let Some(disk) = self.disk_i_size.get_mut(&id) {
+                *disk = (*disk).min(size);
+            }
         }
         self.bump(id);
         Ok(())

@@ -41,12 +41,20 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use ubtrfs_format::consts::*;
+use ubtrfs_format::items::InodeItem;
 use ubtrfs_format::Key;
 
 /// Whether `VAR=1` (any value but 0) is in the environment: the
 /// benchmark's switches.
 pub(crate) fn env_on(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| v != "0")
+}
+
+/// `UBTRFS_COMMIT_WRITEBACK=1`: the interval commit writes every dirty
+/// range back under the lock first, as before (the benchmark's switch).
+fn commit_writes_back() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| env_on("UBTRFS_COMMIT_WRITEBACK"))
 }
 
 /// Mount options that change how data is written (the kernel's).
@@ -134,6 +142,11 @@ pub struct RwFs {
     pub opts: RwOptions,
     dirty: HashMap<InodeId, InodeDirty>,
     dirty_bytes: u64,
+    /// Files grown by buffered writes not yet written back, with the size
+    /// their items back (the kernel's disk_i_size): an interval commit,
+    /// which leaves dirty data in memory, writes that size
+    /// ([`RwFs::commit_sizes`]). A writeback of the file drops the entry.
+    disk_i_size: HashMap<InodeId, u64>,
     /// Ranges whose writeback is in flight ([`ordered`]): read from here
     /// until their extents are in the trees.
     ordered: HashMap<InodeId, InodeDirty<std::sync::Arc<Vec<u8>>>>,
@@ -247,6 +260,7 @@ impl RwFs {
             t,
             opts,
             dirty: HashMap::new(),
+            disk_i_size: HashMap::new(),
             dirty_bytes: 0,
             ordered: HashMap::new(),
             ordered_in_flight: 0,
@@ -495,7 +509,7 @@ impl RwFs {
 
     /// Waits until the last commit is on disk (a periodic commit's
     /// superblock written). A failure leaves the mount read-only.
-    pub(crate) fn wait_committed(&mut self) -> Result<()> {
+    pub fn wait_committed(&mut self) -> Result<()> {
         self.t.finish_deferred().inspect_err(|e| {
             self.aborted = Some(e.to_string());
         })
@@ -521,19 +535,42 @@ impl RwFs {
                 "the filesystem is read-only after a failed commit: {why}"
             )));
         }
-        let res = self.writeback_all().and_then(|_| {
-            if sync {
+        // The interval commit leaves dirty data dirty, as the kernel's
+        // transaction commit leaves delalloc to writeback (the mount wrote
+        // back what was dirty before it took the lock, outside the lock):
+        // files grown since go in with the size their items back.
+        // Every other commit is asked for durability: all written back.
+        let res = if sync || commit_writes_back() {
+            self.writeback_all()
+        } else {
+            Ok(())
+        }
+        .and_then(|()| self.commit_sizes())
+        .and_then(|grown| {
+            let res = if sync {
                 self.t.commit()
             } else {
                 self.t.commit_deferred()
+            };
+            // What the commit wrote: putting the sizes back is a change
+            // the next commit must write.
+            let committed = self.t.mutations();
+            // Their sizes as they read again, in the next transaction
+            // (which the next commit writes, with their data or cut again).
+            for (id, inode) in grown {
+                let put = self.t.put_inode(id.subvol, id.ino, &inode);
+                if res.is_ok() {
+                    put?;
+                }
             }
+            res.map(|()| committed)
         });
         self.last_commit = Instant::now();
         match res {
-            Ok(()) => {
+            Ok(committed) => {
                 self.stats.commits += 1;
                 self.renamed.clear();
-                self.committed_mutations = self.t.mutations();
+                self.committed_mutations = committed;
                 self.durable_seq = self.log_seq;
                 self.commit_owed = None;
                 Ok(())
@@ -543,6 +580,54 @@ impl RwFs {
                 Err(e)
             }
         }
+    }
+
+    /// Before a commit that leaves dirty data: each file grown by buffered
+    /// writes not yet written back gets the size its items back (the
+    /// kernel writes disk_i_size into the inode item), so that the image
+    /// as committed shows the file as it was before it grew, not a tail
+    /// of zeros (or, without no-holes, a size its hole items do not
+    /// reach). Returns the items to put back after the commit.
+    ///
+    /// A file given items past that size since (a truncate up without
+    /// no-holes, a clone), or with nothing dirty left (a truncate dropped
+    /// it), is left at its size, its gaps given hole items: consistent,
+    /// the pending bytes read as zeros after a crash, as the kernel's
+    /// with no-holes once an ordered extent of the file ends. So is every
+    /// file at a commit that wrote everything back first.
+    fn commit_sizes(&mut self) -> Result<Vec<(InodeId, InodeItem)>> {
+        let mut grown = Vec::new();
+        let pending: Vec<(InodeId, u64)> = self.disk_i_size.drain().collect();
+        for (id, disk) in pending {
+            let Some(inode) = self.t.inode(id.subvol, id.ino)? else {
+                continue;
+            };
+            if disk >= inode.size {
+                continue;
+            }
+            // With nothing dirty (a truncate dropped it) the size stands
+            // on its own: it only needs its hole items.
+            let settle = !self.dirty.contains_key(&id)
+                || self
+                    .t
+                    .file_extents(id.subvol, id.ino, disk, u64::MAX)?
+                    .iter()
+                    .any(|(k, _)| k.offset >= disk);
+            if settle {
+                let ss = self.sectorsize();
+                self.t
+                    .fill_holes(id.subvol, id.ino, 0, inode.size.div_ceil(ss) * ss)?;
+                continue;
+            }
+            // Kept for the commit after this one, if it also leaves the
+            // data dirty.
+            self.disk_i_size.insert(id, disk);
+            let mut cut = inode;
+            cut.size = disk;
+            self.t.put_inode(id.subvol, id.ino, &cut)?;
+            grown.push((id, inode));
+        }
+        Ok(grown)
     }
 
     /// Whether the trees changed since the last commit.

@@ -421,6 +421,8 @@ impl RwFs {
             self.bump(id);
             res?;
             put?;
+            // Its items (holes too) reach its size now.
+            self.disk_i_size.remove(&id);
             ranges.drain(..n);
         }
         Ok(())
