@@ -53,6 +53,11 @@
 #                         in flight; off by default, it did not pay)
 #   fsync/fsynccow:       UBTRFS_NO_FSYNC_BATCH=1 (concurrent fsyncs not
 #                         grouped into one log sync)
+#   readwrite:            UBTRFS_COMMIT_WRITEBACK=1 (the interval commit
+#                         writes back, holding the lock, what was dirtied
+#                         during the writeback before it; by default it
+#                         leaves it dirty, files committed at the size
+#                         their extents back: the kernel's disk_i_size)
 #   sparse:               UBTRFS_NO_SEEK_CACHE=1,
 #                         UBTRFS_NO_RW_PUSH=1 (small forward reads not
 #                         answered with a read-ahead window pushed into
@@ -242,6 +247,7 @@ side_env() {
     ubtrfs-no-uring) echo UBTRFS_NO_URING=1 ;;
     ubtrfs-no-ordered) echo UBTRFS_NO_ORDERED=1 ;;
     ubtrfs-truncate-writeback) echo UBTRFS_TRUNCATE_WRITEBACK=1 ;;
+    ubtrfs-commit-writeback) echo UBTRFS_COMMIT_WRITEBACK=1 ;;
     ubtrfs@*) echo "${1#ubtrfs@}" | tr , ' ' ;;  # ad hoc: ubtrfs@VAR=VALUE[,VAR=VALUE]
     *) echo "" ;;
   esac
@@ -273,7 +279,7 @@ sides_for() {
     prealloc)
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow"; } ;;
     readwrite)
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-ordered ubtrfs-exclusive-reads"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-ordered ubtrfs-exclusive-reads ubtrfs-commit-writeback"; } ;;
     truncate)
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-truncate-writeback"; } ;;
     *)
@@ -372,6 +378,9 @@ umount_side() {
     # writers could not pass.
     local lh; lh=$(sed -n 's/.*filesystem lock: .* held alone \([0-9.]*\) ms in all.*/\1/p' "$OUT/$tag.daemon.log" | tail -1)
     [[ -n $lh ]] && record "$exp" "$side" "$run" lock_held_s "$(python3 -c "print('%.1f' % ($lh / 1000))")"
+    # The longest hold of the lock by an interval commit, in ms.
+    local ch; ch=$(sed -n 's/.*commits held it [0-9]* times, [0-9.]* ms in all, at most \([0-9.]*\) ms.*/\1/p' "$OUT/$tag.daemon.log" | tail -1)
+    [[ -n $ch ]] && record "$exp" "$side" "$run" commit_max_ms "$ch"
   fi
   record "$exp" "$side" "$run" umount_s "$(sub "$e" "$s")"
 }
@@ -829,6 +838,7 @@ LABEL = {
     "ubtrfs-exclusive-reads": "ubtrfs UBTRFS_EXCLUSIVE_READS=1 (reads take the lock alone)",
     "ubtrfs-fsync-pipeline": "ubtrfs UBTRFS_FSYNC_PIPELINE=1 (fsync logs while a log sync is in flight; on/off)",
     "ubtrfs-no-ordered": "ubtrfs UBTRFS_NO_ORDERED=1 (writeback's device writes under the lock)",
+    "ubtrfs-commit-writeback": "ubtrfs UBTRFS_COMMIT_WRITEBACK=1 (the interval commit writes back what is dirty, holding the lock)",
 }
 def label(side):
     return LABEL.get(side, side.replace("@", " "))
@@ -928,15 +938,15 @@ if rows("readwrite"):
     print()
     print("Readers beside a writer: fio randread 4K, O_DIRECT, psync, JOBS jobs for the duration, while one writer writes a file sequentially (1 MiB buffered writes, no fsync) from the second second:")
     print()
-    print("| side | mount | read IOPS | vs kernel | off/on | read clat p99 ms | read max latency ms | writer s | lock wait s | umount s | daemon RSS MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| side | mount | read IOPS | vs kernel | off/on | read clat p99 ms | read max latency ms | writer s | lock wait s | longest commit hold ms | umount s | daemon RSS MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     k = med("readwrite", "kernel", "iops"); u = med("readwrite", "ubtrfs", "iops")
     for s in rows("readwrite"):
         v = med("readwrite", s, "iops")
         offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("readwrite", s), fmt(v, 0), ratio(v, k), offon,
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("readwrite", s), fmt(v, 0), ratio(v, k), offon,
               fmt(med("readwrite", s, "clat_p99_ms")), fmt(med("readwrite", s, "lat_max_ms"), 1), fmt(med("readwrite", s, "write_s")),
-              fmt(med("readwrite", s, "lock_wait_s"), 1), fmt(med("readwrite", s, "umount_s")), fmt(med("readwrite", s, "rss_mib"), 0)))
+              fmt(med("readwrite", s, "lock_wait_s"), 1), fmt(med("readwrite", s, "commit_max_ms"), 1), fmt(med("readwrite", s, "umount_s")), fmt(med("readwrite", s, "rss_mib"), 0)))
 
 if rows("prealloc"):
     print()
