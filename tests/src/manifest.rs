@@ -1,6 +1,7 @@
 //! Manifests (one JSON record per path, as tests/oracle/manifest.py writes
 //! them from a mounted tree and `ubtrfs inspect manifest` from an image):
-//! taking them, re-rooting them, comparing them.
+//! taking them, re-rooting them, comparing them; and the SEEK_DATA /
+//! SEEK_HOLE map of an open file (their `data` field), from Rust.
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -188,4 +189,31 @@ fn sort_keys(v: Value) -> Value {
         }
         other => other,
     }
+}
+
+/// The data ranges `(start, end)` of `f` in order, by SEEK_DATA and
+/// SEEK_HOLE from its start (what manifests record as `data`).
+pub fn data_ranges(f: &std::fs::File) -> Result<Vec<(u64, u64)>, String> {
+    use std::os::fd::AsRawFd;
+    let size = f.metadata().map_err(|e| e.to_string())?.len();
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    while at < size {
+        // SAFETY: lseek(2) on a descriptor `f` owns.
+        let d = unsafe { libc::lseek(f.as_raw_fd(), at as i64, libc::SEEK_DATA) };
+        if d < 0 {
+            break; // ENXIO: no data after `at`
+        }
+        // SAFETY: as above.
+        let h = unsafe { libc::lseek(f.as_raw_fd(), d, libc::SEEK_HOLE) };
+        if h < 0 {
+            return Err(format!(
+                "SEEK_HOLE from {d}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        out.push((d as u64, h as u64));
+        at = h as u64;
+    }
+    Ok(out)
 }

@@ -43,7 +43,6 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -53,8 +52,8 @@ use ubtrfs_format::items::InodeItem;
 use ubtrfs_format::node::Node;
 use ubtrfs_format::CsumType;
 use ubtrfs_oracle::{
-    committed_fixture_copy, compare_manifests, env_u64, image_args, open_rw, repo_root,
-    run_limited, ubtrfs_bin, Ignore, Limits, Rng, Run, Workdir,
+    committed_fixture_copy, compare_manifests, data_ranges, env_u64, image_args, open_rw,
+    repo_root, run_limited, ubtrfs_bin, Ignore, Limits, Rng, Run, Workdir,
 };
 
 const DEFAULT_FIXTURES: &[&str] = &["small-crc32c", "small-xxhash-zstd", "small-raid1"];
@@ -434,28 +433,19 @@ fn restore(files: &[File], dev: usize, orig: &[(u64, u8)]) {
 fn fingerprint(path: &Path) -> String {
     let f = File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let size = f.metadata().expect("metadata").len();
-    let fd = f.as_raw_fd();
     let mut h = Sha256::new();
     h.update(size.to_le_bytes());
-    let mut pos: i64 = 0;
     let mut buf = vec![0u8; 1 << 20];
-    while (pos as u64) < size {
-        // SAFETY: plain lseek(2) on a descriptor we own.
-        let data = unsafe { libc::lseek(fd, pos, libc::SEEK_DATA) };
-        if data < 0 {
-            break; // ENXIO: only a hole is left
-        }
-        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
-        let hole = if hole < 0 { size as i64 } else { hole };
-        h.update((data as u64).to_le_bytes());
-        let mut p = data as u64;
-        while p < hole as u64 {
-            let n = ((hole as u64 - p) as usize).min(buf.len());
+    let map = data_ranges(&f).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for (data, hole) in map {
+        h.update(data.to_le_bytes());
+        let mut p = data;
+        while p < hole {
+            let n = ((hole - p) as usize).min(buf.len());
             f.read_exact_at(&mut buf[..n], p).expect("read image");
             h.update(&buf[..n]);
             p += n as u64;
         }
-        pos = hole;
     }
     format!("{:x}", h.finalize())
 }

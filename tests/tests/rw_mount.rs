@@ -1378,32 +1378,6 @@ fn prealloc_overwrite_on_ubtrfs_mount() {
 
 // ------------------------------------------------------------------ (m)
 
-/// SEEK_DATA/SEEK_HOLE map of `f`: its data ranges, [start, end).
-fn data_ranges(f: &std::fs::File) -> Result<Vec<(u64, u64)>, String> {
-    use std::os::fd::AsRawFd;
-    let size = f.metadata().map_err(|e| e.to_string())?.len();
-    let mut out = Vec::new();
-    let mut at = 0u64;
-    while at < size {
-        // SAFETY: lseek(2) on our own descriptor.
-        let d = unsafe { libc::lseek(f.as_raw_fd(), at as i64, libc::SEEK_DATA) };
-        if d < 0 {
-            break; // ENXIO: no data after `at`
-        }
-        // SAFETY: as above.
-        let h = unsafe { libc::lseek(f.as_raw_fd(), d, libc::SEEK_HOLE) };
-        if h < 0 {
-            return Err(format!(
-                "SEEK_HOLE from {d}: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        out.push((d as u64, h as u64));
-        at = h as u64;
-    }
-    Ok(out)
-}
-
 /// copy_file_range(2) of `len` bytes, to the end; the count copied.
 fn copy_range(
     src: &std::fs::File,
