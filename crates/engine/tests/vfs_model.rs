@@ -729,8 +729,9 @@ fn vfs_failed_writeback_in_flight_keeps_the_data() {
 /// commit leaves delalloc: a file grown since its last writeback goes into
 /// that commit at the size its extents back (the kernel's disk_i_size),
 /// so the committed image, what a crash would leave, shows each file as
-/// it was before, never a tail of zeros nor a size its hole items do not
-/// reach. With and without no-holes; btrfs-progs checks each image.
+/// it was before: not a tail of zeros, nor a size its hole items do not
+/// reach; preallocated space past the end of file (KEEP_SIZE) changes
+/// nothing. With and without no-holes; btrfs-progs checks each image.
 #[test]
 fn vfs_interval_commit_writes_disk_sizes() {
     for no_holes in [true, false] {
@@ -746,7 +747,11 @@ fn vfs_interval_commit_writes_disk_sizes() {
         let old: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         fs.write(grown, 0, &old).unwrap();
         let cut = fs.create(root, b"cut", 0o100644, 0, (0, 0), None).unwrap();
+        let pre = fs.create(root, b"pre", 0o100644, 0, (0, 0), None).unwrap();
+        fs.write(pre, 0, &[0x44; 8192]).unwrap();
+        fs.fallocate(pre, 1 << 20, 1 << 20, 1).unwrap();
         fs.commit().unwrap();
+        fs.write(pre, 8192, &[0x45; 8192]).unwrap();
         // Dirty: an overwrite and a growth of `grown`, a new file, and a
         // file grown then cut back with all its dirty bytes dropped.
         let mut new = old.clone();
@@ -781,6 +786,11 @@ fn vfs_interval_commit_writes_disk_sizes() {
         assert_eq!(size(fresh), 0, "no-holes {no_holes}: the new file's size");
         assert_eq!(size(cut), 5_000, "no-holes {no_holes}: the cut file's size");
         assert!(read_through(&reader, cut, 5_000) == vec![0; 5_000]);
+        assert_eq!(
+            size(pre),
+            8192,
+            "no-holes {no_holes}: the preallocated file's size"
+        );
         // The mount reads what was written, and its next commits write it.
         assert!(fs.read(grown, 0, 400_000).unwrap() == new);
         assert_eq!(fs.stat(fresh).unwrap().size, 20_000);

@@ -336,8 +336,9 @@ impl RwInner {
                 }
             }
             if self.fs.commit_waiting() {
-                // The commit writes everything back: writers starting a
-                // flight at each one's end could keep it waiting.
+                // The commit's thread writes everything back before it
+                // commits: writers starting a flight at each one's end
+                // could keep it waiting.
                 return Ok(n);
             }
             if sync_writeback() {

@@ -451,8 +451,11 @@ fn serve_rw(
                         // go, then the commit's thread writes its blocks
                         // and superblock (UBTRFS_SYNC_COMMITS=1: all on
                         // this thread, holding the lock; benchmark
-                        // switch). A failed writeback is tried again by
-                        // the commit, which fails the same way.
+                        // switch). The commit leaves what was dirtied
+                        // meanwhile dirty (files grown since go in at the
+                        // size their extents back). A failed writeback
+                        // leaves its data dirty and is reported at the
+                        // next fsync; the commit is made all the same.
                         let mut since = std::time::Instant::now();
                         let res = if sync_commits {
                             fs.commit()

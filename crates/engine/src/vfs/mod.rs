@@ -11,7 +11,10 @@
 //!
 //! Reads see everything: the transaction's trees plus the dirty ranges.
 //! A commit writes back every dirty range and then commits the
-//! transaction; until then the image on disk is the last commit, whole.
+//! transaction, but for the interval commit, which leaves dirty data
+//! dirty and commits grown files at the size their extents back (the
+//! kernel's disk_i_size); until then the image on disk is the last
+//! commit, whole.
 //!
 //! * [`namei`]: lookup, directory listings, create, link, unlink, rename;
 //! * [`attr`]: stat, setattr, xattrs, inode flags;
@@ -33,6 +36,7 @@ pub mod nocow;
 pub mod ordered;
 pub mod seek;
 
+use crate::data::extent::ExtentKind;
 use crate::error::{Error, Result};
 use crate::fs::InodeId;
 use crate::tx::Trans;
@@ -498,10 +502,13 @@ impl RwFs {
         self.commit_as(true)
     }
 
-    /// The commit interval's commit: as [`RwFs::commit`], but a thread of
-    /// the commit's own writes its blocks and, after a flush, its
-    /// superblock ([`Trans::commit_deferred`]), so that requests need not
-    /// wait for the disk. What must be durable waits for it: fsync
+    /// The commit interval's commit: as [`RwFs::commit`], but dirty data
+    /// stays dirty (files grown since their last writeback go in at the
+    /// size their extents back, [`RwFs::commit_sizes`]: the caller writes
+    /// back first what it wants in), and a thread of the commit's own
+    /// writes its blocks and, after a flush, its superblock
+    /// ([`Trans::commit_deferred`]), so that requests need not wait for
+    /// the disk. What must be durable waits for it: fsync
     /// ([`RwFs::wait_committed`]), the next commit, a log sync, unmount.
     pub fn commit_periodic(&mut self) -> Result<()> {
         self.commit_as(false)
@@ -544,27 +551,25 @@ impl RwFs {
             self.writeback_all()
         } else {
             Ok(())
-        }
-        .and_then(|()| self.commit_sizes())
-        .and_then(|grown| {
-            let res = if sync {
-                self.t.commit()
-            } else {
-                self.t.commit_deferred()
-            };
-            // What the commit wrote: putting the sizes back is a change
-            // the next commit must write.
-            let committed = self.t.mutations();
-            // Their sizes as they read again, in the next transaction
-            // (which the next commit writes, with their data or cut again).
-            for (id, inode) in grown {
-                let put = self.t.put_inode(id.subvol, id.ino, &inode);
-                if res.is_ok() {
-                    put?;
+        };
+        // Files cut to the size their items back, put back after the
+        // commit, or at once if it is not made: the mount reads them
+        // grown either way.
+        let mut cut = Vec::new();
+        let res = res
+            .and_then(|()| self.commit_sizes(&mut cut))
+            .and_then(|()| {
+                if sync {
+                    self.t.commit()
+                } else {
+                    self.t.commit_deferred()
                 }
-            }
-            res.map(|()| committed)
-        });
+            })
+            .map(|()| self.t.mutations());
+        let put_back = self.put_back(cut);
+        // A failed put-back after a commit that was made: the mount would
+        // read those files short. Read-only, as a failed commit.
+        let res = res.and_then(|committed| put_back.map(|()| committed));
         self.last_commit = Instant::now();
         match res {
             Ok(committed) => {
@@ -595,39 +600,69 @@ impl RwFs {
     /// the pending bytes read as zeros after a crash, as the kernel's
     /// with no-holes once an ordered extent of the file ends. So is every
     /// file at a commit that wrote everything back first.
-    fn commit_sizes(&mut self) -> Result<Vec<(InodeId, InodeItem)>> {
-        let mut grown = Vec::new();
+    fn commit_sizes(&mut self, cut: &mut Vec<(InodeId, InodeItem)>) -> Result<()> {
         let pending: Vec<(InodeId, u64)> = self.disk_i_size.drain().collect();
-        for (id, disk) in pending {
-            let Some(inode) = self.t.inode(id.subvol, id.ino)? else {
-                continue;
-            };
-            if disk >= inode.size {
-                continue;
+        let mut pending = pending.into_iter();
+        while let Some((id, disk)) = pending.next() {
+            if let Err(e) = self.commit_size(id, disk, cut) {
+                // Kept for the next commit: this one is not made.
+                self.disk_i_size.insert(id, disk);
+                self.disk_i_size.extend(pending);
+                return Err(e);
             }
-            // With nothing dirty (a truncate dropped it) the size stands
-            // on its own: it only needs its hole items.
-            let settle = !self.dirty.contains_key(&id)
-                || self
-                    .t
-                    .file_extents(id.subvol, id.ino, disk, u64::MAX)?
-                    .iter()
-                    .any(|(k, _)| k.offset >= disk);
-            if settle {
-                let ss = self.sectorsize();
-                self.t
-                    .fill_holes(id.subvol, id.ino, 0, inode.size.div_ceil(ss) * ss)?;
-                continue;
-            }
-            // Kept for the commit after this one, if it also leaves the
-            // data dirty.
-            self.disk_i_size.insert(id, disk);
-            let mut cut = inode;
-            cut.size = disk;
-            self.t.put_inode(id.subvol, id.ino, &cut)?;
-            grown.push((id, inode));
         }
-        Ok(grown)
+        Ok(())
+    }
+
+    /// [`RwFs::commit_sizes`] for one file grown past `disk`.
+    fn commit_size(
+        &mut self,
+        id: InodeId,
+        disk: u64,
+        cut: &mut Vec<(InodeId, InodeItem)>,
+    ) -> Result<()> {
+        let Some(inode) = self.t.inode(id.subvol, id.ino)? else {
+            return Ok(());
+        };
+        if disk >= inode.size {
+            return Ok(());
+        }
+        // With nothing dirty (a truncate dropped it) the size stands on
+        // its own: it only needs its hole items. Preallocated extents do
+        // not count: they may lie past the end of file (KEEP_SIZE).
+        let settle = !self.dirty.contains_key(&id)
+            || self
+                .t
+                .file_extents(id.subvol, id.ino, disk, u64::MAX)?
+                .iter()
+                .any(|(k, e)| k.offset >= disk && !matches!(e.kind, ExtentKind::Prealloc { .. }));
+        if settle {
+            let ss = self.sectorsize();
+            return self
+                .t
+                .fill_holes(id.subvol, id.ino, 0, inode.size.div_ceil(ss) * ss);
+        }
+        let mut short = inode;
+        short.size = disk;
+        self.t.put_inode(id.subvol, id.ino, &short)?;
+        cut.push((id, inode));
+        // Kept for the commit after this one, if it also leaves the data
+        // dirty.
+        self.disk_i_size.insert(id, disk);
+        Ok(())
+    }
+
+    /// Puts back the inode items [`RwFs::commit_sizes`] cut, every one
+    /// tried; the first error.
+    fn put_back(&mut self, cut: Vec<(InodeId, InodeItem)>) -> Result<()> {
+        let mut res = Ok(());
+        for (id, inode) in cut {
+            let put = self.t.put_inode(id.subvol, id.ino, &inode);
+            if res.is_ok() {
+                res = put;
+            }
+        }
+        res
     }
 
     /// Whether the trees changed since the last commit.
