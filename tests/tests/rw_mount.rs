@@ -1497,3 +1497,76 @@ fn first_copies_on_ubtrfs_mount() {
         first_copies_case(Writer::Ubtrfs, base)
     });
 }
+
+// ------------------------------------------------------------------ (n)
+
+/// Space freed by an unlink is free to write at once: a file fills the
+/// image to ENOSPC and is fsynced, removed, and a file almost as large is
+/// written right after, with no sync between. The freed extents stay
+/// pinned until a commit (the superblock on disk still reaches them); the
+/// kernel's flush_space commits before it answers ENOSPC, and so must
+/// ours. Then `btrfs check`, and the kernel reads the new file whole.
+fn space_after_unlink_case(w: Writer, base: &Path) -> Result<String, String> {
+    use std::io::Write;
+    let (dir, image, mnt, m) = fresh_512m(w, base)?;
+    let block: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let mut a = std::fs::File::create(mnt.join("a")).map_err(|e| format!("create a: {e}"))?;
+    let mut filled = 0u64;
+    while a.write_all(&block).is_ok() {
+        filled += block.len() as u64;
+    }
+    a.sync_all().map_err(|e| format!("fsync a: {e}"))?;
+    drop(a);
+    if filled < 256 << 20 {
+        return Err(format!("only {} MiB written before ENOSPC", filled >> 20));
+    }
+    std::fs::remove_file(mnt.join("a")).map_err(|e| format!("unlink a: {e}"))?;
+    let want = filled - (32 << 20);
+    let mut b = std::fs::File::create(mnt.join("b")).map_err(|e| format!("create b: {e}"))?;
+    let mut at = 0u64;
+    while at < want {
+        b.write_all(&block)
+            .map_err(|e| format!("write b at {} MiB of {} MiB: {e}", at >> 20, want >> 20))?;
+        at += block.len() as u64;
+    }
+    b.sync_all().map_err(|e| format!("fsync b: {e}"))?;
+    drop(b);
+    m.finish().map_err(|e| format!("unmount: {e}"))?;
+    check(&image, "after the writes")?;
+    let k = kernel_ro(&image, &dir.join("kmnt"));
+    let got = std::fs::read(k.path("b")).map_err(|e| format!("kernel read of b: {e}"));
+    k.unmount();
+    let got = got?;
+    if got.len() as u64 != at || got.chunks(block.len()).any(|c| c != &block[..c.len()]) {
+        return Err(format!(
+            "b reads back {} bytes, not the {at} written",
+            got.len()
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(format!(
+        "{} MiB filled, {} MiB written after the unlink",
+        filled >> 20,
+        at >> 20
+    ))
+}
+
+#[test]
+fn space_after_unlink_reference_on_kernel() {
+    one_case(
+        "space_after_unlink_reference_on_kernel",
+        Writer::Kernel,
+        |base| space_after_unlink_case(Writer::Kernel, base),
+    );
+}
+
+#[test]
+fn space_after_unlink_on_ubtrfs_mount() {
+    one_case(
+        "space_after_unlink_on_ubtrfs_mount",
+        Writer::Ubtrfs,
+        |base| space_after_unlink_case(Writer::Ubtrfs, base),
+    );
+}

@@ -326,7 +326,17 @@ impl RwInner {
     /// balance_dirty_pages makes writers wait for writeback).
     fn buffered_write(&self, id: InodeId, offset: u64, data: &[u8]) -> Result<usize, Error> {
         let mut g = self.fs.lock_buffered();
-        let n = g.write_buffered(id, offset, data)?;
+        let n = match g.write_buffered(id, offset, data) {
+            Err(e @ Error::NoSpace(_)) => {
+                drop(g);
+                if !self.space_back() {
+                    return Err(e);
+                }
+                g = self.fs.lock_buffered();
+                g.write_buffered(id, offset, data)?
+            }
+            r => r?,
+        };
         if g.over_dirty_limit() {
             if g.in_flight() > 0 {
                 drop(g);
@@ -348,6 +358,20 @@ impl RwInner {
             }
         }
         Ok(n)
+    }
+
+    /// After ENOSPC: commits if that could give space back (space freed
+    /// since the last commit is pinned until one, [`RwFs::commit_for_space`]);
+    /// whether the request should be tried once more.
+    fn space_back(&self) -> bool {
+        let mut g = self.fs.lock_commit();
+        match g.commit_for_space() {
+            Ok(again) => again,
+            Err(e) => {
+                crate::logging::error(&format!("commit for space: {e}"));
+                false
+            }
+        }
     }
 
     /// Writes back the files among `ids` that hold much dirty data
@@ -1289,6 +1313,12 @@ impl crate::proto::FuseFs for RwFuse {
         let id = self.inode(node);
         self.writeback_first(&[id]);
         let res = self.fs().fallocate(id, offset, length, mode);
+        let res = match res {
+            Err(Error::NoSpace(_)) if self.space_back() => {
+                self.fs().fallocate(id, offset, length, mode)
+            }
+            r => r,
+        };
         match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno("fallocate", e)),
@@ -1348,6 +1378,12 @@ impl crate::proto::FuseFs for RwFuse {
         let (src, dst) = (self.inode(ino_in), self.inode(ino_out));
         self.writeback_first(&[src, dst]);
         let res = self.fs().copy_range(src, offset_in, dst, offset_out, len);
+        let res = match res {
+            Err(Error::NoSpace(_)) if self.space_back() => {
+                self.fs().copy_range(src, offset_in, dst, offset_out, len)
+            }
+            r => r,
+        };
         match res {
             Ok(n) => reply.copied(n),
             Err(e) => reply.error(errno("copy_file_range", e)),

@@ -380,6 +380,11 @@ impl Allocator {
     }
 
     /// Bytes allocated in every group.
+    /// Space freed in this transaction: free once it commits.
+    pub fn pinned_bytes(&self) -> u64 {
+        self.pinned.iter().map(|&(_, l)| l).sum()
+    }
+
     pub fn used_bytes(&self) -> u64 {
         self.groups.values().map(|g| g.used).sum()
     }

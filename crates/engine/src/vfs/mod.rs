@@ -665,6 +665,21 @@ impl RwFs {
         res
     }
 
+    /// After ENOSPC: space freed since the last commit, and by a commit
+    /// whose superblock is not written yet, is pinned (the superblock on
+    /// disk still reaches it) and comes back only with a commit. As the
+    /// kernel's flush_space commits the transaction before it answers
+    /// ENOSPC, this commits when a commit could give space back (the
+    /// trees changed, or space is pinned); whether it did. The caller
+    /// tries once more.
+    pub fn commit_for_space(&mut self) -> Result<bool> {
+        if !self.changed() && self.t.deferred.is_none() && self.t.alloc.pinned_bytes() == 0 {
+            return Ok(false);
+        }
+        self.commit()?;
+        Ok(true)
+    }
+
     /// Whether the trees changed since the last commit.
     pub(crate) fn changed(&self) -> bool {
         self.t.mutations() != self.committed_mutations
