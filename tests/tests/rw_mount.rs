@@ -1509,9 +1509,7 @@ fn first_copies_on_ubtrfs_mount() {
 fn space_after_unlink_case(w: Writer, base: &Path) -> Result<String, String> {
     use std::io::Write;
     let (dir, image, mnt, m) = fresh_512m(w, base)?;
-    let block: Vec<u8> = (0..1u32 << 20)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
-        .collect();
+    let block = pseudo_block(0x5ace, 0);
     let mut a = std::fs::File::create(mnt.join("a")).map_err(|e| format!("create a: {e}"))?;
     let mut filled = 0u64;
     while a.write_all(&block).is_ok() {

@@ -556,7 +556,8 @@ fn vfs_operations_match_a_model() {
 /// The image `dev` holds now, as a crash would leave it: the engine's
 /// check passes (and btrfs-progs' when `progs`), and the reader reads
 /// every file of the top directory and its subdirectory `d` whole.
-fn check_committed(dev: &MemDev, progs: bool) -> Result<(), String> {
+/// Returns that image.
+fn check_committed(dev: &MemDev, progs: bool) -> Result<Arc<MemDev>, String> {
     let snap = Arc::new(MemDev::from_bytes(dev.snapshot()));
     ubtrfs_engine::tools::check::check_dev(snap.clone())
         .map_err(|e| format!("engine check of the committed image: {e}"))?;
@@ -594,7 +595,7 @@ fn check_committed(dev: &MemDev, progs: bool) -> Result<(), String> {
             }
         }
     }
-    Ok(())
+    Ok(snap)
 }
 
 /// The read-only engine (the reader the kernel tests judge) over `dev`.
@@ -772,9 +773,7 @@ fn vfs_interval_commit_writes_disk_sizes() {
         fs.commit_periodic().unwrap();
         fs.wait_committed().unwrap();
         assert!(fs.dirty_bytes() > 290_000, "the interval commit wrote back");
-        let snap = Arc::new(MemDev::from_bytes(dev.snapshot()));
-        ubtrfs_engine::tools::check::check_dev(snap.clone()).unwrap();
-        btrfs_check(&snap).unwrap();
+        let snap = check_committed(&dev, true).unwrap();
         let reader = reader_of(&snap);
         let size = |id| reader.stat(id).unwrap().size;
         assert_eq!(

@@ -374,6 +374,17 @@ impl RwInner {
         }
     }
 
+    /// `op` on the filesystem held alone, run once more after ENOSPC when
+    /// a commit gave space back ([`RwInner::space_back`]): for requests
+    /// that may run again after a partial failure (fallocate, clones).
+    fn with_space<T>(&self, op: impl Fn(&mut RwFs) -> Result<T, Error>) -> Result<T, Error> {
+        let res = op(&mut self.fs());
+        match res {
+            Err(Error::NoSpace(_)) if self.space_back() => op(&mut self.fs()),
+            r => r,
+        }
+    }
+
     /// Writes back the files among `ids` that hold much dirty data
     /// before a request whose own writeback of them holds the lock
     /// (fsync, fallocate, copy_file_range), the bytes written with the
@@ -1312,13 +1323,7 @@ impl crate::proto::FuseFs for RwFuse {
     ) {
         let id = self.inode(node);
         self.writeback_first(&[id]);
-        let res = self.fs().fallocate(id, offset, length, mode);
-        let res = match res {
-            Err(Error::NoSpace(_)) if self.space_back() => {
-                self.fs().fallocate(id, offset, length, mode)
-            }
-            r => r,
-        };
+        let res = self.with_space(|fs| fs.fallocate(id, offset, length, mode));
         match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno("fallocate", e)),
@@ -1377,13 +1382,7 @@ impl crate::proto::FuseFs for RwFuse {
         let len = len.min(u32::MAX as u64 & !0xfff);
         let (src, dst) = (self.inode(ino_in), self.inode(ino_out));
         self.writeback_first(&[src, dst]);
-        let res = self.fs().copy_range(src, offset_in, dst, offset_out, len);
-        let res = match res {
-            Err(Error::NoSpace(_)) if self.space_back() => {
-                self.fs().copy_range(src, offset_in, dst, offset_out, len)
-            }
-            r => r,
-        };
+        let res = self.with_space(|fs| fs.copy_range(src, offset_in, dst, offset_out, len));
         match res {
             Ok(n) => reply.copied(n),
             Err(e) => reply.error(errno("copy_file_range", e)),

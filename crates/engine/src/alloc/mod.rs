@@ -379,12 +379,12 @@ impl Allocator {
             .unwrap_or(0)
     }
 
-    /// Bytes allocated in every group.
     /// Space freed in this transaction: free once it commits.
     pub fn pinned_bytes(&self) -> u64 {
         self.pinned.iter().map(|&(_, l)| l).sum()
     }
 
+    /// Bytes allocated in every group.
     pub fn used_bytes(&self) -> u64 {
         self.groups.values().map(|g| g.used).sum()
     }
