@@ -101,6 +101,7 @@ pub fn run(cmd: InspectCmd) -> CmdResult {
 }
 
 fn dump_super(image: ImageArgs, as_json: bool) -> CmdResult {
+    ubtrfs_engine::io::claim::set_read_live(image.force);
     let dev = ubtrfs_engine::io::device::Device::open(&image.image)?;
     let s = &dev.superblock;
     let v = json!({

@@ -50,6 +50,7 @@ pub fn run_umount(a: UmountArgs) -> CmdResult {
 
 pub fn run_mount(a: MountArgs) -> CmdResult {
     let options = MountOptions::parse(&a.options)?;
+    ubtrfs_engine::io::claim::set_read_live(a.image.force);
     run(MountRequest {
         image: a.image.image,
         devices: a.image.devices,

@@ -47,10 +47,17 @@ pub struct ImageArgs {
     /// unreplayed log tree (what was fsynced since is not shown).
     #[arg(long = "no-log-replay")]
     pub no_log_replay: bool,
+    /// Read an image that a writer (a read-write mount, another ubtrfs
+    /// command, the kernel) has in use, instead of refusing: what is read
+    /// may be inconsistent, as the writer changes it meanwhile. Writers
+    /// never write an image in use.
+    #[arg(long)]
+    pub force: bool,
 }
 
 impl ImageArgs {
     fn options(&self) -> OpenOptions {
+        ubtrfs_engine::io::claim::set_read_live(self.force);
         OpenOptions {
             devices: self.devices.clone(),
             cache_bytes: self.cache_mb << 20,

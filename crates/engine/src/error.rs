@@ -98,6 +98,9 @@ pub enum ErrorKind {
     CrossDevice,
     NoData,
     TooLarge,
+    /// The device is claimed by another writer, a reader or the kernel
+    /// ([`crate::io::claim`]).
+    Busy,
 }
 
 impl ErrorKind {
@@ -122,6 +125,7 @@ impl ErrorKind {
             ErrorKind::CrossDevice => libc::EXDEV,
             ErrorKind::NoData => libc::ENODATA,
             ErrorKind::TooLarge => libc::EFBIG,
+            ErrorKind::Busy => libc::EBUSY,
         }
     }
 
@@ -164,6 +168,9 @@ impl Error {
 
     pub fn kind(&self) -> ErrorKind {
         match self {
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::ResourceBusy => {
+                ErrorKind::Busy
+            }
             Error::Io { .. } => ErrorKind::Io,
             Error::Format { .. } | Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::NotFound(_) => ErrorKind::NotFound,

@@ -698,9 +698,15 @@ impl crate::proto::FuseFs for RwFuse {
         Ok(())
     }
 
+    /// The final commit, and the image let go: a fuseblk mount's
+    /// umount(2) waits for this reply, so the next writer finds the image
+    /// free.
     fn destroy(&self) {
-        if let Err(e) = self.fs.lock_commit().unmount() {
-            logging::error(&format!("final commit: {e}"));
+        let mut fs = self.fs.lock_commit();
+        fs.mark_ending();
+        match fs.unmount() {
+            Ok(()) => fs.release_claims(),
+            Err(e) => logging::error(&format!("final commit: {e}")),
         }
     }
 

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use ubtrfs_engine::vfs::RwFs;
-use ubtrfs_engine::{Filesystem, InodeId, OpenOptions};
+use ubtrfs_engine::{ErrorKind, Filesystem, InodeId, OpenOptions};
 use ubtrfs_format::consts::{FIRST_INODE, FS_TREE_OBJECTID};
 
 /// What to mount where.
@@ -348,30 +348,38 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     // the kernel would after its replay, the image is not written. (The
     // root is found here for the read-write mount too, before anything
     // is written.)
-    let (fs, _) = ubtrfs_engine::tree_log::open_replayed(
-        &req.image,
-        &OpenOptions {
-            devices: req.devices.clone(),
-            cache_bytes: req.cache_bytes,
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    let open_ro = || {
+        ubtrfs_engine::tree_log::open_replayed(
+            &req.image,
+            &OpenOptions {
+                devices: req.devices.clone(),
+                cache_bytes: req.cache_bytes,
+            },
+        )
+        .map(|(fs, _)| fs)
+        .map_err(|e| e.to_string())
+    };
+    let fs = open_ro()?;
     let root = mount_root(&fs, o)?;
-    match o.rw {
-        Some(true) => {
-            drop(fs);
-            return serve_rw(req, notify, set, open_rw(req)?, root, &mut watchdog);
-        }
-        Some(false) => {}
-        None if writable(req) => match open_rw(req) {
-            Ok(rw) => {
-                drop(fs);
-                return serve_rw(req, notify, set, rw, root, &mut watchdog);
+    let want_rw = o.rw.unwrap_or_else(|| writable(req));
+    if !want_rw && o.rw.is_none() {
+        logging::info("the image is not writable: mounting read-only");
+    }
+    let fs = if want_rw {
+        // The reader's claim goes before the writer's is taken.
+        drop(fs);
+        match open_rw(req) {
+            Ok(rw) => return serve_rw(req, notify, set, rw, root, &mut watchdog),
+            // Asked for, or another process has the image: no fallback.
+            Err(e) if o.rw.is_some() || e.kind() == ErrorKind::Busy => {
+                return Err(format!("{}: {e}", req.image.display()))
             }
             Err(e) => logging::warn(&format!("mounting read-only: {e}")),
-        },
-        None => logging::info("the image is not writable: mounting read-only"),
-    }
+        }
+        open_ro()?
+    } else {
+        fs
+    };
     let fs = Arc::new(fs);
     let ttl = Duration::from_secs(o.timeout_secs);
     let handler = BtrfsFuse::new(fs, root, ttl, o.threads);
@@ -397,7 +405,7 @@ fn writable(req: &MountRequest) -> bool {
 
 /// Opens the image for writing (the writer refuses what it cannot change
 /// safely: a missing device, a block-group tree, ...).
-fn open_rw(req: &MountRequest) -> Result<RwFs, String> {
+fn open_rw(req: &MountRequest) -> Result<RwFs, ubtrfs_engine::Error> {
     let mut paths = vec![req.image.clone()];
     paths.extend(req.devices.iter().cloned());
     let mut opts = req.options.write.clone();
@@ -410,7 +418,7 @@ fn open_rw(req: &MountRequest) -> Result<RwFs, String> {
     {
         opts.dirty_limit = kb.saturating_mul(1024);
     }
-    RwFs::open(&paths, req.cache_bytes, opts).map_err(|e| format!("{}: {e}", req.image.display()))
+    RwFs::open(&paths, req.cache_bytes, opts)
 }
 
 /// The read-write mount: the image opened for writing (an unreplayed log
@@ -502,6 +510,7 @@ fn serve_rw(
     // writes nothing).
     let last = {
         let mut fs = rw.lock_commit();
+        fs.mark_ending();
         // A failed commit (during the mount, or DESTROY's final one)
         // leaves it read-only and not closed: the daemon says so.
         let last = fs.unmount().and_then(|()| match fs.aborted() {
@@ -510,6 +519,7 @@ fn serve_rw(
             ))),
             _ => Ok(()),
         });
+        fs.release_claims();
         let (st, ls) = (fs.stats.clone(), fs.log_stats());
         logging::info(&format!(
             "{} commits; fsync: {} by log tree, {} by another's log sync or a commit, {} by commit, {} logged during a log sync; log: {} syncs, {} inodes, {} blocks, {} checksum lookups; {} direct writes in place, at most {} at once; {} writebacks written outside the lock ({} MiB)",

@@ -4,6 +4,7 @@
 //! fail writes, while real use goes to image files and block devices
 //! ([`FileDev`]).
 
+use crate::io::claim;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -36,6 +37,12 @@ pub trait BlockDev: Send + Sync + std::fmt::Debug {
     /// flush waits for less. Nothing is promised; only a flush makes them
     /// durable.
     fn start_writeback(&self, _off: u64, _len: u64) {}
+    /// This writer is ending: others wanting the device may wait for it
+    /// ([`claim::mark_ending`]).
+    fn mark_ending(&self) {}
+    /// Lets the device's claim go: nothing more is written through it
+    /// ([`claim::release`]).
+    fn release_claim(&self) {}
     /// Shares `len` bytes of `src` from `src_off` at `off` (FICLONERANGE:
     /// the image file and `src` on one filesystem that clones ranges), in
     /// place of writing them. Offsets and length in whole blocks of that
@@ -74,9 +81,15 @@ const DIRECT_MIN: usize = 1 << 20;
 const DIRECT_ALIGN: usize = 4096;
 
 impl FileDev {
-    /// Opens `path` read-only, or read-write when `writable`.
+    /// Opens `path` read-only, or read-write when `writable`, with the
+    /// claim of a reader or of the one writer ([`crate::io::claim`]).
     pub fn open(path: &Path, writable: bool) -> io::Result<FileDev> {
-        let file = OpenOptions::new().read(true).write(writable).open(path)?;
+        let access = if writable {
+            claim::Access::Write
+        } else {
+            claim::Access::Read
+        };
+        let file = claim::open_claimed(path, access)?;
         let size = file_size(&file)?;
         Ok(FileDev {
             file,
@@ -139,6 +152,14 @@ impl BlockDev for FileDev {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    fn mark_ending(&self) {
+        claim::mark_ending(&self.file);
+    }
+
+    fn release_claim(&self) {
+        claim::release(&self.file);
     }
 
     fn start_writeback(&self, off: u64, len: u64) {

@@ -716,6 +716,25 @@ impl RwFs {
         Ok(())
     }
 
+    /// The mount is gone: other writers of the image may wait for this
+    /// one's last commit instead of refusing ([`crate::io::claim`]).
+    pub fn mark_ending(&self) {
+        for d in self.t.info.devices.values() {
+            d.dev().mark_ending();
+        }
+    }
+
+    /// After the final commit ([`RwFs::unmount`]): lets every device's
+    /// claim go, so that the next writer need not wait for this process
+    /// to end. Nothing is written after it.
+    pub fn release_claims(&self) {
+        if self.unmounted {
+            for d in self.t.info.devices.values() {
+                d.dev().release_claim();
+            }
+        }
+    }
+
     /// Why the filesystem is read-only after a failed commit, if it is.
     pub fn aborted(&self) -> Option<&str> {
         self.aborted.as_deref()

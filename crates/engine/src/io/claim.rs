@@ -1,0 +1,460 @@
+//! Claims on devices: one writer or many readers per image.
+//!
+//! Every process that writes a filesystem holds an exclusive claim on each
+//! of its devices for as long as it has them open, taken before the
+//! superblock is read; readers hold a shared claim. A claim that cannot be
+//! had stops the open before anything is read or written, with an error
+//! naming the holder.
+//!
+//! - Image files: an open-file-description lock (`F_OFD_SETLK`) over the
+//!   whole file, write for writers and read for readers. The kernel drops
+//!   it when the last descriptor of that open goes, kill -9 included, so
+//!   nothing is left stale. Its holder is found through /proc/PID/fdinfo
+//!   (the lock itself records no pid for OFD locks).
+//! - Block devices: writers open them `O_EXCL`, the kernel's exclusive
+//!   claim, which a kernel mount, md, dm or another writer already holds
+//!   (EBUSY); they also take the lock above, for other ubtrfs processes.
+//! - An image file that backs a loop device which the kernel has mounted,
+//!   or which someone claims, is in use: the kernel would write it
+//!   underneath us.
+//!
+//! Every claimant marks itself live with a second lock, one byte far past
+//! any device's end ([`LIVE_BYTE`]); a read-write mount lets it go once it
+//! is unmounted and makes its last commit. A writer that finds the image
+//! claimed by a process no longer live waits (bounded) for it to end
+//! instead of refusing: `umount` then `mount` at once, as scripts do.
+//!
+//! Readers refuse a live image too: what they read could change under
+//! them. [`set_read_live`] (the commands' `--force`) lets them go on.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The main lock's range: the whole file, bar the live byte.
+const MAIN_LEN: i64 = 1 << 62;
+/// Where a live writer holds its marker lock.
+const LIVE_BYTE: i64 = 1 << 62;
+/// How long a writer waits for a writer that is ending to let go.
+const ENDING_WAIT: Duration = Duration::from_secs(120);
+
+/// Whether readers read an image that a writer holds (`--force`).
+static READ_LIVE: AtomicBool = AtomicBool::new(false);
+
+/// Lets this process's readers open images that are in use by a writer
+/// (the view may be inconsistent: the writer changes it meanwhile).
+pub fn set_read_live(on: bool) {
+    READ_LIVE.store(on, Ordering::Relaxed);
+}
+
+/// What a process wants of a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+/// The error of a claim refused: EBUSY, with the holder in the message.
+fn busy(holder: String) -> io::Error {
+    io::Error::new(io::ErrorKind::ResourceBusy, format!("in use: {holder}"))
+}
+
+/// Opens `path` for `access` and claims it; block devices opened for
+/// writing are opened `O_EXCL`.
+pub fn open_claimed(path: &Path, access: Access) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let write = access == Access::Write;
+    let block = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true).write(write);
+    if block && write {
+        o.custom_flags(libc::O_EXCL);
+    }
+    let file = match o.open(path) {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            return Err(busy(block_holder(path)));
+        }
+        Err(e) => return Err(e),
+    };
+    claim(&file, path, access, block)?;
+    Ok(file)
+}
+
+/// Takes the claim on an opened device.
+fn claim(file: &File, path: &Path, access: Access, block: bool) -> io::Result<()> {
+    let read_live = access == Access::Read && READ_LIVE.load(Ordering::Relaxed);
+    let kind = match access {
+        Access::Read => libc::F_RDLCK,
+        Access::Write => libc::F_WRLCK,
+    };
+    let start = Instant::now();
+    let mut told = false;
+    loop {
+        match lock(file, kind, 0, MAIN_LEN) {
+            Ok(()) => break,
+            Err(e) if !is_conflict(&e) => return Err(e),
+            Err(_) if read_live => return Ok(()),
+            Err(_) => {}
+        }
+        // Held: by a live process (refused), or by a writer that is
+        // ending (waited for).
+        let ending = !held(file, LIVE_BYTE, 1)?;
+        let holder = lock_holders(file);
+        if !ending || start.elapsed() > ENDING_WAIT {
+            let when = if ending {
+                " (still ending after 120 s)"
+            } else {
+                ""
+            };
+            return Err(busy(format!("{holder}{when}")));
+        }
+        if !told && start.elapsed() > Duration::from_millis(500) {
+            eprintln!(
+                "{}: waiting for {holder} to make its last commit and let the image go",
+                path.display()
+            );
+            told = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Readers and writers alike are live until they say they are ending.
+    lock(file, libc::F_RDLCK, LIVE_BYTE, 1)?;
+    // Block devices: the kernel's claims. Writers hold O_EXCL; a reader
+    // asks for it for a moment to learn whether someone else holds it.
+    if block && access == Access::Read && !read_live {
+        if claimed_by_other(path) && !mounted_ro_only(dev_of_block(path)) {
+            return Err(busy(block_holder(path)));
+        }
+    }
+    if !block {
+        if let Some(h) = loop_users(file, access, read_live)? {
+            return Err(busy(h));
+        }
+    }
+    Ok(())
+}
+
+/// Lets the claim go before the file is closed: a writer that has made
+/// its last commit and writes no more (a read-write mount at unmount),
+/// so that the next writer need not wait for the process to end.
+pub fn release(file: &File) {
+    let _ = lock(file, libc::F_UNLCK, 0, 0);
+}
+
+/// Drops the live marker: this writer is ending (its mount is gone) and
+/// other writers may wait for it rather than refuse.
+pub fn mark_ending(file: &File) {
+    let _ = lock(file, libc::F_UNLCK, LIVE_BYTE, 1);
+}
+
+/// Whether someone holds the kernel's exclusive claim on the block device
+/// at `path` (an O_EXCL open of it, at once closed, gives EBUSY).
+fn claimed_by_other(path: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL)
+        .open(path)
+        .is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY))
+}
+
+fn flock_of(kind: i32, start: i64, len: i64) -> libc::flock {
+    // SAFETY: flock is plain data; all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = start;
+    fl.l_len = len;
+    fl
+}
+
+fn lock(file: &File, kind: i32, start: i64, len: i64) -> io::Result<()> {
+    let fl = flock_of(kind, start, len);
+    // SAFETY: F_OFD_SETLK reads the flock passed, which lives for the call.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether some other open file description holds a lock that conflicts
+/// with a write lock on the range.
+fn held(file: &File, start: i64, len: i64) -> io::Result<bool> {
+    let mut fl = flock_of(libc::F_WRLCK, start, len);
+    // SAFETY: F_OFD_GETLK fills the flock passed, which lives for the call.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+fn is_conflict(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES))
+}
+
+/// A process's command line, spaces between its arguments.
+fn cmdline(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let args: Vec<String> = raw
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    if args.is_empty() {
+        "?".into()
+    } else {
+        args.join(" ")
+    }
+}
+
+/// Processes other than this one with an open file on (dev, ino) and
+/// whether they hold an OFD lock on it: (pid, locks).
+fn openers(dev: u64, ino: u64) -> Vec<(u32, bool)> {
+    let me = std::process::id();
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    // fdinfo's lock lines name the file as "MAJ:MIN:INO " (hex, hex,
+    // decimal).
+    let dev_id = format!("{:02x}:{:02x}:{ino} ", libc::major(dev), libc::minor(dev));
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        let mut found = None;
+        for fd in fds.flatten() {
+            let Ok(m) = std::fs::metadata(fd.path()) else {
+                continue;
+            };
+            if m.dev() != dev || m.ino() != ino {
+                continue;
+            }
+            let info = std::fs::read_to_string(p.path().join("fdinfo").join(fd.file_name()))
+                .unwrap_or_default();
+            let locks = info
+                .lines()
+                .any(|l| l.starts_with("lock:") && l.contains("OFDLCK") && l.contains(&dev_id));
+            found = Some(found.unwrap_or(false) || locks);
+        }
+        if let Some(locks) = found {
+            out.push((pid, locks));
+        }
+    }
+    out
+}
+
+/// Who holds the lock on `file`: "process PID (COMMAND)", as many as are
+/// found, or a placeholder when /proc does not show them (another user's).
+fn lock_holders(file: &File) -> String {
+    let Ok(m) = file.metadata() else {
+        return "another process".into();
+    };
+    let names: Vec<String> = openers(m.dev(), m.ino())
+        .into_iter()
+        .filter(|&(_, locks)| locks)
+        .map(|(pid, _)| format!("process {pid} ({})", cmdline(pid)))
+        .collect();
+    if names.is_empty() {
+        "another process (not visible to this user)".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// A block device's number.
+fn dev_of_block(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.rdev()).unwrap_or(0)
+}
+
+/// One line of /proc/self/mountinfo: device number, mount point, type,
+/// and whether it is read-only.
+struct MountLine {
+    dev: u64,
+    point: PathBuf,
+    fstype: String,
+    ro: bool,
+}
+
+fn mounts() -> Vec<MountLine> {
+    use std::os::unix::ffi::OsStringExt;
+    let Ok(info) = std::fs::read("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in info.split(|&b| b == b'\n') {
+        let f: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == b"-") else {
+            continue;
+        };
+        if f.len() < 6 || sep + 1 >= f.len() {
+            continue;
+        }
+        let dev = std::str::from_utf8(f[2])
+            .ok()
+            .and_then(|d| d.split_once(':'))
+            .and_then(|(a, b)| Some(libc::makedev(a.parse().ok()?, b.parse().ok()?)));
+        let Some(dev) = dev else { continue };
+        let ro = f[5].split(|&b| b == b',').any(|o| o == b"ro");
+        out.push(MountLine {
+            dev,
+            point: PathBuf::from(std::ffi::OsString::from_vec(unescape(f[4]))),
+            fstype: String::from_utf8_lossy(f[sep + 1]).into_owned(),
+            ro,
+        });
+    }
+    out
+}
+
+/// mountinfo's octal escapes (\040 for a space, ...) undone.
+pub fn unescape(f: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(f.len());
+    let mut i = 0;
+    while i < f.len() {
+        if f[i] == b'\\'
+            && i + 3 < f.len()
+            && f[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (f[i + 1] - b'0') as u32 * 64
+                + (f[i + 2] - b'0') as u32 * 8
+                + (f[i + 3] - b'0') as u32;
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(f[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Where the device `dev` is mounted, as "mounted by the kernel at X (type
+/// T)" or "mounted by ubtrfs at X"; None when it is not.
+fn mounted_at(dev: u64) -> Option<String> {
+    let m: Vec<MountLine> = mounts().into_iter().filter(|m| m.dev == dev).collect();
+    let first = m.first()?;
+    Some(if first.fstype.ends_with(".ubtrfs") {
+        format!("mounted by ubtrfs at {}", first.point.display())
+    } else {
+        format!(
+            "mounted by the kernel at {} (type {})",
+            first.point.display(),
+            first.fstype
+        )
+    })
+}
+
+/// Whether every mount of `dev` is read-only (and there is one).
+fn mounted_ro_only(dev: u64) -> bool {
+    let m: Vec<MountLine> = mounts().into_iter().filter(|m| m.dev == dev).collect();
+    !m.is_empty() && m.iter().all(|m| m.ro)
+}
+
+/// Who claims the block device at `path`: its mount, a ubtrfs process
+/// with it open, or the kernel's holders (md, dm, loop).
+fn block_holder(path: &Path) -> String {
+    let rdev = dev_of_block(path);
+    if let Some(m) = mounted_at(rdev) {
+        return m;
+    }
+    let name = sys_name(rdev);
+    if let Some(n) = &name {
+        let holders: Vec<String> = std::fs::read_dir(format!("/sys/class/block/{n}/holders"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !holders.is_empty() {
+            return format!("held by the kernel's {}", holders.join(", "));
+        }
+    }
+    if let Ok(m) = std::fs::metadata(path) {
+        let procs: Vec<String> = openers(m.dev(), m.ino())
+            .into_iter()
+            .map(|(pid, _)| format!("process {pid} ({})", cmdline(pid)))
+            .collect();
+        if !procs.is_empty() {
+            return format!("claimed by {}", procs.join(", "));
+        }
+    }
+    "claimed by another process or the kernel (EBUSY)".into()
+}
+
+/// The kernel's name of a block device (loop0, sda1) from its number.
+fn sys_name(rdev: u64) -> Option<String> {
+    let p = std::fs::read_link(format!(
+        "/sys/dev/block/{}:{}",
+        libc::major(rdev),
+        libc::minor(rdev)
+    ))
+    .ok()?;
+    Some(p.file_name()?.to_string_lossy().into_owned())
+}
+
+/// Loop devices backed by `file` that are in use: mounted (for readers:
+/// mounted read-write) or claimed. None when there is none.
+fn loop_users(file: &File, access: Access, read_live: bool) -> io::Result<Option<String>> {
+    if read_live {
+        return Ok(None);
+    }
+    let m = file.metadata()?;
+    let Ok(dir) = std::fs::read_dir("/sys/block") else {
+        return Ok(None);
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("loop") {
+            continue;
+        }
+        let Ok(backing) = std::fs::read_to_string(e.path().join("loop/backing_file")) else {
+            continue;
+        };
+        let backing = backing.trim_end_matches('\n');
+        let same =
+            std::fs::metadata(backing).is_ok_and(|b| b.dev() == m.dev() && b.ino() == m.ino());
+        if !same {
+            continue;
+        }
+        let Some(rdev) = std::fs::read_to_string(e.path().join("dev"))
+            .ok()
+            .and_then(|d| {
+                let (a, b) = d.trim().split_once(':')?;
+                Some(libc::makedev(a.parse().ok()?, b.parse().ok()?))
+            })
+        else {
+            continue;
+        };
+        if access == Access::Read && mounted_ro_only(rdev) {
+            continue;
+        }
+        if let Some(at) = mounted_at(rdev) {
+            return Ok(Some(format!("/dev/{name} (backed by it) is {at}")));
+        }
+        let holders = std::fs::read_dir(e.path().join("holders"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        let dev_path = PathBuf::from(format!("/dev/{name}"));
+        let claimed = holders > 0 || claimed_by_other(&dev_path);
+        if claimed {
+            return Ok(Some(format!(
+                "{} (backed by it) is {}",
+                dev_path.display(),
+                block_holder(&dev_path)
+            )));
+        }
+    }
+    Ok(None)
+}
