@@ -28,6 +28,7 @@ mod file;
 pub mod fslock;
 pub mod ino;
 pub mod logging;
+mod loopdev;
 pub mod options;
 pub mod pidfile;
 mod pool;

@@ -41,6 +41,11 @@ pub struct MountOptions {
     /// default it is used when the kernel offers it
     /// (/sys/module/fuse/parameters/enable_uring is Y).
     pub uring: Uring,
+    /// Root's read-write mount is a block-device FUSE mount (fuseblk) over
+    /// a loop device it attaches (`blkdev`, the default;
+    /// `noblkdev`: a plain FUSE mount, whose umount(2) returns before the
+    /// last commit). See [`crate::loopdev`].
+    pub blkdev: bool,
 }
 
 /// Which FUSE transport to ask the kernel for.
@@ -78,6 +83,7 @@ impl Default for MountOptions {
             rw: None,
             readahead_kb: 4096,
             uring: Uring::Auto,
+            blkdev: true,
             write: Default::default(),
             acl: true,
         }
@@ -244,6 +250,8 @@ impl MountOptions {
                 }
                 "uring" if value.is_none() => self.uring = Uring::On,
                 "nouring" if value.is_none() => self.uring = Uring::Off,
+                "blkdev" if value.is_none() => self.blkdev = true,
+                "noblkdev" if value.is_none() => self.blkdev = false,
                 "readahead_kb" => {
                     let v = need(key, value)?;
                     self.readahead_kb = v

@@ -710,6 +710,15 @@ impl crate::proto::FuseFs for RwFuse {
         }
     }
 
+    /// sync(1) and syncfs(2) (sent to the fuseblk mount): a commit, as the
+    /// kernel's btrfs_sync_fs.
+    fn syncfs(&self, _req: &Request, reply: ReplyEmpty) {
+        match self.fs.lock_commit().sync_fs() {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(errno("syncfs", e)),
+        }
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let dir = self.inode(parent);
         let res = self.fs_read().lookup(dir, name.as_bytes());

@@ -567,7 +567,8 @@ fn mount_and_run<F: FuseFs>(
     // SAFETY: geteuid has no preconditions.
     let is_root = unsafe { libc::geteuid() } == 0;
     let (fd, unmount) = if is_root {
-        let fd = mount_syscall(&req.mountpoint, &fsname, o, acl, rw)?;
+        let blkdev = (rw && o.blkdev).then_some(req.image.as_path());
+        let fd = mount_syscall(&req.mountpoint, &fsname, o, acl, rw, blkdev)?;
         (fd, Unmount::Syscall(mnt_c))
     } else {
         let opts = fusermount_options(&fsname, o, acl, rw);
@@ -699,13 +700,15 @@ fn mount_and_run<F: FuseFs>(
     res.map_err(|e| format!("serving the mount: {e}"))
 }
 
-/// mount(2) of a FUSE filesystem of type fuse.ubtrfs on `mnt` (root only).
+/// mount(2) of a FUSE filesystem of type fuse.ubtrfs on `mnt` (root only),
+/// or fuseblk.ubtrfs over a loop device of `blkdev` (the image).
 fn mount_syscall(
     mnt: &Path,
     fsname: &str,
     o: &MountOptions,
     acl: Acl,
     rw: bool,
+    blkdev: Option<&Path>,
 ) -> Result<OwnedFd, String> {
     let dev = std::fs::OpenOptions::new()
         .read(true)
@@ -749,9 +752,23 @@ fn mount_syscall(
         }
     }
     let c = |s: &[u8]| CString::new(s).map_err(|_| "NUL byte in a mount argument".to_string());
-    let source = c(fsname.as_bytes())?;
+    // Root's read-write mount: fuseblk over a loop device of the image,
+    // held until mount(2) has it (see loopdev.rs).
+    let blk = match blkdev {
+        Some(image) => Some(
+            crate::loopdev::attach(image, false)
+                .map_err(|e| format!("a loop device for {}: {e}", image.display()))?,
+        ),
+        None => None,
+    };
+    let (source, fstype) = match &blk {
+        Some(l) => {
+            data.push_str(",blksize=4096");
+            (c(l.path.as_os_str().as_bytes())?, c(b"fuseblk.ubtrfs")?)
+        }
+        None => (c(fsname.as_bytes())?, c(b"fuse.ubtrfs")?),
+    };
     let target = c(mnt.as_os_str().as_bytes())?;
-    let fstype = c(b"fuse.ubtrfs")?;
     let data_c = c(data.as_bytes())?;
     // SAFETY: NUL-terminated strings that outlive the call.
     let rc = unsafe {
@@ -779,7 +796,13 @@ fn mount_syscall(
 /// this very process, which is not serving yet.
 fn set_readahead(mnt: &Path, kb: u32) -> Result<(), String> {
     let dev = mount_dev(mnt).ok_or("mount not found in mountinfo")?;
-    let p = format!("/sys/class/bdi/{dev}/read_ahead_kb");
+    // A fuseblk mount's own bdi is named after its block device so.
+    let blk = format!("/sys/class/bdi/{dev}-fuseblk/read_ahead_kb");
+    let p = if Path::new(&blk).exists() {
+        blk
+    } else {
+        format!("/sys/class/bdi/{dev}/read_ahead_kb")
+    };
     std::fs::write(&p, format!("{kb}\n")).map_err(|e| format!("{p}: {e}"))
 }
 

@@ -334,9 +334,21 @@ mod tests {
             d.write_at(b"x", 0).unwrap_err().kind(),
             io::ErrorKind::PermissionDenied
         );
+        // One writer or many readers (io::claim).
+        let busy = |r: io::Result<FileDev>| r.unwrap_err().kind() == io::ErrorKind::ResourceBusy;
+        assert!(busy(FileDev::open(&dir, true)));
+        let d2 = FileDev::open(&dir, false).unwrap();
+        drop((d, d2));
         let w = FileDev::open(&dir, true).unwrap();
+        assert!(busy(FileDev::open(&dir, true)));
+        assert!(busy(FileDev::open(&dir, false)));
         w.write_at(b"x", 10).unwrap();
         w.flush().unwrap();
+        // Let go after the last write: the next writer gets it.
+        w.release_claim();
+        let w2 = FileDev::open(&dir, true).unwrap();
+        drop((w, w2));
+        let d = FileDev::open(&dir, false).unwrap();
         let mut b = [0u8; 1];
         d.read_at(&mut b, 10).unwrap();
         assert_eq!(&b, b"x");

@@ -49,6 +49,9 @@ pub const FUSE_READDIRPLUS: u32 = 44;
 pub const FUSE_RENAME2: u32 = 45;
 pub const FUSE_LSEEK: u32 = 46;
 pub const FUSE_COPY_FILE_RANGE: u32 = 47;
+/// Protocol 7.34: syncfs(2); the kernel sends it to fuseblk (and
+/// virtio-fs) servers only.
+pub const FUSE_SYNCFS: u32 = 50;
 /// Protocol 7.39: attributes with the birth time.
 pub const FUSE_STATX: u32 = 52;
 /// Protocol 7.45 (Linux 6.18): copy_file_range with a 64-bit count.
@@ -568,6 +571,8 @@ pub fn op_arg_size(opcode: u32) -> usize {
         FUSE_LSEEK => size_of::<LseekIn>(),
         FUSE_COPY_FILE_RANGE | FUSE_COPY_FILE_RANGE_64 => size_of::<CopyFileRangeIn>(),
         FUSE_BMAP => 16,
+        // struct fuse_syncfs_in: one padding u64.
+        FUSE_SYNCFS => 8,
         FUSE_INIT => size_of::<InitIn>(),
         _ => 0,
     }

@@ -464,6 +464,7 @@ fn serve<F: FuseFs>(
                 ReplyCopy::new(s, h.opcode == abi::FUSE_COPY_FILE_RANGE_64),
             );
         }
+        abi::FUSE_SYNCFS => fs.syncfs(req, ReplyEmpty::new(s)),
         abi::FUSE_DESTROY => {
             fs.destroy();
             ReplyEmpty::new(s).ok();

@@ -182,6 +182,11 @@ pub trait FuseFs: Send + Sync + 'static {
         Ok(())
     }
     fn destroy(&self) {}
+    /// syncfs(2) and sync(1): make everything durable. Nothing to do for
+    /// a filesystem that does not write.
+    fn syncfs(&self, _req: &Request, reply: ReplyEmpty) {
+        reply.ok()
+    }
     fn lookup(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEntry) {
         reply.error(Errno::ENOSYS)
     }
