@@ -657,7 +657,7 @@ fn mkfs_errors() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let before = std::fs::read(&one).unwrap();
-    fail(&[], &[&one], "existing btrfs");
+    fail(&[], &[&one], "existing filesystem (btrfs)");
     assert!(std::fs::read(&one).unwrap() == before, "image changed");
     let out = Command::new(ubtrfs_bin())
         .args(["mkfs", "-q", "-f"])

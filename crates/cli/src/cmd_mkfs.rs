@@ -7,6 +7,7 @@ use std::fs::OpenOptions;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use ubtrfs_engine::io::claim;
 use ubtrfs_engine::io::dev::{BlockDev, FileDev};
 use ubtrfs_engine::mkfs::{self, MkfsOptions};
 use ubtrfs_format::consts::*;
@@ -404,22 +405,32 @@ fn reflink_dev(dir: &std::path::Path, devices: &[PathBuf]) -> Result<u64, String
     Ok(dev)
 }
 
-/// Opens (or creates, for an image file) a target device, growing an
-/// image file to `size` when given.
+/// Opens (or creates, for an image file) a target device with the one
+/// writer's claim, refuses one that holds a known signature unless
+/// `force` (as mkfs.btrfs, through libblkid), then grows an image file to
+/// `size` when given. Nothing is written before both checks.
 fn open_target(
     path: &PathBuf,
     size: Option<u64>,
     force: bool,
 ) -> Result<Arc<dyn BlockDev>, String> {
     let err = |op: &str, e: std::io::Error| format!("{}: {op}: {e}", path.display());
-    let exists = path.exists();
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(!exists)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| err("open", e))?;
+    if !path.exists() {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| err("create", e))?;
+    }
+    let f = claim::open_claimed(path, claim::Access::Write).map_err(|e| err("open", e))?;
+    if !force {
+        if let Some(what) = mkfs::probe::signature(path)? {
+            return Err(format!(
+                "{}: appears to contain {what}; use -f to overwrite",
+                path.display()
+            ));
+        }
+    }
     let meta = f.metadata().map_err(|e| err("stat", e))?;
     if meta.is_file() {
         if let Some(s) = size {
@@ -428,18 +439,9 @@ fn open_target(
             }
         }
     }
-    drop(f);
-    let dev = FileDev::open(path, true).map_err(|e| err("open", e))?;
-    if !force {
-        let mut b = [0u8; 8];
-        if dev.read_at(&mut b, SUPER_OFFSETS[0] + 0x40).is_ok() && &b == SUPER_MAGIC {
-            return Err(format!(
-                "{}: appears to contain an existing btrfs filesystem; use -f to overwrite",
-                path.display()
-            ));
-        }
-    }
-    Ok(Arc::new(dev))
+    Ok(Arc::new(
+        FileDev::from_claimed(f, true).map_err(|e| err("open", e))?,
+    ))
 }
 
 /// A spinner with counts on stderr when it is a terminal.

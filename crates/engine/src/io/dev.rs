@@ -90,6 +90,13 @@ impl FileDev {
             claim::Access::Read
         };
         let file = claim::open_claimed(path, access)?;
+        FileDev::from_claimed(file, writable)
+    }
+
+    /// A device over a file already opened with its claim
+    /// ([`claim::open_claimed`]): mkfs grows an image file it has claimed
+    /// before it makes the device.
+    pub fn from_claimed(file: File, writable: bool) -> io::Result<FileDev> {
         let size = file_size(&file)?;
         Ok(FileDev {
             file,

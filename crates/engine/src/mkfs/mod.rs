@@ -8,6 +8,7 @@
 //! and nothing depends on the clock or on randomness.
 
 pub mod data;
+pub mod probe;
 pub mod rootdir;
 
 use crate::alloc::SpaceKind;
