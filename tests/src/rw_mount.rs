@@ -27,6 +27,46 @@ use crate::mounts::{is_mounted, Mount};
 use crate::paths::repo_root;
 use crate::run::{run, run_limited, spawn_limited, tail, ubtrfs_bin, Limited, Limits, Run};
 
+/// `btrfs check --readonly` of `image`; Err says when, with the report's
+/// tail.
+pub fn check(image: &Path, when: &str) -> Result<(), String> {
+    crate::mkfs_support::btrfs_check(image, false)
+        .map_err(|e| format!("btrfs check {when}: {}", tail(&e, 2000)))
+}
+
+/// The kernel's read-only loop mount of `image` on `dir`.
+pub fn kernel_ro(image: &Path, dir: &Path) -> Mount {
+    Mount::images_at(&[image.to_path_buf()], "", true, dir)
+}
+
+/// The kernel's read-write loop mount of `image` on `dir`.
+pub fn kernel_rw(image: &Path, dir: &Path) -> Mount {
+    Mount::images_at(std::slice::from_ref(&image.to_path_buf()), "", false, dir)
+}
+
+/// Whether `w`'s mount can run here (root, the kernel's btrfs; FUSE for
+/// ubtrfs's); under UBTRFS_REQUIRE_KERNEL=1 a missing one panics.
+pub fn ready(test: &str, w: Writer) -> bool {
+    match w {
+        Writer::Kernel => crate::require::kernel_available(test),
+        Writer::Ubtrfs => crate::require::fuse_available(test),
+    }
+}
+
+/// One case in a fresh temporary directory: skipped (or failed under
+/// UBTRFS_REQUIRE_KERNEL) when `w`'s mount cannot run; its note printed.
+pub fn one_case(test: &str, w: Writer, case: impl FnOnce(&Path) -> Result<String, String>) {
+    if !ready(test, w) {
+        return;
+    }
+    let base = crate::paths::tempdir(&format!("ubtrfs-{test}"));
+    let note = case(&base).unwrap_or_else(|e| panic!("{test}: {e}"));
+    if !note.is_empty() {
+        eprintln!("{test}: {note}");
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// A fresh image of `size` bytes made by `ubtrfs mkfs -q -f -b SIZE`.
 pub fn mkfs_image(image: &Path, size: &str) -> Result<(), String> {
     let _ = std::fs::remove_file(image);
@@ -172,6 +212,13 @@ impl UbtrfsMount {
             let _ = self.kill9();
             return Err(format!("umount {}: {e}; log: {log}", self.dir.display()));
         }
+        self.exit_within(timeout)
+    }
+
+    /// After an unmount: waits (`timeout`) for the process to exit; Ok
+    /// when it exits 0, Err with its status and log otherwise (killed
+    /// when it has not ended).
+    pub fn exit_within(mut self, timeout: Duration) -> Result<(), String> {
         let mut child = self.child.take().expect("a running mount");
         let Some(status) = wait_within(&mut child, timeout) else {
             let _ = child.kill();

@@ -89,7 +89,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use ubtrfs_oracle::mkfs_support::btrfs_check;
 use ubtrfs_oracle::*;
 
 /// A dirty limit of 1 MiB for ubtrfs's mount in (a), (d) and (f): writes
@@ -119,14 +118,6 @@ fn image_size() -> String {
     std::env::var("UBTRFS_RW_IMAGE_SIZE").unwrap_or_else(|_| "1G".into())
 }
 
-fn check(image: &Path, when: &str) -> Result<(), String> {
-    btrfs_check(image, false).map_err(|e| format!("btrfs check {when}: {}", tail(&e, 2000)))
-}
-
-fn kernel_ro(image: &Path, dir: &Path) -> Mount {
-    Mount::images_at(&[image.to_path_buf()], "", true, dir)
-}
-
 /// Runs `f` for each seed; panics listing every failure.
 fn each_seed(test: &str, f: impl Fn(u64) -> Result<String, String>) {
     let mut failures = Vec::new();
@@ -138,27 +129,6 @@ fn each_seed(test: &str, f: impl Fn(u64) -> Result<String, String>) {
         }
     }
     assert!(failures.is_empty(), "{test}:\n{}", failures.join("\n"));
-}
-
-fn ready(test: &str, w: Writer) -> bool {
-    match w {
-        Writer::Kernel => kernel_available(test),
-        Writer::Ubtrfs => fuse_available(test),
-    }
-}
-
-/// One case in a fresh temporary directory: skipped (or failed under
-/// UBTRFS_REQUIRE_KERNEL) when `w`'s mount cannot run; its note printed.
-fn one_case(test: &str, w: Writer, case: impl FnOnce(&Path) -> Result<String, String>) {
-    if !ready(test, w) {
-        return;
-    }
-    let base = tempdir(&format!("ubtrfs-{test}"));
-    let note = case(&base).unwrap_or_else(|e| panic!("{test}: {e}"));
-    if !note.is_empty() {
-        eprintln!("{test}: {note}");
-    }
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 // ------------------------------------------------------------------ (a)

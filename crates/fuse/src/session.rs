@@ -501,6 +501,9 @@ fn serve_rw(
         let pushes = pushes.clone();
         move |session| pushes.set_notifier(session.notifier())
     });
+    // The mount is gone: a writer of the image waits for the last commit
+    // from here on, rather than refusing.
+    rw.lock_shared().mark_ending();
     logging::info(&pushes.summary());
     logging::info(&rw.stats.summary());
     stop.store(true, Ordering::Relaxed);
@@ -551,10 +554,15 @@ fn mount_and_run<F: FuseFs>(
     on_session: impl FnOnce(&Session<F>),
 ) -> Result<(), String> {
     let o = &req.options;
-    let fsname = o
-        .fsname
-        .clone()
-        .unwrap_or_else(|| req.image.display().to_string());
+    // The image's full path by default: other ubtrfs processes find the
+    // mount of an image by it (io::claim).
+    let fsname = o.fsname.clone().unwrap_or_else(|| {
+        req.image
+            .canonicalize()
+            .unwrap_or_else(|_| req.image.clone())
+            .display()
+            .to_string()
+    });
     let acl = if o.allow_other {
         Acl::All
     } else if o.allow_root {

@@ -103,8 +103,9 @@ fn claim(file: &File, path: &Path, access: Access, block: bool) -> io::Result<()
         }
         // Held: by a live process (refused), or by a writer that is
         // ending (waited for).
-        let ending = !held(file, LIVE_BYTE, 1)?;
-        let holder = lock_holders(file);
+        let pids = lock_holder_pids(file);
+        let ending = !held(file, LIVE_BYTE, 1)? || unmounted_daemons(file, &pids);
+        let holder = describe(&pids);
         if !ending || start.elapsed() > ENDING_WAIT {
             let when = if ending {
                 " (still ending after 120 s)"
@@ -126,10 +127,13 @@ fn claim(file: &File, path: &Path, access: Access, block: bool) -> io::Result<()
     lock(file, libc::F_RDLCK, LIVE_BYTE, 1)?;
     // Block devices: the kernel's claims. Writers hold O_EXCL; a reader
     // asks for it for a moment to learn whether someone else holds it.
-    if block && access == Access::Read && !read_live {
-        if claimed_by_other(path) && !mounted_ro_only(dev_of_block(path)) {
-            return Err(busy(block_holder(path)));
-        }
+    if block
+        && access == Access::Read
+        && !read_live
+        && claimed_by_other(path)
+        && !mounted_ro_only(dev_of_block(path))
+    {
+        return Err(busy(block_holder(path)));
     }
     if !block {
         if let Some(h) = loop_users(file, access, read_live)? {
@@ -255,22 +259,72 @@ fn openers(dev: u64, ino: u64) -> Vec<(u32, bool)> {
     out
 }
 
-/// Who holds the lock on `file`: "process PID (COMMAND)", as many as are
-/// found, or a placeholder when /proc does not show them (another user's).
-fn lock_holders(file: &File) -> String {
+/// The processes holding an OFD lock on `file` (those /proc shows).
+fn lock_holder_pids(file: &File) -> Vec<u32> {
     let Ok(m) = file.metadata() else {
-        return "another process".into();
+        return Vec::new();
     };
-    let names: Vec<String> = openers(m.dev(), m.ino())
+    openers(m.dev(), m.ino())
         .into_iter()
         .filter(|&(_, locks)| locks)
-        .map(|(pid, _)| format!("process {pid} ({})", cmdline(pid)))
-        .collect();
-    if names.is_empty() {
-        "another process (not visible to this user)".into()
-    } else {
-        names.join(", ")
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// "process PID (COMMAND)", for each holder, or a placeholder when /proc
+/// does not show them (another user's).
+fn describe(pids: &[u32]) -> String {
+    if pids.is_empty() {
+        return "another process (not visible to this user)".into();
     }
+    pids.iter()
+        .map(|&pid| format!("process {pid} ({})", cmdline(pid)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether every holder is a `ubtrfs mount` whose mount of the image is
+/// gone: unmounted (fusermount3 -u returns before the daemon has seen
+/// it), making its last commit, about to let its marker go.
+fn unmounted_daemons(file: &File, pids: &[u32]) -> bool {
+    let daemon = |pid: u32| {
+        let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+        let name = args
+            .first()
+            .map(|a| a.rsplit(|&b| b == b'/').next().unwrap_or(a))
+            .unwrap_or(b"");
+        name.starts_with(b"mount.fuse.ubtrfs")
+            || name.starts_with(b"mount.ubtrfs")
+            || (name == b"ubtrfs" && args.get(1) == Some(&&b"mount"[..]))
+    };
+    !pids.is_empty() && pids.iter().all(|&p| daemon(p)) && !mounted_by_ubtrfs(file)
+}
+
+/// Whether a ubtrfs FUSE mount shows `file` as its source, itself (the
+/// user's mount, named by its path) or through a loop device over it
+/// (root's fuseblk mount).
+fn mounted_by_ubtrfs(file: &File) -> bool {
+    let Ok(m) = file.metadata() else {
+        return false;
+    };
+    let same =
+        |p: &Path| std::fs::metadata(p).is_ok_and(|b| b.dev() == m.dev() && b.ino() == m.ino());
+    mounts()
+        .iter()
+        .filter(|l| l.fstype.ends_with(".ubtrfs"))
+        .any(|l| {
+            same(&l.source)
+                || l.source
+                    .file_name()
+                    .and_then(|n| {
+                        std::fs::read_to_string(
+                            Path::new("/sys/block").join(n).join("loop/backing_file"),
+                        )
+                        .ok()
+                    })
+                    .is_some_and(|b| same(Path::new(b.trim_end_matches('\n'))))
+        })
 }
 
 /// A block device's number.
@@ -278,10 +332,12 @@ fn dev_of_block(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.rdev()).unwrap_or(0)
 }
 
-/// One line of /proc/self/mountinfo: device number, mount point, type,
-/// and whether it is read-only.
+/// One line of /proc/self/mountinfo: device number (the block device's
+/// for a source that is one: the kernel's btrfs shows an anonymous number
+/// of its own), mount point, type, and whether it is read-only.
 struct MountLine {
     dev: u64,
+    source: PathBuf,
     point: PathBuf,
     fstype: String,
     ro: bool,
@@ -305,10 +361,20 @@ fn mounts() -> Vec<MountLine> {
             .ok()
             .and_then(|d| d.split_once(':'))
             .and_then(|(a, b)| Some(libc::makedev(a.parse().ok()?, b.parse().ok()?)));
-        let Some(dev) = dev else { continue };
+        let Some(mut dev) = dev else { continue };
+        let source = f.get(sep + 2).map(|x| unescape(x)).unwrap_or_default();
+        let source = PathBuf::from(std::ffi::OsString::from_vec(source));
+        if source.starts_with("/dev/") {
+            if let Ok(m) = std::fs::metadata(&source) {
+                if m.file_type().is_block_device() {
+                    dev = m.rdev();
+                }
+            }
+        }
         let ro = f[5].split(|&b| b == b',').any(|o| o == b"ro");
         out.push(MountLine {
             dev,
+            source,
             point: PathBuf::from(std::ffi::OsString::from_vec(unescape(f[4]))),
             fstype: String::from_utf8_lossy(f[sep + 1]).into_owned(),
             ro,
