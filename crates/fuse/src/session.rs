@@ -368,13 +368,27 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     let fs = if want_rw {
         // The reader's claim goes before the writer's is taken.
         drop(fs);
+        // Root's fuseblk mount is made before the writer opens the image:
+        // the kernel's claim on the device then stands before anything
+        // is written (an unreplayed log is replayed at open).
+        let pre = if is_root() && o.blkdev {
+            Some(mount_fuse(req, true)?)
+        } else {
+            None
+        };
         match open_rw(req) {
-            Ok(rw) => return serve_rw(req, notify, set, rw, root, &mut watchdog),
-            // Asked for, or another process has the image: no fallback.
-            Err(e) if o.rw.is_some() || e.kind() == ErrorKind::Busy => {
-                return Err(format!("{}: {e}", req.image.display()))
+            Ok(rw) => return serve_rw(req, notify, set, rw, root, &mut watchdog, pre),
+            Err(e) => {
+                if let Some(m) = pre {
+                    m.abandon();
+                }
+                // Asked for, or another process has the image: no
+                // fallback.
+                if o.rw.is_some() || e.kind() == ErrorKind::Busy {
+                    return Err(format!("{}: {e}", req.image.display()));
+                }
+                logging::warn(&format!("mounting read-only: {e}"));
             }
-            Err(e) => logging::warn(&format!("mounting read-only: {e}")),
         }
         open_ro()?
     } else {
@@ -393,7 +407,14 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
         set,
         watchdog: &mut watchdog,
     };
-    mount_and_run(req, run, handler, false, 1, on_session)
+    let mounted = mount_fuse(req, false)?;
+    mount_and_run(req, run, handler, mounted, 1, on_session)
+}
+
+/// Whether this process runs as root (mounts with mount(2) itself).
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// Whether every device of the image can be opened for writing.
@@ -431,8 +452,13 @@ fn serve_rw(
     rw: RwFs,
     root: InodeId,
     watchdog: &mut Option<Watchdog>,
+    pre: Option<Mounted>,
 ) -> Result<(), String> {
     let o = &req.options;
+    let mounted = match pre {
+        Some(m) => m,
+        None => mount_fuse(req, true)?,
+    };
     let rw = Arc::new(FsLock::new(rw));
     // Attributes change only through this mount, but briefly cached all
     // the same: what the kernel caches it also updates from our replies.
@@ -497,7 +523,7 @@ fn serve_rw(
         set,
         watchdog,
     };
-    let res = mount_and_run(req, run, handler, true, rw_threads(), {
+    let res = mount_and_run(req, run, handler, mounted, rw_threads(), {
         let pushes = pushes.clone();
         move |session| pushes.set_notifier(session.notifier())
     });
@@ -544,15 +570,28 @@ struct Run<'a> {
     watchdog: &'a mut Option<Watchdog>,
 }
 
-/// Mounts `handler` as the request says and serves it until unmounted.
-fn mount_and_run<F: FuseFs>(
-    req: &MountRequest,
-    run: Run,
-    handler: F,
-    rw: bool,
-    threads: usize,
-    on_session: impl FnOnce(&Session<F>),
-) -> Result<(), String> {
+/// A FUSE mount made and not yet served: the /dev/fuse descriptor, how
+/// to undo it, and who may use it.
+struct Mounted {
+    fd: OwnedFd,
+    unmount: Unmount,
+    acl: Acl,
+}
+
+impl Mounted {
+    /// Undoes a mount never served: the connection goes first (closing
+    /// /dev/fuse aborts it), else a fuseblk unmount would wait for an
+    /// answer to DESTROY that no one gives.
+    fn abandon(self) {
+        drop(self.fd);
+        self.unmount.unmount();
+    }
+}
+
+/// Mounts as the request says (read-write or not): mount(2) as root (for
+/// a read-write mount with `blkdev`, fuseblk on the device or on a loop
+/// device over the image file), fusermount3 otherwise.
+fn mount_fuse(req: &MountRequest, rw: bool) -> Result<Mounted, String> {
     let o = &req.options;
     // The image's full path by default: other ubtrfs processes find the
     // mount of an image by it (io::claim).
@@ -572,18 +611,38 @@ fn mount_and_run<F: FuseFs>(
     };
     let mnt_c = CString::new(req.mountpoint.as_os_str().as_bytes())
         .map_err(|_| "mount point has a NUL byte".to_string())?;
-    // SAFETY: geteuid has no preconditions.
-    let is_root = unsafe { libc::geteuid() } == 0;
-    let (fd, unmount) = if is_root {
+    if is_root() {
         let blkdev = (rw && o.blkdev).then_some(req.image.as_path());
         let fd = mount_syscall(&req.mountpoint, &fsname, o, acl, rw, blkdev)?;
-        (fd, Unmount::Syscall(mnt_c))
+        Ok(Mounted {
+            fd,
+            unmount: Unmount::Syscall(mnt_c),
+            acl,
+        })
     } else {
         let opts = fusermount_options(&fsname, o, acl, rw);
         let fd = crate::proto::dev::fusermount(&req.mountpoint, &opts)
             .map_err(|e| format!("mount {}: {e}", req.mountpoint.display()))?;
-        (fd, Unmount::Fusermount(mnt_c))
-    };
+        Ok(Mounted {
+            fd,
+            unmount: Unmount::Fusermount(mnt_c),
+            acl,
+        })
+    }
+}
+
+/// Serves `handler` on the mount made until it is unmounted.
+fn mount_and_run<F: FuseFs>(
+    req: &MountRequest,
+    run: Run,
+    handler: F,
+    mounted: Mounted,
+    threads: usize,
+    on_session: impl FnOnce(&Session<F>),
+) -> Result<(), String> {
+    let o = &req.options;
+    let Mounted { fd, unmount, acl } = mounted;
+    let is_root = is_root();
     // UBTRFS_NO_URING=1: /dev/fuse whatever the options (benchmark switch).
     let uring = if std::env::var_os("UBTRFS_NO_URING").is_some_and(|v| v == "1") {
         Uring::Off
@@ -611,6 +670,9 @@ fn mount_and_run<F: FuseFs>(
                 None
             }
             Err(e) => {
+                // The connection first: a fuseblk unmount would wait for
+                // DESTROY's answer.
+                drop(session);
                 unmount.unmount();
                 return Err(format!(
                     "FUSE over io_uring: {e} (-o nouring mounts over /dev/fuse)"
@@ -618,6 +680,7 @@ fn mount_and_run<F: FuseFs>(
             }
         }
     } else if uring == Uring::On {
+        drop(session);
         unmount.unmount();
         return Err(
             "-o uring: the kernel does not offer FUSE over io_uring (it needs Linux 6.14+ \
@@ -762,17 +825,26 @@ fn mount_syscall(
     let c = |s: &[u8]| CString::new(s).map_err(|_| "NUL byte in a mount argument".to_string());
     // Root's read-write mount: fuseblk over a loop device of the image,
     // held until mount(2) has it (see loopdev.rs).
-    let blk = match blkdev {
-        Some(image) => Some(
-            crate::loopdev::attach(image, false)
-                .map_err(|e| format!("a loop device for {}: {e}", image.display()))?,
-        ),
-        None => None,
+    // A block device is mounted itself; an image file through a loop
+    // device attached here, held until mount(2) has it.
+    let (blk, attached) = match blkdev {
+        Some(dev) if is_block_device(dev) => (Some(dev.to_path_buf()), None),
+        Some(image) => {
+            let l = crate::loopdev::attach(image, false)
+                .map_err(|e| format!("a loop device for {}: {e}", image.display()))?;
+            (Some(l.path.clone()), Some(l))
+        }
+        None => (None, None),
     };
     let (source, fstype) = match &blk {
-        Some(l) => {
+        Some(dev) => {
             data.push_str(",blksize=4096");
-            (c(l.path.as_os_str().as_bytes())?, c(b"fuseblk.ubtrfs")?)
+            // The writer opened next is this mount's: its claim on the
+            // device is the kernel's, made by mount(2) below.
+            if let Ok(m) = std::fs::metadata(dev) {
+                ubtrfs_engine::io::claim::own_mount(m.rdev());
+            }
+            (c(dev.as_os_str().as_bytes())?, c(b"fuseblk.ubtrfs")?)
         }
         None => (c(fsname.as_bytes())?, c(b"fuse.ubtrfs")?),
     };
@@ -788,14 +860,22 @@ fn mount_syscall(
             data_c.as_ptr().cast(),
         )
     };
+    let err = std::io::Error::last_os_error();
+    drop(attached);
     if rc != 0 {
-        return Err(format!(
-            "mount {}: {}",
-            mnt.display(),
-            std::io::Error::last_os_error()
-        ));
+        let held = if err.raw_os_error() == Some(libc::EBUSY) {
+            " (the device is in use: mounted or claimed)"
+        } else {
+            ""
+        };
+        return Err(format!("mount {}: {err}{held}", mnt.display()));
     }
     Ok(OwnedFd::from(dev))
+}
+
+fn is_block_device(p: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(p).is_ok_and(|m| m.file_type().is_block_device())
 }
 
 /// Sets the readahead window of the mount's backing device info (the

@@ -51,6 +51,27 @@ pub fn set_read_live(on: bool) {
     READ_LIVE.store(on, Ordering::Relaxed);
 }
 
+/// Block devices carrying this process's own fuseblk mount (by number).
+static OWN_MOUNTS: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+/// The block device `rdev` carries this process's own fuseblk mount,
+/// made before its writer opens the image: the kernel's exclusive claim
+/// on it is the mount's, on this process's behalf. The writer then opens
+/// it without `O_EXCL`, and a loop device of it is not another user.
+pub fn own_mount(rdev: u64) {
+    OWN_MOUNTS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(rdev);
+}
+
+fn is_own(rdev: u64) -> bool {
+    OWN_MOUNTS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&rdev)
+}
+
 /// What a process wants of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -68,10 +89,14 @@ fn busy(holder: String) -> io::Error {
 pub fn open_claimed(path: &Path, access: Access) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let write = access == Access::Write;
-    let block = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+    let meta = std::fs::metadata(path).ok();
+    let block = meta
+        .as_ref()
+        .is_some_and(|m| m.file_type().is_block_device());
+    let own = block && meta.as_ref().is_some_and(|m| is_own(m.rdev()));
     let mut o = std::fs::OpenOptions::new();
     o.read(true).write(write);
-    if block && write {
+    if block && write && !own {
         o.custom_flags(libc::O_EXCL);
     }
     let file = match o.open(path) {
@@ -405,10 +430,47 @@ pub fn unescape(f: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The device numbers that mount `dev` together: itself, and every
+/// device of a multi-device btrfs the kernel has open with it
+/// (/sys/fs/btrfs/FSID/devices: mountinfo names only one of them).
+fn fellow_devices(dev: u64) -> Vec<u64> {
+    let mut out = vec![dev];
+    let Some(name) = sys_name(dev) else {
+        return out;
+    };
+    let Ok(fsids) = std::fs::read_dir("/sys/fs/btrfs") else {
+        return out;
+    };
+    for fs in fsids.flatten() {
+        let devices = fs.path().join("devices");
+        if !devices.join(&name).exists() {
+            continue;
+        }
+        for d in std::fs::read_dir(&devices).into_iter().flatten().flatten() {
+            let n = std::fs::read_to_string(d.path().join("dev")).unwrap_or_default();
+            if let Some((a, b)) = n.trim().split_once(':') {
+                if let (Ok(a), Ok(b)) = (a.parse(), b.parse()) {
+                    out.push(libc::makedev(a, b));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The mounts of `dev` (or of a fellow device: [`fellow_devices`]).
+fn mounts_of(dev: u64) -> Vec<MountLine> {
+    let devs = fellow_devices(dev);
+    mounts()
+        .into_iter()
+        .filter(|m| devs.contains(&m.dev))
+        .collect()
+}
+
 /// Where the device `dev` is mounted, as "mounted by the kernel at X (type
 /// T)" or "mounted by ubtrfs at X"; None when it is not.
 fn mounted_at(dev: u64) -> Option<String> {
-    let m: Vec<MountLine> = mounts().into_iter().filter(|m| m.dev == dev).collect();
+    let m = mounts_of(dev);
     let first = m.first()?;
     Some(if first.fstype.ends_with(".ubtrfs") {
         format!("mounted by ubtrfs at {}", first.point.display())
@@ -423,7 +485,7 @@ fn mounted_at(dev: u64) -> Option<String> {
 
 /// Whether every mount of `dev` is read-only (and there is one).
 fn mounted_ro_only(dev: u64) -> bool {
-    let m: Vec<MountLine> = mounts().into_iter().filter(|m| m.dev == dev).collect();
+    let m = mounts_of(dev);
     !m.is_empty() && m.iter().all(|m| m.ro)
 }
 
@@ -503,7 +565,7 @@ fn loop_users(file: &File, access: Access, read_live: bool) -> io::Result<Option
         else {
             continue;
         };
-        if access == Access::Read && mounted_ro_only(rdev) {
+        if is_own(rdev) || (access == Access::Read && mounted_ro_only(rdev)) {
             continue;
         }
         if let Some(at) = mounted_at(rdev) {

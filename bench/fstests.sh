@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# fstests (xfstests) through ubtrfs's mount and on the kernel's btrfs, side
+# by side: the same tests on both, then a table of test, kernel result,
+# ubtrfs result, and for every difference what ubtrfs's run said.
+#
+#   bash bench/fstests.sh [TEST...]      # default: generic/030 033 071 097 098 412 567
+#   bash bench/fstests.sh -g quick       # a group
+#
+# Root only. fstests is an external tool: it is built out of tree from the
+# pinned tarball (../shared/fstests, or FSTESTS_TARBALL) into FSTESTS_DIR
+# (default target/fstests), with one local change to its common/rc
+# (bench/fstests/fuse-ubtrfs.patch): fstests compares the type df shows with
+# FSTYP, and a FUSE mount shows as fuse.ubtrfs (fuseblk.ubtrfs on a block
+# device), which it does not know as "fuse".
+#
+# Each side gets two loop devices over sparse images of SIZE (default 8G):
+# TEST_DEV and SCRATCH_DEV. The kernel's are made with mkfs.btrfs (FSTYP
+# btrfs); ubtrfs's with `ubtrfs mkfs`, mounted by mount(8) through
+# /sbin/mount.fuse.ubtrfs (FSTYP fuse, FUSE_SUBTYP .ubtrfs): a block device
+# source makes root's read-write mount a fuseblk mount of that device. For
+# FSTYP=fuse, fstests' _scratch_mkfs only empties the scratch mount, so the
+# scratch filesystem is made once here.
+#
+# Tests listed in bench/fstests/expunge (with the reason) are not run on
+# ubtrfs: what the kernel's FUSE cannot carry.
+#
+# Environment: FSTESTS_DIR, FSTESTS_TARBALL, SIZE, WORK (where the images
+# and mount points go; default /var/tmp/ubtrfs-fstests), SIDES ("kernel
+# ubtrfs").
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo=$PWD
+[[ $(id -u) -eq 0 ]] || { echo "bench/fstests.sh: needs root" >&2; exit 1; }
+
+tests=("$@")
+[[ ${#tests[@]} -gt 0 ]] || tests=(generic/030 generic/033 generic/071 generic/097 generic/098 generic/412 generic/567)
+FSTESTS_DIR=${FSTESTS_DIR:-$repo/target/fstests}
+FSTESTS_TARBALL=${FSTESTS_TARBALL:-$repo/../shared/fstests/xfstests-63a29724.tar.gz}
+SIZE=${SIZE:-8G}
+WORK=${WORK:-/var/tmp/ubtrfs-fstests}
+SIDES=${SIDES:-kernel ubtrfs}
+BIN=${CARGO_TARGET_DIR:-$repo/target}/release/ubtrfs
+
+# --- build fstests once (its packages, its users).
+src=$FSTESTS_DIR/xfstests
+if [[ ! -x $src/check || ! -e $src/ltp/fsstress ]]; then
+  if command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential autoconf automake \
+      libtool pkg-config uuid-dev libattr1-dev libacl1-dev libaio-dev liburing-dev xfslibs-dev \
+      libgdbm-dev libssl-dev libinih-dev gawk attr acl bc dbench fio psmisc quota xfsprogs \
+      e2fsprogs btrfs-progs >/dev/null
+  fi
+  rm -rf "$FSTESTS_DIR"
+  mkdir -p "$FSTESTS_DIR"
+  tar xzf "$FSTESTS_TARBALL" -C "$FSTESTS_DIR"
+  patch -d "$src" -p1 -s < "$repo/bench/fstests/fuse-ubtrfs.patch"
+  make -C "$src" -j"$(nproc)" >"$FSTESTS_DIR/build.log" 2>&1 ||
+    { tail -30 "$FSTESTS_DIR/build.log"; exit 1; }
+fi
+for u in fsgqa fsgqa2; do getent passwd $u >/dev/null || useradd -m $u; done
+getent passwd 123456-fsgqa >/dev/null || useradd 123456-fsgqa
+
+[[ -x $BIN ]] || cargo build --release --locked -q
+ln -sf "$BIN" /sbin/mount.fuse.ubtrfs
+
+# --- the devices of each side.
+mkdir -p "$WORK"
+loops=()
+cleanup() {
+  for d in "$WORK"/*/test "$WORK"/*/scratch; do
+    mountpoint -q "$d" && umount "$d" 2>/dev/null || true
+  done
+  for l in "${loops[@]}"; do losetup -d "$l" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+attach() { # IMAGE -> loop device
+  rm -f "$1"
+  truncate -s "$SIZE" "$1"
+  local l
+  l=$(losetup -f --show "$1")
+  loops+=("$l")
+  echo "$l"
+}
+
+config() { # SIDE TEST_DEV SCRATCH_DEV
+  local side=$1 dir=$WORK/$1
+  mkdir -p "$dir/test" "$dir/scratch" "$dir/results"
+  {
+    if [[ $side == kernel ]]; then
+      echo "export FSTYP=btrfs"
+    else
+      echo "export FSTYP=fuse"
+      echo "export FUSE_SUBTYP=.ubtrfs"
+    fi
+    echo "export TEST_DEV=$2"
+    echo "export TEST_DIR=$dir/test"
+    echo "export SCRATCH_DEV=$3"
+    echo "export SCRATCH_MNT=$dir/scratch"
+    echo "export RESULT_BASE=$dir/results"
+  } > "$dir/local.config"
+}
+
+expunge=$WORK/ubtrfs.expunge
+grep -v '^#' "$repo/bench/fstests/expunge" | awk 'NF {print $1}' > "$expunge" || true
+
+for side in $SIDES; do
+  dir=$WORK/$side
+  mkdir -p "$dir"
+  td=$(attach "$dir/test.img")
+  sd=$(attach "$dir/scratch.img")
+  if [[ $side == kernel ]]; then
+    mkfs.btrfs -q -f "$td"
+    mkfs.btrfs -q -f "$sd"
+  else
+    "$BIN" mkfs -q -f "$td"
+    "$BIN" mkfs -q -f "$sd"
+  fi
+  config "$side" "$td" "$sd"
+  rm -rf "$dir/results"
+  mkdir -p "$dir/results"
+  args=("${tests[@]}")
+  [[ $side == ubtrfs ]] && args=(-E "$expunge" "${args[@]}")
+  echo "== $side: ./check ${args[*]}" >&2
+  (cd "$src" && HOST_OPTIONS=$dir/local.config ./check "${args[@]}") \
+    > "$dir/check.out" 2>&1 || true
+  tail -5 "$dir/check.out" >&2
+  mountpoint -q "$dir/test" && umount "$dir/test" || true
+  mountpoint -q "$dir/scratch" && umount "$dir/scratch" || true
+done
+
+# --- the table: one line per test, the cause of every difference.
+python3 - "$WORK" "$src" $SIDES <<'EOF'
+import difflib, os, re, sys
+work, src, sides = sys.argv[1], sys.argv[2], sys.argv[3:]
+def results(side):
+    out = open(os.path.join(work, side, "check.out"), errors="replace").read()
+    res = {}
+    for line in out.splitlines():
+        m = re.match(r"^(Ran|Not run|Failures):(.*)$", line)
+        if not m:
+            continue
+        kind = {"Ran": "pass", "Not run": "notrun", "Failures": "fail"}[m.group(1)]
+        for t in m.group(2).split():
+            res[t] = kind
+    return res
+def cause(side, t):
+    """The .notrun reason, or the first line where the output differs."""
+    base = os.path.join(work, side, "results", t)
+    if os.path.exists(base + ".notrun"):
+        return open(base + ".notrun", errors="replace").read().strip()[:120]
+    if os.path.exists(base + ".out.bad"):
+        bad = open(base + ".out.bad", errors="replace").read().splitlines()
+        golden = os.path.join(src, "tests", t + ".out")
+        good = open(golden, errors="replace").read().splitlines() if os.path.exists(golden) else []
+        for d in difflib.unified_diff(good, bad, lineterm="", n=0):
+            if d[:1] in "+-" and not d.startswith(("+++", "---")):
+                return "output: " + d[:120]
+    return "see " + base + ".full"
+r = {s: results(s) for s in sides}
+names = sorted(set().union(*[set(v) for v in r.values()]))
+print("| test | " + " | ".join(sides) + " | cause (ubtrfs) |")
+print("|---|" + "---|" * len(sides) + "---|")
+counts = {s: {"pass": 0, "fail": 0, "notrun": 0} for s in sides}
+for t in names:
+    row = [r[s].get(t, "-") for s in sides]
+    for s in sides:
+        if t in r[s]:
+            counts[s][r[s][t]] += 1
+    why = ""
+    if len(set(row)) > 1 and "ubtrfs" in sides and r["ubtrfs"].get(t) in ("fail", "notrun"):
+        why = cause("ubtrfs", t)
+    print(f"| {t} | " + " | ".join(row) + f" | {why} |")
+for s in sides:
+    c = counts[s]
+    print(f"{s}: {c['pass']} passed, {c['fail']} failed, {c['notrun']} not run")
+EOF
