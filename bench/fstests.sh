@@ -8,25 +8,27 @@
 #
 # Root only. fstests is an external tool: it is built out of tree from the
 # pinned tarball (../shared/fstests, or FSTESTS_TARBALL) into FSTESTS_DIR
-# (default target/fstests), with one local change to its common/rc
+# (default target/fstests), with two local changes to its common/rc
 # (bench/fstests/fuse-ubtrfs.patch): fstests compares the type df shows with
 # FSTYP, and a FUSE mount shows as fuse.ubtrfs (fuseblk.ubtrfs on a block
-# device), which it does not know as "fuse".
+# device), which it does not know as "fuse"; and for FSTYP=fuse its
+# _scratch_mkfs only empties the scratch mount (it knows no FUSE mkfs)
+# while check wipes a block-device SCRATCH_DEV before every test, so the
+# patch has _scratch_mkfs run MKFS_FUSE_PROG ("ubtrfs mkfs -q -f") when set.
 #
 # Each side gets two loop devices over sparse images of SIZE (default 8G):
 # TEST_DEV and SCRATCH_DEV. The kernel's are made with mkfs.btrfs (FSTYP
 # btrfs); ubtrfs's with `ubtrfs mkfs`, mounted by mount(8) through
 # /sbin/mount.fuse.ubtrfs (FSTYP fuse, FUSE_SUBTYP .ubtrfs): a block device
-# source makes root's read-write mount a fuseblk mount of that device. For
-# FSTYP=fuse, fstests' _scratch_mkfs only empties the scratch mount, so the
-# scratch filesystem is made once here.
+# source makes root's read-write mount a fuseblk mount of that device.
 #
 # Tests listed in bench/fstests/expunge (with the reason) are not run on
 # ubtrfs: what the kernel's FUSE cannot carry.
 #
 # Environment: FSTESTS_DIR, FSTESTS_TARBALL, SIZE, WORK (where the images
 # and mount points go; default /var/tmp/ubtrfs-fstests), SIDES ("kernel
-# ubtrfs").
+# ubtrfs"), UBTRFS_MOUNT_OPTIONS (mount options for ubtrfs's side, such as
+# noblkdev).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
@@ -43,7 +45,8 @@ BIN=${CARGO_TARGET_DIR:-$repo/target}/release/ubtrfs
 
 # --- build fstests once (its packages, its users).
 src=$FSTESTS_DIR/xfstests
-if [[ ! -x $src/check || ! -e $src/ltp/fsstress ]]; then
+patch_sum=$(sha256sum < "$repo/bench/fstests/fuse-ubtrfs.patch")
+if [[ ! -x $src/check || ! -e $src/ltp/fsstress || $(cat "$FSTESTS_DIR/patch.sum" 2>/dev/null) != "$patch_sum" ]]; then
   if command -v apt-get >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential autoconf automake \
       libtool pkg-config uuid-dev libattr1-dev libacl1-dev libaio-dev liburing-dev xfslibs-dev \
@@ -56,6 +59,7 @@ if [[ ! -x $src/check || ! -e $src/ltp/fsstress ]]; then
   patch -d "$src" -p1 -s < "$repo/bench/fstests/fuse-ubtrfs.patch"
   make -C "$src" -j"$(nproc)" >"$FSTESTS_DIR/build.log" 2>&1 ||
     { tail -30 "$FSTESTS_DIR/build.log"; exit 1; }
+  echo "$patch_sum" > "$FSTESTS_DIR/patch.sum"
 fi
 for u in fsgqa fsgqa2; do getent passwd $u >/dev/null || useradd -m $u; done
 getent passwd 123456-fsgqa >/dev/null || useradd 123456-fsgqa
@@ -91,6 +95,11 @@ config() { # SIDE TEST_DEV SCRATCH_DEV
     else
       echo "export FSTYP=fuse"
       echo "export FUSE_SUBTYP=.ubtrfs"
+      echo "export MKFS_FUSE_PROG=\"$BIN mkfs -q -f\""
+      if [[ -n ${UBTRFS_MOUNT_OPTIONS:-} ]]; then
+        echo "export MOUNT_OPTIONS=\"-o $UBTRFS_MOUNT_OPTIONS\""
+        echo "export TEST_FS_MOUNT_OPTS=\"-o $UBTRFS_MOUNT_OPTIONS\""
+      fi
     fi
     echo "export TEST_DEV=$2"
     echo "export TEST_DIR=$dir/test"

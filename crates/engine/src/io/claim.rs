@@ -99,15 +99,67 @@ pub fn open_claimed(path: &Path, access: Access) -> io::Result<File> {
     if block && write && !own {
         o.custom_flags(libc::O_EXCL);
     }
-    let file = match o.open(path) {
-        Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-            return Err(busy(block_holder(path)));
+    let mut wait = EndingWait::new(path);
+    let file = loop {
+        match o.open(path) {
+            Ok(f) => break f,
+            // Claimed: by a ubtrfs mount that is ending (waited for), or
+            // by anyone else (refused).
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                let pids: Vec<u32> = meta
+                    .as_ref()
+                    .map(|m| {
+                        openers(m.dev(), m.ino())
+                            .into_iter()
+                            .map(|(p, _)| p)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let ending = meta.as_ref().is_some_and(|m| unmounted_daemons(m, &pids));
+                if !ending || !wait.wait(&describe(&pids)) {
+                    return Err(busy(block_holder(path)));
+                }
+            }
+            Err(e) => return Err(e),
         }
-        Err(e) => return Err(e),
     };
     claim(&file, path, access, block)?;
     Ok(file)
+}
+
+/// A bounded wait for a ubtrfs writer that is ending: its mount is gone,
+/// its last commit being made.
+struct EndingWait<'a> {
+    path: &'a Path,
+    start: Instant,
+    told: bool,
+}
+
+impl<'a> EndingWait<'a> {
+    fn new(path: &'a Path) -> Self {
+        EndingWait {
+            path,
+            start: Instant::now(),
+            told: false,
+        }
+    }
+
+    /// Sleeps a little before the next try; false once the wait is over
+    /// ([`ENDING_WAIT`]). Says on stderr, once, what it waits for.
+    fn wait(&mut self, holder: &str) -> bool {
+        if self.start.elapsed() > ENDING_WAIT {
+            return false;
+        }
+        if !self.told && self.start.elapsed() > Duration::from_millis(500) {
+            eprintln!(
+                "{}: waiting for {holder} to make its last commit and let the image go",
+                self.path.display()
+            );
+            self.told = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        true
+    }
 }
 
 /// Takes the claim on an opened device.
@@ -117,8 +169,8 @@ fn claim(file: &File, path: &Path, access: Access, block: bool) -> io::Result<()
         Access::Read => libc::F_RDLCK,
         Access::Write => libc::F_WRLCK,
     };
-    let start = Instant::now();
-    let mut told = false;
+    let mut wait = EndingWait::new(path);
+    let meta = file.metadata()?;
     loop {
         match lock(file, kind, 0, MAIN_LEN) {
             Ok(()) => break,
@@ -128,25 +180,15 @@ fn claim(file: &File, path: &Path, access: Access, block: bool) -> io::Result<()
         }
         // Held: by a live process (refused), or by a writer that is
         // ending (waited for).
-        let pids = lock_holder_pids(file);
-        let ending = !held(file, LIVE_BYTE, 1)? || unmounted_daemons(file, &pids);
+        let pids = lock_holder_pids(&meta);
+        let ending = !held(file, LIVE_BYTE, 1)? || unmounted_daemons(&meta, &pids);
         let holder = describe(&pids);
-        if !ending || start.elapsed() > ENDING_WAIT {
-            let when = if ending {
-                " (still ending after 120 s)"
-            } else {
-                ""
-            };
-            return Err(busy(format!("{holder}{when}")));
+        if !ending {
+            return Err(busy(holder));
         }
-        if !told && start.elapsed() > Duration::from_millis(500) {
-            eprintln!(
-                "{}: waiting for {holder} to make its last commit and let the image go",
-                path.display()
-            );
-            told = true;
+        if !wait.wait(&holder) {
+            return Err(busy(format!("{holder} (still ending after 120 s)")));
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
     // Readers and writers alike are live until they say they are ending.
     lock(file, libc::F_RDLCK, LIVE_BYTE, 1)?;
@@ -285,10 +327,7 @@ fn openers(dev: u64, ino: u64) -> Vec<(u32, bool)> {
 }
 
 /// The processes holding an OFD lock on `file` (those /proc shows).
-fn lock_holder_pids(file: &File) -> Vec<u32> {
-    let Ok(m) = file.metadata() else {
-        return Vec::new();
-    };
+fn lock_holder_pids(m: &std::fs::Metadata) -> Vec<u32> {
     openers(m.dev(), m.ino())
         .into_iter()
         .filter(|&(_, locks)| locks)
@@ -311,7 +350,7 @@ fn describe(pids: &[u32]) -> String {
 /// Whether every holder is a `ubtrfs mount` whose mount of the image is
 /// gone: unmounted (fusermount3 -u returns before the daemon has seen
 /// it), making its last commit, about to let its marker go.
-fn unmounted_daemons(file: &File, pids: &[u32]) -> bool {
+fn unmounted_daemons(m: &std::fs::Metadata, pids: &[u32]) -> bool {
     let daemon = |pid: u32| {
         let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
@@ -323,16 +362,13 @@ fn unmounted_daemons(file: &File, pids: &[u32]) -> bool {
             || name.starts_with(b"mount.ubtrfs")
             || (name == b"ubtrfs" && args.get(1) == Some(&&b"mount"[..]))
     };
-    !pids.is_empty() && pids.iter().all(|&p| daemon(p)) && !mounted_by_ubtrfs(file)
+    !pids.is_empty() && pids.iter().all(|&p| daemon(p)) && !mounted_by_ubtrfs(m)
 }
 
 /// Whether a ubtrfs FUSE mount shows `file` as its source, itself (the
 /// user's mount, named by its path) or through a loop device over it
 /// (root's fuseblk mount).
-fn mounted_by_ubtrfs(file: &File) -> bool {
-    let Ok(m) = file.metadata() else {
-        return false;
-    };
+fn mounted_by_ubtrfs(m: &std::fs::Metadata) -> bool {
     let same =
         |p: &Path| std::fs::metadata(p).is_ok_and(|b| b.dev() == m.dev() && b.ino() == m.ino());
     mounts()
