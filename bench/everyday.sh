@@ -47,7 +47,7 @@ fresh() { # SIDE
   rm -f "$img"
   truncate -s "$SIZE" "$img"
   case $1 in
-    kernel) mkfs.btrfs -q -f "$img" ;;
+    kernel) mkfs.btrfs -q -f "$img" 2>/dev/null ;;
     *) "$BIN" mkfs -q -f "$img" ;;
   esac
 }
