@@ -49,9 +49,9 @@ const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
 const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
 /// btrfs's own sync ioctls, which FUSE forwards on a file or directory
 /// (restricted ioctls: the argument's size from the command): the way to
-/// make everything durable, since the kernel does not send syncfs(2) to a
-/// /dev/fuse daemon (fs/fuse/inode.c fuse_sync_fs: fuseblk and virtiofs
-/// only). BTRFS_IOC_SYNC = _IO(0x94, 8) (`btrfs filesystem sync`),
+/// make everything durable on a mount without root, since the kernel
+/// sends syncfs(2) (FUSE_SYNCFS) only to fuseblk and virtiofs daemons
+/// (fs/fuse/inode.c fuse_sync_fs): root's read-write mount is fuseblk. BTRFS_IOC_SYNC = _IO(0x94, 8) (`btrfs filesystem sync`),
 /// BTRFS_IOC_START_SYNC = _IOR(0x94, 24, u64) (the transaction id out),
 /// BTRFS_IOC_WAIT_SYNC = _IOW(0x94, 22, u64) (a transaction id in).
 const BTRFS_IOC_SYNC: u32 = 0x0000_9408;

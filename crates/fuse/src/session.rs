@@ -823,17 +823,24 @@ fn mount_syscall(
         }
     }
     let c = |s: &[u8]| CString::new(s).map_err(|_| "NUL byte in a mount argument".to_string());
-    // Root's read-write mount: fuseblk over a loop device of the image,
-    // held until mount(2) has it (see loopdev.rs).
-    // A block device is mounted itself; an image file through a loop
-    // device attached here, held until mount(2) has it.
+    // Root's read-write mount is fuseblk (see loopdev.rs): a block device
+    // is mounted itself, an image file through a loop device attached
+    // here and held until mount(2) has it.
     let (blk, attached) = match blkdev {
         Some(dev) if is_block_device(dev) => (Some(dev.to_path_buf()), None),
-        Some(image) => {
-            let l = crate::loopdev::attach(image, false)
-                .map_err(|e| format!("a loop device for {}: {e}", image.display()))?;
-            (Some(l.path.clone()), Some(l))
-        }
+        Some(image) => match crate::loopdev::attach(image, false) {
+            Ok(l) => (Some(l.path.clone()), Some(l)),
+            // No loop devices here (a container without them): a plain
+            // FUSE mount, whose unmount `ubtrfs umount` waits for.
+            Err(e) => {
+                logging::warn(&format!(
+                    "no loop device for {} ({e}): a plain FUSE mount; its umount returns \
+                     before the last commit (`ubtrfs umount` waits for it)",
+                    image.display()
+                ));
+                (None, None)
+            }
+        },
         None => (None, None),
     };
     let (source, fstype) = match &blk {
@@ -902,33 +909,11 @@ fn mount_dev(mnt: &Path) -> Option<String> {
     let mut dev = None;
     for line in info.split(|&b| b == b'\n') {
         let f: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
-        if f.len() > 4 && unescape_mountinfo(f[4]) == want {
+        if f.len() > 4 && ubtrfs_engine::io::claim::unescape_mountinfo(f[4]) == want {
             dev = Some(String::from_utf8_lossy(f[2]).into_owned());
         }
     }
     dev
-}
-
-/// Undoes mountinfo's octal escapes (\040 for a space, ...).
-fn unescape_mountinfo(f: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(f.len());
-    let mut i = 0;
-    while i < f.len() {
-        if f[i] == b'\\'
-            && i + 3 < f.len()
-            && f[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (f[i + 1] - b'0') as u32 * 64
-                + (f[i + 2] - b'0') as u32 * 8
-                + (f[i + 3] - b'0') as u32;
-            out.push(v as u8);
-            i += 4;
-        } else {
-            out.push(f[i]);
-            i += 1;
-        }
-    }
-    out
 }
 
 /// Points stdin, stdout and stderr at /dev/null (a daemon has no terminal).

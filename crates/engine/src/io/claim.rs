@@ -423,7 +423,10 @@ fn mounts() -> Vec<MountLine> {
             .and_then(|d| d.split_once(':'))
             .and_then(|(a, b)| Some(libc::makedev(a.parse().ok()?, b.parse().ok()?)));
         let Some(mut dev) = dev else { continue };
-        let source = f.get(sep + 2).map(|x| unescape(x)).unwrap_or_default();
+        let source = f
+            .get(sep + 2)
+            .map(|x| unescape_mountinfo(x))
+            .unwrap_or_default();
         let source = PathBuf::from(std::ffi::OsString::from_vec(source));
         if source.starts_with("/dev/") {
             if let Ok(m) = std::fs::metadata(&source) {
@@ -436,7 +439,7 @@ fn mounts() -> Vec<MountLine> {
         out.push(MountLine {
             dev,
             source,
-            point: PathBuf::from(std::ffi::OsString::from_vec(unescape(f[4]))),
+            point: PathBuf::from(std::ffi::OsString::from_vec(unescape_mountinfo(f[4]))),
             fstype: String::from_utf8_lossy(f[sep + 1]).into_owned(),
             ro,
         });
@@ -445,7 +448,7 @@ fn mounts() -> Vec<MountLine> {
 }
 
 /// mountinfo's octal escapes (\040 for a space, ...) undone.
-pub fn unescape(f: &[u8]) -> Vec<u8> {
+pub fn unescape_mountinfo(f: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(f.len());
     let mut i = 0;
     while i < f.len() {
