@@ -69,21 +69,20 @@ ln -sf "$BIN" /sbin/mount.fuse.ubtrfs
 
 # --- the devices of each side.
 mkdir -p "$WORK"
-loops=()
 cleanup() {
   for d in "$WORK"/*/test "$WORK"/*/scratch; do
     mountpoint -q "$d" && umount "$d" 2>/dev/null || true
   done
-  for l in "${loops[@]}"; do losetup -d "$l" 2>/dev/null || true; done
+  # Every loop device over an image here, this run's or a killed run's.
+  losetup -l -n -O NAME,BACK-FILE | awk -v w="$WORK/" 'index($2, w) == 1 {print $1}' |
+    xargs -r -n1 losetup -d 2>/dev/null || true
 }
+cleanup
 trap cleanup EXIT
 attach() { # IMAGE -> loop device
   rm -f "$1"
   truncate -s "$SIZE" "$1"
-  local l
-  l=$(losetup -f --show "$1")
-  loops+=("$l")
-  echo "$l"
+  losetup -f --show "$1"
 }
 
 config() { # SIDE TEST_DEV SCRATCH_DEV

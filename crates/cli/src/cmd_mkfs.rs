@@ -16,7 +16,10 @@ use ubtrfs_format::CsumType;
 
 #[derive(Args)]
 pub struct MkfsArgs {
-    /// Overwrite an existing filesystem (a btrfs superblock on a device).
+    /// Overwrite what the device or image holds: without it, any
+    /// signature libblkid finds (a filesystem, swap, a RAID or LVM member,
+    /// LUKS, a partition table) is refused. A device or image in use is
+    /// refused all the same.
     #[arg(short = 'f', long)]
     force: bool,
     /// Print nothing but errors.
