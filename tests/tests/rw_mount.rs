@@ -72,6 +72,14 @@
 //!     6.18 asks for FUSE_COPY_FILE_RANGE_64 first; an ENOSYS to it, seen
 //!     by two racing first copies, turned every later copy of the mount
 //!     into a byte copy); `btrfs check` clean.
+//! (o) What root's mount allows, as the kernel's btrfs: a shell script's
+//!     answers (ok/fail of each step) on both mounts must be equal:
+//!     inside an append-only directory, names are made (files, dirs,
+//!     links, symlinks, fifos) but none removed or renamed away; an
+//!     append-only file takes appends and times set to now, not times
+//!     set to a value, chmod, truncate or a write without O_APPEND; a
+//!     device node works (no nodev); another user sees the mount (no
+//!     private mount). Then `btrfs check`.
 //!
 //! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
 //! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
@@ -1537,4 +1545,73 @@ fn space_after_unlink_on_ubtrfs_mount() {
         Writer::Ubtrfs,
         |base| space_after_unlink_case(Writer::Ubtrfs, base),
     );
+}
+
+// ------------------------------------------------------------------ (o)
+
+/// The steps of (o), run with the mount as the working directory; one
+/// line per step: "ok: STEP" or "fail: STEP".
+const KERNEL_SEMANTICS: &str = r#"
+r() { if "$@" >/dev/null 2>&1; then echo "ok: $*"; else echo "fail: $*"; fi; }
+mkdir d && touch d/f0 && chattr +a d
+r touch d/f
+r mkdir d/sub
+r ln -s f d/l
+r ln d/f d/h
+r mknod d/p p
+r rm d/f0
+r mv d/l d/l2
+r mv d/f ../f
+r rmdir d/sub
+touch g && chattr +a g
+r touch g
+r touch -d @0 g
+r chmod 600 g
+r truncate -s 0 g
+r sh -c 'echo x >> g'
+r sh -c 'echo x > g'
+chattr -a g d
+r mknod nulldev c 1 3
+r head -c 1 nulldev
+chmod 755 .
+r setpriv --reuid=tests --regid=tests --clear-groups ls .
+"#;
+
+fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {
+    let (_dir, image, mnt, m) = fresh_512m(w, base)?;
+    let out = run(Command::new("sh")
+        .args(["-c", KERNEL_SEMANTICS])
+        .current_dir(&mnt));
+    let fin = m.finish();
+    let out = out.map_err(|e| format!("the script on the {} mount: {e}", w.name()))?;
+    fin.map_err(|e| format!("unmount: {e}"))?;
+    check(
+        &image,
+        &format!("after the script on the {} mount", w.name()),
+    )?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn root_mount_allows_what_the_kernels_does() {
+    let test = "root_mount_allows_what_the_kernels_does";
+    if !user_available(test, "tests") {
+        return;
+    }
+    one_case(test, Writer::Ubtrfs, |base| {
+        if !ready(test, Writer::Kernel) {
+            return Ok(String::new());
+        }
+        let kernel = kernel_semantics_case(Writer::Kernel, base)?;
+        let ours = kernel_semantics_case(Writer::Ubtrfs, base)?;
+        if kernel != ours {
+            return Err(format!(
+                "the kernel's answers:\n{kernel}\nubtrfs's:\n{ours}"
+            ));
+        }
+        Ok(format!(
+            "{} steps answered as the kernel's",
+            kernel.lines().count()
+        ))
+    });
 }

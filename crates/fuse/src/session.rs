@@ -602,7 +602,10 @@ fn mount_fuse(req: &MountRequest, rw: bool) -> Result<Mounted, String> {
             .display()
             .to_string()
     });
-    let acl = if o.allow_other {
+    // Root's mount serves every user, as a kernel filesystem (and
+    // ntfs-3g) does; default_permissions has the kernel check modes and
+    // ACLs. A user's own mount stays theirs unless asked.
+    let acl = if o.allow_other || is_root() {
         Acl::All
     } else if o.allow_root {
         Acl::RootAndOwner
@@ -805,13 +808,11 @@ fn mount_syscall(
     }
     let mut flags = if rw { 0 } else { libc::MS_RDONLY };
     let has = |f: &str| o.kernel_flags.iter().any(|k| k == f);
-    if !has("dev") {
-        flags |= libc::MS_NODEV;
-    }
-    if !has("suid") {
-        flags |= libc::MS_NOSUID;
-    }
+    // Root mounts as the kernel's filesystems do: device files and setuid
+    // bits work unless `nodev` / `nosuid` (fusermount3 always sets both).
     for (name, bit) in [
+        ("nodev", libc::MS_NODEV),
+        ("nosuid", libc::MS_NOSUID),
         ("noexec", libc::MS_NOEXEC),
         ("noatime", libc::MS_NOATIME),
         ("nodiratime", libc::MS_NODIRATIME),

@@ -130,8 +130,18 @@ impl RwFs {
         if flags & INODE_IMMUTABLE != 0 {
             return Err(Error::Permission(format!("inode {} is immutable", id.ino)));
         }
+        // Append-only: no truncate, chmod, chown, nor times set to a
+        // value (setting them to now is allowed), as the kernel's
+        // notify_change (ATTR_TIMES_SET).
+        let times_set = [a.atime, a.mtime]
+            .iter()
+            .any(|t| matches!(t, Some(SetTime::At(_))));
         if flags & INODE_APPEND != 0
-            && (a.size.is_some() || a.mode.is_some() || a.uid.is_some() || a.gid.is_some())
+            && (a.size.is_some()
+                || a.mode.is_some()
+                || a.uid.is_some()
+                || a.gid.is_some()
+                || times_set)
         {
             return Err(Error::Permission(format!(
                 "inode {} is append-only",

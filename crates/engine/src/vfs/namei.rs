@@ -191,8 +191,10 @@ impl RwFs {
     }
 
     /// The inode item of a directory that is to change, refusing what
-    /// POSIX refuses.
-    fn dir_for_change(&mut self, dir: InodeId) -> Result<InodeItem> {
+    /// POSIX refuses. An append-only directory takes new names but gives
+    /// none up (`removes`: a name goes or is replaced), as the kernel's
+    /// may_delete; an immutable one takes no change.
+    fn dir_for_change(&mut self, dir: InodeId, removes: bool) -> Result<InodeItem> {
         self.check_writable(dir)?;
         let di = self.t.inode_of(dir.subvol, dir.ino)?;
         if !is_dir(di.mode) {
@@ -207,7 +209,12 @@ impl RwFs {
                 dir.subvol, dir.ino
             )));
         }
-        if di.flags & INODE_IMMUTABLE_FLAGS != 0 {
+        let refused = if removes {
+            INODE_IMMUTABLE_FLAGS
+        } else {
+            INODE_IMMUTABLE
+        };
+        if di.flags & refused != 0 {
             return Err(Error::Permission(format!(
                 "subvolume {} directory {} is immutable or append-only",
                 dir.subvol, dir.ino
@@ -233,7 +240,7 @@ impl RwFs {
         umask: Option<u32>,
     ) -> Result<InodeId> {
         check_name(name)?;
-        let di = self.dir_for_change(dir)?;
+        let di = self.dir_for_change(dir, false)?;
         if self.t.lookup_name(dir.subvol, dir.ino, name)?.is_some() {
             return Err(Error::Exists(format!("{:?}", show(name))));
         }
@@ -313,7 +320,7 @@ impl RwFs {
                 "hard links across subvolumes".to_string(),
             ));
         }
-        self.dir_for_change(dir)?;
+        self.dir_for_change(dir, false)?;
         self.check_writable(id)?;
         let inode = self.t.inode_of(id.subvol, id.ino)?;
         if is_dir(inode.mode) {
@@ -394,7 +401,7 @@ impl RwFs {
 
     /// unlink(2).
     pub fn unlink(&mut self, dir: InodeId, name: &[u8]) -> Result<()> {
-        self.dir_for_change(dir)?;
+        self.dir_for_change(dir, true)?;
         let (id, inode) = self.entry_to_remove(dir, name)?;
         if is_dir(inode.mode) {
             return Err(Error::IsDir(format!("{:?}", show(name))));
@@ -410,7 +417,7 @@ impl RwFs {
         if name == b".." {
             return Err(Error::NotEmpty("rmdir of \"..\"".into()));
         }
-        self.dir_for_change(dir)?;
+        self.dir_for_change(dir, true)?;
         let (id, inode) = self.entry_to_remove(dir, name)?;
         if !is_dir(inode.mode) {
             return Err(Error::NotDir(format!("{:?}", show(name))));
@@ -439,12 +446,13 @@ impl RwFs {
         if from_dir.subvol != to_dir.subvol {
             return Err(Error::CrossDevice("rename across subvolumes".into()));
         }
-        self.dir_for_change(from_dir)?;
-        self.dir_for_change(to_dir)?;
+        self.dir_for_change(from_dir, true)?;
+        let replaces = self.t.lookup_name(to_dir.subvol, to_dir.ino, to)?.is_some();
+        self.dir_for_change(to_dir, replaces)?;
         let (src, src_inode) = self.entry_to_remove(from_dir, from)?;
-        let dst = match self.t.lookup_name(to_dir.subvol, to_dir.ino, to)? {
-            Some(_) => Some(self.entry_to_remove(to_dir, to)?),
-            None => None,
+        let dst = match replaces {
+            true => Some(self.entry_to_remove(to_dir, to)?),
+            false => None,
         };
         let tree = from_dir.subvol;
         let time = now();
