@@ -100,6 +100,14 @@ pub fn mount_entry(dir: &Path) -> Option<(String, String, String)> {
     })
 }
 
+/// The source mountinfo shows for the mount on `dir` (for root's
+/// read-write ubtrfs mount, its fuseblk device).
+pub fn mount_source(dir: &Path) -> Option<String> {
+    let l = mountinfo_line(dir)?;
+    let (_, rest) = l.split_once(" - ")?;
+    rest.split(' ').nth(1).map(str::to_string)
+}
+
 /// `ubtrfs mount -f -o rw[,extra] IMAGE MNT`, a child of this process.
 pub struct UbtrfsMount {
     pub dir: PathBuf,

@@ -180,19 +180,6 @@ fn pseudo_bytes(seed: u64, len: usize) -> Vec<u8> {
     (0..len).map(|_| r.next() as u8).collect()
 }
 
-/// The block device the kernel shows as the mount's source (fuseblk's
-/// loop device).
-fn mount_source(dir: &Path) -> Option<String> {
-    let want = s(dir);
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let line = info
-        .lines()
-        .rev()
-        .find(|l| l.split(' ').nth(4) == Some(want.as_str()))?;
-    let (_, rest) = line.split_once(" - ")?;
-    rest.split(' ').nth(1).map(str::to_string)
-}
-
 #[test]
 fn everyone_refuses_a_live_ubtrfs_mount() {
     one_case(

@@ -51,8 +51,7 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<Option<u32>, String> {
         .or_else(|_| std::path::absolute(mountpoint))
         .map_err(|e| format!("mount point {}: {e}", mountpoint.display()))?;
     let server = crate::pidfile::server_of(&mp);
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if is_root() {
         let c = CString::new(mp.as_os_str().as_bytes())
             .map_err(|_| format!("mount point {}: NUL in the path", mp.display()))?;
         let flags = if lazy { libc::MNT_DETACH } else { 0 };

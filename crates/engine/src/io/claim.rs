@@ -106,14 +106,9 @@ pub fn open_claimed(path: &Path, access: Access) -> io::Result<File> {
             // Claimed: by a ubtrfs mount that is ending (waited for), or
             // by anyone else (refused).
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                let pids: Vec<u32> = meta
+                let pids = meta
                     .as_ref()
-                    .map(|m| {
-                        openers(m.dev(), m.ino())
-                            .into_iter()
-                            .map(|(p, _)| p)
-                            .collect()
-                    })
+                    .map(|m| holder_pids(m, false))
                     .unwrap_or_default();
                 let ending = meta.as_ref().is_some_and(|m| unmounted_daemons(m, &pids));
                 if !ending || !wait.wait(&describe(&pids)) {
@@ -180,7 +175,7 @@ fn claim(file: &File, path: &Path, access: Access, block: bool) -> io::Result<()
         }
         // Held: by a live process (refused), or by a writer that is
         // ending (waited for).
-        let pids = lock_holder_pids(&meta);
+        let pids = holder_pids(&meta, true);
         let ending = !held(file, LIVE_BYTE, 1)? || unmounted_daemons(&meta, &pids);
         let holder = describe(&pids);
         if !ending {
@@ -268,14 +263,18 @@ fn is_conflict(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES))
 }
 
-/// A process's command line, spaces between its arguments.
-fn cmdline(pid: u32) -> String {
+/// A process's arguments (empty when /proc does not show them).
+fn cmdline_args(pid: u32) -> Vec<String> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let args: Vec<String> = raw
-        .split(|&b| b == 0)
+    raw.split(|&b| b == 0)
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
+        .collect()
+}
+
+/// A process's command line, spaces between its arguments.
+fn cmdline(pid: u32) -> String {
+    let args = cmdline_args(pid);
     if args.is_empty() {
         "?".into()
     } else {
@@ -326,11 +325,12 @@ fn openers(dev: u64, ino: u64) -> Vec<(u32, bool)> {
     out
 }
 
-/// The processes holding an OFD lock on `file` (those /proc shows).
-fn lock_holder_pids(m: &std::fs::Metadata) -> Vec<u32> {
+/// The processes with the file `m` describes open (those /proc shows);
+/// with `locked`, only those holding an OFD lock on it.
+fn holder_pids(m: &std::fs::Metadata, locked: bool) -> Vec<u32> {
     openers(m.dev(), m.ino())
         .into_iter()
-        .filter(|&(_, locks)| locks)
+        .filter(|&(_, locks)| locks || !locked)
         .map(|(pid, _)| pid)
         .collect()
 }
@@ -352,15 +352,14 @@ fn describe(pids: &[u32]) -> String {
 /// it), making its last commit, about to let its marker go.
 fn unmounted_daemons(m: &std::fs::Metadata, pids: &[u32]) -> bool {
     let daemon = |pid: u32| {
-        let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+        let args = cmdline_args(pid);
         let name = args
             .first()
-            .map(|a| a.rsplit(|&b| b == b'/').next().unwrap_or(a))
-            .unwrap_or(b"");
-        name.starts_with(b"mount.fuse.ubtrfs")
-            || name.starts_with(b"mount.ubtrfs")
-            || (name == b"ubtrfs" && args.get(1) == Some(&&b"mount"[..]))
+            .map(|a| a.rsplit('/').next().unwrap_or(a))
+            .unwrap_or("");
+        name.starts_with("mount.fuse.ubtrfs")
+            || name.starts_with("mount.ubtrfs")
+            || (name == "ubtrfs" && args.get(1).is_some_and(|a| a == "mount"))
     };
     !pids.is_empty() && pids.iter().all(|&p| daemon(p)) && !mounted_by_ubtrfs(m)
 }
@@ -369,23 +368,28 @@ fn unmounted_daemons(m: &std::fs::Metadata, pids: &[u32]) -> bool {
 /// user's mount, named by its path) or through a loop device over it
 /// (root's fuseblk mount).
 fn mounted_by_ubtrfs(m: &std::fs::Metadata) -> bool {
-    let same =
-        |p: &Path| std::fs::metadata(p).is_ok_and(|b| b.dev() == m.dev() && b.ino() == m.ino());
     mounts()
         .iter()
         .filter(|l| l.fstype.ends_with(".ubtrfs"))
-        .any(|l| {
-            same(&l.source)
-                || l.source
-                    .file_name()
-                    .and_then(|n| {
-                        std::fs::read_to_string(
-                            Path::new("/sys/block").join(n).join("loop/backing_file"),
-                        )
-                        .ok()
-                    })
-                    .is_some_and(|b| same(Path::new(b.trim_end_matches('\n'))))
-        })
+        .any(|l| same_file(m, &l.source) || l.source.file_name().is_some_and(|n| loop_backs(n, m)))
+}
+
+/// Whether `p` is the file `m` describes (device and inode).
+fn same_file(m: &std::fs::Metadata, p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|b| b.dev() == m.dev() && b.ino() == m.ino())
+}
+
+/// Whether the loop device `name` (loop3) is backed by the file `m`
+/// describes.
+fn loop_backs(name: &std::ffi::OsStr, m: &std::fs::Metadata) -> bool {
+    std::fs::read_to_string(Path::new("/sys/block").join(name).join("loop/backing_file"))
+        .is_ok_and(|b| same_file(m, Path::new(b.trim_end_matches('\n'))))
+}
+
+/// A device number written "MAJOR:MINOR" (mountinfo, sysfs `dev` files).
+fn parse_devnum(s: &str) -> Option<u64> {
+    let (a, b) = s.trim().split_once(':')?;
+    Some(libc::makedev(a.parse().ok()?, b.parse().ok()?))
 }
 
 /// A block device's number.
@@ -418,10 +422,7 @@ fn mounts() -> Vec<MountLine> {
         if f.len() < 6 || sep + 1 >= f.len() {
             continue;
         }
-        let dev = std::str::from_utf8(f[2])
-            .ok()
-            .and_then(|d| d.split_once(':'))
-            .and_then(|(a, b)| Some(libc::makedev(a.parse().ok()?, b.parse().ok()?)));
+        let dev = std::str::from_utf8(f[2]).ok().and_then(parse_devnum);
         let Some(mut dev) = dev else { continue };
         let source = f
             .get(sep + 2)
@@ -487,11 +488,7 @@ fn fellow_devices(dev: u64) -> Vec<u64> {
         }
         for d in std::fs::read_dir(&devices).into_iter().flatten().flatten() {
             let n = std::fs::read_to_string(d.path().join("dev")).unwrap_or_default();
-            if let Some((a, b)) = n.trim().split_once(':') {
-                if let (Ok(a), Ok(b)) = (a.parse(), b.parse()) {
-                    out.push(libc::makedev(a, b));
-                }
-            }
+            out.extend(parse_devnum(&n));
         }
     }
     out
@@ -549,12 +546,9 @@ fn block_holder(path: &Path) -> String {
         }
     }
     if let Ok(m) = std::fs::metadata(path) {
-        let procs: Vec<String> = openers(m.dev(), m.ino())
-            .into_iter()
-            .map(|(pid, _)| format!("process {pid} ({})", cmdline(pid)))
-            .collect();
-        if !procs.is_empty() {
-            return format!("claimed by {}", procs.join(", "));
+        let pids = holder_pids(&m, false);
+        if !pids.is_empty() {
+            return format!("claimed by {}", describe(&pids));
         }
     }
     "claimed by another process or the kernel (EBUSY)".into()
@@ -586,21 +580,12 @@ fn loop_users(file: &File, access: Access, read_live: bool) -> io::Result<Option
         if !name.starts_with("loop") {
             continue;
         }
-        let Ok(backing) = std::fs::read_to_string(e.path().join("loop/backing_file")) else {
-            continue;
-        };
-        let backing = backing.trim_end_matches('\n');
-        let same =
-            std::fs::metadata(backing).is_ok_and(|b| b.dev() == m.dev() && b.ino() == m.ino());
-        if !same {
+        if !loop_backs(&e.file_name(), &m) {
             continue;
         }
         let Some(rdev) = std::fs::read_to_string(e.path().join("dev"))
             .ok()
-            .and_then(|d| {
-                let (a, b) = d.trim().split_once(':')?;
-                Some(libc::makedev(a.parse().ok()?, b.parse().ok()?))
-            })
+            .and_then(|d| parse_devnum(&d))
         else {
             continue;
         };
