@@ -169,7 +169,7 @@ fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Resu
                     let len = rng.below(200) as usize;
                     let value = fill(rng, len);
                     what = format!("setxattr {} {}", f.path, String::from_utf8_lossy(&name));
-                    fs.setxattr(f.id, &name, &value, 0)
+                    fs.setxattr(f.id, &name, &value, 0, false)
                         .map_err(|e| format!("{what}: {e}"))?;
                     f.xattrs.insert(name, value);
                 }

@@ -478,7 +478,7 @@ impl crate::proto::FuseFs for BtrfsFuse {
         _name: &OsStr,
         _value: &[u8],
         _flags: i32,
-        _position: u32,
+        _setxattr_flags: u32,
         reply: ReplyEmpty,
     ) {
         reply.error(Errno::EROFS);

@@ -667,7 +667,10 @@ impl crate::proto::FuseFs for RwFuse {
             | InitFlags::FUSE_MAX_PAGES
             | InitFlags::FUSE_ASYNC_READ
             | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_ATOMIC_O_TRUNC;
+            | InitFlags::FUSE_ATOMIC_O_TRUNC
+            // SETXATTR says when an ACL must clear S_ISGID (the kernel
+            // knows the caller's groups and capabilities; we do not).
+            | InitFlags::FUSE_SETXATTR_EXT;
         let _ = config.add_capabilities(wanted & caps);
         if async_direct() {
             // An io_uring or aio O_DIRECT request goes out as a background
@@ -1157,12 +1160,13 @@ impl crate::proto::FuseFs for RwFuse {
         name: &OsStr,
         value: &[u8],
         flags: i32,
-        _position: u32,
+        setxattr_flags: u32,
         reply: ReplyEmpty,
     ) {
+        let kill_sgid = setxattr_flags & crate::proto::abi::FUSE_SETXATTR_ACL_KILL_SGID != 0;
         let res = self
             .fs()
-            .setxattr(self.inode(node), name.as_bytes(), value, flags);
+            .setxattr(self.inode(node), name.as_bytes(), value, flags, kill_sgid);
         match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno("setxattr", e)),

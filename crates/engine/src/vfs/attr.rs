@@ -237,7 +237,17 @@ impl RwFs {
     }
 
     /// setxattr(2) with XATTR_CREATE (1) or XATTR_REPLACE (2).
-    pub fn setxattr(&mut self, id: InodeId, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+    /// `kill_sgid`: the caller is neither in the file's group nor
+    /// CAP_FSETID, so an access ACL that sets the mode also clears
+    /// S_ISGID (posix_acl_update_mode).
+    pub fn setxattr(
+        &mut self,
+        id: InodeId,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+        kill_sgid: bool,
+    ) -> Result<()> {
         check_xattr_name(name)?;
         self.check_writable(id)?;
         let inode = self.t.inode_of(id.subvol, id.ino)?;
@@ -264,6 +274,9 @@ impl RwFs {
                 .ok_or_else(|| Error::Invalid("malformed POSIX ACL".into()))?;
             let mut i = self.t.inode_of(id.subvol, id.ino)?;
             i.mode = (i.mode & !0o777) | bits;
+            if kill_sgid {
+                i.mode &= !libc::S_ISGID;
+            }
             self.t.put_inode(id.subvol, id.ino, &i)?;
             if equiv {
                 if exists {

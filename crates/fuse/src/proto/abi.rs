@@ -61,8 +61,15 @@ pub const FUSE_COPY_FILE_RANGE_64: u32 = 53;
 pub const FUSE_NOTIFY_STORE: i32 = 4;
 
 // INIT flags (flags | flags2 << 32).
+pub const FUSE_SETXATTR_EXT: u64 = 1 << 29;
 pub const FUSE_INIT_EXT: u64 = 1 << 30;
 pub const FUSE_OVER_IO_URING: u64 = 1 << 41;
+
+/// SETXATTR's fixed argument without FUSE_SETXATTR_EXT.
+pub const FUSE_COMPAT_SETXATTR_IN_SIZE: usize = 8;
+/// setxattr_flags: the caller of a set of system.posix_acl_access is
+/// neither in the file's group nor CAP_FSETID, so S_ISGID goes.
+pub const FUSE_SETXATTR_ACL_KILL_SGID: u32 = 1 << 0;
 
 // FOPEN_* reply flags.
 pub const FOPEN_DIRECT_IO: u32 = 1 << 0;
@@ -307,10 +314,13 @@ pod! {
         pub fsync_flags: u32,
         pub padding: u32,
     }
-    /// fuse_setxattr_in without FUSE_SETXATTR_EXT (which we do not ask for).
+    /// fuse_setxattr_in; without FUSE_SETXATTR_EXT the kernel sends only
+    /// its first 8 bytes (FUSE_COMPAT_SETXATTR_IN_SIZE).
     pub struct SetxattrIn {
         pub size: u32,
         pub flags: u32,
+        pub setxattr_flags: u32,
+        pub padding: u32,
     }
     /// fuse_getxattr_in (GETXATTR, LISTXATTR) and fuse_getxattr_out.
     pub struct XattrSize {
@@ -514,7 +524,7 @@ const _: () = {
     assert!(size_of::<ReleaseIn>() == 24);
     assert!(size_of::<FlushIn>() == 24);
     assert!(size_of::<FsyncIn>() == 16);
-    assert!(size_of::<SetxattrIn>() == 8);
+    assert!(size_of::<SetxattrIn>() == 16);
     assert!(size_of::<XattrSize>() == 8);
     assert!(size_of::<AccessIn>() == 8);
     assert!(size_of::<ForgetIn>() == 8);

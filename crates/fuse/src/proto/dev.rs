@@ -3,7 +3,7 @@
 //! that read requests and write replies, and notifications.
 
 use super::abi::{self, bytes, read, InHeader, InitIn, InitOut, OutHeader};
-use super::dispatch::{dispatch, guarded, Acl};
+use super::dispatch::{dispatch, guarded, Acl, Conn};
 use super::filesystem::{FuseFs, KernelConfig, Request, MAX_WRITE};
 use super::reply::{Sender, Transport};
 use fuser::{INodeNo, InitFlags};
@@ -93,8 +93,7 @@ pub(crate) enum Negotiated {
 pub struct Session<F: FuseFs> {
     pub(crate) fs: Arc<F>,
     pub(crate) dev: Arc<DevChannel>,
-    pub(crate) acl: Acl,
-    pub(crate) owner: u32,
+    pub(crate) conn: Conn,
     pub(crate) config: KernelConfig,
     pub(crate) negotiated: Negotiated,
 }
@@ -184,8 +183,11 @@ impl<F: FuseFs> Session<F> {
         Ok(Session {
             fs: Arc::new(fs),
             dev,
-            acl,
-            owner,
+            conn: Conn {
+                acl,
+                owner,
+                setxattr_ext: flags & abi::FUSE_SETXATTR_EXT != 0,
+            },
             config,
             negotiated: if uring {
                 Negotiated::Uring
@@ -209,13 +211,7 @@ impl<F: FuseFs> Session<F> {
         let payload = (self.config.max_write as usize)
             .max(self.config.max_pages() as usize * super::filesystem::page_size())
             .max(8192);
-        super::dev_uring::start(
-            self.fs.clone(),
-            self.dev.raw(),
-            self.acl,
-            self.owner,
-            payload,
-        )
+        super::dev_uring::start(self.fs.clone(), self.dev.raw(), self.conn, payload)
     }
 
     pub fn notifier(&self) -> Notifier {
@@ -227,14 +223,14 @@ impl<F: FuseFs> Session<F> {
     pub fn run_dev(&self, threads: usize) -> io::Result<()> {
         let mut handles = Vec::new();
         for i in 1..threads.max(1) {
-            let (fs, dev, acl, owner) = (self.fs.clone(), self.dev.clone(), self.acl, self.owner);
+            let (fs, dev, conn) = (self.fs.clone(), self.dev.clone(), self.conn);
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("fuse-dev-{i}"))
-                    .spawn(move || serve_dev(&*fs, &dev, acl, owner))?,
+                    .spawn(move || serve_dev(&*fs, &dev, conn))?,
             );
         }
-        let res = serve_dev(&*self.fs, &self.dev, self.acl, self.owner);
+        let res = serve_dev(&*self.fs, &self.dev, self.conn);
         for h in handles {
             let _ = h.join();
         }
@@ -260,7 +256,7 @@ fn read_request(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// One serving thread: read, dispatch, until the device goes away.
-fn serve_dev<F: FuseFs>(fs: &F, dev: &Arc<DevChannel>, acl: Acl, owner: u32) -> io::Result<()> {
+fn serve_dev<F: FuseFs>(fs: &F, dev: &Arc<DevChannel>, conn: Conn) -> io::Result<()> {
     let mut buf = vec![0u8; BUF];
     loop {
         let n = match read_request(dev.raw(), &mut buf) {
@@ -275,14 +271,14 @@ fn serve_dev<F: FuseFs>(fs: &F, dev: &Arc<DevChannel>, acl: Acl, owner: u32) -> 
             continue;
         };
         let body = &msg[std::mem::size_of::<InHeader>()..];
-        let split = abi::op_arg_size(h.opcode).min(body.len());
+        let split = conn.arg_size(h.opcode).min(body.len());
         let (arg, data) = body.split_at(split);
         let s = Sender {
             transport: dev.clone(),
             slot: 0,
             unique: h.unique,
         };
-        guarded(|| dispatch(fs, acl, owner, &h, arg, data, s));
+        guarded(|| dispatch(fs, conn, &h, arg, data, s));
     }
 }
 

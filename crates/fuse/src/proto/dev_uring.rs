@@ -27,7 +27,7 @@
 //! libfuse's commit-from-any-thread design, in rw_mount's rw_ops).
 
 use super::abi::{self, bytes, read, InHeader, OutHeader, UringCmdReq, UringReqHeader};
-use super::dispatch::{dispatch, guarded, no_reply, Acl};
+use super::dispatch::{dispatch, guarded, no_reply, Conn};
 use super::filesystem::FuseFs;
 use super::reply::{Sender, Transport};
 use crate::pool::Pool;
@@ -354,8 +354,7 @@ fn slow(h: &InHeader, arg: &[u8], busy: impl FnOnce() -> bool) -> bool {
 pub(crate) fn start<F: FuseFs>(
     fs: Arc<F>,
     dev: RawFd,
-    acl: Acl,
-    owner: u32,
+    conn: Conn,
     payload_len: usize,
 ) -> io::Result<Rings> {
     let nq = possible_cpus()?;
@@ -374,7 +373,7 @@ pub(crate) fn start<F: FuseFs>(
                     Ok((q, early)) => {
                         let _ = tx.send(Ok(q.clone()));
                         drop(tx);
-                        serve(&q, early, &fs, &pool, acl, owner);
+                        serve(&q, early, &fs, &pool, conn);
                     }
                     Err(e) => {
                         let _ = tx.send(Err(e));
@@ -577,8 +576,7 @@ fn serve<F: FuseFs>(
     early: Vec<Completion>,
     fs: &Arc<F>,
     pool: &Arc<Pool>,
-    acl: Acl,
-    owner: u32,
+    conn: Conn,
 ) {
     let mut live = q.ents.len();
     let mut done = early;
@@ -650,7 +648,7 @@ fn serve<F: FuseFs>(
             // SAFETY: psz bytes of the entry's payload buffer, which is ours
             // until the commit.
             let payload = unsafe { std::slice::from_raw_parts(ent.payload.as_ptr(), psz) };
-            let arg = &hdr.op_in[..abi::op_arg_size(h.opcode).min(abi::FUSE_URING_OP_IN_OUT_SZ)];
+            let arg = &hdr.op_in[..conn.arg_size(h.opcode).min(abi::FUSE_URING_OP_IN_OUT_SZ)];
             let sender = Sender {
                 transport: q.clone(),
                 slot: idx,
@@ -659,14 +657,12 @@ fn serve<F: FuseFs>(
             if slow(&h, arg, || fs.busy()) {
                 q.offloaded.fetch_add(1, Ordering::Relaxed);
                 let (arg, payload, fs) = (arg.to_vec(), payload.to_vec(), fs.clone());
-                pool.run(move || {
-                    guarded(|| dispatch(&*fs, acl, owner, &h, &arg, &payload, sender))
-                });
+                pool.run(move || guarded(|| dispatch(&*fs, conn, &h, &arg, &payload, sender)));
             } else {
                 q.served.fetch_add(1, Ordering::Relaxed);
                 data.clear();
                 data.extend_from_slice(payload);
-                guarded(|| dispatch(&**fs, acl, owner, &h, arg, &data, sender));
+                guarded(|| dispatch(&**fs, conn, &h, arg, &data, sender));
             }
         }
         // Answers made on other threads since the last wait.

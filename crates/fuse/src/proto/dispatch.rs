@@ -26,6 +26,27 @@ pub enum Acl {
     All,
 }
 
+/// What a connection agreed at INIT that serving each request needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Conn {
+    pub acl: Acl,
+    /// The mounting user (for [`Acl::RootAndOwner`]).
+    pub owner: u32,
+    /// FUSE_SETXATTR_EXT: SETXATTR's argument is the 16-byte
+    /// fuse_setxattr_in, with `setxattr_flags`.
+    pub setxattr_ext: bool,
+}
+
+impl Conn {
+    /// The size of the opcode's fixed argument on this connection.
+    pub fn arg_size(&self, opcode: u32) -> usize {
+        if opcode == abi::FUSE_SETXATTR && !self.setxattr_ext {
+            return abi::FUSE_COMPAT_SETXATTR_IN_SIZE;
+        }
+        abi::op_arg_size(opcode)
+    }
+}
+
 /// Requests that never get a reply.
 pub(crate) fn no_reply(opcode: u32) -> bool {
     matches!(
@@ -82,8 +103,7 @@ pub(crate) fn guarded(f: impl FnOnce()) {
 /// cannot read at all) and logged.
 pub(crate) fn dispatch<F: FuseFs>(
     fs: &F,
-    acl: Acl,
-    owner: u32,
+    conn: Conn,
     h: &InHeader,
     arg: &[u8],
     data: &[u8],
@@ -100,7 +120,8 @@ pub(crate) fn dispatch<F: FuseFs>(
         // inode) and requests are not cancelled midway.
         return;
     }
-    if acl == Acl::RootAndOwner && h.uid != 0 && h.uid != owner && !on_open_file(h.opcode) {
+    if conn.acl == Acl::RootAndOwner && h.uid != 0 && h.uid != conn.owner && !on_open_file(h.opcode)
+    {
         return ReplyEmpty::new(s).error(Errno::EACCES);
     }
     if serve(fs, &req, h, arg, data, s).is_none() {
@@ -352,7 +373,17 @@ fn serve<F: FuseFs>(
         }
         abi::FUSE_STATFS => fs.statfs(req, node, ReplyStatfs::new(s)),
         abi::FUSE_SETXATTR => {
-            let a = arg!(abi::SetxattrIn);
+            // Without FUSE_SETXATTR_EXT only the first 8 bytes come.
+            let mut full = [0u8; std::mem::size_of::<abi::SetxattrIn>()];
+            let k = arg.len().min(full.len());
+            full[..k].copy_from_slice(&arg[..k]);
+            let a = match read::<abi::SetxattrIn>(&full) {
+                Some(a) if k >= abi::FUSE_COMPAT_SETXATTR_IN_SIZE => a,
+                _ => {
+                    ReplyEmpty::new(s).error(Errno::EINVAL);
+                    return None;
+                }
+            };
             let (name, rest) = name!(data);
             let Some(value) = rest.get(..a.size as usize) else {
                 ReplyEmpty::new(s).error(Errno::EINVAL);
@@ -364,7 +395,7 @@ fn serve<F: FuseFs>(
                 name,
                 value,
                 a.flags as i32,
-                0,
+                a.setxattr_flags,
                 ReplyEmpty::new(s),
             );
         }
@@ -563,6 +594,22 @@ mod tests {
             };
             reply.attr(&Duration::from_secs(1), &attr)
         }
+        fn setxattr(
+            &self,
+            _req: &Request,
+            ino: INodeNo,
+            name: &OsStr,
+            value: &[u8],
+            flags: i32,
+            setxattr_flags: u32,
+            reply: ReplyEmpty,
+        ) {
+            self.0.lock().unwrap().push(format!(
+                "setxattr {} {name:?} {value:?} {flags} {setxattr_flags}",
+                ino.0
+            ));
+            reply.ok()
+        }
         fn copy_file_range(
             &self,
             _req: &Request,
@@ -609,7 +656,12 @@ mod tests {
             slot: 0,
             unique: 42,
         };
-        dispatch(&fs, acl, 1000, &h, arg, data, s);
+        let conn = Conn {
+            acl,
+            owner: 1000,
+            setxattr_ext: true,
+        };
+        dispatch(&fs, conn, &h, arg, data, s);
         let calls = fs.0.lock().unwrap().clone();
         let sent = cap.0.lock().unwrap().clone();
         (calls, sent)
@@ -634,6 +686,35 @@ mod tests {
             time(UNIX_EPOCH - Duration::new(1, 250_000_000)),
             ((-2i64) as u64, 750_000_000)
         );
+    }
+
+    #[test]
+    fn setxattr_takes_either_argument_size() {
+        // FUSE_SETXATTR_EXT: 16 bytes, with setxattr_flags; without it
+        // the kernel sends the first 8 and the name follows at once.
+        let ext = abi::SetxattrIn {
+            size: 2,
+            flags: 1,
+            setxattr_flags: abi::FUSE_SETXATTR_ACL_KILL_SGID,
+            padding: 0,
+        };
+        let body = b"user.a\0hi";
+        for (setxattr_ext, want) in [(true, 1), (false, 0)] {
+            let conn = Conn {
+                acl: Acl::All,
+                owner: 0,
+                setxattr_ext,
+            };
+            let mut msg = abi::bytes(&ext)[..conn.arg_size(abi::FUSE_SETXATTR)].to_vec();
+            msg.extend_from_slice(body);
+            let (arg, data) = msg.split_at(conn.arg_size(abi::FUSE_SETXATTR));
+            let (calls, sent) = run(abi::FUSE_SETXATTR, arg, data);
+            assert_eq!(sent[0].1, 0, "ext {setxattr_ext}");
+            assert_eq!(
+                calls,
+                [format!("setxattr 5 \"user.a\" [104, 105] 1 {want}")]
+            );
+        }
     }
 
     #[test]

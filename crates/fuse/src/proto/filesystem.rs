@@ -392,7 +392,7 @@ pub trait FuseFs: Send + Sync + 'static {
         _name: &OsStr,
         _value: &[u8],
         _flags: i32,
-        _position: u32,
+        _setxattr_flags: u32,
         reply: ReplyEmpty,
     ) {
         reply.error(Errno::ENOSYS)
