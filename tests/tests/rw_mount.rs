@@ -1575,6 +1575,19 @@ r mknod nulldev c 1 3
 r head -c 1 nulldev
 chmod 755 .
 r setpriv --reuid=tests --regid=tests --clear-groups ls .
+py() { python3 -c "import errno, os, sys
+try:
+    $1
+except OSError as e: print(errno.errorcode[e.errno])"; }
+mkdir d1 d2
+py 'fd = os.open("d2", os.O_RDONLY); os.rename("d1", "d2"); print("nlink", os.fstat(fd).st_nlink)'
+touch x
+py 'os.setxattr("x", "user.big", b"a" * 16220); print("16220 ok")'
+py 'os.setxattr("x", "user.big", b"a" * 16221)'
+py 'os.setxattr("x", "user.big", b"a" * 65536)'
+touch s && chown tests:root s && chmod 2755 s
+setpriv --reuid=tests --regid=tests --clear-groups setfacl -m u::rwx,g::rwx,o::rwx s
+stat -c %A s
 "#;
 
 fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {

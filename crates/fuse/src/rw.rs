@@ -596,6 +596,17 @@ impl RwInner {
         }
     }
 
+    /// The close of a handle of `id` (a file's or a directory's): shared,
+    /// but for the last close of an inode without names, which deletes it.
+    fn closed(&self, id: InodeId, op: &str) {
+        let last_of_orphan = self.fs_read().release_shared(id);
+        if last_of_orphan {
+            if let Err(e) = self.fs().drop_orphan_if_closed(id) {
+                logging::error(&format!("{op}: {e}"));
+            }
+        }
+    }
+
     /// OPEN with flags `f`, a `writer` already counted by
     /// [`Pushes::writer_begin`] (and uncounted here if the open fails).
     fn open_as(&self, id: InodeId, f: i32, writer: bool, reply: ReplyOpen) {
@@ -1067,14 +1078,7 @@ impl crate::proto::FuseFs for RwFuse {
             if h.writer {
                 self.pushes.writer_end(h.id);
             }
-            // Shared, but for the last close of a file without names,
-            // which deletes it.
-            let last_of_orphan = self.fs_read().release_shared(h.id);
-            if last_of_orphan {
-                if let Err(e) = self.fs().drop_orphan_if_closed(h.id) {
-                    logging::error(&format!("release: {e}"));
-                }
-            }
+            self.closed(h.id, "release");
         }
         reply.ok();
     }
@@ -1093,7 +1097,10 @@ impl crate::proto::FuseFs for RwFuse {
         }
     }
 
-    fn opendir(&self, _req: &Request, _node: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, _req: &Request, node: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
+        // Counted as a file's open: a directory removed while open lives
+        // on (nlink 0, fstat works) until its last close.
+        self.fs_read().opened(self.inode(node));
         reply.opened(fuser::FileHandle(0), FopenFlags::empty());
     }
 
@@ -1125,11 +1132,12 @@ impl crate::proto::FuseFs for RwFuse {
     fn releasedir(
         &self,
         _req: &Request,
-        _node: INodeNo,
+        node: INodeNo,
         _fh: fuser::FileHandle,
         _flags: fuser::OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.closed(self.inode(node), "releasedir");
         reply.ok();
     }
 

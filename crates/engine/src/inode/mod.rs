@@ -216,6 +216,17 @@ impl Trans {
     /// Sets xattr `name` of inode `ino` to `value` (replacing it).
     pub fn set_xattr(&mut self, tree: u64, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
         check_name("xattr", name)?;
+        // BTRFS_MAX_XATTR_SIZE: one item holds the entry and its header.
+        let max = crate::tree::buf::max_item_data(self.nodesize())
+            - ubtrfs_format::items::DIR_ITEM_HEADER;
+        if name.len() + value.len() > max {
+            return Err(Error::NoSpace(format!(
+                "tree {tree} inode {ino}: xattr {:?} of {} bytes: at most {} bytes of name and value fit a leaf",
+                String::from_utf8_lossy(name),
+                value.len(),
+                max
+            )));
+        }
         let key = xattr_item_key(ino, name);
         let entry = DirEntry {
             location: Key::new(0, 0, 0),
