@@ -1588,6 +1588,8 @@ py 'os.setxattr("x", "user.big", b"a" * 65536)'
 touch s && chown tests:root s && chmod 2755 s
 setpriv --reuid=tests --regid=tests --clear-groups setfacl -m u::rwx,g::rwx,o::rwx s
 stat -c %A s
+py 'import time; open("at", "w").write("a"); a = [os.stat("at").st_atime_ns]; time.sleep(0.05); open("at").read(); a.append(os.stat("at").st_atime_ns); time.sleep(0.05); open("at").read(); a.append(os.stat("at").st_atime_ns); print("atime after reads", a[1] > a[0], a[2] > a[1])'
+py 'import time; os.mkdir("ad"); open("ad/x", "w").close(); a = os.stat("ad").st_atime_ns; time.sleep(0.05); os.listdir("ad"); print("atime after listing", os.stat("ad").st_atime_ns > a)'
 "#;
 
 fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {

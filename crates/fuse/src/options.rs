@@ -41,6 +41,9 @@ pub struct MountOptions {
     /// default it is used when the kernel offers it
     /// (/sys/module/fuse/parameters/enable_uring is Y).
     pub uring: Uring,
+    /// When reads move atime: `noatime`, `relatime` (the default),
+    /// `strictatime`; `nodiratime` for directories.
+    pub atime: crate::rw::Atime,
     /// Root's read-write mount is a block-device FUSE mount (fuseblk) over
     /// a loop device it attaches (`blkdev`, the default;
     /// `noblkdev`: a plain FUSE mount, whose umount(2) returns before the
@@ -84,6 +87,7 @@ impl Default for MountOptions {
             readahead_kb: 4096,
             uring: Uring::Auto,
             blkdev: true,
+            atime: Default::default(),
             write: Default::default(),
             acl: true,
         }
@@ -111,8 +115,9 @@ const IGNORED: &[&str] = &[
     "_netdev",
     "exec",
     "async",
-    "atime",
-    "relatime",
+    // atime updates reach the disk at the next commit in any case.
+    "lazytime",
+    "nolazytime",
     "default_permissions",
 ];
 
@@ -125,6 +130,7 @@ const KERNEL_FLAGS: &[&str] = &[
     "noexec",
     "noatime",
     "nodiratime",
+    "strictatime",
     "sync",
     "dirsync",
 ];
@@ -260,6 +266,29 @@ impl MountOptions {
                         .filter(|&n| n > 0)
                         .ok_or_else(|| format!("readahead_kb={v}: not a positive number"))?;
                 }
+                "atime" | "relatime" | "noatime" | "strictatime" | "norelatime"
+                    if value.is_none() =>
+                {
+                    use ubtrfs_engine::vfs::attr::AtimePolicy;
+                    self.atime.files = match key {
+                        "noatime" => AtimePolicy::Never,
+                        "strictatime" | "norelatime" => AtimePolicy::Strict,
+                        _ => AtimePolicy::Relative,
+                    };
+                    // The last of them counts, for the kernel too.
+                    self.kernel_flags
+                        .retain(|f| f != "noatime" && f != "strictatime");
+                    if matches!(key, "noatime" | "strictatime") {
+                        self.kernel_flags.push(key.to_string());
+                    }
+                }
+                "nodiratime" | "diratime" if value.is_none() => {
+                    self.atime.dirs = key == "diratime";
+                    self.kernel_flags.retain(|f| f != "nodiratime");
+                    if key == "nodiratime" {
+                        self.kernel_flags.push(key.to_string());
+                    }
+                }
                 k if KERNEL_FLAGS.contains(&k) && value.is_none() => {
                     if !self.kernel_flags.iter().any(|f| f == k) {
                         self.kernel_flags.push(k.to_string());
@@ -304,6 +333,24 @@ mod tests {
         assert_eq!(o.kernel_flags, vec!["nodev".to_string()]);
         assert_eq!(o.devices, vec![PathBuf::from("/dev/loop1")]);
         assert_eq!(o.rw, Some(false));
+    }
+
+    #[test]
+    fn atime_options_take_the_last() {
+        use ubtrfs_engine::vfs::attr::AtimePolicy;
+        let o = MountOptions::parse(&[]).unwrap();
+        assert_eq!(o.atime.files, AtimePolicy::Relative);
+        assert!(o.atime.dirs);
+        let o = MountOptions::parse(&["noatime,nodiratime".into()]).unwrap();
+        assert_eq!(o.atime.files, AtimePolicy::Never);
+        assert!(!o.atime.dirs);
+        assert_eq!(o.kernel_flags, ["noatime", "nodiratime"]);
+        let o = MountOptions::parse(&["noatime,strictatime,lazytime".into()]).unwrap();
+        assert_eq!(o.atime.files, AtimePolicy::Strict);
+        assert_eq!(o.kernel_flags, ["strictatime"]);
+        let o = MountOptions::parse(&["strictatime,relatime".into()]).unwrap();
+        assert_eq!(o.atime.files, AtimePolicy::Relative);
+        assert!(o.kernel_flags.is_empty());
     }
 
     #[test]

@@ -33,7 +33,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
-use ubtrfs_engine::vfs::attr::{SetAttr, SetTime};
+use ubtrfs_engine::vfs::attr::{AtimePolicy, SetAttr, SetTime};
 use ubtrfs_engine::vfs::seek::{SeekCache, Versions};
 use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwStats, SyncStep};
 use ubtrfs_engine::{Error, InodeId, Stat};
@@ -76,6 +76,8 @@ fn trace_fsync() -> bool {
 /// An open file.
 struct Handle {
     id: InodeId,
+    /// Opened O_NOATIME: its reads leave atime.
+    noatime: bool,
     seek: SeekCache,
     /// Opened for writing (counted in [`RwInner::pushes`]).
     writer: bool,
@@ -106,12 +108,42 @@ pub struct RwInner {
     /// POSIX ACLs enforced by the kernel and inherited here (`acl`, the
     /// default; `noacl` turns them off).
     acl: AtomicBool,
+    /// When reads and listings move atime (the kernel leaves it to us).
+    atime: Atime,
     /// Read-ahead pushed into the kernel's page cache ([`crate::rw_push`]).
     pushes: Arc<Pushes>,
     /// fsyncs waiting for the filesystem lock, and the signal that a log
     /// sync finished: see [`RwFuse::fsync_grouped`].
     fsyncs_waiting: AtomicU64,
     log_synced: Condvar,
+}
+
+/// The mount's atime options: `noatime`, `relatime` (the default) or
+/// `strictatime`, and `nodiratime`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Atime {
+    pub files: AtimePolicy,
+    /// `nodiratime` clears it: listings leave directories' atime.
+    pub dirs: bool,
+}
+
+impl Default for Atime {
+    fn default() -> Self {
+        Atime {
+            files: AtimePolicy::Relative,
+            dirs: true,
+        }
+    }
+}
+
+impl Atime {
+    fn policy(self, dir: bool) -> AtimePolicy {
+        if dir && !self.dirs {
+            AtimePolicy::Never
+        } else {
+            self.files
+        }
+    }
 }
 
 /// The longest an fsync whose file is logged waits for queued fsyncs to
@@ -257,7 +289,7 @@ fn errno(op: &str, e: Error) -> Errno {
 }
 
 impl RwFuse {
-    pub fn new(fs: Arc<FsLock>, root: InodeId, ttl: Duration, acl: bool) -> RwFuse {
+    pub fn new(fs: Arc<FsLock>, root: InodeId, ttl: Duration, acl: bool, atime: Atime) -> RwFuse {
         let (sectorsize, versions) = {
             let g = fs.lock_shared();
             (g.sectorsize() as u32, g.versions())
@@ -271,6 +303,7 @@ impl RwFuse {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             acl: AtomicBool::new(acl),
+            atime,
             pushes: Arc::new(Pushes::default()),
             fsyncs_waiting: AtomicU64::new(0),
             log_synced: Condvar::new(),
@@ -596,6 +629,20 @@ impl RwInner {
         }
     }
 
+    /// An access of `id` (a READ of a file, a READDIR of a directory):
+    /// atime as the mount's options say. Checked shared; the filesystem
+    /// is taken alone only when atime moves (under relatime, the first
+    /// access after a change, or a day after the last).
+    fn accessed(&self, id: InodeId, dir: bool) {
+        let policy = self.atime.policy(dir);
+        if policy == AtimePolicy::Never || !self.fs_read().atime_due(id, policy) {
+            return;
+        }
+        if let Err(e) = self.fs().touch_atime(id, policy) {
+            logging::warn(&format!("atime of inode {}: {e}", id.ino));
+        }
+    }
+
     /// The close of a handle of `id` (a file's or a directory's): shared,
     /// but for the last close of an inode without names, which deletes it.
     fn closed(&self, id: InodeId, op: &str) {
@@ -634,7 +681,7 @@ impl RwInner {
         })();
         match res {
             Ok(()) => {
-                let fh = self.new_handle(id, writer);
+                let fh = self.new_handle(id, writer, f);
                 reply.opened(fuser::FileHandle(fh), open_flags(f));
             }
             Err(e) => {
@@ -648,7 +695,7 @@ impl RwInner {
 
     /// A new handle of `id`; a `writer` was counted by
     /// [`Pushes::writer_begin`].
-    fn new_handle(&self, id: InodeId, writer: bool) -> u64 {
+    fn new_handle(&self, id: InodeId, writer: bool, flags: i32) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles
             .lock()
@@ -657,6 +704,7 @@ impl RwInner {
                 fh,
                 Handle {
                     id,
+                    noatime: flags & libc::O_NOATIME != 0,
                     seek: SeekCache::default(),
                     writer,
                     reads: ReadPattern::default(),
@@ -982,14 +1030,14 @@ impl crate::proto::FuseFs for RwFuse {
         }
         // A small forward read reads a window, and what lies past the
         // request is pushed into the page cache (see rw_push).
-        let window = self
+        let (window, noatime) = self
             .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&fh.0)
             .filter(|h| h.id == id)
-            .and_then(|h| h.reads.window(offset, size))
-            .filter(|_| self.pushes.may_push(id));
+            .map_or((None, false), |h| (h.reads.window(offset, size), h.noatime));
+        let window = window.filter(|_| self.pushes.may_push(id));
         let fs = self.fs_read();
         let res = fs.read(id, offset, size);
         // A failure past the request is not this request's.
@@ -1014,6 +1062,9 @@ impl crate::proto::FuseFs for RwFuse {
                 reply.data(&d);
                 if let (true, Some(w), Some(data)) = (push, window, ahead) {
                     self.pushes.push(id, node.0, w.start, data);
+                }
+                if !noatime {
+                    self.accessed(id, false);
                 }
             }
             Err(e) => reply.error(errno("read", e)),
@@ -1124,6 +1175,7 @@ impl crate::proto::FuseFs for RwFuse {
                     }
                 }
                 reply.ok();
+                self.accessed(dir, true);
             }
             Err(e) => reply.error(errno("readdir", e)),
         }
@@ -1236,7 +1288,7 @@ impl crate::proto::FuseFs for RwFuse {
                 if writer {
                     self.pushes.writer_begin(id);
                 }
-                let fh = self.new_handle(id, writer);
+                let fh = self.new_handle(id, writer, flags);
                 reply.created(
                     &self.ttl,
                     &attr,

@@ -269,6 +269,7 @@ fn fusermount_options(fsname: &str, o: &MountOptions, acl: Acl, rw: bool) -> Str
                 | "noexec"
                 | "noatime"
                 | "nodiratime"
+                | "strictatime"
                 | "sync"
                 | "dirsync"
         ) {
@@ -462,7 +463,7 @@ fn serve_rw(
     // Attributes change only through this mount, but briefly cached all
     // the same: what the kernel caches it also updates from our replies.
     let ttl = Duration::from_secs(o.timeout_secs.min(1));
-    let handler = RwFuse::new(rw.clone(), root, ttl, o.acl);
+    let handler = RwFuse::new(rw.clone(), root, ttl, o.acl, o.atime);
     let stop = Arc::new(AtomicBool::new(false));
     let committer = {
         let rw = rw.clone();
@@ -815,6 +816,7 @@ fn mount_syscall(
         ("noexec", libc::MS_NOEXEC),
         ("noatime", libc::MS_NOATIME),
         ("nodiratime", libc::MS_NODIRATIME),
+        ("strictatime", libc::MS_STRICTATIME),
         ("sync", libc::MS_SYNCHRONOUS),
         ("dirsync", libc::MS_DIRSYNC),
     ] {

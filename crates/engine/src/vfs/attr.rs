@@ -33,6 +33,39 @@ pub struct SetAttr {
     pub ctime: Option<Timespec>,
 }
 
+/// When an access (a read of a file, a listing of a directory) updates
+/// the access time: the mount's `noatime`, `relatime` (the default) or
+/// `strictatime`. The kernel leaves atime to a FUSE filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtimePolicy {
+    Never,
+    #[default]
+    Relative,
+    Strict,
+}
+
+impl AtimePolicy {
+    /// Whether an access at `now` moves `st`'s atime, as the kernel's
+    /// atime_needs_update with relatime_need_update: under relatime only
+    /// when atime is not after mtime or ctime, or is a day old.
+    pub fn needs_update(self, st: &Stat, now: Timespec) -> bool {
+        let t = |t: Timespec| (t.sec, t.nsec);
+        if st.flags & INODE_NOATIME != 0 {
+            // chattr +A
+            return false;
+        }
+        match self {
+            AtimePolicy::Never => false,
+            AtimePolicy::Strict => st.atime != now,
+            AtimePolicy::Relative => {
+                t(st.mtime) >= t(st.atime)
+                    || t(st.ctime) >= t(st.atime)
+                    || now.sec - st.atime.sec >= 24 * 60 * 60
+            }
+        }
+    }
+}
+
 /// FS_IOC_GETFLAGS bits (linux/fs.h) and the inode flags they show.
 const FS_FLAGS: [(u32, u64); 9] = [
     (0x0000_0008, INODE_SYNC),
@@ -183,6 +216,34 @@ impl RwFs {
         i.sequence += 1;
         self.t.put_inode(id.subvol, id.ino, &i)?;
         self.stat(id)
+    }
+
+    /// Whether an access of `id` now moves its atime under `policy`: the
+    /// shared check before [`RwFs::touch_atime`] takes the filesystem.
+    pub fn atime_due(&self, id: InodeId, policy: AtimePolicy) -> bool {
+        policy != AtimePolicy::Never
+            && !id.is_placeholder()
+            && self
+                .stat(id)
+                .is_ok_and(|st| policy.needs_update(&st, now()))
+    }
+
+    /// An access of `id` under `policy` (after [`RwFs::atime_due`]
+    /// said so, without the filesystem held alone): atime becomes now, the
+    /// change time and the inode's sequence stay. Nothing on a read-only
+    /// subvolume or mount, as the kernel's touch_atime.
+    pub fn touch_atime(&mut self, id: InodeId, policy: AtimePolicy) -> Result<()> {
+        if self.check_writable(id).is_err() {
+            return Ok(());
+        }
+        let time = now();
+        let mut i = self.t.inode_of(id.subvol, id.ino)?;
+        if !policy.needs_update(&self.stat(id)?, time) {
+            return Ok(());
+        }
+        i.atime = time;
+        i.transid = self.t.transid;
+        self.t.put_inode(id.subvol, id.ino, &i)
     }
 
     /// Sets the change time of `id` to now (an xattr or flag change).
