@@ -1590,6 +1590,8 @@ setpriv --reuid=tests --regid=tests --clear-groups setfacl -m u::rwx,g::rwx,o::r
 stat -c %A s
 py 'import time; open("at", "w").write("a"); a = [os.stat("at").st_atime_ns]; time.sleep(0.05); open("at").read(); a.append(os.stat("at").st_atime_ns); time.sleep(0.05); open("at").read(); a.append(os.stat("at").st_atime_ns); print("atime after reads", a[1] > a[0], a[2] > a[1])'
 py 'import time; os.mkdir("ad"); open("ad/x", "w").close(); a = os.stat("ad").st_atime_ns; time.sleep(0.05); os.listdir("ad"); print("atime after listing", os.stat("ad").st_atime_ns > a)'
+py 'import time; open("c", "w").close(); a = os.stat("c").st_ctime_ns; time.sleep(0.05); os.system("chattr +A c"); print("ctime after chattr", os.stat("c").st_ctime_ns > a)'
+xfs_io -c 'chattr +x' c 2>&1 | sed 's/.*: //'
 "#;
 
 fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {

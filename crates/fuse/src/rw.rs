@@ -643,6 +643,16 @@ impl RwInner {
         }
     }
 
+    /// Drops the kernel's cached attributes of `node` after a change it
+    /// did not make through SETATTR (an ioctl's: the new ctime).
+    fn inval_attr(&self, node: INodeNo) {
+        if let Some(n) = self.pushes.notifier() {
+            if let Err(e) = n.inval_attr(node) {
+                logging::warn(&format!("attributes of node {}: {e}", node.0));
+            }
+        }
+    }
+
     /// The close of a handle of `id` (a file's or a directory's): shared,
     /// but for the last close of an inode without names, which deletes it.
     fn closed(&self, id: InodeId, op: &str) {
@@ -1325,7 +1335,10 @@ impl crate::proto::FuseFs for RwFuse {
                 };
                 let f = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 match self.fs().set_flags(id, f) {
-                    Ok(()) => reply.ioctl(0, &[]),
+                    Ok(()) => {
+                        self.inval_attr(node);
+                        reply.ioctl(0, &[])
+                    }
                     Err(e) => reply.error(errno("ioctl", e)),
                 }
             }
@@ -1346,6 +1359,12 @@ impl crate::proto::FuseFs for RwFuse {
                     return reply.error(Errno::EINVAL);
                 };
                 let x = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                let known = XFLAGS.iter().fold(0, |a, (xbit, _)| a | xbit);
+                if x & !known != 0 {
+                    // As btrfs_fileattr_set: DAX, project inheritance and
+                    // the rest are not btrfs's.
+                    return reply.error(Errno::EOPNOTSUPP);
+                }
                 let mut fs = self.fs();
                 let res = fs.get_flags(id).and_then(|cur| {
                     let mut f = cur;
@@ -1362,8 +1381,12 @@ impl crate::proto::FuseFs for RwFuse {
                         fs.set_flags(id, f)
                     }
                 });
+                drop(fs);
                 match res {
-                    Ok(()) => reply.ioctl(0, &[]),
+                    Ok(()) => {
+                        self.inval_attr(node);
+                        reply.ioctl(0, &[])
+                    }
                     Err(e) => reply.error(errno("ioctl", e)),
                 }
             }

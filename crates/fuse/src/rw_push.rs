@@ -166,6 +166,12 @@ impl Pushes {
         let _ = self.notifier.set(notifier);
     }
 
+    /// The session's notifier, once set (for notifications other than
+    /// pushes: [`crate::rw::RwFuse`] shares it).
+    pub fn notifier(&self) -> Option<&crate::proto::Notifier> {
+        self.notifier.get()
+    }
+
     /// Whether a push of `id` could start now (no handle that may write
     /// is open): asked before reading a window, so that a file with a
     /// writer is not read 4 MiB at a time for nothing. [`Pushes::begin`]

@@ -58,6 +58,7 @@ pub const FUSE_STATX: u32 = 52;
 pub const FUSE_COPY_FILE_RANGE_64: u32 = 53;
 
 // Notification codes (the `error` field of an unsolicited message).
+pub const FUSE_NOTIFY_INVAL_INODE: i32 = 2;
 pub const FUSE_NOTIFY_STORE: i32 = 4;
 
 // INIT flags (flags | flags2 << 32).
@@ -447,6 +448,13 @@ pod! {
         pub namelen: u32,
         pub typ: u32,
     }
+    /// fuse_notify_inval_inode_out: a negative `off` drops only the
+    /// cached attributes.
+    pub struct NotifyInvalInodeOut {
+        pub ino: u64,
+        pub off: i64,
+        pub len: i64,
+    }
     pub struct NotifyStoreOut {
         pub nodeid: u64,
         pub offset: u64,
@@ -543,6 +551,7 @@ const _: () = {
     assert!(size_of::<Kstatfs>() == 80);
     assert!(size_of::<Dirent>() == 24);
     assert!(size_of::<NotifyStoreOut>() == 24);
+    assert!(size_of::<NotifyInvalInodeOut>() == 24);
     assert!(size_of::<UringEntInOut>() == 32);
     assert!(size_of::<UringReqHeader>() == 288);
     assert!(size_of::<UringCmdReq>() == 24);

@@ -61,7 +61,8 @@ impl Transport for DevChannel {
     }
 }
 
-/// Sends notifications (FUSE_NOTIFY_STORE) to the kernel.
+/// Sends notifications (FUSE_NOTIFY_STORE, FUSE_NOTIFY_INVAL_INODE) to
+/// the kernel.
 #[derive(Clone)]
 pub struct Notifier(Arc<DevChannel>);
 
@@ -77,6 +78,20 @@ impl Notifier {
         };
         self.0
             .write(0, abi::FUSE_NOTIFY_STORE, &[bytes(&out), data])
+    }
+
+    /// Drops the kernel's cached attributes of `node` (its pages stay):
+    /// after a change the kernel did not make through SETATTR, such as
+    /// an ioctl's. Takes no lock in the kernel, so a request handler may
+    /// send it.
+    pub fn inval_attr(&self, node: INodeNo) -> io::Result<()> {
+        let out = abi::NotifyInvalInodeOut {
+            ino: node.0,
+            off: -1,
+            len: 0,
+        };
+        self.0
+            .write(0, abi::FUSE_NOTIFY_INVAL_INODE, &[bytes(&out)])
     }
 }
 
