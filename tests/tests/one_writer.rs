@@ -19,8 +19,9 @@
 //!     runs 200) with writes, appends, unlinks and renames between:
 //!     `btrfs check` right after each umount, and every byte of every
 //!     file seen by the next mount; the kernel reads the end state.
-//! (e) `sync` or `sync -f` (syncfs), then kill -9 of the daemon:
-//!     everything written before is there (check, kernel read-back).
+//! (e) `sync`, `sync -f` (syncfs) or `mount -o remount,ro`, then kill -9
+//!     of the daemon: everything written before is there (check, kernel
+//!     read-back); the read-only remount refuses writes (EROFS) first.
 //! (f) A user without root mounts through fusermount3, writes, runs
 //!     `fusermount3 -u` and mounts again at once: the new mount waits
 //!     for the old daemon's last commit and sees everything.
@@ -370,12 +371,13 @@ fn plain_umount_keeps_everything() {
 // ------------------------------------------------------------------ (e)
 
 #[test]
-fn sync_then_kill9_keeps_what_was_written() {
+fn sync_or_remount_ro_then_kill9_keeps_what_was_written() {
     one_case(
-        "sync_then_kill9_keeps_what_was_written",
+        "sync_or_remount_ro_then_kill9_keeps_what_was_written",
         Writer::Ubtrfs,
         |base| {
-            for (i, sync) in ["sync", "sync -f MNT"].into_iter().enumerate() {
+            let ways = ["sync", "sync -f MNT", "mount -o remount,ro MNT"];
+            for (i, sync) in ways.into_iter().enumerate() {
                 let img = base.join(format!("s{i}.img"));
                 mkfs_image(&img, "512M")?;
                 let mnt = base.join(format!("mnt{i}"));
@@ -390,6 +392,12 @@ fn sync_then_kill9_keeps_what_was_written() {
                 let v = model.remove("f3").unwrap();
                 model.insert("g3".into(), v);
                 sh(&sync.replace("MNT", &s(&mnt)))?;
+                if sync.contains("remount") {
+                    match std::fs::write(mnt.join("x"), b"x") {
+                        Err(e) if e.raw_os_error() == Some(libc::EROFS) => {}
+                        other => return Err(format!("a write after `{sync}`: {other:?}")),
+                    }
+                }
                 m.kill9()?;
                 check(&img, &format!("after `{sync}` and kill -9"))?;
                 let r = kernel_ro(&img, &base.join("k"));

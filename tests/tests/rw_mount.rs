@@ -1592,6 +1592,15 @@ py 'import time; open("at", "w").write("a"); a = [os.stat("at").st_atime_ns]; ti
 py 'import time; os.mkdir("ad"); open("ad/x", "w").close(); a = os.stat("ad").st_atime_ns; time.sleep(0.05); os.listdir("ad"); print("atime after listing", os.stat("ad").st_atime_ns > a)'
 py 'import time; open("c", "w").close(); a = os.stat("c").st_ctime_ns; time.sleep(0.05); os.system("chattr +A c"); print("ctime after chattr", os.stat("c").st_ctime_ns > a)'
 xfs_io -c 'chattr +x' c 2>&1 | sed 's/.*: //'
+remount() { mount -o remount,"$1" "$PWD"; }
+exec 3>>c
+r remount ro
+exec 3>&-
+r remount ro
+r touch rm
+r cat c
+r remount rw
+r touch rm
 "#;
 
 fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {

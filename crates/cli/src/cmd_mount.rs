@@ -6,7 +6,7 @@
 use crate::{CmdResult, ImageArgs};
 use clap::Args;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use ubtrfs_fuse::session::{run, MountRequest};
 use ubtrfs_fuse::MountOptions;
@@ -50,6 +50,10 @@ pub fn run_umount(a: UmountArgs) -> CmdResult {
 
 pub fn run_mount(a: MountArgs) -> CmdResult {
     let options = MountOptions::parse(&a.options)?;
+    if options.remount {
+        ubtrfs_fuse::remount::remount(&a.mountpoint, &a.options)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     ubtrfs_engine::io::claim::set_read_live(a.image.force);
     run(MountRequest {
         image: a.image.image,
@@ -102,6 +106,14 @@ pub fn helper_main() -> Option<ExitCode> {
         Ok(o) => o,
         Err(e) => return Some(helper_fail(&e)),
     };
+    if options.remount {
+        return Some(
+            match ubtrfs_fuse::remount::remount(Path::new(&positional[1]), &opts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => helper_fail(&e),
+            },
+        );
+    }
     let res = run(MountRequest {
         image: PathBuf::from(&positional[0]),
         devices: Vec::new(),

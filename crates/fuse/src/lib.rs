@@ -33,6 +33,7 @@ pub mod options;
 pub mod pidfile;
 mod pool;
 pub mod proto;
+pub mod remount;
 mod reply;
 pub mod rw;
 pub mod rw_push;

@@ -44,6 +44,9 @@ pub struct MountOptions {
     /// When reads move atime: `noatime`, `relatime` (the default),
     /// `strictatime`; `nodiratime` for directories.
     pub atime: crate::rw::Atime,
+    /// `remount`: change the flags of the mount on the mount point
+    /// (`ro`, `rw`, `noatime`, ...) rather than mount.
+    pub remount: bool,
     /// Root's read-write mount is a block-device FUSE mount (fuseblk) over
     /// a loop device it attaches (`blkdev`, the default;
     /// `noblkdev`: a plain FUSE mount, whose umount(2) returns before the
@@ -88,6 +91,7 @@ impl Default for MountOptions {
             uring: Uring::Auto,
             blkdev: true,
             atime: Default::default(),
+            remount: false,
             write: Default::default(),
             acl: true,
         }
@@ -133,6 +137,19 @@ const KERNEL_FLAGS: &[&str] = &[
     "strictatime",
     "sync",
     "dirsync",
+];
+
+/// The kernel flags with a mount(2) bit; their opposites (dev, suid,
+/// atime, ...) are the bit's absence.
+pub const MS_FLAGS: [(&str, libc::c_ulong); 8] = [
+    ("nodev", libc::MS_NODEV),
+    ("nosuid", libc::MS_NOSUID),
+    ("noexec", libc::MS_NOEXEC),
+    ("noatime", libc::MS_NOATIME),
+    ("nodiratime", libc::MS_NODIRATIME),
+    ("strictatime", libc::MS_STRICTATIME),
+    ("sync", libc::MS_SYNCHRONOUS),
+    ("dirsync", libc::MS_DIRSYNC),
 ];
 
 /// compress=ALGO[:LEVEL] as the kernel takes it (no, none: off).
@@ -220,6 +237,7 @@ impl MountOptions {
                         .parse()
                         .map_err(|_| format!("timeout={v}: not a number of seconds"))?;
                 }
+                "remount" if value.is_none() => self.remount = true,
                 "rw" => self.rw = Some(true),
                 "ro" => self.rw = Some(false),
                 "compress" | "compress-force" => {
@@ -304,6 +322,14 @@ impl MountOptions {
             }
         }
         Ok(())
+    }
+
+    /// The mount(2) bits of the kernel flags asked for.
+    pub fn ms_flags(&self) -> libc::c_ulong {
+        MS_FLAGS
+            .iter()
+            .filter(|(name, _)| self.kernel_flags.iter().any(|k| k == name))
+            .fold(0, |a, (_, bit)| a | bit)
     }
 
     /// Parses a list of `-o` arguments.

@@ -87,15 +87,25 @@ impl Record {
     /// Records this process for `mountpoint`. Failing to is not fatal:
     /// the mount works, `ubtrfs umount` just cannot wait for it.
     pub fn create(mountpoint: &Path) -> Option<Record> {
+        let r = Record(path_for(mountpoint));
+        r.write("")?;
+        Some(r)
+    }
+
+    /// Notes that this process serves the mount read-write (it has a
+    /// writer: a read-only remount of it may become read-write again).
+    pub fn set_writable(&self) {
+        let _ = self.write(" rw");
+    }
+
+    fn write(&self, tail: &str) -> Option<()> {
         let pid = std::process::id();
         let start = Server::start_of(pid)?;
         let d = dir();
         std::fs::create_dir_all(&d).ok()?;
-        let p = path_for(mountpoint);
         let tmp = d.join(format!(".{pid}.tmp"));
-        std::fs::write(&tmp, format!("{pid} {start}\n")).ok()?;
-        std::fs::rename(&tmp, &p).ok()?;
-        Some(Record(p))
+        std::fs::write(&tmp, format!("{pid} {start}{tail}\n")).ok()?;
+        std::fs::rename(&tmp, &self.0).ok()
     }
 }
 
@@ -123,6 +133,14 @@ pub fn server_of(mountpoint: &Path) -> Option<Server> {
         start: f.next()?.parse().ok()?,
     };
     s.alive().then_some(s)
+}
+
+/// Whether the process serving `mountpoint` serves it read-write
+/// ([`Record::set_writable`]).
+pub fn writable(mountpoint: &Path) -> bool {
+    server_of(mountpoint).is_some()
+        && std::fs::read_to_string(path_for(mountpoint))
+            .is_ok_and(|t| t.split_whitespace().nth(2) == Some("rw"))
 }
 
 #[cfg(test)]

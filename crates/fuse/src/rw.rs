@@ -110,6 +110,9 @@ pub struct RwInner {
     acl: AtomicBool,
     /// When reads and listings move atime (the kernel leaves it to us).
     atime: Atime,
+    /// The mount was remounted read-only: the kernel refuses writes, and
+    /// atime stays ([`crate::remount::follow_ro`] keeps it).
+    remounted_ro: Arc<AtomicBool>,
     /// Read-ahead pushed into the kernel's page cache ([`crate::rw_push`]).
     pushes: Arc<Pushes>,
     /// fsyncs waiting for the filesystem lock, and the signal that a log
@@ -304,6 +307,7 @@ impl RwFuse {
             next_fh: AtomicU64::new(1),
             acl: AtomicBool::new(acl),
             atime,
+            remounted_ro: Arc::new(AtomicBool::new(false)),
             pushes: Arc::new(Pushes::default()),
             fsyncs_waiting: AtomicU64::new(0),
             log_synced: Condvar::new(),
@@ -635,12 +639,20 @@ impl RwInner {
     /// access after a change, or a day after the last).
     fn accessed(&self, id: InodeId, dir: bool) {
         let policy = self.atime.policy(dir);
-        if policy == AtimePolicy::Never || !self.fs_read().atime_due(id, policy) {
+        if policy == AtimePolicy::Never
+            || self.remounted_ro.load(Ordering::Relaxed)
+            || !self.fs_read().atime_due(id, policy)
+        {
             return;
         }
         if let Err(e) = self.fs().touch_atime(id, policy) {
             logging::warn(&format!("atime of inode {}: {e}", id.ino));
         }
+    }
+
+    /// The flag [`crate::remount::follow_ro`] keeps.
+    pub fn remounted_ro(&self) -> Arc<AtomicBool> {
+        self.remounted_ro.clone()
     }
 
     /// Drops the kernel's cached attributes of `node` after a change it

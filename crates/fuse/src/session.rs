@@ -259,23 +259,8 @@ fn fusermount_options(fsname: &str, o: &MountOptions, acl: Acl, rw: bool) -> Str
     if acl != Acl::Owner {
         parts.push("allow_other".into());
     }
-    for f in &o.kernel_flags {
-        if matches!(
-            f.as_str(),
-            "nodev"
-                | "dev"
-                | "nosuid"
-                | "suid"
-                | "noexec"
-                | "noatime"
-                | "nodiratime"
-                | "strictatime"
-                | "sync"
-                | "dirsync"
-        ) {
-            parts.push(f.clone());
-        }
-    }
+    // fusermount3 takes them by name (it adds nodev,nosuid itself).
+    parts.extend(o.kernel_flags.iter().cloned());
     parts.join(",")
 }
 
@@ -331,7 +316,7 @@ impl Unmount {
 fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     logging::install_fuser_logger();
     // Lives until this returns, after the last commit.
-    let _record = crate::pidfile::Record::create(&req.mountpoint);
+    let record = crate::pidfile::Record::create(&req.mountpoint);
     // Threads made from here on inherit the blocked signals; one thread
     // waits for them.
     let set = stop_signals();
@@ -377,7 +362,12 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
             None
         };
         match open_rw(req) {
-            Ok(rw) => return serve_rw(req, notify, set, rw, root, &mut watchdog, pre),
+            Ok(rw) => {
+                if let Some(r) = &record {
+                    r.set_writable();
+                }
+                return serve_rw(req, notify, set, rw, root, &mut watchdog, pre);
+            }
             Err(e) => {
                 if let Some(m) = pre {
                     m.abandon();
@@ -465,6 +455,7 @@ fn serve_rw(
     let ttl = Duration::from_secs(o.timeout_secs.min(1));
     let handler = RwFuse::new(rw.clone(), root, ttl, o.acl, o.atime);
     let stop = Arc::new(AtomicBool::new(false));
+    crate::remount::follow_ro(req.mountpoint.clone(), handler.remounted_ro(), stop.clone());
     let committer = {
         let rw = rw.clone();
         let stop = stop.clone();
@@ -806,24 +797,9 @@ fn mount_syscall(
     if acl != Acl::Owner {
         data.push_str(",allow_other");
     }
-    let mut flags = if rw { 0 } else { libc::MS_RDONLY };
-    let has = |f: &str| o.kernel_flags.iter().any(|k| k == f);
     // Root mounts as the kernel's filesystems do: device files and setuid
     // bits work unless `nodev` / `nosuid` (fusermount3 always sets both).
-    for (name, bit) in [
-        ("nodev", libc::MS_NODEV),
-        ("nosuid", libc::MS_NOSUID),
-        ("noexec", libc::MS_NOEXEC),
-        ("noatime", libc::MS_NOATIME),
-        ("nodiratime", libc::MS_NODIRATIME),
-        ("strictatime", libc::MS_STRICTATIME),
-        ("sync", libc::MS_SYNCHRONOUS),
-        ("dirsync", libc::MS_DIRSYNC),
-    ] {
-        if has(name) {
-            flags |= bit;
-        }
-    }
+    let flags = o.ms_flags() | if rw { 0 } else { libc::MS_RDONLY };
     let c = |s: &[u8]| CString::new(s).map_err(|_| "NUL byte in a mount argument".to_string());
     // Root's read-write mount is fuseblk (see loopdev.rs): a block device
     // is mounted itself, an image file through a loop device attached
@@ -906,16 +882,10 @@ fn set_readahead(mnt: &Path, kb: u32) -> Result<(), String> {
 /// The device field ("MAJOR:MINOR") of the last mount on `mnt` in
 /// mountinfo (read without a request to the mount).
 fn mount_dev(mnt: &Path) -> Option<String> {
-    let info = std::fs::read("/proc/self/mountinfo").ok()?;
-    let want = mnt.as_os_str().as_bytes();
-    let mut dev = None;
-    for line in info.split(|&b| b == b'\n') {
-        let f: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
-        if f.len() > 4 && ubtrfs_engine::io::claim::unescape_mountinfo(f[4]) == want {
-            dev = Some(String::from_utf8_lossy(f[2]).into_owned());
-        }
-    }
-    dev
+    ubtrfs_engine::io::claim::mounts()
+        .into_iter()
+        .rfind(|m| m.point == mnt)
+        .map(|m| m.st_dev)
 }
 
 /// Points stdin, stdout and stderr at /dev/null (a daemon has no terminal).

@@ -400,15 +400,22 @@ fn dev_of_block(path: &Path) -> u64 {
 /// One line of /proc/self/mountinfo: device number (the block device's
 /// for a source that is one: the kernel's btrfs shows an anonymous number
 /// of its own), mount point, type, and whether it is read-only.
-struct MountLine {
-    dev: u64,
-    source: PathBuf,
-    point: PathBuf,
-    fstype: String,
-    ro: bool,
+pub struct MountLine {
+    pub dev: u64,
+    /// The device field as mountinfo gives it ("MAJOR:MINOR"): for a
+    /// FUSE mount, its connection.
+    pub st_dev: String,
+    pub source: PathBuf,
+    pub point: PathBuf,
+    pub fstype: String,
+    pub ro: bool,
+    /// The per-mount options (rw, nodev, relatime, ...).
+    pub options: String,
 }
 
-fn mounts() -> Vec<MountLine> {
+/// The mounts of this process's namespace, in mountinfo's order (a later
+/// mount on the same point is over an earlier one).
+pub fn mounts() -> Vec<MountLine> {
     use std::os::unix::ffi::OsStringExt;
     let Ok(info) = std::fs::read("/proc/self/mountinfo") else {
         return Vec::new();
@@ -439,6 +446,8 @@ fn mounts() -> Vec<MountLine> {
         let ro = f[5].split(|&b| b == b',').any(|o| o == b"ro");
         out.push(MountLine {
             dev,
+            st_dev: String::from_utf8_lossy(f[2]).into_owned(),
+            options: String::from_utf8_lossy(f[5]).into_owned(),
             source,
             point: PathBuf::from(std::ffi::OsString::from_vec(unescape_mountinfo(f[4]))),
             fstype: String::from_utf8_lossy(f[sep + 1]).into_owned(),
