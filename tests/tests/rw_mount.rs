@@ -1601,6 +1601,14 @@ r touch rm
 r cat c
 r remount rw
 r touch rm
+mkdir rd && for i in $(seq 3000); do : > rd/$i; done
+python3 -c 'import os
+n = 0
+for e in os.scandir("rd"):
+    n += 1
+    if n > 9000: break
+    os.rename("rd/" + e.name, "rd/" + e.name + "_")
+print("readdir while renaming ends", n <= 9000)'
 "#;
 
 fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {

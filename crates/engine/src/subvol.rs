@@ -85,7 +85,7 @@ impl Trans {
     }
 
     /// One past the highest DIR_INDEX `dir` has now (2 when none).
-    fn after_last_dir_index(&mut self, tree: u64, dir: u64) -> Result<u64> {
+    pub(crate) fn after_last_dir_index(&self, tree: u64, dir: u64) -> Result<u64> {
         let last = self.last_key_le(tree, &dir_index_key(dir, u64::MAX))?;
         Ok(match last {
             Some(k) if k.objectid == dir && k.item_type == DIR_INDEX => k.offset + 1,

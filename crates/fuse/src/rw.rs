@@ -104,6 +104,9 @@ pub struct RwInner {
     ttl: Duration,
     sectorsize: u32,
     handles: Mutex<HashMap<u64, Handle>>,
+    /// Open directories: the cookie their listing stops at (set at offset
+    /// 0, [`ubtrfs_engine::vfs::RwFs::readdir_end`]).
+    dirs: Mutex<HashMap<u64, u64>>,
     next_fh: AtomicU64,
     /// POSIX ACLs enforced by the kernel and inherited here (`acl`, the
     /// default; `noacl` turns them off).
@@ -304,6 +307,7 @@ impl RwFuse {
             ttl,
             sectorsize,
             handles: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             acl: AtomicBool::new(acl),
             atime,
@@ -1174,22 +1178,42 @@ impl crate::proto::FuseFs for RwFuse {
         // Counted as a file's open: a directory removed while open lives
         // on (nlink 0, fstat works) until its last close.
         self.fs_read().opened(self.inode(node));
-        reply.opened(fuser::FileHandle(0), FopenFlags::empty());
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fh, u64::MAX);
+        reply.opened(fuser::FileHandle(fh), FopenFlags::empty());
     }
 
     fn readdir(
         &self,
         _req: &Request,
         node: INodeNo,
-        _fh: fuser::FileHandle,
+        fh: fuser::FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         let dir = self.inode(node);
-        let res = self.fs_read().readdir(dir, offset, 512);
+        let fs = self.fs_read();
+        let end = {
+            let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+            match dirs.get_mut(&fh.0) {
+                Some(end) if offset == 0 || *end == u64::MAX => {
+                    // Opened, or rewound: names made from here on are not
+                    // listed.
+                    *end = fs.readdir_end(dir).unwrap_or(u64::MAX);
+                    *end
+                }
+                Some(end) => *end,
+                None => u64::MAX,
+            }
+        };
+        let res = fs.readdir(dir, offset, 512);
+        drop(fs);
         match res {
             Ok(entries) => {
-                for e in entries {
+                for e in entries.into_iter().take_while(|e| e.cookie <= end) {
                     let n = self.node_of(e.id).unwrap_or(0);
                     let kind = dirent_type(e.file_type);
                     if reply.add(INodeNo(n), e.cookie, kind, OsStr::from_bytes(&e.name)) {
@@ -1207,10 +1231,14 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         _req: &Request,
         node: INodeNo,
-        _fh: fuser::FileHandle,
+        fh: fuser::FileHandle,
         _flags: fuser::OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh.0);
         self.closed(self.inode(node), "releasedir");
         reply.ok();
     }

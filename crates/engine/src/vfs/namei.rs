@@ -161,6 +161,17 @@ impl RwFs {
         Ok(out)
     }
 
+    /// The readdir cookie past which a listing of `dir` started now
+    /// stops: names made (or renamed) during the listing get higher
+    /// indexes and would be listed without end otherwise, as the
+    /// kernel's btrfs_get_dir_last_index keeps it at opendir and rewind.
+    pub fn readdir_end(&self, dir: InodeId) -> Result<u64> {
+        if dir.is_placeholder() {
+            return Ok(2);
+        }
+        Ok(self.t.after_last_dir_index(dir.subvol, dir.ino)?.max(2))
+    }
+
     /// The directory holding `dir` (itself for a subvolume's root at the
     /// top, or the directory holding the subvolume).
     pub fn parent(&self, dir: InodeId) -> Result<InodeId> {
