@@ -4,17 +4,26 @@
 # ubtrfs result, and for every difference what ubtrfs's run said.
 #
 #   bash bench/fstests.sh [TEST...]      # default: generic/030 033 071 097 098 412 567
-#   bash bench/fstests.sh -g quick       # a group
+#   bash bench/fstests.sh -g generic/quick
+#   bash bench/fstests.sh --table        # the table of the last run in WORK
+#   bash bench/fstests.sh --ci           # bench/fstests/ci.list on ubtrfs only:
+#                                        # fails unless every test there passes
 #
 # Root only. fstests is an external tool: it is built out of tree from the
-# pinned tarball (../shared/fstests, or FSTESTS_TARBALL) into FSTESTS_DIR
-# (default target/fstests), with two local changes to its common/rc
-# (bench/fstests/fuse-ubtrfs.patch): fstests compares the type df shows with
-# FSTYP, and a FUSE mount shows as fuse.ubtrfs (fuseblk.ubtrfs on a block
-# device), which it does not know as "fuse"; and for FSTYP=fuse its
-# _scratch_mkfs only empties the scratch mount (it knows no FUSE mkfs)
-# while check wipes a block-device SCRATCH_DEV before every test, so the
-# patch has _scratch_mkfs run MKFS_FUSE_PROG ("ubtrfs mkfs -q -f") when set.
+# pinned tarball (../shared/fstests beside the repository, or
+# FSTESTS_TARBALL) into FSTESTS_DIR (default target/fstests), with local
+# changes (bench/fstests/fuse-ubtrfs.patch) so that it knows a FUSE
+# filesystem with a maker and a type of its own:
+# - fstests compares the type df shows with FSTYP, and a FUSE mount shows
+#   as fuse.ubtrfs (fuseblk.ubtrfs on a block device), not "fuse";
+# - for FSTYP=fuse its _scratch_mkfs only empties the scratch mount while
+#   check wipes a block-device SCRATCH_DEV before every test, so
+#   _scratch_mkfs (and _scratch_mkfs_sized) run MKFS_FUSE_PROG ("ubtrfs
+#   mkfs -q -f") when set;
+# - tests that mount with -t $FSTYP get -t fuse$FUSE_SUBTYP (mount.fuse
+#   would take the device for a program);
+# - limits it keys on FSTYP=fuse for FUSE servers in general are btrfs's
+#   for ubtrfs: the largest xattr (generic/020), timestamps, names as bytes.
 #
 # Each side gets two loop devices over sparse images of SIZE (default 8G):
 # TEST_DEV and SCRATCH_DEV. The kernel's are made with mkfs.btrfs (FSTYP
@@ -34,17 +43,30 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
 [[ $(id -u) -eq 0 ]] || { echo "bench/fstests.sh: needs root" >&2; exit 1; }
 
+mode=run
+case ${1:-} in
+  --table) mode=table; shift ;;
+  --ci) mode=ci; shift ;;
+esac
 tests=("$@")
+if [[ $mode == ci ]]; then
+  mapfile -t tests < <(grep -v '^#' bench/fstests/ci.list | awk 'NF {print $1}')
+  SIDES=ubtrfs
+  WORK=${WORK:-/var/tmp/ubtrfs-fstests-ci}
+  SIZE=${SIZE:-4G}
+fi
 [[ ${#tests[@]} -gt 0 ]] || tests=(generic/030 generic/033 generic/071 generic/097 generic/098 generic/412 generic/567)
 FSTESTS_DIR=${FSTESTS_DIR:-$repo/target/fstests}
 FSTESTS_TARBALL=${FSTESTS_TARBALL:-$repo/../shared/fstests/xfstests-63a29724.tar.gz}
+[[ -e $FSTESTS_TARBALL ]] || FSTESTS_TARBALL=/work/shared/fstests/xfstests-63a29724.tar.gz
 SIZE=${SIZE:-8G}
 WORK=${WORK:-/var/tmp/ubtrfs-fstests}
 SIDES=${SIDES:-kernel ubtrfs}
 BIN=${CARGO_TARGET_DIR:-$repo/target}/release/ubtrfs
 
-# --- build fstests once (its packages, its users).
 src=$FSTESTS_DIR/xfstests
+if [[ $mode != table ]]; then
+# --- build fstests once (its packages, its users).
 patch_sum=$(sha256sum < "$repo/bench/fstests/fuse-ubtrfs.patch")
 if [[ ! -x $src/check || ! -e $src/ltp/fsstress || $(cat "$FSTESTS_DIR/patch.sum" 2>/dev/null) != "$patch_sum" ]]; then
   if command -v apt-get >/dev/null; then
@@ -53,6 +75,8 @@ if [[ ! -x $src/check || ! -e $src/ltp/fsstress || $(cat "$FSTESTS_DIR/patch.sum
       libgdbm-dev libssl-dev libinih-dev gawk attr acl bc dbench fio psmisc quota xfsprogs \
       e2fsprogs btrfs-progs >/dev/null
   fi
+  [[ -e $FSTESTS_TARBALL ]] ||
+    { echo "bench/fstests.sh: no fstests tarball at $FSTESTS_TARBALL" >&2; exit 1; }
   rm -rf "$FSTESTS_DIR"
   mkdir -p "$FSTESTS_DIR"
   tar xzf "$FSTESTS_TARBALL" -C "$FSTESTS_DIR"
@@ -136,10 +160,17 @@ for side in $SIDES; do
   mountpoint -q "$dir/scratch" && umount "$dir/scratch" || true
 done
 
+fi
+
 # --- the table: one line per test, the cause of every difference.
-python3 - "$WORK" "$src" $SIDES <<'EOF'
+python3 - "$mode" "$WORK" "$src" "$repo/bench/fstests/expunge" $SIDES <<'EOF'
 import difflib, os, re, sys
-work, src, sides = sys.argv[1], sys.argv[2], sys.argv[3:]
+mode, work, src, expunge_file, sides = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+expunged = {}
+for line in open(expunge_file):
+    if line.strip() and not line.startswith("#"):
+        t, _, why = line.strip().partition(" ")
+        expunged[t] = why.strip()
 def results(side):
     out = open(os.path.join(work, side, "check.out"), errors="replace").read()
     res = {}
@@ -165,20 +196,44 @@ def cause(side, t):
                 return "output: " + d[:120]
     return "see " + base + ".full"
 r = {s: results(s) for s in sides}
+if "ubtrfs" in r and "kernel" in r:
+    # Expunged on ubtrfs: check does not list them.
+    for t in r["kernel"]:
+        if t not in r["ubtrfs"] and t in expunged:
+            r["ubtrfs"][t] = "expunged"
 names = sorted(set().union(*[set(v) for v in r.values()]))
-print("| test | " + " | ".join(sides) + " | cause (ubtrfs) |")
-print("|---|" + "---|" * len(sides) + "---|")
-counts = {s: {"pass": 0, "fail": 0, "notrun": 0} for s in sides}
+kinds = ("pass", "fail", "notrun", "expunged")
+counts = {s: {k: 0 for k in kinds} for s in sides}
+rows = []
 for t in names:
     row = [r[s].get(t, "-") for s in sides]
     for s in sides:
         if t in r[s]:
             counts[s][r[s][t]] += 1
     why = ""
-    if len(set(row)) > 1 and "ubtrfs" in sides and r["ubtrfs"].get(t) in ("fail", "notrun"):
+    mine = r.get("ubtrfs", {}).get(t)
+    if mine == "expunged":
+        why = "expunged: " + expunged[t]
+    elif mine in ("fail", "notrun") and (len(set(row)) > 1 or mode == "ci"):
         why = cause("ubtrfs", t)
+    rows.append((t, row, why))
+if mode == "ci":
+    # Every test of the list passes, or the run fails.
+    bad = [(t, row, why) for t, row, why in rows if row != ["pass"]]
+    listed = [l.split()[0] for l in open(os.path.join(os.path.dirname(expunge_file), "ci.list"))
+              if l.strip() and not l.startswith("#")]
+    bad += [(t, ["missing"], "not in check's output") for t in listed if t not in names]
+    for t, row, why in bad:
+        print(f"{t}: {row[0]}: {why}")
+    c = counts["ubtrfs"]
+    print(f"ubtrfs: {c['pass']} passed, {c['fail']} failed, {c['notrun']} not run")
+    sys.exit(1 if bad or not rows else 0)
+print("| test | " + " | ".join(sides) + " | cause (ubtrfs) |")
+print("|---|" + "---|" * len(sides) + "---|")
+for t, row, why in rows:
     print(f"| {t} | " + " | ".join(row) + f" | {why} |")
 for s in sides:
     c = counts[s]
-    print(f"{s}: {c['pass']} passed, {c['fail']} failed, {c['notrun']} not run")
+    extra = f", {c['expunged']} expunged" if c["expunged"] else ""
+    print(f"{s}: {c['pass']} passed, {c['fail']} failed, {c['notrun']} not run{extra}")
 EOF

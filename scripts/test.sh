@@ -27,6 +27,15 @@ fi
 # build their fixtures once per process. Every ubtrfs mount of this pass
 # goes over /dev/fuse (-o nouring), whatever the machine's setting.
 UBTRFS_FUSE_TRANSPORT=dev cargo test --release --workspace --locked -- --test-threads=1
+# fstests' generic suite through the mount: the list in bench/fstests/ci.list
+# (each passes on the kernel's btrfs here) must pass; the whole quick group
+# on both is bench/fstests.sh's.
+if [[ $(id -u) -eq 0 ]]; then
+  bash bench/fstests.sh --ci
+elif [[ ${UBTRFS_REQUIRE_KERNEL:-} == 1 ]]; then
+  echo "scripts/test.sh: fstests needs root" >&2
+  exit 1
+fi
 # FUSE over io_uring (Linux 6.14+): the mount suites again, every ubtrfs
 # mount required to use it (-o uring: the mount fails otherwise). The
 # kernel offers it only while enable_uring is Y: set for this pass, then

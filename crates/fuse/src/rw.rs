@@ -188,9 +188,12 @@ fn log_sync_unlocked() -> bool {
 /// open drops the file's cached pages and a `cp` right after a write reads
 /// the whole file through the daemon again.
 /// `UBTRFS_NO_KEEP_CACHE=1` drops them (the benchmark's switch).
-fn open_flags(open: i32) -> FopenFlags {
+fn open_flags(open: i32, atime_due: bool) -> FopenFlags {
     static KEEP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let mut f = if env_switch_on(&KEEP, "UBTRFS_NO_KEEP_CACHE") {
+    // A read the page cache answers does not reach us: when the next read
+    // must move atime (relatime after a change, strictatime always), the
+    // open drops the file's cached pages so that it does.
+    let mut f = if env_switch_on(&KEEP, "UBTRFS_NO_KEEP_CACHE") && !atime_due {
         FopenFlags::FOPEN_KEEP_CACHE
     } else {
         FopenFlags::empty()
@@ -642,16 +645,20 @@ impl RwInner {
     /// is taken alone only when atime moves (under relatime, the first
     /// access after a change, or a day after the last).
     fn accessed(&self, id: InodeId, dir: bool) {
-        let policy = self.atime.policy(dir);
-        if policy == AtimePolicy::Never
-            || self.remounted_ro.load(Ordering::Relaxed)
-            || !self.fs_read().atime_due(id, policy)
-        {
+        if !self.atime_due(id, dir) {
             return;
         }
-        if let Err(e) = self.fs().touch_atime(id, policy) {
+        if let Err(e) = self.fs().touch_atime(id, self.atime.policy(dir)) {
             logging::warn(&format!("atime of inode {}: {e}", id.ino));
         }
+    }
+
+    /// Whether an access of `id` now would move its atime.
+    fn atime_due(&self, id: InodeId, dir: bool) -> bool {
+        let policy = self.atime.policy(dir);
+        policy != AtimePolicy::Never
+            && !self.remounted_ro.load(Ordering::Relaxed)
+            && self.fs_read().atime_due(id, policy)
     }
 
     /// The flag [`crate::remount::follow_ro`] keeps.
@@ -708,7 +715,10 @@ impl RwInner {
         match res {
             Ok(()) => {
                 let fh = self.new_handle(id, writer, f);
-                reply.opened(fuser::FileHandle(fh), open_flags(f));
+                reply.opened(
+                    fuser::FileHandle(fh),
+                    open_flags(f, f & libc::O_NOATIME == 0 && self.atime_due(id, false)),
+                );
             }
             Err(e) => {
                 if writer {
@@ -1344,7 +1354,8 @@ impl crate::proto::FuseFs for RwFuse {
                     &attr,
                     g,
                     fuser::FileHandle(fh),
-                    open_flags(flags),
+                    // New: the page cache holds nothing of it.
+                    open_flags(flags, false),
                 );
             }
             Err(e) => reply.error(e),
