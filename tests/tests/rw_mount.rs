@@ -1609,6 +1609,33 @@ for e in os.scandir("rd"):
     if n > 9000: break
     os.rename("rd/" + e.name, "rd/" + e.name + "_")
 print("readdir while renaming ends", n <= 9000)'
+python3 -c 'import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def linkat(fd, name):
+    r = libc.linkat(-100, f"/proc/self/fd/{fd}".encode(), -100, name.encode(), 0x400)
+    return "ok" if r == 0 else os.strerror(ctypes.get_errno())
+fd = os.open(".", os.O_TMPFILE | os.O_RDWR, 0o600)
+os.write(fd, b"tmp")
+print("tmpfile nlink", os.fstat(fd).st_nlink)
+print("link", linkat(fd, "named"), "nlink", os.fstat(fd).st_nlink, open("named").read())
+fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600)
+os.write(fd, b"gone")
+os.fsync(fd)
+os.close(fd)
+fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_EXCL, 0o600)
+print("O_EXCL link", linkat(fd, "excl"))'
+python3 -c 'import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+open("fh", "w").write("handle")
+h = ctypes.create_string_buffer(8 + 128)
+ctypes.memmove(h, (128).to_bytes(4, "little"), 4)
+mnt = ctypes.c_int()
+print("handle", libc.name_to_handle_at(-100, b"fh", h, ctypes.byref(mnt), 0))
+def by_handle():
+    open("/proc/sys/vm/drop_caches", "w").write("3")
+    fd = libc.open_by_handle_at(os.open(".", os.O_RDONLY), h, os.O_RDONLY)
+    return os.read(fd, 10) if fd >= 0 else os.strerror(ctypes.get_errno())
+print("open by handle", by_handle())'
 "#;
 
 fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {

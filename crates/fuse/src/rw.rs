@@ -676,6 +676,43 @@ impl RwInner {
         }
     }
 
+    /// Answers a CREATE or TMPFILE whose file `res` is, opened with
+    /// `flags`, noted open before the filesystem `fs` is let go (a file
+    /// without a name must not be deleted in between).
+    fn created(
+        &self,
+        op: &str,
+        fs: FsWrite<'_>,
+        res: Result<InodeId, Error>,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let res = res
+            .map_err(|e| errno(op, e))
+            .and_then(|id| self.entry(&fs, id).map(|a| (id, a)));
+        match res {
+            Ok((id, (attr, g))) => {
+                fs.opened(id);
+                drop(fs);
+                // A new file: no push of it can be in flight.
+                let writer = flags & libc::O_ACCMODE != libc::O_RDONLY;
+                if writer {
+                    self.pushes.writer_begin(id);
+                }
+                let fh = self.new_handle(id, writer, flags);
+                reply.created(
+                    &self.ttl,
+                    &attr,
+                    g,
+                    fuser::FileHandle(fh),
+                    // New: the page cache holds nothing of it.
+                    open_flags(flags, false),
+                );
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
     /// The close of a handle of `id` (a file's or a directory's): shared,
     /// but for the last close of an inode without names, which deletes it.
     fn closed(&self, id: InodeId, op: &str) {
@@ -765,7 +802,8 @@ impl crate::proto::FuseFs for RwFuse {
             | InitFlags::FUSE_ATOMIC_O_TRUNC
             // SETXATTR says when an ACL must clear S_ISGID (the kernel
             // knows the caller's groups and capabilities; we do not).
-            | InitFlags::FUSE_SETXATTR_EXT;
+            | InitFlags::FUSE_SETXATTR_EXT
+            | InitFlags::FUSE_EXPORT_SUPPORT;
         let _ = config.add_capabilities(wanted & caps);
         if async_direct() {
             // An io_uring or aio O_DIRECT request goes out as a background
@@ -819,7 +857,17 @@ impl crate::proto::FuseFs for RwFuse {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let dir = self.inode(parent);
-        let res = self.fs_read().lookup(dir, name.as_bytes());
+        let fs = self.fs_read();
+        let res = match name.as_bytes() {
+            // A file handle's inode the kernel no longer caches
+            // (open_by_handle_at, NFS export): it asks for the node by its
+            // id, and for its parent (FUSE_EXPORT_SUPPORT). Node ids are
+            // a function of the inode, so handles outlive the mount.
+            b"." => fs.stat(dir).map(|_| Some(dir)),
+            b".." => fs.parent(dir).map(Some),
+            n => fs.lookup(dir, n),
+        };
+        drop(fs);
         match res {
             Ok(Some(id)) => self.reply_entry("lookup", reply, Ok(id)),
             Ok(None) => reply.error(Errno::ENOENT),
@@ -1328,38 +1376,30 @@ impl crate::proto::FuseFs for RwFuse {
             mode
         };
         let mut fs = self.fs();
-        let res = fs
-            .create(
-                dir,
-                name.as_bytes(),
-                mode,
-                0,
-                (req.uid(), req.gid()),
-                self.umask(umask),
-            )
-            .map_err(|e| errno("create", e))
-            .and_then(|id| self.entry(&fs, id).map(|a| (id, a)));
-        match res {
-            Ok((id, (attr, g))) => {
-                fs.opened(id);
-                drop(fs);
-                // A new file: no push of it can be in flight.
-                let writer = flags & libc::O_ACCMODE != libc::O_RDONLY;
-                if writer {
-                    self.pushes.writer_begin(id);
-                }
-                let fh = self.new_handle(id, writer, flags);
-                reply.created(
-                    &self.ttl,
-                    &attr,
-                    g,
-                    fuser::FileHandle(fh),
-                    // New: the page cache holds nothing of it.
-                    open_flags(flags, false),
-                );
-            }
-            Err(e) => reply.error(e),
-        }
+        let res = fs.create(
+            dir,
+            name.as_bytes(),
+            mode,
+            0,
+            (req.uid(), req.gid()),
+            self.umask(umask),
+        );
+        self.created("create", fs, res, flags, reply);
+    }
+
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let dir = self.inode(parent);
+        let mut fs = self.fs();
+        let res = fs.tmpfile(dir, mode, (req.uid(), req.gid()), self.umask(umask));
+        self.created("tmpfile", fs, res, flags, reply);
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -82,6 +82,35 @@ impl Trans {
                 name_str(name)
             )));
         }
+        let inode = self.new_inode(tree, dir, ino, mode, rdev, owner, time, 1)?;
+        let index = self.next_dir_index(tree, dir)?;
+        self.link_inode_at(
+            tree,
+            dir,
+            name,
+            ino,
+            super::file_type(mode),
+            index,
+            Some(time),
+        )?;
+        Ok(inode)
+    }
+
+    /// Makes inode `ino` as [`Trans::create_inode`] does, inheriting from
+    /// directory `dir`, with `nlink` and no name (an O_TMPFILE file has
+    /// none: nlink 0).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_inode(
+        &mut self,
+        tree: u64,
+        dir: u64,
+        ino: u64,
+        mode: u32,
+        rdev: u64,
+        owner: (u32, u32),
+        time: Timespec,
+        nlink: u32,
+    ) -> Result<InodeItem> {
         let parent = self.inode_of(tree, dir)?;
         if parent.mode & 0o170000 != 0o040000 {
             return Err(Error::Invalid(format!(
@@ -108,7 +137,7 @@ impl Trans {
             size: 0,
             nbytes: 0,
             block_group: 0,
-            nlink: 1,
+            nlink,
             uid: owner.0,
             gid: owner.1,
             mode,
@@ -121,16 +150,6 @@ impl Trans {
             otime: time,
         };
         self.put_inode(tree, ino, &inode)?;
-        let index = self.next_dir_index(tree, dir)?;
-        self.link_inode_at(
-            tree,
-            dir,
-            name,
-            ino,
-            super::file_type(mode),
-            index,
-            Some(time),
-        )?;
         // The compression property is inherited with the flag it sets.
         let prop = parent.flags & (INODE_COMPRESS | INODE_NOCOMPRESS) != 0;
         if prop && (is_reg || is_dir) && flags & INODE_NODATACOW == 0 {

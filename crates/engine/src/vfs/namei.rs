@@ -247,14 +247,51 @@ impl RwFs {
         name: &[u8],
         mode: u32,
         rdev: u64,
-        (uid, gid): (u32, u32),
+        owner: (u32, u32),
         umask: Option<u32>,
     ) -> Result<InodeId> {
         check_name(name)?;
-        let di = self.dir_for_change(dir, false)?;
+        self.dir_for_change(dir, false)?;
         if self.t.lookup_name(dir.subvol, dir.ino, name)?.is_some() {
             return Err(Error::Exists(format!("{:?}", show(name))));
         }
+        let id = self.make_inode(dir, Some(name), mode, rdev, owner, umask)?;
+        self.bump(dir);
+        Ok(id)
+    }
+
+    /// open(O_TMPFILE): a regular file in `dir`'s subvolume without a
+    /// name (nlink 0), an orphan until linkat(2) names it or its last
+    /// close deletes it, as the kernel's btrfs_tmpfile. The directory
+    /// does not change. The caller notes it open ([`RwFs::opened`]).
+    pub fn tmpfile(
+        &mut self,
+        dir: InodeId,
+        mode: u32,
+        owner: (u32, u32),
+        umask: Option<u32>,
+    ) -> Result<InodeId> {
+        self.dir_for_change(dir, false)?;
+        let mode = (mode & 0o7777) | 0o100000;
+        let id = self.make_inode(dir, None, mode, 0, owner, umask)?;
+        self.make_orphan(id)?;
+        // A file that gains its name later: fsync commits (see `renamed`).
+        self.renamed.insert(id);
+        Ok(id)
+    }
+
+    /// A new inode inheriting from `dir` (mode, ACLs, set-group-ID, the
+    /// mount's NODATACOW), named `name` there or nameless.
+    fn make_inode(
+        &mut self,
+        dir: InodeId,
+        name: Option<&[u8]>,
+        mode: u32,
+        rdev: u64,
+        (uid, gid): (u32, u32),
+        umask: Option<u32>,
+    ) -> Result<InodeId> {
+        let di = self.t.inode_of(dir.subvol, dir.ino)?;
         let (mut mode, acl_xattrs) = match umask {
             Some(umask) => {
                 let default = self.t.get_xattr(dir.subvol, dir.ino, super::acl::DEFAULT)?;
@@ -277,9 +314,15 @@ impl RwFs {
         } else {
             0
         };
-        let mut inode =
-            self.t
-                .create_inode(dir.subvol, dir.ino, name, ino, mode, rdev, (uid, gid), time)?;
+        let mut inode = match name {
+            Some(name) => {
+                self.t
+                    .create_inode(dir.subvol, dir.ino, name, ino, mode, rdev, (uid, gid), time)?
+            }
+            None => self
+                .t
+                .new_inode(dir.subvol, dir.ino, ino, mode, rdev, (uid, gid), time, 0)?,
+        };
         if kind == 0o100000 && (self.opts.nodatacow || self.opts.nodatasum) {
             if self.opts.nodatacow {
                 inode.flags |= INODE_NODATACOW;
@@ -290,7 +333,6 @@ impl RwFs {
         for (name, value) in acl_xattrs {
             self.t.set_xattr(dir.subvol, ino, name, &value)?;
         }
-        self.bump(dir);
         Ok(InodeId {
             subvol: dir.subvol,
             ino,
@@ -343,7 +385,9 @@ impl RwFs {
                 id.ino
             )));
         }
-        if inode.nlink == 0 {
+        // An O_TMPFILE file (the kernel lets only those through,
+        // I_LINKABLE) may get its first name.
+        if inode.nlink == 0 && !self.orphans.contains(&id) {
             return Err(Error::NotFound(format!("inode {} has no names", id.ino)));
         }
         if inode.nlink >= 65535 {
@@ -351,6 +395,12 @@ impl RwFs {
         }
         if self.t.lookup_name(dir.subvol, dir.ino, name)?.is_some() {
             return Err(Error::Exists(format!("{:?}", show(name))));
+        }
+        if inode.nlink == 0 {
+            // Named: an orphan no more.
+            self.orphans.remove(&id);
+            self.t
+                .delete_item(id.subvol, &Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, id.ino))?;
         }
         self.t.link(dir.subvol, id.ino, dir.ino, name, now())?;
         self.renamed.insert(id);

@@ -52,6 +52,8 @@ pub const FUSE_COPY_FILE_RANGE: u32 = 47;
 /// Protocol 7.34: syncfs(2); the kernel sends it to fuseblk (and
 /// virtio-fs) servers only.
 pub const FUSE_SYNCFS: u32 = 50;
+/// Protocol 7.37: open(O_TMPFILE), a CREATE without a name.
+pub const FUSE_TMPFILE: u32 = 51;
 /// Protocol 7.39: attributes with the birth time.
 pub const FUSE_STATX: u32 = 52;
 /// Protocol 7.45 (Linux 6.18): copy_file_range with a 64-bit count.
@@ -574,7 +576,7 @@ pub fn op_arg_size(opcode: u32) -> usize {
         FUSE_RENAME | FUSE_LINK => size_of::<NodeIn>(),
         FUSE_RENAME2 => size_of::<Rename2In>(),
         FUSE_OPEN | FUSE_OPENDIR => size_of::<OpenIn>(),
-        FUSE_CREATE => size_of::<CreateIn>(),
+        FUSE_CREATE | FUSE_TMPFILE => size_of::<CreateIn>(),
         FUSE_READ | FUSE_READDIR | FUSE_READDIRPLUS => size_of::<ReadIn>(),
         FUSE_WRITE => size_of::<WriteIn>(),
         FUSE_RELEASE | FUSE_RELEASEDIR => size_of::<ReleaseIn>(),

@@ -434,6 +434,17 @@ fn serve<F: FuseFs>(
                 ReplyCreate::new(s),
             );
         }
+        abi::FUSE_TMPFILE => {
+            let a = arg!(abi::CreateIn);
+            fs.tmpfile(
+                req,
+                node,
+                a.mode,
+                a.umask,
+                a.flags as i32,
+                ReplyCreate::new(s),
+            );
+        }
         abi::FUSE_IOCTL => {
             let a = arg!(abi::IoctlIn);
             let Some(input) = data.get(..a.in_size as usize) else {

@@ -428,6 +428,19 @@ pub trait FuseFs: Send + Sync + 'static {
     ) {
         reply.error(Errno::ENOSYS)
     }
+    /// open(O_TMPFILE) in `parent`: a file without a name, answered as
+    /// a CREATE.
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        reply.error(Errno::ENOSYS)
+    }
     fn ioctl(
         &self,
         _req: &Request,
