@@ -1636,6 +1636,13 @@ def by_handle():
     fd = libc.open_by_handle_at(os.open(".", os.O_RDONLY), h, os.O_RDONLY)
     return os.read(fd, 10) if fd >= 0 else os.strerror(ctypes.get_errno())
 print("open by handle", by_handle())'
+mkdir w && touch w/foo w/bar
+python3 -c 'import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+for a, b, f in [("foo", "bar", 4), ("bar", "baz", 1), ("foo", "baz", 2), ("foo", "baz", 6)]:
+    r = libc.renameat2(-100, ("w/" + a).encode(), -100, ("w/" + b).encode(), f)
+    print("renameat2", a, b, f, "ok" if r == 0 else os.strerror(ctypes.get_errno()))'
+stat -c '%n %F %t:%T %a' w/*
 "#;
 
 fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {

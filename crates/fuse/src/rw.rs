@@ -1029,7 +1029,7 @@ impl crate::proto::FuseFs for RwFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -1037,12 +1037,13 @@ impl crate::proto::FuseFs for RwFuse {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let res = self.fs().rename(
+        let res = self.fs().rename_as(
             self.inode(parent),
             name.as_bytes(),
             self.inode(newparent),
             newname.as_bytes(),
             flags.bits(),
+            (req.uid(), req.gid()),
         );
         match res {
             Ok(()) => reply.ok(),

@@ -20,6 +20,7 @@ pub(crate) const INODE_IMMUTABLE_FLAGS: u64 = INODE_IMMUTABLE | INODE_APPEND;
 /// rename(2) flags.
 pub const RENAME_NOREPLACE: u32 = 1;
 pub const RENAME_EXCHANGE: u32 = 2;
+pub const RENAME_WHITEOUT: u32 = 4;
 
 /// One entry of a directory listing.
 #[derive(Debug, Clone)]
@@ -489,7 +490,8 @@ impl RwFs {
         self.remove_name(dir, name, id, true)
     }
 
-    /// rename(2) / renameat2(2) with RENAME_NOREPLACE or RENAME_EXCHANGE.
+    /// rename(2) / renameat2(2) with RENAME_NOREPLACE or RENAME_EXCHANGE,
+    /// by root ([`RwFs::rename_as`]).
     pub fn rename(
         &mut self,
         from_dir: InodeId,
@@ -498,12 +500,44 @@ impl RwFs {
         to: &[u8],
         flags: u32,
     ) -> Result<()> {
+        self.rename_as(from_dir, from, to_dir, to, flags, (0, 0))
+    }
+
+    /// renameat2(2) by `caller` (uid, gid): with RENAME_WHITEOUT (overlayfs's)
+    /// the old name becomes a whiteout the caller owns, a character device
+    /// 0:0, as the kernel's btrfs_whiteout_for_rename.
+    pub fn rename_as(
+        &mut self,
+        from_dir: InodeId,
+        from: &[u8],
+        to_dir: InodeId,
+        to: &[u8],
+        flags: u32,
+        caller: (u32, u32),
+    ) -> Result<()> {
         check_name(to)?;
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
-            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        let known = RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT;
+        if flags & !known != 0
+            || flags & RENAME_EXCHANGE != 0 && flags & (RENAME_NOREPLACE | RENAME_WHITEOUT) != 0
         {
             return Err(Error::Invalid(format!("rename flags {flags:#x}")));
         }
+        self.rename_names(from_dir, from, to_dir, to, flags)?;
+        if flags & RENAME_WHITEOUT != 0 {
+            self.create(from_dir, from, 0o020000, 0, caller, None)?;
+        }
+        Ok(())
+    }
+
+    /// The renames of [`RwFs::rename_as`], its flags checked.
+    fn rename_names(
+        &mut self,
+        from_dir: InodeId,
+        from: &[u8],
+        to_dir: InodeId,
+        to: &[u8],
+        flags: u32,
+    ) -> Result<()> {
         if from_dir.subvol != to_dir.subvol {
             return Err(Error::CrossDevice("rename across subvolumes".into()));
         }
