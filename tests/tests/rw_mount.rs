@@ -1643,6 +1643,8 @@ for a, b, f in [("foo", "bar", 4), ("bar", "baz", 1), ("foo", "baz", 2), ("foo",
     r = libc.renameat2(-100, ("w/" + a).encode(), -100, ("w/" + b).encode(), f)
     print("renameat2", a, b, f, "ok" if r == 0 else os.strerror(ctypes.get_errno()))'
 stat -c '%n %F %t:%T %a' w/*
+xfs_io -c 'label -s semantics' . && xfs_io -c label .
+setpriv --reuid=tests --regid=tests --clear-groups xfs_io -c 'label -s no' . 2>&1 | sed 's/.*: //'
 "#;
 
 fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {

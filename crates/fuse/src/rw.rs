@@ -55,6 +55,10 @@ const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
 /// BTRFS_IOC_START_SYNC = _IOR(0x94, 24, u64) (the transaction id out),
 /// BTRFS_IOC_WAIT_SYNC = _IOW(0x94, 22, u64) (a transaction id in).
 const BTRFS_IOC_SYNC: u32 = 0x0000_9408;
+/// FS_IOC_GETFSLABEL = _IOR(0x94, 49, char[256]), FS_IOC_SETFSLABEL =
+/// _IOW(0x94, 50, char[256]).
+const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
+const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
 const BTRFS_IOC_START_SYNC: u32 = 0x8008_9418;
 const BTRFS_IOC_WAIT_SYNC: u32 = 0x4008_9416;
 /// FS_XFLAG_* bits and the FS_*_FL bits they stand for.
@@ -1406,7 +1410,7 @@ impl crate::proto::FuseFs for RwFuse {
     #[allow(clippy::too_many_arguments)]
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         node: INodeNo,
         _fh: fuser::FileHandle,
         _flags: fuser::IoctlFlags,
@@ -1480,6 +1484,28 @@ impl crate::proto::FuseFs for RwFuse {
                         reply.ioctl(0, &[])
                     }
                     Err(e) => reply.error(errno("ioctl", e)),
+                }
+            }
+            FS_IOC_GETFSLABEL => {
+                let mut out = [0u8; 256];
+                let l = self.fs_read().label();
+                let n = l.len().min(255);
+                out[..n].copy_from_slice(&l[..n]);
+                reply.ioctl(0, &out)
+            }
+            FS_IOC_SETFSLABEL => {
+                // CAP_SYS_ADMIN in the kernel's btrfs: root here.
+                if req.uid() != 0 {
+                    return reply.error(Errno::EPERM);
+                }
+                let b = in_data.get(..256).unwrap_or(in_data);
+                let label = &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())];
+                if label.len() >= 256 {
+                    return reply.error(Errno::EINVAL);
+                }
+                match self.fs.lock_commit().set_label(label) {
+                    Ok(()) => reply.ioctl(0, &[]),
+                    Err(e) => reply.error(errno("ioctl FS_IOC_SETFSLABEL", e)),
                 }
             }
             BTRFS_IOC_SYNC => match self.fs.lock_commit().sync_fs() {

@@ -781,6 +781,33 @@ impl RwFs {
         Ok(self.t.info.sb.generation)
     }
 
+    /// The filesystem's label (FS_IOC_GETFSLABEL), as the superblock
+    /// holds it.
+    pub fn label(&self) -> Vec<u8> {
+        let l = &self.t.info.sb.label;
+        l[..l.iter().position(|&b| b == 0).unwrap_or(l.len())].to_vec()
+    }
+
+    /// FS_IOC_SETFSLABEL: at most 255 bytes, on disk when this returns
+    /// (the kernel's btrfs_ioctl_set_fslabel commits).
+    pub fn set_label(&mut self, label: &[u8]) -> Result<()> {
+        if label.len() >= 256 || label.contains(&0) {
+            return Err(Error::Invalid(format!(
+                "a label of {} bytes: at most 255, without NUL",
+                label.len()
+            )));
+        }
+        self.check_mounted()?;
+        self.writable(InodeId {
+            subvol: FS_TREE_OBJECTID,
+            ino: FIRST_INODE,
+        })?;
+        self.t.info.sb.label = label.to_vec();
+        // The superblock alone changed: the commit must still be made.
+        self.t.mutations += 1;
+        self.sync_fs().map(|_| ())
+    }
+
     /// BTRFS_IOC_WAIT_SYNC: returns when transaction `transid` (0: the
     /// last one committed) is on disk. The kernel waits for that
     /// transaction's commit; the one still open is committed now. A
