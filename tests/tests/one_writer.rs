@@ -11,10 +11,11 @@
 //!     every reader refuses, naming the kernel's mount; `--force` reads.
 //!     The kernel's filesystem stays intact (check, read back).
 //! (c) Under a live read-write ubtrfs mount with writes in flight, the
-//!     same commands, a second mount and the kernel's `mount -o loop`
-//!     refuse or fail, the holder named, and the image does not change
-//!     by a byte; then a plain umount, check, the kernel reads it all
-//!     and writes on top.
+//!     same commands and the kernel's `mount -o loop` refuse or fail, the
+//!     holder named; a second mount by root shares the first (a bind, as
+//!     the kernel shares a superblock: `-o ro` refuses writes, another
+//!     `subvol=` is refused); the image does not change by a byte; then a
+//!     plain umount, check, the kernel reads it all and writes on top.
 //! (d) Plain umount/mount cycles (UBTRFS_CYCLES, default 20; bench/
 //!     runs 200) with writes, appends, unlinks and renames between:
 //!     `btrfs check` right after each umount, and every byte of every
@@ -113,7 +114,7 @@ fn everyone_refused(img: &Path, dev: &str, mnt2: &Path, needles: &[String]) -> R
     let i = s(img);
     std::fs::create_dir_all(mnt2).map_err(|e| e.to_string())?;
     let m2 = s(mnt2);
-    let writers: Vec<Vec<&str>> = vec![
+    let mut writers: Vec<Vec<&str>> = vec![
         vec!["mkfs", "-q", "-f", &i],
         vec!["mkfs", "-q", "-f", dev],
         vec!["subvolume", "create", &i, "/x"],
@@ -122,8 +123,6 @@ fn everyone_refused(img: &Path, dev: &str, mnt2: &Path, needles: &[String]) -> R
         vec!["receive", "-f", "/dev/null", &i, "/"],
         vec!["rescue", "zero-log", &i],
         vec!["rescue", "replay-log", &i],
-        vec!["mount", "-f", "-o", "rw", &i, &m2],
-        vec!["mount", "-f", "-o", "ro", &i, &m2],
         // Readers.
         vec!["ls", &i, "/"],
         vec!["cat", &i, "/f"],
@@ -132,6 +131,12 @@ fn everyone_refused(img: &Path, dev: &str, mnt2: &Path, needles: &[String]) -> R
         vec!["inspect", "dump-super", &i],
         vec!["send", "-f", "/dev/null", &i, "/"],
     ];
+    // A second mount of an image ubtrfs serves shares that mount (see
+    // `second_mount_shares_the_first`); of the kernel's, it is refused.
+    if !needles.iter().any(|n| n.contains("by ubtrfs")) {
+        writers.push(vec!["mount", "-f", "-o", "rw", &i, &m2]);
+        writers.push(vec!["mount", "-f", "-o", "ro", &i, &m2]);
+    }
     for w in writers {
         refused(&w, needles)?;
     }
@@ -238,7 +243,7 @@ fn everyone_refuses_a_live_ubtrfs_mount() {
                 if !o.status.success() {
                     return Err(format!("ls --force: {}", out_text(&o)));
                 }
-                Ok(())
+                second_mount_shares_the_first(&img, &mnt, &base.join("m2"))
             });
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             let rounds = writer.join().map_err(|_| "writer panicked")??;
@@ -272,6 +277,31 @@ fn everyone_refuses_a_live_ubtrfs_mount() {
             Ok(format!("{rounds} MiB written during the refusals"))
         },
     );
+}
+
+/// A second mount of `img` (served at `mnt`) on `m2`: read-only, it
+/// shows the first mount's files and refuses writes; with another root it
+/// is refused.
+fn second_mount_shares_the_first(img: &Path, mnt: &Path, m2: &Path) -> Result<(), String> {
+    let o = ubtrfs(&["mount", "-o", "ro", &s(img), &s(m2)]);
+    if !o.status.success() {
+        return Err(format!("a second mount -o ro: {}", out_text(&o)));
+    }
+    let seen = std::fs::read(m2.join("f"));
+    let write = std::fs::write(m2.join("g"), b"x");
+    let first = std::fs::read(mnt.join("f"));
+    unmount(m2);
+    if seen.as_deref().ok() != Some(&b"first"[..]) || first.is_err() {
+        return Err(format!("the second mount shows f as {seen:?}"));
+    }
+    match write {
+        Err(e) if e.raw_os_error() == Some(libc::EROFS) => {}
+        other => return Err(format!("a write through the ro second mount: {other:?}")),
+    }
+    refused(
+        &["mount", "-o", "ro,subvol=x", &s(img), &s(m2)],
+        &["must ask for the same root".to_string()],
+    )
 }
 
 // ------------------------------------------------------------------ (d)

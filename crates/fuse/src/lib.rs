@@ -23,6 +23,7 @@
 //!   unmounts cleanly on a signal.
 
 mod attr;
+pub mod bind;
 mod dir;
 mod file;
 pub mod fslock;

@@ -80,32 +80,49 @@ impl Server {
 }
 
 /// The record of this process serving `mountpoint`; removed on drop (after
-/// the last commit, when the serving function returns).
-pub struct Record(PathBuf);
+/// the last commit, when the serving function returns). One line: pid,
+/// start time, `rw` once the mount serves read-write (else `-`), and the
+/// root it serves (`subvol=` / `subvolid=` as asked, hex; `-`: the
+/// default), which a second mount of the same image compares
+/// ([`crate::bind`]).
+pub struct Record {
+    path: PathBuf,
+    root: String,
+}
 
 impl Record {
-    /// Records this process for `mountpoint`. Failing to is not fatal:
-    /// the mount works, `ubtrfs umount` just cannot wait for it.
-    pub fn create(mountpoint: &Path) -> Option<Record> {
-        let r = Record(path_for(mountpoint));
-        r.write("")?;
+    /// Records this process for `mountpoint`, serving `root`. Failing to
+    /// is not fatal: the mount works, `ubtrfs umount` just cannot wait
+    /// for it.
+    pub fn create(mountpoint: &Path, root: &str) -> Option<Record> {
+        let r = Record {
+            path: path_for(mountpoint),
+            root: root.to_string(),
+        };
+        r.write(false)?;
         Some(r)
     }
 
     /// Notes that this process serves the mount read-write (it has a
     /// writer: a read-only remount of it may become read-write again).
     pub fn set_writable(&self) {
-        let _ = self.write(" rw");
+        let _ = self.write(true);
     }
 
-    fn write(&self, tail: &str) -> Option<()> {
+    fn write(&self, rw: bool) -> Option<()> {
         let pid = std::process::id();
         let start = Server::start_of(pid)?;
         let d = dir();
         std::fs::create_dir_all(&d).ok()?;
         let tmp = d.join(format!(".{pid}.tmp"));
-        std::fs::write(&tmp, format!("{pid} {start}{tail}\n")).ok()?;
-        std::fs::rename(&tmp, &self.0).ok()
+        let root: String = if self.root.is_empty() {
+            "-".into()
+        } else {
+            self.root.bytes().map(|b| format!("{b:02x}")).collect()
+        };
+        let mode = if rw { "rw" } else { "-" };
+        std::fs::write(&tmp, format!("{pid} {start} {mode} {root}\n")).ok()?;
+        std::fs::rename(&tmp, &self.path).ok()
     }
 }
 
@@ -113,12 +130,12 @@ impl Drop for Record {
     fn drop(&mut self) {
         // Only our own record: a later mount on the same point may have
         // replaced it.
-        let mine = std::fs::read_to_string(&self.0)
+        let mine = std::fs::read_to_string(&self.path)
             .ok()
             .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
             == Some(std::process::id());
         if mine {
-            let _ = std::fs::remove_file(&self.0);
+            let _ = std::fs::remove_file(&self.path);
         }
     }
 }
@@ -135,12 +152,39 @@ pub fn server_of(mountpoint: &Path) -> Option<Server> {
     s.alive().then_some(s)
 }
 
-/// Whether the process serving `mountpoint` serves it read-write
-/// ([`Record::set_writable`]).
+/// What the process serving a mount point serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Serving {
+    /// Read-write ([`Record::set_writable`]).
+    pub rw: bool,
+    /// The root asked for ([`Record::create`]).
+    pub root: String,
+}
+
+/// What the live process serving `mountpoint` serves, from its record.
+pub fn serving(mountpoint: &Path) -> Option<Serving> {
+    server_of(mountpoint)?;
+    let text = std::fs::read_to_string(path_for(mountpoint)).ok()?;
+    let f: Vec<&str> = text.split_whitespace().collect();
+    let root = match *f.get(3)? {
+        "-" => String::new(),
+        hex => {
+            let bytes: Option<Vec<u8>> = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+                .collect();
+            String::from_utf8(bytes?).ok()?
+        }
+    };
+    Some(Serving {
+        rw: f.get(2) == Some(&"rw"),
+        root,
+    })
+}
+
+/// Whether the process serving `mountpoint` serves it read-write.
 pub fn writable(mountpoint: &Path) -> bool {
-    server_of(mountpoint).is_some()
-        && std::fs::read_to_string(path_for(mountpoint))
-            .is_ok_and(|t| t.split_whitespace().nth(2) == Some("rw"))
+    serving(mountpoint).is_some_and(|s| s.rw)
 }
 
 #[cfg(test)]

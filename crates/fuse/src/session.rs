@@ -171,6 +171,9 @@ pub fn run(req: MountRequest) -> Result<(), String> {
             req.mountpoint.display()
         ));
     }
+    if is_root() && crate::bind::share(&req)? {
+        return Ok(());
+    }
     if req.foreground {
         return serve(&req, &mut None);
     }
@@ -316,7 +319,8 @@ impl Unmount {
 fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     logging::install_fuser_logger();
     // Lives until this returns, after the last commit.
-    let record = crate::pidfile::Record::create(&req.mountpoint);
+    let record =
+        crate::pidfile::Record::create(&req.mountpoint, &crate::bind::root_spec(&req.options));
     // Threads made from here on inherit the blocked signals; one thread
     // waits for them.
     let set = stop_signals();

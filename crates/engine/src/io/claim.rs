@@ -361,17 +361,20 @@ fn unmounted_daemons(m: &std::fs::Metadata, pids: &[u32]) -> bool {
             || name.starts_with("mount.ubtrfs")
             || (name == "ubtrfs" && args.get(1).is_some_and(|a| a == "mount"))
     };
-    !pids.is_empty() && pids.iter().all(|&p| daemon(p)) && !mounted_by_ubtrfs(m)
+    !pids.is_empty() && pids.iter().all(|&p| daemon(p)) && ubtrfs_mounts_of(m).is_empty()
 }
 
-/// Whether a ubtrfs FUSE mount shows `file` as its source, itself (the
-/// user's mount, named by its path) or through a loop device over it
-/// (root's fuseblk mount).
-fn mounted_by_ubtrfs(m: &std::fs::Metadata) -> bool {
+/// The ubtrfs FUSE mounts that show `file` as their source, itself (the
+/// user's mount, named by its path; a block device) or through a loop
+/// device over it (root's fuseblk mount of an image).
+pub fn ubtrfs_mounts_of(m: &std::fs::Metadata) -> Vec<MountLine> {
     mounts()
-        .iter()
+        .into_iter()
         .filter(|l| l.fstype.ends_with(".ubtrfs"))
-        .any(|l| same_file(m, &l.source) || l.source.file_name().is_some_and(|n| loop_backs(n, m)))
+        .filter(|l| {
+            same_file(m, &l.source) || l.source.file_name().is_some_and(|n| loop_backs(n, m))
+        })
+        .collect()
 }
 
 /// Whether `p` is the file `m` describes (device and inode).
