@@ -1286,3 +1286,56 @@ fn mkfs_mixed_writers_make_mixed_chunks() {
     let _ = std::fs::remove_dir_all(&base);
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// -b on a larger device or image file: the filesystem is that size (as
+/// mkfs.btrfs -b), the kernel mounts it so and writes; -b past the
+/// device's end is refused, naming both sizes.
+#[test]
+fn mkfs_b_is_the_size_on_a_larger_device() {
+    if !kernel_available("mkfs_b_is_the_size_on_a_larger_device") {
+        return;
+    }
+    let base = scratch_dir("mkfs-b-larger");
+    let img = base.join("img");
+    std::fs::File::create(&img)
+        .and_then(|f| f.set_len(1 << 30))
+        .unwrap();
+    let l = Loop::new(&img);
+    for target in [l.0.clone(), img.clone()] {
+        must(
+            Command::new(ubtrfs_bin())
+                .args(["mkfs", "-q", "-f", "-b", "300M"])
+                .arg(&target),
+        );
+        let sup = must(
+            Command::new("btrfs")
+                .args(["inspect-internal", "dump-super"])
+                .arg(&target),
+        );
+        assert!(
+            sup.lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["total_bytes", "314572800"]),
+            "{}: {sup}",
+            target.display()
+        );
+        must(
+            Command::new("btrfs")
+                .args(["check", "--readonly"])
+                .arg(&target),
+        );
+    }
+    let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt")).unwrap();
+    std::fs::write(mnt.dir.join("f"), vec![7u8; 8 << 20]).unwrap();
+    mnt.umount().unwrap();
+    btrfs_check(&l.0, false).unwrap();
+    let out = Command::new(ubtrfs_bin())
+        .args(["mkfs", "-q", "-f", "-b", "2G"])
+        .arg(&l.0)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("2147483648") && err.contains("1073741824"),
+        "-b past the device's end: {err}"
+    );
+}

@@ -412,9 +412,12 @@ fn reflink_dev(dir: &std::path::Path, devices: &[PathBuf]) -> Result<u64, String
 /// writer's claim, refuses one that holds a known signature unless
 /// `force` (as mkfs.btrfs, through libblkid), then grows an image file to
 /// `size` when given. Nothing is written before both checks.
+/// The device at `path`, claimed for writing and probed: an image file
+/// grown to `size`; seen as its first `limit` bytes (-b).
 fn open_target(
     path: &PathBuf,
     size: Option<u64>,
+    limit: Option<u64>,
     force: bool,
 ) -> Result<Arc<dyn BlockDev>, String> {
     let err = |op: &str, e: std::io::Error| format!("{}: {op}: {e}", path.display());
@@ -442,9 +445,19 @@ fn open_target(
             }
         }
     }
-    Ok(Arc::new(
-        FileDev::from_claimed(f, true).map_err(|e| err("open", e))?,
-    ))
+    let dev = FileDev::from_claimed(f, true).map_err(|e| err("open", e))?;
+    // -b: the filesystem's size on this device, as mkfs.btrfs takes it.
+    Ok(Arc::new(match limit {
+        Some(s) if s > dev.size() => {
+            return Err(format!(
+                "{}: -b {s} is larger than the device ({} bytes)",
+                path.display(),
+                dev.size()
+            ))
+        }
+        Some(s) => dev.limited_to(s),
+        None => dev,
+    }))
 }
 
 /// A spinner with counts on stderr when it is a terminal.
@@ -502,7 +515,7 @@ pub fn run(a: MkfsArgs) -> CmdResult {
     };
     let mut devs = Vec::new();
     for p in &a.devices {
-        devs.push((p.clone(), open_target(p, size, a.force)?));
+        devs.push((p.clone(), open_target(p, size, a.byte_count, a.force)?));
     }
     let mut t = mkfs::build(devs, &o)?;
     let mut stats = None;

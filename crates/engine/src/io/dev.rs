@@ -108,6 +108,15 @@ impl FileDev {
     }
 }
 
+impl FileDev {
+    /// The device seen as its first `size` bytes (mkfs -b on a larger
+    /// device or file).
+    pub fn limited_to(mut self, size: u64) -> FileDev {
+        self.size = self.size.min(size);
+        self
+    }
+}
+
 impl BlockDev for FileDev {
     fn size(&self) -> u64 {
         self.size
