@@ -24,6 +24,7 @@
 
 mod attr;
 pub mod bind;
+mod caps;
 mod dir;
 mod file;
 pub mod fslock;

@@ -517,7 +517,7 @@ impl RwInner {
         // With UBTRFS_FSYNC_PIPELINE=1 logging the file does not wait for
         // a log sync in flight: it goes into the log the next sync writes.
         // Off by default: measured, it did not pay here (fio fsync 0.89x,
-        // dbench 0.95x; docs/rw-bench.md, session 13).
+        // dbench 0.95x: docs/rw-bench.md).
         let mut fs = if fsync_pipelined() {
             self.fs.lock()
         } else {
@@ -1494,8 +1494,8 @@ impl crate::proto::FuseFs for RwFuse {
                 reply.ioctl(0, &out)
             }
             FS_IOC_SETFSLABEL => {
-                // CAP_SYS_ADMIN in the kernel's btrfs: root here.
-                if req.uid() != 0 {
+                // CAP_SYS_ADMIN, as the kernel's btrfs asks.
+                if !crate::caps::capable(req.pid(), crate::caps::CAP_SYS_ADMIN) {
                     return reply.error(Errno::EPERM);
                 }
                 let b = in_data.get(..256).unwrap_or(in_data);

@@ -66,6 +66,9 @@ pub const FUSE_NOTIFY_STORE: i32 = 4;
 // INIT flags (flags | flags2 << 32).
 pub const FUSE_SETXATTR_EXT: u64 = 1 << 29;
 pub const FUSE_INIT_EXT: u64 = 1 << 30;
+/// Idmapped mounts: creating requests carry the caller's ids mapped by
+/// the mount's idmap, every other request FUSE_INVALID_UIDGID.
+pub const FUSE_ALLOW_IDMAP: u64 = 1 << 40;
 pub const FUSE_OVER_IO_URING: u64 = 1 << 41;
 
 /// SETXATTR's fixed argument without FUSE_SETXATTR_EXT.

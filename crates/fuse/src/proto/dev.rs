@@ -169,6 +169,14 @@ impl<F: FuseFs> Session<F> {
         }
         let uring = want_uring && init.minor >= 42 && offered & abi::FUSE_OVER_IO_URING != 0;
         let mut flags = config.requested.bits() | abi::FUSE_INIT_EXT;
+        if acl == Acl::All {
+            // Idmapped mounts (mount_setattr, as for the kernel's btrfs):
+            // the kernel checks permissions (default_permissions) and maps
+            // the ids a creating request carries; nothing here reads the
+            // ids of another request but the allow_root check, which
+            // this mount does not make.
+            flags |= abi::FUSE_ALLOW_IDMAP;
+        }
         if uring {
             flags |= abi::FUSE_OVER_IO_URING;
         }
