@@ -1645,6 +1645,18 @@ for a, b, f in [("foo", "bar", 4), ("bar", "baz", 1), ("foo", "baz", 2), ("foo",
 stat -c '%n %F %t:%T %a' w/*
 xfs_io -c 'label -s semantics' . && xfs_io -c label .
 setpriv --reuid=tests --regid=tests --clear-groups xfs_io -c 'label -s no' . 2>&1 | sed 's/.*: //'
+as_tests() { setpriv --reuid=tests --regid=tests --clear-groups "$@" >/dev/null 2>&1; }
+for m in 6666 6676 6766; do
+  for cmd in 'falloc 0 64k' 'fpunch 0 4k' 'fzero 0 4k' 'pwrite 0 4k'; do
+    rm -f k && xfs_io -f -c 'pwrite 0 64k' k >/dev/null && chmod $m k
+    as_tests xfs_io -c "$cmd" k
+    echo "$m $cmd: $(stat -c %a k)"
+  done
+  rm -f k2 && touch k2 && chmod $m k2 && as_tests xfs_io -d -c 'pwrite 0 4k' k2
+  echo "$m direct write: $(stat -c %a k2)"
+  rm -f k2 && touch k2 && chmod $m k2 && xfs_io -d -c 'pwrite 0 4k' k2 >/dev/null
+  echo "$m direct write by root: $(stat -c %a k2)"
+done
 "#;
 
 fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {

@@ -1,20 +1,45 @@
-//! A requesting process's capabilities, for the few checks the kernel
-//! leaves to a FUSE filesystem (an ioctl's: FS_IOC_SETFSLABEL wants
-//! CAP_SYS_ADMIN). The request's uid cannot tell: on an idmapped mount it
-//! is FUSE_INVALID_UIDGID, and root without the capability is not enough.
+//! A requesting process's capabilities and groups, for the few checks the
+//! kernel leaves to a FUSE filesystem: an ioctl's (FS_IOC_SETFSLABEL wants
+//! CAP_SYS_ADMIN), and which set-ID bits a change of a file's data drops
+//! (CAP_FSETID, the file's group). The request's uid cannot tell: on an
+//! idmapped mount it is FUSE_INVALID_UIDGID, and root without the
+//! capability is not enough.
 
+pub const CAP_FSETID: u32 = 4;
 pub const CAP_SYS_ADMIN: u32 = 21;
+
+/// A line of /proc/PID/status after `key`.
+fn status_line(pid: u32, key: &str) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.trim().to_string())
+}
 
 /// Whether process `pid` has capability `cap` in its effective set (its
 /// /proc status line CapEff); false when it cannot be read.
 pub fn capable(pid: u32, cap: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-            u64::from_str_radix(hex.trim(), 16).ok()
-        })
+    status_line(pid, "CapEff:")
+        .and_then(|hex| u64::from_str_radix(&hex, 16).ok())
         .is_some_and(|eff| eff >> cap & 1 == 1)
+}
+
+/// Whether process `pid` is in group `gid`: its filesystem gid (the
+/// fourth of its /proc status "Gid:") or a supplementary one.
+pub fn in_group(pid: u32, gid: u32) -> bool {
+    let has = |key: &str, skip: usize| {
+        status_line(pid, key).is_some_and(|g| {
+            g.split_whitespace()
+                .skip(skip)
+                .any(|x| x.parse() == Ok(gid))
+        })
+    };
+    let fsgid = status_line(pid, "Gid:").and_then(|g| {
+        g.split_whitespace()
+            .nth(3)
+            .and_then(|x| x.parse::<u32>().ok())
+    });
+    fsgid == Some(gid) || has("Groups:", 0)
 }
 
 #[cfg(test)]
@@ -28,5 +53,9 @@ mod tests {
         let root = unsafe { libc::geteuid() } == 0;
         assert_eq!(capable(me, CAP_SYS_ADMIN), root);
         assert!(!capable(u32::MAX, CAP_SYS_ADMIN));
+        // SAFETY: getegid has no preconditions.
+        let gid = unsafe { libc::getegid() };
+        assert!(in_group(me, gid));
+        assert!(!in_group(u32::MAX, gid));
     }
 }

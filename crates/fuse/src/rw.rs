@@ -82,6 +82,9 @@ struct Handle {
     id: InodeId,
     /// Opened O_NOATIME: its reads leave atime.
     noatime: bool,
+    /// The file had set-ID bits at open: its writers' writes may drop
+    /// them ([`RwInner::drop_set_ids`]).
+    setid: bool,
     seek: SeekCache,
     /// Opened for writing (counted in [`RwInner::pushes`]).
     writer: bool,
@@ -657,6 +660,36 @@ impl RwInner {
         }
     }
 
+    /// Whether handle `fh` is of a file that had set-ID bits at open.
+    fn handle_setid(&self, fh: fuser::FileHandle) -> bool {
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh.0)
+            .is_some_and(|h| h.setid)
+    }
+
+    /// A change of `id`'s data by `req`'s caller, who lacks CAP_FSETID:
+    /// its set-ID bits go as the VFS drops them
+    /// ([`RwFs::drop_suid_sgid`]), and the kernel's cached mode with them.
+    fn drop_set_ids(&self, id: InodeId, req: &Request) {
+        let Ok(st) = self.fs_read().stat(id) else {
+            return;
+        };
+        if st.mode & (libc::S_ISUID | libc::S_ISGID) == 0 {
+            return;
+        }
+        let in_group = crate::caps::in_group(req.pid(), st.gid);
+        match self.fs().drop_suid_sgid(id, in_group) {
+            Ok(()) => {
+                if let Ok(node) = self.node_of(id) {
+                    self.inval_attr(INodeNo(node));
+                }
+            }
+            Err(e) => logging::warn(&format!("set-ID bits of inode {}: {e}", id.ino)),
+        }
+    }
+
     /// Whether an access of `id` now would move its atime.
     fn atime_due(&self, id: InodeId, dir: bool) -> bool {
         let policy = self.atime.policy(dir);
@@ -774,6 +807,12 @@ impl RwInner {
     /// [`Pushes::writer_begin`].
     fn new_handle(&self, id: InodeId, writer: bool, flags: i32) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        // Looked at before the handles' lock is taken: never the
+        // filesystem's lock under it.
+        let setid = self
+            .fs_read()
+            .stat(id)
+            .is_ok_and(|st| st.mode & (libc::S_ISUID | libc::S_ISGID) != 0);
         self.handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -782,6 +821,7 @@ impl RwInner {
                 Handle {
                     id,
                     noatime: flags & libc::O_NOATIME != 0,
+                    setid,
                     seek: SeekCache::default(),
                     writer,
                     reads: ReadPattern::default(),
@@ -1163,12 +1203,12 @@ impl crate::proto::FuseFs for RwFuse {
     #[allow(clippy::too_many_arguments)]
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         node: INodeNo,
-        _fh: fuser::FileHandle,
+        fh: fuser::FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: fuser::WriteFlags,
+        write_flags: fuser::WriteFlags,
         flags: fuser::OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
@@ -1182,8 +1222,18 @@ impl crate::proto::FuseFs for RwFuse {
             Some(res) => res.map(|()| data.len()),
             None => self.buffered_write(id, offset, data),
         };
+        // The kernel says when a direct write's caller lacks CAP_FSETID;
+        // on buffered writes it drops only what its own (older) rule
+        // says, so a file that had set-ID bits is looked at here.
+        let kill = write_flags.bits() & crate::proto::abi::FUSE_WRITE_KILL_SUIDGID != 0
+            || self.handle_setid(fh) && !crate::caps::capable(req.pid(), crate::caps::CAP_FSETID);
         match res {
-            Ok(n) => reply.written(n as u32),
+            Ok(n) => {
+                if kill {
+                    self.drop_set_ids(id, req);
+                }
+                reply.written(n as u32)
+            }
             Err(e) => reply.error(errno("write", e)),
         }
     }
@@ -1533,7 +1583,7 @@ impl crate::proto::FuseFs for RwFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         node: INodeNo,
         _fh: fuser::FileHandle,
         offset: u64,
@@ -1545,7 +1595,16 @@ impl crate::proto::FuseFs for RwFuse {
         self.writeback_first(&[id]);
         let res = self.with_space(|fs| fs.fallocate(id, offset, length, mode));
         match res {
-            Ok(()) => reply.ok(),
+            Ok(()) => {
+                // The kernel's FUSE dropped the set-user-ID bit already
+                // (file_modified), but keeps set-group-ID unless the group
+                // may execute; the VFS also drops it for a caller outside
+                // the file's group.
+                if !crate::caps::capable(req.pid(), crate::caps::CAP_FSETID) {
+                    self.drop_set_ids(id, req);
+                }
+                reply.ok()
+            }
             Err(e) => reply.error(errno("fallocate", e)),
         }
     }

@@ -246,6 +246,32 @@ impl RwFs {
         self.t.put_inode(id.subvol, id.ino, &i)
     }
 
+    /// A change of the data of regular file `id` by a caller without
+    /// CAP_FSETID (a write, a fallocate) drops its set-user-ID bit, and
+    /// its set-group-ID bit when the group may execute or the caller is
+    /// not `in_group` (the kernel's setattr_should_drop_suidgid).
+    pub fn drop_suid_sgid(&mut self, id: InodeId, in_group: bool) -> Result<()> {
+        let mut i = self.t.inode_of(id.subvol, id.ino)?;
+        if i.mode & 0o170000 != 0o100000 {
+            return Ok(());
+        }
+        let mut drop = i.mode & libc::S_ISUID;
+        if i.mode & libc::S_ISGID != 0 && (i.mode & libc::S_IXGRP != 0 || !in_group) {
+            drop |= libc::S_ISGID;
+        }
+        if drop == 0 {
+            return Ok(());
+        }
+        self.check_writable(id)?;
+        i.mode &= !drop;
+        i.ctime = now();
+        i.transid = self.t.transid;
+        i.sequence += 1;
+        self.t.put_inode(id.subvol, id.ino, &i)?;
+        self.bump(id);
+        Ok(())
+    }
+
     /// Sets the change time of `id` to now (an xattr or flag change).
     fn touch_ctime(&mut self, id: InodeId) -> Result<()> {
         let mut i = self.t.inode_of(id.subvol, id.ino)?;

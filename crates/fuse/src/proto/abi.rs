@@ -96,6 +96,9 @@ pub const FATTR_CTIME: u32 = 1 << 10;
 pub const FUSE_GETATTR_FH: u32 = 1 << 0;
 pub const FUSE_READ_LOCKOWNER: u32 = 1 << 1;
 pub const FUSE_WRITE_LOCKOWNER: u32 = 1 << 1;
+/// The writer lacks CAP_FSETID: set-ID bits go (the kernel sends it on
+/// direct writes whatever was negotiated).
+pub const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
 pub const FUSE_RELEASE_FLUSH: u32 = 1 << 0;
 pub const FUSE_RELEASE_FLOCK_UNLOCK: u32 = 1 << 1;
 pub const FUSE_FSYNC_FDATASYNC: u32 = 1 << 0;
