@@ -79,7 +79,14 @@
 //!     append-only file takes appends and times set to now, not times
 //!     set to a value, chmod, truncate or a write without O_APPEND; a
 //!     device node works (no nodev); another user sees the mount (no
-//!     private mount). Then `btrfs check`.
+//!     private mount); a directory removed while open (fstat: nlink 0);
+//!     the largest xattr; an ACL clearing S_ISGID; atime after reads and
+//!     listings; ctime after chattr; xflags btrfs does not keep;
+//!     remount ro (refused with a writer) and rw; a listing while its
+//!     names are renamed ends; O_TMPFILE and linkat; a file handle after
+//!     drop_caches; renameat2's flags (WHITEOUT); the label; set-ID bits
+//!     after fallocate, punch, zero range, buffered and direct writes by
+//!     a user and by root. Then `btrfs check`.
 //!
 //! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
 //! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
