@@ -1554,6 +1554,87 @@ fn space_after_unlink_on_ubtrfs_mount() {
     );
 }
 
+/// Metadata runs out: data fills the image, then 1 KiB xattrs go on one
+/// file until ENOSPC, and 2,000 more must all fail too (a change that
+/// ran out of tree blocks midway once left a transaction no commit could
+/// write: later changes succeeded in memory and every one since the last
+/// commit was lost). Then `btrfs check`, and the kernel reads the first
+/// and the last xattr acknowledged, and not the next.
+fn metadata_enospc_case(w: Writer, base: &Path) -> Result<String, String> {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    let (dir, image, mnt, m) = fresh_512m(w, base)?;
+    let block = pseudo_block(0x3e7a, 0);
+    let f = mnt.join("f");
+    let mut a = std::fs::File::create(&f).map_err(|e| format!("create f: {e}"))?;
+    while a.write_all(&block).is_ok() {}
+    drop(a);
+    let path = std::ffi::CString::new(f.as_os_str().as_bytes()).unwrap();
+    let value = [0x61u8; 1024];
+    let set = |i: u32| {
+        let name = std::ffi::CString::new(format!("trusted.{i}")).unwrap();
+        // SAFETY: NUL-terminated path and name; value of its length.
+        let r = unsafe {
+            libc::setxattr(
+                path.as_ptr(),
+                name.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        };
+        (r == 0)
+            .then_some(())
+            .ok_or_else(std::io::Error::last_os_error)
+    };
+    let mut last = 0;
+    let first_err = loop {
+        match set(last + 1) {
+            Ok(()) => last += 1,
+            Err(e) => break e,
+        }
+        if last > 2_000_000 {
+            return Err("2,000,000 xattrs and no ENOSPC".into());
+        }
+    };
+    if first_err.raw_os_error() != Some(libc::ENOSPC) || last < 1000 {
+        return Err(format!("after {last} xattrs: {first_err}"));
+    }
+    if let Some(i) = (last + 2..last + 2002).find(|&i| set(i).is_ok()) {
+        return Err(format!("xattr {i} set after ENOSPC at {}", last + 1));
+    }
+    m.finish().map_err(|e| format!("unmount: {e}"))?;
+    check(&image, "after metadata ran out")?;
+    let k = kernel_ro(&image, &dir.join("kmnt"));
+    let get = |i: u32| {
+        Command::new("getfattr")
+            .args(["--only-values", "-n", &format!("trusted.{i}")])
+            .arg(k.path("f"))
+            .output()
+            .map(|o| o.stdout.len())
+            .unwrap_or(0)
+    };
+    let seen = [get(1), get(last), get(last + 1)];
+    k.unmount();
+    if seen != [1024, 1024, 0] {
+        return Err(format!(
+            "the kernel reads xattrs 1, {last} and {} as {seen:?} bytes",
+            last + 1
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(format!("{last} xattrs of 1 KiB before ENOSPC"))
+}
+
+#[test]
+fn metadata_enospc_loses_nothing_on_ubtrfs_mount() {
+    one_case(
+        "metadata_enospc_loses_nothing_on_ubtrfs_mount",
+        Writer::Ubtrfs,
+        |base| metadata_enospc_case(Writer::Ubtrfs, base),
+    );
+}
+
 // ------------------------------------------------------------------ (o)
 
 /// The steps of (o), run with the mount as the working directory; one

@@ -156,6 +156,25 @@ impl Trans {
         data_free + unalloc.saturating_sub(meta_reserve) / dr * dl
     }
 
+    /// Logical bytes of metadata that can still be given tree blocks: free
+    /// in metadata block groups (pinned space is not free until a
+    /// commit), and what new metadata chunks can take of the unallocated
+    /// space; on a mixed filesystem, the room data and metadata share.
+    pub fn metadata_room(&self) -> u64 {
+        if self.mixed_groups() {
+            return self.mixed_room();
+        }
+        let free: u64 = self
+            .alloc
+            .groups
+            .values()
+            .filter(|g| g.flags & BG_METADATA != 0 && g.flags & BG_DATA == 0)
+            .map(|g| g.free_bytes())
+            .sum();
+        let (raw, logical) = self.raw_per_logical(SpaceKind::Metadata);
+        free + self.unallocated() / raw * logical
+    }
+
     /// Device bytes per logical byte of `kind`'s new chunks, as a fraction
     /// (raw, logical): RAID5/6 over the devices there are.
     fn raw_per_logical(&self, kind: SpaceKind) -> (u64, u64) {

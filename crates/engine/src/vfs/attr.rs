@@ -159,6 +159,8 @@ impl RwFs {
     /// is refused here.
     pub fn setattr(&mut self, id: InodeId, a: &SetAttr) -> Result<Stat> {
         self.check_writable(id)?;
+        let size = self.t.inode_of(id.subvol, id.ino)?.size;
+        self.reserve_change(a.size.is_some_and(|n| n < size))?;
         let flags = self.t.inode_of(id.subvol, id.ino)?.flags;
         if flags & INODE_IMMUTABLE != 0 {
             return Err(Error::Permission(format!("inode {} is immutable", id.ino)));
@@ -233,7 +235,9 @@ impl RwFs {
     /// change time and the inode's sequence stay. Nothing on a read-only
     /// subvolume or mount, as the kernel's touch_atime.
     pub fn touch_atime(&mut self, id: InodeId, policy: AtimePolicy) -> Result<()> {
-        if self.check_writable(id).is_err() {
+        // Nothing on a read-only subvolume; nothing either when the
+        // metadata is short (an access is no reason for ENOSPC).
+        if self.check_writable(id).is_err() || self.reserve_change(false).is_err() {
             return Ok(());
         }
         let time = now();
@@ -337,6 +341,7 @@ impl RwFs {
     ) -> Result<()> {
         check_xattr_name(name)?;
         self.check_writable(id)?;
+        self.reserve_change(false)?;
         let inode = self.t.inode_of(id.subvol, id.ino)?;
         if inode.flags & INODE_IMMUTABLE_FLAGS != 0 {
             return Err(Error::Permission(format!(
@@ -411,6 +416,7 @@ impl RwFs {
     pub fn removexattr(&mut self, id: InodeId, name: &[u8]) -> Result<()> {
         check_xattr_name(name)?;
         self.check_writable(id)?;
+        self.reserve_change(true)?;
         let inode = self.t.inode_of(id.subvol, id.ino)?;
         if inode.flags & INODE_IMMUTABLE_FLAGS != 0 {
             return Err(Error::Permission(format!(
@@ -449,6 +455,7 @@ impl RwFs {
     /// compression; +c clears NOCOW.
     pub fn set_flags(&mut self, id: InodeId, fs_flags: u32) -> Result<()> {
         self.check_writable(id)?;
+        self.reserve_change(false)?;
         let known: u32 = FS_FLAGS.iter().fold(0, |a, (f, _)| a | f);
         if fs_flags & !known != 0 {
             return Err(Error::Unsupported(format!(

@@ -66,6 +66,9 @@ impl RwFs {
     /// Refuses writes the inode's flags forbid.
     fn check_data_writable(&mut self, id: InodeId, append_ok: bool) -> Result<InodeItem> {
         self.check_writable(id)?;
+        // The extent and checksum items its writeback adds (the kernel's
+        // btrfs_delalloc_reserve_metadata).
+        self.reserve_change(false)?;
         let i = self.regular(id)?;
         if i.flags & INODE_IMMUTABLE != 0 {
             return Err(Error::Permission(format!("inode {} is immutable", id.ino)));

@@ -680,6 +680,40 @@ impl RwFs {
         Ok(true)
     }
 
+    /// Before a change of the trees: room for the tree blocks it may add
+    /// and for those the commit after it adds. The kernel reserves
+    /// metadata space before each change (nodesize x BTRFS_MAX_LEVEL x 2
+    /// per item, and a global reserve for commits); changes here are one
+    /// at a time, so the room is looked at rather than held. Without it, a
+    /// commit first (space freed since the last one stays pinned until
+    /// then), then ENOSPC: a change that ran out of tree blocks midway
+    /// would leave a transaction no commit can write, and every change
+    /// since the last commit would be lost. A `removal` (unlink, rmdir,
+    /// removexattr, a truncate) needs only the commit's share: it gives
+    /// space back, as the kernel lets an unlink use its global reserve.
+    pub(crate) fn reserve_change(&mut self, removal: bool) -> Result<()> {
+        let ns = self.t.nodesize() as u64;
+        // A change of a few items down a tree of up to 8 levels, COWed;
+        // a commit's extent, free-space and root tree updates.
+        let change = if removal { 0 } else { 4 * 8 * 2 * ns };
+        let need = |t: &Trans| change + (t.dirty_blocks() as u64 / 2 + 32) * ns;
+        if self.t.metadata_room() >= need(&self.t) {
+            return Ok(());
+        }
+        if !self.log_sync_in_flight
+            && self.in_flight() == 0
+            && self.commit_for_space()?
+            && self.t.metadata_room() >= need(&self.t)
+        {
+            return Ok(());
+        }
+        Err(Error::NoSpace(format!(
+            "metadata: {} bytes of room, a change and its commit need {}",
+            self.t.metadata_room(),
+            need(&self.t)
+        )))
+    }
+
     /// Whether the trees changed since the last commit.
     pub(crate) fn changed(&self) -> bool {
         self.t.mutations() != self.committed_mutations

@@ -208,6 +208,7 @@ impl RwFs {
     /// may_delete; an immutable one takes no change.
     fn dir_for_change(&mut self, dir: InodeId, removes: bool) -> Result<InodeItem> {
         self.check_writable(dir)?;
+        self.reserve_change(removes)?;
         let di = self.t.inode_of(dir.subvol, dir.ino)?;
         if !is_dir(di.mode) {
             return Err(Error::NotDir(format!(
