@@ -33,42 +33,16 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
-use ubtrfs_engine::vfs::attr::{AtimePolicy, SetAttr, SetTime};
+use ubtrfs_engine::vfs::attr::{SetAttr, SetTime};
 use ubtrfs_engine::vfs::seek::{SeekCache, Versions};
 use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwStats, SyncStep};
 use ubtrfs_engine::{Error, InodeId, Stat};
 use ubtrfs_format::items::Timespec;
 
-/// FS_IOC_GETFLAGS / FS_IOC_SETFLAGS as FUSE forwards them (the kernel's
-/// fileattr code sends them with a 4-byte argument).
-const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
-const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
-/// FS_IOC_FSGETXATTR / FS_IOC_FSSETXATTR (struct fsxattr, 28 bytes): the
-/// kernel reads these before it sets flags (vfs_fileattr_set).
-const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
-const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
-/// btrfs's own sync ioctls, which FUSE forwards on a file or directory
-/// (restricted ioctls: the argument's size from the command): the way to
-/// make everything durable on a mount without root, since the kernel
-/// sends syncfs(2) (FUSE_SYNCFS) only to fuseblk and virtiofs daemons
-/// (fs/fuse/inode.c fuse_sync_fs): root's read-write mount is fuseblk. BTRFS_IOC_SYNC = _IO(0x94, 8) (`btrfs filesystem sync`),
-/// BTRFS_IOC_START_SYNC = _IOR(0x94, 24, u64) (the transaction id out),
-/// BTRFS_IOC_WAIT_SYNC = _IOW(0x94, 22, u64) (a transaction id in).
-const BTRFS_IOC_SYNC: u32 = 0x0000_9408;
-/// FS_IOC_GETFSLABEL = _IOR(0x94, 49, char[256]), FS_IOC_SETFSLABEL =
-/// _IOW(0x94, 50, char[256]).
-const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
-const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
-const BTRFS_IOC_START_SYNC: u32 = 0x8008_9418;
-const BTRFS_IOC_WAIT_SYNC: u32 = 0x4008_9416;
-/// FS_XFLAG_* bits and the FS_*_FL bits they stand for.
-const XFLAGS: [(u32, u32); 5] = [
-    (0x08, 0x10), // immutable
-    (0x10, 0x20), // append
-    (0x20, 0x08), // sync
-    (0x40, 0x80), // noatime
-    (0x80, 0x40), // nodump
-];
+mod access;
+mod ioctl;
+
+pub use access::Atime;
 
 /// `UBTRFS_TRACE_FSYNC=1` (read once): [`RwFuse::sync_node`] logs each
 /// fsync.
@@ -129,34 +103,6 @@ pub struct RwInner {
     /// sync finished: see [`RwFuse::fsync_grouped`].
     fsyncs_waiting: AtomicU64,
     log_synced: Condvar,
-}
-
-/// The mount's atime options: `noatime`, `relatime` (the default) or
-/// `strictatime`, and `nodiratime`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Atime {
-    pub files: AtimePolicy,
-    /// `nodiratime` clears it: listings leave directories' atime.
-    pub dirs: bool,
-}
-
-impl Default for Atime {
-    fn default() -> Self {
-        Atime {
-            files: AtimePolicy::Relative,
-            dirs: true,
-        }
-    }
-}
-
-impl Atime {
-    fn policy(self, dir: bool) -> AtimePolicy {
-        if dir && !self.dirs {
-            AtimePolicy::Never
-        } else {
-            self.files
-        }
-    }
 }
 
 /// The longest an fsync whose file is logged waits for queued fsyncs to
@@ -645,57 +591,6 @@ impl RwInner {
             Ok(a) => reply.attr(&self.ttl, &a),
             Err(e) => reply.error(e),
         }
-    }
-
-    /// An access of `id` (a READ of a file, a READDIR of a directory):
-    /// atime as the mount's options say. Checked shared; the filesystem
-    /// is taken alone only when atime moves (under relatime, the first
-    /// access after a change, or a day after the last).
-    fn accessed(&self, id: InodeId, dir: bool) {
-        if !self.atime_due(id, dir) {
-            return;
-        }
-        if let Err(e) = self.fs().touch_atime(id, self.atime.policy(dir)) {
-            logging::warn(&format!("atime of inode {}: {e}", id.ino));
-        }
-    }
-
-    /// Whether handle `fh` is of a file that had set-ID bits at open.
-    fn handle_setid(&self, fh: fuser::FileHandle) -> bool {
-        self.handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&fh.0)
-            .is_some_and(|h| h.setid)
-    }
-
-    /// A change of `id`'s data by `req`'s caller, who lacks CAP_FSETID:
-    /// its set-ID bits go as the VFS drops them
-    /// ([`RwFs::drop_suid_sgid`]), and the kernel's cached mode with them.
-    fn drop_set_ids(&self, id: InodeId, req: &Request) {
-        let Ok(st) = self.fs_read().stat(id) else {
-            return;
-        };
-        if st.mode & (libc::S_ISUID | libc::S_ISGID) == 0 {
-            return;
-        }
-        let in_group = crate::caps::in_group(req.pid(), st.gid);
-        match self.fs().drop_suid_sgid(id, in_group) {
-            Ok(()) => {
-                if let Ok(node) = self.node_of(id) {
-                    self.inval_attr(INodeNo(node));
-                }
-            }
-            Err(e) => logging::warn(&format!("set-ID bits of inode {}: {e}", id.ino)),
-        }
-    }
-
-    /// Whether an access of `id` now would move its atime.
-    fn atime_due(&self, id: InodeId, dir: bool) -> bool {
-        let policy = self.atime.policy(dir);
-        policy != AtimePolicy::Never
-            && !self.remounted_ro.load(Ordering::Relaxed)
-            && self.fs_read().atime_due(id, policy)
     }
 
     /// The flag [`crate::remount::follow_ro`] keeps.
@@ -1469,116 +1364,7 @@ impl crate::proto::FuseFs for RwFuse {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let id = self.inode(node);
-        match cmd {
-            FS_IOC_GETFLAGS => match self.fs_read().get_flags(id) {
-                Ok(f) => reply.ioctl(0, &f.to_le_bytes()),
-                Err(e) => reply.error(errno("ioctl", e)),
-            },
-            FS_IOC_SETFLAGS => {
-                let Some(b) = in_data.get(..4) else {
-                    return reply.error(Errno::EINVAL);
-                };
-                let f = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                match self.fs().set_flags(id, f) {
-                    Ok(()) => {
-                        self.inval_attr(node);
-                        reply.ioctl(0, &[])
-                    }
-                    Err(e) => reply.error(errno("ioctl", e)),
-                }
-            }
-            FS_IOC_FSGETXATTR => match self.fs_read().get_flags(id) {
-                Ok(f) => {
-                    let x = XFLAGS
-                        .iter()
-                        .filter(|(_, fl)| f & fl != 0)
-                        .fold(0u32, |a, (x, _)| a | x);
-                    let mut out = [0u8; 28];
-                    out[..4].copy_from_slice(&x.to_le_bytes());
-                    reply.ioctl(0, &out)
-                }
-                Err(e) => reply.error(errno("ioctl", e)),
-            },
-            FS_IOC_FSSETXATTR => {
-                let Some(b) = in_data.get(..4) else {
-                    return reply.error(Errno::EINVAL);
-                };
-                let x = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                let known = XFLAGS.iter().fold(0, |a, (xbit, _)| a | xbit);
-                if x & !known != 0 {
-                    // As btrfs_fileattr_set: DAX, project inheritance and
-                    // the rest are not btrfs's.
-                    return reply.error(Errno::EOPNOTSUPP);
-                }
-                let mut fs = self.fs();
-                let res = fs.get_flags(id).and_then(|cur| {
-                    let mut f = cur;
-                    for (xbit, fl) in XFLAGS {
-                        if x & xbit != 0 {
-                            f |= fl;
-                        } else {
-                            f &= !fl;
-                        }
-                    }
-                    if f == cur {
-                        Ok(())
-                    } else {
-                        fs.set_flags(id, f)
-                    }
-                });
-                drop(fs);
-                match res {
-                    Ok(()) => {
-                        self.inval_attr(node);
-                        reply.ioctl(0, &[])
-                    }
-                    Err(e) => reply.error(errno("ioctl", e)),
-                }
-            }
-            FS_IOC_GETFSLABEL => {
-                let mut out = [0u8; 256];
-                let l = self.fs_read().label();
-                let n = l.len().min(255);
-                out[..n].copy_from_slice(&l[..n]);
-                reply.ioctl(0, &out)
-            }
-            FS_IOC_SETFSLABEL => {
-                // CAP_SYS_ADMIN, as the kernel's btrfs asks.
-                if !crate::caps::capable(req.pid(), crate::caps::CAP_SYS_ADMIN) {
-                    return reply.error(Errno::EPERM);
-                }
-                let b = in_data.get(..256).unwrap_or(in_data);
-                let label = &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())];
-                if label.len() >= 256 {
-                    return reply.error(Errno::EINVAL);
-                }
-                match self.fs.lock_commit().set_label(label) {
-                    Ok(()) => reply.ioctl(0, &[]),
-                    Err(e) => reply.error(errno("ioctl FS_IOC_SETFSLABEL", e)),
-                }
-            }
-            BTRFS_IOC_SYNC => match self.fs.lock_commit().sync_fs() {
-                Ok(_) => reply.ioctl(0, &[]),
-                Err(e) => reply.error(errno("ioctl BTRFS_IOC_SYNC", e)),
-            },
-            // The kernel starts a commit and returns at once; this one is
-            // done when it returns (WAIT_SYNC then has nothing to wait for).
-            BTRFS_IOC_START_SYNC => match self.fs.lock_commit().sync_fs() {
-                Ok(transid) => reply.ioctl(0, &transid.to_le_bytes()),
-                Err(e) => reply.error(errno("ioctl BTRFS_IOC_START_SYNC", e)),
-            },
-            BTRFS_IOC_WAIT_SYNC => {
-                let transid = in_data
-                    .get(..8)
-                    .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
-                match self.fs.lock_commit().wait_sync(transid) {
-                    Ok(()) => reply.ioctl(0, &[]),
-                    Err(e) => reply.error(errno("ioctl BTRFS_IOC_WAIT_SYNC", e)),
-                }
-            }
-            _ => reply.error(Errno::ENOTTY),
-        }
+        self.ioctl_request(req, node, cmd, in_data, reply)
     }
 
     fn fallocate(

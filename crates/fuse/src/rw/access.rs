@@ -1,0 +1,93 @@
+//! What a read and a change of a file's data do beyond the data: atime
+//! (the kernel leaves it to a FUSE filesystem; the mount's `relatime`,
+//! `strictatime`, `noatime`, `nodiratime`) and the set-ID bits a change by
+//! a caller without CAP_FSETID drops.
+
+use super::RwInner;
+use crate::logging;
+use crate::proto::Request;
+use fuser::INodeNo;
+use std::sync::atomic::Ordering;
+use ubtrfs_engine::vfs::attr::AtimePolicy;
+use ubtrfs_engine::InodeId;
+
+/// The mount's atime options: `noatime`, `relatime` (the default) or
+/// `strictatime`, and `nodiratime`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Atime {
+    pub files: AtimePolicy,
+    /// `nodiratime` clears it: listings leave directories' atime.
+    pub dirs: bool,
+}
+
+impl Default for Atime {
+    fn default() -> Self {
+        Atime {
+            files: AtimePolicy::Relative,
+            dirs: true,
+        }
+    }
+}
+
+impl Atime {
+    pub(super) fn policy(self, dir: bool) -> AtimePolicy {
+        if dir && !self.dirs {
+            AtimePolicy::Never
+        } else {
+            self.files
+        }
+    }
+}
+
+impl RwInner {
+    /// An access of `id` (a READ of a file, a READDIR of a directory):
+    /// atime as the mount's options say. Checked shared; the filesystem
+    /// is taken alone only when atime moves (under relatime, the first
+    /// access after a change, or a day after the last).
+    pub(super) fn accessed(&self, id: InodeId, dir: bool) {
+        if !self.atime_due(id, dir) {
+            return;
+        }
+        if let Err(e) = self.fs().touch_atime(id, self.atime.policy(dir)) {
+            logging::warn(&format!("atime of inode {}: {e}", id.ino));
+        }
+    }
+
+    /// Whether handle `fh` is of a file that had set-ID bits at open.
+    pub(super) fn handle_setid(&self, fh: fuser::FileHandle) -> bool {
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh.0)
+            .is_some_and(|h| h.setid)
+    }
+
+    /// A change of `id`'s data by `req`'s caller, who lacks CAP_FSETID:
+    /// its set-ID bits go as the VFS drops them
+    /// ([`RwFs::drop_suid_sgid`]), and the kernel's cached mode with them.
+    pub(super) fn drop_set_ids(&self, id: InodeId, req: &Request) {
+        let Ok(st) = self.fs_read().stat(id) else {
+            return;
+        };
+        if st.mode & (libc::S_ISUID | libc::S_ISGID) == 0 {
+            return;
+        }
+        let in_group = crate::caps::in_group(req.pid(), st.gid);
+        match self.fs().drop_suid_sgid(id, in_group) {
+            Ok(()) => {
+                if let Ok(node) = self.node_of(id) {
+                    self.inval_attr(INodeNo(node));
+                }
+            }
+            Err(e) => logging::warn(&format!("set-ID bits of inode {}: {e}", id.ino)),
+        }
+    }
+
+    /// Whether an access of `id` now would move its atime.
+    pub(super) fn atime_due(&self, id: InodeId, dir: bool) -> bool {
+        let policy = self.atime.policy(dir);
+        policy != AtimePolicy::Never
+            && !self.remounted_ro.load(Ordering::Relaxed)
+            && self.fs_read().atime_due(id, policy)
+    }
+}
