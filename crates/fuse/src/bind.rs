@@ -88,6 +88,38 @@ pub fn share(req: &MountRequest) -> Result<bool, String> {
             std::io::Error::last_os_error()
         ));
     }
+    // A bind joins its source's peer group; a mount of its own does not
+    // (mount_namespaces(7)): out of it, and shared in a group of its own
+    // where the mount it sits on is shared, as a new mount would be.
+    let parent_shared = req.mountpoint.parent().is_some_and(|dir| {
+        ubtrfs_engine::io::claim::mounts()
+            .into_iter()
+            .filter(|m| dir.starts_with(&m.point))
+            .max_by_key(|m| m.point.as_os_str().len())
+            .is_some_and(|m| m.shared)
+    });
+    for (bit, wanted) in [(libc::MS_PRIVATE, true), (libc::MS_SHARED, parent_shared)] {
+        // SAFETY: as above; a propagation change of the bind.
+        if wanted
+            && unsafe {
+                libc::mount(
+                    std::ptr::null(),
+                    to.as_ptr(),
+                    std::ptr::null(),
+                    bit,
+                    std::ptr::null(),
+                )
+            } != 0
+        {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: the bind just made.
+            unsafe { libc::umount2(to.as_ptr(), libc::MNT_DETACH) };
+            return Err(format!(
+                "propagation of the bind mount on {}: {e}",
+                req.mountpoint.display()
+            ));
+        }
+    }
     let flags = o.ms_flags() | if ro { libc::MS_RDONLY } else { 0 };
     if flags != 0 {
         // SAFETY: as above; the bind's own flags.

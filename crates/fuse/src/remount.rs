@@ -176,6 +176,7 @@ mod tests {
             fstype: "fuseblk.ubtrfs".into(),
             ro,
             options: options.into(),
+            shared: false,
         }
     }
 

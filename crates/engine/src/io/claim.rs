@@ -414,6 +414,8 @@ pub struct MountLine {
     pub ro: bool,
     /// The per-mount options (rw, nodev, relatime, ...).
     pub options: String,
+    /// In a peer group (mount propagation `shared:N`).
+    pub shared: bool,
 }
 
 /// The mounts of this process's namespace, in mountinfo's order (a later
@@ -451,6 +453,7 @@ pub fn mounts() -> Vec<MountLine> {
             dev,
             st_dev: String::from_utf8_lossy(f[2]).into_owned(),
             options: String::from_utf8_lossy(f[5]).into_owned(),
+            shared: f[6..sep].iter().any(|o| o.starts_with(b"shared:")),
             source,
             point: PathBuf::from(std::ffi::OsString::from_vec(unescape_mountinfo(f[4]))),
             fstype: String::from_utf8_lossy(f[sep + 1]).into_owned(),
