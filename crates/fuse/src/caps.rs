@@ -24,6 +24,16 @@ pub fn capable(pid: u32, cap: u32) -> bool {
         .is_some_and(|eff| eff >> cap & 1 == 1)
 }
 
+/// Whether process `pid` is known to lack capability `cap`: false when
+/// its status cannot be read (pid 0: the kernel's own writeback; a
+/// process gone), where dropping what the caller may keep is worse than
+/// keeping it.
+pub fn lacks(pid: u32, cap: u32) -> bool {
+    status_line(pid, "CapEff:")
+        .and_then(|hex| u64::from_str_radix(&hex, 16).ok())
+        .is_some_and(|eff| eff >> cap & 1 == 0)
+}
+
 /// Whether process `pid` is in group `gid`: its filesystem gid (the
 /// fourth of its /proc status "Gid:") or a supplementary one.
 pub fn in_group(pid: u32, gid: u32) -> bool {
@@ -53,6 +63,8 @@ mod tests {
         let root = unsafe { libc::geteuid() } == 0;
         assert_eq!(capable(me, CAP_SYS_ADMIN), root);
         assert!(!capable(u32::MAX, CAP_SYS_ADMIN));
+        assert_eq!(lacks(me, CAP_SYS_ADMIN), !root);
+        assert!(!lacks(u32::MAX, CAP_SYS_ADMIN));
         // SAFETY: getegid has no preconditions.
         let gid = unsafe { libc::getegid() };
         assert!(in_group(me, gid));

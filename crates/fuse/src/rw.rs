@@ -1120,8 +1120,14 @@ impl crate::proto::FuseFs for RwFuse {
         // The kernel says when a direct write's caller lacks CAP_FSETID;
         // on buffered writes it drops only what its own (older) rule
         // says, so a file that had set-ID bits is looked at here.
-        let kill = write_flags.bits() & crate::proto::abi::FUSE_WRITE_KILL_SUIDGID != 0
-            || self.handle_setid(fh) && !crate::caps::capable(req.pid(), crate::caps::CAP_FSETID);
+        // A write from the page cache (FUSE_WRITE_CACHE) is not the
+        // caller's: the kernel dropped what it drops when the data was
+        // written into the cache.
+        let flags = write_flags.bits();
+        let kill = flags & crate::proto::abi::FUSE_WRITE_KILL_SUIDGID != 0
+            || flags & crate::proto::abi::FUSE_WRITE_CACHE == 0
+                && self.handle_setid(fh)
+                && crate::caps::lacks(req.pid(), crate::caps::CAP_FSETID);
         match res {
             Ok(n) => {
                 if kill {
@@ -1386,7 +1392,7 @@ impl crate::proto::FuseFs for RwFuse {
                 // (file_modified), but keeps set-group-ID unless the group
                 // may execute; the VFS also drops it for a caller outside
                 // the file's group.
-                if !crate::caps::capable(req.pid(), crate::caps::CAP_FSETID) {
+                if crate::caps::lacks(req.pid(), crate::caps::CAP_FSETID) {
                     self.drop_set_ids(id, req);
                 }
                 reply.ok()

@@ -95,6 +95,8 @@ pub const FATTR_CTIME: u32 = 1 << 10;
 
 pub const FUSE_GETATTR_FH: u32 = 1 << 0;
 pub const FUSE_READ_LOCKOWNER: u32 = 1 << 1;
+/// A delayed write from the page cache (the file handle guessed).
+pub const FUSE_WRITE_CACHE: u32 = 1 << 0;
 pub const FUSE_WRITE_LOCKOWNER: u32 = 1 << 1;
 /// The writer lacks CAP_FSETID: set-ID bits go (the kernel sends it on
 /// direct writes whatever was negotiated).
