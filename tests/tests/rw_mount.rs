@@ -1183,10 +1183,14 @@ fn kill9_push_case(base: &Path) -> Result<String, String> {
     std::fs::write(mnt.join("f"), &data).map_err(|e| format!("write f: {e}"))?;
     m.unmount()?;
     let held = 128u64 << 10;
+    // noatime: with atime due, the second open would drop the file's
+    // cached pages (no FOPEN_KEEP_CACHE, so that the next read reaches
+    // the daemon), and the kernel's invalidation waits for the held page:
+    // the read at 0 would wait out the delay, and the push race it.
     let mut m = UbtrfsMount::start_env(
         &image,
         &mnt,
-        "",
+        "noatime",
         &[("UBTRFS_TEST_READ_DELAY", &format!("{held}:60000"))],
     )?;
     let pid = m.pid().ok_or("no mount process")?;
