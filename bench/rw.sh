@@ -46,18 +46,10 @@
 # ubtrfs with one mechanism switched off through the daemon's environment:
 #   dbench/fsync/bssplit: UBTRFS_NO_NOCOW=1,
 #                         UBTRFS_CSUM_FULL_SCAN=1
-#   fsync/fsynccow/dbench: UBTRFS_LOCKED_LOG_SYNC=1 (a log sync holds the
-#                         lock while the disk flushes),
-#                         UBTRFS_FSYNC_PIPELINE=1 (switched on, not off: an
-#                         fsync logs its file while another's log sync is
-#                         in flight; off by default, it did not pay)
 #   fsync/fsynccow:       UBTRFS_NO_FSYNC_BATCH=1 (concurrent fsyncs not
 #                         grouped into one log sync)
-#   readwrite:            UBTRFS_COMMIT_WRITEBACK=1 (the interval commit
-#                         writes back, holding the lock, what was dirtied
-#                         during the writeback before it; by default it
-#                         leaves it dirty, files committed at the size
-#                         their extents back: the kernel's disk_i_size)
+#   readwrite:            UBTRFS_NO_ORDERED=1 (writeback's device writes
+#                         made under the lock)
 #   sparse:               UBTRFS_NO_SEEK_CACHE=1,
 #                         UBTRFS_NO_RW_PUSH=1 (small forward reads not
 #                         answered with a read-ahead window pushed into
@@ -70,8 +62,7 @@
 #                         UBTRFS_NO_ASYNC_DIO=1 (no FUSE_ASYNC_DIO)
 #   dbench/sparse:        UBTRFS_NO_KEEP_CACHE=1 (every open drops the
 #                         file's page cache)
-#   dbench/randread:      UBTRFS_EXCLUSIVE_READS=1 (requests that only
-#                         read take the mount's lock alone, one at a time)
+#   URING=1:              -o nouring (/dev/fuse)
 # Runs are interleaved (run 1 of every side, then run 2, ...). Caches are
 # dropped after each setup, before the measured part. The ubtrfs daemon
 # runs in the foreground (-f) under /usr/bin/time (peak RSS); "umount s" is
@@ -112,8 +103,9 @@
 #   URING=1             FUSE over io_uring for the run: sets /sys/module/
 #                       fuse/parameters/enable_uring to Y (restored at the
 #                       end), so ubtrfs mounts use it by default, and adds
-#                       the ubtrfs-no-uring variant (UBTRFS_NO_URING=1:
-#                       /dev/fuse) to the variants.
+#                       the ubtrfs-no-uring variant (-o nouring:
+#                       /dev/fuse) to the variants. (A mount by root sets
+#                       the parameter itself unless -o nouring.)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$PWD
@@ -236,18 +228,11 @@ side_env() {
     ubtrfs-no-seek-cache) echo UBTRFS_NO_SEEK_CACHE=1 ;;
     ubtrfs-no-rw-push) echo UBTRFS_NO_RW_PUSH=1 ;;
     ubtrfs-no-fsync-batch) echo UBTRFS_NO_FSYNC_BATCH=1 ;;
-    ubtrfs-locked-log-sync) echo UBTRFS_LOCKED_LOG_SYNC=1 ;;
-    ubtrfs-fsync-pipeline) echo UBTRFS_FSYNC_PIPELINE=1 ;;
     ubtrfs-no-direct-io) echo UBTRFS_NO_DIRECT_IO=1 ;;
     ubtrfs-no-parallel-dio) echo UBTRFS_NO_PARALLEL_DIO=1 ;;
     ubtrfs-no-async-dio) echo UBTRFS_NO_ASYNC_DIO=1 ;;
     ubtrfs-no-keep-cache) echo UBTRFS_NO_KEEP_CACHE=1 ;;
-    ubtrfs-exclusive-reads) echo UBTRFS_EXCLUSIVE_READS=1 ;;
-    ubtrfs-sync-commits) echo UBTRFS_SYNC_COMMITS=1 ;;
-    ubtrfs-no-uring) echo UBTRFS_NO_URING=1 ;;
     ubtrfs-no-ordered) echo UBTRFS_NO_ORDERED=1 ;;
-    ubtrfs-truncate-writeback) echo UBTRFS_TRUNCATE_WRITEBACK=1 ;;
-    ubtrfs-commit-writeback) echo UBTRFS_COMMIT_WRITEBACK=1 ;;
     ubtrfs@*) echo "${1#ubtrfs@}" | tr , ' ' ;;  # ad hoc: ubtrfs@VAR=VALUE[,VAR=VALUE]
     *) echo "" ;;
   esac
@@ -256,6 +241,7 @@ side_env() {
 side_opts() {
   case $1 in
     ubtrfs-commit) echo notreelog ;;
+    ubtrfs-no-uring) echo nouring ;;
     *) echo "" ;;
   esac
 }
@@ -271,22 +257,22 @@ sides_for() {
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-seek-cache ubtrfs-no-keep-cache ubtrfs-no-rw-push"; } ;;
     fsync)
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-locked-log-sync ubtrfs-fsync-pipeline ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-no-nocow ubtrfs-csum-full-scan"; } ;;
     fsynccow)
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch ubtrfs-locked-log-sync ubtrfs-fsync-pipeline"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs ubtrfs-commit"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-fsync-batch"; } ;;
     randread)
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-exclusive-reads"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || s="$s ubtrfs" ;;
     prealloc)
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow"; } ;;
     readwrite)
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-ordered ubtrfs-exclusive-reads ubtrfs-commit-writeback"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-ordered"; } ;;
     truncate)
-      [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-truncate-writeback"; } ;;
+      [[ $KERNEL_ONLY == 1 ]] || s="$s ubtrfs" ;;
     *)
       local more=""
       case $1 in
         bssplit) more=" ubtrfs-no-direct-io ubtrfs-no-parallel-dio ubtrfs-no-async-dio" ;;
-        dbench) more=" ubtrfs-no-keep-cache ubtrfs-sync-commits ubtrfs-locked-log-sync ubtrfs-fsync-pipeline ubtrfs-exclusive-reads" ;;
+        dbench) more=" ubtrfs-no-keep-cache" ;;
       esac
       [[ $KERNEL_COW == 1 ]] && s="$s kernel-datacow"
       [[ $KERNEL_ONLY == 1 ]] || { s="$s ubtrfs"; [[ $VARIANTS == 1 ]] && s="$s ubtrfs-no-nocow ubtrfs-csum-full-scan$more"; } ;;
@@ -828,17 +814,12 @@ LABEL = {
     "ubtrfs-no-seek-cache": "ubtrfs UBTRFS_NO_SEEK_CACHE=1",
     "ubtrfs-no-rw-push": "ubtrfs UBTRFS_NO_RW_PUSH=1 (no read-ahead pushed)",
     "ubtrfs-no-fsync-batch": "ubtrfs UBTRFS_NO_FSYNC_BATCH=1 (each fsync syncs the log itself)",
-    "ubtrfs-locked-log-sync": "ubtrfs UBTRFS_LOCKED_LOG_SYNC=1 (log sync flushes under the lock)",
     "ubtrfs-no-direct-io": "ubtrfs UBTRFS_NO_DIRECT_IO=1 (O_DIRECT writes held dirty)",
     "ubtrfs-no-parallel-dio": "ubtrfs UBTRFS_NO_PARALLEL_DIO=1 (the kernel sends one O_DIRECT write of a file at a time)",
     "ubtrfs-no-async-dio": "ubtrfs UBTRFS_NO_ASYNC_DIO=1 (no FUSE_ASYNC_DIO)",
     "ubtrfs-no-keep-cache": "ubtrfs UBTRFS_NO_KEEP_CACHE=1 (page cache dropped at open)",
-    "ubtrfs-no-uring": "ubtrfs UBTRFS_NO_URING=1 (FUSE over /dev/fuse, not io_uring)",
-    "ubtrfs-sync-commits": "ubtrfs UBTRFS_SYNC_COMMITS=1 (interval commits flush under the lock)",
-    "ubtrfs-exclusive-reads": "ubtrfs UBTRFS_EXCLUSIVE_READS=1 (reads take the lock alone)",
-    "ubtrfs-fsync-pipeline": "ubtrfs UBTRFS_FSYNC_PIPELINE=1 (fsync logs while a log sync is in flight; on/off)",
+    "ubtrfs-no-uring": "ubtrfs -o nouring (FUSE over /dev/fuse, not io_uring)",
     "ubtrfs-no-ordered": "ubtrfs UBTRFS_NO_ORDERED=1 (writeback's device writes under the lock)",
-    "ubtrfs-commit-writeback": "ubtrfs UBTRFS_COMMIT_WRITEBACK=1 (the interval commit writes back what is dirty, holding the lock)",
 }
 def label(side):
     return LABEL.get(side, side.replace("@", " "))

@@ -129,7 +129,9 @@ impl UbtrfsMount {
     }
 
     /// [`UbtrfsMount::start`] with `envs` added to the daemon's
-    /// environment (`UBTRFS_TRACE_FSYNC=1`: a log line per fsync).
+    /// environment (`UBTRFS_TRACE_FSYNC=1`: a log line per fsync). The
+    /// transport UBTRFS_FUSE_TRANSPORT names is added to the options
+    /// unless `extra` names one (`uring`, `nouring`).
     pub fn start_env(
         image: &Path,
         dir: &Path,
@@ -143,7 +145,8 @@ impl UbtrfsMount {
         } else {
             format!("rw,{extra}")
         };
-        if let Some(t) = crate::run::transport_option() {
+        let names_transport = extra.split(',').any(|o| o == "uring" || o == "nouring");
+        if let Some(t) = crate::run::transport_option().filter(|_| !names_transport) {
             opts = format!("{opts},{t}");
         }
         let child = Command::new(ubtrfs_bin())

@@ -1253,6 +1253,57 @@ fn kill9_while_a_push_waits_for_a_read() {
     );
 }
 
+/// Puts a kernel module parameter back as it was when dropped.
+struct ParamBack {
+    path: &'static str,
+    was: String,
+}
+
+impl Drop for ParamBack {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.path, self.was.trim());
+    }
+}
+
+/// The kernel offers FUSE over io_uring only while fuse's `enable_uring`
+/// is Y, N by default: a mount by root that may use io_uring sets it
+/// before it mounts, and then serves over io_uring.
+fn root_mount_io_uring_case(base: &Path) -> Result<String, String> {
+    const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+    let was = std::fs::read_to_string(PARAM)
+        .map_err(|e| format!("{PARAM}: {e} (FUSE over io_uring needs Linux 6.14+)"))?;
+    let _back = ParamBack { path: PARAM, was };
+    std::fs::write(PARAM, "N").map_err(|e| format!("{PARAM}: {e}"))?;
+    let image = base.join("fs.img");
+    mkfs_image(&image, "256M")?;
+    let mnt = base.join("mnt");
+    let m = UbtrfsMount::start(&image, &mnt, "uring")?;
+    let log = m.log_tail();
+    let now = std::fs::read_to_string(PARAM).map_err(|e| format!("{PARAM}: {e}"))?;
+    std::fs::write(mnt.join("f"), b"over io_uring").map_err(|e| format!("write f: {e}"))?;
+    m.unmount()?;
+    if now.trim() != "Y" {
+        return Err(format!(
+            "{PARAM} is {} after the mount; log: {log}",
+            now.trim()
+        ));
+    }
+    if !log.contains("FUSE transport: io_uring") {
+        return Err(format!("the mount did not serve io_uring; log: {log}"));
+    }
+    check(&image, "after the io_uring mount")?;
+    Ok(String::new())
+}
+
+#[test]
+fn root_mount_turns_fuse_io_uring_on() {
+    one_case(
+        "root_mount_turns_fuse_io_uring_on",
+        Writer::Ubtrfs,
+        root_mount_io_uring_case,
+    );
+}
+
 // ------------------------------------------------------------------ (l)
 
 /// Used bytes of the filesystem mounted on `dir` (statvfs).

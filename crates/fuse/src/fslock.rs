@@ -66,55 +66,12 @@ impl Drop for FsWrite<'_> {
     fn drop(&mut self) {
         // SAFETY: the guard is dropped once, here, and not used after.
         unsafe { ManuallyDrop::drop(&mut self.g) };
-        let held = self.stats.held(self.since);
-        if trace_holds().is_some_and(|min| held >= min) {
-            // Dropped where it was held: the stack names the holder (the
-            // lock already let go, so logging keeps no one waiting).
-            let bt = std::backtrace::Backtrace::force_capture();
-            crate::logging::info(&format!(
-                "trace: filesystem lock held alone {:.1} ms by:\n{bt}",
-                held.as_secs_f64() * 1e3
-            ));
-        }
+        self.stats.held(self.since);
     }
 }
 
-/// UBTRFS_TRACE_LOCK_MS=N: log the holder of every hold of the lock alone
-/// that lasted N ms or more (where the time goes).
-fn trace_holds() -> Option<Duration> {
-    static MIN: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
-    *MIN.get_or_init(|| {
-        std::env::var("UBTRFS_TRACE_LOCK_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_millis)
-    })
-}
-
-/// The filesystem shared with other readers (or held alone, with
-/// `UBTRFS_EXCLUSIVE_READS=1`).
-pub enum FsRead<'a> {
-    Shared(RwLockReadGuard<'a, RwFs>),
-    Alone(FsWrite<'a>),
-}
-
-impl std::ops::Deref for FsRead<'_> {
-    type Target = RwFs;
-    fn deref(&self) -> &RwFs {
-        match self {
-            FsRead::Shared(g) => g,
-            FsRead::Alone(g) => g,
-        }
-    }
-}
-
-/// UBTRFS_EXCLUSIVE_READS=1: requests that only read take the lock alone,
-/// one at a time, as every request did before reads shared it (the
-/// benchmark's switch).
-fn reads_shared() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    crate::rw::env_switch_on(&ON, "UBTRFS_EXCLUSIVE_READS")
-}
+/// The filesystem shared with other readers.
+pub type FsRead<'a> = RwLockReadGuard<'a, RwFs>;
 
 pub struct FsLock {
     fs: RwLock<RwFs>,
@@ -151,8 +108,7 @@ pub struct LockStats {
     commit_ns: AtomicU64,
     max_commit_ns: AtomicU64,
     /// Time the lock was held alone (by requests that may change the
-    /// filesystem, commits, the ends of direct writes and log syncs; and
-    /// reads, with `UBTRFS_EXCLUSIVE_READS=1`).
+    /// filesystem, commits, the ends of direct writes and log syncs).
     held_ns: AtomicU64,
     max_held_ns: AtomicU64,
 }
@@ -355,11 +311,7 @@ impl FsLock {
     /// and log syncs in flight or not: for requests that only read.
     pub fn lock_shared(&self) -> FsRead<'_> {
         let since = Instant::now();
-        let g = if reads_shared() {
-            FsRead::Shared(self.fs.read().unwrap_or_else(|p| p.into_inner()))
-        } else {
-            FsRead::Alone(self.raw())
-        };
+        let g = self.fs.read().unwrap_or_else(|p| p.into_inner());
         self.stats.waited(since);
         g
     }

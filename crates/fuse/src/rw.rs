@@ -116,21 +116,6 @@ fn fsync_batching() -> bool {
     env_switch_on(&ON, "UBTRFS_NO_FSYNC_BATCH")
 }
 
-/// UBTRFS_FSYNC_PIPELINE=1: an fsync logs its file while another's log
-/// sync is in flight, instead of waiting for it to end (an experiment the
-/// benchmark measures; off by default, see [`RwFuse::fsync_grouped`]).
-fn fsync_pipelined() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    env_switch_set(&ON, "UBTRFS_FSYNC_PIPELINE")
-}
-
-/// UBTRFS_LOCKED_LOG_SYNC=1: a log sync holds the filesystem's lock
-/// while the disk flushes (the benchmark's switch for syncing outside it).
-fn log_sync_unlocked() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    env_switch_on(&ON, "UBTRFS_LOCKED_LOG_SYNC")
-}
-
 /// How files are opened: the kernel keeps a file's page cache across
 /// opens (FOPEN_KEEP_CACHE). Every change of a file's bytes goes through
 /// this mount and the kernel's page cache follows it: writes fill it
@@ -181,15 +166,6 @@ fn parallel_direct() -> bool {
 fn async_direct() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     env_switch_on(&ON, "UBTRFS_NO_ASYNC_DIO")
-}
-
-/// `UBTRFS_SYNC_WRITEBACK=1` (the benchmark's switch): the writer that
-/// passes the dirty limit writes the bytes back itself, other writers
-/// waiting, rather than a thread of the writeback's own while writes go
-/// on ([`FsLock::writeback_background`]).
-fn sync_writeback() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    env_switch_set(&ON, "UBTRFS_SYNC_WRITEBACK")
 }
 
 /// A mechanism that `VAR=1` (any value but 0) in the daemon's environment
@@ -348,11 +324,7 @@ impl RwInner {
                 // could keep it waiting.
                 return Ok(n);
             }
-            if sync_writeback() {
-                self.fs.writeback_all(g)?;
-            } else {
-                self.fs.writeback_background(g)?;
-            }
+            self.fs.writeback_background(g)?;
         }
         Ok(n)
     }
@@ -389,9 +361,6 @@ impl RwInner {
     /// writeback meets it again (fsync reports it).
     fn writeback_first(&self, ids: &[InodeId]) {
         const MUCH: u64 = 1 << 20;
-        if sync_writeback() {
-            return;
-        }
         for &id in ids {
             let much = |fs: &RwFs| fs.dirty_of(id).is_some_and(|d| d.bytes() >= MUCH);
             if !much(&self.fs_read()) {
@@ -463,15 +432,9 @@ impl RwInner {
         let trace = trace_fsync();
         self.writeback_first(&[id]);
         self.fsyncs_waiting.fetch_add(1, Ordering::SeqCst);
-        // With UBTRFS_FSYNC_PIPELINE=1 logging the file does not wait for
-        // a log sync in flight: it goes into the log the next sync writes.
-        // Off by default: measured, it did not pay here (fio fsync 0.89x,
-        // dbench 0.95x: docs/rw-bench.md).
-        let mut fs = if fsync_pipelined() {
-            self.fs.lock()
-        } else {
-            self.fs.lock_log()
-        };
+        // Logging waits for a log sync in flight to end (logging into the
+        // next sync's log beside it did not pay: docs/rw-bench.md).
+        let mut fs = self.fs.lock_log();
         self.fsyncs_waiting.fetch_sub(1, Ordering::SeqCst);
         let before = trace.then(|| fs.stats.clone());
         let n = match fs.fsync_log(id) {
@@ -513,12 +476,7 @@ impl RwInner {
         // Counted from here: other fsyncs moved the counters while this
         // one waited.
         let before = trace.then(|| fs.stats.clone());
-        let step = if log_sync_unlocked() {
-            fs.fsync_sync_begin(n)
-        } else {
-            // The whole sync under the lock (the benchmark's switch).
-            fs.fsync_sync(n).map(|()| SyncStep::Done)
-        };
+        let step = fs.fsync_sync_begin(n);
         let res = match step {
             Ok(SyncStep::Done) => Ok(()),
             Ok(SyncStep::Write(w)) => {

@@ -390,7 +390,8 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     };
     let fs = Arc::new(fs);
     let ttl = Duration::from_secs(o.timeout_secs);
-    let handler = BtrfsFuse::new(fs, root, ttl, o.threads);
+    let threads = o.threads.unwrap_or_else(crate::options::default_threads);
+    let handler = BtrfsFuse::new(fs, root, ttl, threads);
     let shared = handler.inner();
     // One thread takes requests; the worker pool does the I/O (see pool.rs).
     let on_session = |session: &Session<BtrfsFuse>| {
@@ -406,6 +407,40 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
 }
 
 /// Whether this process runs as root (mounts with mount(2) itself).
+/// The switch under which the kernel offers FUSE over io_uring (Linux
+/// 6.14+; absent before).
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Before INIT asks for io_uring: the kernel offers it only while
+/// `enable_uring` is Y, and it is N by default. The parameter lets FUSE
+/// servers that ask for io_uring use it and changes nothing for the
+/// others, so root's mount sets it (and says so); a user's mount says what
+/// it would take (bench/everyday.sh measures both transports).
+fn offer_uring(is_root: bool) {
+    let Ok(v) = std::fs::read_to_string(ENABLE_URING) else {
+        return;
+    };
+    if v.trim() == "Y" {
+        return;
+    }
+    if !is_root {
+        logging::info(&format!(
+            "FUSE over io_uring is off on this machine ({ENABLE_URING} is {}): \
+             serving /dev/fuse, which is slower; root can turn it on with \
+             `echo Y > {ENABLE_URING}`",
+            v.trim()
+        ));
+        return;
+    }
+    match std::fs::write(ENABLE_URING, "Y") {
+        Ok(()) => logging::info(&format!(
+            "set {ENABLE_URING} to Y so that this mount can use FUSE over io_uring \
+             (-o nouring keeps /dev/fuse and leaves it alone)"
+        )),
+        Err(e) => logging::warn(&format!("{ENABLE_URING}: {e}: serving /dev/fuse")),
+    }
+}
+
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
@@ -463,7 +498,6 @@ fn serve_rw(
     let committer = {
         let rw = rw.clone();
         let stop = stop.clone();
-        let sync_commits = std::env::var_os("UBTRFS_SYNC_COMMITS").is_some();
         std::thread::Builder::new()
             .name("ubtrfs-commit".into())
             .spawn(move || {
@@ -478,31 +512,25 @@ fn serve_rw(
                     if fs.commit_due() {
                         // The dirty data is written back with the lock let
                         // go, then the commit's thread writes its blocks
-                        // and superblock (UBTRFS_SYNC_COMMITS=1: all on
-                        // this thread, holding the lock; benchmark
-                        // switch). The commit leaves what was dirtied
+                        // and superblock. The commit leaves what was dirtied
                         // meanwhile dirty (files grown since go in at the
                         // size their extents back). A failed writeback
                         // leaves its data dirty and is reported at the
                         // next fsync; the commit is made all the same.
                         let mut since = std::time::Instant::now();
-                        let res = if sync_commits {
-                            fs.commit()
-                        } else {
-                            if fs.dirty_bytes() > 0 {
-                                if let Err(e) = rw.writeback_all(fs) {
-                                    logging::error(&format!("writeback: {e}"));
-                                }
-                                fs = rw.lock_commit();
-                                if fs.unmounted() {
-                                    continue;
-                                }
-                                // The hold counted from here: the flight
-                                // let the lock go.
-                                since = std::time::Instant::now();
+                        if fs.dirty_bytes() > 0 {
+                            if let Err(e) = rw.writeback_all(fs) {
+                                logging::error(&format!("writeback: {e}"));
                             }
-                            fs.commit_periodic()
-                        };
+                            fs = rw.lock_commit();
+                            if fs.unmounted() {
+                                continue;
+                            }
+                            // The hold counted from here: the flight let
+                            // the lock go.
+                            since = std::time::Instant::now();
+                        }
+                        let res = fs.commit_periodic();
                         rw.stats.committed(since.elapsed());
                         if let Err(e) = res {
                             logging::error(&format!("commit: {e}"));
@@ -518,10 +546,17 @@ fn serve_rw(
         set,
         watchdog,
     };
-    let res = mount_and_run(req, run, handler, mounted, rw_threads(), {
-        let pushes = pushes.clone();
-        move |session| pushes.set_notifier(session.notifier())
-    });
+    let res = mount_and_run(
+        req,
+        run,
+        handler,
+        mounted,
+        o.threads.unwrap_or(crate::options::RW_DEFAULT_THREADS),
+        {
+            let pushes = pushes.clone();
+            move |session| pushes.set_notifier(session.notifier())
+        },
+    );
     // The mount is gone: a writer of the image waits for the last commit
     // from here on, rather than refusing.
     rw.lock_shared().mark_ending();
@@ -588,6 +623,11 @@ impl Mounted {
 /// device over the image file), fusermount3 otherwise.
 fn mount_fuse(req: &MountRequest, rw: bool) -> Result<Mounted, String> {
     let o = &req.options;
+    // The kernel decides whether to offer io_uring when the mount sends
+    // INIT: before the mount.
+    if o.uring != Uring::Off {
+        offer_uring(is_root());
+    }
     // The image's full path by default: other ubtrfs processes find the
     // mount of an image by it (io::claim).
     let fsname = o.fsname.clone().unwrap_or_else(|| {
@@ -641,12 +681,7 @@ fn mount_and_run<F: FuseFs>(
     let o = &req.options;
     let Mounted { fd, unmount, acl } = mounted;
     let is_root = is_root();
-    // UBTRFS_NO_URING=1: /dev/fuse whatever the options (benchmark switch).
-    let uring = if std::env::var_os("UBTRFS_NO_URING").is_some_and(|v| v == "1") {
-        Uring::Off
-    } else {
-        o.uring
-    };
+    let uring = o.uring;
     let session = match Session::new(handler, fd, acl, uring != Uring::Off) {
         Ok(s) => s,
         Err(e) => {
@@ -680,11 +715,10 @@ fn mount_and_run<F: FuseFs>(
     } else if uring == Uring::On {
         drop(session);
         unmount.unmount();
-        return Err(
+        return Err(format!(
             "-o uring: the kernel does not offer FUSE over io_uring (it needs Linux 6.14+ \
-             and /sys/module/fuse/parameters/enable_uring set to Y)"
-                .into(),
-        );
+                 and {ENABLE_URING} set to Y, which a mount by root does)"
+        ));
     } else {
         None
     };
@@ -905,18 +939,4 @@ fn detach_stdio() {
             unsafe { libc::dup2(null.as_raw_fd(), fd) };
         }
     }
-}
-
-/// Threads taking requests on the read-write mount (UBTRFS_RW_THREADS,
-/// default 8). Every request takes the one lock, but fsyncs queued behind
-/// it share one log sync (RwFuse::fsync_grouped), which needs threads to
-/// queue on: with four fio jobs doing 4 KiB writes + fsync, 8 threads
-/// gave 2,273 IOPS against 1,952 with 2; dbench 16 clients within noise
-/// (114 vs 110 MB/s). Earlier, 1, 2 and 4 measured within noise.
-fn rw_threads() -> usize {
-    std::env::var("UBTRFS_RW_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n| (1..=64).contains(&n))
-        .unwrap_or(8)
 }

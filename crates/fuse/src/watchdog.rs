@@ -19,8 +19,6 @@
 //! once the session is over, after which it exits: a number a later mount
 //! reuses is never touched. When the process ends normally the pipe closes
 //! and it exits too.
-//!
-//! `UBTRFS_NO_WATCHDOG=1` leaves it out.
 
 use crate::logging;
 use std::fs::File;
@@ -40,11 +38,8 @@ impl Watchdog {
     /// Forks the watchdog. Call it while the process has one thread (a
     /// fork in a threaded process could leave the child a lock no thread
     /// will let go); None (with a warning) when it has more, or when the
-    /// fork fails, or `UBTRFS_NO_WATCHDOG=1`.
+    /// fork fails.
     pub fn start() -> Option<Watchdog> {
-        if std::env::var_os("UBTRFS_NO_WATCHDOG").is_some_and(|v| v == "1") {
-            return None;
-        }
         let threads = std::fs::read_to_string("/proc/self/status")
             .ok()
             .and_then(|s| {

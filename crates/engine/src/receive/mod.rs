@@ -134,10 +134,7 @@ impl ReceiveOptions {
     pub fn new() -> Self {
         ReceiveOptions {
             honor_end: false,
-            commit_blocks: std::env::var("UBTRFS_RECEIVE_COMMIT_BLOCKS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(4096),
+            commit_blocks: 4096,
             now: crate::inode::now(),
             max_errors: 1,
         }

@@ -184,17 +184,6 @@ pub(crate) fn incremental_send(s: &mut Sender) -> Result<()> {
         }
     }
     s.n_changed = kinds.len() as u64;
-    if std::env::var_os("UBTRFS_SEND_DEBUG").is_some() {
-        let count = |k: Kind| kinds.values().filter(|&&x| x == k).count();
-        eprintln!(
-            "send: {} inodes differ: {} changed, {} new, {} deleted, {} with a new generation",
-            kinds.len(),
-            count(Kind::Changed),
-            count(Kind::New),
-            count(Kind::Deleted),
-            count(Kind::NewGen)
-        );
-    }
     for (&ino, &k) in &kinds {
         match k {
             Kind::Changed => {

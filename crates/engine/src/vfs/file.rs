@@ -379,9 +379,7 @@ impl RwFs {
 
     /// truncate(2) / ftruncate(2) to `size` (times are the caller's).
     /// Nothing is written back: dirty data past a smaller size is
-    /// dropped, the rest stays dirty (`UBTRFS_TRUNCATE_WRITEBACK=1` writes
-    /// the file back before a shrinking truncate, as before: the
-    /// benchmark's switch).
+    /// dropped, the rest stays dirty.
     pub(crate) fn truncate(&mut self, id: InodeId, size: u64) -> Result<()> {
         let i = self.check_data_writable(id, false)?;
         if size > MAX_FILE_SIZE {
@@ -397,8 +395,6 @@ impl RwFs {
         }
         if size > i.size {
             self.dirty_eof_block(id, i.size)?;
-        } else if truncate_writes_back() {
-            self.writeback(id)?;
         }
         let policy = self.policy(id, &i)?;
         let inode = self.t.truncate_file(id.subvol, id.ino, size, policy)?;
@@ -891,11 +887,4 @@ impl RwFs {
     pub fn dirty_of(&self, id: InodeId) -> Option<&InodeDirty> {
         self.dirty.get(&id)
     }
-}
-
-/// `UBTRFS_TRUNCATE_WRITEBACK=1`: a truncate writes the file's dirty data
-/// back before cutting it (the benchmark's switch; bench/rw.sh truncate).
-fn truncate_writes_back() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| super::env_on("UBTRFS_TRUNCATE_WRITEBACK"))
 }

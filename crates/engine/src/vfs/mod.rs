@@ -54,13 +54,6 @@ pub(crate) fn env_on(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| v != "0")
 }
 
-/// `UBTRFS_COMMIT_WRITEBACK=1`: the interval commit writes every dirty
-/// range back under the lock first, as before (the benchmark's switch).
-fn commit_writes_back() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| env_on("UBTRFS_COMMIT_WRITEBACK"))
-}
-
 /// Mount options that change how data is written (the kernel's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RwOptions {
@@ -547,11 +540,7 @@ impl RwFs {
         // back what was dirty before it took the lock, outside the lock):
         // files grown since go in with the size their items back.
         // Every other commit is asked for durability: all written back.
-        let res = if sync || commit_writes_back() {
-            self.writeback_all()
-        } else {
-            Ok(())
-        };
+        let res = if sync { self.writeback_all() } else { Ok(()) };
         // Files cut to the size their items back, put back after the
         // commit, or at once if it is not made: the mount reads them
         // grown either way.

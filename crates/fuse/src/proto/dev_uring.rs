@@ -407,12 +407,8 @@ fn setup(
     // it waits for completions in io_uring_enter, so the kernel's
     // task_work (which copies each request in) can wait for that wait
     // instead of interrupting the thread: SINGLE_ISSUER | DEFER_TASKRUN.
-    // UBTRFS_URING_PLAIN=1 (benchmark switch): a plain ring.
     let mut b = IoUring::<squeue::Entry128, cqueue::Entry>::builder();
-    let plain = std::env::var_os("UBTRFS_URING_PLAIN").is_some_and(|v| v == "1");
-    if !plain {
-        b.setup_single_issuer().setup_defer_taskrun();
-    }
+    b.setup_single_issuer().setup_defer_taskrun();
     let ring = b.build((depth as u32 + 1).next_power_of_two())?;
     ring.submitter().register_files(&[dev])?;
     // SAFETY: eventfd returns a new descriptor (or -1, checked).
@@ -476,44 +472,23 @@ fn setup(
 /// time: a wakeup that brought exactly one request, from the same process
 /// as the one before on this queue. Anything else puts it back to
 /// SCHED_OTHER. The policy changes only when that state does (a system
-/// call each). UBTRFS_URING_SCHED (benchmark switch): `normal` never
-/// SCHED_IDLE, `idle` always.
+/// call each).
 struct Policy {
-    mode: PolicyMode,
+    /// Off where the thread could not leave SCHED_IDLE again.
+    adaptive: bool,
     idle: bool,
     last_pid: u32,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum PolicyMode {
-    Adaptive,
-    Normal,
-    Idle,
-}
-
 impl Policy {
-    fn from_env() -> Policy {
-        let mode = match std::env::var("UBTRFS_URING_SCHED").as_deref() {
-            Ok("normal") => PolicyMode::Normal,
-            Ok("idle") => PolicyMode::Idle,
-            _ => PolicyMode::Adaptive,
-        };
-        // An unprivileged thread may enter SCHED_IDLE but not leave it
-        // unless RLIMIT_NICE allows nice 0: then never enter it.
-        let mode = if mode != PolicyMode::Normal && !can_leave_idle() {
-            PolicyMode::Normal
-        } else {
-            mode
-        };
-        let mut p = Policy {
-            mode,
+    fn new() -> Policy {
+        Policy {
+            // An unprivileged thread may enter SCHED_IDLE but not leave it
+            // unless RLIMIT_NICE allows nice 0: then never enter it.
+            adaptive: can_leave_idle(),
             idle: false,
             last_pid: 0,
-        };
-        if mode == PolicyMode::Idle {
-            p.set(true);
         }
-        p
     }
 
     fn set(&mut self, idle: bool) {
@@ -535,14 +510,14 @@ impl Policy {
                 "fuse ring thread: leaving SCHED_IDLE: {}",
                 io::Error::last_os_error()
             ));
-            self.mode = PolicyMode::Normal;
+            self.adaptive = false;
         }
     }
 
     /// After serving a wakeup's requests (`pids` of their senders), before
     /// waiting again.
     fn after(&mut self, pids: &[u32]) {
-        if self.mode != PolicyMode::Adaptive {
+        if !self.adaptive {
             return;
         }
         let one = match pids {
@@ -580,7 +555,7 @@ fn serve<F: FuseFs>(
 ) {
     let mut live = q.ents.len();
     let mut done = early;
-    let mut policy = Policy::from_env();
+    let mut policy = Policy::new();
     // The senders of the requests served since the last wait.
     let mut pids: Vec<u32> = Vec::new();
     // The request's payload is copied out before the answer overwrites
