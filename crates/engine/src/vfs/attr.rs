@@ -235,16 +235,20 @@ impl RwFs {
     /// change time and the inode's sequence stay. Nothing on a read-only
     /// subvolume or mount, as the kernel's touch_atime.
     pub fn touch_atime(&mut self, id: InodeId, policy: AtimePolicy) -> Result<()> {
-        // Nothing on a read-only subvolume; nothing either when the
-        // metadata is short (an access is no reason for ENOSPC).
-        if self.check_writable(id).is_err() || self.reserve_change(false).is_err() {
+        // Nothing on a read-only subvolume.
+        if self.check_writable(id).is_err() {
             return Ok(());
         }
         let time = now();
-        let mut i = self.t.inode_of(id.subvol, id.ino)?;
         if !policy.needs_update(&self.stat(id)?, time) {
             return Ok(());
         }
+        // Nothing either when the metadata is short: an access is no
+        // reason for ENOSPC, nor for a commit made for space.
+        if !self.room_for_change(false) {
+            return Ok(());
+        }
+        let mut i = self.t.inode_of(id.subvol, id.ino)?;
         i.atime = time;
         i.transid = self.t.transid;
         self.t.put_inode(id.subvol, id.ino, &i)

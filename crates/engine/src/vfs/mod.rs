@@ -681,26 +681,36 @@ impl RwFs {
     /// removexattr, a truncate) needs only the commit's share: it gives
     /// space back, as the kernel lets an unlink use its global reserve.
     pub(crate) fn reserve_change(&mut self, removal: bool) -> Result<()> {
-        let ns = self.t.nodesize() as u64;
-        // A change of a few items down a tree of up to 8 levels, COWed;
-        // a commit's extent, free-space and root tree updates.
-        let change = if removal { 0 } else { 4 * 8 * 2 * ns };
-        let need = |t: &Trans| change + (t.dirty_blocks() as u64 / 2 + 32) * ns;
-        if self.t.metadata_room() >= need(&self.t) {
+        if self.room_for_change(removal) {
             return Ok(());
         }
         if !self.log_sync_in_flight
             && self.in_flight() == 0
             && self.commit_for_space()?
-            && self.t.metadata_room() >= need(&self.t)
+            && self.room_for_change(removal)
         {
             return Ok(());
         }
         Err(Error::NoSpace(format!(
             "metadata: {} bytes of room, a change and its commit need {}",
             self.t.metadata_room(),
-            need(&self.t)
+            self.change_needs(removal)
         )))
+    }
+
+    /// Whether metadata has room for a change and the commit after it,
+    /// as things stand (no commit made for space).
+    pub(crate) fn room_for_change(&self, removal: bool) -> bool {
+        self.t.metadata_room() >= self.change_needs(removal)
+    }
+
+    /// Metadata bytes a change and the commit after it may need: a few
+    /// items changed down a tree of up to 8 levels, COWed (none for a
+    /// removal); the commit's extent, free-space and root tree updates.
+    fn change_needs(&self, removal: bool) -> u64 {
+        let ns = self.t.nodesize() as u64;
+        let change = if removal { 0 } else { 4 * 8 * 2 * ns };
+        change + (self.t.dirty_blocks() as u64 / 2 + 32) * ns
     }
 
     /// Whether the trees changed since the last commit.
