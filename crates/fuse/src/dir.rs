@@ -37,6 +37,24 @@ pub(crate) struct Entry<'a> {
     attr: Option<(FileAttr, Generation)>,
 }
 
+impl<'a> Entry<'a> {
+    pub(crate) fn new(
+        node: INodeNo,
+        cookie: u64,
+        name: &'a OsStr,
+        kind: FileType,
+        attr: Option<(FileAttr, Generation)>,
+    ) -> Entry<'a> {
+        Entry {
+            node,
+            cookie,
+            name,
+            kind,
+            attr,
+        }
+    }
+}
+
 /// READDIR's or READDIRPLUS's reply.
 pub(crate) trait DirReply: Reply {
     /// The request's name.

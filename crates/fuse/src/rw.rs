@@ -16,13 +16,14 @@
 //!   say it; `UBTRFS_TRACE_FSYNC=1` logs which); unmount commits last.
 
 use crate::attr::file_attr;
-use crate::dir::dirent_type;
+use crate::dir::{dirent_type, DirReply, Entry};
 use crate::fslock::{FsLock, FsRead, FsWrite};
 use crate::ino;
 use crate::logging;
 use crate::proto::{
-    KernelConfig, ReplyAttr, ReplyCopy, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    KernelConfig, ReplyAttr, ReplyCopy, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request,
 };
 use crate::rw_push::{Pushes, ReadPattern};
 use fuser::{Errno, FileAttr, FopenFlags, Generation, INodeNo, TimeOrNow};
@@ -504,6 +505,67 @@ impl RwInner {
         (res, how.unwrap_or_default())
     }
 
+    /// The entries of directory `node` after cookie `offset` for READDIR
+    /// or READDIRPLUS, as many as fit, up to the index the directory had
+    /// when the handle was opened or rewound.
+    fn list<R: DirReply>(&self, node: INodeNo, fh: fuser::FileHandle, offset: u64, mut reply: R) {
+        let dir = self.inode(node);
+        let fs = self.fs_read();
+        let end = {
+            let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+            match dirs.get_mut(&fh.0) {
+                Some(end) if offset == 0 || *end == u64::MAX => {
+                    // Opened, or rewound: names made from here on are not
+                    // listed.
+                    *end = fs.readdir_end(dir).unwrap_or(u64::MAX);
+                    *end
+                }
+                Some(end) => *end,
+                None => u64::MAX,
+            }
+        };
+        let entries = match fs.readdir(dir, offset, 512) {
+            Ok(entries) => entries,
+            Err(e) => {
+                drop(fs);
+                return reply.error(errno(R::OP, e));
+            }
+        };
+        // Every entry before the one at `added` was added.
+        for (added, e) in entries
+            .into_iter()
+            .take_while(|e| e.cookie <= end)
+            .enumerate()
+        {
+            let n = self.node_of(e.id).unwrap_or(0);
+            // The kernel makes no entry of "." and "..": the directory's
+            // own attributes are filler for both.
+            let of = if e.cookie <= 2 { dir } else { e.id };
+            let attr = if R::PLUS {
+                match self.entry(&fs, of) {
+                    Ok(a) => Some(a),
+                    // Entries already added are answered; the failing one
+                    // comes first in the next call and fails alone.
+                    Err(_) if added > 0 => break,
+                    Err(err) => {
+                        drop(fs);
+                        return reply.error(err);
+                    }
+                }
+            } else {
+                None
+            };
+            let kind = dirent_type(e.file_type);
+            let entry = Entry::new(INodeNo(n), e.cookie, OsStr::from_bytes(&e.name), kind, attr);
+            if reply.push(&entry, &self.ttl) {
+                break;
+            }
+        }
+        drop(fs);
+        reply.ok();
+        self.accessed(dir, true);
+    }
+
     fn node_of(&self, id: InodeId) -> Result<u64, Errno> {
         if id == self.root {
             return Ok(ino::ROOT_NODE);
@@ -700,7 +762,9 @@ impl crate::proto::FuseFs for RwFuse {
             // SETXATTR says when an ACL must clear S_ISGID (the kernel
             // knows the caller's groups and capabilities; we do not).
             | InitFlags::FUSE_SETXATTR_EXT
-            | InitFlags::FUSE_EXPORT_SUPPORT;
+            | InitFlags::FUSE_EXPORT_SUPPORT
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO;
         let _ = config.add_capabilities(wanted & caps);
         if async_direct() {
             // An io_uring or aio O_DIRECT request goes out as a background
@@ -1164,39 +1228,25 @@ impl crate::proto::FuseFs for RwFuse {
         node: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let dir = self.inode(node);
-        let fs = self.fs_read();
-        let end = {
-            let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-            match dirs.get_mut(&fh.0) {
-                Some(end) if offset == 0 || *end == u64::MAX => {
-                    // Opened, or rewound: names made from here on are not
-                    // listed.
-                    *end = fs.readdir_end(dir).unwrap_or(u64::MAX);
-                    *end
-                }
-                Some(end) => *end,
-                None => u64::MAX,
-            }
-        };
-        let res = fs.readdir(dir, offset, 512);
-        drop(fs);
-        match res {
-            Ok(entries) => {
-                for e in entries.into_iter().take_while(|e| e.cookie <= end) {
-                    let n = self.node_of(e.id).unwrap_or(0);
-                    let kind = dirent_type(e.file_type);
-                    if reply.add(INodeNo(n), e.cookie, kind, OsStr::from_bytes(&e.name)) {
-                        break;
-                    }
-                }
-                reply.ok();
-                self.accessed(dir, true);
-            }
-            Err(e) => reply.error(errno("readdir", e)),
-        }
+        self.list(node, fh, offset, reply);
+    }
+
+    /// READDIR with each entry's lookup answer: a walk that stats what it
+    /// lists (ls -l, tar, rm -r, find) makes no LOOKUP per entry. The
+    /// kernel asks for it at the start of a listing, and after that only
+    /// while the entries it gave are being looked up
+    /// (FUSE_READDIRPLUS_AUTO).
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        self.list(node, fh, offset, reply);
     }
 
     fn releasedir(
