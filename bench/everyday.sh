@@ -15,7 +15,9 @@
 #                   the last commit)
 # Runs are interleaved (run 1 of every side, then run 2, ...); the table
 # shows medians (and ranges) in seconds, and each side's median over the
-# kernel's.
+# kernel's. A second table counts the FUSE requests of each ubtrfs step by
+# opcode (run 1, from the kernel's fuse:fuse_request_send tracepoint in a
+# tracefs instance of this script's own).
 #
 #   sudo bash bench/everyday.sh [WORKDIR] [RUNS]
 #
@@ -39,10 +41,40 @@ mnt=$WORK/mnt
 mkdir -p "$mnt"
 out=$WORK/results.tsv
 : > "$out"
-cleanup() { mountpoint -q "$mnt" && umount "$mnt" || true; }
+reqs=$WORK/requests.tsv
+: > "$reqs"
+tr=/sys/kernel/tracing/instances/ubtrfs-everyday
+cleanup() {
+  mountpoint -q "$mnt" && umount "$mnt" || true
+  [[ -d $tr ]] && rmdir "$tr" 2>/dev/null || true
+}
 trap cleanup EXIT
 
 now() { date +%s.%N; }
+# Request counting (ubtrfs sides, run 1): trace_on before a step, trace_off
+# SIDE STEP after it.
+counting=0
+trace_on() {
+  [[ $counting == 1 ]] || return 0
+  echo 0 > "$tr/tracing_on"
+  echo > "$tr/trace"
+  echo 1 > "$tr/tracing_on"
+}
+trace_off() { # SIDE STEP
+  [[ $counting == 1 ]] || return 0
+  echo 0 > "$tr/tracing_on"
+  grep -o 'opcode [0-9]* ([A-Z_0-9]*)' "$tr/trace" | sed 's/.*(FUSE_\(.*\))/\1/' | sort | uniq -c |
+    while read -r n op; do printf '%s	%s	%s	%s
+' "$1" "$2" "$op" "$n"; done >> "$reqs"
+}
+if [[ -d /sys/kernel/tracing/events/fuse/fuse_request_send ]]; then
+  mkdir -p "$tr"
+  echo 65536 > "$tr/buffer_size_kb"
+  echo 1 > "$tr/events/fuse/fuse_request_send/enable"
+  echo 0 > "$tr/tracing_on"
+else
+  echo "bench/everyday.sh: no fuse:fuse_request_send tracepoint: requests not counted" >&2
+fi
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 fresh() { # SIDE
@@ -74,22 +106,30 @@ mib=$(du -sm "$SRC" | cut -f1)
 echo "source: $SRC ($files entries, $mib MiB); $RUNS runs; sides: $SIDES" >&2
 for run in $(seq 1 "$RUNS"); do
   for side in $SIDES; do
+    counting=0
+    [[ $run == 1 && $side == ubtrfs* && -d $tr ]] && counting=1
     fresh "$side"
     do_mount "$side"
     drop
+    trace_on
     t0=$(now)
     cp -a "$SRC" "$mnt/tree"
     do_umount "$side"
     t1=$(now)
+    trace_off "$side" copy
     do_mount "$side"
     drop
+    trace_on
     t2=$(now)
     # Through a pipe: GNU tar writing to /dev/null reads no file's data.
     tar cf - -C "$mnt" tree | cat > /dev/null
     t3=$(now)
+    trace_off "$side" read
+    trace_on
     rm -rf "$mnt/tree"
     do_umount "$side"
     t4=$(now)
+    trace_off "$side" rm
     # Every byte made it through the remount and the removal was durable.
     btrfs check --readonly "$img" > "$WORK/check.$side.$run" 2>&1 ||
       { echo "btrfs check failed after $side run $run" >&2; exit 1; }
@@ -101,10 +141,11 @@ for run in $(seq 1 "$RUNS"); do
 done
 rm -f "$img"
 
-python3 - "$out" $SIDES <<'EOF'
+python3 - "$out" "$reqs" $SIDES <<'EOF'
 import statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
-sides = sys.argv[2:]
+reqs = [l.split("\t") for l in open(sys.argv[2]).read().splitlines()]
+sides = sys.argv[3:]
 steps = ["copy", "read", "rm"]
 t = {}
 for side, run, step, secs in rows:
@@ -123,4 +164,15 @@ for step in steps:
         ratio = f", {m / base:.2f}x" if base and s != "kernel" else ""
         cells.append(f"{m:.2f} s ({min(v):.2f}-{max(v):.2f}{ratio})")
     print(f"| {step} | " + " | ".join(cells) + " |")
+counts = {}
+for side, step, op, n in reqs:
+    counts.setdefault((side, step), []).append((int(n), op))
+if counts:
+    print()
+    print("| side | step | FUSE requests (run 1) |")
+    print("|---|---|---|")
+    for (side, step), ops in counts.items():
+        ops.sort(reverse=True)
+        total = sum(n for n, _ in ops)
+        print(f"| {side} | {step} | {total:,}: " + ", ".join(f"{op} {n:,}" for n, op in ops) + " |")
 EOF
