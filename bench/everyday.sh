@@ -10,6 +10,12 @@
 #                   umount waits for the last commit, on the transport a
 #                   root mount gets by default
 #   ubtrfs-dev      the same over /dev/fuse (-o nouring)
+#   floor           the floor: fuse-passthrough (bench/uring_floor), a FUSE
+#                   server over the same protocol layer that serves a
+#                   directory on tmpfs as it is, over io_uring (setting
+#                   enable_uring as root's ubtrfs mount does): what FUSE
+#                   itself costs
+#   floor-dev       the floor over /dev/fuse
 #   ubtrfs-plain    `ubtrfs mount -o noblkdev`: a plain FUSE mount, unmounted
 #                   with `ubtrfs umount` (a plain umount would return before
 #                   the last commit)
@@ -35,6 +41,10 @@ SIDES=${SIDES:-kernel ubtrfs ubtrfs-plain}
 SIZE=${SIZE:-4G}
 BIN=${CARGO_TARGET_DIR:-$repo/target}/release/ubtrfs
 cargo build --release --locked -q
+cargo build --release --locked -q -p uring-floor --bin fuse_passthrough
+FLOOR=${CARGO_TARGET_DIR:-$repo/target}/release/fuse_passthrough
+floor_dir=/dev/shm/ubtrfs-everyday-floor
+floor_pid=""
 mkdir -p "$WORK"
 img=$WORK/fs.img
 mnt=$WORK/mnt
@@ -79,6 +89,10 @@ drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 fresh() { # SIDE
   rm -f "$img"
+  rm -rf "$floor_dir"
+  case $1 in
+    floor*) mkdir -p "$floor_dir"; return ;;
+  esac
   truncate -s "$SIZE" "$img"
   case $1 in
     kernel) mkfs.btrfs -q -f "$img" 2>/dev/null ;;
@@ -90,6 +104,17 @@ do_mount() { # SIDE
   case $1 in
     kernel) mount -o loop "$img" "$mnt" ;;
     ubtrfs) "$BIN" mount -o "rw${extra:+,$extra}" "$img" "$mnt" ;;
+    floor*)
+      local t=dev
+      if [[ $1 == floor ]]; then
+        echo Y > /sys/module/fuse/parameters/enable_uring
+        t=uring
+      fi
+      "$FLOOR" --transport "$t" "$floor_dir" "$mnt" 2> "$WORK/floor.log" &
+      floor_pid=$!
+      for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
+      mountpoint -q "$mnt" || { echo "the floor did not mount: $(cat "$WORK/floor.log")" >&2; exit 1; }
+      ;;
     ubtrfs-dev) "$BIN" mount -o "rw,nouring${extra:+,$extra}" "$img" "$mnt" ;;
     ubtrfs-plain) "$BIN" mount -o "rw,noblkdev${extra:+,$extra}" "$img" "$mnt" ;;
   esac
@@ -97,6 +122,7 @@ do_mount() { # SIDE
 do_umount() { # SIDE: returns once everything is on the image
   case $1 in
     ubtrfs-plain) "$BIN" umount "$mnt" ;;
+    floor*) umount "$mnt"; wait "$floor_pid" ;;
     *) umount "$mnt" ;;
   esac
 }
@@ -107,7 +133,7 @@ echo "source: $SRC ($files entries, $mib MiB); $RUNS runs; sides: $SIDES" >&2
 for run in $(seq 1 "$RUNS"); do
   for side in $SIDES; do
     counting=0
-    [[ $run == 1 && $side == ubtrfs* && -d $tr ]] && counting=1
+    [[ $run == 1 && $side != kernel && -d $tr ]] && counting=1
     fresh "$side"
     do_mount "$side"
     drop
@@ -131,8 +157,10 @@ for run in $(seq 1 "$RUNS"); do
     t4=$(now)
     trace_off "$side" rm
     # Every byte made it through the remount and the removal was durable.
-    btrfs check --readonly "$img" > "$WORK/check.$side.$run" 2>&1 ||
-      { echo "btrfs check failed after $side run $run" >&2; exit 1; }
+    if [[ $side != floor* ]]; then
+      btrfs check --readonly "$img" > "$WORK/check.$side.$run" 2>&1 ||
+        { echo "btrfs check failed after $side run $run" >&2; exit 1; }
+    fi
     printf '%s\t%s\tcopy\t%s\n' "$side" "$run" "$(echo "$t1 - $t0" | bc)" >> "$out"
     printf '%s\t%s\tread\t%s\n' "$side" "$run" "$(echo "$t3 - $t2" | bc)" >> "$out"
     printf '%s\t%s\trm\t%s\n' "$side" "$run" "$(echo "$t4 - $t3" | bc)" >> "$out"
@@ -140,6 +168,7 @@ for run in $(seq 1 "$RUNS"); do
   done
 done
 rm -f "$img"
+rm -rf "$floor_dir"
 
 python3 - "$out" "$reqs" $SIDES <<'EOF'
 import statistics, sys
@@ -164,6 +193,20 @@ for step in steps:
         ratio = f", {m / base:.2f}x" if base and s != "kernel" else ""
         cells.append(f"{m:.2f} s ({min(v):.2f}-{max(v):.2f}{ratio})")
     print(f"| {step} | " + " | ".join(cells) + " |")
+pairs = [(a, b) for a, b in [("ubtrfs", "floor"), ("ubtrfs-dev", "floor-dev")]
+         if a in sides and b in sides]
+if pairs:
+    print()
+    print("| step | " + " | ".join(f"{a} / {b}" for a, b in pairs) + " |")
+    print("|---|" + "---|" * len(pairs))
+    for step in steps:
+        cells = []
+        for a, b in pairs:
+            if (a, step) in t and (b, step) in t:
+                cells.append(f"{statistics.median(t[(a, step)]) / statistics.median(t[(b, step)]):.2f}x")
+            else:
+                cells.append("-")
+        print(f"| {step} | " + " | ".join(cells) + " |")
 counts = {}
 for side, step, op, n in reqs:
     counts.setdefault((side, step), []).append((int(n), op))

@@ -1,0 +1,828 @@
+//! fuse-passthrough: the floor of bench/everyday.sh. A FUSE server that
+//! serves a directory (on tmpfs) as it is, over the same protocol layer and
+//! transports as `ubtrfs mount` (ubtrfs_fuse::proto), asking the kernel
+//! for the same features and caching (READDIRPLUS, POSIX ACLs, 1 MiB
+//! writes, 1 s attribute and entry timeouts, FLUSH answered ENOSYS). What
+//! a step costs through it is what FUSE costs; what ubtrfs takes beyond
+//! that is ubtrfs's.
+//!
+//!   fuse-passthrough [--transport dev|uring] DIR MNT
+//!
+//! Runs in the foreground until MNT is unmounted. Benchmark only: node ids
+//! are the files' inode numbers, FORGET is ignored, and rename, link and
+//! mknod are not served.
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
+    TimeOrNow, WriteFlags,
+};
+use std::collections::HashMap;
+use std::ffi::{CString, OsStr};
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use ubtrfs_fuse::proto::{
+    Acl, FuseFs, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, Session,
+};
+
+const TTL: Duration = Duration::from_secs(1);
+/// Node ids are inode numbers moved past FUSE_ROOT_ID (1).
+const NODE_BASE: u64 = 1 << 32;
+
+/// A directory handle's entries, read at opendir: name, inode, type.
+type Listed = Vec<(Vec<u8>, u64, FileType)>;
+
+struct Pass {
+    /// Node id to the path it was last found at.
+    paths: RwLock<HashMap<u64, PathBuf>>,
+    files: Mutex<HashMap<u64, Arc<File>>>,
+    dirs: Mutex<HashMap<u64, Arc<Listed>>>,
+    next_fh: AtomicU64,
+}
+
+fn errno(e: std::io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("a path without NUL")
+}
+
+fn last_err() -> Errno {
+    errno(std::io::Error::last_os_error())
+}
+
+fn time(secs: i64, nsecs: i64) -> SystemTime {
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nsecs as u32)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nsecs as u64)
+    }
+}
+
+fn kind(m: &std::fs::Metadata) -> FileType {
+    FileType::from_std(m.file_type()).unwrap_or(FileType::RegularFile)
+}
+
+impl Pass {
+    fn path(&self, node: INodeNo) -> Result<PathBuf, Errno> {
+        self.paths
+            .read()
+            .unwrap()
+            .get(&node.0)
+            .cloned()
+            .ok_or(Errno::ESTALE)
+    }
+
+    fn node_of(&self, path: &Path, m: &std::fs::Metadata) -> u64 {
+        let root = self.paths.read().unwrap()[&1].clone();
+        if path == root {
+            return 1;
+        }
+        let node = NODE_BASE + m.ino();
+        self.paths.write().unwrap().insert(node, path.to_path_buf());
+        node
+    }
+
+    fn attr(&self, path: &Path) -> Result<FileAttr, Errno> {
+        let m = std::fs::symlink_metadata(path).map_err(errno)?;
+        let node = self.node_of(path, &m);
+        Ok(FileAttr {
+            ino: INodeNo(node),
+            size: m.size(),
+            blocks: m.blocks(),
+            atime: time(m.atime(), m.atime_nsec()),
+            mtime: time(m.mtime(), m.mtime_nsec()),
+            ctime: time(m.ctime(), m.ctime_nsec()),
+            crtime: time(m.ctime(), m.ctime_nsec()),
+            kind: kind(&m),
+            perm: (m.mode() & 0o7777) as u16,
+            nlink: m.nlink() as u32,
+            uid: m.uid(),
+            gid: m.gid(),
+            rdev: m.rdev() as u32,
+            blksize: m.blksize() as u32,
+            flags: 0,
+        })
+    }
+
+    fn child(&self, parent: INodeNo, name: &OsStr) -> Result<PathBuf, Errno> {
+        Ok(self.path(parent)?.join(name))
+    }
+
+    fn entry(&self, path: &Path, reply: ReplyEntry) {
+        match self.attr(path) {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn handle(&self, file: File) -> FileHandle {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.files.lock().unwrap().insert(fh, Arc::new(file));
+        FileHandle(fh)
+    }
+
+    fn file(&self, fh: FileHandle) -> Result<Arc<File>, Errno> {
+        self.files
+            .lock()
+            .unwrap()
+            .get(&fh.0)
+            .cloned()
+            .ok_or(Errno::EBADF)
+    }
+
+    fn list<R: Listing>(&self, fh: FileHandle, offset: u64, mut reply: R) {
+        let Some(entries) = self.dirs.lock().unwrap().get(&fh.0).cloned() else {
+            return reply.fail(Errno::EBADF);
+        };
+        let dir = reply.dir().to_path_buf();
+        for (i, (name, ino, kind)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(self, &dir, name, *ino, *kind, i as u64 + 1) {
+                break;
+            }
+        }
+        reply.done();
+    }
+}
+
+/// READDIR's and READDIRPLUS's replies, for [`Pass::list`].
+trait Listing {
+    fn dir(&self) -> &Path;
+    /// True when full.
+    fn add(
+        &mut self,
+        p: &Pass,
+        dir: &Path,
+        name: &[u8],
+        ino: u64,
+        kind: FileType,
+        cookie: u64,
+    ) -> bool;
+    fn done(self);
+    fn fail(self, e: Errno);
+}
+
+struct Plain(ReplyDirectory, PathBuf);
+struct Plus(ReplyDirectoryPlus, PathBuf);
+
+impl Listing for Plain {
+    fn dir(&self) -> &Path {
+        &self.1
+    }
+    fn add(&mut self, _: &Pass, _: &Path, name: &[u8], ino: u64, kind: FileType, c: u64) -> bool {
+        self.0
+            .add(INodeNo(NODE_BASE + ino), c, kind, OsStr::from_bytes(name))
+    }
+    fn done(self) {
+        self.0.ok()
+    }
+    fn fail(self, e: Errno) {
+        self.0.error(e)
+    }
+}
+
+impl Listing for Plus {
+    fn dir(&self) -> &Path {
+        &self.1
+    }
+    fn add(&mut self, p: &Pass, dir: &Path, name: &[u8], _: u64, _: FileType, c: u64) -> bool {
+        let path = dir.join(OsStr::from_bytes(name));
+        match p.attr(&path) {
+            Ok(a) => self
+                .0
+                .add(a.ino, c, OsStr::from_bytes(name), &TTL, &a, Generation(0)),
+            // Gone since opendir: left out.
+            Err(_) => false,
+        }
+    }
+    fn done(self) {
+        self.0.ok()
+    }
+    fn fail(self, e: Errno) {
+        self.0.error(e)
+    }
+}
+
+fn set_time(path: &Path, atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>) -> Result<(), Errno> {
+    if atime.is_none() && mtime.is_none() {
+        return Ok(());
+    }
+    let ts = |t: Option<TimeOrNow>| match t {
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(TimeOrNow::Now) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(TimeOrNow::SpecificTime(t)) => {
+            let (s, n) = match t.duration_since(UNIX_EPOCH) {
+                Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+                Err(e) => {
+                    let d = e.duration();
+                    let n = d.subsec_nanos() as i64;
+                    if n == 0 {
+                        (-(d.as_secs() as i64), 0)
+                    } else {
+                        (-(d.as_secs() as i64) - 1, 1_000_000_000 - n)
+                    }
+                }
+            };
+            libc::timespec {
+                tv_sec: s,
+                tv_nsec: n,
+            }
+        }
+    };
+    let times = [ts(atime), ts(mtime)];
+    let c = cpath(path);
+    // SAFETY: a NUL-terminated path and two timespecs.
+    let r = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r != 0 {
+        return Err(last_err());
+    }
+    Ok(())
+}
+
+/// Applies the owner the kernel asked for to what a request made (the
+/// server runs as root).
+fn own(path: &Path, req: &Request) -> Result<(), Errno> {
+    std::os::unix::fs::lchown(path, Some(req.uid()), Some(req.gid())).map_err(errno)
+}
+
+impl FuseFs for Pass {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        use fuser::InitFlags;
+        let caps = config.capabilities();
+        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_MAX_PAGES
+            | InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_POSIX_ACL
+            | InitFlags::FUSE_DONT_MASK;
+        let _ = config.add_capabilities(wanted & caps);
+        let mut w = 1 << 20;
+        while let Err(max) = config.set_max_write(w) {
+            if max == w {
+                break;
+            }
+            w = max;
+        }
+        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.child(parent, name) {
+            Ok(p) => self.entry(&p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.path(ino).and_then(|p| self.attr(&p)) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let res = (|| {
+            let path = self.path(ino)?;
+            if uid.is_some() || gid.is_some() {
+                std::os::unix::fs::lchown(&path, uid, gid).map_err(errno)?;
+            }
+            if let Some(mode) = mode {
+                let c = cpath(&path);
+                // SAFETY: a NUL-terminated path.
+                if unsafe { libc::chmod(c.as_ptr(), mode & 0o7777) } != 0 {
+                    return Err(last_err());
+                }
+            }
+            if let Some(size) = size {
+                OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|f| f.set_len(size))
+                    .map_err(errno)?;
+            }
+            set_time(&path, atime, mtime)?;
+            self.attr(&path)
+        })();
+        match res {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self
+            .path(ino)
+            .and_then(|p| std::fs::read_link(p).map_err(errno))
+        {
+            Ok(t) => reply.data(t.as_os_str().as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let res = self.child(parent, name).and_then(|p| {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .mode(mode & !umask & 0o7777)
+                .create(&p)
+                .map_err(errno)?;
+            own(&p, req)?;
+            Ok(p)
+        });
+        match res {
+            Ok(p) => self.entry(&p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self
+            .child(parent, name)
+            .and_then(|p| std::fs::remove_file(p).map_err(errno))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self
+            .child(parent, name)
+            .and_then(|p| std::fs::remove_dir(p).map_err(errno))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let res = self.child(parent, link_name).and_then(|p| {
+            std::os::unix::fs::symlink(target, &p).map_err(errno)?;
+            own(&p, req)?;
+            Ok(p)
+        });
+        match res {
+            Ok(p) => self.entry(&p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let f = flags.0;
+        let res = self.path(ino).and_then(|p| {
+            let acc = f & libc::O_ACCMODE;
+            OpenOptions::new()
+                .read(acc != libc::O_WRONLY)
+                .write(acc != libc::O_RDONLY)
+                .custom_flags(f & (libc::O_TRUNC | libc::O_APPEND | libc::O_DIRECT))
+                .open(p)
+                .map_err(errno)
+        });
+        match res {
+            Ok(file) => reply.opened(self.handle(file), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let res = self.file(fh).and_then(|f| {
+            let mut buf = vec![0u8; size as usize];
+            let mut n = 0;
+            while n < buf.len() {
+                match f.read_at(&mut buf[n..], offset + n as u64) {
+                    Ok(0) => break,
+                    Ok(k) => n += k,
+                    Err(e) => return Err(errno(e)),
+                }
+            }
+            buf.truncate(n);
+            Ok(buf)
+        });
+        match res {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self
+            .file(fh)
+            .and_then(|f| f.write_all_at(data, offset).map_err(errno))
+        {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.files.lock().unwrap().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.file(fh).and_then(|f| f.sync_all().map_err(errno)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let res = self.path(ino).and_then(|p| {
+            let mut v = Vec::new();
+            for e in std::fs::read_dir(p).map_err(errno)? {
+                let e = e.map_err(errno)?;
+                let t = e
+                    .file_type()
+                    .ok()
+                    .and_then(FileType::from_std)
+                    .unwrap_or(FileType::RegularFile);
+                use std::os::unix::fs::DirEntryExt;
+                v.push((e.file_name().as_bytes().to_vec(), e.ino(), t));
+            }
+            Ok(v)
+        });
+        match res {
+            Ok(v) => {
+                let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+                self.dirs.lock().unwrap().insert(fh, Arc::new(v));
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        match self.path(ino) {
+            Ok(p) => self.list(fh, offset, Plain(reply, p)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        match self.path(ino) {
+            Ok(p) => self.list(fh, offset, Plus(reply, p)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.lock().unwrap().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let root = self.paths.read().unwrap()[&1].clone();
+        let c = cpath(&root);
+        // SAFETY: a zeroed statvfs filled by the call.
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+            return reply.error(last_err());
+        }
+        reply.statfs(
+            s.f_blocks,
+            s.f_bfree,
+            s.f_bavail,
+            s.f_files,
+            s.f_ffree,
+            s.f_bsize as u32,
+            s.f_namemax as u32,
+            s.f_frsize as u32,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let res = self.path(ino).and_then(|p| {
+            let (c, n) = (cpath(&p), cpath(Path::new(name)));
+            // SAFETY: NUL-terminated path and name; value and its length.
+            let r = unsafe {
+                libc::lsetxattr(
+                    c.as_ptr(),
+                    n.as_ptr(),
+                    value.as_ptr().cast(),
+                    value.len(),
+                    flags,
+                )
+            };
+            if r != 0 {
+                return Err(last_err());
+            }
+            Ok(())
+        });
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let res = self.path(ino).and_then(|p| {
+            let (c, n) = (cpath(&p), cpath(Path::new(name)));
+            let mut buf = vec![0u8; size as usize];
+            // SAFETY: NUL-terminated path and name; a buffer and its length.
+            let r = unsafe {
+                libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            };
+            if r < 0 {
+                return Err(last_err());
+            }
+            buf.truncate(r as usize);
+            Ok((r as u32, buf))
+        });
+        match res {
+            Ok((n, _)) if size == 0 => reply.size(n),
+            Ok((_, v)) => reply.data(&v),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let res = self.path(ino).and_then(|p| {
+            let c = cpath(&p);
+            let mut buf = vec![0u8; size as usize];
+            // SAFETY: a NUL-terminated path; a buffer and its length.
+            let r = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+            if r < 0 {
+                return Err(last_err());
+            }
+            buf.truncate(r as usize);
+            Ok((r as u32, buf))
+        });
+        match res {
+            Ok((n, _)) if size == 0 => reply.size(n),
+            Ok((_, v)) => reply.data(&v),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self.path(ino).and_then(|p| {
+            let (c, n) = (cpath(&p), cpath(Path::new(name)));
+            // SAFETY: NUL-terminated path and name.
+            if unsafe { libc::lremovexattr(c.as_ptr(), n.as_ptr()) } != 0 {
+                return Err(last_err());
+            }
+            Ok(())
+        });
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let res = self.child(parent, name).and_then(|p| {
+            let acc = flags & libc::O_ACCMODE;
+            let f = OpenOptions::new()
+                .read(acc != libc::O_WRONLY)
+                .write(true)
+                .create(true)
+                .custom_flags(flags & (libc::O_EXCL | libc::O_TRUNC | libc::O_APPEND))
+                .mode(mode & !umask & 0o7777)
+                .open(&p)
+                .map_err(errno)?;
+            own(&p, req)?;
+            Ok((p, f))
+        });
+        match res.and_then(|(p, f)| Ok((self.attr(&p)?, f))) {
+            Ok((a, f)) => reply.created(
+                &TTL,
+                &a,
+                Generation(0),
+                self.handle(f),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+fn main() {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut uring = false;
+    if args.first().map(String::as_str) == Some("--transport") && args.len() >= 2 {
+        uring = match args[1].as_str() {
+            "uring" => true,
+            "dev" => false,
+            t => die(&format!("--transport {t}: dev or uring")),
+        };
+        args.drain(..2);
+    }
+    let [dir, mnt] = &args[..] else {
+        die("usage: fuse-passthrough [--transport dev|uring] DIR MNT");
+    };
+    let root = std::fs::canonicalize(dir).unwrap_or_else(|e| die(&format!("{dir}: {e}")));
+    // SAFETY: clearing the umask: modes come masked by the kernel (or not,
+    // under FUSE_DONT_MASK, masked here from the request's umask).
+    unsafe { libc::umask(0) };
+    let dev = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .unwrap_or_else(|e| die(&format!("/dev/fuse: {e}")));
+    let opts = format!(
+        "fd={},rootmode=40000,user_id=0,group_id=0,allow_other,default_permissions",
+        dev.as_raw_fd()
+    );
+    let (src, target, fstype, data) = (
+        CString::new("passthrough").unwrap(),
+        cpath(Path::new(mnt)),
+        CString::new("fuse.passthrough").unwrap(),
+        CString::new(opts).unwrap(),
+    );
+    // SAFETY: NUL-terminated strings; the options name our open /dev/fuse.
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            data.as_ptr().cast(),
+        )
+    };
+    if r != 0 {
+        die(&format!("mount {mnt}: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: the descriptor is ours; the File gives it up.
+    let fd = unsafe { OwnedFd::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(dev)) };
+    let pass = Pass {
+        paths: RwLock::new(HashMap::from([(1, root)])),
+        files: Mutex::new(HashMap::new()),
+        dirs: Mutex::new(HashMap::new()),
+        next_fh: AtomicU64::new(1),
+    };
+    let session =
+        Session::new(pass, fd, Acl::All, uring).unwrap_or_else(|e| die(&format!("INIT: {e}")));
+    let rings = if session.uring() {
+        Some(
+            session
+                .start_uring()
+                .unwrap_or_else(|e| die(&format!("io_uring: {e}"))),
+        )
+    } else if uring {
+        die("--transport uring: the kernel did not offer FUSE over io_uring");
+    } else {
+        None
+    };
+    eprintln!(
+        "fuse-passthrough: {} on {mnt} over {}",
+        dir,
+        if rings.is_some() {
+            "io_uring"
+        } else {
+            "/dev/fuse"
+        }
+    );
+    if let Err(e) = session.run_dev(if rings.is_some() { 1 } else { 8 }) {
+        die(&format!("serving: {e}"));
+    }
+    drop(rings);
+}
+
+fn die(msg: &str) -> ! {
+    eprintln!("fuse-passthrough: {msg}");
+    std::process::exit(1)
+}
