@@ -1253,6 +1253,89 @@ fn kill9_while_a_push_waits_for_a_read() {
     );
 }
 
+/// Bytes the file at `p` has allocated (st_blocks).
+fn allocated(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).map_or(0, |m| m.blocks() * 512)
+}
+
+/// fstrim through the mount gives the image file's free space back (a
+/// sparse image shrinks) and nothing else: the tree reads back the same
+/// through the mount, `btrfs check` passes, and the kernel's mount shows
+/// the same tree.
+fn fstrim_case(base: &Path) -> Result<String, String> {
+    let image = base.join("fs.img");
+    mkfs_image(&image, "1G")?;
+    let mnt = base.join("mnt");
+    let m = UbtrfsMount::start(&image, &mnt, "")?;
+    run(Command::new("cp")
+        .arg("-a")
+        .arg("/usr/include/linux")
+        .arg(mnt.join("tree")))?;
+    let big = vec![0x5au8; 64 << 20];
+    for i in 0..4 {
+        std::fs::write(mnt.join(format!("big{i}")), &big).map_err(|e| format!("big{i}: {e}"))?;
+    }
+    run(Command::new("btrfs").args(["filesystem", "sync"]).arg(&mnt))?;
+    for i in 0..4 {
+        std::fs::remove_file(mnt.join(format!("big{i}"))).map_err(|e| format!("rm big{i}: {e}"))?;
+    }
+    // The space the files had is pinned until a commit.
+    run(Command::new("btrfs").args(["filesystem", "sync"]).arg(&mnt))?;
+    let before = allocated(&image);
+    let live = manifest_of(&mnt);
+    let out = run(Command::new("fstrim").arg("-v").arg(&mnt))?;
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let after = allocated(&image);
+    if manifest_of(&mnt) != live {
+        return Err("the tree reads back otherwise after fstrim".into());
+    }
+    m.unmount()?;
+    check(&image, "after fstrim")?;
+    let k = kernel_ro(&image, &mnt);
+    let seen = manifest_of(&mnt);
+    drop(k);
+    // The top directory is inode 1 through FUSE, 256 on the kernel's.
+    let top = |l: &String| !l.contains("\"path\":\"/\"");
+    let (live, seen): (Vec<String>, Vec<String>) = (
+        live.into_iter().filter(top).collect(),
+        seen.into_iter().filter(top).collect(),
+    );
+    if let Some((a, b)) = live.iter().zip(&seen).find(|(a, b)| a != b) {
+        return Err(format!(
+            "the kernel's mount shows another tree after fstrim: {b}, the mount showed {a}"
+        ));
+    }
+    if seen.len() != live.len() {
+        return Err(format!(
+            "the kernel's mount shows {} paths after fstrim, the mount {}",
+            seen.len(),
+            live.len()
+        ));
+    }
+    if after + (200 << 20) > before {
+        return Err(format!(
+            "the image kept {after} of {before} allocated bytes after fstrim ({})",
+            out.trim()
+        ));
+    }
+    Ok(format!(
+        "{}; the image's allocated bytes went from {} MiB to {} MiB",
+        out.trim(),
+        before >> 20,
+        after >> 20
+    ))
+}
+
+#[test]
+fn fstrim_shrinks_the_image_and_keeps_the_tree() {
+    one_case(
+        "fstrim_shrinks_the_image_and_keeps_the_tree",
+        Writer::Ubtrfs,
+        fstrim_case,
+    );
+}
+
 /// Puts a kernel module parameter back as it was when dropped.
 struct ParamBack {
     path: &'static str,

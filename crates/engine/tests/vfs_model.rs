@@ -20,6 +20,7 @@ use ubtrfs_engine::io::dev::MemDev;
 use ubtrfs_engine::io::device::Device;
 use ubtrfs_engine::io::fault::FaultDev;
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
+use ubtrfs_engine::tx::trim::TrimRange;
 use ubtrfs_engine::vfs::attr::SetAttr;
 use ubtrfs_engine::vfs::seek::{SeekCache, Versions};
 use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwOptions};
@@ -443,6 +444,20 @@ fn run_seed(seed: u64) -> Result<usize, String> {
             17 => {
                 what = "commit".into();
                 fs.commit().map_err(|e| format!("{what}: {e}"))?;
+            }
+            18 if rng.below(3) == 0 => {
+                // FITRIM: every free range discarded (zeroed on this
+                // device); nothing the trees, a log or dirty data reach
+                // may be among them (the files are read back below, the
+                // image checked at the end).
+                what = "fitrim".into();
+                let all = TrimRange {
+                    start: 0,
+                    len: u64::MAX,
+                    minlen: 0,
+                };
+                fs.trim(all).map_err(|e| format!("{what}: {e}"))?;
+                touched.extend(m.files());
             }
             18 => {
                 let Some(id) = pick(&mut rng) else { continue };

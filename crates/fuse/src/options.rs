@@ -46,6 +46,10 @@ pub struct MountOptions {
     /// When reads move atime: `noatime`, `relatime` (the default),
     /// `strictatime`; `nodiratime` for directories.
     pub atime: crate::rw::Atime,
+    /// `nologreplay` (also `norecovery`, `rescue=nologreplay`, as the
+    /// kernel's): a read-only mount shows the last commit, not what an
+    /// unreplayed log tree adds.
+    pub nologreplay: bool,
     /// `remount`: change the flags of the mount on the mount point
     /// (`ro`, `rw`, `noatime`, ...) rather than mount.
     pub remount: bool,
@@ -99,6 +103,7 @@ impl Default for MountOptions {
             uring: Uring::Auto,
             blkdev: true,
             atime: Default::default(),
+            nologreplay: false,
             remount: false,
             write: Default::default(),
             acl: true,
@@ -246,6 +251,11 @@ impl MountOptions {
                         .map_err(|_| format!("timeout={v}: not a number of seconds"))?;
                 }
                 "remount" if value.is_none() => self.remount = true,
+                "nologreplay" | "norecovery" if value.is_none() => self.nologreplay = true,
+                "rescue" => match need(key, value)? {
+                    "nologreplay" => self.nologreplay = true,
+                    v => return Err(format!("rescue={v}: only rescue=nologreplay is supported")),
+                },
                 "rw" => self.rw = Some(true),
                 "ro" => self.rw = Some(false),
                 "compress" | "compress-force" => {
@@ -346,6 +356,9 @@ impl MountOptions {
         for a in args {
             o.parse_into(a)?;
         }
+        if o.nologreplay && o.rw != Some(false) && !o.remount {
+            return Err("nologreplay must be used with the ro mount option".into());
+        }
         Ok(o)
     }
 }
@@ -385,6 +398,16 @@ mod tests {
         let o = MountOptions::parse(&["strictatime,relatime".into()]).unwrap();
         assert_eq!(o.atime.files, AtimePolicy::Relative);
         assert!(o.kernel_flags.is_empty());
+    }
+
+    #[test]
+    fn nologreplay_needs_ro() {
+        for o in ["nologreplay", "norecovery", "rescue=nologreplay"] {
+            assert!(MountOptions::parse(&[o.into()]).is_err(), "{o}");
+            let ro = MountOptions::parse(&[format!("ro,{o}")]).unwrap();
+            assert!(ro.nologreplay, "{o}");
+        }
+        assert!(MountOptions::parse(&["ro,rescue=all".into()]).is_err());
     }
 
     #[test]

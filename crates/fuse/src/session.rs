@@ -338,14 +338,15 @@ fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
     // root is found here for the read-write mount too, before anything
     // is written.)
     let open_ro = || {
-        ubtrfs_engine::tree_log::open_replayed(
-            &req.image,
-            &OpenOptions {
-                devices: req.devices.clone(),
-                cache_bytes: req.cache_bytes,
-            },
-        )
-        .map(|(fs, _)| fs)
+        let opts = OpenOptions {
+            devices: req.devices.clone(),
+            cache_bytes: req.cache_bytes,
+        };
+        if o.nologreplay {
+            ubtrfs_engine::tree_log::open_committed(&req.image, &opts)
+        } else {
+            ubtrfs_engine::tree_log::open_replayed(&req.image, &opts).map(|(fs, _)| fs)
+        }
         .map_err(|e| e.to_string())
     };
     let fs = open_ro()?;

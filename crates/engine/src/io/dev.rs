@@ -53,7 +53,20 @@ pub trait BlockDev: Send + Sync + std::fmt::Debug {
             "this device cannot share data with a file",
         ))
     }
+    /// Gives `[off, off + len)` back to what holds the device: a hole
+    /// punched in an image file, a discard on a block device (FITRIM). The
+    /// bytes read back as zeros or as they were; nothing may depend on
+    /// them.
+    fn discard(&self, _off: u64, _len: u64) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this device does not discard",
+        ))
+    }
 }
+
+/// BLKDISCARD = _IO(0x12, 119): discards a byte range of a block device.
+const BLKDISCARD: libc::c_ulong = 0x1277;
 
 /// An image file or block device.
 #[derive(Debug)]
@@ -145,6 +158,47 @@ impl BlockDev for FileDev {
 
     fn writable(&self) -> bool {
         self.writable
+    }
+
+    fn discard(&self, off: u64, len: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileTypeExt;
+        use std::os::unix::io::AsRawFd;
+        if !self.writable {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "device opened read-only",
+            ));
+        }
+        if off.checked_add(len).is_none_or(|e| e > self.size) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "discard of {len} bytes at {off} past the device's {} bytes",
+                    self.size
+                ),
+            ));
+        }
+        let fd = self.file.as_raw_fd();
+        let r = if self.file.metadata()?.file_type().is_block_device() {
+            let range = [off, len];
+            // SAFETY: BLKDISCARD reads two u64s (start, length) from the
+            // pointer, which lives across the call.
+            unsafe { libc::ioctl(fd, BLKDISCARD, range.as_ptr()) }
+        } else {
+            // SAFETY: fallocate(2) on our own descriptor.
+            unsafe {
+                libc::fallocate(
+                    fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    off as libc::off_t,
+                    len as libc::off_t,
+                )
+            }
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     fn clone_range_from(&self, src: &File, src_off: u64, len: u64, off: u64) -> io::Result<()> {
@@ -322,6 +376,16 @@ impl BlockDev for MemDev {
 
     fn writable(&self) -> bool {
         true
+    }
+
+    /// Zeros: a test reading what was discarded finds nothing of it.
+    fn discard(&self, off: u64, len: u64) -> io::Result<()> {
+        let len = usize::try_from(len)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "discard length"))?;
+        let mut b = self.bytes.write().unwrap();
+        let r = range(off, len, b.len())?;
+        b[r].fill(0);
+        Ok(())
     }
 }
 

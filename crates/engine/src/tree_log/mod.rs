@@ -294,17 +294,28 @@ fn has_log(devs: &[(PathBuf, Arc<dyn BlockDev>)]) -> Result<bool> {
 /// cannot change (RAID5/6, a missing device, ...) are read as of their
 /// last commit, with a warning in the filesystem's reports; a log that
 /// cannot be read or replayed is an error.
+/// The last commit of the image, a log tree left unreplayed (the
+/// kernel's `nologreplay`).
+pub fn open_committed(image: &Path, opts: &OpenOptions) -> Result<Filesystem> {
+    committed_of(open_files(image, opts)?, opts.cache_bytes)
+}
+
+/// The last commit on `devs`.
+fn committed_of(devs: Vec<(PathBuf, Arc<dyn BlockDev>)>, cache_bytes: u64) -> Result<Filesystem> {
+    let devs = devs
+        .into_iter()
+        .map(|(p, d)| Device::from_dev(&p, d))
+        .collect::<Result<Vec<_>>>()?;
+    Filesystem::from_devices(devs, cache_bytes)
+}
+
 pub fn open_replayed(
     image: &Path,
     opts: &OpenOptions,
 ) -> Result<(Filesystem, Option<ReplayStats>)> {
     let devs = open_files(image, opts)?;
     if !has_log(&devs)? {
-        let devs = devs
-            .into_iter()
-            .map(|(p, d)| Device::from_dev(&p, d))
-            .collect::<Result<Vec<_>>>()?;
-        return Ok((Filesystem::from_devices(devs, opts.cache_bytes)?, None));
+        return Ok((committed_of(devs, opts.cache_bytes)?, None));
     }
     let overlays: Vec<(PathBuf, Arc<dyn BlockDev>)> = devs
         .iter()

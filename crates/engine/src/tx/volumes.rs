@@ -196,6 +196,12 @@ impl Trans {
         self.info.sb.incompat_flags & INCOMPAT_MIXED_GROUPS != 0
     }
 
+    /// Device `devid`'s space no chunk has (of its `size` bytes), past
+    /// the first MiB, in address order.
+    pub(crate) fn dev_space_holes(&self, devid: u64, size: u64) -> Vec<(u64, u64)> {
+        self.dev_space.holes(devid, size)
+    }
+
     /// Unallocated device space, in bytes of devices (holes from their
     /// first 1 MiB-aligned byte, where stripes can start).
     fn unallocated(&self) -> u64 {

@@ -1,10 +1,11 @@
 //! The ioctls the read-write mount answers (FUSE forwards those whose
 //! argument size the command encodes): inode flags (`chattr`, the
-//! fileattr xflags), the filesystem label, and btrfs's sync ioctls.
+//! fileattr xflags), the filesystem label, btrfs's sync ioctls, and FITRIM.
 
 use super::{errno, RwInner};
 use crate::proto::{ReplyIoctl, Request};
 use fuser::{Errno, INodeNo};
+use ubtrfs_engine::tx::trim::TrimRange;
 
 /// FS_IOC_GETFLAGS / FS_IOC_SETFLAGS as FUSE forwards them (the kernel's
 /// fileattr code sends them with a 4-byte argument).
@@ -27,6 +28,10 @@ const BTRFS_IOC_SYNC: u32 = 0x0000_9408;
 const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
 const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
 const BTRFS_IOC_START_SYNC: u32 = 0x8008_9418;
+/// FITRIM = _IOWR('X', 121, struct fstrim_range): start, len, minlen (u64
+/// each) in; len out, the bytes trimmed. fstrim(8) sends it to the mount's
+/// root directory, and FUSE forwards it as a directory ioctl.
+const FITRIM: u32 = 0xc018_5879;
 const BTRFS_IOC_WAIT_SYNC: u32 = 0x4008_9416;
 /// FS_XFLAG_* bits and the FS_*_FL bits they stand for.
 const XFLAGS: [(u32, u32); 5] = [
@@ -134,6 +139,31 @@ impl RwInner {
                 match self.fs.lock_commit().set_label(label) {
                     Ok(()) => reply.ioctl(0, &[]),
                     Err(e) => reply.error(errno("ioctl FS_IOC_SETFSLABEL", e)),
+                }
+            }
+            FITRIM => {
+                // CAP_SYS_ADMIN, as the kernel's btrfs_ioctl_fitrim asks.
+                if !crate::caps::capable(req.pid(), crate::caps::CAP_SYS_ADMIN) {
+                    return reply.error(Errno::EPERM);
+                }
+                let Some(b) = in_data.get(..24) else {
+                    return reply.error(Errno::EINVAL);
+                };
+                let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+                let r = TrimRange {
+                    start: word(0),
+                    len: word(1),
+                    minlen: word(2),
+                };
+                match self.fs().trim(r) {
+                    Ok(trimmed) => {
+                        let mut out = [0u8; 24];
+                        out[..8].copy_from_slice(&r.start.to_le_bytes());
+                        out[8..16].copy_from_slice(&trimmed.to_le_bytes());
+                        out[16..].copy_from_slice(&r.minlen.to_le_bytes());
+                        reply.ioctl(0, &out)
+                    }
+                    Err(e) => reply.error(errno("ioctl FITRIM", e)),
                 }
             }
             BTRFS_IOC_SYNC => match self.fs.lock_commit().sync_fs() {
