@@ -784,13 +784,8 @@ impl crate::proto::FuseFs for RwFuse {
                 self.acl.store(false, Ordering::Relaxed);
             }
         }
-        let mut w = 1 << 20;
-        while let Err(max) = config.set_max_write(w) {
-            if max == w {
-                break;
-            }
-            w = max;
-        }
+        // 1 MiB writes, the most the protocol layer takes.
+        let _ = config.set_max_write(1 << 20);
         let _ = config.set_time_granularity(Duration::from_nanos(1));
         Ok(())
     }

@@ -260,6 +260,29 @@ fn set_time(path: &Path, atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>) -> 
     Ok(())
 }
 
+/// An xattr value or list read by `call(buffer, length)` into `size`
+/// bytes (0: only its size is asked): (its size, its bytes).
+fn xattr_read(
+    size: u32,
+    call: impl FnOnce(*mut u8, usize) -> libc::ssize_t,
+) -> Result<(u32, Vec<u8>), Errno> {
+    let mut buf = vec![0u8; size as usize];
+    let r = call(buf.as_mut_ptr(), buf.len());
+    if r < 0 {
+        return Err(last_err());
+    }
+    buf.truncate(r as usize);
+    Ok((r as u32, buf))
+}
+
+fn xattr_reply(size: u32, res: Result<(u32, Vec<u8>), Errno>, reply: ReplyXattr) {
+    match res {
+        Ok((n, _)) if size == 0 => reply.size(n),
+        Ok((_, v)) => reply.data(&v),
+        Err(e) => reply.error(e),
+    }
+}
+
 /// Applies the owner the kernel asked for to what a request made (the
 /// server runs as root).
 fn own(path: &Path, req: &Request) -> Result<(), Errno> {
@@ -280,13 +303,8 @@ impl FuseFs for Pass {
             | InitFlags::FUSE_POSIX_ACL
             | InitFlags::FUSE_DONT_MASK;
         let _ = config.add_capabilities(wanted & caps);
-        let mut w = 1 << 20;
-        while let Err(max) = config.set_max_write(w) {
-            if max == w {
-                break;
-            }
-            w = max;
-        }
+        // 1 MiB writes, the most the protocol layer takes.
+        let _ = config.set_max_write(1 << 20);
         let _ = config.set_time_granularity(Duration::from_nanos(1));
         Ok(())
     }
@@ -652,41 +670,23 @@ impl FuseFs for Pass {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let res = self.path(ino).and_then(|p| {
             let (c, n) = (cpath(&p), cpath(Path::new(name)));
-            let mut buf = vec![0u8; size as usize];
             // SAFETY: NUL-terminated path and name; a buffer and its length.
-            let r = unsafe {
-                libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
-            };
-            if r < 0 {
-                return Err(last_err());
-            }
-            buf.truncate(r as usize);
-            Ok((r as u32, buf))
+            xattr_read(size, |buf, len| unsafe {
+                libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.cast(), len)
+            })
         });
-        match res {
-            Ok((n, _)) if size == 0 => reply.size(n),
-            Ok((_, v)) => reply.data(&v),
-            Err(e) => reply.error(e),
-        }
+        xattr_reply(size, res, reply);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let res = self.path(ino).and_then(|p| {
             let c = cpath(&p);
-            let mut buf = vec![0u8; size as usize];
             // SAFETY: a NUL-terminated path; a buffer and its length.
-            let r = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-            if r < 0 {
-                return Err(last_err());
-            }
-            buf.truncate(r as usize);
-            Ok((r as u32, buf))
+            xattr_read(size, |buf, len| unsafe {
+                libc::llistxattr(c.as_ptr(), buf.cast(), len)
+            })
         });
-        match res {
-            Ok((n, _)) if size == 0 => reply.size(n),
-            Ok((_, v)) => reply.data(&v),
-            Err(e) => reply.error(e),
-        }
+        xattr_reply(size, res, reply);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {

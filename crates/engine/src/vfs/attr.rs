@@ -243,9 +243,10 @@ impl RwFs {
         if !policy.needs_update(&self.stat(id)?, time) {
             return Ok(());
         }
-        // Nothing either when the metadata is short: an access is no
-        // reason for ENOSPC, nor for a commit made for space.
-        if !self.room_for_change(false) {
+        // Nothing either when the metadata is short even after a commit
+        // for space (the kernel's reservation flushes space the same
+        // way): an access is no reason for ENOSPC.
+        if self.reserve_change(false).is_err() {
             return Ok(());
         }
         let mut i = self.t.inode_of(id.subvol, id.ino)?;

@@ -700,7 +700,7 @@ impl RwFs {
 
     /// Whether metadata has room for a change and the commit after it,
     /// as things stand (no commit made for space).
-    pub(crate) fn room_for_change(&self, removal: bool) -> bool {
+    fn room_for_change(&self, removal: bool) -> bool {
         self.t.metadata_room() >= self.change_needs(removal)
     }
 
