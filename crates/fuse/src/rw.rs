@@ -562,8 +562,9 @@ impl RwInner {
             }
         }
         drop(fs);
-        reply.ok();
+        // Before the answer, as for READ.
         self.accessed(dir, true);
+        reply.ok();
     }
 
     fn node_of(&self, id: InodeId) -> Result<u64, Errno> {
@@ -1100,12 +1101,15 @@ impl crate::proto::FuseFs for RwFuse {
         }
         match res {
             Ok(d) => {
+                // atime moves before the answer, as the kernel's read moves
+                // it before read(2) returns: a stat right after the read
+                // must see it.
+                if !noatime {
+                    self.accessed(id, false);
+                }
                 reply.data(&d);
                 if let (true, Some(w), Some(data)) = (push, window, ahead) {
                     self.pushes.push(id, node.0, w.start, data);
-                }
-                if !noatime {
-                    self.accessed(id, false);
                 }
             }
             Err(e) => reply.error(errno("read", e)),
