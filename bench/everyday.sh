@@ -2,8 +2,10 @@
 # Everyday work through a mount, side by side in one run, each step ending
 # durable:
 #   copy    cp -a SRC (default /usr/include) into the mount, then unmount
+#   write   mount again, write WRITE_MIB (1024) MiB of random bytes in 1 MiB
+#           writes with an fsync at the end (dd conv=fsync, from tmpfs)
 #   read    mount again, drop caches, tar cf - of the tree to /dev/null
-#   rm      rm -rf the tree, then unmount
+#   rm      rm -rf the tree and the written file, then unmount
 # on these sides (SIDES):
 #   kernel          the kernel's btrfs on a loop device
 #   ubtrfs          `ubtrfs mount` as root: a fuseblk mount, whose plain
@@ -39,6 +41,7 @@ RUNS=${2:-3}
 SRC=${SRC:-/usr/include}
 SIDES=${SIDES:-kernel ubtrfs ubtrfs-plain}
 SIZE=${SIZE:-4G}
+WRITE_MIB=${WRITE_MIB:-1024}
 BIN=${CARGO_TARGET_DIR:-$repo/target}/release/ubtrfs
 cargo build --release --locked -q
 cargo build --release --locked -q -p uring-floor --bin fuse_passthrough
@@ -51,12 +54,15 @@ mnt=$WORK/mnt
 mkdir -p "$mnt"
 out=$WORK/results.tsv
 : > "$out"
+rand=/dev/shm/ubtrfs-everyday-rand
+head -c "$((WRITE_MIB << 20))" /dev/urandom > "$rand"
 reqs=$WORK/requests.tsv
 : > "$reqs"
 tr=/sys/kernel/tracing/instances/ubtrfs-everyday
 cleanup() {
   mountpoint -q "$mnt" && umount "$mnt" || true
   [[ -d $tr ]] && rmdir "$tr" 2>/dev/null || true
+  rm -f "$rand"
 }
 trap cleanup EXIT
 
@@ -144,6 +150,13 @@ for run in $(seq 1 "$RUNS"); do
     t1=$(now)
     trace_off "$side" copy
     do_mount "$side"
+    trace_on
+    w0=$(now)
+    dd if="$rand" of="$mnt/big" bs=1M conv=fsync status=none
+    w1=$(now)
+    trace_off "$side" write
+    do_umount "$side"
+    do_mount "$side"
     drop
     trace_on
     t2=$(now)
@@ -152,7 +165,7 @@ for run in $(seq 1 "$RUNS"); do
     t3=$(now)
     trace_off "$side" read
     trace_on
-    rm -rf "$mnt/tree"
+    rm -rf "$mnt/tree" "$mnt/big"
     do_umount "$side"
     t4=$(now)
     trace_off "$side" rm
@@ -162,20 +175,21 @@ for run in $(seq 1 "$RUNS"); do
         { echo "btrfs check failed after $side run $run" >&2; exit 1; }
     fi
     printf '%s\t%s\tcopy\t%s\n' "$side" "$run" "$(echo "$t1 - $t0" | bc)" >> "$out"
+    printf '%s\t%s\twrite\t%s\n' "$side" "$run" "$(echo "$w1 - $w0" | bc)" >> "$out"
     printf '%s\t%s\tread\t%s\n' "$side" "$run" "$(echo "$t3 - $t2" | bc)" >> "$out"
     printf '%s\t%s\trm\t%s\n' "$side" "$run" "$(echo "$t4 - $t3" | bc)" >> "$out"
-    echo "run $run $side: copy $(echo "$t1 - $t0" | bc) read $(echo "$t3 - $t2" | bc) rm $(echo "$t4 - $t3" | bc)" >&2
+    echo "run $run $side: copy $(echo "$t1 - $t0" | bc) write $(echo "$w1 - $w0" | bc) read $(echo "$t3 - $t2" | bc) rm $(echo "$t4 - $t3" | bc)" >&2
   done
 done
 rm -f "$img"
-rm -rf "$floor_dir"
+rm -rf "$floor_dir" "$rand"
 
 python3 - "$out" "$reqs" $SIDES <<'EOF'
 import statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
 reqs = [l.split("\t") for l in open(sys.argv[2]).read().splitlines()]
 sides = sys.argv[3:]
-steps = ["copy", "read", "rm"]
+steps = ["copy", "write", "read", "rm"]
 t = {}
 for side, run, step, secs in rows:
     t.setdefault((side, step), []).append(float(secs))
