@@ -63,6 +63,9 @@ struct Handle {
     seek: SeekCache,
     /// Opened for writing (counted in [`RwInner::pushes`]).
     writer: bool,
+    /// Reads through the page cache, not O_DIRECT (counted in
+    /// [`RwInner::pushes`]).
+    buffered: bool,
     reads: ReadPattern,
 }
 
@@ -729,6 +732,10 @@ impl RwInner {
             .fs_read()
             .stat(id)
             .is_ok_and(|st| st.mode & (libc::S_ISUID | libc::S_ISGID) != 0);
+        let buffered = flags & libc::O_DIRECT == 0;
+        if buffered {
+            self.pushes.buffered_open(id);
+        }
         self.handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -740,6 +747,7 @@ impl RwInner {
                     setid,
                     seek: SeekCache::default(),
                     writer,
+                    buffered,
                     reads: ReadPattern::default(),
                 },
             );
@@ -1154,7 +1162,14 @@ impl crate::proto::FuseFs for RwFuse {
                 if kill {
                     self.drop_set_ids(id, req);
                 }
-                reply.written(n as u32)
+                if direct {
+                    self.pushes
+                        .after_direct_write(id, node.0, offset, n as u64, move || {
+                            reply.written(n as u32)
+                        });
+                } else {
+                    reply.written(n as u32)
+                }
             }
             Err(e) => reply.error(errno("write", e)),
         }
@@ -1193,6 +1208,9 @@ impl crate::proto::FuseFs for RwFuse {
         if let Some(h) = h {
             if h.writer {
                 self.pushes.writer_end(h.id);
+            }
+            if h.buffered {
+                self.pushes.buffered_close(h.id);
             }
             self.closed(h.id, "release");
         }

@@ -127,6 +127,14 @@ struct Inode {
     writers: u32,
     /// Pushes read and not yet landed.
     pushing: u32,
+    /// Open handles that read through the page cache (not O_DIRECT).
+    buffered: u32,
+}
+
+impl Inode {
+    fn idle(&self) -> bool {
+        self.writers == 0 && self.pushing == 0 && self.buffered == 0
+    }
 }
 
 /// The per-inode writers and pushes, and the thread that pushes.
@@ -227,7 +235,7 @@ impl Pushes {
         if let Some(i) = m.get_mut(&id) {
             i.pushing -= 1;
             if i.pushing == 0 {
-                if i.writers == 0 {
+                if i.idle() {
                     m.remove(&id);
                 }
                 self.landed.notify_all();
@@ -273,10 +281,64 @@ impl Pushes {
         let mut m = self.inodes();
         if let Some(i) = m.get_mut(&id) {
             i.writers = i.writers.saturating_sub(1);
-            if i.writers == 0 && i.pushing == 0 {
+            if i.idle() {
                 m.remove(&id);
             }
         }
+    }
+
+    /// A handle of `id` that reads through the page cache opens (or
+    /// closes): while one is open, pages it reads may race a direct
+    /// write ([`Pushes::after_direct_write`]).
+    pub fn buffered_open(&self, id: InodeId) {
+        self.inodes().entry(id).or_default().buffered += 1;
+    }
+
+    pub fn buffered_close(&self, id: InodeId) {
+        let mut m = self.inodes();
+        if let Some(i) = m.get_mut(&id) {
+            i.buffered = i.buffered.saturating_sub(1);
+            if i.idle() {
+                m.remove(&id);
+            }
+        }
+    }
+
+    /// After an O_DIRECT write of `[offset, offset + len)` of `id`
+    /// (node `node`): `reply`, once the kernel's cached pages of the
+    /// range are dropped if a handle that reads through the page cache
+    /// is open.
+    ///
+    /// The kernel drops those pages before it sends the write, and after
+    /// it only for a synchronous write through a handle without
+    /// FOPEN_DIRECT_IO. A buffered READ that reaches us between the two
+    /// reads the old bytes, which then stay cached over the new ones
+    /// (fstests generic/451: aio O_DIRECT writes beside buffered
+    /// readers). Dropped on the pushing thread, which may wait for the
+    /// page locks of READs in flight (see the module), in order with
+    /// the pushes queued before.
+    pub fn after_direct_write(
+        self: &Arc<Self>,
+        id: InodeId,
+        node: u64,
+        offset: u64,
+        len: u64,
+        reply: impl FnOnce() + Send + 'static,
+    ) {
+        let cached = self.inodes().get(&id).is_some_and(|i| i.buffered > 0);
+        let Some(n) = self.notifier.get().filter(|_| cached && len > 0).cloned() else {
+            return reply();
+        };
+        self.storer.run(move || {
+            if let Err(e) = n.inval_range(fuser::INodeNo(node), offset, len) {
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    crate::logging::error(&format!(
+                        "write: dropping cached pages after a direct write: {e}"
+                    ));
+                }
+            }
+            reply();
+        });
     }
 }
 

@@ -80,6 +80,19 @@ impl Notifier {
             .write(0, abi::FUSE_NOTIFY_STORE, &[bytes(&out), data])
     }
 
+    /// Drops the kernel's cached pages of `node` over `[offset, offset +
+    /// len)`, and its cached attributes. Waits for the page locks of
+    /// READs in flight: never sent from a thread those READs need.
+    pub fn inval_range(&self, node: INodeNo, offset: u64, len: u64) -> io::Result<()> {
+        let out = abi::NotifyInvalInodeOut {
+            ino: node.0,
+            off: offset.min(i64::MAX as u64) as i64,
+            len: len.min(i64::MAX as u64) as i64,
+        };
+        self.0
+            .write(0, abi::FUSE_NOTIFY_INVAL_INODE, &[bytes(&out)])
+    }
+
     /// Drops the kernel's cached attributes of `node` (its pages stay):
     /// after a change the kernel did not make through SETATTR, such as
     /// an ioctl's. Takes no lock in the kernel, so a request handler may
