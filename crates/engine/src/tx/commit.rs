@@ -606,8 +606,11 @@ impl Trans {
                 .copied()
                 .unwrap_or(d.superblock.dev_item);
             let mut copies = Vec::new();
+            // Copies within the bytes the filesystem has of the device
+            // (its DEV_ITEM), as the kernel's write_dev_supers.
+            let size = s.dev_item.total_bytes.min(d.size);
             for &off in SUPER_OFFSETS.iter() {
-                if off + SUPER_SIZE as u64 > d.size {
+                if off + SUPER_SIZE as u64 > size {
                     break;
                 }
                 s.bytenr = off;

@@ -63,10 +63,11 @@ impl Trans {
                 trimmed += e - s;
             }
         }
-        for d in self.info.devices.values() {
-            for (s, l) in self.dev_space_holes(d.devid, d.size) {
+        let sizes: Vec<(u64, u64)> = self.dev_sizes().collect();
+        for (devid, size) in sizes {
+            for (s, l) in self.dev_space_holes(devid, size) {
                 if l >= r.minlen.max(1) {
-                    work.entry(d.devid).or_default().push((s, l));
+                    work.entry(devid).or_default().push((s, l));
                     trimmed += l;
                 }
             }

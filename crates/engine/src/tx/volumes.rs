@@ -147,7 +147,7 @@ impl Trans {
             }
         }
         let unalloc = self.unallocated();
-        let total: u64 = self.info.devices.values().map(|d| d.size).sum();
+        let total: u64 = self.dev_sizes().map(|(_, size)| size).sum();
         let meta_chunk = (256u64 << 20).min(total / 10).max(16 << 20);
         let want_meta = (2 * meta_chunk).saturating_sub(meta_free);
         let (mr, ml) = self.raw_per_logical(SpaceKind::Metadata);
@@ -205,11 +205,23 @@ impl Trans {
     /// Unallocated device space, in bytes of devices (holes from their
     /// first 1 MiB-aligned byte, where stripes can start).
     fn unallocated(&self) -> u64 {
-        self.info
-            .devices
-            .values()
-            .map(|d| self.dev_space.unallocated(d.devid, d.size))
+        self.dev_sizes()
+            .map(|(devid, size)| self.dev_space.unallocated(devid, size))
             .sum()
+    }
+
+    /// Each device's id and the bytes of it the filesystem may use: its
+    /// DEV_ITEM's total_bytes (mkfs -b, or a shrink, makes that less
+    /// than the device), as the kernel allocates within
+    /// device->total_bytes.
+    pub(crate) fn dev_sizes(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.info.devices.values().map(|d| {
+            let size = self
+                .dev_items
+                .get(&d.devid)
+                .map_or(d.size, |di| di.total_bytes.min(d.size));
+            (d.devid, size)
+        })
     }
 
     /// Logical bytes new mixed chunks can still take: the unallocated
@@ -238,7 +250,7 @@ impl Trans {
     /// logical capacity, at least 4 MiB and at most 64 MiB.
     pub fn mixed_meta_reserve(&self) -> u64 {
         let (raw, logical) = self.raw_per_logical(SpaceKind::Data);
-        let total: u64 = self.info.devices.values().map(|d| d.size).sum();
+        let total: u64 = self.dev_sizes().map(|(_, size)| size).sum();
         (total / raw * logical / 32).clamp(4 << 20, 64 << 20)
     }
 
@@ -260,12 +272,7 @@ impl Trans {
     pub fn add_chunk(&mut self, kind: SpaceKind, size: u64) -> Result<u64> {
         let profile = self.profiles[kind as usize];
         let lay = layout(profile)?;
-        let sizes: Vec<(u64, u64)> = self
-            .info
-            .devices
-            .values()
-            .map(|d| (d.devid, d.size))
-            .collect();
+        let sizes: Vec<(u64, u64)> = self.dev_sizes().collect();
         // Devices by free room, most first (the kernel sorts likewise).
         let mut cands: Vec<(u64, u64, u64)> = sizes
             .iter()
@@ -363,7 +370,7 @@ impl Trans {
     /// Logical size of the chunks [`Trans::grow`] makes for `kind` (when
     /// the devices have room for them).
     pub fn new_chunk_size(&self, kind: SpaceKind) -> u64 {
-        let total: u64 = self.info.devices.values().map(|d| d.size).sum();
+        let total: u64 = self.dev_sizes().map(|(_, size)| size).sum();
         // A mixed chunk is sized as a data chunk (the kernel's
         // calc_chunk_size: the DATA bit decides).
         let kind_size = match kind {
