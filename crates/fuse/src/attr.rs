@@ -1,9 +1,9 @@
 //! Attributes: lookup, getattr, access, statfs.
 
+use crate::proto::{AccessFlags, Errno, FileAttr, FileType, Generation, INodeNo};
 use crate::proto::{ReplyAttr, ReplyEmpty, ReplyEntry, ReplyStatfs, Request};
 use crate::reply::{OnInode, OpResult};
 use crate::Inner;
-use fuser::{AccessFlags, Errno, FileAttr, FileType, Generation, INodeNo};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ubtrfs_engine::{InodeId, Stat};
 use ubtrfs_format::items::Timespec;
@@ -14,18 +14,6 @@ pub(crate) fn system_time(t: &Timespec) -> SystemTime {
     } else {
         UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs())
             + Duration::from_nanos(t.nsec.min(999_999_999) as u64)
-    }
-}
-
-pub(crate) fn file_type(mode: u32) -> FileType {
-    match mode & 0o170000 {
-        0o040000 => FileType::Directory,
-        0o120000 => FileType::Symlink,
-        0o020000 => FileType::CharDevice,
-        0o060000 => FileType::BlockDevice,
-        0o010000 => FileType::NamedPipe,
-        0o140000 => FileType::Socket,
-        _ => FileType::RegularFile,
     }
 }
 
@@ -52,7 +40,7 @@ pub(crate) fn file_attr(st: &Stat, node: u64, sectorsize: u32) -> FileAttr {
         mtime: system_time(&st.mtime),
         ctime: system_time(&st.ctime),
         crtime: system_time(&st.otime),
-        kind: file_type(st.mode),
+        kind: FileType::from_mode(st.mode),
         perm: (st.mode & 0o7777) as u16,
         nlink: st.nlink,
         uid: st.uid,

@@ -3,10 +3,10 @@
 //! attributes.
 
 use crate::file::is_write_open;
+use crate::proto::{Errno, FileAttr, FileType, FopenFlags, Generation, INodeNo};
 use crate::proto::{ReplyDirectory, ReplyDirectoryPlus, ReplyOpen};
 use crate::reply::{OnInode, OpResult, Reply};
 use crate::Inner;
-use fuser::{Errno, FileAttr, FileType, FopenFlags, Generation, INodeNo};
 use std::ffi::OsStr;
 use std::ops::ControlFlow;
 use std::os::unix::ffi::OsStrExt;
@@ -106,7 +106,7 @@ impl Inner {
         })();
         self.answer("opendir", reply, res, |reply, ()| {
             reply.opened(
-                fuser::FileHandle(0),
+                crate::proto::FileHandle(0),
                 FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
             )
         });

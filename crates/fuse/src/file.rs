@@ -1,10 +1,10 @@
 //! Open files: open and release, READ (from the read-ahead window or on a
 //! worker), lseek with SEEK_DATA/SEEK_HOLE, readlink.
 
+use crate::proto::{Errno, FopenFlags, INodeNo};
 use crate::proto::{ReplyData, ReplyEmpty, ReplyLseek, ReplyOpen};
 use crate::reply::{OnInode, OpResult};
 use crate::{ino, BtrfsFuse, Inner};
-use fuser::{Errno, FopenFlags, INodeNo};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use ubtrfs_engine::{Error, FileHandle, InodeId};
@@ -202,7 +202,7 @@ impl Inner {
             Ok(fh)
         })();
         self.answer("open", reply, res, |reply, fh| {
-            reply.opened(fuser::FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
+            reply.opened(crate::proto::FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
         });
     }
 

@@ -44,11 +44,11 @@ pub mod watchdog;
 mod xattr;
 
 use crate::file::OpenFile;
+use crate::proto::{AccessFlags, Errno, INodeNo, InitFlags};
 use crate::proto::{
     KernelConfig, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
     ReplyLseek, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
-use fuser::{AccessFlags, Errno, INodeNo, InitFlags};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -226,7 +226,7 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         node: INodeNo,
-        _fh: Option<fuser::FileHandle>,
+        _fh: Option<crate::proto::FileHandle>,
         reply: ReplyAttr,
     ) {
         self.inner.getattr(node, reply);
@@ -236,7 +236,13 @@ impl crate::proto::FuseFs for BtrfsFuse {
         self.inner.readlink(node, reply);
     }
 
-    fn open(&self, _req: &Request, node: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+    fn open(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        flags: crate::proto::OpenFlags,
+        reply: ReplyOpen,
+    ) {
         self.inner.open(node, flags.0, reply);
     }
 
@@ -245,11 +251,11 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         _node: INodeNo,
-        fh: fuser::FileHandle,
+        fh: crate::proto::FileHandle,
         offset: u64,
         size: u32,
-        _flags: fuser::OpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
+        _flags: crate::proto::OpenFlags,
+        _lock_owner: Option<crate::proto::LockOwner>,
         reply: ReplyData,
     ) {
         self.read_request(fh.0, offset, size, reply);
@@ -263,8 +269,8 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         _node: INodeNo,
-        _fh: fuser::FileHandle,
-        _lock_owner: fuser::LockOwner,
+        _fh: crate::proto::FileHandle,
+        _lock_owner: crate::proto::LockOwner,
         reply: ReplyEmpty,
     ) {
         reply.error(Errno::ENOSYS);
@@ -274,9 +280,9 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         _node: INodeNo,
-        fh: fuser::FileHandle,
-        _flags: fuser::OpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
+        fh: crate::proto::FileHandle,
+        _flags: crate::proto::OpenFlags,
+        _lock_owner: Option<crate::proto::LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
@@ -287,14 +293,20 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         _node: INodeNo,
-        _fh: fuser::FileHandle,
+        _fh: crate::proto::FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
         reply.ok();
     }
 
-    fn opendir(&self, _req: &Request, node: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+    fn opendir(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        flags: crate::proto::OpenFlags,
+        reply: ReplyOpen,
+    ) {
         self.inner.opendir(node, flags.0, reply);
     }
 
@@ -302,7 +314,7 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         node: INodeNo,
-        _fh: fuser::FileHandle,
+        _fh: crate::proto::FileHandle,
         offset: u64,
         reply: ReplyDirectory,
     ) {
@@ -314,7 +326,7 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         node: INodeNo,
-        _fh: fuser::FileHandle,
+        _fh: crate::proto::FileHandle,
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
@@ -326,8 +338,8 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         _node: INodeNo,
-        _fh: fuser::FileHandle,
-        _flags: fuser::OpenFlags,
+        _fh: crate::proto::FileHandle,
+        _flags: crate::proto::OpenFlags,
         reply: ReplyEmpty,
     ) {
         reply.ok();
@@ -337,7 +349,7 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         _node: INodeNo,
-        _fh: fuser::FileHandle,
+        _fh: crate::proto::FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
@@ -364,7 +376,7 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         _node: INodeNo,
-        fh: fuser::FileHandle,
+        fh: crate::proto::FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
@@ -382,14 +394,14 @@ impl crate::proto::FuseFs for BtrfsFuse {
         _uid: Option<u32>,
         _gid: Option<u32>,
         _size: Option<u64>,
-        _atime: Option<fuser::TimeOrNow>,
-        _mtime: Option<fuser::TimeOrNow>,
+        _atime: Option<crate::proto::TimeOrNow>,
+        _mtime: Option<crate::proto::TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<fuser::FileHandle>,
+        _fh: Option<crate::proto::FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
+        _flags: Option<crate::proto::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
         reply.error(Errno::EROFS);
@@ -446,7 +458,7 @@ impl crate::proto::FuseFs for BtrfsFuse {
         _name: &OsStr,
         _newparent: INodeNo,
         _newname: &OsStr,
-        _flags: fuser::RenameFlags,
+        _flags: crate::proto::RenameFlags,
         reply: ReplyEmpty,
     ) {
         reply.error(Errno::EROFS);
@@ -467,12 +479,12 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         _node: INodeNo,
-        _fh: fuser::FileHandle,
+        _fh: crate::proto::FileHandle,
         _offset: u64,
         _data: &[u8],
-        _write_flags: fuser::WriteFlags,
-        _flags: fuser::OpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
+        _write_flags: crate::proto::WriteFlags,
+        _flags: crate::proto::OpenFlags,
+        _lock_owner: Option<crate::proto::LockOwner>,
         reply: crate::proto::ReplyWrite,
     ) {
         reply.error(Errno::EROFS);
@@ -512,7 +524,7 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         _node: INodeNo,
-        _fh: fuser::FileHandle,
+        _fh: crate::proto::FileHandle,
         _offset: u64,
         _length: u64,
         _mode: i32,
@@ -525,13 +537,13 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         _ino_in: INodeNo,
-        _fh_in: fuser::FileHandle,
+        _fh_in: crate::proto::FileHandle,
         _offset_in: u64,
         _ino_out: INodeNo,
-        _fh_out: fuser::FileHandle,
+        _fh_out: crate::proto::FileHandle,
         _offset_out: u64,
         _len: u64,
-        _flags: fuser::CopyFileRangeFlags,
+        _flags: crate::proto::CopyFileRangeFlags,
         reply: crate::proto::ReplyCopy,
     ) {
         // Both ends are on this mount, so the destination is read-only.
@@ -542,8 +554,8 @@ impl crate::proto::FuseFs for BtrfsFuse {
         &self,
         _req: &Request,
         _node: INodeNo,
-        _fh: fuser::FileHandle,
-        _flags: fuser::IoctlFlags,
+        _fh: crate::proto::FileHandle,
+        _flags: crate::proto::IoctlFlags,
         _cmd: u32,
         _in_data: &[u8],
         _out_size: u32,

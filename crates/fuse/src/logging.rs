@@ -1,11 +1,10 @@
 //! Where the mount's log lines go: stderr in the foreground; in the
-//! background a log file (`-o log=FILE`) or syslog. Messages of the `fuser`
-//! crate at warning level and above go the same way.
+//! background a log file (`-o log=FILE`) or syslog.
 
 use std::ffi::CString;
 use std::fs::File;
 use std::io::Write;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 enum Sink {
     Stderr,
@@ -87,36 +86,4 @@ pub fn to_syslog() {
     // SAFETY: the identifier is a static C string.
     unsafe { libc::openlog(c"ubtrfs".as_ptr(), libc::LOG_PID, libc::LOG_DAEMON) };
     *SINK.lock().unwrap_or_else(|e| e.into_inner()) = Sink::Syslog;
-}
-
-/// Forwards the `fuser` crate's warnings and errors.
-struct FuserLog;
-
-impl log::Log for FuserLog {
-    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= log::Level::Warn
-    }
-
-    fn log(&self, r: &log::Record<'_>) {
-        if self.enabled(r.metadata()) {
-            let level = if r.level() == log::Level::Error {
-                Level::Error
-            } else {
-                Level::Warn
-            };
-            log(level, &format!("fuse: {}", r.args()));
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-/// Installs the forwarder for the `log` crate (once per process).
-pub fn install_fuser_logger() {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        if log::set_logger(&FuserLog).is_ok() {
-            log::set_max_level(log::LevelFilter::Warn);
-        }
-    });
 }

@@ -4,8 +4,8 @@
 //! I/O errors logged with the inode's path and the request's name), and
 //! replies.
 
+use crate::proto::Errno;
 use crate::{logging, Inner};
-use fuser::Errno;
 use ubtrfs_engine::{Error, InodeId};
 
 /// Why a request failed.

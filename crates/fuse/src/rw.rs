@@ -20,13 +20,13 @@ use crate::dir::{dirent_type, DirReply, Entry};
 use crate::fslock::{FsLock, FsRead, FsWrite};
 use crate::ino;
 use crate::logging;
+use crate::proto::{Errno, FileAttr, FopenFlags, Generation, INodeNo, TimeOrNow};
 use crate::proto::{
     KernelConfig, ReplyAttr, ReplyCopy, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
     ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request,
 };
 use crate::rw_push::{Pushes, ReadPattern};
-use fuser::{Errno, FileAttr, FopenFlags, Generation, INodeNo, TimeOrNow};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -199,12 +199,6 @@ fn answered(before: &RwStats, after: &RwStats) -> String {
     }
 }
 
-/// The time the kernel sent in a SETATTR, from the `SystemTime` fuser
-/// 0.18 made of it. fuser turns the kernel's (seconds -S, nanoseconds N)
-/// before 1970 into S seconds and N nanoseconds *before* the epoch
-/// (time.rs, system_time_from_time: "TODO: 1_000_000_000 - nsec") where
-/// the kernel means -S + N ns; the seconds and nanoseconds are undone
-/// here as sent.
 /// A time as btrfs stores it: seconds (negative before the epoch) and
 /// nanoseconds forward from them, as the kernel sends it.
 fn timespec(t: SystemTime) -> Timespec {
@@ -511,7 +505,13 @@ impl RwInner {
     /// The entries of directory `node` after cookie `offset` for READDIR
     /// or READDIRPLUS, as many as fit, up to the index the directory had
     /// when the handle was opened or rewound.
-    fn list<R: DirReply>(&self, node: INodeNo, fh: fuser::FileHandle, offset: u64, mut reply: R) {
+    fn list<R: DirReply>(
+        &self,
+        node: INodeNo,
+        fh: crate::proto::FileHandle,
+        offset: u64,
+        mut reply: R,
+    ) {
         let dir = self.inode(node);
         let fs = self.fs_read();
         let end = {
@@ -660,7 +660,7 @@ impl RwInner {
                     &self.ttl,
                     &attr,
                     g,
-                    fuser::FileHandle(fh),
+                    crate::proto::FileHandle(fh),
                     // New: the page cache holds nothing of it.
                     open_flags(flags, false),
                 );
@@ -709,7 +709,7 @@ impl RwInner {
             Ok(()) => {
                 let fh = self.new_handle(id, writer, f);
                 reply.opened(
-                    fuser::FileHandle(fh),
+                    crate::proto::FileHandle(fh),
                     open_flags(f, f & libc::O_NOATIME == 0 && self.atime_due(id, false)),
                 );
             }
@@ -761,7 +761,7 @@ impl crate::proto::FuseFs for RwFuse {
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        use fuser::InitFlags;
+        use crate::proto::InitFlags;
         let caps = config.capabilities();
         let wanted = InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_MAX_PAGES
@@ -844,7 +844,7 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         _req: &Request,
         node: INodeNo,
-        _fh: Option<fuser::FileHandle>,
+        _fh: Option<crate::proto::FileHandle>,
         reply: ReplyAttr,
     ) {
         let id = self.inode(node);
@@ -871,11 +871,11 @@ impl crate::proto::FuseFs for RwFuse {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         ctime: Option<SystemTime>,
-        _fh: Option<fuser::FileHandle>,
+        _fh: Option<crate::proto::FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
+        _flags: Option<crate::proto::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
         let id = self.inode(node);
@@ -999,7 +999,7 @@ impl crate::proto::FuseFs for RwFuse {
         name: &OsStr,
         newparent: INodeNo,
         newname: &OsStr,
-        flags: fuser::RenameFlags,
+        flags: crate::proto::RenameFlags,
         reply: ReplyEmpty,
     ) {
         let res = self.fs().rename_as(
@@ -1032,7 +1032,13 @@ impl crate::proto::FuseFs for RwFuse {
         self.reply_entry("link", reply, res);
     }
 
-    fn open(&self, _req: &Request, node: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+    fn open(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        flags: crate::proto::OpenFlags,
+        reply: ReplyOpen,
+    ) {
         let id = self.inode(node);
         let f = flags.0;
         let writing = f & libc::O_ACCMODE != libc::O_RDONLY || f & libc::O_TRUNC != 0;
@@ -1051,11 +1057,11 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         _req: &Request,
         node: INodeNo,
-        fh: fuser::FileHandle,
+        fh: crate::proto::FileHandle,
         offset: u64,
         size: u32,
-        _flags: fuser::OpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
+        _flags: crate::proto::OpenFlags,
+        _lock_owner: Option<crate::proto::LockOwner>,
         reply: ReplyData,
     ) {
         let id = self.inode(node);
@@ -1129,12 +1135,12 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         req: &Request,
         node: INodeNo,
-        fh: fuser::FileHandle,
+        fh: crate::proto::FileHandle,
         offset: u64,
         data: &[u8],
-        write_flags: fuser::WriteFlags,
-        flags: fuser::OpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
+        write_flags: crate::proto::WriteFlags,
+        flags: crate::proto::OpenFlags,
+        _lock_owner: Option<crate::proto::LockOwner>,
         reply: ReplyWrite,
     ) {
         let id = self.inode(node);
@@ -1183,8 +1189,8 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         _req: &Request,
         _node: INodeNo,
-        _fh: fuser::FileHandle,
-        _lock_owner: fuser::LockOwner,
+        _fh: crate::proto::FileHandle,
+        _lock_owner: crate::proto::LockOwner,
         reply: ReplyEmpty,
     ) {
         reply.error(Errno::ENOSYS);
@@ -1194,9 +1200,9 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         _req: &Request,
         _node: INodeNo,
-        fh: fuser::FileHandle,
-        _flags: fuser::OpenFlags,
-        _lock_owner: Option<fuser::LockOwner>,
+        fh: crate::proto::FileHandle,
+        _flags: crate::proto::OpenFlags,
+        _lock_owner: Option<crate::proto::LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
@@ -1221,7 +1227,7 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         _req: &Request,
         node: INodeNo,
-        _fh: fuser::FileHandle,
+        _fh: crate::proto::FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
@@ -1231,7 +1237,13 @@ impl crate::proto::FuseFs for RwFuse {
         }
     }
 
-    fn opendir(&self, _req: &Request, node: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
+    fn opendir(
+        &self,
+        _req: &Request,
+        node: INodeNo,
+        _flags: crate::proto::OpenFlags,
+        reply: ReplyOpen,
+    ) {
         // Counted as a file's open: a directory removed while open lives
         // on (nlink 0, fstat works) until its last close.
         self.fs_read().opened(self.inode(node));
@@ -1240,14 +1252,14 @@ impl crate::proto::FuseFs for RwFuse {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(fh, u64::MAX);
-        reply.opened(fuser::FileHandle(fh), FopenFlags::empty());
+        reply.opened(crate::proto::FileHandle(fh), FopenFlags::empty());
     }
 
     fn readdir(
         &self,
         _req: &Request,
         node: INodeNo,
-        fh: fuser::FileHandle,
+        fh: crate::proto::FileHandle,
         offset: u64,
         reply: ReplyDirectory,
     ) {
@@ -1263,7 +1275,7 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         _req: &Request,
         node: INodeNo,
-        fh: fuser::FileHandle,
+        fh: crate::proto::FileHandle,
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
@@ -1274,8 +1286,8 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         _req: &Request,
         node: INodeNo,
-        fh: fuser::FileHandle,
-        _flags: fuser::OpenFlags,
+        fh: crate::proto::FileHandle,
+        _flags: crate::proto::OpenFlags,
         reply: ReplyEmpty,
     ) {
         self.dirs
@@ -1290,7 +1302,7 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         _req: &Request,
         node: INodeNo,
-        _fh: fuser::FileHandle,
+        _fh: crate::proto::FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
@@ -1392,8 +1404,8 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         req: &Request,
         node: INodeNo,
-        _fh: fuser::FileHandle,
-        _flags: fuser::IoctlFlags,
+        _fh: crate::proto::FileHandle,
+        _flags: crate::proto::IoctlFlags,
         cmd: u32,
         in_data: &[u8],
         _out_size: u32,
@@ -1406,7 +1418,7 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         req: &Request,
         node: INodeNo,
-        _fh: fuser::FileHandle,
+        _fh: crate::proto::FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
@@ -1434,7 +1446,7 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         _req: &Request,
         node: INodeNo,
-        fh: fuser::FileHandle,
+        fh: crate::proto::FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
@@ -1470,13 +1482,13 @@ impl crate::proto::FuseFs for RwFuse {
         &self,
         _req: &Request,
         ino_in: INodeNo,
-        _fh_in: fuser::FileHandle,
+        _fh_in: crate::proto::FileHandle,
         offset_in: u64,
         ino_out: INodeNo,
-        _fh_out: fuser::FileHandle,
+        _fh_out: crate::proto::FileHandle,
         offset_out: u64,
         len: u64,
-        _flags: fuser::CopyFileRangeFlags,
+        _flags: crate::proto::CopyFileRangeFlags,
         reply: ReplyCopy,
     ) {
         let len = len.min(u32::MAX as u64 & !0xfff);

@@ -221,7 +221,7 @@ impl Pushes {
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
                 for (i, chunk) in data.chunks(1 << 20).enumerate() {
                     let off = start + (i << 20) as u64;
-                    if n.store(fuser::INodeNo(node), off, chunk).is_err() {
+                    if n.store(crate::proto::INodeNo(node), off, chunk).is_err() {
                         break;
                     }
                 }
@@ -330,7 +330,7 @@ impl Pushes {
             return reply();
         };
         self.storer.run(move || {
-            if let Err(e) = n.inval_range(fuser::INodeNo(node), offset, len) {
+            if let Err(e) = n.inval_range(crate::proto::INodeNo(node), offset, len) {
                 if e.raw_os_error() != Some(libc::ENOENT) {
                     crate::logging::error(&format!(
                         "write: dropping cached pages after a direct write: {e}"

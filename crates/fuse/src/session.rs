@@ -317,7 +317,6 @@ impl Unmount {
 /// (taken and closed) gets "ok" once the mount is ready; errors before
 /// that are for the caller to send.
 fn serve(req: &MountRequest, notify: &mut Option<File>) -> Result<(), String> {
-    logging::install_fuser_logger();
     // Lives until this returns, after the last commit.
     let record =
         crate::pidfile::Record::create(&req.mountpoint, &crate::bind::root_spec(&req.options));

@@ -1,9 +1,9 @@
 //! Extended attributes: getxattr, listxattr.
 
 use crate::proto::ReplyXattr;
+use crate::proto::{Errno, INodeNo};
 use crate::reply::OnInode;
 use crate::Inner;
-use fuser::{Errno, INodeNo};
 
 impl Inner {
     pub(crate) fn getxattr(&self, node: INodeNo, name: &[u8], size: u32, reply: ReplyXattr) {

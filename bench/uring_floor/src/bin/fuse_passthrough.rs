@@ -12,10 +12,6 @@
 //! are the files' inode numbers, FORGET is ignored, and rename, link and
 //! mknod are not served.
 
-use fuser::{
-    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
-    TimeOrNow, WriteFlags,
-};
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::fs::{File, OpenOptions};
@@ -30,6 +26,10 @@ use ubtrfs_fuse::proto::{
     Acl, FuseFs, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, Session,
+};
+use ubtrfs_fuse::proto::{
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
+    TimeOrNow, WriteFlags,
 };
 
 const TTL: Duration = Duration::from_secs(1);
@@ -291,7 +291,7 @@ fn own(path: &Path, req: &Request) -> Result<(), Errno> {
 
 impl FuseFs for Pass {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        use fuser::InitFlags;
+        use ubtrfs_fuse::proto::InitFlags;
         let caps = config.capabilities();
         let wanted = InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_MAX_PAGES
@@ -338,7 +338,7 @@ impl FuseFs for Pass {
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
+        _flags: Option<ubtrfs_fuse::proto::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
         let res = (|| {

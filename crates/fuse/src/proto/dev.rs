@@ -6,7 +6,7 @@ use super::abi::{self, bytes, read, InHeader, InitIn, InitOut, OutHeader};
 use super::dispatch::{dispatch, guarded, Acl, Conn};
 use super::filesystem::{FuseFs, KernelConfig, Request, MAX_WRITE};
 use super::reply::{Sender, Transport};
-use fuser::{INodeNo, InitFlags};
+use super::types::{INodeNo, InitFlags};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;

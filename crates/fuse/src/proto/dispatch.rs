@@ -5,7 +5,7 @@
 use super::abi::{self, read, InHeader};
 use super::filesystem::{FuseFs, Request};
 use super::reply::*;
-use fuser::{
+use super::types::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, INodeNo, IoctlFlags, LockOwner, OpenFlags,
     RenameFlags, TimeOrNow, WriteFlags,
 };
@@ -586,7 +586,7 @@ mod tests {
         fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
             self.0.lock().unwrap().push(format!("getattr {}", ino.0));
             let t = UNIX_EPOCH + Duration::new(1_700_000_000, 5);
-            let attr = fuser::FileAttr {
+            let attr = crate::proto::FileAttr {
                 ino,
                 size: 12345,
                 blocks: 32,
@@ -594,7 +594,7 @@ mod tests {
                 mtime: t,
                 ctime: t,
                 crtime: UNIX_EPOCH - Duration::new(1, 250_000_000),
-                kind: fuser::FileType::RegularFile,
+                kind: crate::proto::FileType::RegularFile,
                 perm: 0o640,
                 nlink: 1,
                 uid: 1000,

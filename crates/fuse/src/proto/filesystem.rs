@@ -5,7 +5,7 @@
 //! ask again where it keeps such a note (no_poll, no_bmap, ...).
 
 use super::reply::*;
-use fuser::{
+use super::types::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, INodeNo, InitFlags,
     IoctlFlags, LockOwner, OpenFlags, RenameFlags, TimeOrNow, WriteFlags,
 };

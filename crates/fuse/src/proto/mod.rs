@@ -1,8 +1,9 @@
-//! Our own FUSE protocol layer, in place of the `fuser` crate's sessions
-//! (whose value types we keep): the kernel ABI ([`abi`]), requests to
-//! methods ([`dispatch`] onto [`filesystem::FuseFs`]), typed replies
-//! ([`reply`]), and two transports behind them: /dev/fuse ([`dev`]) and
-//! FUSE over io_uring ([`dev_uring`]), which fuser cannot speak.
+//! Our own FUSE protocol layer: the kernel ABI ([`abi`]) and the value
+//! types requests and replies carry ([`types`]), requests to methods
+//! ([`dispatch`] onto [`filesystem::FuseFs`]), typed replies ([`reply`]),
+//! and two transports behind them: /dev/fuse ([`dev`]) and FUSE over
+//! io_uring ([`dev_uring`]). Ours because no FUSE crate speaks FUSE over
+//! io_uring (the `fuser` crate, which the mounts began on, does not).
 
 pub mod abi;
 pub mod dev;
@@ -10,6 +11,7 @@ pub mod dev_uring;
 pub mod dispatch;
 pub mod filesystem;
 pub mod reply;
+pub mod types;
 
 pub use dev::{Notifier, Session};
 pub use dispatch::Acl;
@@ -18,3 +20,4 @@ pub use reply::{
     ReplyAttr, ReplyCopy, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
     ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
 };
+pub use types::*;

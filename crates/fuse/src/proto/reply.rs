@@ -6,7 +6,7 @@
 //! types, whose value types (FileAttr, FileType, Errno, ...) we keep.
 
 use super::abi::{self, bytes};
-use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo};
+use super::types::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -149,15 +149,7 @@ pub(crate) fn time(t: SystemTime) -> (u64, u32) {
 }
 
 fn mode(kind: FileType, perm: u16) -> u32 {
-    (match kind {
-        FileType::NamedPipe => libc::S_IFIFO,
-        FileType::CharDevice => libc::S_IFCHR,
-        FileType::BlockDevice => libc::S_IFBLK,
-        FileType::Directory => libc::S_IFDIR,
-        FileType::RegularFile => libc::S_IFREG,
-        FileType::Symlink => libc::S_IFLNK,
-        FileType::Socket => libc::S_IFSOCK,
-    }) | u32::from(perm)
+    kind.mode_bits() | u32::from(perm)
 }
 
 pub(crate) fn fuse_attr(a: &FileAttr) -> abi::Attr {

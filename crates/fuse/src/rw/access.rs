@@ -5,8 +5,8 @@
 
 use super::RwInner;
 use crate::logging;
+use crate::proto::INodeNo;
 use crate::proto::Request;
-use fuser::INodeNo;
 use std::sync::atomic::Ordering;
 use ubtrfs_engine::vfs::attr::AtimePolicy;
 use ubtrfs_engine::InodeId;
@@ -54,7 +54,7 @@ impl RwInner {
     }
 
     /// Whether handle `fh` is of a file that had set-ID bits at open.
-    pub(super) fn handle_setid(&self, fh: fuser::FileHandle) -> bool {
+    pub(super) fn handle_setid(&self, fh: crate::proto::FileHandle) -> bool {
         self.handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -3,8 +3,8 @@
 //! fileattr xflags), the filesystem label, btrfs's sync ioctls, and FITRIM.
 
 use super::{errno, RwInner};
+use crate::proto::{Errno, INodeNo};
 use crate::proto::{ReplyIoctl, Request};
-use fuser::{Errno, INodeNo};
 use ubtrfs_engine::tx::trim::TrimRange;
 
 /// FS_IOC_GETFLAGS / FS_IOC_SETFLAGS as FUSE forwards them (the kernel's
