@@ -54,7 +54,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use ubtrfs_engine::{Filesystem, InodeId};
 use ubtrfs_format::consts::FIRST_INODE;
 
@@ -384,170 +384,10 @@ impl crate::proto::FuseFs for BtrfsFuse {
         self.lseek_request(fh.0, offset, whence, reply);
     }
 
-    // Everything that would change the image: the mount is read-only.
-
-    fn setattr(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        _size: Option<u64>,
-        _atime: Option<crate::proto::TimeOrNow>,
-        _mtime: Option<crate::proto::TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<crate::proto::FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<crate::proto::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn mknod(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn mkdir(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        reply: ReplyEntry,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn symlink(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _link_name: &OsStr,
-        _target: &std::path::Path,
-        reply: ReplyEntry,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn rename(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        _flags: crate::proto::RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn link(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn write(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        _fh: crate::proto::FileHandle,
-        _offset: u64,
-        _data: &[u8],
-        _write_flags: crate::proto::WriteFlags,
-        _flags: crate::proto::OpenFlags,
-        _lock_owner: Option<crate::proto::LockOwner>,
-        reply: crate::proto::ReplyWrite,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn setxattr(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
-        _setxattr_flags: u32,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn removexattr(&self, _req: &Request, _node: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn create(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: crate::proto::ReplyCreate,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn fallocate(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        _fh: crate::proto::FileHandle,
-        _offset: u64,
-        _length: u64,
-        _mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn copy_file_range(
-        &self,
-        _req: &Request,
-        _ino_in: INodeNo,
-        _fh_in: crate::proto::FileHandle,
-        _offset_in: u64,
-        _ino_out: INodeNo,
-        _fh_out: crate::proto::FileHandle,
-        _offset_out: u64,
-        _len: u64,
-        _flags: crate::proto::CopyFileRangeFlags,
-        reply: crate::proto::ReplyCopy,
-    ) {
-        // Both ends are on this mount, so the destination is read-only.
-        reply.error(Errno::EROFS);
+    /// Every request that would change the image is answered EROFS by
+    /// the dispatcher.
+    fn read_only(&self) -> bool {
+        true
     }
 
     fn ioctl(

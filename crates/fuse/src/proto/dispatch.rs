@@ -124,6 +124,9 @@ pub(crate) fn dispatch<F: FuseFs>(
     {
         return ReplyEmpty::new(s).error(Errno::EACCES);
     }
+    if changes(h.opcode) && fs.read_only() {
+        return ReplyEmpty::new(s).error(Errno::EROFS);
+    }
     if serve(fs, &req, h, arg, data, s).is_none() {
         crate::logging::warn(&format!(
             "malformed request: opcode {} of {} + {} bytes",
@@ -132,6 +135,30 @@ pub(crate) fn dispatch<F: FuseFs>(
             data.len()
         ));
     }
+}
+
+/// Whether a request would change the filesystem.
+fn changes(opcode: u32) -> bool {
+    matches!(
+        opcode,
+        abi::FUSE_SETATTR
+            | abi::FUSE_MKNOD
+            | abi::FUSE_MKDIR
+            | abi::FUSE_UNLINK
+            | abi::FUSE_RMDIR
+            | abi::FUSE_SYMLINK
+            | abi::FUSE_RENAME
+            | abi::FUSE_RENAME2
+            | abi::FUSE_LINK
+            | abi::FUSE_WRITE
+            | abi::FUSE_SETXATTR
+            | abi::FUSE_REMOVEXATTR
+            | abi::FUSE_CREATE
+            | abi::FUSE_TMPFILE
+            | abi::FUSE_FALLOCATE
+            | abi::FUSE_COPY_FILE_RANGE
+            | abi::FUSE_COPY_FILE_RANGE_64
+    )
 }
 
 /// Answers the request; None (with EINVAL sent) when it is malformed.
@@ -541,10 +568,13 @@ mod tests {
     use crate::proto::reply::tests::{Capture, Sent};
     use std::time::{Duration, UNIX_EPOCH};
 
-    /// Records the calls it gets.
+    /// Records the calls it gets; read-only when `.1` is set.
     #[derive(Default)]
-    struct Calls(Mutex<Vec<String>>);
+    struct Calls(Mutex<Vec<String>>, bool);
     impl FuseFs for Calls {
+        fn read_only(&self) -> bool {
+            self.1
+        }
         fn rename(
             &self,
             _req: &Request,
@@ -653,7 +683,17 @@ mod tests {
         arg: &[u8],
         data: &[u8],
     ) -> (Vec<String>, Vec<Sent>) {
-        let fs = Calls::default();
+        run_on(Calls::default(), acl, uid, opcode, arg, data)
+    }
+
+    fn run_on(
+        fs: Calls,
+        acl: Acl,
+        uid: u32,
+        opcode: u32,
+        arg: &[u8],
+        data: &[u8],
+    ) -> (Vec<String>, Vec<Sent>) {
         let cap = Arc::new(Capture::default());
         let h = InHeader {
             opcode,
@@ -743,6 +783,23 @@ mod tests {
         assert_eq!(sent[0].1, -libc::EACCES);
         let (calls, sent) = run_as(Acl::RootAndOwner, 7, abi::FUSE_WRITE, abi::bytes(&w), b"z");
         assert_eq!((calls.len(), sent[0].1), (1, 0));
+    }
+
+    #[test]
+    fn a_read_only_filesystem_gets_no_change() {
+        let w = abi::WriteIn {
+            size: 1,
+            ..abi::WriteIn::default()
+        };
+        let ro = || Calls(Mutex::default(), true);
+        let (calls, sent) = run_on(ro(), Acl::All, 0, abi::FUSE_WRITE, abi::bytes(&w), b"z");
+        assert_eq!((calls.len(), sent[0].1), (0, -libc::EROFS));
+        let (_, sent) = run_on(ro(), Acl::All, 0, abi::FUSE_UNLINK, &[], b"x\0");
+        assert_eq!(sent[0].1, -libc::EROFS);
+        // Reads reach it.
+        let g = abi::GetattrIn::default();
+        let (calls, _) = run_on(ro(), Acl::All, 0, abi::FUSE_GETATTR, abi::bytes(&g), &[]);
+        assert_eq!(calls.len(), 1);
     }
 
     #[test]

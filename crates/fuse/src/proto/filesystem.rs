@@ -178,6 +178,13 @@ pub trait FuseFs: Send + Sync + 'static {
     fn busy(&self) -> bool {
         false
     }
+    /// Whether the filesystem is read-only for good (the read-only mount):
+    /// every request that would change it is answered EROFS before it
+    /// reaches a method, as the kernel refuses writes to a read-only
+    /// superblock.
+    fn read_only(&self) -> bool {
+        false
+    }
     fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> std::io::Result<()> {
         Ok(())
     }
