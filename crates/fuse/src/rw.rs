@@ -1181,21 +1181,6 @@ impl crate::proto::FuseFs for RwFuse {
         }
     }
 
-    /// Nothing to do at a close: the kernel holds no dirty data of ours
-    /// (writes reach us as they are made) and POSIX locks are the
-    /// kernel's own. ENOSYS tells it so once (fc->no_flush), saving a
-    /// round trip at every close.
-    fn flush(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        _fh: crate::proto::FileHandle,
-        _lock_owner: crate::proto::LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(Errno::ENOSYS);
-    }
-
     fn release(
         &self,
         _req: &Request,

@@ -314,6 +314,10 @@ pub trait FuseFs: Send + Sync + 'static {
     ) {
         reply.error(Errno::ENOSYS)
     }
+    /// Unanswered (ENOSYS) by both mounts: the kernel holds no dirty
+    /// data of ours (writes reach us as they are made) and POSIX locks
+    /// are its own. ENOSYS tells it so once (fc->no_flush), saving a
+    /// round trip at every close.
     fn flush(
         &self,
         _req: &Request,
