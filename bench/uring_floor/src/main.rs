@@ -20,7 +20,7 @@ mod uring;
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -105,42 +105,17 @@ fn parse_args() -> Args {
     }
 }
 
-/// Opens /dev/fuse and mounts it with mount(2), the way
-/// crates/fuse/src/session.rs `mount_syscall` does: we run as root, so no
-/// fusermount3 is needed, and the fd is ours from the start.
+/// Opens /dev/fuse and mounts it (mount(2) as root, fusermount3 otherwise):
+/// read-write, the mounting user's only, the fd ours from the start.
 fn mount(mnt: &str) -> io::Result<OwnedFd> {
-    let dev = CString::new("/dev/fuse").unwrap();
-    // SAFETY: open with a valid C string; the result is checked.
-    let fd = unsafe { libc::open(dev.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just opened and is owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: getuid/getgid have no preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let data = format!(
-        "fd={},rootmode=40000,user_id={uid},group_id={gid}",
-        fd.as_raw_fd()
-    );
-    let src = CString::new("uringfloor").unwrap();
-    let target = CString::new(mnt).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let fstype = CString::new("fuse.uringfloor").unwrap();
-    let data = CString::new(data).unwrap();
-    // SAFETY: all pointers are valid NUL-terminated strings for the call.
-    let r = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            data.as_ptr().cast(),
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(fd)
+    ubtrfs_fuse::proto::mount::mount(
+        std::path::Path::new(mnt),
+        "uringfloor",
+        "uringfloor",
+        false,
+        ubtrfs_fuse::proto::Acl::Owner,
+        false,
+    )
 }
 
 /// Lazily detaches the mount, for the error paths: a mount whose daemon has

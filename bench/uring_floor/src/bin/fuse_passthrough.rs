@@ -15,7 +15,6 @@
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::fs::{File, OpenOptions};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -758,36 +757,15 @@ fn main() {
     // SAFETY: clearing the umask: modes come masked by the kernel (or not,
     // under FUSE_DONT_MASK, masked here from the request's umask).
     unsafe { libc::umask(0) };
-    let dev = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .unwrap_or_else(|e| die(&format!("/dev/fuse: {e}")));
-    let opts = format!(
-        "fd={},rootmode=40000,user_id=0,group_id=0,allow_other,default_permissions",
-        dev.as_raw_fd()
-    );
-    let (src, target, fstype, data) = (
-        CString::new("passthrough").unwrap(),
-        cpath(Path::new(mnt)),
-        CString::new("fuse.passthrough").unwrap(),
-        CString::new(opts).unwrap(),
-    );
-    // SAFETY: NUL-terminated strings; the options name our open /dev/fuse.
-    let r = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            data.as_ptr().cast(),
-        )
-    };
-    if r != 0 {
-        die(&format!("mount {mnt}: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: the descriptor is ours; the File gives it up.
-    let fd = unsafe { OwnedFd::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(dev)) };
+    let fd = ubtrfs_fuse::proto::mount::mount(
+        Path::new(mnt),
+        "passthrough",
+        "passthrough",
+        false,
+        Acl::All,
+        true,
+    )
+    .unwrap_or_else(|e| die(&format!("mount {mnt}: {e}")));
     let pass = Pass {
         paths: RwLock::new(HashMap::from([(1, root)])),
         files: Mutex::new(HashMap::new()),

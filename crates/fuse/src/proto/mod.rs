@@ -10,6 +10,7 @@ pub mod dev;
 pub mod dev_uring;
 pub mod dispatch;
 pub mod filesystem;
+pub mod mount;
 pub mod reply;
 pub mod types;
 
