@@ -34,11 +34,6 @@
 //! two lines), writes. SIGINT, SIGTERM and SIGHUP unmount; while a loop
 //! device still uses the file the mount is busy and stays.
 
-use fuser::{
-    Config, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, SessionACL, WriteFlags,
-};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
@@ -49,6 +44,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use ubtrfs_fuse::proto::{
+    Acl, Errno, FileAttr, FileHandle, FileType, FopenFlags, FuseFs, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, Session, WriteFlags,
+};
 
 /// How many read ends are remembered as positions a read may continue
 /// without a seek (concurrent sequential streams, a track cache).
@@ -261,7 +261,7 @@ impl SlowFs {
     }
 
     fn attr(&self, ino: u64) -> Result<FileAttr, Errno> {
-        let m = self.file.metadata().map_err(Errno::from)?;
+        let m = self.file.metadata().map_err(errno)?;
         let t = |s: i64, ns: i64| {
             UNIX_EPOCH
                 + Duration::from_secs(s.max(0) as u64)
@@ -294,6 +294,10 @@ impl SlowFs {
     }
 }
 
+fn errno(e: std::io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
 /// Reads until `buf` is full or the file ends; the bytes read.
 fn read_full(f: &File, buf: &mut [u8], mut off: u64) -> std::io::Result<usize> {
     let mut done = 0;
@@ -311,7 +315,7 @@ fn read_full(f: &File, buf: &mut [u8], mut off: u64) -> std::io::Result<usize> {
     Ok(done)
 }
 
-impl fuser::Filesystem for SlowFs {
+impl FuseFs for SlowFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Requests up to 1 MiB, and many asynchronous ones in flight.
         let wanted =
@@ -345,7 +349,7 @@ impl fuser::Filesystem for SlowFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if ino.0 != FILE {
-            return reply.error(Errno::EISDIR);
+            return reply.error(Errno::from_i32(libc::EISDIR));
         }
         let writes = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
         if writes && !self.rw {
@@ -374,7 +378,7 @@ impl fuser::Filesystem for SlowFs {
             let mut buf = vec![0u8; size as usize];
             match read_full(&file, &mut buf, offset) {
                 Ok(n) => reply.data(&buf[..n]),
-                Err(e) => reply.error(Errno::from(e)),
+                Err(e) => reply.error(errno(e)),
             }
             stats.done();
         }));
@@ -405,7 +409,7 @@ impl fuser::Filesystem for SlowFs {
             std::thread::sleep(delay);
             match file.write_all_at(&data, offset) {
                 Ok(()) => reply.written(data.len() as u32),
-                Err(e) => reply.error(Errno::from(e)),
+                Err(e) => reply.error(errno(e)),
             }
         }));
     }
@@ -434,8 +438,13 @@ impl fuser::Filesystem for SlowFs {
         }
         match self.file.sync_data() {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(Errno::from(e)),
+            Err(e) => reply.error(errno(e)),
         }
+    }
+
+    /// The root needs no directory handle: readdir lists it from the name.
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
     fn readdir(
@@ -461,6 +470,12 @@ impl fuser::Filesystem for SlowFs {
         }
         reply.ok();
     }
+
+    /// No space to report: zero blocks (of 512 bytes) and inodes, names up
+    /// to 255 bytes (df shows the mount empty, as it always has).
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        reply.statfs(0, 0, 0, 0, 0, 512, 255, 0);
+    }
 }
 
 /// The signals this program handles, blocked in every thread and taken by
@@ -477,20 +492,22 @@ fn handled_signals() -> libc::sigset_t {
     }
 }
 
-/// Unmounts `mnt`: umount(2) as root, else fusermount3 -u.
-fn unmount(mnt: &std::path::Path) -> Result<(), String> {
+/// Unmounts `mnt`: umount(2) as root, else fusermount3 -u. With `lazy`
+/// (MNT_DETACH, -z), also while busy: for giving up after an error.
+fn unmount(mnt: &std::path::Path, lazy: bool) -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         let c = std::ffi::CString::new(mnt.as_os_str().as_bytes())
             .map_err(|_| "NUL in the mount point".to_string())?;
+        let flags = if lazy { libc::MNT_DETACH } else { 0 };
         // SAFETY: a NUL-terminated path.
-        if unsafe { libc::umount(c.as_ptr()) } == 0 {
+        if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
             return Ok(());
         }
         return Err(std::io::Error::last_os_error().to_string());
     }
     let ok = std::process::Command::new("fusermount3")
-        .arg("-u")
+        .arg(if lazy { "-uz" } else { "-u" })
         .arg("--")
         .arg(mnt)
         .status()
@@ -544,27 +561,23 @@ fn run(a: Args) -> Result<(), String> {
         stats: stats.clone(),
         queue: Mutex::new(start_workers(a.queue_depth)?),
     };
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName(a.image.display().to_string()),
-        MountOption::Subtype("slowfile".into()),
-        if a.rw {
-            MountOption::RW
-        } else {
-            MountOption::RO
-        },
-        MountOption::NoDev,
-        MountOption::NoSuid,
-    ];
-    config.acl = if a.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
+    let acl = if a.allow_other { Acl::All } else { Acl::Owner };
+    let fd = ubtrfs_fuse::proto::mount::mount(
+        &mountpoint,
+        &a.image.display().to_string(),
+        "slowfile",
+        !a.rw,
+        acl,
+        false,
+    )
+    .map_err(|e| format!("mount {}: {e}", mountpoint.display()))?;
+    // From here on an error leaves no mount behind.
+    let fail = |e: String| {
+        let _ = unmount(&mountpoint, true);
+        e
     };
-    // One thread takes requests; the workers wait and read.
-    config.n_threads = Some(1);
-    let session = fuser::Session::new(fs, &mountpoint, &config)
-        .map_err(|e| format!("mount {}: {e}", mountpoint.display()))?;
+    let session =
+        Session::new(fs, fd, acl, false).map_err(|e| fail(format!("FUSE handshake: {e}")))?;
     eprintln!(
         "slowfile: {} on {} latency={:?} model={:?} queue_depth={} near_kb={}",
         a.image.display(),
@@ -575,7 +588,7 @@ fn run(a: Args) -> Result<(), String> {
         a.near >> 10
     );
 
-    let st = stats.clone();
+    let (st, mnt) = (stats.clone(), mountpoint.clone());
     std::thread::Builder::new()
         .name("slowfile-signals".into())
         .spawn(move || loop {
@@ -586,18 +599,17 @@ fn run(a: Args) -> Result<(), String> {
             }
             if sig == libc::SIGUSR1 {
                 eprintln!("{}", st.line());
-            } else if let Err(e) = unmount(&mountpoint) {
-                eprintln!(
-                    "slowfile: unmount {}: {e}; still serving",
-                    mountpoint.display()
-                );
+            } else if let Err(e) = unmount(&mnt, false) {
+                eprintln!("slowfile: unmount {}: {e}; still serving", mnt.display());
             }
         })
-        .map_err(|e| format!("signal thread: {e}"))?;
+        .map_err(|e| fail(format!("signal thread: {e}")))?;
 
-    let res = session.run();
+    // One thread takes requests; the workers wait and read. It returns
+    // once the mount is gone.
+    let res = session.run_dev(1);
     eprintln!("{}", stats.line());
-    res.map_err(|e| format!("serving: {e}"))
+    res.map_err(|e| fail(format!("serving: {e}")))
 }
 
 fn main() -> ExitCode {
