@@ -349,7 +349,7 @@ impl FuseFs for SlowFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if ino.0 != FILE {
-            return reply.error(Errno::from_i32(libc::EISDIR));
+            return reply.error(Errno::EISDIR);
         }
         let writes = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
         if writes && !self.rw {

@@ -77,6 +77,29 @@ pub struct Stat {
 }
 
 impl Stat {
+    /// What stat(2) shows of inode `id` with item `i` (the committed
+    /// view's and the mount's, which adds its dirty bytes to `nbytes`).
+    pub fn of_inode(id: InodeId, i: &InodeItem) -> Stat {
+        Stat {
+            id,
+            ino: id.ino,
+            mode: i.mode,
+            nlink: i.nlink,
+            uid: i.uid,
+            gid: i.gid,
+            rdev: kernel_rdev_to_user(i.rdev),
+            size: i.size,
+            nbytes: i.nbytes,
+            atime: i.atime,
+            mtime: i.mtime,
+            ctime: i.ctime,
+            otime: i.otime,
+            flags: i.flags,
+            generation: i.generation,
+            transid: i.transid,
+        }
+    }
+
     /// The empty directory the kernel shows where a snapshot holds an
     /// entry for a subvolume it does not contain, stamped `time`.
     pub fn placeholder(id: InodeId, time: Timespec) -> Stat {
@@ -558,25 +581,7 @@ impl Filesystem {
         if id.is_placeholder() {
             return self.placeholder_stat(id);
         }
-        let i = self.inode_item(id)?;
-        Ok(Stat {
-            id,
-            ino: id.ino,
-            mode: i.mode,
-            nlink: i.nlink,
-            uid: i.uid,
-            gid: i.gid,
-            rdev: kernel_rdev_to_user(i.rdev),
-            size: i.size,
-            nbytes: i.nbytes,
-            atime: i.atime,
-            mtime: i.mtime,
-            ctime: i.ctime,
-            otime: i.otime,
-            flags: i.flags,
-            generation: i.generation,
-            transid: i.transid,
-        })
+        Ok(Stat::of_inode(id, &self.inode_item(id)?))
     }
 
     /// The empty directory the kernel shows where a snapshot holds an entry

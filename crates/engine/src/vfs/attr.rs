@@ -6,7 +6,7 @@
 use super::namei::INODE_IMMUTABLE_FLAGS;
 use super::RwFs;
 use crate::error::{Error, Result};
-use crate::fs::{kernel_rdev_to_user, InodeId, Stat};
+use crate::fs::{InodeId, Stat};
 use crate::inode::namei::XATTR_COMPRESSION;
 use crate::inode::now;
 use ubtrfs_format::consts::*;
@@ -125,24 +125,9 @@ impl RwFs {
         let i = self.t.inode_of(id.subvol, id.ino)?;
         let dirty = self.new_dirty_bytes(id, self.dirty.get(&id).map(|d| d.spans()))?
             + self.new_dirty_bytes(id, self.ordered.get(&id).map(|d| d.spans()))?;
-        Ok(Stat {
-            id,
-            ino: id.ino,
-            mode: i.mode,
-            nlink: i.nlink,
-            uid: i.uid,
-            gid: i.gid,
-            rdev: kernel_rdev_to_user(i.rdev),
-            size: i.size,
-            nbytes: i.nbytes + dirty,
-            atime: i.atime,
-            mtime: i.mtime,
-            ctime: i.ctime,
-            otime: i.otime,
-            flags: i.flags,
-            generation: i.generation,
-            transid: i.transid,
-        })
+        let mut st = Stat::of_inode(id, &i);
+        st.nbytes += dirty;
+        Ok(st)
     }
 
     /// Of the dirty (or in-flight) sectors `spans` of `id`, the bytes over

@@ -42,6 +42,7 @@ impl Errno {
     pub const EBADF: Errno = Errno(libc::EBADF);
     pub const EACCES: Errno = Errno(libc::EACCES);
     pub const ENOTDIR: Errno = Errno(libc::ENOTDIR);
+    pub const EISDIR: Errno = Errno(libc::EISDIR);
     pub const EINVAL: Errno = Errno(libc::EINVAL);
     pub const ENOTTY: Errno = Errno(libc::ENOTTY);
     pub const EROFS: Errno = Errno(libc::EROFS);
