@@ -2,10 +2,16 @@
 # Everyday work through a mount, side by side in one run, each step ending
 # durable:
 #   copy    cp -a SRC (default /usr/include) into the mount, then unmount
-#   write   mount again, write WRITE_MIB (1024) MiB of random bytes in 1 MiB
-#           writes with an fsync at the end (dd conv=fsync, from tmpfs)
+#   stat    mount again, drop caches, lstat every entry of the tree (find
+#           -printf of size and mtime: what `git status` does)
+#   restat  the same walk again at once (the kernel's cached attributes)
+#   write   write WRITE_MIB (1024) MiB of random bytes in 1 MiB writes with
+#           an fsync at the end (dd conv=fsync, from tmpfs)
 #   read    mount again, drop caches, tar cf - of the tree to /dev/null
-#   rm      rm -rf the tree and the written file, then unmount
+#   untar   tar xf of a source tree (TARBALL, default the pinned fstests
+#           tarball beside the repository, unpacked to tmpfs first), then
+#           unmount
+#   rm      mount again, rm -rf all of it, then unmount
 # on these sides (SIDES):
 #   kernel          the kernel's btrfs on a loop device
 #   ubtrfs          `ubtrfs mount` as root: a fuseblk mount, whose plain
@@ -30,8 +36,8 @@
 #   sudo bash bench/everyday.sh [WORKDIR] [RUNS]
 #
 # WORKDIR defaults to /var/tmp/ubtrfs-everyday, RUNS to 3. Environment:
-# SRC, SIDES, SIZE (image size, default 4G), UBTRFS_OPTS (extra -o options
-# for both ubtrfs sides).
+# SRC, TARBALL, SIDES, SIZE (image size, default 4G), UBTRFS_OPTS (extra -o
+# options for both ubtrfs sides).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
@@ -42,6 +48,7 @@ SRC=${SRC:-/usr/include}
 SIDES=${SIDES:-kernel ubtrfs ubtrfs-plain}
 SIZE=${SIZE:-4G}
 WRITE_MIB=${WRITE_MIB:-1024}
+TARBALL=${TARBALL:-$repo/../shared/fstests/xfstests-63a29724.tar.gz}
 BIN=${CARGO_TARGET_DIR:-$repo/target}/release/ubtrfs
 cargo build --release --locked -q
 cargo build --release --locked -q -p uring-floor --bin fuse_passthrough
@@ -56,13 +63,17 @@ out=$WORK/results.tsv
 : > "$out"
 rand=/dev/shm/ubtrfs-everyday-rand
 head -c "$((WRITE_MIB << 20))" /dev/urandom > "$rand"
+# The untar step's tarball, uncompressed on tmpfs: the step times the
+# filesystem, not gzip.
+srctar=/dev/shm/ubtrfs-everyday-src.tar
+gzip -dc "$TARBALL" > "$srctar"
 reqs=$WORK/requests.tsv
 : > "$reqs"
 tr=/sys/kernel/tracing/instances/ubtrfs-everyday
 cleanup() {
   mountpoint -q "$mnt" && umount "$mnt" || true
   [[ -d $tr ]] && rmdir "$tr" 2>/dev/null || true
-  rm -f "$rand"
+  rm -f "$rand" "$srctar"
 }
 trap cleanup EXIT
 
@@ -150,6 +161,16 @@ for run in $(seq 1 "$RUNS"); do
     t1=$(now)
     trace_off "$side" copy
     do_mount "$side"
+    drop
+    trace_on
+    s0=$(now)
+    find "$mnt/tree" -printf '%s %T@\n' > /dev/null
+    s1=$(now)
+    trace_off "$side" stat
+    trace_on
+    find "$mnt/tree" -printf '%s %T@\n' > /dev/null
+    s2=$(now)
+    trace_off "$side" restat
     trace_on
     w0=$(now)
     dd if="$rand" of="$mnt/big" bs=1M conv=fsync status=none
@@ -165,7 +186,16 @@ for run in $(seq 1 "$RUNS"); do
     t3=$(now)
     trace_off "$side" read
     trace_on
-    rm -rf "$mnt/tree" "$mnt/big"
+    u0=$(now)
+    mkdir "$mnt/src"
+    tar xf "$srctar" -C "$mnt/src"
+    do_umount "$side"
+    u1=$(now)
+    trace_off "$side" untar
+    do_mount "$side"
+    trace_on
+    r0=$(now)
+    rm -rf "$mnt/tree" "$mnt/big" "$mnt/src"
     do_umount "$side"
     t4=$(now)
     trace_off "$side" rm
@@ -174,22 +204,23 @@ for run in $(seq 1 "$RUNS"); do
       btrfs check --readonly "$img" > "$WORK/check.$side.$run" 2>&1 ||
         { echo "btrfs check failed after $side run $run" >&2; exit 1; }
     fi
-    printf '%s\t%s\tcopy\t%s\n' "$side" "$run" "$(echo "$t1 - $t0" | bc)" >> "$out"
-    printf '%s\t%s\twrite\t%s\n' "$side" "$run" "$(echo "$w1 - $w0" | bc)" >> "$out"
-    printf '%s\t%s\tread\t%s\n' "$side" "$run" "$(echo "$t3 - $t2" | bc)" >> "$out"
-    printf '%s\t%s\trm\t%s\n' "$side" "$run" "$(echo "$t4 - $t3" | bc)" >> "$out"
-    echo "run $run $side: copy $(echo "$t1 - $t0" | bc) write $(echo "$w1 - $w0" | bc) read $(echo "$t3 - $t2" | bc) rm $(echo "$t4 - $t3" | bc)" >&2
+    for step in "copy $t0 $t1" "stat $s0 $s1" "restat $s1 $s2" "write $w0 $w1" \
+                "read $t2 $t3" "untar $u0 $u1" "rm $r0 $t4"; do
+      read -r name a b <<< "$step"
+      printf '%s\t%s\t%s\t%s\n' "$side" "$run" "$name" "$(echo "$b - $a" | bc)" >> "$out"
+    done
+    echo "run $run $side: $(awk -F'\t' -v s="$side" -v r="$run" '$1 == s && $2 == r {printf "%s %.2f ", $3, $4}' "$out")" >&2
   done
 done
 rm -f "$img"
-rm -rf "$floor_dir" "$rand"
+rm -rf "$floor_dir" "$rand" "$srctar"
 
 python3 - "$out" "$reqs" $SIDES <<'EOF'
 import statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
 reqs = [l.split("\t") for l in open(sys.argv[2]).read().splitlines()]
 sides = sys.argv[3:]
-steps = ["copy", "write", "read", "rm"]
+steps = ["copy", "stat", "restat", "write", "read", "untar", "rm"]
 t = {}
 for side, run, step, secs in rows:
     t.setdefault((side, step), []).append(float(secs))
