@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Prints the engine's module dependency graph (one module per file, edges
-from `crate::...` paths) and fails if it has a cycle. Layers must only
-depend downward; a parent module declaring its children is not an edge.
+from `crate::...` paths) and fails if it has a cycle, between files or
+between folders (the top-level modules: tx, inode, cache, ...). Layers
+must only depend downward; a parent module declaring its children is not
+an edge.
     python3 scripts/modgraph.py [--dot]"""
 import os, re, sys
 
@@ -46,15 +48,31 @@ def main():
             for t in sorted(graph[m]):
                 print(f'  "{m}" -> "{t}";')
         print("}")
+    check_acyclic(graph, "module")
+    folders = {}
+    for m, targets in graph.items():
+        top = m.split("::")[0]
+        folders.setdefault(top, set())
+        for t in targets:
+            if t.split("::")[0] != top:
+                folders[top].add(t.split("::")[0])
+    check_acyclic(folders, "folder")
+    print(
+        f"engine module graph: {len(graph)} modules, {sum(map(len, graph.values()))} edges; "
+        f"{len(folders)} folders, {sum(map(len, folders.values()))} edges between them; no cycle"
+    )
+
+
+def check_acyclic(graph, what):
     state, stack = {}, []
 
     def visit(m):
         state[m] = 1
         stack.append(m)
-        for t in sorted(graph[m]):
+        for t in sorted(graph.get(m, ())):
             if state.get(t) == 1:
                 cyc = stack[stack.index(t):] + [t]
-                sys.exit("module cycle: " + " -> ".join(cyc))
+                sys.exit(f"{what} cycle: " + " -> ".join(cyc))
             if t not in state:
                 visit(t)
         stack.pop()
@@ -63,7 +81,5 @@ def main():
     for m in sorted(graph):
         if m not in state:
             visit(m)
-    print(f"engine module graph: {len(graph)} modules, {sum(map(len, graph.values()))} edges, no cycle")
-
 
 main()

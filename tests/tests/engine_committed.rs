@@ -2,7 +2,7 @@
 //! root): what the CLI-level tests (committed.rs) see only through
 //! `inspect manifest`, checked call by call.
 //!
-//! * tree/ctree: a cursor's forward and backward walks equal a plain
+//! * ctree: a cursor's forward and backward walks equal a plain
 //!   recursive walk of the blocks; `seek`, `seek_le`, `seek_floor` and
 //!   `seek_last` land where a binary search of that listing says, for
 //!   every key and the keys just around it;
@@ -23,8 +23,8 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use ubtrfs_engine::cache::block_cache::BlockCache;
+use ubtrfs_engine::ctree::{Cursor, Tree};
 use ubtrfs_engine::tree::block::{BlockExpect, TreeBlock};
-use ubtrfs_engine::tree::ctree::{Cursor, Tree};
 use ubtrfs_engine::{FileHandle, Filesystem, InodeId, OpenOptions};
 use ubtrfs_format::key::Key;
 use ubtrfs_oracle::*;

@@ -22,10 +22,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+use ubtrfs_engine::ctree::Tree;
 use ubtrfs_engine::fs::{Filesystem, OpenOptions};
 use ubtrfs_engine::io::volumes::Placement;
 use ubtrfs_engine::tree::block::TreeBlock;
-use ubtrfs_engine::tree::ctree::Tree;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{FileExtent, FileExtentKind, RootItem};
 use ubtrfs_oracle::mkfs_support::btrfs_check;
@@ -669,7 +669,7 @@ fn orphans_of(img: &Path) -> std::collections::BTreeSet<(u64, u64)> {
         let tree = fs.tree(v.id).unwrap();
         let lo = ubtrfs_format::Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, 0);
         let hi = ubtrfs_format::Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, u64::MAX);
-        ubtrfs_engine::tree::ctree::for_each_item(&fs.info, tree, lo, hi, |k, _| {
+        ubtrfs_engine::ctree::for_each_item(&fs.info, tree, lo, hi, |k, _| {
             out.insert((v.id, k.offset));
             Ok(std::ops::ControlFlow::Continue(()))
         })
@@ -681,7 +681,7 @@ fn orphans_of(img: &Path) -> std::collections::BTreeSet<(u64, u64)> {
 fn replayed(img: &Path, skip: &std::collections::BTreeSet<(u64, u64)>) -> Replayed {
     use std::collections::BTreeMap;
     use std::ops::ControlFlow;
-    use ubtrfs_engine::tree::ctree::for_each_item;
+    use ubtrfs_engine::ctree::for_each_item;
     use ubtrfs_format::items::{ExtentRecord, InodeItem, Timespec};
     use ubtrfs_format::Key;
     let fs = Filesystem::open(img, &OpenOptions::default()).unwrap();

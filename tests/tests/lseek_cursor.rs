@@ -64,7 +64,7 @@ fn sequential_lseek_walk_is_amortized_constant() {
 
 /// Number of distinct leaves holding the file's EXTENT_DATA items.
 fn leaves_of_extents(fs: &Filesystem, id: ubtrfs_engine::InodeId) -> u64 {
-    use ubtrfs_engine::tree::ctree::Cursor;
+    use ubtrfs_engine::ctree::Cursor;
     use ubtrfs_format::consts::EXTENT_DATA;
     use ubtrfs_format::key::Key;
     let tree = fs.tree(id.subvol).unwrap();

@@ -180,9 +180,9 @@ fn parse_tree_id(s: &str) -> Option<u64> {
 fn dump_tree(a: DumpTreeArgs) -> CmdResult {
     let fs = a.image.open_raw()?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut trees: Vec<(String, ubtrfs_engine::tree::ctree::Tree)> = Vec::new();
+    let mut trees: Vec<(String, ubtrfs_engine::ctree::Tree)> = Vec::new();
     let sb = &fs.info.sb;
-    let chunk = ubtrfs_engine::tree::ctree::Tree {
+    let chunk = ubtrfs_engine::ctree::Tree {
         id: CHUNK_TREE_OBJECTID,
         bytenr: sb.chunk_root,
         level: sb.chunk_root_level,
@@ -195,7 +195,7 @@ fn dump_tree(a: DumpTreeArgs) -> CmdResult {
                 ROOT_TREE_OBJECTID => fs.root_tree,
                 CHUNK_TREE_OBJECTID => chunk,
                 // The log root tree (its ROOT_ITEMs point to the log trees).
-                TREE_LOG_OBJECTID if sb.log_root != 0 => ubtrfs_engine::tree::ctree::Tree {
+                TREE_LOG_OBJECTID if sb.log_root != 0 => ubtrfs_engine::ctree::Tree {
                     id,
                     bytenr: sb.log_root,
                     level: sb.log_root_level,
@@ -212,7 +212,7 @@ fn dump_tree(a: DumpTreeArgs) -> CmdResult {
             trees.push(("root tree".into(), fs.root_tree));
             trees.push(("chunk tree".into(), chunk));
             let mut ids = Vec::new();
-            ubtrfs_engine::tree::ctree::for_each_item(
+            ubtrfs_engine::ctree::for_each_item(
                 &fs.info,
                 fs.root_tree,
                 Key::MIN,

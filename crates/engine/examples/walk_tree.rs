@@ -13,7 +13,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 use ubtrfs_engine::cache::reada::Readahead;
-use ubtrfs_engine::tree::ctree::Cursor;
+use ubtrfs_engine::ctree::Cursor;
 use ubtrfs_engine::{Filesystem, OpenOptions};
 use ubtrfs_format::key::Key;
 

@@ -1,30 +1,34 @@
 //! The ubtrfs engine, in layers that depend downward only (named as the
-//! kernel's fs/btrfs names them):
+//! kernel's fs/btrfs names them), from the bottom:
 //!
-//! * [`io`]: block devices behind a trait (files, memory), the devices of a
-//!   filesystem, chunk mapping for every profile, RAID5/6 parity;
-//! * [`tree::block`]: verified tree blocks;
+//! * [`io`]: block devices behind a trait (files, memory), claims on
+//!   them, the devices of a filesystem, chunk mapping for every profile,
+//!   RAID5/6 parity;
+//! * [`tree`]: tree blocks: verified blocks, extent buffers, leaf layout;
 //! * [`cache`]: the shared block cache and readahead into it;
 //! * [`disk_io`]: opening a filesystem, verified reads with mirror and
 //!   parity fallback;
-//! * [`tree::ctree`]: B-tree search and iteration;
+//! * [`ctree`]: B-tree search and iteration;
 //! * [`data`]: the one validated EXTENT_DATA decoder, data checksums,
 //!   and reads of extent data (checksummed, decompressed, inline);
-//! * [`fs`]: subvolumes, inodes, directories, xattrs (by inode, or by
-//!   tree and inode number for send), and file data ([`fs::file`]: extent
-//!   maps, reads, SEEK_DATA/SEEK_HOLE);
-//! * [`send`]: send streams, full and incremental;
-//! * [`tools`]: walk, extract, scrub.
-//!
-//! The write side lands beside these as it is built: `tx` (transactions
-//! and commit), `alloc` (extent allocation, block groups, free-space tree),
-//! a modifying B-tree beside the cursor in `tree`, then `mkfs` and
-//! `receive` on top, [`vfs`] (the read-write mount's operations, with
-//! delayed allocation), and [`tree_log`] (log tree replay, for writers and,
-//! onto in-memory overlays, for readers).
+//! * [`fs`]: the committed view: subvolumes, inodes, directories, xattrs
+//!   and file data ([`fs::file`]: extent maps, reads, SEEK_DATA/SEEK_HOLE);
+//! * [`alloc`]: extent allocation and block groups;
+//! * [`tx`]: transactions: copy-on-write B-tree changes, delayed refs,
+//!   chunks, the free-space tree, commit;
+//! * [`inode`]: items written through a transaction (inodes, names,
+//!   xattrs, file extents, checksums, a new tree's root item);
+//! * [`subvol`], [`mkfs`]: subvolumes and snapshots; new filesystems;
+//! * [`send`], [`receive`]: send streams, full and incremental, and
+//!   applying them;
+//! * [`tree_log`]: log trees, written at fsync and replayed (by writers,
+//!   and onto in-memory overlays by readers);
+//! * [`vfs`]: the read-write mount's operations, with delayed allocation;
+//! * [`tools`]: walk, extract, scrub, check.
 
 pub mod alloc;
 pub mod cache;
+pub mod ctree;
 pub mod data;
 pub mod disk_io;
 pub mod error;

@@ -237,11 +237,11 @@ impl Trans {
             otransid: transid,
             ctime: time,
             otime: time,
-            ..crate::mkfs::new_root_item(self.nodesize(), transid, FIRST_INODE)
+            ..crate::inode::root::new_root_item(self.nodesize(), transid, FIRST_INODE)
         };
         self.create_tree(id, item)?;
-        let top = crate::mkfs::dir_inode(transid, time, 0o40755);
-        crate::mkfs::top_dir_items(self, id, FIRST_INODE, &top)?;
+        let top = crate::inode::root::dir_inode(transid, time, 0o40755);
+        crate::inode::root::top_dir_items(self, id, FIRST_INODE, &top)?;
         self.link_subvol(id, place, time)?;
         self.add_uuid_entry(&uuid, UUID_KEY_SUBVOL, id)?;
         Ok(id)
@@ -297,7 +297,7 @@ impl Trans {
         }
         item.otime = time;
         item.otransid = transid;
-        item.inode.flags |= crate::mkfs::INODE_ROOT_ITEM_INIT;
+        item.inode.flags |= INODE_ROOT_ITEM_INIT;
         item.refs = 1;
         item.last_snapshot = transid;
         item.drop_progress = Key::new(0, 0, 0);

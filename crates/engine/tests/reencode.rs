@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::Read;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use ubtrfs_engine::tree::ctree::{for_each_item, Tree};
+use ubtrfs_engine::ctree::{for_each_item, Tree};
 use ubtrfs_engine::{Filesystem, OpenOptions};
 use ubtrfs_format::checksum::name_hash;
 use ubtrfs_format::consts::*;

@@ -257,6 +257,10 @@ pub const INODE_NODUMP: u64 = 1 << 8;
 pub const INODE_NOATIME: u64 = 1 << 9;
 pub const INODE_DIRSYNC: u64 = 1 << 10;
 pub const INODE_COMPRESS: u64 = 1 << 11;
+/// On a root item's embedded inode only (BTRFS_INODE_ROOT_ITEM_INIT):
+/// without it the kernel clears the root item's flags when it loads the
+/// root, and a read-only subvolume reads as writable.
+pub const INODE_ROOT_ITEM_INIT: u64 = 1 << 31;
 
 // File extent types and compression.
 pub const FILE_EXTENT_INLINE: u8 = 0;

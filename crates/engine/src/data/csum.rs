@@ -1,8 +1,8 @@
 //! Data checksums from the csum tree.
 
+use crate::ctree::{Cursor, Tree};
 use crate::disk_io::FsInfo;
 use crate::error::{Error, Result};
-use crate::tree::ctree::{Cursor, Tree};
 use std::ops::ControlFlow;
 use ubtrfs_format::consts::{CSUM_SIZE_MAX, EXTENT_CSUM, EXTENT_CSUM_OBJECTID};
 use ubtrfs_format::key::Key;

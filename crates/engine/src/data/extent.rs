@@ -21,8 +21,8 @@
 //! larger than 128 KiB (compressed), a sector (inline) or the caller's
 //! read chunk (uncompressed).
 
+use crate::ctree::Tree;
 use crate::error::{Error, FormatContext, Result};
-use crate::tree::ctree::Tree;
 use ubtrfs_format::consts::{COMPRESS_NONE, COMPRESS_ZSTD, MAX_UNCOMPRESSED};
 use ubtrfs_format::items::{FileExtent, FileExtentKind};
 use ubtrfs_format::key::Key;

@@ -2,11 +2,11 @@
 //! reads of disk ranges, decompression with a one-extent cache, inline
 //! data. File reads ([`crate::fs::file::FileHandle`]) and send share them.
 
+use crate::ctree::Tree;
 use crate::data::csum::lookup_csums;
 use crate::data::extent::{Extent, ExtentKind};
 use crate::disk_io::FsInfo;
 use crate::error::{Error, FormatContext, Result};
-use crate::tree::ctree::Tree;
 use std::sync::Arc;
 use ubtrfs_format::compress::decompress;
 use ubtrfs_format::consts::COMPRESS_NONE;

@@ -8,12 +8,12 @@
 //! leaf of extent items. This is the userspace form of the kernel patch that
 //! caches extent state across lseek calls of one open file.
 
+use crate::ctree::{Cursor, Tree};
 use crate::data::extent::{Extent, ExtentKind};
 use crate::data::read::DataReader;
 use crate::error::{Error, Result};
 use crate::fs::{Filesystem, InodeId};
 use crate::tree::block::TreeBlock;
-use crate::tree::ctree::{Cursor, Tree};
 use std::sync::Arc;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::key::Key;

@@ -3,10 +3,10 @@
 
 pub mod file;
 
+use crate::ctree::{for_each_item, lookup, Cursor, Tree};
 use crate::disk_io::FsInfo;
 use crate::error::{Error, FormatContext, Result};
 use crate::io::device::Device;
-use crate::tree::ctree::{for_each_item, lookup, Cursor, Tree};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};

@@ -12,10 +12,10 @@
 //! Callers (receive, the mount) keep inode times; these functions keep
 //! `size`, `nbytes` and the item's transid.
 
+use crate::ctree::Tree;
 use crate::data::extent::{Extent, ExtentKind};
 use crate::data::read::copy_or_zero;
 use crate::error::{Error, Result};
-use crate::tree::ctree::Tree;
 use crate::tx::delayed_ref::Backref;
 use crate::tx::Trans;
 use ubtrfs_format::compress::{compress, decompress};
@@ -23,9 +23,6 @@ use ubtrfs_format::consts::*;
 use ubtrfs_format::items::InodeItem;
 use ubtrfs_format::Key;
 
-/// The kernel's default max_inline: the largest file kept in its
-/// EXTENT_DATA item.
-pub const MAX_INLINE: u64 = 2048;
 /// Largest uncompressed piece of one compressed extent.
 const COMPRESSED_CHUNK: u64 = 128 * 1024;
 /// Largest uncompressed extent a write makes here.

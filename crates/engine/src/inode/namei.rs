@@ -272,7 +272,7 @@ impl Trans {
     /// extents lose this file's references.
     pub(crate) fn evict(&mut self, tree: u64, ino: u64) -> Result<()> {
         let ss = self.sectorsize() as u64;
-        let t = crate::tree::ctree::Tree {
+        let t = crate::ctree::Tree {
             id: tree,
             bytenr: 0,
             level: 0,

@@ -13,14 +13,13 @@ pub mod rootdir;
 
 use crate::alloc::SpaceKind;
 use crate::error::{Error, Result};
+use crate::inode::root::{dir_inode, new_root_item, top_dir_items};
 use crate::io::dev::BlockDev;
 use crate::tx::Trans;
 use std::path::PathBuf;
 use std::sync::Arc;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{
-    encode_uuid_item, uuid_key, DevItem, DirEntry, InodeItem, InodeRef, RootItem, Timespec,
-};
+use ubtrfs_format::items::{encode_uuid_item, uuid_key, DevItem, DirEntry, Timespec};
 use ubtrfs_format::{CsumType, Key, Superblock};
 
 /// compat_ro flags: the free-space tree, and that it is valid.
@@ -123,61 +122,6 @@ fn blank_superblock(o: &MkfsOptions) -> Result<Superblock> {
     let sum = o.csum.compute(&b[0x20..]);
     b[..o.csum.size()].copy_from_slice(&sum[..o.csum.size()]);
     Superblock::parse(&b).map_err(|e| Error::Invalid(format!("mkfs options: {e}")))
-}
-
-/// The root item inode flag the kernel checks before trusting a root
-/// item's flags (BTRFS_INODE_ROOT_ITEM_INIT): without it, the kernel clears
-/// the flags when it loads the root, and a read-only subvolume reads as
-/// writable.
-pub const INODE_ROOT_ITEM_INIT: u64 = 1 << 31;
-
-/// A new tree's ROOT_ITEM as the kernel makes one: the embedded inode of a
-/// directory, one reference, one block used.
-pub fn new_root_item(nodesize: u32, transid: u64, root_dirid: u64) -> RootItem {
-    RootItem {
-        inode: InodeItem {
-            generation: 1,
-            size: 3,
-            nbytes: nodesize as u64,
-            nlink: 1,
-            mode: 0o40755,
-            flags: INODE_ROOT_ITEM_INIT,
-            ..Default::default()
-        },
-        generation: transid,
-        root_dirid,
-        bytes_used: nodesize as u64,
-        refs: 1,
-        ..Default::default()
-    }
-}
-
-/// A directory inode made at `transid`.
-pub fn dir_inode(transid: u64, time: Timespec, mode: u32) -> InodeItem {
-    InodeItem {
-        generation: transid,
-        transid,
-        nlink: 1,
-        mode,
-        atime: time,
-        ctime: time,
-        mtime: time,
-        otime: time,
-        ..Default::default()
-    }
-}
-
-/// The "..": the INODE_REF of a tree's top directory.
-pub fn top_dir_items(t: &mut Trans, tree: u64, dir: u64, inode: &InodeItem) -> Result<()> {
-    t.insert_item(tree, InodeItem::key(dir), inode.to_bytes())?;
-    let r = InodeRef {
-        parent: dir,
-        index: 0,
-        name: b"..",
-    };
-    let mut v = Vec::new();
-    r.encode_ref(&mut v);
-    t.insert_item(tree, r.ref_key(dir), v)
 }
 
 /// Makes an empty filesystem on `devices` (path, device) and commits it.

@@ -4,10 +4,10 @@
 //! pointer and generation, the whole subtree is shared and skipped. In
 //! leaves, equal keys are compared bytewise.
 
+use crate::ctree::{child_ptr, Tree};
 use crate::disk_io::FsInfo;
 use crate::error::Result;
 use crate::tree::block::TreeBlock;
-use crate::tree::ctree::{child_ptr, Tree};
 use std::sync::Arc;
 use ubtrfs_format::key::Key;
 

@@ -8,13 +8,13 @@
 
 use super::stream::{attr, cmd, max_write, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
 use super::{CloneRoot, Sender};
+use crate::ctree::{Cursor, Tree};
 use crate::data::extent::{Extent, ExtentKind};
 use crate::data::read::DataReader;
 use crate::error::Result;
 use crate::fs::file::FileHandle;
 use crate::fs::InodeId;
 use crate::tree::block::BlockExpect;
-use crate::tree::ctree::{Cursor, Tree};
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{ExtentRecord, InlineRef};
 use ubtrfs_format::key::Key;

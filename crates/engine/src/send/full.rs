@@ -2,9 +2,9 @@
 //! new, with forward-always readahead (the kernel's full_send_tree).
 
 use super::Sender;
+use crate::ctree::Cursor;
 use crate::error::{FormatContext, Result};
 use crate::fs::decode_refs;
-use crate::tree::ctree::Cursor;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{parse_dir_entries, InodeItem};
 use ubtrfs_format::key::Key;

@@ -18,9 +18,9 @@
 use super::compare::{compare_trees, Change};
 use super::full::feed_new_item;
 use super::{Cur, Loc, Sender};
+use crate::ctree::Cursor;
 use crate::data::extent::Extent;
 use crate::error::{Error, FormatContext, Result};
-use crate::tree::ctree::Cursor;
 use std::collections::{BTreeMap, HashMap};
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::InodeItem;
@@ -523,7 +523,7 @@ fn can_move_now(
     t: &Edge,
     occ: &HashMap<(u64, Vec<u8>), Option<u64>>,
     plan: &Plan,
-    ptree: crate::tree::ctree::Tree,
+    ptree: crate::ctree::Tree,
 ) -> Result<bool> {
     let (tdir, tgen, tname) = t;
     // The directory must exist at the receiver: the top, or a directory of
@@ -642,7 +642,7 @@ fn process_changed_inode(s: &mut Sender, ino: u64, d: InodeDiff, plan: &Plan) ->
 /// Extent items of `ino` in `tree` overlapping `[start, end)`.
 fn extents_in(
     s: &Sender,
-    tree: crate::tree::ctree::Tree,
+    tree: crate::ctree::Tree,
     ino: u64,
     start: u64,
     end: u64,
@@ -764,7 +764,7 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
 fn extent_unchanged(
     s: &Sender,
     e: &Extent,
-    ptree: crate::tree::ctree::Tree,
+    ptree: crate::ctree::Tree,
     old_size: u64,
 ) -> Result<bool> {
     let Some((db, _, eoff, _)) = e.regular() else {

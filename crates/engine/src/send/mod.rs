@@ -27,11 +27,11 @@ mod incr;
 pub mod stream;
 
 use crate::cache::reada::Readahead;
+use crate::ctree::Tree;
 use crate::data::read::DataReader;
 use crate::error::{Error, Result};
 use crate::fs::file::FileHandle;
 use crate::fs::{kernel_rdev_to_user, Filesystem, InodeId};
-use crate::tree::ctree::Tree;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use stream::{attr, cmd, StreamWriter};

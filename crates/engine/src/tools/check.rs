@@ -21,13 +21,13 @@
 //! * the free-space tree (when enabled): per block group, exactly the
 //!   complement of the extents, and the right extent_count.
 
+use crate::ctree::{for_each_item, Tree};
 use crate::disk_io::FsInfo;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::io::dev::{BlockDev, MemDev};
 use crate::io::device::Device;
 use crate::tree::block::BlockExpect;
-use crate::tree::ctree::{for_each_item, Tree};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use std::path::Path;

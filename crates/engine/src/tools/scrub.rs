@@ -3,12 +3,12 @@
 //! Errors name the logical address, the device and physical offset of the
 //! bad copy, and for data the file that uses it where it can be resolved.
 
+use crate::ctree::{for_each_item, Tree};
 use crate::disk_io::FsInfo;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::io::volumes::Placement;
 use crate::tree::block::{verify_tree_block, BlockExpect};
-use crate::tree::ctree::{for_each_item, Tree};
 use std::ops::ControlFlow;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{ExtentDataRef, ExtentItem, ExtentRecord, InlineRef};
@@ -244,7 +244,7 @@ fn scrub_data(
 pub fn owner_path(fs: &Filesystem, logical: u64) -> Option<String> {
     let extent_tree = fs.tree_opt(EXTENT_TREE_OBJECTID).ok()??;
     let mut found: Option<(u64, u64)>;
-    let mut c = crate::tree::ctree::Cursor::new(&fs.info, extent_tree);
+    let mut c = crate::ctree::Cursor::new(&fs.info, extent_tree);
     if !c.seek_le(&Key::new(logical, EXTENT_ITEM, u64::MAX)).ok()? {
         return None;
     }

@@ -1,8 +1,7 @@
-//! B-trees: verified tree blocks ([`block`], the bottom, used by every
-//! reader) and the cursor that searches and iterates a tree ([`ctree`],
-//! above [`crate::disk_io`]).
+//! Tree blocks: verified blocks ([`block`], the bottom, used by every
+//! reader), extent buffers ([`buf`]) and the leaf layout ([`leaf`]). The
+//! search over them is [`crate::ctree`], above [`crate::disk_io`].
 
 pub mod block;
 pub mod buf;
-pub mod ctree;
 pub mod leaf;

@@ -29,13 +29,13 @@ pub mod log_leaves;
 mod replay;
 pub mod write;
 
+use crate::ctree::Tree;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fs::{Filesystem, OpenOptions};
 use crate::io::dev::{BlockDev, FileDev};
 use crate::io::device::Device;
 use crate::io::overlay::OverlayDev;
 use crate::tree::block::TreeBlock;
-use crate::tree::ctree::Tree;
 use crate::tx::Trans;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -28,6 +28,10 @@ pub mod open;
 pub mod trim;
 pub mod volumes;
 
+/// The kernel's default max_inline: the largest file kept in its
+/// EXTENT_DATA item.
+pub const MAX_INLINE: u64 = 2048;
+
 use crate::alloc::{Allocator, SpaceKind};
 use crate::disk_io::FsInfo;
 use crate::error::{Error, Result};

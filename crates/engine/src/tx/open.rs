@@ -212,7 +212,7 @@ impl Trans {
             csum_run: Default::default(),
             mutations: 0,
             decoded: Default::default(),
-            max_inline: crate::inode::file::MAX_INLINE,
+            max_inline: crate::tx::MAX_INLINE,
             dir_index_next: HashMap::new(),
             deferred: None,
             readahead: Default::default(),

@@ -85,7 +85,7 @@ impl Default for RwOptions {
             nodatacow: false,
             nodatasum: false,
             commit_secs: 30,
-            max_inline: crate::inode::file::MAX_INLINE,
+            max_inline: crate::tx::MAX_INLINE,
             dirty_limit: 256 << 20,
             meta_limit: 256 << 20,
             notreelog: false,
