@@ -28,7 +28,7 @@ fn split(path: &str) -> Result<(&str, &str), String> {
 }
 
 fn new_uuid() -> Result<[u8; 16], ubtrfs_engine::Error> {
-    ubtrfs_engine::mkfs::random_uuid()
+    ubtrfs_engine::inode::root::random_uuid()
 }
 
 pub fn run(cmd: SubvolumeCmd) -> CmdResult {

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use ubtrfs_engine::io::dev::{BlockDev, MemDev};
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::receive::{receive, ReceiveOptions};
-use ubtrfs_engine::send::stream::{attr, cmd};
 use ubtrfs_engine::tools::check::check_dev;
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_format::items::Timespec;
+use ubtrfs_format::send_stream::{attr, cmd};
 
 mod stream_build;
 use stream_build::{encode, Cmd};

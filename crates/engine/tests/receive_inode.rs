@@ -10,10 +10,10 @@ use std::sync::Arc;
 use ubtrfs_engine::io::dev::MemDev;
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::receive::{receive, ReceiveOptions};
-use ubtrfs_engine::send::stream::{attr, cmd, FALLOC_FL_KEEP_SIZE};
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_format::consts::EXTENT_DATA;
 use ubtrfs_format::items::{FileExtent, FileExtentKind, Timespec};
+use ubtrfs_format::send_stream::{attr, cmd, FALLOC_FL_KEEP_SIZE};
 use ubtrfs_format::Key;
 
 mod stream_build;

@@ -14,6 +14,7 @@ pub mod error;
 pub mod items;
 pub mod key;
 pub mod node;
+pub mod send_stream;
 pub mod superblock;
 
 pub use checksum::CsumType;

@@ -1,8 +1,8 @@
 //! A tree's ROOT_ITEM and its top directory, as the kernel makes them
-//! for a new tree: mkfs makes the first trees with them, and subvolume
-//! creation each new one.
+//! for a new tree, and fresh UUIDs: mkfs makes the first trees with them,
+//! and subvolume creation (receive's too) each new one.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::tx::Trans;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{InodeItem, InodeRef, RootItem, Timespec};
@@ -54,4 +54,26 @@ pub fn top_dir_items(t: &mut Trans, tree: u64, dir: u64, inode: &InodeItem) -> R
     let mut v = Vec::new();
     r.encode_ref(&mut v);
     t.insert_item(tree, r.ref_key(dir), v)
+}
+
+/// 16 random bytes shaped as a version-4 UUID.
+pub fn random_uuid() -> Result<[u8; 16]> {
+    let mut u = [0u8; 16];
+    let f = std::fs::File::open("/dev/urandom").map_err(|e| Error::Io {
+        path: "/dev/urandom".into(),
+        op: "open".into(),
+        source: e,
+    })?;
+    std::io::Read::read_exact(&mut &f, &mut u).map_err(|e| Error::Io {
+        path: "/dev/urandom".into(),
+        op: "read".into(),
+        source: e,
+    })?;
+    Ok(as_v4(u))
+}
+
+pub(crate) fn as_v4(mut u: [u8; 16]) -> [u8; 16] {
+    u[6] = (u[6] & 0x0f) | 0x40;
+    u[8] = (u[8] & 0x3f) | 0x80;
+    u
 }

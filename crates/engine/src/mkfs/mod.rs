@@ -13,7 +13,7 @@ pub mod rootdir;
 
 use crate::alloc::SpaceKind;
 use crate::error::{Error, Result};
-use crate::inode::root::{dir_inode, new_root_item, top_dir_items};
+use crate::inode::root::{as_v4, dir_inode, new_root_item, random_uuid, top_dir_items};
 use crate::io::dev::BlockDev;
 use crate::tx::Trans;
 use std::path::PathBuf;
@@ -77,28 +77,6 @@ impl Default for MkfsOptions {
             mixed: false,
         }
     }
-}
-
-/// 16 random bytes shaped as a version-4 UUID.
-pub fn random_uuid() -> Result<[u8; 16]> {
-    let mut u = [0u8; 16];
-    let f = std::fs::File::open("/dev/urandom").map_err(|e| Error::Io {
-        path: "/dev/urandom".into(),
-        op: "open".into(),
-        source: e,
-    })?;
-    std::io::Read::read_exact(&mut &f, &mut u).map_err(|e| Error::Io {
-        path: "/dev/urandom".into(),
-        op: "read".into(),
-        source: e,
-    })?;
-    Ok(as_v4(u))
-}
-
-fn as_v4(mut u: [u8; 16]) -> [u8; 16] {
-    u[6] = (u[6] & 0x0f) | 0x40;
-    u[8] = (u[8] & 0x3f) | 0x80;
-    u
 }
 
 /// A UUID derived from the fsid and a purpose, so that one fixed fsid

@@ -438,7 +438,7 @@ impl Walker<'_> {
     ) -> Result<()> {
         let uuid = match self.o.uuid_seed {
             Some(seed) => crate::mkfs::derived_uuid(&seed, &format!("subvolume {}", rel.display())),
-            None => crate::mkfs::random_uuid()?,
+            None => crate::inode::root::random_uuid()?,
         };
         let place = crate::subvol::Place {
             tree: at.tree,

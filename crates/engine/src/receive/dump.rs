@@ -7,8 +7,8 @@
 use super::stream::{Command, Next, StreamReader};
 use super::uuid_str;
 use crate::error::{Error, Result};
-use crate::send::stream::{attr, cmd};
 use std::io::{Read, Write};
+use ubtrfs_format::send_stream::{attr, cmd};
 
 /// Escapes a path as receive-dump.c's print_path_escaped.
 fn escaped(p: &[u8]) -> String {

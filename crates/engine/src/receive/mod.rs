@@ -33,7 +33,6 @@ use crate::cache::reada::Readahead;
 use crate::error::{Error, Result};
 use crate::inode::file::{DataPolicy, INODE_COMPRESS, INODE_NOCOMPRESS};
 use crate::inode::namei::XATTR_COMPRESSION;
-use crate::send::stream::{attr, cmd, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
 use crate::subvol::Place;
 use crate::tx::Trans;
 use std::collections::HashMap;
@@ -41,6 +40,7 @@ use std::io::Read;
 use stream::{Command, Next, StreamReader};
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{InodeItem, Timespec};
+use ubtrfs_format::send_stream::{attr, cmd, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
 
 /// Largest run of buffered writes to one file before it is written.
 const WRITE_BUFFER: usize = 16 << 20;
@@ -454,9 +454,12 @@ impl<'t> Receiver<'t> {
                 if self.t.lookup_name(place.tree, place.dir, name)?.is_some() {
                     return Err(Error::Exists(self.sub_path(name)));
                 }
-                let id =
-                    self.t
-                        .create_subvolume(&place, crate::mkfs::random_uuid()?, false, now)?;
+                let id = self.t.create_subvolume(
+                    &place,
+                    crate::inode::root::random_uuid()?,
+                    false,
+                    now,
+                )?;
                 self.begin_subvol(id, name, uuid, ctransid);
             }
             cmd::SNAPSHOT => {
@@ -480,9 +483,9 @@ impl<'t> Receiver<'t> {
                 if self.t.lookup_name(place.tree, place.dir, name)?.is_some() {
                     return Err(Error::Exists(self.sub_path(name)));
                 }
-                let id = self
-                    .t
-                    .snapshot(src, &place, crate::mkfs::random_uuid()?, false, now)?;
+                let id =
+                    self.t
+                        .snapshot(src, &place, crate::inode::root::random_uuid()?, false, now)?;
                 self.begin_subvol(id, name, uuid, ctransid);
             }
             cmd::MKFILE | cmd::MKDIR | cmd::MKNOD | cmd::MKFIFO | cmd::MKSOCK | cmd::SYMLINK => {

@@ -6,9 +6,9 @@
 //! anything is allocated for it. Errors name the stream offset.
 
 use crate::error::{Error, Result};
-use crate::send::stream::{attr, cmd, MAGIC};
 use std::io::Read;
 use ubtrfs_format::items::Timespec;
+use ubtrfs_format::send_stream::{attr, cmd, MAGIC};
 
 /// Largest command accepted: the kernel's largest send buffer is 16 KiB
 /// plus 128 KiB of encoded data (protocol 2); v1 commands are at most 64

@@ -6,7 +6,6 @@
 //! referencing file range exists in one of the clone roots (the sent
 //! snapshot itself for inodes already sent, the parent, the -c sources).
 
-use super::stream::{attr, cmd, max_write, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
 use super::{CloneRoot, Sender};
 use crate::ctree::{Cursor, Tree};
 use crate::data::extent::{Extent, ExtentKind};
@@ -18,6 +17,7 @@ use crate::tree::block::BlockExpect;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{ExtentRecord, InlineRef};
 use ubtrfs_format::key::Key;
+use ubtrfs_format::send_stream::{attr, cmd, max_write, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
 
 /// Most references an extent may have for clones to be looked for (the
 /// kernel's SEND_MAX_EXTENT_REFS).

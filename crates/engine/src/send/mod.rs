@@ -34,9 +34,10 @@ use crate::fs::file::FileHandle;
 use crate::fs::{kernel_rdev_to_user, Filesystem, InodeId};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use stream::{attr, cmd, StreamWriter};
+use stream::StreamWriter;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{InodeItem, RootItem};
+use ubtrfs_format::send_stream::{attr, cmd};
 
 pub use RootInfo as SendRoot;
 
@@ -118,7 +119,7 @@ impl Default for SendOptions {
 pub struct SendStats {
     pub bytes: u64,
     pub commands: u64,
-    /// Commands by number (see [`stream::cmd`]).
+    /// Commands by number (see [`ubtrfs_format::send_stream::cmd`]).
     pub by_command: Vec<(u16, u64)>,
     /// Inodes created or changed.
     pub inodes: u64,

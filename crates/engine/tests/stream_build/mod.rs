@@ -1,6 +1,7 @@
 //! Send streams built command by command for the receive tests.
 
-use ubtrfs_engine::send::stream::{attr, StreamWriter};
+use ubtrfs_engine::send::stream::StreamWriter;
+use ubtrfs_format::send_stream::attr;
 
 /// A command and its attributes (type, value), in stream order.
 pub type Cmd = (u16, Vec<(u16, Vec<u8>)>);
