@@ -1231,13 +1231,23 @@ impl crate::proto::FuseFs for RwFuse {
     ) {
         // Counted as a file's open: a directory removed while open lives
         // on (nlink 0, fstat works) until its last close.
-        self.fs_read().opened(self.inode(node));
+        let id = self.inode(node);
+        self.fs_read().opened(id);
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.dirs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(fh, u64::MAX);
-        reply.opened(crate::proto::FileHandle(fh), FopenFlags::empty());
+        // The kernel keeps the listing (FOPEN_CACHE_DIR), and the next
+        // open reads it again only when the directory changed (its mtime
+        // or change counter, which every change through the mount bumps:
+        // the mount is the image's one writer) or when atime is due (a
+        // listing the cache answers does not reach us, as with files).
+        let mut f = FopenFlags::FOPEN_CACHE_DIR;
+        if !self.atime_due(id, true) {
+            f |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        reply.opened(crate::proto::FileHandle(fh), f);
     }
 
     fn readdir(
