@@ -156,17 +156,15 @@ fn open_flags(open: i32, atime_due: bool) -> FopenFlags {
 /// page cache (fuse_dio_lock), and flushes and drops the cached pages of
 /// the range itself before and after the write (fuse_direct_io), as its
 /// O_DIRECT path does for any filesystem. The engine's direct writes run
-/// beside each other already ([`crate::fslock`]). fio bssplit, 4 jobs x
-/// iodepth 16 on one NOCOW file: 2,215-5,639 IOPS without, 18,199-24,516
-/// with.
+/// beside each other already ([`crate::fslock`]). bench/rw.sh's bssplit
+/// measures both (docs/benchmarks.md).
 fn parallel_direct() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     env_switch_on(&ON, "UBTRFS_NO_PARALLEL_DIO")
 }
 
 /// FUSE_ASYNC_DIO unless `UBTRFS_NO_ASYNC_DIO=1` (the benchmark's switch):
-/// see [`RwFuse::init`]. fio bssplit as above: 27,150-30,031 IOPS with,
-/// 24,443-24,516 without.
+/// see [`RwFuse::init`]; bench/rw.sh's bssplit measures both.
 fn async_direct() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     env_switch_on(&ON, "UBTRFS_NO_ASYNC_DIO")

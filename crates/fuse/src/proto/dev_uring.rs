@@ -460,13 +460,12 @@ fn setup(
 /// thread's io_uring_enter, while the thread still runs on the sender's
 /// CPU. The scheduler then moves the sender to another CPU if one is idle
 /// (select_idle_sibling), its next request goes to the other queue, and
-/// every round trip wakes a halted vCPU: an lseek loop measured 48-93 us
-/// here with 6-17 thousand migrations in 20,000 calls. A CPU whose
-/// runnable tasks are all SCHED_IDLE counts as idle for that choice
-/// (sched_idle_cpu), and a SCHED_IDLE queue thread keeps the sender where
-/// it is: 12.8 us, 25 migrations. But when many senders keep the CPUs
-/// busy, a SCHED_IDLE thread waits behind them, holding the mount's lock:
-/// dbench's 16 clients did 136 MB/s with it against 156 without.
+/// every round trip wakes a halted vCPU, several times slower than a
+/// round trip on one CPU (bench/lseek.sh). A CPU whose runnable tasks
+/// are all SCHED_IDLE counts as idle for that choice (sched_idle_cpu),
+/// and a SCHED_IDLE queue thread keeps the sender where it is. But when
+/// many senders keep the CPUs busy, a SCHED_IDLE thread waits behind
+/// them, holding the mount's lock (dbench's 16 clients slow down).
 ///
 /// So the thread goes SCHED_IDLE only while it serves one sender at a
 /// time: a wakeup that brought exactly one request, from the same process
