@@ -46,6 +46,21 @@ fi
 cargo build --release --locked
 BIN=${CARGO_TARGET_DIR:-target}/release/ubtrfs
 
+# Man pages (`man ubtrfs`, `man ubtrfs-mount`, ...) and bash, zsh and fish
+# completions, made from the command line's definition, under PREFIX
+# (default /usr/local).
+PREFIX=${PREFIX:-/usr/local}
+DOCS=target/docs
+rm -rf "$DOCS"
+$BIN gen-docs --man "$DOCS/man1" --completions "$DOCS/completions"
+$SUDO install -d "$PREFIX/share/man/man1" "$PREFIX/share/bash-completion/completions" \
+  "$PREFIX/share/zsh/site-functions" "$PREFIX/share/fish/vendor_completions.d"
+$SUDO install -m 644 "$DOCS"/man1/*.1 "$PREFIX/share/man/man1/"
+$SUDO install -m 644 "$DOCS/completions/ubtrfs.bash" "$PREFIX/share/bash-completion/completions/ubtrfs"
+$SUDO install -m 644 "$DOCS/completions/_ubtrfs" "$PREFIX/share/zsh/site-functions/_ubtrfs"
+$SUDO install -m 644 "$DOCS/completions/ubtrfs.fish" "$PREFIX/share/fish/vendor_completions.d/ubtrfs.fish"
+echo "setup.sh: man pages and completions installed under $PREFIX/share"
+
 # The sample: a small image made by the kernel (see tests/fixtures).
 SAMPLE=target/sample/sample.img
 mkdir -p target/sample

@@ -1,5 +1,6 @@
 #![recursion_limit = "256"]
-//! `ubtrfs`: read btrfs images in userspace. A thin front end over
+//! `ubtrfs`: btrfs images and devices in userspace, read and written
+//! without the kernel's btrfs driver. A thin front end over
 //! `ubtrfs-engine`; each subcommand lives in its own module.
 
 mod cmd_fs;
@@ -11,6 +12,7 @@ mod cmd_rescue;
 mod cmd_scrub;
 mod cmd_send;
 mod cmd_subvol;
+mod gen_docs;
 mod manifest;
 mod output;
 mod readahead;
@@ -24,7 +26,11 @@ use ubtrfs_engine::{Filesystem, OpenOptions};
 #[command(
     name = "ubtrfs",
     version,
-    about = "Read btrfs images and devices in userspace, without root or the kernel's btrfs driver."
+    about = "btrfs in userspace: read, write and mount btrfs images and devices without the kernel's btrfs driver",
+    long_about = "btrfs in userspace: read, write and mount btrfs images and devices without the kernel's \
+btrfs driver. Readers (ls, stat, cat, extract, scrub, send, inspect) need no root; writers (mkfs, \
+receive, subvolume, rescue) change unmounted images; mount serves an image through FUSE, read-write \
+or read-only. Each command opens an image file or a block device; one writer at a time."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -126,6 +132,10 @@ enum Command {
     /// Repair commands on an unmounted image (log trees).
     #[command(subcommand)]
     Rescue(cmd_rescue::RescueCmd),
+    /// Writes the man pages and shell completions made from this command
+    /// line's definition (the setup installs them).
+    #[command(hide = true)]
+    GenDocs(gen_docs::GenDocsArgs),
 }
 
 fn main() -> ExitCode {
@@ -147,6 +157,7 @@ fn main() -> ExitCode {
         Command::Mkfs(a) => cmd_mkfs::run(a),
         Command::Receive(a) => cmd_receive::run(a),
         Command::Rescue(c) => cmd_rescue::run(c),
+        Command::GenDocs(a) => gen_docs::run::<Cli>(a),
     };
     match res {
         Ok(code) => code,
