@@ -62,6 +62,44 @@ pub fn decode(n: u64) -> InodeId {
     }
 }
 
+/// Node ids of one mount: [`encode`] of each inode, and [`ROOT_NODE`] for
+/// the inode at its root (both mounts).
+#[derive(Debug, Clone, Copy)]
+pub struct Nodes {
+    pub root: InodeId,
+}
+
+impl Nodes {
+    /// The inode behind a node id.
+    pub fn inode(&self, node: u64) -> InodeId {
+        if node == ROOT_NODE {
+            self.root
+        } else {
+            decode(node)
+        }
+    }
+
+    /// The node id of an inode.
+    pub fn node_of(&self, id: InodeId) -> Result<u64, crate::proto::Errno> {
+        if id == self.root {
+            return Ok(ROOT_NODE);
+        }
+        Self::ino_of(id)
+    }
+
+    /// The st_ino of an inode on the mount; EOVERFLOW, logged, when the
+    /// mapping cannot hold it.
+    pub fn ino_of(id: InodeId) -> Result<u64, crate::proto::Errno> {
+        encode(id).ok_or_else(|| {
+            crate::logging::error(&format!(
+                "subvolume {} inode {}: number too large for the mount's inode mapping",
+                id.subvol, id.ino
+            ));
+            crate::proto::Errno::EOVERFLOW
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

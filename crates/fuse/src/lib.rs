@@ -76,7 +76,7 @@ impl std::ops::Deref for BtrfsFuse {
 /// What every request handler shares.
 pub struct Inner {
     fs: Arc<Filesystem>,
-    root: InodeId,
+    nodes: ino::Nodes,
     ttl: Duration,
     files: RwLock<HashMap<u64, Arc<OpenFile>>>,
     next_fh: AtomicU64,
@@ -98,7 +98,7 @@ impl BtrfsFuse {
         BtrfsFuse {
             inner: Arc::new(Inner {
                 fs,
-                root,
+                nodes: ino::Nodes { root },
                 ttl,
                 files: RwLock::new(HashMap::new()),
                 next_fh: AtomicU64::new(1),
@@ -125,30 +125,17 @@ impl BtrfsFuse {
 impl Inner {
     /// The inode behind a FUSE node id.
     fn inode(&self, node: INodeNo) -> InodeId {
-        if node.0 == ino::ROOT_NODE {
-            self.root
-        } else {
-            ino::decode(node.0)
-        }
+        self.nodes.inode(node.0)
     }
 
     /// The node id of an inode (its stat number, or 1 for the root).
     fn node_of(&self, id: InodeId) -> Result<u64, Errno> {
-        if id == self.root {
-            return Ok(ino::ROOT_NODE);
-        }
-        self.ino_of(id)
+        self.nodes.node_of(id)
     }
 
     /// The st_ino of an inode on the mount.
     fn ino_of(&self, id: InodeId) -> Result<u64, Errno> {
-        ino::encode(id).ok_or_else(|| {
-            logging::error(&format!(
-                "subvolume {} inode {}: number too large for the mount's inode mapping",
-                id.subvol, id.ino
-            ));
-            Errno::EOVERFLOW
-        })
+        ino::Nodes::ino_of(id)
     }
 
     /// Path of an inode from the top level, for log lines.

@@ -85,7 +85,7 @@ pub struct RwInner {
     /// The engine's data change counters: an lseek whose file's cache is
     /// current answers without the filesystem's lock.
     versions: Arc<Versions>,
-    root: InodeId,
+    nodes: ino::Nodes,
     ttl: Duration,
     sectorsize: u32,
     handles: Mutex<HashMap<u64, Handle>>,
@@ -231,7 +231,7 @@ impl RwFuse {
         RwFuse(Arc::new(RwInner {
             fs,
             versions,
-            root,
+            nodes: ino::Nodes { root },
             ttl,
             sectorsize,
             handles: Mutex::new(HashMap::new()),
@@ -388,11 +388,7 @@ impl RwInner {
     }
 
     fn inode(&self, node: INodeNo) -> InodeId {
-        if node.0 == ino::ROOT_NODE {
-            self.root
-        } else {
-            ino::decode(node.0)
-        }
+        self.nodes.inode(node.0)
     }
 
     /// fsync(2) and fdatasync(2) of a file or directory: the engine's
@@ -569,10 +565,7 @@ impl RwInner {
     }
 
     fn node_of(&self, id: InodeId) -> Result<u64, Errno> {
-        if id == self.root {
-            return Ok(ino::ROOT_NODE);
-        }
-        ino::encode(id).ok_or(Errno::EOVERFLOW)
+        self.nodes.node_of(id)
     }
 
     fn attr(&self, st: &Stat) -> Result<FileAttr, Errno> {
