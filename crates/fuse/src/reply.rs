@@ -93,21 +93,12 @@ impl Inner {
         match f {
             Fail::Errno(e) => e,
             Fail::Engine(e, id, what) => {
-                let kind = e.kind();
-                if kind.is_failure() {
-                    let op = if what.is_empty() {
-                        op.to_string()
-                    } else {
-                        format!("{op} {what}")
-                    };
-                    let io = if kind == ubtrfs_engine::ErrorKind::Unsupported {
-                        ""
-                    } else {
-                        "I/O error: "
-                    };
-                    logging::error(&format!("{}: {op}: {io}{e}", self.describe(id)));
-                }
-                Errno::from_i32(e.errno())
+                let op = if what.is_empty() {
+                    op.to_string()
+                } else {
+                    format!("{op} {what}")
+                };
+                engine_errno(&op, &e, || format!("{}: ", self.describe(id)))
             }
         }
     }
@@ -122,6 +113,22 @@ impl Inner {
             logging::warn(&format!("{dropped} more recovery reports not shown"));
         }
     }
+}
+
+/// The errno of engine error `e` of request `op` (both mounts): damage,
+/// I/O errors and what the engine does not support are logged, after
+/// `place` (where it happened, or nothing).
+pub(crate) fn engine_errno(op: &str, e: &Error, place: impl FnOnce() -> String) -> Errno {
+    let kind = e.kind();
+    if kind.is_failure() {
+        let io = if kind == ubtrfs_engine::ErrorKind::Unsupported {
+            ""
+        } else {
+            "I/O error: "
+        };
+        logging::error(&format!("{}{op}: {io}{e}", place()));
+    }
+    Errno::from_i32(e.errno())
 }
 
 #[cfg(test)]

@@ -216,10 +216,7 @@ fn set_time(t: TimeOrNow) -> SetTime {
 
 /// The errno of an engine error; failures of the image or host logged.
 fn errno(op: &str, e: Error) -> Errno {
-    if e.kind().is_failure() {
-        logging::error(&format!("{op}: {e}"));
-    }
-    Errno::from_i32(e.errno())
+    crate::reply::engine_errno(op, &e, String::new)
 }
 
 impl RwFuse {
