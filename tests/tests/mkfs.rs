@@ -35,7 +35,7 @@ use std::process::Command;
 use ubtrfs_oracle::mkfs_support::*;
 use ubtrfs_oracle::mounts::degraded_mounts;
 use ubtrfs_oracle::{
-    compare_manifests, kernel_available, kernel_fixture, scratch_dir, ubtrfs_bin, Ignore,
+    compare_manifests, kernel_available, kernel_fixture, scratch_dir, ubtrfs_bin, Ignore, Rng,
     UbtrfsMount,
 };
 
@@ -902,16 +902,9 @@ fn mkfs_reflink() {
 /// 200 MiB of pseudo-random data in 20 files, plus small files.
 fn enospc_source(src: &Path) {
     std::fs::create_dir_all(src).unwrap();
-    let mut x: u64 = 0x9e3779b97f4a7c15;
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     for i in 0..20 {
-        let mut buf = vec![0u8; 10 << 20];
-        for w in buf.chunks_exact_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            w.copy_from_slice(&x.to_le_bytes());
-        }
-        std::fs::write(src.join(format!("f{i:02}")), &buf).unwrap();
+        std::fs::write(src.join(format!("f{i:02}")), rng.bytes(10 << 20)).unwrap();
         std::fs::write(src.join(format!("s{i:02}")), format!("{i}")).unwrap();
     }
 }
@@ -1056,16 +1049,9 @@ fn mkfs_enospc_over_existing() {
 /// files and a few directories in `src`.
 fn growth_source(src: &Path, count: usize, size: usize) {
     std::fs::create_dir_all(src.join("d/e")).unwrap();
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
     for i in 0..count {
-        let mut buf = vec![0u8; size];
-        for w in buf.chunks_exact_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            w.copy_from_slice(&x.to_le_bytes());
-        }
-        std::fs::write(src.join(format!("f{i:02}")), &buf).unwrap();
+        std::fs::write(src.join(format!("f{i:02}")), rng.bytes(size)).unwrap();
     }
     for i in 0..100 {
         let dir = if i % 2 == 0 { "d" } else { "d/e" };

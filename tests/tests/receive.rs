@@ -744,21 +744,13 @@ fn compare_as_kernel(source: &[String], ours: &[String], kernel: &[String]) -> R
 const STEPS: usize = 4;
 const BATCH: usize = 20;
 
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("UBTRFS_RECEIVE_SEED") {
-        return vec![s.parse().expect("UBTRFS_RECEIVE_SEED")];
-    }
-    let n = env_u64("UBTRFS_RECEIVE_SEEDS").unwrap_or(40);
-    (1..=n).collect()
-}
-
 #[test]
 fn receive_incremental_random_scenarios() {
     if !kernel_available("receive_incremental_random_scenarios") {
         return;
     }
     let work = scratch_dir("receive-incr");
-    let seeds = seeds();
+    let seeds = seeds("UBTRFS_RECEIVE_SEED", Some("UBTRFS_RECEIVE_SEEDS"), 40);
     let mut failed: Vec<(u64, String)> = Vec::new();
     let mut streams = 0;
     for (bi, batch) in seeds.chunks(BATCH).enumerate() {

@@ -111,14 +111,9 @@ use ubtrfs_oracle::*;
 /// while other processes' reads go on (vfs/ordered.rs).
 const SMALL_DIRTY_LIMIT: &[(&str, &str)] = &[("UBTRFS_DIRTY_LIMIT_KB", "1024")];
 
-fn seeds() -> Vec<u64> {
-    match std::env::var("UBTRFS_RW_SEEDS") {
-        Ok(s) => s
-            .split(',')
-            .map(|x| x.trim().parse().expect("UBTRFS_RW_SEEDS: numbers"))
-            .collect(),
-        Err(_) => vec![1, 2, 3],
-    }
+/// UBTRFS_RW_SEEDS (a comma list), else 1, 2 and 3.
+fn rw_seeds() -> Vec<u64> {
+    seeds("UBTRFS_RW_SEEDS", None, 3)
 }
 
 fn ops() -> u64 {
@@ -136,7 +131,7 @@ fn image_size() -> String {
 /// Runs `f` for each seed; panics listing every failure.
 fn each_seed(test: &str, f: impl Fn(u64) -> Result<String, String>) {
     let mut failures = Vec::new();
-    for seed in seeds() {
+    for seed in rw_seeds() {
         let t = Instant::now();
         match f(seed) {
             Ok(note) => eprintln!("{test}: seed {seed}: {note} ({:.1?} in all)", t.elapsed()),
@@ -754,7 +749,7 @@ fn fsx_on(w: Writer, bin: &Path, base: &Path) -> Result<String, String> {
     let m = RwMount::start_env(w, &image, &mnt, "", SMALL_DIRTY_LIMIT)?;
     let n = env_u64("UBTRFS_FSX_OPS").unwrap_or(5000);
     let mut notes = Vec::new();
-    for seed in seeds() {
+    for seed in rw_seeds() {
         let r = run_fsx(
             bin,
             &mnt.join(format!("fsx-{seed}")),
@@ -779,7 +774,7 @@ fn fsx_on(w: Writer, bin: &Path, base: &Path) -> Result<String, String> {
     let k = kernel_ro(&image, &mnt);
     let lines = manifest_of(&mnt);
     drop(k);
-    if lines.len() != seeds().len() + 1 {
+    if lines.len() != rw_seeds().len() + 1 {
         return Err(format!("the kernel sees {} paths after fsx", lines.len()));
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -818,15 +813,7 @@ fn fsx_on_ubtrfs_mount() {
 
 /// 1 MiB blocks of seeded bytes: block `i` of file seed `seed`.
 fn pseudo_block(seed: u64, i: u64) -> Vec<u8> {
-    let mut x = (seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
-    (0..1 << 17)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect()
+    Rng::new(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).bytes(1 << 20)
 }
 
 /// Writes 200 MiB (left dirty: under the mount's 256 MiB writeback

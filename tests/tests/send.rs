@@ -364,24 +364,13 @@ fn send_full_and_incremental_rich_scenarios() {
 const STEPS: usize = 4;
 const BATCH: usize = 50;
 
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("UBTRFS_SEND_SEED") {
-        return vec![s.parse().expect("UBTRFS_SEND_SEED")];
-    }
-    let n: u64 = std::env::var("UBTRFS_SEND_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
-    (1..=n).collect()
-}
-
 #[test]
 fn send_incremental_random_scenarios() {
     if !kernel_available("send_incremental_random_scenarios") {
         return;
     }
     let work = scratch_dir("send-incr");
-    let seeds = seeds();
+    let seeds = seeds("UBTRFS_SEND_SEED", Some("UBTRFS_SEND_SEEDS"), 200);
     let mut failed: Vec<(u64, String)> = Vec::new();
     let mut streams = 0;
     for (bi, batch) in seeds.chunks(BATCH).enumerate() {

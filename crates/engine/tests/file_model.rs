@@ -52,7 +52,7 @@ fn offset(rng: &mut Rng, size: u64) -> u64 {
 }
 
 fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed);
     let dev = Arc::new(MemDev::new(160 << 20));
     let opts = MkfsOptions {
         nodesize: [4096, 16384][seed as usize % 2],
@@ -223,7 +223,11 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
 #[test]
 fn file_changes_match_the_model_and_btrfs_check() {
     let check = memcheck::btrfs_available("file_model");
-    let seeds = memcheck::seeds("UBTRFS_FILE_MODEL_SEED", "UBTRFS_FILE_MODEL_SEEDS", 40);
+    let seeds = memcheck::seeds(
+        "UBTRFS_FILE_MODEL_SEED",
+        Some("UBTRFS_FILE_MODEL_SEEDS"),
+        40,
+    );
     let mut failures = Vec::new();
     let mut steps = 0;
     for &seed in &seeds {

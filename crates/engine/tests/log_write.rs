@@ -536,7 +536,7 @@ fn prepare(seed: u64) -> Result<(Vec<u8>, World), String> {
         .create(root, b"c", 0o040755, 0, (0, 0), None)
         .map_err(|e| e.to_string())?;
     let mut w = World {
-        rng: Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
+        rng: Rng::new(seed),
         files: Vec::new(),
         dirs: vec![(root, String::new()), (c, "/c".into())],
         log: Vec::new(),
@@ -625,7 +625,7 @@ fn run_faults(seed: u64, points: u64) -> Result<String, String> {
     let mut fs = RwFs::with_trans(t, opts(seed)).map_err(|e| e.to_string())?;
     workload(&mut fs, &rec, &mut w, 90)?;
     let total = fdev.ops();
-    let mut rng = Rng(seed ^ 0x5555_aaaa_5555_aaaa);
+    let mut rng = Rng::new(seed ^ 0x5555_aaaa_5555_aaaa);
     let mut failed_calls = 0;
     for _ in 0..points {
         let at = rng.below(total);
@@ -670,7 +670,7 @@ fn run_faults(seed: u64, points: u64) -> Result<String, String> {
 
 #[test]
 fn fsync_log_survives_write_failures() {
-    let n = memcheck::env_count("UBTRFS_LOG_WRITE_SEEDS", 8);
+    let n = memcheck::env_u64("UBTRFS_LOG_WRITE_SEEDS").unwrap_or(8);
     let mut failed = Vec::new();
     for s in 500..500 + n {
         match run_faults(s, 6) {
@@ -686,7 +686,7 @@ fn fsync_log_survives_write_failures() {
 
 #[test]
 fn fsync_log_survives_every_crash_point() {
-    let seeds = memcheck::seeds("UBTRFS_LOG_WRITE_SEED", "UBTRFS_LOG_WRITE_SEEDS", 8);
+    let seeds = memcheck::seeds("UBTRFS_LOG_WRITE_SEED", Some("UBTRFS_LOG_WRITE_SEEDS"), 8);
     let mut failed = Vec::new();
     let (mut logged, mut grouped, mut in_flight) = (0, 0, 0);
     for s in &seeds {
@@ -739,7 +739,7 @@ fn kernel_replays_fsync_logs_of_every_crash_point() {
         eprintln!("SKIPPED kernel_replays_fsync_logs_of_every_crash_point: not root");
         return;
     }
-    let n = memcheck::env_count("UBTRFS_LOG_WRITE_KERNEL_SEEDS", 3);
+    let n = memcheck::env_u64("UBTRFS_LOG_WRITE_KERNEL_SEEDS").unwrap_or(3);
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/oracle/kernel_replay.py");
     // One seed's images at a time, removed once judged: the disk need not
@@ -788,7 +788,7 @@ fn fsync_random_4k_profile() {
                 ino: FIRST_INODE,
             };
             let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
-            let mut rng = Rng(7);
+            let mut rng = Rng::new(7);
             let mb = fill(&mut rng, 1 << 20);
             for i in 0..64u64 {
                 fs.write(id, i << 20, &mb).unwrap();

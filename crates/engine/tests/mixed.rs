@@ -69,15 +69,7 @@ fn assert_mixed(t: &Trans, profile: u64, what: &str) -> usize {
 }
 
 fn file_data(i: u64, len: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (i + 1).wrapping_mul(0x2545_f491_4f6c_dd1d);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    memcheck::Rng::new(i).bytes(len)
 }
 
 #[test]

@@ -121,7 +121,7 @@ fn run(profile: u64, ndev: usize, seed: u64) -> Result<(), String> {
 
 #[test]
 fn raid56_parity_rebuilds_every_device() {
-    let n = memcheck::env_count("UBTRFS_RAID56_SEEDS", 2);
+    let n = memcheck::env_u64("UBTRFS_RAID56_SEEDS").unwrap_or(2);
     let mut failures = Vec::new();
     for (profile, ndev) in [(BG_RAID5, 3), (BG_RAID5, 4), (BG_RAID6, 4), (BG_RAID6, 5)] {
         for seed in 0..n {
@@ -153,7 +153,7 @@ fn raid56_parity_rebuilds_every_device() {
 /// Returns how the image was found and the stale parity problems seen.
 fn run_fault(profile: u64, ndev: usize, seed: u64) -> Result<(&'static str, usize), String> {
     use ubtrfs_engine::io::fault::FaultDev;
-    let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ profile ^ ndev as u64);
+    let mut rng = Rng::new(seed ^ profile ^ (ndev as u64) << 32);
     let mems: Vec<Arc<MemDev>> = (0..ndev).map(|_| Arc::new(MemDev::new(DEV_SIZE))).collect();
     let faults: Vec<Arc<FaultDev>> = mems
         .iter()
@@ -265,7 +265,7 @@ fn stale_parity_only(err: &str) -> Option<usize> {
 
 #[test]
 fn raid56_device_failure_in_commit() {
-    let n = memcheck::env_count("UBTRFS_RAID56_SEEDS", 2) * 4;
+    let n = memcheck::env_u64("UBTRFS_RAID56_SEEDS").unwrap_or(2) * 4;
     let mut failures = Vec::new();
     let mut found = std::collections::BTreeMap::new();
     let mut stale = 0;

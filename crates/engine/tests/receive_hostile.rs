@@ -267,7 +267,7 @@ fn mutate(cmds: &mut Vec<Cmd>, rng: &mut Rng) -> String {
 
 #[test]
 fn hostile_streams_end_in_an_error_and_a_valid_image() {
-    let n = memcheck::env_count("UBTRFS_HOSTILE_STREAMS", 150);
+    let n = memcheck::env_u64("UBTRFS_HOSTILE_STREAMS").unwrap_or(150);
     let opts = MkfsOptions {
         fsid: Some([0x31; 16]),
         nodesize: 4096,
@@ -288,7 +288,7 @@ fn hostile_streams_end_in_an_error_and_a_valid_image() {
     let pristine = MemDev::from_bytes(dev.snapshot());
     let mut errors = 0;
     for seed in 1..=n {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut rng = Rng::new(seed);
         let mut cmds = base();
         let mut what = Vec::new();
         for _ in 0..1 + rng.below(3) {

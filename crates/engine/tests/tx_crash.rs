@@ -17,8 +17,10 @@
 //!     UBTRFS_PROPTEST_CASES=100 cargo test --release -p ubtrfs-engine --test tx_crash
 
 mod common;
+mod memcheck;
 
 use common::*;
+use memcheck::Rng;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -43,7 +45,7 @@ fn run(
     deferred: bool,
 ) -> Result<(), String> {
     let (log, models) = record_with(seed, nodesize, n, deferred)?;
-    let mut rng = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(seed);
     let d = Arc::new(MemDev::new(DEV_SIZE));
     let flushes = log.flushes();
     let mut durable = 0u64;

@@ -10,6 +10,7 @@
 //!     UBTRFS_REQUIRE_KERNEL=1 cargo test --release -p ubtrfs-engine --test tx_kernel
 
 mod common;
+mod memcheck;
 
 use common::*;
 use std::os::unix::fs::FileExt;
@@ -118,10 +119,7 @@ fn crash_images_pass_btrfs_check_and_mount() {
         );
         eprintln!("no root: btrfs check only");
     }
-    let seed: u64 = std::env::var("UBTRFS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed);
+    let seed = memcheck::env_u64("UBTRFS_SEED").unwrap_or(0x5eed);
     let checks = cases(20) as usize;
     let tmp = Tmp(std::env::temp_dir().join(format!("ubtrfs-txk-{}", std::process::id())));
     std::fs::create_dir_all(&tmp.0).unwrap();
@@ -132,7 +130,7 @@ fn crash_images_pass_btrfs_check_and_mount() {
         // commit's thread writes the blocks and the superblock).
         let (log, _) = record_with(seed + round as u64, ns, 150, round == 1).unwrap();
         let flushes = log.flushes();
-        let mut rng = Rng(seed ^ ns as u64);
+        let mut rng = Rng::new(seed ^ ns as u64);
         // Which flush prefixes to check: the last always, others at random,
         // from the first that holds a superblock (before it, mkfs has only
         // wiped the old ones: no filesystem yet).

@@ -19,6 +19,7 @@
 //! commits, items per tree, tree levels, blocks.
 
 mod common;
+mod memcheck;
 
 use common::*;
 use proptest::prelude::*;

@@ -173,16 +173,14 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
     // The writer: each step one whole new version of a file, in one write
     // section; now and then a writeback, a commit, or a new inode renamed
     // over the name.
-    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut rng = memcheck::Rng::new(0x2545_F491_4F6C_DD1D);
     let mut flights = 0u64;
     for v in FILES..FILES + WRITES {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let i = rng % FILES;
+        let r = rng.next();
+        let i = r % FILES;
         let (len, fill) = version(v);
         let mut g = fs.write().unwrap();
-        if rng.is_multiple_of(5) {
+        if r.is_multiple_of(5) {
             let tmp = g.create(root, b"tmp", 0o100644, 0, (0, 0), None).unwrap();
             g.write(tmp, 0, &vec![fill; len]).unwrap();
             g.rename(root, b"tmp", root, &name(i), 0).unwrap();
@@ -196,7 +194,7 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
             g.setattr(id, &a).unwrap();
             g.write(id, 0, &vec![fill; len]).unwrap();
         }
-        match rng % 11 {
+        match r % 11 {
             0 | 1 => g.commit().unwrap(),
             2 | 3 => g.writeback(ids[&i]).unwrap(),
             4 => {

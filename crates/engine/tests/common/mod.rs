@@ -23,6 +23,10 @@ use ubtrfs_engine::Error;
 use ubtrfs_format::items::RootItem;
 use ubtrfs_format::Key;
 
+/// The tests' one PRNG, for picks that do not need shrinking (test files
+/// using this module also declare `mod memcheck`).
+pub use super::memcheck::Rng;
+
 /// Scratch trees: ids no btrfs tool gives a meaning to (below the first
 /// subvolume id, above the well-known trees), so that `btrfs check` and
 /// the kernel accept images holding them.
@@ -36,10 +40,7 @@ pub const DEV_SIZE: u64 = 128 << 20;
 
 /// Cases per proptest: $UBTRFS_PROPTEST_CASES, else `default`.
 pub fn cases(default: u32) -> u32 {
-    std::env::var("UBTRFS_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    super::memcheck::env_u64("UBTRFS_PROPTEST_CASES").map_or(default, |n| n as u32)
 }
 
 /// One tree's items.
@@ -396,7 +397,7 @@ pub fn record_with(
     n: usize,
     deferred: bool,
 ) -> Result<(Log, BTreeMap<u64, Model>), String> {
-    let mut pick = Rng(seed ^ 0x5eed_defe);
+    let mut pick = Rng::new(seed ^ 0x5eed_defe);
     let r = Arc::new(RecordDev::new(Arc::new(MemDev::new(DEV_SIZE))));
     let rd: Arc<dyn BlockDev> = r.clone();
     let mut t = make(vec![("rec".into(), rd.clone())], &mkfs_options(nodesize))
@@ -435,28 +436,4 @@ pub fn record_with(
         }
     }
     Ok((r.log(), models))
-}
-
-/// splitmix64, for picks that do not need shrinking.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            v.swap(i, j);
-        }
-    }
 }

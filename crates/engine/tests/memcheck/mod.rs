@@ -1,46 +1,18 @@
-//! Shared by the in-memory file tests (file_model, vfs_model,
-//! receive_hostile): a small seeded PRNG, and btrfs-progs' `btrfs check
-//! --readonly` of an in-memory image.
+//! Shared by the engine's integration tests: the tests' one seeded PRNG
+//! and seed list, and btrfs-progs' `btrfs check --readonly`, from the
+//! oracle crate's tests/src (included by path: the oracle crate depends
+//! on the engine, so the engine's tests cannot depend on it); the check
+//! of an in-memory image; zstd mounts and compressible data.
 
 #![allow(dead_code)]
 
 use std::process::Command;
 use ubtrfs_engine::io::dev::MemDev;
 
-/// A count from the environment variable `var` (tests' seed and case
-/// counts), `default` when unset or not a number.
-pub fn env_count(var: &str, default: u64) -> u64 {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The seeds to run: the one in `one_var` if set, else 1 to the count in
-/// `count_var` (`default` when unset).
-pub fn seeds(one_var: &str, count_var: &str, default: u64) -> Vec<u64> {
-    match std::env::var(one_var) {
-        Ok(s) => vec![s
-            .parse()
-            .unwrap_or_else(|_| panic!("{one_var}={s}: not a number"))],
-        Err(_) => (1..=env_count(count_var, default)).collect(),
-    }
-}
-
-/// xorshift64: seeded sequences that repeat.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+#[path = "../../../../tests/src/rng.rs"]
+mod rng;
+#[allow(unused_imports)]
+pub use rng::{env_u64, seeds, Rng};
 
 /// Whether btrfs-progs is here; without it the checks are skipped with a
 /// line saying so, and fail under UBTRFS_REQUIRE_KERNEL=1.
