@@ -1,0 +1,195 @@
+//! Open files: what a handle keeps, the flags an open is answered with,
+//! and opening, creating and closing.
+
+use super::*;
+
+/// An open file.
+pub(super) struct Handle {
+    pub(super) id: InodeId,
+    /// Opened O_NOATIME: its reads leave atime.
+    pub(super) noatime: bool,
+    /// The file had set-ID bits at open: its writers' writes may drop
+    /// them ([`RwInner::drop_set_ids`]).
+    pub(super) setid: bool,
+    pub(super) seek: SeekCache,
+    /// Opened for writing (counted in [`RwInner::pushes`]).
+    pub(super) writer: bool,
+    /// Reads through the page cache, not O_DIRECT (counted in
+    /// [`RwInner::pushes`]).
+    pub(super) buffered: bool,
+    pub(super) reads: ReadPattern,
+}
+
+/// How files are opened: the kernel keeps a file's page cache across
+/// opens (FOPEN_KEEP_CACHE). Every change of a file's bytes goes through
+/// this mount and the kernel's page cache follows it: writes fill it
+/// (write-through: the writeback cache is off), fallocate's punch and zero
+/// range, copy_file_range and direct writes drop the range they change,
+/// and a truncate that changes the size drops all of it (the kernel's
+/// fuse_do_setattr does so without the writeback cache). Without it every
+/// open drops the file's cached pages and a `cp` right after a write reads
+/// the whole file through the daemon again.
+/// `UBTRFS_NO_KEEP_CACHE=1` drops them (the benchmark's switch).
+pub(super) fn open_flags(open: i32, atime_due: bool) -> FopenFlags {
+    static KEEP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // A read the page cache answers does not reach us: when the next read
+    // must move atime (relatime after a change, strictatime always), the
+    // open drops the file's cached pages so that it does.
+    let mut f = if env_switch_on(&KEEP, "UBTRFS_NO_KEEP_CACHE") && !atime_due {
+        FopenFlags::FOPEN_KEEP_CACHE
+    } else {
+        FopenFlags::empty()
+    };
+    if open & libc::O_DIRECT != 0 && parallel_direct() {
+        f |= FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
+    }
+    f
+}
+
+/// O_DIRECT opens are answered FOPEN_DIRECT_IO |
+/// FOPEN_PARALLEL_DIRECT_WRITES unless `UBTRFS_NO_PARALLEL_DIO=1` (the
+/// benchmark's switch). Without them the kernel sends an O_DIRECT write
+/// through its page-cache path (fuse_cache_write_iter), which holds the
+/// inode lock exclusively for the whole round trip: writers of one file
+/// take turns, one request in flight. With them it holds the lock shared
+/// for writes inside the file's size when no handle of the inode uses the
+/// page cache (fuse_dio_lock), and flushes and drops the cached pages of
+/// the range itself before and after the write (fuse_direct_io), as its
+/// O_DIRECT path does for any filesystem. The engine's direct writes run
+/// beside each other already ([`crate::fslock`]). bench/rw.sh's bssplit
+/// measures both (docs/benchmarks.md).
+pub(super) fn parallel_direct() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    env_switch_on(&ON, "UBTRFS_NO_PARALLEL_DIO")
+}
+
+/// FUSE_ASYNC_DIO unless `UBTRFS_NO_ASYNC_DIO=1` (the benchmark's switch):
+/// see [`RwFuse::init`]; bench/rw.sh's bssplit measures both.
+pub(super) fn async_direct() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    env_switch_on(&ON, "UBTRFS_NO_ASYNC_DIO")
+}
+
+impl RwInner {
+    /// Answers a CREATE or TMPFILE whose file `res` is, opened with
+    /// `flags`, noted open before the filesystem `fs` is let go (a file
+    /// without a name must not be deleted in between).
+    pub(super) fn created(
+        &self,
+        op: &str,
+        fs: FsWrite<'_>,
+        res: Result<InodeId, Error>,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let res = res
+            .map_err(|e| errno(op, e))
+            .and_then(|id| self.entry(&fs, id).map(|a| (id, a)));
+        match res {
+            Ok((id, (attr, g))) => {
+                fs.opened(id);
+                drop(fs);
+                // A new file: no push of it can be in flight.
+                let writer = flags & libc::O_ACCMODE != libc::O_RDONLY;
+                if writer {
+                    self.pushes.writer_begin(id);
+                }
+                let fh = self.new_handle(id, writer, flags);
+                reply.created(
+                    &self.ttl,
+                    &attr,
+                    g,
+                    crate::proto::FileHandle(fh),
+                    // New: the page cache holds nothing of it.
+                    open_flags(flags, false),
+                );
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// The close of a handle of `id` (a file's or a directory's): shared,
+    /// but for the last close of an inode without names, which deletes it.
+    pub(super) fn closed(&self, id: InodeId, op: &str) {
+        let last_of_orphan = self.fs_read().release_shared(id);
+        if last_of_orphan {
+            if let Err(e) = self.fs().drop_orphan_if_closed(id) {
+                logging::error(&format!("{op}: {e}"));
+            }
+        }
+    }
+
+    /// OPEN with flags `f`, a `writer` already counted by
+    /// [`Pushes::writer_begin`] (and uncounted here if the open fails).
+    pub(super) fn open_as(&self, id: InodeId, f: i32, writer: bool, reply: ReplyOpen) {
+        let res = (|| {
+            if f & libc::O_TRUNC == 0 {
+                // Changes nothing but the open count: shared.
+                let fs = self.fs_read();
+                if writer {
+                    fs.check_open_write(id, f & libc::O_APPEND != 0)?;
+                }
+                fs.opened(id);
+                return Ok(());
+            }
+            let mut fs = self.fs();
+            if writer {
+                fs.check_open_write(id, f & libc::O_APPEND != 0)?;
+            }
+            let a = SetAttr {
+                size: Some(0),
+                ..Default::default()
+            };
+            fs.setattr(id, &a)?;
+            fs.opened(id);
+            Ok(())
+        })();
+        match res {
+            Ok(()) => {
+                let fh = self.new_handle(id, writer, f);
+                reply.opened(
+                    crate::proto::FileHandle(fh),
+                    open_flags(f, f & libc::O_NOATIME == 0 && self.atime_due(id, false)),
+                );
+            }
+            Err(e) => {
+                if writer {
+                    self.pushes.writer_end(id);
+                }
+                reply.error(errno("open", e));
+            }
+        }
+    }
+
+    /// A new handle of `id`; a `writer` was counted by
+    /// [`Pushes::writer_begin`].
+    pub(super) fn new_handle(&self, id: InodeId, writer: bool, flags: i32) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        // Looked at before the handles' lock is taken: never the
+        // filesystem's lock under it.
+        let setid = self
+            .fs_read()
+            .stat(id)
+            .is_ok_and(|st| st.mode & (libc::S_ISUID | libc::S_ISGID) != 0);
+        let buffered = flags & libc::O_DIRECT == 0;
+        if buffered {
+            self.pushes.buffered_open(id);
+        }
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                fh,
+                Handle {
+                    id,
+                    noatime: flags & libc::O_NOATIME != 0,
+                    setid,
+                    seek: SeekCache::default(),
+                    writer,
+                    buffered,
+                    reads: ReadPattern::default(),
+                },
+            );
+        fh
+    }
+}

@@ -1,0 +1,96 @@
+//! READ on the read-write mount: a small forward read reads a window
+//! and pushes what lies past the request into the page cache
+//! ([`crate::rw_push`]); atime moves before the answer.
+
+use super::*;
+
+impl RwInner {
+    /// A READ of `size` bytes at `offset` through handle `fh` of `node`.
+    pub(super) fn read_request(
+        self: &Arc<Self>,
+        node: INodeNo,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        reply: ReplyData,
+    ) {
+        let id = self.inode(node);
+        if let Some(ms) = test_read_delay(offset, size) {
+            // Test hook: this READ is answered late, from a thread of its
+            // own, before any window is counted (it ties up no request
+            // thread or ring queue, and pushes nothing).
+            let this = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name("ubtrfs-test-delay".into())
+                .spawn(move || {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    match this.fs_read().read(id, offset, size) {
+                        Ok(d) => reply.data(&d),
+                        Err(e) => reply.error(errno("read", e)),
+                    }
+                });
+            if let Err(e) = spawned {
+                logging::error(&format!("read: the test delay's thread: {e}"));
+            }
+            return;
+        }
+        // A small forward read reads a window, and what lies past the
+        // request is pushed into the page cache (see rw_push).
+        let (window, noatime) = self
+            .handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh)
+            .filter(|h| h.id == id)
+            .map_or((None, false), |h| (h.reads.window(offset, size), h.noatime));
+        let window = window.filter(|_| self.pushes.may_push(id));
+        let fs = self.fs_read();
+        let res = fs.read(id, offset, size);
+        // A failure past the request is not this request's.
+        let ahead = window
+            .filter(|_| res.is_ok())
+            .and_then(|w| fs.read(id, w.start, w.len as u32).ok())
+            .filter(|d| !d.is_empty());
+        let push = ahead.is_some() && self.pushes.begin(id);
+        drop(fs);
+        let n = res.as_ref().map_or(0, |d| d.len());
+        if let Some(h) = self
+            .handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&fh)
+        {
+            h.reads
+                .read_to(offset, offset + n as u64, window.filter(|_| push));
+        }
+        match res {
+            Ok(d) => {
+                // atime moves before the answer, as the kernel's read moves
+                // it before read(2) returns: a stat right after the read
+                // must see it.
+                if !noatime {
+                    self.accessed(id, false);
+                }
+                reply.data(&d);
+                if let (true, Some(w), Some(data)) = (push, window, ahead) {
+                    self.pushes.push(id, node.0, w.start, data);
+                }
+            }
+            Err(e) => reply.error(errno("read", e)),
+        }
+    }
+}
+
+/// Test hook `UBTRFS_TEST_READ_DELAY=OFFSET:MS`: a READ whose range holds
+/// byte OFFSET is answered MS milliseconds late (tests/tests/rw_mount.rs
+/// (k) holds a page locked in the kernel with it). None for every other
+/// READ, and always without the variable.
+fn test_read_delay(offset: u64, size: u32) -> Option<u64> {
+    static DELAY: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+    let (at, ms) = (*DELAY.get_or_init(|| {
+        let v = std::env::var("UBTRFS_TEST_READ_DELAY").ok()?;
+        let (at, ms) = v.split_once(':')?;
+        Some((at.parse().ok()?, ms.parse().ok()?))
+    }))?;
+    (offset <= at && at < offset + size as u64).then_some(ms)
+}
