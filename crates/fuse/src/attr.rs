@@ -161,22 +161,5 @@ fn in_groups(pid: u32, gid: u32) -> bool {
 }
 
 fn empty_stat() -> Stat {
-    Stat {
-        id: InodeId { subvol: 0, ino: 0 },
-        ino: 0,
-        mode: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        size: 0,
-        nbytes: 0,
-        atime: Timespec::default(),
-        mtime: Timespec::default(),
-        ctime: Timespec::default(),
-        otime: Timespec::default(),
-        flags: 0,
-        generation: 0,
-        transid: 0,
-    }
+    Stat::of_inode(InodeId { subvol: 0, ino: 0 }, &Default::default())
 }

@@ -104,22 +104,14 @@ impl Stat {
     /// entry for a subvolume it does not contain, stamped `time`.
     pub fn placeholder(id: InodeId, time: Timespec) -> Stat {
         Stat {
-            id,
             ino: EMPTY_SUBVOL_DIR_OBJECTID,
             mode: 0o040755,
             nlink: 1,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            size: 0,
-            nbytes: 0,
             atime: time,
             mtime: time,
             ctime: time,
             otime: time,
-            flags: 0,
-            generation: 0,
-            transid: 0,
+            ..Stat::of_inode(id, &InodeItem::default())
         }
     }
 
