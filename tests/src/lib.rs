@@ -9,11 +9,14 @@
 //!   skip, under UBTRFS_REQUIRE_KERNEL=1);
 //! * [`fixtures`]: committed and kernel-made fixtures, private copies;
 //! * [`manifest`]: manifest.py, and comparing manifests;
-//! * [`mkfs_support`]: the `ubtrfs mkfs` tests' source tree, loop devices,
-//!   mounts and `btrfs check` (not re-exported: its names are its own);
+//! * [`check`]: `btrfs check --readonly` of a device or image (the
+//!   engine's tests include it by path);
+//! * [`mkfs_support`]: the `ubtrfs mkfs` tests' source tree, loop devices
+//!   and mounts (not re-exported: its names are its own);
 //! * [`loops`], [`mounts`]: loop devices, kernel and FUSE mounts, released
 //!   on drop (unmount with a lazy fallback);
-//! * [`rng`]: the seeded PRNG;
+//! * [`rng`]: the seeded PRNG and the seed list (the engine's and the
+//!   fuzz crate's tests include it by path);
 //! * [`trees`]: the engine's view of a fixture (trees, every block);
 //! * [`send_support`]: send streams, `btrfs receive`;
 //! * [`rw_mount`]: the read-write mount's tests: ubtrfs's rw mount as a
@@ -22,6 +25,7 @@
 //!
 //! Everything is re-exported at the top, so tests `use ubtrfs_oracle::*`.
 
+pub mod check;
 pub mod fixtures;
 pub mod loops;
 pub mod manifest;
@@ -35,6 +39,7 @@ pub mod rw_mount;
 pub mod send_support;
 pub mod trees;
 
+pub use check::*;
 pub use fixtures::*;
 pub use loops::*;
 pub use manifest::*;

@@ -46,6 +46,38 @@ pub fn records(lines: &[String]) -> BTreeMap<String, Value> {
         .collect()
 }
 
+/// A regular file's record in a manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRecord {
+    pub path: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// The regular files of a manifest, in its order (lines that do not
+/// parse are passed over).
+pub fn regular_files(lines: &[String]) -> Vec<FileRecord> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            (v["type"] == "file").then(|| FileRecord {
+                path: v["path"].as_str().unwrap_or("").to_string(),
+                size: v["size"].as_u64().unwrap_or(0),
+                sha256: v["sha256"].as_str().unwrap_or("").to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The regular files of a manifest: path -> sha256.
+pub fn file_sums(lines: &[String]) -> BTreeMap<String, String> {
+    regular_files(lines)
+        .into_iter()
+        .map(|f| (f.path, f.sha256))
+        .collect()
+}
+
 /// What to leave out of a comparison.
 #[derive(Debug, Clone, Default)]
 pub struct Ignore {

@@ -1,6 +1,6 @@
 //! Helpers for the `ubtrfs mkfs` tests (tests/tests/mkfs.rs): the rich
 //! source tree, loop devices and mounts that clean up after themselves,
-//! `btrfs check`, and manifests of a source tree and of a mount.
+//! and manifests of a source tree and of a mount.
 
 use crate::{read_lines, repo_root, scratch_dir};
 use std::path::{Path, PathBuf};
@@ -46,6 +46,12 @@ pub fn source_tree() -> &'static (PathBuf, Vec<String>) {
         let m = manifest(&dir);
         (dir, m)
     })
+}
+
+/// How many kills the crash tests of the source tree's writers make
+/// (crash_kill.rs, subvol_safety.rs): UBTRFS_CRASH_KILLS, default 8.
+pub fn crash_kills() -> u64 {
+    crate::rng::env_u64("UBTRFS_CRASH_KILLS").unwrap_or(8)
 }
 
 /// manifest.py's lines for a tree.
@@ -138,18 +144,6 @@ pub fn dmesg_tail() -> String {
     let s = String::from_utf8_lossy(&out.unwrap_or_default()).into_owned();
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(25)..].join("\n")
-}
-
-/// `btrfs check --readonly` (optionally `--mode=lowmem`) on a device or
-/// image; Err carries the output.
-pub fn btrfs_check(dev: &Path, lowmem: bool) -> Result<(), String> {
-    let mut cmd = Command::new("btrfs");
-    cmd.args(["check", "--readonly"]);
-    if lowmem {
-        cmd.arg("--mode=lowmem");
-    }
-    cmd.arg(dev);
-    run(&mut cmd).map(|_| ())
 }
 
 /// Image files `n` of them in `dir`, each `size` bytes (sparse).

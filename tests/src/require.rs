@@ -42,7 +42,7 @@ pub fn kernel_available(test: &str) -> bool {
 /// btrfs-progs (`btrfs receive --dump`, `btrfs check` on image files:
 /// no root needed).
 pub fn btrfs_progs_available(test: &str) -> bool {
-    if have("btrfs") {
+    if crate::check::btrfs_progs_here() {
         return true;
     }
     unavailable(test, "btrfs-progs", "no btrfs command")

@@ -30,8 +30,8 @@ use crate::run::{run, run_limited, spawn_limited, tail, ubtrfs_bin, Limited, Lim
 /// `btrfs check --readonly` of `image`; Err says when, with the report's
 /// tail.
 pub fn check(image: &Path, when: &str) -> Result<(), String> {
-    crate::mkfs_support::btrfs_check(image, false)
-        .map_err(|e| format!("btrfs check {when}: {}", tail(&e, 2000)))
+    crate::check::btrfs_check(image, &[])
+        .map_err(|e| format!("btrfs check {when}: {}", tail(&e, 3000)))
 }
 
 /// The kernel's read-only loop mount of `image` on `dir`.

@@ -53,7 +53,7 @@ use ubtrfs_format::node::Node;
 use ubtrfs_format::CsumType;
 use ubtrfs_oracle::{
     committed_fixture_copy, compare_manifests, data_ranges, env_u64, image_args, open_rw,
-    repo_root, run_limited, ubtrfs_bin, Ignore, Limits, Rng, Run, Workdir,
+    regular_files, repo_root, run_limited, ubtrfs_bin, Ignore, Limits, Rng, Run, Workdir,
 };
 
 const DEFAULT_FIXTURES: &[&str] = &["small-crc32c", "small-xxhash-zstd", "small-raid1"];
@@ -556,20 +556,11 @@ fn load_fixture(name: &str, dir: &Path) -> Fixture {
             if pristine_manifest.is_some() { "differs" } else { "manifest failed" }
         );
     }
-    let mut files: Vec<(u64, String, String)> = kernel_manifest
-        .iter()
-        .filter_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            (v["type"] == "file").then(|| {
-                (
-                    v["size"].as_u64().unwrap_or(0),
-                    v["path"].as_str().unwrap_or("").to_string(),
-                    v["sha256"].as_str().unwrap_or("").to_string(),
-                )
-            })
-        })
+    let mut files: Vec<(u64, String, String)> = regular_files(&kernel_manifest)
+        .into_iter()
         // Only paths that need no percent-decoding.
-        .filter(|(_, p, _)| !p.contains('%'))
+        .filter(|f| !f.path.contains('%'))
+        .map(|f| (f.size, f.path, f.sha256))
         .collect();
     files.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     Fixture {

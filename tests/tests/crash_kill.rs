@@ -9,18 +9,10 @@
 //! UBTRFS_CRASH_KILLS sets how many kills (default 8; `bench/` runs use
 //! hundreds).
 
-use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use ubtrfs_oracle::mkfs_support::{manifest, must, source_tree};
+use ubtrfs_oracle::mkfs_support::{crash_kills, manifest, source_tree};
 use ubtrfs_oracle::*;
-
-fn kills() -> u64 {
-    std::env::var("UBTRFS_CRASH_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(8)
-}
 
 fn mkfs(image: &std::path::Path, src: &std::path::Path) -> Command {
     let mut c = Command::new(ubtrfs_bin());
@@ -31,22 +23,6 @@ fn mkfs(image: &std::path::Path, src: &std::path::Path) -> Command {
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     c
-}
-
-/// Regular files of a manifest: path -> sha256.
-fn files(lines: &[String]) -> BTreeMap<String, String> {
-    lines
-        .iter()
-        .filter_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            (v["type"] == "file").then(|| {
-                (
-                    v["path"].as_str().unwrap_or("").to_string(),
-                    v["sha256"].as_str().unwrap_or("").to_string(),
-                )
-            })
-        })
-        .collect()
 }
 
 fn has_superblock(image: &std::path::Path) -> bool {
@@ -63,7 +39,7 @@ fn killed_mkfs_leaves_a_whole_commit() {
         return;
     }
     let (src, src_manifest) = source_tree();
-    let want = files(src_manifest);
+    let want = file_sums(src_manifest);
     let dir = scratch_dir("crash-kill");
     let image = dir.join("img");
     // A full run first: how long it takes, and that it is clean.
@@ -75,14 +51,10 @@ fn killed_mkfs_leaves_a_whole_commit() {
         String::from_utf8_lossy(&out.stderr)
     );
     let full = t0.elapsed();
-    must(
-        Command::new("btrfs")
-            .args(["check", "--readonly"])
-            .arg(&image),
-    );
+    btrfs_check(&image, &[]).unwrap_or_else(|e| panic!("the full run: {e}"));
     let mut rng = Rng::new(0x6b1c_0de5);
     let (mut empty, mut partial) = (0, 0);
-    for i in 0..kills() {
+    for i in 0..crash_kills() {
         std::fs::remove_file(&image).ok();
         let delay = Duration::from_micros(rng.below(full.as_micros() as u64 + 1));
         let mut child = mkfs(&image, src).spawn().unwrap();
@@ -95,22 +67,12 @@ fn killed_mkfs_leaves_a_whole_commit() {
             empty += 1;
             continue;
         }
-        let check = Command::new("btrfs")
-            .args(["check", "--readonly"])
-            .arg(&image)
-            .output()
-            .unwrap();
-        assert!(
-            check.status.success(),
-            "{what}: btrfs check failed:\n{}{}",
-            String::from_utf8_lossy(&check.stdout),
-            String::from_utf8_lossy(&check.stderr)
-        );
+        btrfs_check(&image, &[]).unwrap_or_else(|e| panic!("{what}: {e}"));
         let m = Mount::images(std::slice::from_ref(&image), "", true);
         // Without a trailing '/': manifest() writes its output beside the
         // directory, not in the (read-only) mount.
         let root: std::path::PathBuf = m.path("").components().collect();
-        let got = files(&manifest(&root));
+        let got = file_sums(&manifest(&root));
         m.unmount();
         for (p, sum) in &got {
             assert_eq!(
@@ -123,6 +85,6 @@ fn killed_mkfs_leaves_a_whole_commit() {
     }
     eprintln!(
         "crash_kill: {} kills: {empty} before the first commit, {partial} at a commit",
-        kills()
+        crash_kills()
     );
 }

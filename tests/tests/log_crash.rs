@@ -43,7 +43,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use ubtrfs_oracle::mkfs_support::btrfs_check;
 use ubtrfs_oracle::*;
 
 fn kills() -> u64 {
@@ -185,10 +184,6 @@ fn log_root(img: &Path) -> Result<u64, String> {
 
 fn copy(img: &Path, to: &Path) -> Result<(), String> {
     run(Command::new("cp").arg("--sparse=always").arg(img).arg(to)).map(|_| ())
-}
-
-fn check(img: &Path, when: &str) -> Result<(), String> {
-    btrfs_check(img, false).map_err(|e| format!("btrfs check {when}: {}", tail(&e, 3000)))
 }
 
 /// The daemon's `trace:` lines (UBTRFS_TRACE_FSYNC=1) counted into `o`.

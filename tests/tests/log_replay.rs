@@ -28,7 +28,6 @@ use ubtrfs_engine::io::volumes::Placement;
 use ubtrfs_engine::tree::block::TreeBlock;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{FileExtent, FileExtentKind, RootItem};
-use ubtrfs_oracle::mkfs_support::btrfs_check;
 use ubtrfs_oracle::*;
 
 fn committed_logs() -> &'static [Fixture] {
@@ -229,8 +228,8 @@ fn check_replay_log(f: &Fixture, dir: &Path, kernel: bool) -> Result<(), String>
     let mine = ubtrfs_lines(&manifest_args(&img, &[]))?;
     compare_manifests(&f.kernel_manifest(), &mine, &Ignore::default())
         .map_err(|d| format!("{}: replayed image read by ubtrfs: {d}", f.name))?;
-    if have_btrfs_check() {
-        btrfs_check(&img, false)
+    if btrfs_progs_here() {
+        btrfs_check(&img, &[])
             .map_err(|e| format!("{}: btrfs check after replay-log: {e}", f.name))?;
     }
     if kernel {
@@ -244,7 +243,7 @@ fn check_replay_log(f: &Fixture, dir: &Path, kernel: bool) -> Result<(), String>
         std::fs::write(m.path("t/after-replay"), vec![7u8; 10000]).unwrap();
         let _ = std::fs::remove_dir_all(m.path("sv"));
         m.unmount();
-        btrfs_check(&img, false)
+        btrfs_check(&img, &[])
             .map_err(|e| format!("{}: btrfs check after kernel writes: {e}", f.name))?;
     }
     let _ = std::fs::remove_file(&img);
@@ -270,8 +269,8 @@ fn check_zero_log(f: &Fixture, dir: &Path, kernel: bool) -> Result<(), String> {
     let mine = ubtrfs_lines(&manifest_args(&img, &[]))?;
     compare_manifests(&committed, &mine, &Ignore::default())
         .map_err(|d| format!("{}: zero-log image read by ubtrfs: {d}", f.name))?;
-    if have_btrfs_check() {
-        btrfs_check(&img, false)
+    if btrfs_progs_here() {
+        btrfs_check(&img, &[])
             .map_err(|e| format!("{}: btrfs check after zero-log: {e}", f.name))?;
     }
     if kernel {
@@ -283,13 +282,6 @@ fn check_zero_log(f: &Fixture, dir: &Path, kernel: bool) -> Result<(), String> {
     }
     let _ = std::fs::remove_file(&img);
     Ok(())
-}
-
-fn have_btrfs_check() -> bool {
-    Command::new("btrfs")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 fn all(fixtures: &[Fixture], f: impl Fn(&Fixture) -> Result<(), String>) {

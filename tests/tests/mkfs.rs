@@ -35,8 +35,8 @@ use std::process::Command;
 use ubtrfs_oracle::mkfs_support::*;
 use ubtrfs_oracle::mounts::degraded_mounts;
 use ubtrfs_oracle::{
-    compare_manifests, kernel_available, kernel_fixture, scratch_dir, ubtrfs_bin, Ignore, Rng,
-    UbtrfsMount,
+    btrfs_check, compare_manifests, kernel_available, kernel_fixture, scratch_dir, ubtrfs_bin,
+    Ignore, Rng, UbtrfsMount,
 };
 
 const MIB: u64 = 1 << 20;
@@ -54,6 +54,17 @@ struct Config {
     mixed: bool,
     /// `--compress`.
     compress: Option<&'static str>,
+}
+
+impl Config {
+    /// `btrfs check` options: lowmem mode when the configuration asks.
+    fn check_opts(&self) -> &'static [&'static str] {
+        if self.lowmem {
+            &["--mode=lowmem"]
+        } else {
+            &[]
+        }
+    }
 }
 
 fn cfg(
@@ -336,10 +347,10 @@ fn one_config(c: &Config, dir: &Path, src: &Path, src_manifest: &[String]) -> Re
         run(&mut mkfs_cmd(c, &images, Some(src))).map_err(|e| format!("mkfs: {e}"))?;
         degraded_reads(c, &images, src_manifest)?;
         let loops: Vec<Loop> = images.iter().map(|p| Loop::new(p)).collect();
-        btrfs_check(&loops[0].0, c.lowmem).map_err(|e| format!("check after mkfs: {e}"))?;
+        btrfs_check(&loops[0].0, c.check_opts()).map_err(|e| format!("check after mkfs: {e}"))?;
         check_chunk_types(&loops[0].0, c.mixed).map_err(|e| format!("after mkfs: {e}"))?;
         if c.lowmem {
-            btrfs_check(&loops[0].0, false).map_err(|e| format!("check after mkfs: {e}"))?;
+            btrfs_check(&loops[0].0, &[]).map_err(|e| format!("check after mkfs: {e}"))?;
         }
         let mnt = Mount::new(&loops, &dir.join("mnt"))?;
         let got = manifest(&mnt.dir);
@@ -347,7 +358,7 @@ fn one_config(c: &Config, dir: &Path, src: &Path, src_manifest: &[String]) -> Re
             .map_err(|e| format!("mount differs from the source: {e}"))?;
         kernel_writes(&mnt.dir, src);
         mnt.umount()?;
-        btrfs_check(&loops[0].0, c.lowmem)
+        btrfs_check(&loops[0].0, c.check_opts())
             .map_err(|e| format!("check after kernel writes: {e}"))?;
         check_chunk_types(&loops[0].0, c.mixed).map_err(|e| format!("after kernel writes: {e}"))?;
         // A second mount sees the kernel's changes, and the snapshot still
@@ -449,11 +460,7 @@ fn mkfs_super_stripes() {
             .arg(src)
             .arg(&img),
     );
-    must(
-        Command::new("btrfs")
-            .args(["check", "--readonly", "--check-data-csum"])
-            .arg(&img),
-    );
+    btrfs_check(&img, &["--check-data-csum"]).unwrap_or_else(|e| panic!("{e}"));
     let l = Loop::new(&img);
     let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt")).unwrap();
     let got = manifest(&mnt.dir);
@@ -479,7 +486,7 @@ fn mkfs_empty_profiles() {
         let r = (|| {
             run(&mut mkfs_cmd(&c, &images, None))?;
             let loops: Vec<Loop> = images.iter().map(|p| Loop::new(p)).collect();
-            btrfs_check(&loops[0].0, false).map_err(|e| format!("check after mkfs: {e}"))?;
+            btrfs_check(&loops[0].0, &[]).map_err(|e| format!("check after mkfs: {e}"))?;
             let mnt = Mount::new(&loops, &base.join("mnt"))?;
             let n = std::fs::read_dir(&mnt.dir).unwrap().count();
             std::fs::write(mnt.dir.join("f"), vec![5u8; 5 << 20]).unwrap();
@@ -488,7 +495,7 @@ fn mkfs_empty_profiles() {
             if n != 0 {
                 return Err(format!("new filesystem has {n} entries"));
             }
-            btrfs_check(&loops[0].0, false).map_err(|e| format!("check after writes: {e}"))
+            btrfs_check(&loops[0].0, &[]).map_err(|e| format!("check after writes: {e}"))
         })();
         remove_all(&images);
         if let Err(e) = r {
@@ -530,7 +537,7 @@ fn mkfs_empty_mixed() {
             }
             run(cmd.args(&images))?;
             let loops: Vec<Loop> = images.iter().map(|p| Loop::new(p)).collect();
-            btrfs_check(&loops[0].0, false).map_err(|e| format!("check after mkfs: {e}"))?;
+            btrfs_check(&loops[0].0, &[]).map_err(|e| format!("check after mkfs: {e}"))?;
             let n0 = check_chunk_types(&loops[0].0, true)?;
             let sb = must(
                 Command::new("btrfs")
@@ -561,7 +568,7 @@ fn mkfs_empty_mixed() {
             if !df.contains("Data+Metadata") {
                 return Err(format!("btrfs filesystem df: {df}"));
             }
-            btrfs_check(&loops[0].0, false).map_err(|e| format!("check after writes: {e}"))?;
+            btrfs_check(&loops[0].0, &[]).map_err(|e| format!("check after writes: {e}"))?;
             let n1 = check_chunk_types(&loops[0].0, true)?;
             eprintln!("{name}: {n0} mixed chunks after mkfs, {n1} after the kernel's writes");
             Ok::<(), String>(())
@@ -728,7 +735,7 @@ fn mkfs_reproducible() {
     };
     assert!(cmp(&a, &b), "same -U and SOURCE_DATE_EPOCH: images differ");
     assert!(!cmp(&a, &c), "without -U the images are identical");
-    btrfs_check(&a, false).unwrap();
+    btrfs_check(&a, &[]).unwrap();
     let _ = std::fs::remove_dir_all(&base);
 }
 
@@ -773,7 +780,7 @@ fn mkfs_threads_identical() {
                 .success();
             assert!(same, "{extra:?}: {} differs from 1 thread", other.display());
         }
-        btrfs_check(&images[1], false).unwrap();
+        btrfs_check(&images[1], &[]).unwrap();
     }
     let _ = std::fs::remove_dir_all(&base);
 }
@@ -861,14 +868,14 @@ fn mkfs_reflink() {
             expect * copies
         );
         let l = Loop::new(&img);
-        btrfs_check(&l.0, false).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+        btrfs_check(&l.0, &[]).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
         let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt")).unwrap();
         let got = manifest(&mnt.dir);
         compare_manifests(&src_manifest, &got, &source_ignore())
             .unwrap_or_else(|e| panic!("{extra:?}: mount differs from the source: {e}"));
         kernel_writes(&mnt.dir, &src);
         mnt.umount().unwrap();
-        btrfs_check(&l.0, false).unwrap_or_else(|e| panic!("{extra:?} after kernel writes: {e}"));
+        btrfs_check(&l.0, &[]).unwrap_or_else(|e| panic!("{extra:?} after kernel writes: {e}"));
         drop(l);
         let _ = std::fs::remove_file(&img);
     }
@@ -960,11 +967,7 @@ fn enospc_case_env(
         eprintln!("after ENOSPC: not a filesystem (no superblock)");
         return false;
     }
-    must(
-        Command::new("btrfs")
-            .args(["check", "--readonly", "--check-data-csum"])
-            .arg(img),
-    );
+    btrfs_check(img, &["--check-data-csum"]).unwrap_or_else(|e| panic!("{e}"));
     let l = Loop::new(img);
     let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt"))
         .unwrap_or_else(|e| panic!("after ENOSPC the image does not mount: {e}"));
@@ -1095,9 +1098,7 @@ fn mkfs_mixed_rootdir_grows_chunks() {
                 .arg("-r")
                 .arg(&src);
             run(cmd.arg(&img))?;
-            run(Command::new("btrfs")
-                .args(["check", "--readonly", "--check-data-csum"])
-                .arg(&img))?;
+            btrfs_check(&img, &["--check-data-csum"])?;
             let n = check_chunk_types(&img, true)?;
             if n < 4 {
                 return Err(format!("{n} mixed chunks: {:?}", chunk_types(&img)));
@@ -1117,7 +1118,7 @@ fn mkfs_mixed_rootdir_grows_chunks() {
             std::fs::write(mnt.dir.join("new"), vec![3u8; 12 << 20]).unwrap();
             must(Command::new("sync").arg("-f").arg(&mnt.dir));
             mnt.umount()?;
-            btrfs_check(&l.0, false).map_err(|e| format!("check after kernel writes: {e}"))?;
+            btrfs_check(&l.0, &[]).map_err(|e| format!("check after kernel writes: {e}"))?;
             let n2 = check_chunk_types(&l.0, true)?;
             eprintln!(
                 "{extra:?}: image {} MiB, {n} mixed chunks after mkfs, {n2} after the kernel's writes",
@@ -1202,7 +1203,7 @@ fn mkfs_mixed_writers_make_mixed_chunks() {
     ] {
         let r = (|| {
             let step = |what: &str| -> Result<usize, String> {
-                btrfs_check(&img, false).map_err(|e| format!("check after {what}: {e}"))?;
+                btrfs_check(&img, &[]).map_err(|e| format!("check after {what}: {e}"))?;
                 check_chunk_types(&img, true).map_err(|e| format!("after {what}: {e}"))
             };
             let n0 = step("mkfs")?;
@@ -1304,16 +1305,12 @@ fn mkfs_b_is_the_size_on_a_larger_device() {
             "{}: {sup}",
             target.display()
         );
-        must(
-            Command::new("btrfs")
-                .args(["check", "--readonly"])
-                .arg(&target),
-        );
+        btrfs_check(&target, &[]).unwrap_or_else(|e| panic!("{e}"));
     }
     let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt")).unwrap();
     std::fs::write(mnt.dir.join("f"), vec![7u8; 8 << 20]).unwrap();
     mnt.umount().unwrap();
-    btrfs_check(&l.0, false).unwrap();
+    btrfs_check(&l.0, &[]).unwrap();
     let out = Command::new(ubtrfs_bin())
         .args(["mkfs", "-q", "-f", "-b", "2G"])
         .arg(&l.0)

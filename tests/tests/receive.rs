@@ -30,7 +30,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use ubtrfs_oracle::mkfs_support::btrfs_check;
 use ubtrfs_oracle::send_support::*;
 use ubtrfs_oracle::*;
 
@@ -72,7 +71,7 @@ fn check_devices(devs: &[PathBuf]) -> Result<(), String> {
         Some(l) => PathBuf::from(l.first()),
         None => devs[0].clone(),
     };
-    btrfs_check(&first, false)
+    btrfs_check(&first, &[])
 }
 
 fn dump_with(cmd: &mut Command) -> Result<String, String> {
@@ -253,7 +252,7 @@ fn receive_bad_streams_fail_with_offsets_and_leave_a_valid_image() {
         if !what.starts_with("not a stream") && what != "subvolume exists" {
             assert!(err.contains("offset"), "{what}: no stream offset in {err}");
         }
-        btrfs_check(&img, false).unwrap_or_else(|e| panic!("{what}: btrfs check: {e}"));
+        btrfs_check(&img, &[]).unwrap_or_else(|e| panic!("{what}: btrfs check: {e}"));
         let (exists, ro, received) = subvol_state(&img, name);
         if what == "subvolume exists" {
             assert_eq!(
@@ -311,7 +310,7 @@ fn receive_bad_streams_fail_with_offsets_and_leave_a_valid_image() {
     std::fs::write(&stream, build_stream(1, &cmds)).unwrap();
     let err = ubtrfs_receive(&sa, &stream, "/").expect_err("190 MB into 128 MB");
     assert!(err.contains("no space"), "full filesystem: {err}");
-    btrfs_check(&small, false).unwrap_or_else(|e| panic!("after ENOSPC: btrfs check: {e}"));
+    btrfs_check(&small, &[]).unwrap_or_else(|e| panic!("after ENOSPC: btrfs check: {e}"));
     let (_, ro, received) = subvol_state(&small, "big");
     assert!(!ro && !received, "a partial subvolume was marked received");
     let _ = std::fs::remove_dir_all(&dir);
@@ -650,7 +649,7 @@ fn receive_kernel_fixture_streams_as_the_kernel_does() {
                 );
                 std::fs::write(um.path("after.txt"), b"kernel writes").unwrap();
                 um.unmount();
-                if let Err(e) = btrfs_check(&uimg, false) {
+                if let Err(e) = btrfs_check(&uimg, &[]) {
                     failures.push(format!("{tag}: kernel-on-ubtrfs btrfs check: {e}"));
                 }
                 // ubtrfs send of the snapshot ubtrfs received, received by
@@ -804,7 +803,7 @@ fn receive_incremental_random_scenarios() {
             }
         }
         m.unmount();
-        if let Err(e) = btrfs_check(&rimg, false) {
+        if let Err(e) = btrfs_check(&rimg, &[]) {
             panic!("seeds {names:?}: btrfs check after receiving: {e}");
         }
         let um = Mount::images(std::slice::from_ref(&rimg), "", true);

@@ -1443,10 +1443,8 @@ fn prealloc_overwrite_case(w: Writer, base: &Path) -> Result<String, String> {
     drop(f);
     let after = used_bytes(&mnt)?;
     m.finish().map_err(|e| format!("unmount: {e}"))?;
-    run(Command::new("btrfs")
-        .args(["check", "--readonly", "--check-data-csum"])
-        .arg(&image))
-    .map_err(|e| format!("btrfs check --check-data-csum: {}", tail(&e, 2000)))?;
+    btrfs_check(&image, &["--check-data-csum"])
+        .map_err(|e| format!("btrfs check --check-data-csum: {}", tail(&e, 2000)))?;
     let k = kernel_ro(&image, &dir.join("kmnt"));
     let got = std::fs::read(k.path("f")).map_err(|e| format!("kernel read of f: {e}"));
     k.unmount();

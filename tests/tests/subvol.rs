@@ -60,23 +60,12 @@ fn check_clean(f: &Fixture, what: &str) -> Result<(), String> {
         Some(l) => PathBuf::from(l.first()),
         None => devs[0].clone(),
     };
-    let o = Command::new("btrfs")
-        .args(["check", "--readonly"])
-        .arg(&first)
-        .output()
-        .expect("btrfs check");
+    let r = btrfs_check(&first, &[]);
     drop(loops);
-    if o.status.success() {
-        Ok(())
-    } else {
-        let t = out_text(&o);
-        let excerpt: Vec<&str> = t.lines().take(60).collect();
-        Err(format!(
-            "btrfs check --readonly after {what} failed ({}):\n{}",
-            o.status,
-            excerpt.join("\n")
-        ))
-    }
+    r.map_err(|e| {
+        let excerpt: Vec<&str> = e.lines().take(60).collect();
+        format!("after {what}: {}", excerpt.join("\n"))
+    })
 }
 
 fn list_subvols(mnt: &Path) -> Subvols {

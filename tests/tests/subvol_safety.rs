@@ -12,11 +12,10 @@
 //!   new generation (the snapshot absent, or present with every file equal
 //!   to the source; the deleted subvolume whole, or gone).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use ubtrfs_oracle::mkfs_support::{manifest, must, source_tree};
+use ubtrfs_oracle::mkfs_support::{crash_kills, manifest, must, source_tree};
 use ubtrfs_oracle::*;
 
 fn ubtrfs(args: &[&str], image: &Path) -> std::process::Output {
@@ -194,50 +193,13 @@ fn corrupt_image_refused_before_writing() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Regular files of a manifest: path -> sha256.
-fn files(lines: &[String]) -> BTreeMap<String, String> {
-    lines
-        .iter()
-        .filter_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            (v["type"] == "file").then(|| {
-                (
-                    v["path"].as_str().unwrap_or("").to_string(),
-                    v["sha256"].as_str().unwrap_or("").to_string(),
-                )
-            })
-        })
-        .collect()
-}
-
-fn kills() -> u64 {
-    std::env::var("UBTRFS_CRASH_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(8)
-}
-
-fn check_clean(image: &Path, what: &str) {
-    let check = Command::new("btrfs")
-        .args(["check", "--readonly"])
-        .arg(image)
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{what}: btrfs check failed:\n{}{}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
-    );
-}
-
 #[test]
 fn killed_snapshot_and_delete_leave_a_whole_commit() {
     if !kernel_available("killed_snapshot_and_delete_leave_a_whole_commit") {
         return;
     }
     let (src, src_manifest) = source_tree();
-    let want = files(src_manifest);
+    let want = file_sums(src_manifest);
     let dir = scratch_dir("subvol-kill");
     let base = dir.join("base.img");
     // 4 KiB nodes: many blocks to drop in the delete.
@@ -262,9 +224,9 @@ fn killed_snapshot_and_delete_leave_a_whole_commit() {
         let out = ubtrfs(op, &img);
         let full = t0.elapsed();
         assert!(out.status.success(), "{name}: {out:?}");
-        check_clean(&img, name);
+        btrfs_check(&img, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
         let (mut old, mut new) = (0, 0);
-        for i in 0..kills() {
+        for i in 0..crash_kills() {
             std::fs::copy(&base, &img).unwrap();
             let delay = Duration::from_micros(rng.below(full.as_micros() as u64 * 5 / 4 + 1));
             let mut c = Command::new(ubtrfs_bin());
@@ -280,7 +242,7 @@ fn killed_snapshot_and_delete_leave_a_whole_commit() {
             unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
             let status = child.wait().unwrap();
             let what = format!("{name}: kill {i} after {delay:?} of {full:?} ({status})");
-            check_clean(&img, &what);
+            btrfs_check(&img, &[]).unwrap_or_else(|e| panic!("{what}: {e}"));
             let m = Mount::images(std::slice::from_ref(&img), "", true);
             let (present, target) = match name {
                 "snapshot" => (m.path("snap").exists(), "snap"),
@@ -296,7 +258,7 @@ fn killed_snapshot_and_delete_leave_a_whole_commit() {
                     true,
                 );
                 let root: PathBuf = m.path("").components().collect();
-                let got = files(&manifest(&root));
+                let got = file_sums(&manifest(&root));
                 m.unmount();
                 assert_eq!(got, want, "{what}: /{target} differs from the source");
             }
@@ -310,7 +272,7 @@ fn killed_snapshot_and_delete_leave_a_whole_commit() {
         }
         eprintln!(
             "{name}: {} kills over {full:?}: {old} at the old generation, {new} at the new",
-            kills()
+            crash_kills()
         );
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -23,10 +23,6 @@ const FILES: usize = 3;
 mod memcheck;
 use memcheck::Rng;
 
-fn btrfs_check(dev: &MemDev, what: &str) -> Result<(), String> {
-    memcheck::btrfs_check(dev, "UBTRFS_FILE_MODEL_KEEP").map_err(|e| format!("{e}\nafter {what}"))
-}
-
 /// A file's expected content.
 fn pattern(rng: &mut Rng, len: usize) -> Vec<u8> {
     match rng.below(4) {
@@ -177,10 +173,9 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
                 log.push(what.clone());
                 t.commit().map_err(|e| format!("step {step} commit: {e}"))?;
                 if check && !checked_mid {
-                    btrfs_check(
-                        &dev,
-                        &format!("seed {seed} step {step}\n{}", log.join("\n")),
-                    )?;
+                    let after = format!("seed {seed} step {step}\n{}", log.join("\n"));
+                    memcheck::btrfs_check(&dev, "file_model")
+                        .map_err(|e| format!("{e}\nafter {after}"))?;
                     checked_mid = true;
                 }
                 continue;
@@ -215,7 +210,8 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
         .map_err(|e| e.to_string())?;
     t.commit().map_err(|e| e.to_string())?;
     if check {
-        btrfs_check(&dev, &format!("seed {seed} end\n{}", log.join("\n")))?;
+        memcheck::btrfs_check(&dev, "file_model")
+            .map_err(|e| format!("{e}\nafter seed {seed} end\n{}", log.join("\n")))?;
     }
     Ok(steps)
 }

@@ -455,8 +455,8 @@ fn check_crash(dev: Arc<MemDev>, want: &Durable, btrfs_check: bool) -> Result<()
     drop(t);
     ubtrfs_engine::tools::check::check_dev(dev.clone())
         .map_err(|e| format!("engine check: {e}"))?;
-    if btrfs_check && memcheck::btrfs_available("log_write") {
-        memcheck::btrfs_check(&dev, "UBTRFS_LOG_WRITE_KEEP")?;
+    if btrfs_check {
+        memcheck::btrfs_check(&dev, "log_write")?;
     }
     let d =
         Device::from_dev(std::path::Path::new("mem"), dev.clone()).map_err(|e| e.to_string())?;

@@ -33,13 +33,6 @@ fn mixed_opts(profile: u64, fsid: u8) -> MkfsOptions {
     }
 }
 
-fn btrfs_check(dev: &MemDev) -> Result<(), String> {
-    if !memcheck::btrfs_available("mixed") {
-        return Ok(());
-    }
-    memcheck::btrfs_check(dev, "UBTRFS_MIXED_KEEP")
-}
-
 /// Every block group is SYSTEM or DATA|METADATA, with `profile`; returns
 /// how many mixed ones there are.
 fn assert_mixed(t: &Trans, profile: u64, what: &str) -> usize {
@@ -125,7 +118,7 @@ fn mixed_empty_filesystem() {
         assert!(t.mixed_groups());
         drop(t);
         check_dev(dev.clone()).unwrap();
-        btrfs_check(&dev).unwrap();
+        memcheck::btrfs_check(&dev, "mixed").unwrap();
     }
 }
 
@@ -237,7 +230,7 @@ fn mixed_chunks_on_demand_and_enospc() {
         eprintln!("{what}: {written} bytes accepted; {first} then {n} mixed chunks");
         drop(fs);
         check_dev(dev.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
-        btrfs_check(&dev).unwrap_or_else(|e| panic!("{what}: {e}"));
+        memcheck::btrfs_check(&dev, "mixed").unwrap_or_else(|e| panic!("{what}: {e}"));
 
         let mut fs = RwFs::with_trans(reopen(&dev), RwOptions::default()).unwrap();
         let root = InodeId {
@@ -263,6 +256,6 @@ fn mixed_chunks_on_demand_and_enospc() {
         assert_mixed(fs.trans(), profile, &what);
         drop(fs);
         check_dev(dev.clone()).unwrap_or_else(|e| panic!("{what}: rewritten: {e}"));
-        btrfs_check(&dev).unwrap_or_else(|e| panic!("{what}: rewritten: {e}"));
+        memcheck::btrfs_check(&dev, "mixed").unwrap_or_else(|e| panic!("{what}: rewritten: {e}"));
     }
 }

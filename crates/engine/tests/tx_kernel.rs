@@ -13,7 +13,7 @@ mod common;
 mod memcheck;
 
 use common::*;
-use std::os::unix::fs::FileExt;
+use memcheck::check::{btrfs_check, btrfs_progs_here};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use ubtrfs_engine::io::dev::MemDev;
@@ -34,36 +34,6 @@ fn have(cmd: &str, arg: &str) -> bool {
 
 fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
-}
-
-/// Writes the device's bytes to a sparse file.
-fn write_image(d: &MemDev, path: &Path) {
-    let bytes = d.snapshot();
-    let f = std::fs::File::create(path).unwrap();
-    f.set_len(bytes.len() as u64).unwrap();
-    const CH: usize = 64 << 10;
-    for (i, c) in bytes.chunks(CH).enumerate() {
-        if c.iter().any(|&b| b != 0) {
-            f.write_all_at(c, (i * CH) as u64).unwrap();
-        }
-    }
-}
-
-fn btrfs_check(path: &Path) -> Result<(), String> {
-    let o = Command::new("btrfs")
-        .args(["check", "--readonly"])
-        .arg(path)
-        .output()
-        .map_err(|e| format!("btrfs check: {e}"))?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "btrfs check failed:\n{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ))
-    }
 }
 
 fn run(cmd: &mut Command) -> Result<String, String> {
@@ -106,7 +76,7 @@ impl Drop for Tmp {
 
 #[test]
 fn crash_images_pass_btrfs_check_and_mount() {
-    if !have("btrfs", "--version") {
+    if !btrfs_progs_here() {
         assert!(!require(), "UBTRFS_REQUIRE_KERNEL=1 but `btrfs` is missing");
         eprintln!("skipped: no btrfs-progs");
         return;
@@ -159,8 +129,8 @@ fn crash_images_pass_btrfs_check_and_mount() {
             let f = flushes[fi];
             log.replay(&d, at, f).unwrap();
             at = f;
-            write_image(&d, &img);
-            btrfs_check(&img).unwrap_or_else(|e| panic!("ns {ns} prefix to flush {fi}: {e}"));
+            memcheck::write_sparse(&img, &d.snapshot());
+            btrfs_check(&img, &[]).unwrap_or_else(|e| panic!("ns {ns} prefix to flush {fi}: {e}"));
             checked += 1;
             // A torn variant of the writes up to the next flush.
             let next = flushes.get(fi + 1).copied().unwrap_or(log.events.len());
@@ -173,12 +143,13 @@ fn crash_images_pass_btrfs_check_and_mount() {
             if !picks.is_empty() {
                 rng.shuffle(&mut picks);
                 let undo = log.torn(&d, &picks).unwrap();
-                write_image(&d, &img);
-                btrfs_check(&img).unwrap_or_else(|e| panic!("ns {ns} torn after flush {fi}: {e}"));
+                memcheck::write_sparse(&img, &d.snapshot());
+                btrfs_check(&img, &[])
+                    .unwrap_or_else(|e| panic!("ns {ns} torn after flush {fi}: {e}"));
                 Log::undo(&d, undo).unwrap();
             }
             if mount && mounts < 2 && rng.below(3) == 0 {
-                write_image(&d, &img);
+                memcheck::write_sparse(&img, &d.snapshot());
                 kernel_mount(&img, &mnt, false)
                     .unwrap_or_else(|e| panic!("ns {ns} prefix to flush {fi}: mount: {e}"));
                 mounts += 1;
@@ -186,9 +157,9 @@ fn crash_images_pass_btrfs_check_and_mount() {
         }
         if mount {
             // The final image: the kernel writes to it, and it stays clean.
-            write_image(&d, &img);
+            memcheck::write_sparse(&img, &d.snapshot());
             kernel_mount(&img, &mnt, true).unwrap_or_else(|e| panic!("ns {ns}: rw mount: {e}"));
-            btrfs_check(&img).unwrap_or_else(|e| panic!("ns {ns} after kernel writes: {e}"));
+            btrfs_check(&img, &[]).unwrap_or_else(|e| panic!("ns {ns} after kernel writes: {e}"));
             checked += 1;
         }
         eprintln!(

@@ -30,7 +30,10 @@ use ubtrfs_format::consts::*;
 const SS: u64 = 4096;
 
 mod memcheck;
-use memcheck::Rng;
+use memcheck::{btrfs_check, Rng};
+
+/// For the btrfs check: its skip message, UBTRFS_VFS_MODEL_KEEP.
+const SUITE: &str = "vfs_model";
 
 fn pattern(rng: &mut Rng, len: usize) -> Vec<u8> {
     match rng.below(4) {
@@ -51,13 +54,6 @@ fn offset(rng: &mut Rng, size: u64) -> u64 {
         1 => rng.below(size + 2 * SS) / SS * SS,
         _ => rng.below(size + 3 * SS),
     }
-}
-
-fn btrfs_check(dev: &MemDev) -> Result<(), String> {
-    if !memcheck::btrfs_available("vfs_model") {
-        return Ok(());
-    }
-    memcheck::btrfs_check(dev, "UBTRFS_VFS_MODEL_KEEP")
 }
 
 /// The model: names per directory, and each file's bytes.
@@ -515,7 +511,7 @@ fn run_seed(seed: u64) -> Result<usize, String> {
     drop(fs);
     ubtrfs_engine::tools::check::check_dev(dev.clone())
         .map_err(|e| format!("engine check: {e}\nlog:\n{}", log.join("\n")))?;
-    btrfs_check(&dev).map_err(|e| format!("{e}\nlog:\n{}", log.join("\n")))?;
+    btrfs_check(&dev, SUITE).map_err(|e| format!("{e}\nlog:\n{}", log.join("\n")))?;
     // The read-only engine sees what the model holds.
     let d =
         Device::from_dev(std::path::Path::new("mem"), dev.clone()).map_err(|e| e.to_string())?;
@@ -577,7 +573,7 @@ fn check_committed(dev: &MemDev, progs: bool) -> Result<Arc<MemDev>, String> {
     ubtrfs_engine::tools::check::check_dev(snap.clone())
         .map_err(|e| format!("engine check of the committed image: {e}"))?;
     if progs {
-        btrfs_check(&snap).map_err(|e| format!("the committed image: {e}"))?;
+        btrfs_check(&snap, SUITE).map_err(|e| format!("the committed image: {e}"))?;
     }
     let reader = reader_of(&snap);
     let top = InodeId {
@@ -728,7 +724,7 @@ fn vfs_failed_writeback_in_flight_keeps_the_data() {
     fs.unmount().unwrap();
     drop(fs);
     ubtrfs_engine::tools::check::check_dev(mem.clone()).unwrap();
-    btrfs_check(&mem).unwrap();
+    btrfs_check(&mem, SUITE).unwrap();
     let reader = reader_of(&mem);
     assert!(
         read_through(&reader, id, want.len()) == want,
@@ -813,7 +809,7 @@ fn vfs_interval_commit_writes_disk_sizes() {
         fs.unmount().unwrap();
         drop(fs);
         ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
-        btrfs_check(&dev).unwrap();
+        btrfs_check(&dev, SUITE).unwrap();
         let reader = reader_of(&dev);
         assert!(read_through(&reader, grown, new.len()) == new);
         assert!(read_through(&reader, fresh, 20_000) == vec![0x55; 20_000]);
@@ -855,7 +851,7 @@ fn vfs_compressed_writeback_gives_back_unused_space() {
     fs.unmount().unwrap();
     drop(fs);
     ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
-    btrfs_check(&dev).unwrap();
+    btrfs_check(&dev, SUITE).unwrap();
     assert!(read_through(&reader_of(&dev), id, text.len()) == text);
 }
 
@@ -893,7 +889,7 @@ fn vfs_compression_heuristic_and_compress_force() {
         assert!(fs.read(id, 0, data.len() as u32).unwrap() == data);
         fs.unmount().unwrap();
         drop(fs);
-        btrfs_check(&dev).unwrap();
+        btrfs_check(&dev, SUITE).unwrap();
         let reader = reader_of(&dev);
         assert!(read_through(&reader, id, data.len()) == data);
         let map = FileHandle::open(&reader, id).unwrap().map(&reader).unwrap();
@@ -965,7 +961,7 @@ fn vfs_full_filesystem_is_enospc_at_write() {
     }
     drop(fs);
     ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
-    btrfs_check(&dev).unwrap();
+    btrfs_check(&dev, SUITE).unwrap();
 }
 
 /// Where the sector `sector` (4 KiB) lies on `dev`, the first place.
@@ -1082,7 +1078,7 @@ fn vfs_writes_into_fallocated_space_go_in_place() {
     fs.unmount().unwrap();
     drop(fs);
     ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
-    btrfs_check(&dev).unwrap();
+    btrfs_check(&dev, SUITE).unwrap();
     let at = at.expect("the file's sector on the device");
     dev.write_at(&[0x5a; 512], at + 8).unwrap();
     // The read-only engine (the reader the kernel tests judge).
@@ -1134,7 +1130,7 @@ fn vfs_full_filesystem_refuses_a_write_whose_eof_sector_needs_space() {
     fs.unmount().unwrap();
     drop(fs);
     ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
-    btrfs_check(&dev).unwrap();
+    btrfs_check(&dev, SUITE).unwrap();
 }
 
 /// ZERO_RANGE growing a file past a gap, without no-holes: the gap between
@@ -1164,7 +1160,7 @@ fn vfs_zero_range_past_eof_fills_holes_without_no_holes() {
         assert!(data[8192..].iter().all(|&b| b == 0));
         drop(fs);
         ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
-        btrfs_check(&dev).unwrap_or_else(|e| panic!("keep={keep}: {e}"));
+        btrfs_check(&dev, SUITE).unwrap_or_else(|e| panic!("keep={keep}: {e}"));
     }
 }
 
@@ -1329,7 +1325,7 @@ fn vfs_direct_writes_outside_the_lock() {
     fs.unmount().unwrap();
     drop(fs);
     ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
-    btrfs_check(&dev).unwrap();
+    btrfs_check(&dev, SUITE).unwrap();
     let got = read_through(&reader_of(&dev), id, SIZE as usize);
     assert!(got == model, "the committed file differs from the model");
 }
@@ -1386,7 +1382,7 @@ fn vfs_unmount_closes_the_filesystem() {
     assert_eq!(fs.read(id, 0, 10000).unwrap(), vec![5u8; 10000]);
     assert!(dev.snapshot() == image, "the image changed after unmount");
     drop(fs);
-    btrfs_check(&dev).unwrap();
+    btrfs_check(&dev, SUITE).unwrap();
     // What the final commit wrote is what a new mount reads.
     let d = Device::from_dev(std::path::Path::new("mem"), dev.clone()).unwrap();
     let reader = Filesystem::from_devices(vec![d], 16 << 20).unwrap();

@@ -108,14 +108,6 @@ fn fresh(nodesize: u32, fsid: u8) -> (RwFs, Arc<MemDev>, InodeId) {
     )
 }
 
-/// btrfs-progs' `btrfs check --readonly` of the unmounted image.
-fn btrfs_check(dev: &MemDev, test: &str) {
-    if memcheck::btrfs_available(test) {
-        memcheck::btrfs_check(dev, "UBTRFS_VFS_SHARED_READS_KEEP")
-            .unwrap_or_else(|e| panic!("{test}: {e}"));
-    }
-}
-
 #[test]
 fn readers_share_the_filesystem_and_see_whole_versions() {
     let (mut fs, dev, root) = fresh(4096, 0x31);
@@ -245,7 +237,7 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
     let mut g = fs.write().unwrap();
     g.unmount().unwrap();
     drop(g);
-    btrfs_check(&dev, "vfs_shared_reads");
+    memcheck::btrfs_check(&dev, "vfs_shared_reads").unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// A close under the shared lock that was the last of an orphan leaves
@@ -270,5 +262,5 @@ fn last_close_of_an_orphan_deletes_it_unless_reopened() {
     fs.drop_orphan_if_closed(id).unwrap();
     assert!(fs.stat(id).is_err(), "the orphan outlived its last close");
     fs.unmount().unwrap();
-    btrfs_check(&dev, "vfs_shared_reads orphan");
+    memcheck::btrfs_check(&dev, "vfs_shared_reads").unwrap_or_else(|e| panic!("orphan: {e}"));
 }

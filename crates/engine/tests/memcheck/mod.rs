@@ -1,14 +1,15 @@
 //! Shared by the engine's integration tests: the tests' one seeded PRNG
 //! and seed list, and btrfs-progs' `btrfs check --readonly`, from the
 //! oracle crate's tests/src (included by path: the oracle crate depends
-//! on the engine, so the engine's tests cannot depend on it); the check
+//! on the engine, so the engine's tests cannot depend on it); that check
 //! of an in-memory image; zstd mounts and compressible data.
 
 #![allow(dead_code)]
 
-use std::process::Command;
 use ubtrfs_engine::io::dev::MemDev;
 
+#[path = "../../../../tests/src/check.rs"]
+pub mod check;
 #[path = "../../../../tests/src/rng.rs"]
 mod rng;
 #[allow(unused_imports)]
@@ -17,10 +18,7 @@ pub use rng::{env_u64, seeds, Rng};
 /// Whether btrfs-progs is here; without it the checks are skipped with a
 /// line saying so, and fail under UBTRFS_REQUIRE_KERNEL=1.
 pub fn btrfs_available(test: &str) -> bool {
-    let have = Command::new("btrfs")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let have = check::btrfs_progs_here();
     if !have {
         assert!(
             std::env::var("UBTRFS_REQUIRE_KERNEL").as_deref() != Ok("1"),
@@ -44,33 +42,26 @@ pub fn write_sparse(path: &std::path::Path, bytes: &[u8]) {
 }
 
 /// `btrfs check --readonly` of the image in `dev` (written to a sparse
-/// scratch file); on failure the image is copied to the path in the
-/// environment variable `keep_var`, if set.
-pub fn btrfs_check(dev: &MemDev, keep_var: &str) -> Result<(), String> {
+/// scratch file) for the test file `suite` ("vfs_model"): Ok unchecked
+/// when btrfs-progs is missing ([`btrfs_available`]); on failure the image
+/// is copied to the path in $UBTRFS_<SUITE>_KEEP, if set.
+pub fn btrfs_check(dev: &MemDev, suite: &str) -> Result<(), String> {
+    if !btrfs_available(suite) {
+        return Ok(());
+    }
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("ubtrfs-memcheck-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let img = dir.join("img");
     write_sparse(&img, &dev.snapshot());
-    let o = Command::new("btrfs")
-        .args(["check", "--readonly"])
-        .arg(&img)
-        .output()
-        .expect("btrfs check");
-    if let (false, Ok(keep)) = (o.status.success(), std::env::var(keep_var)) {
+    let r = check::btrfs_check(&img, &[]);
+    let keep_var = format!("UBTRFS_{}_KEEP", suite.to_uppercase());
+    if let (true, Ok(keep)) = (r.is_err(), std::env::var(keep_var)) {
         let _ = std::fs::copy(&img, keep);
     }
     let _ = std::fs::remove_dir_all(&dir);
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "btrfs check:\n{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ))
-    }
+    r
 }
 
 /// A read-write mount with compress=zstd over `t`, and the top directory
