@@ -128,6 +128,15 @@ fn image_size() -> String {
     std::env::var("UBTRFS_RW_IMAGE_SIZE").unwrap_or_else(|_| "1G".into())
 }
 
+/// `dir` (made) with a fresh image of `size` in it (fs.img), and a mount
+/// point beside it (mnt, not mounted yet): (the image, the mount point).
+fn fresh_image(dir: &Path, size: &str) -> Result<(PathBuf, PathBuf), String> {
+    std::fs::create_dir_all(dir).unwrap();
+    let image = dir.join("fs.img");
+    mkfs_image(&image, size)?;
+    Ok((image, dir.join("mnt")))
+}
+
 /// Runs `f` for each seed; panics listing every failure.
 fn each_seed(test: &str, f: impl Fn(u64) -> Result<String, String>) {
     let mut failures = Vec::new();
@@ -141,14 +150,90 @@ fn each_seed(test: &str, f: impl Fn(u64) -> Result<String, String>) {
     assert!(failures.is_empty(), "{test}:\n{}", failures.join("\n"));
 }
 
+/// The scenarios' tests, one line each: `#[test] fn NAME` with the writer
+/// W (`Kernel`, the reference, or `Ubtrfs`, the subject) under test,
+/// skipped (failed under UBTRFS_REQUIRE_KERNEL=1) when W's mount cannot
+/// run here.
+///
+/// - `seeded NAME(W, "what") = CASE;`: CASE(W, seed, base) for each seed
+///   ([`each_seed`]), base a scratch directory rw-WHAT-WRITER;
+/// - `once NAME(W) = CASE;`: CASE(W, base) once in a fresh directory
+///   ([`one_case`]).
+macro_rules! scenarios {
+    () => {};
+    (seeded $name:ident($w:ident, $what:literal) = $case:expr; $($rest:tt)*) => {
+        #[test]
+        fn $name() {
+            let test = stringify!($name);
+            if !ready(test, Writer::$w) {
+                return;
+            }
+            let case: fn(Writer, u64, &Path) -> Result<String, String> = $case;
+            let base = Workdir::new(&format!("rw-{}-{}", $what, Writer::$w.name()));
+            each_seed(test, |s| case(Writer::$w, s, &base));
+        }
+        scenarios! { $($rest)* }
+    };
+    (once $name:ident($w:ident) = $case:expr; $($rest:tt)*) => {
+        #[test]
+        fn $name() {
+            let case: fn(Writer, &Path) -> Result<String, String> = $case;
+            one_case(stringify!($name), Writer::$w, |base| case(Writer::$w, base));
+        }
+        scenarios! { $($rest)* }
+    };
+}
+
+// The scenarios but (e), (f) and (o), which are plain tests below.
+scenarios! {
+    // (a)
+    seeded rw_ops_reference_on_kernel(Kernel, "ops") = rw_ops_then_kernel;
+    seeded rw_ops_on_ubtrfs_mount(Ubtrfs, "ops") = rw_ops_then_kernel;
+    // (b)
+    seeded same_seed_reference_on_kernel_twice(Kernel, "same") =
+        |w, s, base| same_seed_trees(Writer::Kernel, w, s, base);
+    seeded same_seed_ubtrfs_mount_as_kernel(Ubtrfs, "same") =
+        |w, s, base| same_seed_trees(Writer::Kernel, w, s, base);
+    // (c)
+    seeded snapshot_reference_on_kernel(Kernel, "snap") = snapshot_kept;
+    seeded snapshot_unchanged_by_ubtrfs_mount(Ubtrfs, "snap") = snapshot_kept;
+    // (d)
+    seeded kill_reference_on_kernel(Kernel, "kill") = kill_mid_run;
+    seeded kill9_ubtrfs_mount_mid_run(Ubtrfs, "kill") = kill_mid_run;
+    // (g)
+    once umount_waits_for_the_last_commit(Ubtrfs) =
+        |_, base| umount_case(base, 1).map(|()| String::new());
+    // (i)
+    once filesystem_sync_is_durable(Ubtrfs) =
+        |_, base| filesystem_sync_case(base, 2).map(|()| String::new());
+    // (j)
+    once push_race_reference_on_kernel(Kernel) = push_race_case;
+    once push_race_on_ubtrfs_mount(Ubtrfs) = push_race_case;
+    // (h)
+    seeded direct_io_reference_on_kernel(Kernel, "direct") = direct_io_case;
+    seeded direct_io_on_ubtrfs_mount(Ubtrfs, "direct") = direct_io_case;
+    // (k)
+    once kill9_while_a_push_waits_for_a_read(Ubtrfs) = |_, base| kill9_push_case(base);
+    // fstrim; root's mount and FUSE over io_uring
+    once fstrim_shrinks_the_image_and_keeps_the_tree(Ubtrfs) = |_, base| fstrim_case(base);
+    once root_mount_turns_fuse_io_uring_on(Ubtrfs) = |_, base| root_mount_io_uring_case(base);
+    // (l)
+    once prealloc_overwrite_reference_on_kernel(Kernel) = prealloc_overwrite_case;
+    once prealloc_overwrite_on_ubtrfs_mount(Ubtrfs) = prealloc_overwrite_case;
+    // (m)
+    once first_copies_reference_on_kernel(Kernel) = first_copies_case;
+    once first_copies_on_ubtrfs_mount(Ubtrfs) = first_copies_case;
+    // (n); metadata ENOSPC
+    once space_after_unlink_reference_on_kernel(Kernel) = space_after_unlink_case;
+    once space_after_unlink_on_ubtrfs_mount(Ubtrfs) = space_after_unlink_case;
+    once metadata_enospc_loses_nothing_on_ubtrfs_mount(Ubtrfs) = metadata_enospc_case;
+}
+
 // ------------------------------------------------------------------ (a)
 
 fn rw_ops_then_kernel(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
     let dir = base.join(format!("{}-{seed}", w.name()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let image = dir.join("fs.img");
-    mkfs_image(&image, &image_size())?;
-    let mnt = dir.join("mnt");
+    let (image, mnt) = fresh_image(&dir, &image_size())?;
     // Even seeds write compressed (zstd), on both mounts.
     let opts = if seed.is_multiple_of(2) {
         "compress=zstd"
@@ -209,26 +294,6 @@ fn rw_ops_then_kernel(w: Writer, seed: u64, base: &Path) -> Result<String, Strin
     Ok(format!("rw_ops {}{note}", r.brief()))
 }
 
-#[test]
-fn rw_ops_reference_on_kernel() {
-    let test = "rw_ops_reference_on_kernel";
-    if !ready(test, Writer::Kernel) {
-        return;
-    }
-    let base = Workdir::new("rw-ops-kernel");
-    each_seed(test, |s| rw_ops_then_kernel(Writer::Kernel, s, &base));
-}
-
-#[test]
-fn rw_ops_on_ubtrfs_mount() {
-    let test = "rw_ops_on_ubtrfs_mount";
-    if !ready(test, Writer::Ubtrfs) {
-        return;
-    }
-    let base = Workdir::new("rw-ops-ubtrfs");
-    each_seed(test, |s| rw_ops_then_kernel(Writer::Ubtrfs, s, &base));
-}
-
 // ------------------------------------------------------------------ (b)
 
 /// The same rw_ops run through `a`'s and `b`'s mounts of two fresh
@@ -239,10 +304,7 @@ fn same_seed_trees(a: Writer, b: Writer, seed: u64, base: &Path) -> Result<Strin
     let mut runs = Vec::new();
     for (i, w) in [a, b].into_iter().enumerate() {
         let dir = base.join(format!("{seed}-{i}-{}", w.name()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let image = dir.join("fs.img");
-        mkfs_image(&image, &image_size())?;
-        let mnt = dir.join("mnt");
+        let (image, mnt) = fresh_image(&dir, &image_size())?;
         let m = RwMount::start(w, &image, &mnt, "")?;
         let t = mnt.join("t");
         std::fs::create_dir(&t).map_err(|e| e.to_string())?;
@@ -296,30 +358,6 @@ fn same_seed_trees(a: Writer, b: Writer, seed: u64, base: &Path) -> Result<Strin
         runs[0].brief(),
         runs[1].brief()
     ))
-}
-
-#[test]
-fn same_seed_reference_on_kernel_twice() {
-    let test = "same_seed_reference_on_kernel_twice";
-    if !ready(test, Writer::Kernel) {
-        return;
-    }
-    let base = Workdir::new("rw-same-kernel");
-    each_seed(test, |s| {
-        same_seed_trees(Writer::Kernel, Writer::Kernel, s, &base)
-    });
-}
-
-#[test]
-fn same_seed_ubtrfs_mount_as_kernel() {
-    let test = "same_seed_ubtrfs_mount_as_kernel";
-    if !ready(test, Writer::Ubtrfs) {
-        return;
-    }
-    let base = Workdir::new("rw-same-ubtrfs");
-    each_seed(test, |s| {
-        same_seed_trees(Writer::Kernel, Writer::Ubtrfs, s, &base)
-    });
 }
 
 // ------------------------------------------------------------------ (c)
@@ -376,10 +414,7 @@ fn scribble(dir: &Path, seed: u64) -> Result<usize, String> {
 
 fn snapshot_kept(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
     let dir = base.join(format!("{}-{seed}", w.name()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let image = dir.join("fs.img");
-    mkfs_image(&image, &image_size())?;
-    let mnt = dir.join("mnt");
+    let (image, mnt) = fresh_image(&dir, &image_size())?;
     // The origin's files, written by the kernel.
     let k = RwMount::start(Writer::Kernel, &image, &mnt, "")?;
     std::fs::create_dir(mnt.join("t")).map_err(|e| e.to_string())?;
@@ -432,26 +467,6 @@ fn snapshot_kept(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
     ))
 }
 
-#[test]
-fn snapshot_reference_on_kernel() {
-    let test = "snapshot_reference_on_kernel";
-    if !ready(test, Writer::Kernel) {
-        return;
-    }
-    let base = Workdir::new("rw-snap-kernel");
-    each_seed(test, |s| snapshot_kept(Writer::Kernel, s, &base));
-}
-
-#[test]
-fn snapshot_unchanged_by_ubtrfs_mount() {
-    let test = "snapshot_unchanged_by_ubtrfs_mount";
-    if !ready(test, Writer::Ubtrfs) {
-        return;
-    }
-    let base = Workdir::new("rw-snap-ubtrfs");
-    each_seed(test, |s| snapshot_kept(Writer::Ubtrfs, s, &base));
-}
-
 // ------------------------------------------------------------------ (d)
 
 fn kills() -> u64 {
@@ -463,10 +478,7 @@ fn kills() -> u64 {
 /// write, check.
 fn kill_mid_run(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
     let dir = base.join(format!("{}-{seed}", w.name()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let image = dir.join("fs.img");
-    mkfs_image(&image, &image_size())?;
-    let mnt = dir.join("mnt");
+    let (image, mnt) = fresh_image(&dir, &image_size())?;
     let mut rng = Rng::new(seed);
     let mut notes = Vec::new();
     for k in 0..kills() {
@@ -502,26 +514,6 @@ fn kill_mid_run(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(notes.join(", "))
-}
-
-#[test]
-fn kill_reference_on_kernel() {
-    let test = "kill_reference_on_kernel";
-    if !ready(test, Writer::Kernel) {
-        return;
-    }
-    let base = Workdir::new("rw-kill-kernel");
-    each_seed(test, |s| kill_mid_run(Writer::Kernel, s, &base));
-}
-
-#[test]
-fn kill9_ubtrfs_mount_mid_run() {
-    let test = "kill9_ubtrfs_mount_mid_run";
-    if !ready(test, Writer::Ubtrfs) {
-        return;
-    }
-    let base = Workdir::new("rw-kill-ubtrfs");
-    each_seed(test, |s| kill_mid_run(Writer::Ubtrfs, s, &base));
 }
 
 // ------------------------------------------------------------------ (e)
@@ -586,22 +578,26 @@ fn pjdfstest_on(
     Ok((r, notes))
 }
 
-fn pjdfstest_ready(test: &str, w: Writer) -> Option<PathBuf> {
+/// For `test` through `w`'s mount (None when that mount, pjdfstest or
+/// its users are missing here): pjdfstest, a scratch directory, and the
+/// results on the kernel's mount (the reference), printed.
+fn pjdfstest_on_kernel(test: &str, w: Writer) -> Option<(PathBuf, Workdir, PjdResult)> {
     if !ready(test, w) || !user_available(test, "tests") || !user_available(test, "nobody") {
         return None;
     }
-    cargo_tool(test, "pjdfstest")
+    let bin = cargo_tool(test, "pjdfstest")?;
+    let tmp = Workdir::new(&format!("rw-pjd-{}", w.name()));
+    let (r, _) = pjdfstest_on(Writer::Kernel, &bin, &tmp, &[]).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{test}: kernel: {} ({:.1?})", r.counts(), r.elapsed);
+    Some((bin, tmp, r))
 }
 
 #[test]
 fn pjdfstest_reference_on_kernel() {
     let test = "pjdfstest_reference_on_kernel";
-    let Some(bin) = pjdfstest_ready(test, Writer::Kernel) else {
+    let Some((_, _, r)) = pjdfstest_on_kernel(test, Writer::Kernel) else {
         return;
     };
-    let tmp = Workdir::new("rw-pjd-kernel");
-    let (r, _) = pjdfstest_on(Writer::Kernel, &bin, &tmp, &[]).unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("{test}: kernel: {} ({:.1?})", r.counts(), r.elapsed);
     let failed = r.with(PjdStatus::Failed);
     let unknown: Vec<&&str> = failed
         .iter()
@@ -623,17 +619,9 @@ fn pjdfstest_reference_on_kernel() {
 #[test]
 fn pjdfstest_on_ubtrfs_mount() {
     let test = "pjdfstest_on_ubtrfs_mount";
-    let Some(bin) = pjdfstest_ready(test, Writer::Ubtrfs) else {
+    let Some((bin, tmp, kernel)) = pjdfstest_on_kernel(test, Writer::Ubtrfs) else {
         return;
     };
-    let tmp = Workdir::new("rw-pjd-ubtrfs");
-    let (kernel, _) =
-        pjdfstest_on(Writer::Kernel, &bin, &tmp, &[]).unwrap_or_else(|e| panic!("{e}"));
-    eprintln!(
-        "{test}: kernel: {} ({:.1?})",
-        kernel.counts(),
-        kernel.elapsed
-    );
     let (ours, notes) =
         pjdfstest_on(Writer::Ubtrfs, &bin, &tmp, &[]).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{test}: ubtrfs: {} ({:.1?})", ours.counts(), ours.elapsed);
@@ -742,10 +730,7 @@ fn rw_manifests_are_masked() {
 
 fn fsx_on(w: Writer, bin: &Path, base: &Path) -> Result<String, String> {
     let dir = base.join(w.name());
-    std::fs::create_dir_all(&dir).unwrap();
-    let image = dir.join("fs.img");
-    mkfs_image(&image, &image_size())?;
-    let mnt = dir.join("mnt");
+    let (image, mnt) = fresh_image(&dir, &image_size())?;
     let m = RwMount::start_env(w, &image, &mnt, "", SMALL_DIRTY_LIMIT)?;
     let n = env_u64("UBTRFS_FSX_OPS").unwrap_or(5000);
     let mut notes = Vec::new();
@@ -781,32 +766,27 @@ fn fsx_on(w: Writer, bin: &Path, base: &Path) -> Result<String, String> {
     Ok(notes.join(", "))
 }
 
-#[test]
-fn fsx_reference_on_kernel() {
-    let test = "fsx_reference_on_kernel";
-    if !ready(test, Writer::Kernel) {
+/// (f) through `w`'s mount, when fsx is here.
+fn fsx_test(test: &str, w: Writer) {
+    if !ready(test, w) {
         return;
     }
     let Some(bin) = cargo_tool(test, "fsx") else {
         return;
     };
-    let base = Workdir::new("rw-fsx-kernel");
-    let r = fsx_on(Writer::Kernel, &bin, &base).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let base = Workdir::new(&format!("rw-fsx-{}", w.name()));
+    let r = fsx_on(w, &bin, &base).unwrap_or_else(|e| panic!("{test}: {e}"));
     eprintln!("{test}: {r}");
 }
 
 #[test]
+fn fsx_reference_on_kernel() {
+    fsx_test("fsx_reference_on_kernel", Writer::Kernel);
+}
+
+#[test]
 fn fsx_on_ubtrfs_mount() {
-    let test = "fsx_on_ubtrfs_mount";
-    if !ready(test, Writer::Ubtrfs) {
-        return;
-    }
-    let Some(bin) = cargo_tool(test, "fsx") else {
-        return;
-    };
-    let base = Workdir::new("rw-fsx-ubtrfs");
-    let r = fsx_on(Writer::Ubtrfs, &bin, &base).unwrap_or_else(|e| panic!("{test}: {e}"));
-    eprintln!("{test}: {r}");
+    fsx_test("fsx_on_ubtrfs_mount", Writer::Ubtrfs);
 }
 
 // ------------------------------------------------------------------ (g)
@@ -822,10 +802,7 @@ fn pseudo_block(seed: u64, i: u64) -> Vec<u8> {
 fn umount_case(base: &Path, seed: u64) -> Result<(), String> {
     let how = "ubtrfs umount";
     let dir = base.join("umount");
-    std::fs::create_dir_all(&dir).unwrap();
-    let image = dir.join("fs.img");
-    mkfs_image(&image, "1G")?;
-    let mnt = dir.join("mnt");
+    let (image, mnt) = fresh_image(&dir, "1G")?;
     let m = UbtrfsMount::start(&image, &mnt, "")?;
     let mib = 200;
     {
@@ -873,21 +850,11 @@ fn umount_case(base: &Path, seed: u64) -> Result<(), String> {
     Ok(())
 }
 
-#[test]
-fn umount_waits_for_the_last_commit() {
-    one_case("umount_waits_for_the_last_commit", Writer::Ubtrfs, |base| {
-        umount_case(base, 1).map(|()| String::new())
-    });
-}
-
 // ------------------------------------------------------------------ (i)
 
 fn filesystem_sync_case(base: &Path, seed: u64) -> Result<(), String> {
     let dir = base.join("fs-sync");
-    std::fs::create_dir_all(&dir).unwrap();
-    let image = dir.join("fs.img");
-    mkfs_image(&image, "1G")?;
-    let mnt = dir.join("mnt");
+    let (image, mnt) = fresh_image(&dir, "1G")?;
     let mut m = UbtrfsMount::start(&image, &mnt, "commit=300")?;
     let write = |name: &str, data: &[u8]| {
         std::fs::write(mnt.join(name), data).map_err(|e| format!("write {name}: {e}"))
@@ -936,23 +903,13 @@ fn filesystem_sync_case(base: &Path, seed: u64) -> Result<(), String> {
     Ok(())
 }
 
-#[test]
-fn filesystem_sync_is_durable() {
-    one_case("filesystem_sync_is_durable", Writer::Ubtrfs, |base| {
-        filesystem_sync_case(base, 2).map(|()| String::new())
-    });
-}
-
 // ------------------------------------------------------------------ (j)
 
 /// A fresh 512 MiB image in `base`/WRITER, mounted read-write by `w` on
 /// its `mnt`: (the directory, the image, the mount point, the mount).
 fn fresh_512m(w: Writer, base: &Path) -> Result<(PathBuf, PathBuf, PathBuf, RwMount), String> {
     let dir = base.join(w.name());
-    std::fs::create_dir_all(&dir).unwrap();
-    let image = dir.join("fs.img");
-    mkfs_image(&image, "512M")?;
-    let mnt = dir.join("mnt");
+    let (image, mnt) = fresh_image(&dir, "512M")?;
     let m = RwMount::start(w, &image, &mnt, "")?;
     Ok((dir, image, mnt, m))
 }
@@ -1006,20 +963,6 @@ fn push_race_case(w: Writer, base: &Path) -> Result<String, String> {
     Ok(note)
 }
 
-#[test]
-fn push_race_reference_on_kernel() {
-    one_case("push_race_reference_on_kernel", Writer::Kernel, |base| {
-        push_race_case(Writer::Kernel, base)
-    });
-}
-
-#[test]
-fn push_race_on_ubtrfs_mount() {
-    one_case("push_race_on_ubtrfs_mount", Writer::Ubtrfs, |base| {
-        push_race_case(Writer::Ubtrfs, base)
-    });
-}
-
 // ------------------------------------------------------------------ (h)
 
 fn direct_io_script() -> PathBuf {
@@ -1028,10 +971,7 @@ fn direct_io_script() -> PathBuf {
 
 fn direct_io_case(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
     let dir = base.join(format!("{}-{seed}", w.name()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let image = dir.join("fs.img");
-    mkfs_image(&image, "512M")?;
-    let mnt = dir.join("mnt");
+    let (image, mnt) = fresh_image(&dir, "512M")?;
     let (procs, ops) = ("4", "400");
     let m = RwMount::start(w, &image, &mnt, "")?;
     let log = match &m {
@@ -1099,28 +1039,6 @@ fn direct_io_case(w: Writer, seed: u64, base: &Path) -> Result<String, String> {
     Ok(note)
 }
 
-#[test]
-fn direct_io_reference_on_kernel() {
-    if !ready("direct_io_reference_on_kernel", Writer::Kernel) {
-        return;
-    }
-    let base = Workdir::new("rw-direct-kernel");
-    each_seed("direct_io_reference_on_kernel", |s| {
-        direct_io_case(Writer::Kernel, s, &base)
-    });
-}
-
-#[test]
-fn direct_io_on_ubtrfs_mount() {
-    if !ready("direct_io_on_ubtrfs_mount", Writer::Ubtrfs) {
-        return;
-    }
-    let base = Workdir::new("rw-direct-ubtrfs");
-    each_seed("direct_io_on_ubtrfs_mount", |s| {
-        direct_io_case(Writer::Ubtrfs, s, &base)
-    });
-}
-
 // ------------------------------------------------------------------ (k)
 
 /// The daemon's threads whose name starts with `prefix`: their states
@@ -1159,10 +1077,7 @@ fn read_random(path: &Path, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
 
 fn kill9_push_case(base: &Path) -> Result<String, String> {
     let dir = base.join("kill9-push");
-    std::fs::create_dir_all(&dir).unwrap();
-    let image = dir.join("fs.img");
-    mkfs_image(&image, "256M")?;
-    let mnt = dir.join("mnt");
+    let (image, mnt) = fresh_image(&dir, "256M")?;
     let data = pseudo_block(11, 0);
     // Written through one mount and read through the next: no page of the
     // file is cached when the reads come.
@@ -1186,34 +1101,35 @@ fn kill9_push_case(base: &Path) -> Result<String, String> {
         let f = f.clone();
         std::thread::spawn(move || read_random(&f, held, 4096))
     };
-    // The held READ is in the daemon once its answering thread exists.
-    let t = Instant::now();
-    while thread_states(pid, "ubtrfs-test-del").is_empty() {
-        if t.elapsed() > Duration::from_secs(20) {
-            let _ = m.kill9();
-            return Err(format!(
-                "the READ at {held} never reached the daemon; log: {}",
-                m.log_tail()
-            ));
+    // Waits up to 20 s for `done`; on a timeout kills the mount and says
+    // what never happened.
+    let wait = |m: &mut UbtrfsMount, done: &dyn Fn() -> bool, never: &str| {
+        let t = Instant::now();
+        while !done() {
+            if t.elapsed() > Duration::from_secs(20) {
+                let _ = m.kill9();
+                return Err(format!("{never}; log: {}", m.log_tail()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        Ok(())
+    };
+    // The held READ is in the daemon once its answering thread exists.
+    wait(
+        &mut m,
+        &|| !thread_states(pid, "ubtrfs-test-del").is_empty(),
+        &format!("the READ at {held} never reached the daemon"),
+    )?;
     let first = read_random(&f, 0, 4096).map_err(|e| format!("read at 0: {e}"))?;
     if first != data[..4096] {
         return Err("the read at 0 differs from what was written".into());
     }
     // The push of [4 KiB, 260 KiB) reaches the held page and waits.
-    let t = Instant::now();
-    while !thread_states(pid, "ubtrfs-store").contains(&'D') {
-        if t.elapsed() > Duration::from_secs(20) {
-            let _ = m.kill9();
-            return Err(format!(
-                "the push never waited in the kernel; log: {}",
-                m.log_tail()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait(
+        &mut m,
+        &|| thread_states(pid, "ubtrfs-store").contains(&'D'),
+        "the push never waited in the kernel",
+    )?;
     let t = Instant::now();
     m.kill9()?;
     let ended = t.elapsed();
@@ -1229,15 +1145,6 @@ fn kill9_push_case(base: &Path) -> Result<String, String> {
     Ok(format!(
         "the process ended {ended:?} after SIGKILL; the held read {outcome}"
     ))
-}
-
-#[test]
-fn kill9_while_a_push_waits_for_a_read() {
-    one_case(
-        "kill9_while_a_push_waits_for_a_read",
-        Writer::Ubtrfs,
-        kill9_push_case,
-    );
 }
 
 /// Bytes the file at `p` has allocated (st_blocks).
@@ -1314,15 +1221,6 @@ fn fstrim_case(base: &Path) -> Result<String, String> {
     ))
 }
 
-#[test]
-fn fstrim_shrinks_the_image_and_keeps_the_tree() {
-    one_case(
-        "fstrim_shrinks_the_image_and_keeps_the_tree",
-        Writer::Ubtrfs,
-        fstrim_case,
-    );
-}
-
 /// Puts a kernel module parameter back as it was when dropped.
 struct ParamBack {
     path: &'static str,
@@ -1363,15 +1261,6 @@ fn root_mount_io_uring_case(base: &Path) -> Result<String, String> {
     }
     check(&image, "after the io_uring mount")?;
     Ok(String::new())
-}
-
-#[test]
-fn root_mount_turns_fuse_io_uring_on() {
-    one_case(
-        "root_mount_turns_fuse_io_uring_on",
-        Writer::Ubtrfs,
-        root_mount_io_uring_case,
-    );
 }
 
 // ------------------------------------------------------------------ (l)
@@ -1464,24 +1353,6 @@ fn prealloc_overwrite_case(w: Writer, base: &Path) -> Result<String, String> {
         at >> 20,
         grew >> 10
     ))
-}
-
-#[test]
-fn prealloc_overwrite_reference_on_kernel() {
-    one_case(
-        "prealloc_overwrite_reference_on_kernel",
-        Writer::Kernel,
-        |base| prealloc_overwrite_case(Writer::Kernel, base),
-    );
-}
-
-#[test]
-fn prealloc_overwrite_on_ubtrfs_mount() {
-    one_case(
-        "prealloc_overwrite_on_ubtrfs_mount",
-        Writer::Ubtrfs,
-        |base| prealloc_overwrite_case(Writer::Ubtrfs, base),
-    );
 }
 
 // ------------------------------------------------------------------ (m)
@@ -1592,20 +1463,6 @@ fn first_copies_case(w: Writer, base: &Path) -> Result<String, String> {
     Ok(String::new())
 }
 
-#[test]
-fn first_copies_reference_on_kernel() {
-    one_case("first_copies_reference_on_kernel", Writer::Kernel, |base| {
-        first_copies_case(Writer::Kernel, base)
-    });
-}
-
-#[test]
-fn first_copies_on_ubtrfs_mount() {
-    one_case("first_copies_on_ubtrfs_mount", Writer::Ubtrfs, |base| {
-        first_copies_case(Writer::Ubtrfs, base)
-    });
-}
-
 // ------------------------------------------------------------------ (n)
 
 /// Space freed by an unlink is free to write at once: a file fills the
@@ -1657,24 +1514,6 @@ fn space_after_unlink_case(w: Writer, base: &Path) -> Result<String, String> {
         filled >> 20,
         at >> 20
     ))
-}
-
-#[test]
-fn space_after_unlink_reference_on_kernel() {
-    one_case(
-        "space_after_unlink_reference_on_kernel",
-        Writer::Kernel,
-        |base| space_after_unlink_case(Writer::Kernel, base),
-    );
-}
-
-#[test]
-fn space_after_unlink_on_ubtrfs_mount() {
-    one_case(
-        "space_after_unlink_on_ubtrfs_mount",
-        Writer::Ubtrfs,
-        |base| space_after_unlink_case(Writer::Ubtrfs, base),
-    );
 }
 
 /// Metadata runs out: data fills the image, then 1 KiB xattrs go on one
@@ -1763,15 +1602,6 @@ fn metadata_enospc_case(w: Writer, base: &Path) -> Result<String, String> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(format!("{last} xattrs of 1 KiB before ENOSPC"))
-}
-
-#[test]
-fn metadata_enospc_loses_nothing_on_ubtrfs_mount() {
-    one_case(
-        "metadata_enospc_loses_nothing_on_ubtrfs_mount",
-        Writer::Ubtrfs,
-        |base| metadata_enospc_case(Writer::Ubtrfs, base),
-    );
 }
 
 // ------------------------------------------------------------------ (o)
