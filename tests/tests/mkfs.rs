@@ -397,6 +397,24 @@ fn degraded_reads(c: &Config, images: &[PathBuf], src_manifest: &[String]) -> Re
     })
 }
 
+/// Runs `case` on each of `cases` (a name for its failure, and the case),
+/// every one whatever fails; then removes `base` and panics listing the
+/// failures.
+fn every_case<T>(
+    base: &Path,
+    cases: impl IntoIterator<Item = (String, T)>,
+    mut case: impl FnMut(&str, T) -> Result<(), String>,
+) {
+    let mut failures = Vec::new();
+    for (name, c) in cases {
+        if let Err(e) = case(&name, c) {
+            failures.push(format!("{name}: {e}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(base);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
 #[test]
 fn mkfs_rootdir_matrix() {
     if !kernel_available("mkfs_rootdir_matrix") {
@@ -477,10 +495,10 @@ fn mkfs_empty_profiles() {
         return;
     }
     let base = scratch_dir("mkfs-empty");
-    let mut failures = Vec::new();
-    for p in [
+    let profiles = [
         "single", "dup", "raid0", "raid1", "raid10", "raid1c3", "raid1c4", "raid5", "raid6",
-    ] {
+    ];
+    every_case(&base, profiles.map(|p| (p.to_string(), p)), |_, p| {
         let c = cfg("crc32c", "16k", p, p);
         let images = image_files(&base, p, c.ndev, 256 * MIB);
         let r = (|| {
@@ -498,11 +516,8 @@ fn mkfs_empty_profiles() {
             btrfs_check(&loops[0].0, &[]).map_err(|e| format!("check after writes: {e}"))
         })();
         remove_all(&images);
-        if let Err(e) = r {
-            failures.push(format!("{p}: {e}"));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+        r
+    });
 }
 
 /// An empty mixed filesystem (`-M`, no -n: the nodesize is the
@@ -516,8 +531,7 @@ fn mkfs_empty_mixed() {
         return;
     }
     let base = scratch_dir("mkfs-empty-mixed");
-    let mut failures = Vec::new();
-    for (p, size) in [
+    let cases = [
         (None, 256 * MIB),
         (Some("dup"), 256 * MIB),
         (Some("raid1"), 256 * MIB),
@@ -526,9 +540,15 @@ fn mkfs_empty_mixed() {
         (Some("raid6"), 256 * MIB),
         (None, 32 * MIB),
         (Some("dup"), 64 * MIB),
-    ] {
-        let name = format!("{}-{}M", p.unwrap_or("default"), size / MIB);
-        let images = image_files(&base, &name, devices_for(p.unwrap_or("single")), size);
+    ]
+    .map(|(p, size)| {
+        (
+            format!("{}-{}M", p.unwrap_or("default"), size / MIB),
+            (p, size),
+        )
+    });
+    every_case(&base, cases, |name, (p, size)| {
+        let images = image_files(&base, name, devices_for(p.unwrap_or("single")), size);
         let r = (|| {
             let mut cmd = Command::new(ubtrfs_bin());
             cmd.args(["mkfs", "-q", "-M"]);
@@ -574,12 +594,8 @@ fn mkfs_empty_mixed() {
             Ok::<(), String>(())
         })();
         remove_all(&images);
-        if let Err(e) = r {
-            failures.push(format!("{name}: {e}"));
-        }
-    }
-    let _ = std::fs::remove_dir_all(&base);
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+        r
+    });
 }
 
 /// Wrong input fails with exit status 1 and a message naming the problem,
@@ -700,6 +716,17 @@ fn mkfs_json() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// Whether two files hold the same bytes (cmp -s).
+fn identical(a: &Path, b: &Path) -> bool {
+    Command::new("cmp")
+        .arg("-s")
+        .arg(a)
+        .arg(b)
+        .status()
+        .unwrap()
+        .success()
+}
+
 /// The same source, -U and SOURCE_DATE_EPOCH give the same bytes; without
 /// -U the filesystem (and device, chunk tree) UUIDs are fresh.
 #[test]
@@ -724,17 +751,11 @@ fn mkfs_reproducible() {
     let a = make("a.img", true);
     let b = make("b.img", true);
     let c = make("c.img", false);
-    let cmp = |x: &Path, y: &Path| {
-        Command::new("cmp")
-            .arg("-s")
-            .arg(x)
-            .arg(y)
-            .status()
-            .unwrap()
-            .success()
-    };
-    assert!(cmp(&a, &b), "same -U and SOURCE_DATE_EPOCH: images differ");
-    assert!(!cmp(&a, &c), "without -U the images are identical");
+    assert!(
+        identical(&a, &b),
+        "same -U and SOURCE_DATE_EPOCH: images differ"
+    );
+    assert!(!identical(&a, &c), "without -U the images are identical");
     btrfs_check(&a, &[]).unwrap();
     let _ = std::fs::remove_dir_all(&base);
 }
@@ -771,14 +792,11 @@ fn mkfs_threads_identical() {
             })
             .collect();
         for other in &images[1..] {
-            let same = Command::new("cmp")
-                .arg("-s")
-                .arg(&images[0])
-                .arg(other)
-                .status()
-                .unwrap()
-                .success();
-            assert!(same, "{extra:?}: {} differs from 1 thread", other.display());
+            assert!(
+                identical(&images[0], other),
+                "{extra:?}: {} differs from 1 thread",
+                other.display()
+            );
         }
         btrfs_check(&images[1], &[]).unwrap();
     }
@@ -1082,13 +1100,13 @@ fn mkfs_mixed_rootdir_grows_chunks() {
     let src = base.join("src");
     growth_source(&src, 5, 30 << 20);
     let src_manifest = manifest(&src);
-    let mut failures = Vec::new();
-    for extra in [
+    let extras = [
         &["-b", "256M"][..],
         &["-m", "dup", "-d", "dup", "-b", "448M", "--csum", "xxhash"][..],
         &["--shrink", "--compress", "zstd"][..],
         &["-b", "320M", "-u", "d", "-u", "ro:d/e", "--compress", "lzo"][..],
-    ] {
+    ];
+    every_case(&base, extras.map(|e| (format!("{e:?}"), e)), |_, extra| {
         let img = base.join("img");
         let _ = std::fs::remove_file(&img);
         let r = (|| {
@@ -1127,12 +1145,8 @@ fn mkfs_mixed_rootdir_grows_chunks() {
             Ok::<(), String>(())
         })();
         let _ = std::fs::remove_file(&img);
-        if let Err(e) = r {
-            failures.push(format!("{extra:?}: {e}"));
-        }
-    }
-    let _ = std::fs::remove_dir_all(&base);
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+        r
+    });
 }
 
 /// ubtrfs's other writers on mixed images, one made by `ubtrfs mkfs -M`
@@ -1196,82 +1210,75 @@ fn mkfs_mixed_writers_make_mixed_chunks() {
             .arg(&ours),
     );
     let kernel = kernel_fixture("mixed").copy_to(&base.join("kernel"));
-    let mut failures = Vec::new();
-    for (name, img) in [
-        ("ours", ours.clone()),
-        ("kernel", kernel.devices()[0].clone()),
-    ] {
-        let r = (|| {
-            let step = |what: &str| -> Result<usize, String> {
-                btrfs_check(&img, &[]).map_err(|e| format!("check after {what}: {e}"))?;
-                check_chunk_types(&img, true).map_err(|e| format!("after {what}: {e}"))
-            };
-            let n0 = step("mkfs")?;
-            let img_os = img.clone().into_os_string();
-            ub(&[
-                &os("subvolume"),
-                &os("snapshot"),
-                &img_os,
-                &os("/"),
-                &os("/snap"),
-            ])?;
-            step("snapshot")?;
-            ub(&[
-                &os("receive"),
-                &os("-q"),
-                &os("-f"),
-                stream.as_os_str(),
-                &img_os,
-                &os("/"),
-            ])?;
-            step("receive")?;
-            let mnt_dir = base.join(format!("{name}-rw"));
-            let m = UbtrfsMount::start(&img, &mnt_dir, "")?;
-            let copied = std::fs::copy(&extra_file, mnt_dir.join("extra"))
-                .map_err(|e| format!("copy into the rw mount: {e}"));
-            m.unmount()?;
-            copied?;
-            step("the read-write mount")?;
-            ub(&[&os("subvolume"), &os("delete"), &img_os, &os("/snap")])?;
-            let n1 = step("subvolume delete")?;
-            if n1 <= n0 {
-                return Err(format!("{n0} mixed chunks before the writers, {n1} after"));
-            }
-            let l = Loop::new(&img);
-            let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt"))?;
-            compare_manifests(
-                &src_manifest,
-                &manifest(&mnt.dir.join("src")),
-                &source_ignore(),
-            )
-            .map_err(|e| format!("received subvolume differs from the source: {e}"))?;
-            if std::fs::read(mnt.dir.join("extra")).ok() != std::fs::read(&extra_file).ok() {
-                return Err("the file copied through the rw mount differs".into());
-            }
-            if mnt.dir.join("snap").exists() {
-                return Err("deleted snapshot still there".into());
-            }
-            std::fs::write(mnt.dir.join("kernel-new"), vec![9u8; 4 << 20]).unwrap();
-            must(
-                Command::new("btrfs")
-                    .args(["subvolume", "snapshot", "-r"])
-                    .arg(&mnt.dir)
-                    .arg(mnt.dir.join("ksnap")),
-            );
-            mnt.umount()?;
-            drop(l);
-            let n2 = step("kernel writes")?;
-            eprintln!(
-                "{name}: {n0} mixed chunks, {n1} after ubtrfs's writers, {n2} after the kernel's"
-            );
-            Ok::<(), String>(())
-        })();
-        if let Err(e) = r {
-            failures.push(format!("{name}: {e}"));
+    let images = [
+        ("ours".to_string(), ours.clone()),
+        ("kernel".to_string(), kernel.devices()[0].clone()),
+    ];
+    every_case(&base, images, |name, img| {
+        let step = |what: &str| -> Result<usize, String> {
+            btrfs_check(&img, &[]).map_err(|e| format!("check after {what}: {e}"))?;
+            check_chunk_types(&img, true).map_err(|e| format!("after {what}: {e}"))
+        };
+        let n0 = step("mkfs")?;
+        let img_os = img.clone().into_os_string();
+        ub(&[
+            &os("subvolume"),
+            &os("snapshot"),
+            &img_os,
+            &os("/"),
+            &os("/snap"),
+        ])?;
+        step("snapshot")?;
+        ub(&[
+            &os("receive"),
+            &os("-q"),
+            &os("-f"),
+            stream.as_os_str(),
+            &img_os,
+            &os("/"),
+        ])?;
+        step("receive")?;
+        let mnt_dir = base.join(format!("{name}-rw"));
+        let m = UbtrfsMount::start(&img, &mnt_dir, "")?;
+        let copied = std::fs::copy(&extra_file, mnt_dir.join("extra"))
+            .map_err(|e| format!("copy into the rw mount: {e}"));
+        m.unmount()?;
+        copied?;
+        step("the read-write mount")?;
+        ub(&[&os("subvolume"), &os("delete"), &img_os, &os("/snap")])?;
+        let n1 = step("subvolume delete")?;
+        if n1 <= n0 {
+            return Err(format!("{n0} mixed chunks before the writers, {n1} after"));
         }
-    }
-    let _ = std::fs::remove_dir_all(&base);
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+        let l = Loop::new(&img);
+        let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt"))?;
+        compare_manifests(
+            &src_manifest,
+            &manifest(&mnt.dir.join("src")),
+            &source_ignore(),
+        )
+        .map_err(|e| format!("received subvolume differs from the source: {e}"))?;
+        if std::fs::read(mnt.dir.join("extra")).ok() != std::fs::read(&extra_file).ok() {
+            return Err("the file copied through the rw mount differs".into());
+        }
+        if mnt.dir.join("snap").exists() {
+            return Err("deleted snapshot still there".into());
+        }
+        std::fs::write(mnt.dir.join("kernel-new"), vec![9u8; 4 << 20]).unwrap();
+        must(
+            Command::new("btrfs")
+                .args(["subvolume", "snapshot", "-r"])
+                .arg(&mnt.dir)
+                .arg(mnt.dir.join("ksnap")),
+        );
+        mnt.umount()?;
+        drop(l);
+        let n2 = step("kernel writes")?;
+        eprintln!(
+            "{name}: {n0} mixed chunks, {n1} after ubtrfs's writers, {n2} after the kernel's"
+        );
+        Ok::<(), String>(())
+    });
 }
 
 /// -b on a larger device or image file: the filesystem is that size (as
