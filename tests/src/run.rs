@@ -107,6 +107,17 @@ pub struct Limits {
     pub file_size: Option<u64>,
 }
 
+impl Limits {
+    /// A timeout, and no limit on memory or file sizes.
+    pub fn timeout_only(timeout: Duration) -> Limits {
+        Limits {
+            timeout,
+            address_space: None,
+            file_size: None,
+        }
+    }
+}
+
 /// How a command under [`run_limited`] ended.
 #[derive(Debug)]
 pub struct Run {

@@ -480,6 +480,19 @@ pub struct RwOpsResult {
     pub summary: Value,
 }
 
+/// The `errors` (strings) of a script's JSON summary (rw_ops.py,
+/// log_crash_ops.py).
+pub fn errors_of(summary: &Value) -> Vec<String> {
+    summary["errors"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| e.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 impl RwOpsResult {
     /// Exit 0 and a summary saying ok.
     pub fn ok(&self) -> bool {
@@ -488,14 +501,7 @@ impl RwOpsResult {
 
     /// The failures it reported (or how it ended, when it reported none).
     pub fn describe(&self) -> String {
-        let errs: Vec<String> = self.summary["errors"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|e| e.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let errs = errors_of(&self.summary);
         format!(
             "rw_ops exit {:?} signal {:?} timed out {} after {:.1?}; errors: {}; stderr: {}",
             self.run.code,
@@ -561,11 +567,7 @@ impl RwOps {
     }
 
     fn limits(&self) -> Limits {
-        Limits {
-            timeout: self.timeout,
-            address_space: None,
-            file_size: None,
-        }
+        Limits::timeout_only(self.timeout)
     }
 
     fn result(run: Run) -> RwOpsResult {
@@ -850,15 +852,7 @@ pub fn run_pjdfstest(
         .arg(secondary)
         .args(patterns)
         .env("NO_COLOR", "1");
-    let r = run_limited(
-        c,
-        tmp,
-        Limits {
-            timeout: Duration::from_secs(900),
-            address_space: None,
-            file_size: None,
-        },
-    );
+    let r = run_limited(c, tmp, Limits::timeout_only(Duration::from_secs(900)));
     if r.timed_out || r.signal.is_some() {
         return Err(format!(
             "pjdfstest: timed out {} / signal {:?} after {:.1?}; output ends: {}",
@@ -909,15 +903,7 @@ pub fn run_fsx(
         .arg("-P")
         .arg(artifacts)
         .arg(file);
-    let r = run_limited(
-        c,
-        tmp,
-        Limits {
-            timeout: Duration::from_secs(900),
-            address_space: None,
-            file_size: None,
-        },
-    );
+    let r = run_limited(c, tmp, Limits::timeout_only(Duration::from_secs(900)));
     let output = format!("{}{}", String::from_utf8_lossy(&r.stdout), r.stderr);
     FsxResult {
         ok: r.code == Some(0) && output.contains("All operations completed A-OK!"),

@@ -620,15 +620,7 @@ fn fuse_check(img: &Image, work: &Path, tally: &Mutex<Tally>) -> Result<(), Stri
             )
             .arg("walk")
             .arg(&mnt);
-        let w = run_limited(
-            sh,
-            &walk_dir,
-            Limits {
-                timeout: timeout(),
-                address_space: None,
-                file_size: None,
-            },
-        );
+        let w = run_limited(sh, &walk_dir, Limits::timeout_only(timeout()));
         if w.timed_out {
             problems.push(format!("walking the mount hung (over {:?})", w.elapsed));
         }

@@ -156,14 +156,7 @@ fn check_journal(dir: &Path, journal: &Path, shadow: &Path) -> Result<Value, Str
     if v["ok"] == true && o.status.success() {
         Ok(v)
     } else {
-        let errs: Vec<String> = v["errors"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|e| e.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let errs = errors_of(&v);
         Err(format!(
             "{} journaled files break the rule:\n    {}",
             v["error_count"],
@@ -265,15 +258,7 @@ fn crash_once(seed: u64, notreelog: bool, dir: &Path) -> Result<Outcome, String>
         .arg("--log")
         .arg(dir.join("ops.log"));
     c.process_group(0);
-    let mut work = spawn_limited(
-        c,
-        dir,
-        Limits {
-            timeout: Duration::from_secs(600),
-            address_space: None,
-            file_size: None,
-        },
-    );
+    let mut work = spawn_limited(c, dir, Limits::timeout_only(Duration::from_secs(600)));
     let mut rng = Rng::new(seed ^ 0x10_9c4a);
     out.delay = Duration::from_millis(500 + rng.below(max_delay_ms() + 1));
     let t = Instant::now();

@@ -21,31 +21,7 @@ const SS: u64 = 4096;
 const FILES: usize = 3;
 
 mod memcheck;
-use memcheck::Rng;
-
-/// A file's expected content.
-fn pattern(rng: &mut Rng, len: usize) -> Vec<u8> {
-    match rng.below(4) {
-        // Zeros (still data when written).
-        0 => vec![0; len],
-        // Compressible.
-        1 => (0..len).map(|i| (i / 512) as u8).collect(),
-        _ => {
-            let seed = rng.next();
-            (0..len)
-                .map(|i| (seed.wrapping_mul(i as u64 + 1) >> 29) as u8)
-                .collect()
-        }
-    }
-}
-
-fn offset(rng: &mut Rng, size: u64) -> u64 {
-    match rng.below(4) {
-        0 => rng.below(SS),
-        1 => rng.below(size + 2 * SS) / SS * SS,
-        _ => rng.below(size + 3 * SS),
-    }
-}
+use memcheck::{offset, pattern, Rng};
 
 fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
     let mut rng = Rng::new(seed);
@@ -101,7 +77,7 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
                     2 => SS * (1 + rng.below(40)),
                     _ => 1 + rng.below(300_000),
                 } as usize;
-                let data = pattern(&mut rng, len);
+                let data = pattern(&mut rng, len, false);
                 what = format!("write f{f} at {off} len {len} {policy:?}");
                 let m = &mut model[f];
                 if m.len() < off as usize + len {

@@ -30,31 +30,10 @@ use ubtrfs_format::consts::*;
 const SS: u64 = 4096;
 
 mod memcheck;
-use memcheck::{btrfs_check, Rng};
+use memcheck::{btrfs_check, offset, pattern, Rng};
 
 /// For the btrfs check: its skip message, UBTRFS_VFS_MODEL_KEEP.
 const SUITE: &str = "vfs_model";
-
-fn pattern(rng: &mut Rng, len: usize) -> Vec<u8> {
-    match rng.below(4) {
-        0 => vec![0; len],
-        1 => (0..len).map(|i| (i / 512) as u8 | 1).collect(),
-        _ => {
-            let seed = rng.next();
-            (0..len)
-                .map(|i| (seed.wrapping_mul(i as u64 + 1) >> 29) as u8)
-                .collect()
-        }
-    }
-}
-
-fn offset(rng: &mut Rng, size: u64) -> u64 {
-    match rng.below(4) {
-        0 => rng.below(SS),
-        1 => rng.below(size + 2 * SS) / SS * SS,
-        _ => rng.below(size + 3 * SS),
-    }
-}
 
 /// The model: names per directory, and each file's bytes.
 #[derive(Default)]
@@ -230,7 +209,7 @@ fn run_seed(seed: u64) -> Result<usize, String> {
                     2 => SS * (1 + rng.below(40)),
                     _ => 1 + rng.below(400_000),
                 } as usize;
-                let data = pattern(&mut rng, len);
+                let data = pattern(&mut rng, len, true);
                 what = format!("write {} at {off} len {len}", id.ino);
                 fs.write(id, off, &data)
                     .map_err(|e| format!("{what}: {e}"))?;
@@ -404,7 +383,7 @@ fn run_seed(seed: u64) -> Result<usize, String> {
                     let off = offset(&mut rng, size);
                     let most = [100, 9000, 300_000][rng.below(3) as usize];
                     let len = 1 + rng.below(most) as usize;
-                    let data = pattern(&mut rng, len);
+                    let data = pattern(&mut rng, len, true);
                     fs.write_buffered(id, off, &data)
                         .map_err(|e| format!("{what}: write {} at {off} len {len}: {e}", id.ino))?;
                     let d = m.data.get_mut(&id).unwrap();
@@ -1028,7 +1007,7 @@ fn vfs_writes_into_fallocated_space_go_in_place() {
         } else {
             (c << 20, 1 << 20)
         };
-        let data = pattern(&mut rng, len);
+        let data = pattern(&mut rng, len, true);
         fs.write(id, off, &data)
             .unwrap_or_else(|e| panic!("write {n} at {off}: {e}"));
         model[off as usize..off as usize + len].copy_from_slice(&data);
@@ -1268,7 +1247,7 @@ fn vfs_direct_writes_outside_the_lock() {
                         let a = rng.below(CHUNK / SS);
                         let n = 1 + rng.below(CHUNK / SS - a);
                         let off = c * CHUNK + a * SS;
-                        let data = pattern(&mut rng, (n * SS) as usize);
+                        let data = pattern(&mut rng, (n * SS) as usize, true);
                         if rng.below(8) == 0 {
                             // Buffered, beside the direct writes.
                             fs.lock().unwrap().write(id, off + 7, &data[7..]).unwrap();

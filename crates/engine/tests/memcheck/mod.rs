@@ -64,6 +64,36 @@ pub fn btrfs_check(dev: &MemDev, suite: &str) -> Result<(), String> {
     r
 }
 
+/// File content for the model tests (file_model, vfs_model), as `rng`
+/// picks: zeros (still data when written), a compressible pattern (with
+/// `nonzero`, none of its bytes 0), or bytes from a seed.
+pub fn pattern(rng: &mut Rng, len: usize, nonzero: bool) -> Vec<u8> {
+    match rng.below(4) {
+        0 => vec![0; len],
+        1 => (0..len)
+            .map(|i| (i / 512) as u8 | u8::from(nonzero))
+            .collect(),
+        _ => {
+            let seed = rng.next();
+            (0..len)
+                .map(|i| (seed.wrapping_mul(i as u64 + 1) >> 29) as u8)
+                .collect()
+        }
+    }
+}
+
+/// An offset for an operation on a file of `size` bytes, as `rng` picks:
+/// in the first 4 KiB sector, a sector boundary up to two sectors past
+/// the end, or anywhere up to three sectors past it.
+pub fn offset(rng: &mut Rng, size: u64) -> u64 {
+    const SS: u64 = 4096;
+    match rng.below(4) {
+        0 => rng.below(SS),
+        1 => rng.below(size + 2 * SS) / SS * SS,
+        _ => rng.below(size + 3 * SS),
+    }
+}
+
 /// A read-write mount with compress=zstd over `t`, and the top directory
 /// of its default subvolume.
 pub fn zstd_mount(
