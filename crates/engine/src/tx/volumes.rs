@@ -127,13 +127,16 @@ fn layout(profile: u64) -> Result<Layout> {
 }
 
 impl Trans {
-    /// About how many bytes of file data can still be given extents: free
-    /// space in data block groups, and unallocated device space new data
-    /// chunks can take (divided by the data profile's copies), less room
-    /// kept for metadata chunks when the metadata groups run low (the
-    /// kernel's space_info flushing keeps such a reserve too). With mixed
-    /// block groups, the space both kinds share less the metadata reserve
-    /// that data allocations leave alone ([`Trans::alloc_data`]).
+    /// About how many bytes of file data can still be given extents, as
+    /// the kernel's btrfs_statfs counts f_bavail: free space in data block
+    /// groups and the unallocated device space new data chunks can take
+    /// (divided by the data profile's copies); none once metadata can
+    /// neither grow nor hold more than a few MiB. Data chunks may take
+    /// all unallocated space ([`Trans::alloc_data`] keeps none back), so
+    /// the figure is the same before a file fills the filesystem and
+    /// after it is removed (fstests generic/015). With mixed block
+    /// groups, the space both kinds share less the metadata reserve that
+    /// data allocations leave alone.
     pub fn data_space_estimate(&self) -> u64 {
         if self.mixed_groups() {
             return self.mixed_room().saturating_sub(self.mixed_meta_reserve());
@@ -147,13 +150,13 @@ impl Trans {
             }
         }
         let unalloc = self.unallocated();
-        let total: u64 = self.dev_sizes().map(|(_, size)| size).sum();
-        let meta_chunk = (256u64 << 20).min(total / 10).max(16 << 20);
-        let want_meta = (2 * meta_chunk).saturating_sub(meta_free);
         let (mr, ml) = self.raw_per_logical(SpaceKind::Metadata);
-        let meta_reserve = want_meta * mr / ml;
+        let meta_can_grow = unalloc >= DEV_RESERVED * mr.div_ceil(ml);
+        if !meta_can_grow && meta_free < 4 << 20 {
+            return 0;
+        }
         let (dr, dl) = self.raw_per_logical(SpaceKind::Data);
-        data_free + unalloc.saturating_sub(meta_reserve) / dr * dl
+        data_free + unalloc / dr * dl
     }
 
     /// Logical bytes of metadata that can still be given tree blocks: free
