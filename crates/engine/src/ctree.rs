@@ -14,6 +14,14 @@ use ubtrfs_format::consts::tree_name;
 use ubtrfs_format::key::Key;
 use ubtrfs_format::node::MAX_LEVEL;
 
+/// "subvolume 257 tree", "fs tree": where an item was, for errors.
+pub fn describe_tree(id: u64) -> String {
+    match tree_name(id) {
+        Some(n) => format!("{n} tree"),
+        None => format!("subvolume {id} tree"),
+    }
+}
+
 /// A tree: its id (owner) and where its root block is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tree {
@@ -26,10 +34,7 @@ pub struct Tree {
 impl Tree {
     /// A human name for errors: "fs tree 5", "subvolume 257".
     pub fn describe(&self) -> String {
-        match tree_name(self.id) {
-            Some(n) => format!("{n} tree"),
-            None => format!("subvolume {} tree", self.id),
-        }
+        describe_tree(self.id)
     }
 
     /// Adds the tree's name to the location of a corruption error.

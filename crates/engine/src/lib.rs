@@ -9,6 +9,9 @@
 //! * [`disk_io`]: opening a filesystem, verified reads with mirror and
 //!   parity fallback;
 //! * [`ctree`]: B-tree search and iteration;
+//! * [`items`]: the item readers (inode items, back references, names,
+//!   listings, xattrs), written once over where the trees come from: the
+//!   committed roots ([`fs`]) or a running transaction's ([`tx`]);
 //! * [`data`]: the one validated EXTENT_DATA decoder, data checksums,
 //!   and reads of extent data (checksummed, decompressed, inline);
 //! * [`fs`]: the committed view: subvolumes, inodes, directories, xattrs
@@ -35,6 +38,7 @@ pub mod error;
 pub mod fs;
 pub mod inode;
 pub mod io;
+pub mod items;
 pub mod mkfs;
 pub mod receive;
 pub mod send;

@@ -1,12 +1,14 @@
 //! Reads of file data through validated extents ([`Extent`]): checksummed
 //! reads of disk ranges, decompression with a one-extent cache, inline
-//! data. File reads ([`crate::fs::file::FileHandle`]) and send share them.
+//! data. Written once over where the checksums come from
+//! ([`ItemSource`]): committed file reads ([`crate::fs::file::FileHandle`])
+//! and send read the committed csum tree, a transaction's reads
+//! ([`crate::tx::Trans::read_file`]) its running one.
 
-use crate::ctree::Tree;
-use crate::data::csum::lookup_csums;
 use crate::data::extent::{Extent, ExtentKind};
-use crate::disk_io::FsInfo;
+use crate::disk_io::MAX_DATA_READ;
 use crate::error::{Error, FormatContext, Result};
+use crate::items::{describe_tree, ItemSource};
 use std::sync::Arc;
 use ubtrfs_format::compress::decompress;
 use ubtrfs_format::consts::COMPRESS_NONE;
@@ -17,22 +19,20 @@ pub const READ_CHUNK: u64 = 1 << 20;
 /// Reads the data of one inode's extents (the inode can be changed with
 /// [`DataReader::set_inode`]; the decompressed-extent cache is kept).
 pub struct DataReader {
-    tree: Tree,
+    tree: u64,
     ino: u64,
-    csum_tree: Option<Tree>,
     nodatasum: bool,
     /// The last decompressed extent: (disk_bytenr, ram_bytes, data).
     decompressed: Option<(u64, u64, Arc<Vec<u8>>)>,
 }
 
 impl DataReader {
-    /// A reader of inode `ino` of `tree`; `csum_tree` None (or
-    /// `nodatasum`) reads without checksums.
-    pub fn new(tree: Tree, ino: u64, csum_tree: Option<Tree>, nodatasum: bool) -> Self {
+    /// A reader of inode `ino` of tree `tree`; `nodatasum` reads without
+    /// checksums.
+    pub fn new(tree: u64, ino: u64, nodatasum: bool) -> Self {
         DataReader {
             tree,
             ino,
-            csum_tree,
             nodatasum,
             decompressed: None,
         }
@@ -45,17 +45,36 @@ impl DataReader {
     }
 
     fn here(&self) -> String {
-        format!("{} inode {}", self.tree.describe(), self.ino)
+        format!("{} inode {}", describe_tree(self.tree), self.ino)
     }
 
     /// Verified bytes of the sector-aligned range `[logical, logical +
-    /// len)`, from whichever copy has them right; errors name the inode.
-    pub fn read_verified(&self, fs: &FsInfo, logical: u64, len: u64) -> Result<Vec<u8>> {
-        let csums = match self.csum_tree {
-            Some(t) if !self.nodatasum => lookup_csums(fs, t, logical, len)?,
-            _ => Vec::new(),
+    /// len)`, from whichever copy has them right (a sector no copy of
+    /// which matches its checksum is an error, as the kernel's EIO);
+    /// errors name the inode.
+    pub fn read_verified<S: ItemSource + ?Sized>(
+        &self,
+        src: &S,
+        logical: u64,
+        len: u64,
+    ) -> Result<Vec<u8>> {
+        // The length comes from an extent item: bounded before the
+        // checksum list is sized by it.
+        if len > MAX_DATA_READ as u64 {
+            return Err(Error::corrupt(
+                format!("data at logical {logical} ({})", self.here()),
+                format!("read of {len} bytes is larger than {MAX_DATA_READ}"),
+            ));
+        }
+        let mut csums = match self.nodatasum {
+            false => src.data_csums(logical, len)?,
+            true => Vec::new(),
         };
-        fs.read_data(logical, len as usize, &csums)
+        if csums.iter().all(Option::is_none) {
+            csums.clear();
+        }
+        src.fs_info()
+            .read_data(logical, len as usize, &csums)
             .map_err(|e| match e {
                 Error::Corrupt { at, detail } => Error::Corrupt {
                     at: format!("{at} ({})", self.here()),
@@ -67,8 +86,13 @@ impl DataReader {
 
     /// Verified bytes of `[logical, logical + len)` at any alignment (the
     /// sectors around it are read and checked).
-    pub fn read_disk(&self, fs: &FsInfo, logical: u64, len: u64) -> Result<Vec<u8>> {
-        let ss = fs.sectorsize as u64;
+    pub fn read_disk<S: ItemSource + ?Sized>(
+        &self,
+        src: &S,
+        logical: u64,
+        len: u64,
+    ) -> Result<Vec<u8>> {
+        let ss = src.fs_info().sectorsize as u64;
         let a0 = logical / ss * ss;
         let a1 = logical
             .checked_add(len)
@@ -76,7 +100,7 @@ impl DataReader {
             .ok_or_else(|| {
                 Error::corrupt(self.here(), format!("data range {logical}+{len} overflows"))
             })?;
-        let mut data = self.read_verified(fs, a0, a1 - a0)?;
+        let mut data = self.read_verified(src, a0, a1 - a0)?;
         let skip = (logical - a0) as usize;
         data.truncate(skip + len as usize);
         data.drain(..skip);
@@ -85,9 +109,9 @@ impl DataReader {
 
     /// The uncompressed data of a compressed extent (kept for the next
     /// call: reads of one extent in pieces decompress it once).
-    pub fn decompressed(
+    pub fn decompressed<S: ItemSource + ?Sized>(
         &mut self,
-        fs: &FsInfo,
+        src: &S,
         disk_bytenr: u64,
         disk_num_bytes: u64,
         compression: u8,
@@ -98,8 +122,9 @@ impl DataReader {
                 return Ok(d.clone());
             }
         }
-        let raw = self.read_verified(fs, disk_bytenr, disk_num_bytes)?;
-        let plain = decompress(compression, &raw, ram_bytes as usize, fs.sectorsize).at(|| {
+        let raw = self.read_verified(src, disk_bytenr, disk_num_bytes)?;
+        let ss = src.fs_info().sectorsize;
+        let plain = decompress(compression, &raw, ram_bytes as usize, ss).at(|| {
             format!(
                 "compressed extent at logical {disk_bytenr} ({})",
                 self.here()
@@ -113,9 +138,9 @@ impl DataReader {
     /// Fills the start of `out` from extent `e` at file offset `pos`
     /// (inside `e`); returns how many bytes (fewer than `out.len()` at the
     /// end of `e`, or after [`READ_CHUNK`] of uncompressed data).
-    pub fn read_extent(
+    pub fn read_extent<S: ItemSource + ?Sized>(
         &mut self,
-        fs: &FsInfo,
+        src: &S,
         e: &Extent,
         pos: u64,
         out: &mut [u8],
@@ -129,7 +154,8 @@ impl DataReader {
                 let src: &[u8] = if e.compression == COMPRESS_NONE {
                     data
                 } else {
-                    plain = decompress(e.compression, data, *ram_bytes as usize, fs.sectorsize)
+                    let ss = src.fs_info().sectorsize;
+                    plain = decompress(e.compression, data, *ram_bytes as usize, ss)
                         .at(|| format!("{} inline extent", self.here()))?;
                     &plain
                 };
@@ -146,12 +172,12 @@ impl DataReader {
                     let n = (n as u64).min(READ_CHUNK);
                     // Inside the extent: the decoder checked offset +
                     // num_bytes <= disk_num_bytes.
-                    let data = self.read_disk(fs, disk_bytenr + offset + rel, n)?;
+                    let data = self.read_disk(src, disk_bytenr + offset + rel, n)?;
                     out[..n as usize].copy_from_slice(&data);
                     return Ok(n as usize);
                 }
                 let plain = self.decompressed(
-                    fs,
+                    src,
                     *disk_bytenr,
                     *disk_num_bytes,
                     e.compression,

@@ -89,12 +89,7 @@ impl FileHandle {
             sectorsize: fs.info.sectorsize as u64,
             leaf: None,
             no_extent_from: None,
-            reader: DataReader::new(
-                tree,
-                id.ino,
-                fs.tree_opt(CSUM_TREE_OBJECTID)?,
-                inode.flags & INODE_NODATASUM != 0,
-            ),
+            reader: DataReader::new(tree.id, id.ino, inode.flags & INODE_NODATASUM != 0),
             stats: HandleStats::default(),
         })
     }
@@ -323,7 +318,7 @@ impl FileHandle {
                     out[..n].fill(0);
                     n
                 }
-                Some(e) => self.reader.read_extent(&fs.info, &e, pos, out)?,
+                Some(e) => self.reader.read_extent(fs, &e, pos, out)?,
             };
             pos += n as u64;
         }
@@ -382,7 +377,7 @@ impl FileHandle {
                 ExtentKind::Hole | ExtentKind::Prealloc { .. } => {}
                 _ => {
                     let out = &mut buf[(pos - off) as usize..len];
-                    n = self.reader.read_extent(&fs.info, &e, pos, out)?;
+                    n = self.reader.read_extent(fs, &e, pos, out)?;
                 }
             }
             pos += n as u64;
@@ -406,7 +401,7 @@ impl FileHandle {
         let (first, (_, last, k)) = (run[0].1, run[run.len() - 1]);
         let a0 = first / ss * ss;
         let a1 = (last + k as u64).div_ceil(ss) * ss;
-        let data = self.reader.read_verified(&fs.info, a0, a1 - a0)?;
+        let data = self.reader.read_verified(fs, a0, a1 - a0)?;
         for &(p, l, n) in run {
             let s = (l - a0) as usize;
             let d = (p - off) as usize;

@@ -7,17 +7,14 @@ use crate::ctree::{for_each_item, lookup, Cursor, Tree};
 use crate::disk_io::FsInfo;
 use crate::error::{Error, FormatContext, Result};
 use crate::io::device::Device;
+use crate::items::{dir_item, inode_item, ItemSource};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use ubtrfs_format::bytes::format_uuid;
-use ubtrfs_format::checksum::name_hash;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{
-    parse_dir_entries, parse_inode_extrefs, parse_inode_refs, ChunkItem, DevItem, DirEntry,
-    InodeItem, InodeRef, RootItem, RootRef, Timespec,
-};
+use ubtrfs_format::items::{ChunkItem, DevItem, DirEntry, InodeItem, RootItem, RootRef, Timespec};
 use ubtrfs_format::key::Key;
 
 /// Default block cache budget.
@@ -40,18 +37,7 @@ impl Default for OpenOptions {
     }
 }
 
-/// An inode: the subvolume (tree) it lives in and its number there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct InodeId {
-    pub subvol: u64,
-    pub ino: u64,
-}
-
-impl InodeId {
-    pub fn is_placeholder(&self) -> bool {
-        self.ino == EMPTY_SUBVOL_DIR_OBJECTID
-    }
-}
+pub use crate::items::{check_entry_name, InodeId};
 
 /// What `stat` shows for an inode, as the kernel reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,43 +113,6 @@ impl Stat {
     pub fn is_symlink(&self) -> bool {
         self.file_type() == 0o120000
     }
-}
-
-/// A directory entry name must be a single path component: a hostile image
-/// with "..", "/" or NUL in a name must not steer `extract` (or anything
-/// that joins names into host paths) outside its destination. The kernel's
-/// tree-checker refuses such names too.
-pub fn check_entry_name(name: &[u8]) -> std::result::Result<(), String> {
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
-    {
-        return Err(format!(
-            "invalid directory entry name {:?}",
-            String::from_utf8_lossy(name)
-        ));
-    }
-    Ok(())
-}
-
-/// The (parent, name) pairs of an INODE_REF or INODE_EXTREF item `k` of
-/// `tree`; a name that is not one path component (but for the ".." a
-/// subvolume's root directory is its own parent by) is an error naming
-/// the tree, inode and key.
-pub fn decode_refs<'a>(tree: Tree, k: &Key, d: &'a [u8]) -> Result<Vec<InodeRef<'a>>> {
-    let here = || format!("{} inode {} key {k}", tree.describe(), k.objectid);
-    let refs = if k.item_type == INODE_REF {
-        parse_inode_refs(k, d)
-    } else {
-        parse_inode_extrefs(d)
-    }
-    .at(here)?;
-    for r in &refs {
-        // A subvolume's root directory names itself "..".
-        if r.parent == k.objectid && r.name == b".." {
-            continue;
-        }
-        check_entry_name(r.name).map_err(|why| Error::corrupt(here(), why))?;
-    }
-    Ok(refs)
 }
 
 /// btrfs keeps the kernel's internal dev_t (major << 20 | minor); stat(2)
@@ -346,21 +295,7 @@ impl Filesystem {
     /// The first ROOT_BACKREF of subvolume `id`: (parent subvolume,
     /// directory in it, name). The name must be one path component.
     pub fn root_backref(&self, id: u64) -> Result<Option<(u64, u64, Vec<u8>)>> {
-        let mut out = None;
-        for_each_item(
-            &self.info,
-            self.root_tree,
-            Key::new(id, ROOT_BACKREF, 0),
-            Key::new(id, ROOT_BACKREF, u64::MAX),
-            |k, d| {
-                let here = || format!("root tree key {k}");
-                let r = RootRef::parse(d).at(here)?;
-                check_entry_name(r.name).map_err(|why| Error::corrupt(here(), why))?;
-                out = Some((k.offset, r.dirid, r.name.to_vec()));
-                Ok(ControlFlow::Break(()))
-            },
-        )?;
-        Ok(out)
+        dir_item::root_backref(self, id)
     }
 
     /// The tree with id `id` (a well-known tree or a subvolume).
@@ -377,6 +312,59 @@ impl Filesystem {
         let t = self.root_item(id)?.map(|r| tree_from_root_item(id, &r));
         self.trees.lock().unwrap().insert(id, t);
         Ok(t)
+    }
+}
+
+/// The committed trees, as item readers see them.
+impl ItemSource for Filesystem {
+    fn fs_info(&self) -> &FsInfo {
+        &self.info
+    }
+
+    fn item(&self, tree: u64, key: &Key) -> Result<Option<Vec<u8>>> {
+        lookup(&self.info, self.source_tree(tree)?, key)
+    }
+
+    fn item_le(&self, tree: u64, key: &Key) -> Result<Option<(Key, Vec<u8>)>> {
+        let mut c = Cursor::new(&self.info, self.source_tree(tree)?);
+        if !c.seek_le(key)? {
+            return Ok(None);
+        }
+        Ok(c.item().map(|(k, d)| (k, d.to_vec())))
+    }
+
+    fn visit(
+        &self,
+        tree: u64,
+        lo: &Key,
+        hi: &Key,
+        f: &mut crate::items::Visitor<'_>,
+    ) -> Result<()> {
+        for_each_item(&self.info, self.source_tree(tree)?, *lo, *hi, |k, d| {
+            f(&k, d)
+        })
+    }
+
+    fn data_csums(&self, logical: u64, len: u64) -> Result<Vec<Option<[u8; CSUM_SIZE_MAX]>>> {
+        match self.tree_opt(CSUM_TREE_OBJECTID)? {
+            Some(t) => crate::data::csum::lookup_csums(&self.info, t, logical, len),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn has_tree(&self, tree: u64) -> Result<bool> {
+        Ok(tree == ROOT_TREE_OBJECTID || self.tree_opt(tree)?.is_some())
+    }
+}
+
+impl Filesystem {
+    /// Tree `id` for an item reader: the root tree too, which has no
+    /// ROOT_ITEM of its own.
+    fn source_tree(&self, id: u64) -> Result<Tree> {
+        if id == ROOT_TREE_OBJECTID {
+            return Ok(self.root_tree);
+        }
+        self.tree(id)
     }
 
     /// Every subvolume and snapshot, with paths from the top level.
@@ -471,27 +459,7 @@ impl Filesystem {
     /// following the first name of each inode up to the root directory, as
     /// the kernel's btrfs_ref_to_path. Every name is one path component.
     pub fn path_in(&self, tree: Tree, ino: u64) -> Result<Vec<u8>> {
-        let mut parts: Vec<Vec<u8>> = Vec::new();
-        let mut cur = ino;
-        // A directory has one parent; a loop in a corrupt image is cut off.
-        for _ in 0..4096 {
-            if cur == FIRST_INODE {
-                parts.reverse();
-                return Ok(parts.join(&b'/'));
-            }
-            let (parent, name) = self.first_ref(tree, cur)?.ok_or_else(|| {
-                Error::corrupt(
-                    format!("{} inode {cur}", tree.describe()),
-                    "inode has no INODE_REF",
-                )
-            })?;
-            parts.push(name);
-            cur = parent;
-        }
-        Err(Error::corrupt(
-            format!("{} inode {ino}", tree.describe()),
-            "parent chain does not reach the root directory",
-        ))
+        inode_item::path(self, tree.id, ino)
     }
 
     /// Calls `f` with each (parent dir, name) of inode `ino` in `tree`, from
@@ -500,41 +468,21 @@ impl Filesystem {
     where
         F: FnMut(u64, &[u8]) -> ControlFlow<()>,
     {
-        for_each_item(
-            &self.info,
-            tree,
-            Key::new(ino, INODE_REF, 0),
-            Key::new(ino, INODE_EXTREF, u64::MAX),
-            |k, d| {
-                for r in decode_refs(tree, &k, d)? {
-                    if f(r.parent, r.name).is_break() {
-                        return Ok(ControlFlow::Break(()));
-                    }
-                }
-                Ok(ControlFlow::Continue(()))
-            },
-        )
+        inode_item::for_each_ref(self, tree.id, ino, |r| f(r.parent, r.name))
     }
 
     /// The first (parent, name) of inode `ino` in `tree`, from INODE_REF or
     /// INODE_EXTREF (the kernel's get_first_ref).
     pub fn first_ref(&self, tree: Tree, ino: u64) -> Result<Option<(u64, Vec<u8>)>> {
-        let mut out = None;
-        self.for_each_ref(tree, ino, |parent, name| {
-            out = Some((parent, name.to_vec()));
-            ControlFlow::Break(())
-        })?;
-        Ok(out)
+        inode_item::first_ref(self, tree.id, ino)
     }
 
     /// Every (parent dir, name) of inode `ino` in `tree`, in key order.
     pub fn refs_in(&self, tree: Tree, ino: u64) -> Result<Vec<(u64, Vec<u8>)>> {
-        let mut out = Vec::new();
-        self.for_each_ref(tree, ino, |parent, name| {
-            out.push((parent, name.to_vec()));
-            ControlFlow::Continue(())
-        })?;
-        Ok(out)
+        Ok(inode_item::refs(self, tree.id, ino)?
+            .into_iter()
+            .map(|(parent, name, _)| (parent, name))
+            .collect())
     }
 
     /// Every (parent dir, name) of an inode, for hardlink-aware tools.
@@ -560,13 +508,7 @@ impl Filesystem {
 
     /// The inode item of inode `ino` in `tree`, if it has one.
     pub fn inode_item_in(&self, tree: Tree, ino: u64) -> Result<Option<InodeItem>> {
-        let key = Key::new(ino, INODE_ITEM, 0);
-        match lookup(&self.info, tree, &key)? {
-            Some(d) => Ok(Some(
-                InodeItem::parse(&d).at(|| format!("{} key {key}", tree.describe()))?,
-            )),
-            None => Ok(None),
-        }
+        inode_item::inode_item(self, tree.id, ino)
     }
 
     pub fn stat(&self, id: InodeId) -> Result<Stat> {
@@ -588,89 +530,25 @@ impl Filesystem {
         Ok(Stat::placeholder(id, t))
     }
 
-    /// Where a directory entry leads: into a subvolume's root when the entry
-    /// is a subvolume link this subvolume really holds, to a placeholder
-    /// when it is a stale copy in a snapshot, else to the inode.
-    fn entry_target(&self, dir: InodeId, location: &Key, name: &[u8]) -> Result<InodeId> {
-        if location.item_type != ROOT_ITEM {
-            return Ok(InodeId {
-                subvol: dir.subvol,
-                ino: location.objectid,
-            });
-        }
-        let child = location.objectid;
-        let key = Key::new(dir.subvol, ROOT_REF, child);
-        if let Some(d) = lookup(&self.info, self.root_tree, &key)? {
-            let r = RootRef::parse(&d).at(|| format!("root tree key {key}"))?;
-            if r.dirid == dir.ino && r.name == name && self.root_item(child)?.is_some() {
-                return Ok(InodeId {
-                    subvol: child,
-                    ino: FIRST_INODE,
-                });
-            }
-        }
-        Ok(InodeId {
-            subvol: dir.subvol,
-            ino: EMPTY_SUBVOL_DIR_OBJECTID,
-        })
-    }
-
-    /// The entry called `name` among the items keyed by its name hash
-    /// (DIR_ITEM in a directory, XATTR_ITEM of an inode), with its data.
-    fn hashed_entry(
-        &self,
-        id: InodeId,
-        item_type: u8,
-        name: &[u8],
-    ) -> Result<Option<(Key, u8, Vec<u8>)>> {
-        if id.is_placeholder() {
-            return Ok(None);
-        }
-        self.hashed_entry_in(self.tree(id.subvol)?, id.ino, item_type, name)
-    }
-
-    fn hashed_entry_in(
-        &self,
-        tree: Tree,
-        ino: u64,
-        item_type: u8,
-        name: &[u8],
-    ) -> Result<Option<(Key, u8, Vec<u8>)>> {
-        let key = Key::new(ino, item_type, name_hash(name));
-        let Some(d) = lookup(&self.info, tree, &key)? else {
-            return Ok(None);
-        };
-        let entries = parse_dir_entries(&d).at(|| format!("{} key {key}", tree.describe()))?;
-        Ok(entries
-            .into_iter()
-            .find(|e| e.name == name)
-            .map(|e| (e.location, e.file_type, e.data.to_vec())))
-    }
-
     /// What the entry `name` of directory `dir` in `tree` points to (its
     /// location key), from the DIR_ITEM.
     pub fn dir_lookup_in(&self, tree: Tree, dir: u64, name: &[u8]) -> Result<Option<Key>> {
-        if check_entry_name(name).is_err() {
-            return Ok(None);
-        }
-        Ok(self
-            .hashed_entry_in(tree, dir, DIR_ITEM, name)?
-            .map(|(location, _, _)| location))
+        Ok(dir_item::lookup(self, tree.id, dir, name)?.map(|e| e.location))
     }
 
     /// Looks `name` up in directory `dir`.
     pub fn lookup(&self, dir: InodeId, name: &[u8]) -> Result<Option<DirEntryInfo>> {
-        if check_entry_name(name).is_err() {
+        if dir.is_placeholder() {
             return Ok(None);
         }
-        let Some((location, file_type, _)) = self.hashed_entry(dir, DIR_ITEM, name)? else {
+        let Some(e) = dir_item::lookup(self, dir.subvol, dir.ino, name)? else {
             return Ok(None);
         };
         Ok(Some(DirEntryInfo {
             name: name.to_vec(),
             index: 0,
-            file_type,
-            target: self.entry_target(dir, &location, name)?,
+            file_type: e.file_type,
+            target: dir_item::entry_target(self, dir, &e.location, name)?,
         }))
     }
 
@@ -698,7 +576,7 @@ impl Filesystem {
                 name: e.name.to_vec(),
                 index,
                 file_type: e.file_type,
-                target: self.entry_target(dir, &e.location, e.name)?,
+                target: dir_item::entry_target(self, dir, &e.location, e.name)?,
             })
         })
     }
@@ -711,27 +589,12 @@ impl Filesystem {
         tree: Tree,
         dir: u64,
         from_index: u64,
-        mut f: F,
+        f: F,
     ) -> Result<()>
     where
         F: FnMut(u64, &DirEntry<'_>) -> Result<ControlFlow<()>>,
     {
-        for_each_item(
-            &self.info,
-            tree,
-            Key::new(dir, DIR_INDEX, from_index),
-            Key::new(dir, DIR_INDEX, u64::MAX),
-            |k, d| {
-                let here = || format!("{} inode {} key {k}", tree.describe(), k.objectid);
-                for e in parse_dir_entries(d).at(here)? {
-                    check_entry_name(e.name).map_err(|why| Error::corrupt(here(), why))?;
-                    if f(k.offset, &e)?.is_break() {
-                        return Ok(ControlFlow::Break(()));
-                    }
-                }
-                Ok(ControlFlow::Continue(()))
-            },
-        )
+        dir_item::for_each_dir_index(self, tree.id, dir, from_index, f)
     }
 
     /// The entries of directory `dir` in `tree` in index order: (name,
@@ -758,34 +621,20 @@ impl Filesystem {
     /// All extended attributes of inode `ino` in `tree`, in key (name
     /// hash) order, as the kernel visits them.
     pub fn xattrs_in(&self, tree: Tree, ino: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut out = Vec::new();
-        for_each_item(
-            &self.info,
-            tree,
-            Key::new(ino, XATTR_ITEM, 0),
-            Key::new(ino, XATTR_ITEM, u64::MAX),
-            |k, d| {
-                for e in parse_dir_entries(d).at(|| format!("{} key {k}", tree.describe()))? {
-                    out.push((e.name.to_vec(), e.data.to_vec()));
-                }
-                Ok(ControlFlow::Continue(()))
-            },
-        )?;
-        Ok(out)
+        dir_item::xattrs(self, tree.id, ino)
     }
 
     /// One extended attribute of `id`.
     pub fn xattr(&self, id: InodeId, name: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self
-            .hashed_entry(id, XATTR_ITEM, name)?
-            .map(|(_, _, data)| data))
+        if id.is_placeholder() {
+            return Ok(None);
+        }
+        dir_item::xattr(self, id.subvol, id.ino, name)
     }
 
     /// One extended attribute of inode `ino` in `tree`.
     pub fn xattr_in(&self, tree: Tree, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self
-            .hashed_entry_in(tree, ino, XATTR_ITEM, name)?
-            .map(|(_, _, data)| data))
+        dir_item::xattr(self, tree.id, ino, name)
     }
 
     /// Resolves an absolute path from the top-level subvolume. Symlinks are
@@ -820,75 +669,5 @@ impl Filesystem {
             stack.push(e.target);
         }
         Ok(*stack.last().unwrap())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tree() -> Tree {
-        Tree {
-            id: 257,
-            bytenr: 0,
-            level: 0,
-            generation: 1,
-        }
-    }
-
-    /// An INODE_REF item of inode 300 in directory 256 holding `names`,
-    /// or the INODE_EXTREF item when `ext`.
-    fn item(ext: bool, names: &[&[u8]]) -> (Key, Vec<u8>) {
-        let mut d = Vec::new();
-        let mut key = Key::new(300, INODE_REF, 256);
-        for (i, name) in names.iter().enumerate() {
-            let r = InodeRef {
-                parent: 256,
-                index: 2 + i as u64,
-                name,
-            };
-            if ext {
-                r.encode_extref(&mut d);
-                key = r.extref_key(300);
-            } else {
-                r.encode_ref(&mut d);
-            }
-        }
-        (key, d)
-    }
-
-    #[test]
-    fn ref_names_must_be_one_path_component() {
-        for ext in [false, true] {
-            let (k, d) = item(ext, &[b"a", b"b.txt"]);
-            let refs = decode_refs(tree(), &k, &d).unwrap();
-            assert_eq!(
-                refs.iter().map(|r| r.name).collect::<Vec<_>>(),
-                [b"a" as &[u8], b"b.txt"]
-            );
-            for bad in [&b""[..], b".", b"..", b"../x", b"a/b", b"a\0b"] {
-                let (k, d) = item(ext, &[b"ok", bad]);
-                let e = decode_refs(tree(), &k, &d).expect_err("bad name accepted");
-                let msg = e.to_string();
-                assert!(
-                    msg.contains("subvolume 257 tree inode 300 key (300 INODE_")
-                        && msg.contains("invalid directory entry name"),
-                    "{msg}"
-                );
-            }
-        }
-        // A subvolume's root directory is its own parent, named "..".
-        let d = {
-            let mut d = Vec::new();
-            InodeRef {
-                parent: 256,
-                index: 0,
-                name: b"..",
-            }
-            .encode_ref(&mut d);
-            d
-        };
-        let k = Key::new(256, INODE_REF, 256);
-        assert_eq!(decode_refs(tree(), &k, &d).unwrap()[0].name, b"..");
     }
 }

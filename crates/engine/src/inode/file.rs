@@ -14,7 +14,7 @@
 
 use crate::ctree::Tree;
 use crate::data::extent::{Extent, ExtentKind};
-use crate::data::read::copy_or_zero;
+use crate::data::read::DataReader;
 use crate::error::{Error, Result};
 use crate::tx::delayed_ref::Backref;
 use crate::tx::Trans;
@@ -27,8 +27,6 @@ use ubtrfs_format::Key;
 const COMPRESSED_CHUNK: u64 = 128 * 1024;
 /// Largest uncompressed extent a write makes here.
 const EXTENT_CHUNK: u64 = super::file_item::MAX_EXTENT_SIZE;
-/// Largest read of disk data at once.
-const READ_CHUNK: u64 = 8 << 20;
 
 /// How a file's new data is stored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -171,97 +169,15 @@ impl Trans {
         }
         let mut out = vec![0u8; len as usize];
         let end = off + len;
-        let ss = self.sectorsize();
+        let mut reader = DataReader::new(tree, ino, false);
         for (_, e) in self.file_extents(tree, ino, off, end)? {
-            let (s, en) = (e.start.max(off), e.end.min(end));
-            if s >= en {
-                continue;
-            }
-            let dst = &mut out[(s - off) as usize..(en - off) as usize];
-            let rel = s - e.start;
-            match &e.kind {
-                ExtentKind::Hole | ExtentKind::Prealloc { .. } => {}
-                ExtentKind::Inline { ram_bytes, data } => {
-                    if e.compression == COMPRESS_NONE {
-                        copy_or_zero(dst, data, rel);
-                    } else {
-                        let plain = decompress(e.compression, data, *ram_bytes as usize, ss)
-                            .map_err(|er| {
-                                Error::format(format!("tree {tree} inode {ino} inline"), er)
-                            })?;
-                        copy_or_zero(dst, &plain, rel);
-                    }
-                }
-                ExtentKind::Regular {
-                    disk_bytenr,
-                    disk_num_bytes,
-                    offset,
-                    ram_bytes,
-                    ..
-                } => {
-                    if e.compression == COMPRESS_NONE {
-                        let mut done = 0u64;
-                        while done < en - s {
-                            let n = (en - s - done).min(READ_CHUNK);
-                            let at = disk_bytenr + offset + rel + done;
-                            // Whole sectors, so each is checked against
-                            // its checksum.
-                            let a = at / ss as u64 * ss as u64;
-                            let b = (at + n).next_multiple_of(ss as u64);
-                            let d = self.read_verified(a, b - a)?;
-                            let from = (at - a) as usize;
-                            dst[done as usize..(done + n) as usize]
-                                .copy_from_slice(&d[from..from + n as usize]);
-                            done += n;
-                        }
-                    } else {
-                        let raw = self.read_verified(*disk_bytenr, *disk_num_bytes)?;
-                        let plain = decompress(e.compression, &raw, *ram_bytes as usize, ss)
-                            .map_err(|er| {
-                                Error::format(format!("extent at logical {disk_bytenr}"), er)
-                            })?;
-                        copy_or_zero(dst, &plain, offset + rel);
-                    }
-                }
+            let (mut pos, en) = (e.start.max(off), e.end.min(end));
+            while pos < en {
+                let dst = &mut out[(pos - off) as usize..(en - off) as usize];
+                pos += reader.read_extent(self, &e, pos, dst)? as u64;
             }
         }
         Ok(out)
-    }
-
-    /// Reads `len` bytes of data at `logical` (whole sectors), each sector
-    /// verified against its checksum in the csum tree as this transaction
-    /// has it (none for nodatasum data), another copy tried where one does
-    /// not match: a sector no copy of which matches is an error, as the
-    /// kernel's EIO.
-    fn read_verified(&self, logical: u64, len: u64) -> Result<Vec<u8>> {
-        // The length comes from an extent item: bounded before the
-        // checksum list is sized by it (read_data bounds it too, later).
-        if len > crate::disk_io::MAX_DATA_READ as u64 {
-            return Err(Error::corrupt(
-                format!("data at logical {logical}"),
-                format!(
-                    "read of {len} bytes is larger than {}",
-                    crate::disk_io::MAX_DATA_READ
-                ),
-            ));
-        }
-        let ss = self.sectorsize() as u64;
-        let cs = self.info.csum_type.size();
-        let mut sums: Vec<Option<[u8; CSUM_SIZE_MAX]>> = vec![None; (len / ss) as usize];
-        for (first, run) in self.csums_view(logical, logical + len)? {
-            for (i, c) in run.chunks(cs).enumerate() {
-                let at = (first - logical) / ss + i as u64;
-                if let Some(slot) = sums.get_mut(at as usize) {
-                    let mut v = [0u8; CSUM_SIZE_MAX];
-                    v[..cs].copy_from_slice(c);
-                    *slot = Some(v);
-                }
-            }
-        }
-        if sums.iter().all(Option::is_none) {
-            sums.clear();
-        }
-        self.info.read_data(logical, len as usize, &sums)
     }
 
     /// Inserts an EXTENT_DATA item for `[file_off, file_off + num)` taken

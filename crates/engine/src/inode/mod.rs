@@ -72,12 +72,7 @@ impl Trans {
 
     /// The inode item of `ino`, if any.
     pub fn inode(&self, tree: u64, ino: u64) -> Result<Option<InodeItem>> {
-        match self.lookup(tree, &InodeItem::key(ino))? {
-            None => Ok(None),
-            Some(d) => InodeItem::parse(&d)
-                .map(Some)
-                .map_err(|e| Error::format(format!("tree {tree} inode {ino}"), e)),
-        }
+        crate::items::inode_item::inode_item(self, tree, ino)
     }
 
     /// Links `name` in directory `dir` to `location` (an inode's

@@ -7,12 +7,11 @@
 
 use super::file::{INODE_COMPRESS, INODE_NOCOMPRESS};
 use crate::error::{Error, Result};
+use crate::items::dir_item;
 use crate::tx::delayed_ref::Backref;
 use crate::tx::Trans;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{
-    dir_index_key, dir_item_key, parse_dir_entries, xattr_item_key, InodeItem, Timespec,
-};
+use ubtrfs_format::items::{dir_index_key, dir_item_key, xattr_item_key, InodeItem, Timespec};
 use ubtrfs_format::Key;
 
 /// The property xattr that sets a file's compression.
@@ -39,16 +38,12 @@ fn name_str(name: &[u8]) -> String {
 impl Trans {
     /// The entry `name` in directory `dir`, if any.
     pub fn lookup_name(&self, tree: u64, dir: u64, name: &[u8]) -> Result<Option<Entry>> {
-        let key = dir_item_key(dir, name);
-        let Some(d) = self.lookup(tree, &key)? else {
-            return Ok(None);
-        };
-        let entries = parse_dir_entries(&d)
-            .map_err(|e| Error::format(format!("tree {tree} key {key}"), e))?;
-        Ok(entries.iter().find(|e| e.name == name).map(|e| Entry {
-            location: e.location,
-            file_type: e.file_type,
-        }))
+        Ok(
+            dir_item::hashed_entry(self, tree, dir, DIR_ITEM, name)?.map(|e| Entry {
+                location: e.location,
+                file_type: e.file_type,
+            }),
+        )
     }
 
     /// The highest inode number in use in `tree` (at least 256, the top
@@ -162,16 +157,7 @@ impl Trans {
 
     /// The value of xattr `name` of `ino`.
     pub fn get_xattr(&self, tree: u64, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
-        let key = xattr_item_key(ino, name);
-        let Some(d) = self.lookup(tree, &key)? else {
-            return Ok(None);
-        };
-        let entries = parse_dir_entries(&d)
-            .map_err(|e| Error::format(format!("tree {tree} key {key}"), e))?;
-        Ok(entries
-            .iter()
-            .find(|e| e.name == name)
-            .map(|e| e.data.to_vec()))
+        dir_item::xattr(self, tree, ino, name)
     }
 
     /// Removes xattr `name` of `ino`; NotFound (ENODATA) when it has none.

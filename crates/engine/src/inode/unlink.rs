@@ -10,7 +10,7 @@ use ubtrfs_format::checksum::extref_hash;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{
     dir_index_key, dir_item_key, parse_dir_entries, parse_inode_extrefs, parse_inode_refs,
-    InodeItem, InodeRef, Timespec,
+    InodeItem, Timespec,
 };
 use ubtrfs_format::Key;
 
@@ -176,19 +176,7 @@ impl Trans {
     /// Every back reference of inode `ino`: (parent, name, index), from
     /// its INODE_REF and INODE_EXTREF items.
     pub fn inode_refs(&self, tree: u64, ino: u64) -> Result<Vec<(u64, Vec<u8>, u64)>> {
-        let mut out = Vec::new();
-        let lo = Key::new(ino, INODE_REF, 0);
-        let hi = Key::new(ino, INODE_EXTREF, u64::MAX);
-        for (k, d) in self.items_in(tree, &lo, &hi)? {
-            let refs: Vec<InodeRef> = if k.item_type == INODE_REF {
-                parse_inode_refs(&k, &d)
-            } else {
-                parse_inode_extrefs(&d)
-            }
-            .map_err(|e| Error::format(format!("tree {tree} key {k}"), e))?;
-            out.extend(refs.iter().map(|r| (r.parent, r.name.to_vec(), r.index)));
-        }
-        Ok(out)
+        crate::items::inode_item::refs(self, tree, ino)
     }
 
     /// The inode item of `ino`, or a corruption error saying who needed it.

@@ -165,9 +165,7 @@ impl Sender<'_, '_> {
                         ram_bytes,
                     } if *disk_num_bytes <= len => {
                         let fs = self.fs;
-                        let raw =
-                            self.reader()
-                                .read_disk(&fs.info, *disk_bytenr, *disk_num_bytes)?;
+                        let raw = self.reader().read_disk(fs, *disk_bytenr, *disk_num_bytes)?;
                         let enc = Encoded {
                             offset,
                             unencoded_file_len: (e.start + num_bytes - offset).min(len),
@@ -293,8 +291,7 @@ impl Sender<'_, '_> {
                 let reader = self.reader();
                 let mut done = 0;
                 while done < out.len() {
-                    let n =
-                        reader.read_extent(&fs.info, e, offset + done as u64, &mut out[done..])?;
+                    let n = reader.read_extent(fs, e, offset + done as u64, &mut out[done..])?;
                     if n == 0 {
                         break;
                     }

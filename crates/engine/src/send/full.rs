@@ -4,7 +4,7 @@
 use super::Sender;
 use crate::ctree::Cursor;
 use crate::error::{FormatContext, Result};
-use crate::fs::decode_refs;
+use crate::items::inode_item::decode_refs;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{parse_dir_entries, InodeItem};
 use ubtrfs_format::key::Key;
@@ -47,7 +47,7 @@ pub(crate) fn feed_new_item(s: &mut Sender, k: &Key, d: &[u8]) -> Result<()> {
     match k.item_type {
         INODE_REF | INODE_EXTREF => {
             let mut refs = std::mem::take(&mut s.cur.refs);
-            for r in decode_refs(s.send.tree, k, d)? {
+            for r in decode_refs(s.send.tree.id, k, d)? {
                 refs.push((r.parent, r.name.to_vec()));
             }
             s.cur.refs = refs;

@@ -280,7 +280,7 @@ impl<'a, 'w> Sender<'a, 'w> {
         out: Box<dyn Write + 'w>,
     ) -> Result<Self> {
         let w = StreamWriter::new(out, opts.proto);
-        let reader = DataReader::new(send.tree, 0, fs.tree_opt(CSUM_TREE_OBJECTID)?, false);
+        let reader = DataReader::new(send.tree.id, 0, false);
         Ok(Sender {
             fs,
             w,

@@ -650,3 +650,67 @@ impl Trans {
         )
     }
 }
+
+/// The running transaction's trees, as item readers see them: what it has
+/// changed, and the committed blocks under that.
+impl crate::items::ItemSource for Trans {
+    fn fs_info(&self) -> &crate::disk_io::FsInfo {
+        &self.info
+    }
+
+    fn item(&self, tree: u64, key: &Key) -> Result<Option<Vec<u8>>> {
+        self.lookup(tree, key)
+    }
+
+    fn item_le(&self, tree: u64, key: &Key) -> Result<Option<(Key, Vec<u8>)>> {
+        self.search_last_le(tree, key)
+    }
+
+    fn visit(
+        &self,
+        tree: u64,
+        lo: &Key,
+        hi: &Key,
+        f: &mut crate::items::Visitor<'_>,
+    ) -> Result<()> {
+        let mut failed = None;
+        self.scan(tree, lo, |k, d| {
+            if k > hi {
+                return false;
+            }
+            match f(k, d) {
+                Ok(flow) => flow.is_continue(),
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        })?;
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn data_csums(
+        &self,
+        logical: u64,
+        len: u64,
+    ) -> Result<Vec<Option<[u8; ubtrfs_format::consts::CSUM_SIZE_MAX]>>> {
+        let ss = self.sectorsize() as u64;
+        let cs = self.info.csum_type.size();
+        let mut sums = vec![None; len.div_ceil(ss) as usize];
+        for (first, run) in self.csums_view(logical, logical + len)? {
+            for (i, c) in run.chunks(cs).enumerate() {
+                let at = (first - logical) / ss + i as u64;
+                if let Some(slot) = sums.get_mut(at as usize) {
+                    let mut v = [0u8; ubtrfs_format::consts::CSUM_SIZE_MAX];
+                    v[..cs].copy_from_slice(c);
+                    *slot = Some(v);
+                }
+            }
+        }
+        Ok(sums)
+    }
+
+    fn has_tree(&self, tree: u64) -> Result<bool> {
+        Trans::has_tree(self, tree)
+    }
+}

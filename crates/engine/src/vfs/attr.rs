@@ -10,8 +10,7 @@ use crate::fs::{InodeId, Stat};
 use crate::inode::namei::XATTR_COMPRESSION;
 use crate::inode::now;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{parse_dir_entries, Timespec};
-use ubtrfs_format::Key;
+use ubtrfs_format::items::Timespec;
 
 /// A time to set: a given one, or now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -327,30 +326,11 @@ impl RwFs {
         if id.is_placeholder() {
             return Ok(out);
         }
-        let mut bad = None;
-        self.t
-            .scan(id.subvol, &Key::new(id.ino, XATTR_ITEM, 0), |k, d| {
-                if k.objectid != id.ino || k.item_type != XATTR_ITEM {
-                    return false;
-                }
-                match parse_dir_entries(d) {
-                    Ok(es) => {
-                        for e in es {
-                            out.extend_from_slice(e.name);
-                            out.push(0);
-                        }
-                        true
-                    }
-                    Err(e) => {
-                        bad = Some(Error::format(format!("tree {} key {k}", id.subvol), e));
-                        false
-                    }
-                }
-            })?;
-        match bad {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        crate::items::dir_item::for_each_xattr(&self.t, id.subvol, id.ino, |e| {
+            out.extend_from_slice(e.name);
+            out.push(0);
+        })?;
+        Ok(out)
     }
 
     /// setxattr(2) with XATTR_CREATE (1) or XATTR_REPLACE (2).

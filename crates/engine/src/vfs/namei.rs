@@ -8,8 +8,10 @@ use crate::error::{Error, Result};
 use crate::fs::InodeId;
 use crate::inode::namei::Entry;
 use crate::inode::{now, user_rdev_to_kernel};
+use crate::items::dir_item;
+use std::ops::ControlFlow;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{parse_dir_entries, InodeItem};
+use ubtrfs_format::items::InodeItem;
 use ubtrfs_format::Key;
 
 /// Longest name (bytes).
@@ -54,31 +56,11 @@ fn is_dir(mode: u32) -> bool {
 }
 
 impl RwFs {
-    /// What entry `e` of directory `dir` leads to: an inode, a subvolume's
-    /// root, or the placeholder of a subvolume this snapshot lacks.
-    fn target(&self, dir: InodeId, e: &Entry) -> Result<InodeId> {
-        if e.location.item_type != ROOT_ITEM {
-            return Ok(InodeId {
-                subvol: dir.subvol,
-                ino: e.location.objectid,
-            });
-        }
-        let child = e.location.objectid;
-        let linked = self
-            .t
-            .lookup(ROOT_TREE_OBJECTID, &Key::new(dir.subvol, ROOT_REF, child))?
-            .is_some();
-        if linked && self.t.has_tree(child)? {
-            Ok(InodeId {
-                subvol: child,
-                ino: FIRST_INODE,
-            })
-        } else {
-            Ok(InodeId {
-                subvol: dir.subvol,
-                ino: EMPTY_SUBVOL_DIR_OBJECTID,
-            })
-        }
+    /// What entry `e` (called `name`) of directory `dir` leads to: an
+    /// inode, a subvolume's root, or the placeholder of a subvolume this
+    /// snapshot lacks.
+    fn target(&self, dir: InodeId, e: &Entry, name: &[u8]) -> Result<InodeId> {
+        dir_item::entry_target(&self.t, dir, &e.location, name)
     }
 
     /// The inode `name` in `dir` names, if any.
@@ -90,7 +72,7 @@ impl RwFs {
             return Ok(None);
         }
         match self.t.lookup_name(dir.subvol, dir.ino, name)? {
-            Some(e) => self.target(dir, &e).map(Some),
+            Some(e) => self.target(dir, &e, name).map(Some),
             None => Ok(None),
         }
     }
@@ -120,38 +102,20 @@ impl RwFs {
         if dir.is_placeholder() {
             return Ok(out);
         }
-        let start = Key::new(dir.ino, DIR_INDEX, from.max(2));
         let mut raw = Vec::new();
-        let mut bad = None;
-        self.t.scan(dir.subvol, &start, |k, d| {
-            if k.objectid != dir.ino || k.item_type != DIR_INDEX || raw.len() >= max {
-                return false;
+        dir_item::for_each_dir_index(&self.t, dir.subvol, dir.ino, from.max(2), |index, e| {
+            if raw.len() >= max {
+                return Ok(ControlFlow::Break(()));
             }
-            match parse_dir_entries(d) {
-                Ok(es) => {
-                    for e in es {
-                        raw.push((
-                            k.offset,
-                            e.name.to_vec(),
-                            Entry {
-                                location: e.location,
-                                file_type: e.file_type,
-                            },
-                        ));
-                    }
-                }
-                Err(e) => {
-                    bad = Some(Error::format(format!("tree {} key {k}", dir.subvol), e));
-                    return false;
-                }
-            }
-            true
+            let entry = Entry {
+                location: e.location,
+                file_type: e.file_type,
+            };
+            raw.push((index, e.name.to_vec(), entry));
+            Ok(ControlFlow::Continue(()))
         })?;
-        if let Some(e) = bad {
-            return Err(e);
-        }
         for (index, name, e) in raw {
-            let id = self.target(dir, &e)?;
+            let id = self.target(dir, &e, &name)?;
             out.push(DirEnt {
                 cookie: index + 1,
                 name,
@@ -176,30 +140,7 @@ impl RwFs {
     /// The directory holding `dir` (itself for a subvolume's root at the
     /// top, or the directory holding the subvolume).
     pub fn parent(&self, dir: InodeId) -> Result<InodeId> {
-        if dir.is_placeholder() {
-            return Ok(dir);
-        }
-        if dir.ino == FIRST_INODE {
-            if dir.subvol == FS_TREE_OBJECTID {
-                return Ok(dir);
-            }
-            let lo = Key::new(dir.subvol, ROOT_BACKREF, 0);
-            if let Some((k, d)) = self.t.search_first(ROOT_TREE_OBJECTID, &lo)? {
-                if k.objectid == dir.subvol && k.item_type == ROOT_BACKREF && d.len() >= 8 {
-                    let dirid = u64::from_le_bytes(d[..8].try_into().unwrap_or_default());
-                    return Ok(InodeId {
-                        subvol: k.offset,
-                        ino: dirid,
-                    });
-                }
-            }
-            return Ok(dir);
-        }
-        let refs = self.t.inode_refs(dir.subvol, dir.ino)?;
-        Ok(InodeId {
-            subvol: dir.subvol,
-            ino: refs.first().map_or(FIRST_INODE, |r| r.0),
-        })
+        dir_item::parent(&self.t, dir)
     }
 
     /// The inode item of a directory that is to change, refusing what
