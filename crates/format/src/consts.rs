@@ -6,6 +6,8 @@ pub const SUPER_OFFSETS: [u64; 3] = [0x1_0000, 0x400_0000, 0x40_0000_0000];
 pub const SUPER_SIZE: usize = 4096;
 pub const SUPER_MAGIC: &[u8; 8] = b"_BHRfS_M";
 pub const CSUM_SIZE_MAX: usize = 32;
+/// One checksum, in the first `csum_size` bytes.
+pub type Csum = [u8; CSUM_SIZE_MAX];
 
 // Item types (key.type).
 pub const INODE_ITEM: u8 = 1;

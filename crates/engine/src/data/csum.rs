@@ -8,7 +8,7 @@ use ubtrfs_format::consts::{CSUM_SIZE_MAX, EXTENT_CSUM, EXTENT_CSUM_OBJECTID};
 use ubtrfs_format::key::Key;
 
 /// One sector's checksum, as long as the longest checksum type.
-pub type Csum = [u8; CSUM_SIZE_MAX];
+pub use ubtrfs_format::consts::Csum;
 
 /// Where the csum items come from: a cursor over the csum tree (tests use
 /// a list).

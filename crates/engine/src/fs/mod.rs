@@ -7,7 +7,7 @@ use crate::ctree::{for_each_item, lookup, Cursor, Tree};
 use crate::disk_io::FsInfo;
 use crate::error::{Error, FormatContext, Result};
 use crate::io::device::Device;
-use crate::items::{dir_item, inode_item, ItemSource};
+use crate::items::{dir_item, inode_item, ItemSource, Visitor};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -333,19 +333,13 @@ impl ItemSource for Filesystem {
         Ok(c.item().map(|(k, d)| (k, d.to_vec())))
     }
 
-    fn visit(
-        &self,
-        tree: u64,
-        lo: &Key,
-        hi: &Key,
-        f: &mut crate::items::Visitor<'_>,
-    ) -> Result<()> {
+    fn visit(&self, tree: u64, lo: &Key, hi: &Key, f: &mut Visitor<'_>) -> Result<()> {
         for_each_item(&self.info, self.source_tree(tree)?, *lo, *hi, |k, d| {
             f(&k, d)
         })
     }
 
-    fn data_csums(&self, logical: u64, len: u64) -> Result<Vec<Option<[u8; CSUM_SIZE_MAX]>>> {
+    fn data_csums(&self, logical: u64, len: u64) -> Result<Vec<Option<Csum>>> {
         match self.tree_opt(CSUM_TREE_OBJECTID)? {
             Some(t) => crate::data::csum::lookup_csums(&self.info, t, logical, len),
             None => Ok(Vec::new()),

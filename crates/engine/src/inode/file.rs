@@ -569,37 +569,15 @@ impl Trans {
         Ok(inode)
     }
 
-    /// Zeroes `[from, to)` inside the sector at `sector` when it holds
-    /// data (btrfs_truncate_block).
-    #[allow(clippy::too_many_arguments)]
-    fn zero_in_sector(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        inode: &mut InodeItem,
-        sector: u64,
-        from: u64,
-        to: u64,
-        isize: u64,
-        policy: DataPolicy,
-    ) -> Result<()> {
-        if !self.sector_has_data(tree, ino, sector)? {
-            return Ok(());
-        }
-        self.zero_sector_part(tree, ino, inode, sector, from, to, isize, policy)
-    }
-
-    /// Rewrites the sector at `sector` with `[from, to)` zeroed (it
-    /// becomes written data, whatever it was).
-    #[allow(clippy::too_many_arguments)]
+    /// Rewrites the sector at `sector` with `[from, to)` zeroed, `part`
+    /// being `(sector, from, to)` (it becomes written data, whatever it
+    /// was).
     fn zero_sector_part(
         &mut self,
         tree: u64,
         ino: u64,
         inode: &mut InodeItem,
-        sector: u64,
-        from: u64,
-        to: u64,
+        (sector, from, to): (u64, u64, u64),
         isize: u64,
         policy: DataPolicy,
     ) -> Result<()> {
@@ -634,11 +612,18 @@ impl Trans {
             inode.nbytes = inode.nbytes.saturating_sub(removed);
             if !new_size.is_multiple_of(ss) {
                 let s = new_size / ss * ss;
-                self.zero_in_sector(tree, ino, &mut inode, s, new_size, s + ss, new_size, policy)?;
+                // Only a sector that holds data (btrfs_truncate_block).
+                if self.sector_has_data(tree, ino, s)? {
+                    let part = (s, new_size, s + ss);
+                    self.zero_sector_part(tree, ino, &mut inode, part, new_size, policy)?;
+                }
             }
         } else if new_size > size && size % ss != 0 {
             let s = size / ss * ss;
-            self.zero_in_sector(tree, ino, &mut inode, s, size, s + ss, new_size, policy)?;
+            if self.sector_has_data(tree, ino, s)? {
+                let part = (s, size, s + ss);
+                self.zero_sector_part(tree, ino, &mut inode, part, new_size, policy)?;
+            }
         } else if new_size > size && self.has_inline(tree, ino)? {
             self.uninline(tree, ino, &mut inode, policy)?;
         }
@@ -673,14 +658,14 @@ impl Trans {
         // block written data); holes stay holes.
         if !off.is_multiple_of(ss) && self.sector_allocated(tree, ino, h)? {
             let to = end.min(h + ss);
-            self.zero_sector_part(tree, ino, &mut inode, h, off, to, isize, policy)?;
+            self.zero_sector_part(tree, ino, &mut inode, (h, off, to), isize, policy)?;
         }
         if !end.is_multiple_of(ss)
             && (t != h || off.is_multiple_of(ss))
             && self.sector_allocated(tree, ino, t)?
         {
             let from = off.max(t);
-            self.zero_sector_part(tree, ino, &mut inode, t, from, end, isize, policy)?;
+            self.zero_sector_part(tree, ino, &mut inode, (t, from, end), isize, policy)?;
         }
         let (m0, m1) = (round_up(off, ss), t);
         if m0 < m1 {

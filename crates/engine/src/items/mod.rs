@@ -15,7 +15,7 @@ pub use crate::ctree::describe_tree;
 use crate::disk_io::FsInfo;
 use crate::error::Result;
 use std::ops::ControlFlow;
-use ubtrfs_format::consts::{CSUM_SIZE_MAX, EMPTY_SUBVOL_DIR_OBJECTID};
+use ubtrfs_format::consts::{Csum, EMPTY_SUBVOL_DIR_OBJECTID};
 use ubtrfs_format::key::Key;
 
 /// What [`ItemSource::visit`] calls on each item: continue or break.
@@ -38,7 +38,7 @@ pub trait ItemSource {
 
     /// The data checksum of each sector of `[logical, logical + len)`
     /// (None where the csum tree has none), as the csum tree has them.
-    fn data_csums(&self, logical: u64, len: u64) -> Result<Vec<Option<[u8; CSUM_SIZE_MAX]>>>;
+    fn data_csums(&self, logical: u64, len: u64) -> Result<Vec<Option<Csum>>>;
 
     /// Whether tree `tree` exists (a subvolume may be deleted while an
     /// entry in a snapshot still names it).

@@ -8,9 +8,11 @@
 use super::{BlockRef, Trans};
 use crate::cache::reada::{self, Readahead};
 use crate::error::{Error, Result};
+use crate::items::{ItemSource, Visitor};
 use crate::tree::block::BlockExpect;
 use crate::tree::buf::{self, Content, Ptr};
 use crate::tree::leaf::Leaf;
+use ubtrfs_format::consts::{Csum, CSUM_SIZE_MAX};
 use ubtrfs_format::node::MAX_LEVEL;
 use ubtrfs_format::Key;
 
@@ -653,7 +655,7 @@ impl Trans {
 
 /// The running transaction's trees, as item readers see them: what it has
 /// changed, and the committed blocks under that.
-impl crate::items::ItemSource for Trans {
+impl ItemSource for Trans {
     fn fs_info(&self) -> &crate::disk_io::FsInfo {
         &self.info
     }
@@ -666,13 +668,7 @@ impl crate::items::ItemSource for Trans {
         self.search_last_le(tree, key)
     }
 
-    fn visit(
-        &self,
-        tree: u64,
-        lo: &Key,
-        hi: &Key,
-        f: &mut crate::items::Visitor<'_>,
-    ) -> Result<()> {
+    fn visit(&self, tree: u64, lo: &Key, hi: &Key, f: &mut Visitor<'_>) -> Result<()> {
         let mut failed = None;
         self.scan(tree, lo, |k, d| {
             if k > hi {
@@ -689,11 +685,7 @@ impl crate::items::ItemSource for Trans {
         failed.map_or(Ok(()), Err)
     }
 
-    fn data_csums(
-        &self,
-        logical: u64,
-        len: u64,
-    ) -> Result<Vec<Option<[u8; ubtrfs_format::consts::CSUM_SIZE_MAX]>>> {
+    fn data_csums(&self, logical: u64, len: u64) -> Result<Vec<Option<Csum>>> {
         let ss = self.sectorsize() as u64;
         let cs = self.info.csum_type.size();
         let mut sums = vec![None; len.div_ceil(ss) as usize];
@@ -701,7 +693,7 @@ impl crate::items::ItemSource for Trans {
             for (i, c) in run.chunks(cs).enumerate() {
                 let at = (first - logical) / ss + i as u64;
                 if let Some(slot) = sums.get_mut(at as usize) {
-                    let mut v = [0u8; ubtrfs_format::consts::CSUM_SIZE_MAX];
+                    let mut v: Csum = [0; CSUM_SIZE_MAX];
                     v[..cs].copy_from_slice(c);
                     *slot = Some(v);
                 }
