@@ -3,17 +3,13 @@
 //! are split at [`abi::op_arg_size`], ring entries arrive split.
 
 use super::abi::{self, read, InHeader};
+use super::args;
 use super::filesystem::{FuseFs, Request};
 use super::reply::*;
-use super::types::{
-    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, INodeNo, IoctlFlags, LockOwner, OpenFlags,
-    RenameFlags, TimeOrNow, WriteFlags,
-};
+use super::types::{AccessFlags, Errno, FileHandle, INodeNo, OpenFlags, RenameFlags};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::SystemTime;
-use ubtrfs_format::items::Timespec;
 
 /// Who may use the mount, beyond what the kernel already checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,15 +74,6 @@ fn on_open_file(opcode: u32) -> bool {
 fn cstr(b: &[u8]) -> Option<(&OsStr, &[u8])> {
     let n = b.iter().position(|&c| c == 0)?;
     Some((OsStr::from_bytes(&b[..n]), &b[n + 1..]))
-}
-
-/// A time as the kernel sends it (seconds, negative before the epoch, and
-/// nanoseconds forward from them), read as the mount reads stored times.
-fn at(secs: u64, nsec: u32) -> SystemTime {
-    crate::attr::system_time(&Timespec {
-        sec: secs as i64,
-        nsec,
-    })
 }
 
 /// Runs `f` (one request's dispatch), containing a panic: the reply it
@@ -214,34 +201,7 @@ fn serve<F: FuseFs>(
         }
         abi::FUSE_SETATTR => {
             let a = arg!(abi::SetattrIn);
-            let v = a.valid;
-            let has = |bit: u32| v & bit != 0;
-            let time = |bit: u32, now: u32, secs: u64, nsec: u32| {
-                has(bit).then(|| {
-                    if has(now) {
-                        TimeOrNow::Now
-                    } else {
-                        TimeOrNow::SpecificTime(at(secs, nsec))
-                    }
-                })
-            };
-            fs.setattr(
-                req,
-                node,
-                has(abi::FATTR_MODE).then_some(a.mode),
-                has(abi::FATTR_UID).then_some(a.uid),
-                has(abi::FATTR_GID).then_some(a.gid),
-                has(abi::FATTR_SIZE).then_some(a.size),
-                time(abi::FATTR_ATIME, abi::FATTR_ATIME_NOW, a.atime, a.atimensec),
-                time(abi::FATTR_MTIME, abi::FATTR_MTIME_NOW, a.mtime, a.mtimensec),
-                has(abi::FATTR_CTIME).then(|| at(a.ctime, a.ctimensec)),
-                has(abi::FATTR_FH).then_some(FileHandle(a.fh)),
-                None,
-                None,
-                None,
-                None,
-                ReplyAttr::new(s),
-            );
+            fs.setattr(req, node, (&a).into(), ReplyAttr::new(s));
         }
         abi::FUSE_READLINK => fs.readlink(req, node, ReplyData::new(s)),
         abi::FUSE_SYMLINK => {
@@ -252,12 +212,12 @@ fn serve<F: FuseFs>(
         abi::FUSE_MKNOD => {
             let a = arg!(abi::MknodIn);
             let (name, _) = name!(data);
-            fs.mknod(req, node, name, a.mode, a.umask, a.rdev, ReplyEntry::new(s));
+            fs.mknod(req, node, args::Mknod::new(&a, name), ReplyEntry::new(s));
         }
         abi::FUSE_MKDIR => {
             let a = arg!(abi::MkdirIn);
             let (name, _) = name!(data);
-            fs.mkdir(req, node, name, a.mode, a.umask, ReplyEntry::new(s));
+            fs.mkdir(req, node, args::Mkdir::new(&a, name), ReplyEntry::new(s));
         }
         abi::FUSE_UNLINK => {
             let (name, _) = name!(data);
@@ -276,15 +236,13 @@ fn serve<F: FuseFs>(
             };
             let (name, rest) = name!(data);
             let (newname, _) = name!(rest);
-            fs.rename(
-                req,
-                node,
+            let r = args::Rename {
                 name,
-                INodeNo(newdir),
+                newparent: INodeNo(newdir),
                 newname,
-                RenameFlags::from_bits_retain(flags),
-                ReplyEmpty::new(s),
-            );
+                flags: RenameFlags::from_bits_retain(flags),
+            };
+            fs.rename(req, node, r, ReplyEmpty::new(s));
         }
         abi::FUSE_LINK => {
             let a = arg!(abi::NodeIn);
@@ -301,102 +259,45 @@ fn serve<F: FuseFs>(
         }
         abi::FUSE_READ => {
             let a = arg!(abi::ReadIn);
-            let owner =
-                (a.read_flags & abi::FUSE_READ_LOCKOWNER != 0).then_some(LockOwner(a.lock_owner));
-            fs.read(
-                req,
-                node,
-                FileHandle(a.fh),
-                a.offset,
-                a.size,
-                OpenFlags(a.flags as i32),
-                owner,
-                ReplyData::new(s),
-            );
+            fs.read(req, node, (&a).into(), ReplyData::new(s));
         }
         abi::FUSE_WRITE => {
             let a = arg!(abi::WriteIn);
-            let Some(bytes) = data.get(..a.size as usize) else {
+            let Some(w) = args::Write::new(&a, data) else {
                 ReplyEmpty::new(s).error(Errno::EINVAL);
                 return None;
             };
-            let owner =
-                (a.write_flags & abi::FUSE_WRITE_LOCKOWNER != 0).then_some(LockOwner(a.lock_owner));
-            fs.write(
-                req,
-                node,
-                FileHandle(a.fh),
-                a.offset,
-                bytes,
-                WriteFlags::from_bits_retain(a.write_flags),
-                OpenFlags(a.flags as i32),
-                owner,
-                ReplyWrite::new(s),
-            );
+            fs.write(req, node, w, ReplyWrite::new(s));
         }
         abi::FUSE_FLUSH => {
             let a = arg!(abi::FlushIn);
-            fs.flush(
-                req,
-                node,
-                FileHandle(a.fh),
-                LockOwner(a.lock_owner),
-                ReplyEmpty::new(s),
-            );
+            fs.flush(req, node, (&a).into(), ReplyEmpty::new(s));
         }
         abi::FUSE_RELEASE => {
             let a = arg!(abi::ReleaseIn);
-            let owner = (a.release_flags & abi::FUSE_RELEASE_FLOCK_UNLOCK != 0)
-                .then_some(LockOwner(a.lock_owner));
-            fs.release(
-                req,
-                node,
-                FileHandle(a.fh),
-                OpenFlags(a.flags as i32),
-                owner,
-                a.release_flags & abi::FUSE_RELEASE_FLUSH != 0,
-                ReplyEmpty::new(s),
-            );
+            fs.release(req, node, (&a).into(), ReplyEmpty::new(s));
         }
         abi::FUSE_RELEASEDIR => {
             let a = arg!(abi::ReleaseIn);
-            fs.releasedir(
-                req,
-                node,
-                FileHandle(a.fh),
-                OpenFlags(a.flags as i32),
-                ReplyEmpty::new(s),
-            );
+            fs.releasedir(req, node, (&a).into(), ReplyEmpty::new(s));
         }
-        abi::FUSE_FSYNC | abi::FUSE_FSYNCDIR => {
+        abi::FUSE_FSYNC => {
             let a = arg!(abi::FsyncIn);
-            let datasync = a.fsync_flags & abi::FUSE_FSYNC_FDATASYNC != 0;
-            if h.opcode == abi::FUSE_FSYNC {
-                fs.fsync(req, node, FileHandle(a.fh), datasync, ReplyEmpty::new(s));
-            } else {
-                fs.fsyncdir(req, node, FileHandle(a.fh), datasync, ReplyEmpty::new(s));
-            }
+            fs.fsync(req, node, (&a).into(), ReplyEmpty::new(s));
         }
-        abi::FUSE_READDIR | abi::FUSE_READDIRPLUS => {
+        abi::FUSE_FSYNCDIR => {
+            let a = arg!(abi::FsyncIn);
+            fs.fsyncdir(req, node, (&a).into(), ReplyEmpty::new(s));
+        }
+        abi::FUSE_READDIR => {
             let a = arg!(abi::ReadIn);
-            let size = a.size as usize;
-            if h.opcode == abi::FUSE_READDIR {
-                fs.readdir(
-                    req,
-                    node,
-                    FileHandle(a.fh),
-                    a.offset,
-                    ReplyDirectory::new(s, size),
-                );
-            } else {
-                fs.readdirplus(
-                    req,
-                    node,
-                    FileHandle(a.fh),
-                    a.offset,
-                    ReplyDirectoryPlus::new(s, size),
-                );
-            }
+            let reply = ReplyDirectory::new(s, a.size as usize);
+            fs.readdir(req, node, (&a).into(), reply);
+        }
+        abi::FUSE_READDIRPLUS => {
+            let a = arg!(abi::ReadIn);
+            let reply = ReplyDirectoryPlus::new(s, a.size as usize);
+            fs.readdirplus(req, node, (&a).into(), reply);
         }
         abi::FUSE_STATFS => fs.statfs(req, node, ReplyStatfs::new(s)),
         abi::FUSE_SETXATTR => {
@@ -416,15 +317,13 @@ fn serve<F: FuseFs>(
                 ReplyEmpty::new(s).error(Errno::EINVAL);
                 return None;
             };
-            fs.setxattr(
-                req,
-                node,
+            let x = args::Setxattr {
                 name,
                 value,
-                a.flags as i32,
-                a.setxattr_flags,
-                ReplyEmpty::new(s),
-            );
+                flags: a.flags as i32,
+                setxattr_flags: a.setxattr_flags,
+            };
+            fs.setxattr(req, node, x, ReplyEmpty::new(s));
         }
         abi::FUSE_GETXATTR => {
             let a = arg!(abi::XattrSize);
@@ -441,76 +340,34 @@ fn serve<F: FuseFs>(
         }
         abi::FUSE_ACCESS => {
             let a = arg!(abi::AccessIn);
-            fs.access(
-                req,
-                node,
-                AccessFlags::from_bits_retain(a.mask as i32),
-                ReplyEmpty::new(s),
-            );
+            let mask = AccessFlags::from_bits_retain(a.mask as i32);
+            fs.access(req, node, mask, ReplyEmpty::new(s));
         }
         abi::FUSE_CREATE => {
             let a = arg!(abi::CreateIn);
             let (name, _) = name!(data);
-            fs.create(
-                req,
-                node,
-                name,
-                a.mode,
-                a.umask,
-                a.flags as i32,
-                ReplyCreate::new(s),
-            );
+            fs.create(req, node, args::Create::new(&a, name), ReplyCreate::new(s));
         }
         abi::FUSE_TMPFILE => {
             let a = arg!(abi::CreateIn);
-            fs.tmpfile(
-                req,
-                node,
-                a.mode,
-                a.umask,
-                a.flags as i32,
-                ReplyCreate::new(s),
-            );
+            let c = args::Create::new(&a, OsStr::new(""));
+            fs.tmpfile(req, node, c, ReplyCreate::new(s));
         }
         abi::FUSE_IOCTL => {
             let a = arg!(abi::IoctlIn);
-            let Some(input) = data.get(..a.in_size as usize) else {
+            let Some(io) = args::Ioctl::new(&a, data) else {
                 ReplyEmpty::new(s).error(Errno::EINVAL);
                 return None;
             };
-            fs.ioctl(
-                req,
-                node,
-                FileHandle(a.fh),
-                IoctlFlags::from_bits_retain(a.flags),
-                a.cmd,
-                input,
-                a.out_size,
-                ReplyIoctl::new(s),
-            );
+            fs.ioctl(req, node, io, ReplyIoctl::new(s));
         }
         abi::FUSE_FALLOCATE => {
             let a = arg!(abi::FallocateIn);
-            fs.fallocate(
-                req,
-                node,
-                FileHandle(a.fh),
-                a.offset,
-                a.length,
-                a.mode as i32,
-                ReplyEmpty::new(s),
-            );
+            fs.fallocate(req, node, (&a).into(), ReplyEmpty::new(s));
         }
         abi::FUSE_LSEEK => {
             let a = arg!(abi::LseekIn);
-            fs.lseek(
-                req,
-                node,
-                FileHandle(a.fh),
-                a.offset as i64,
-                a.whence as i32,
-                ReplyLseek::new(s),
-            );
+            fs.lseek(req, node, (&a).into(), ReplyLseek::new(s));
         }
         abi::FUSE_COPY_FILE_RANGE | abi::FUSE_COPY_FILE_RANGE_64 => {
             // Answering the 64-bit opcode matters beyond large copies:
@@ -520,18 +377,8 @@ fn serve<F: FuseFs>(
             // and turns every later copy_file_range of the mount into a
             // byte copy (holes written as zeros).
             let a = arg!(abi::CopyFileRangeIn);
-            fs.copy_file_range(
-                req,
-                node,
-                FileHandle(a.fh_in),
-                a.off_in,
-                INodeNo(a.nodeid_out),
-                FileHandle(a.fh_out),
-                a.off_out,
-                a.len,
-                CopyFileRangeFlags::from_bits_retain(a.flags),
-                ReplyCopy::new(s, h.opcode == abi::FUSE_COPY_FILE_RANGE_64),
-            );
+            let reply = ReplyCopy::new(s, h.opcode == abi::FUSE_COPY_FILE_RANGE_64);
+            fs.copy_file_range(req, node, (&a).into(), reply);
         }
         abi::FUSE_SYNCFS => fs.syncfs(req, ReplyEmpty::new(s)),
         abi::FUSE_DESTROY => {
@@ -575,43 +422,23 @@ mod tests {
         fn read_only(&self) -> bool {
             self.1
         }
-        fn rename(
-            &self,
-            _req: &Request,
-            parent: INodeNo,
-            name: &OsStr,
-            newparent: INodeNo,
-            newname: &OsStr,
-            flags: RenameFlags,
-            reply: ReplyEmpty,
-        ) {
+        fn rename(&self, _: &Request, parent: INodeNo, r: args::Rename, reply: ReplyEmpty) {
             self.0.lock().unwrap().push(format!(
                 "rename {} {:?} {} {:?} {}",
                 parent.0,
-                name,
-                newparent.0,
-                newname,
-                flags.bits()
+                r.name,
+                r.newparent.0,
+                r.newname,
+                r.flags.bits()
             ));
             reply.ok()
         }
-        fn write(
-            &self,
-            _req: &Request,
-            ino: INodeNo,
-            fh: FileHandle,
-            offset: u64,
-            data: &[u8],
-            _write_flags: WriteFlags,
-            flags: OpenFlags,
-            _lock_owner: Option<LockOwner>,
-            reply: ReplyWrite,
-        ) {
+        fn write(&self, _: &Request, ino: INodeNo, w: args::Write, reply: ReplyWrite) {
             self.0.lock().unwrap().push(format!(
-                "write {} {} {offset} {:?} {:#o}",
-                ino.0, fh.0, data, flags.0
+                "write {} {} {} {:?} {:#o}",
+                ino.0, w.fh.0, w.offset, w.data, w.flags.0
             ));
-            reply.written(data.len() as u32)
+            reply.written(w.data.len() as u32)
         }
         fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
             self.0.lock().unwrap().push(format!("getattr {}", ino.0));
@@ -635,40 +462,25 @@ mod tests {
             };
             reply.attr(&Duration::from_secs(1), &attr)
         }
-        fn setxattr(
-            &self,
-            _req: &Request,
-            ino: INodeNo,
-            name: &OsStr,
-            value: &[u8],
-            flags: i32,
-            setxattr_flags: u32,
-            reply: ReplyEmpty,
-        ) {
+        fn setxattr(&self, _: &Request, ino: INodeNo, x: args::Setxattr, reply: ReplyEmpty) {
             self.0.lock().unwrap().push(format!(
-                "setxattr {} {name:?} {value:?} {flags} {setxattr_flags}",
-                ino.0
+                "setxattr {} {:?} {:?} {} {}",
+                ino.0, x.name, x.value, x.flags, x.setxattr_flags
             ));
             reply.ok()
         }
         fn copy_file_range(
             &self,
-            _req: &Request,
-            ino_in: INodeNo,
-            _fh_in: FileHandle,
-            offset_in: u64,
-            ino_out: INodeNo,
-            _fh_out: FileHandle,
-            offset_out: u64,
-            len: u64,
-            _flags: CopyFileRangeFlags,
+            _: &Request,
+            ino: INodeNo,
+            c: args::CopyFileRange,
             reply: ReplyCopy,
         ) {
             self.0.lock().unwrap().push(format!(
-                "copy {} {offset_in} {} {offset_out} {len}",
-                ino_in.0, ino_out.0
+                "copy {} {} {} {} {}",
+                ino.0, c.offset_in, c.ino_out.0, c.offset_out, c.len
             ));
-            reply.copied(len)
+            reply.copied(c.len)
         }
     }
 
@@ -716,27 +528,6 @@ mod tests {
         let calls = fs.0.lock().unwrap().clone();
         let sent = cap.0.lock().unwrap().clone();
         (calls, sent)
-    }
-
-    #[test]
-    fn times_decode_as_replies_encode_them() {
-        // Before the epoch the kernel sends floor seconds and forward
-        // nanoseconds: -1.25 s is (-2, 750000000).
-        for t in [
-            UNIX_EPOCH,
-            UNIX_EPOCH + Duration::new(5, 7),
-            UNIX_EPOCH - Duration::new(1, 250_000_000),
-            UNIX_EPOCH - Duration::new(150_889_292, 791_803_855),
-            UNIX_EPOCH - Duration::new(3, 0),
-        ] {
-            let (s, n) = time(t);
-            assert!(n < 1_000_000_000);
-            assert_eq!(at(s, n), t, "{t:?} as ({}, {n})", s as i64);
-        }
-        assert_eq!(
-            time(UNIX_EPOCH - Duration::new(1, 250_000_000)),
-            ((-2i64) as u64, 750_000_000)
-        );
     }
 
     #[test]
