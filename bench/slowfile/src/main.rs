@@ -317,11 +317,9 @@ fn read_full(f: &File, buf: &mut [u8], mut off: u64) -> std::io::Result<usize> {
 
 impl FuseFs for SlowFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // Requests up to 1 MiB, and many asynchronous ones in flight.
-        let wanted =
-            InitFlags::FUSE_MAX_PAGES | InitFlags::FUSE_ASYNC_READ | InitFlags::FUSE_ASYNC_DIO;
-        let _ = config.add_capabilities(wanted & config.capabilities());
-        let _ = config.set_max_write(1 << 20);
+        // Requests up to 1 MiB (KernelConfig's default), and many
+        // asynchronous ones in flight.
+        config.add_offered(InitFlags::FUSE_ASYNC_DIO);
         let _ = config.set_max_background(128);
         let _ = config.set_congestion_threshold(96);
         Ok(())

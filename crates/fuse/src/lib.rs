@@ -184,14 +184,12 @@ impl Inner {
 /// worker pool.
 impl crate::proto::FuseFs for BtrfsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let caps = config.capabilities();
-        let wanted = InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_CACHE_SYMLINKS
-            | InitFlags::FUSE_MAX_PAGES
-            | InitFlags::FUSE_ASYNC_READ;
-        let _ = config.add_capabilities(wanted & caps);
+        config.add_offered(
+            InitFlags::FUSE_DO_READDIRPLUS
+                | InitFlags::FUSE_READDIRPLUS_AUTO
+                | InitFlags::FUSE_PARALLEL_DIROPS
+                | InitFlags::FUSE_CACHE_SYMLINKS,
+        );
         // Readahead as large as the kernel allows; more requests in flight.
         let mut ra = 4 << 20;
         while let Err(max) = config.set_max_readahead(ra) {

@@ -219,40 +219,36 @@ impl crate::proto::FuseFs for RwFuse {
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         use crate::proto::InitFlags;
-        let caps = config.capabilities();
-        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_MAX_PAGES
-            | InitFlags::FUSE_ASYNC_READ
-            | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_ATOMIC_O_TRUNC
-            // SETXATTR says when an ACL must clear S_ISGID (the kernel
-            // knows the caller's groups and capabilities; we do not).
-            | InitFlags::FUSE_SETXATTR_EXT
-            | InitFlags::FUSE_EXPORT_SUPPORT
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO;
-        let _ = config.add_capabilities(wanted & caps);
+        config.add_offered(
+            InitFlags::FUSE_PARALLEL_DIROPS
+                | InitFlags::FUSE_ATOMIC_O_TRUNC
+                // SETXATTR says when an ACL must clear S_ISGID (the kernel
+                // knows the caller's groups and capabilities; we do not).
+                | InitFlags::FUSE_SETXATTR_EXT
+                | InitFlags::FUSE_EXPORT_SUPPORT
+                | InitFlags::FUSE_DO_READDIRPLUS
+                | InitFlags::FUSE_READDIRPLUS_AUTO,
+        );
         if async_direct() {
             // An io_uring or aio O_DIRECT request goes out as a background
             // request and its submitter moves on (FUSE_ASYNC_DIO); 64 of
             // them may be queued (fio's 4 jobs x iodepth 16), not 16.
-            let _ = config.add_capabilities(InitFlags::FUSE_ASYNC_DIO & caps);
+            config.add_offered(InitFlags::FUSE_ASYNC_DIO);
             let _ = config.set_max_background(64);
         }
         // A shared mapping of a file opened FOPEN_DIRECT_IO (an O_DIRECT
         // open, see open_flags) is refused (ENODEV) unless the kernel may
         // switch the inode back to page-cache I/O for it, which keeps it
         // coherent with the direct writes.
-        let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP & caps);
+        config.add_offered(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         if self.acl.load(Ordering::Relaxed) {
             let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
-            if config.add_capabilities(acl & caps).is_err() || !caps.contains(acl) {
+            if config.add_offered(acl) != acl {
                 self.acl.store(false, Ordering::Relaxed);
             }
         }
-        // 1 MiB writes, the most the protocol layer takes.
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        // 1 MiB writes (the most the protocol layer takes) and times to
+        // the nanosecond: KernelConfig's defaults.
         Ok(())
     }
 

@@ -291,20 +291,16 @@ fn own(path: &Path, req: &Request) -> Result<(), Errno> {
 impl FuseFs for Pass {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         use ubtrfs_fuse::proto::InitFlags;
-        let caps = config.capabilities();
-        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_MAX_PAGES
-            | InitFlags::FUSE_ASYNC_READ
-            | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_ATOMIC_O_TRUNC
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_POSIX_ACL
-            | InitFlags::FUSE_DONT_MASK;
-        let _ = config.add_capabilities(wanted & caps);
-        // 1 MiB writes, the most the protocol layer takes.
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        // With KernelConfig's defaults (1 MiB writes, asynchronous
+        // reads, times to the nanosecond), as ubtrfs's read-write mount.
+        config.add_offered(
+            InitFlags::FUSE_PARALLEL_DIROPS
+                | InitFlags::FUSE_ATOMIC_O_TRUNC
+                | InitFlags::FUSE_DO_READDIRPLUS
+                | InitFlags::FUSE_READDIRPLUS_AUTO
+                | InitFlags::FUSE_POSIX_ACL
+                | InitFlags::FUSE_DONT_MASK,
+        );
         Ok(())
     }
 

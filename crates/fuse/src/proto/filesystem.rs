@@ -52,7 +52,10 @@ pub(crate) fn page_size() -> usize {
 }
 
 /// The connection parameters INIT answers with; the file system's `init`
-/// may change them within what the kernel offered.
+/// may change them within what the kernel offered. Asked for unless it
+/// says otherwise: asynchronous reads, big writes and as many pages a
+/// request as make up [`MAX_WRITE`] (1 MiB writes), and times to the
+/// nanosecond.
 #[derive(Debug, Clone)]
 pub struct KernelConfig {
     pub(crate) offered: InitFlags,
@@ -86,6 +89,13 @@ impl KernelConfig {
     /// What the kernel offered.
     pub fn capabilities(&self) -> InitFlags {
         self.offered & !InitFlags::FUSE_INIT_EXT
+    }
+
+    /// Asks for those of `flags` the kernel offered; returns them.
+    pub fn add_offered(&mut self, flags: InitFlags) -> InitFlags {
+        let offered = flags & self.capabilities();
+        self.requested |= offered;
+        offered
     }
 
     /// Asks for `flags`; Err with those the kernel did not offer.
