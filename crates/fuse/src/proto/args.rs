@@ -269,6 +269,27 @@ pub struct Setxattr<'a> {
     pub setxattr_flags: u32,
 }
 
+impl<'a> Setxattr<'a> {
+    /// From the fixed argument `arg` (without FUSE_SETXATTR_EXT only its
+    /// first 8 bytes come), the name and what follows it; None when
+    /// short.
+    pub(crate) fn new(arg: &[u8], name: &'a OsStr, rest: &'a [u8]) -> Option<Setxattr<'a>> {
+        if arg.len() < abi::FUSE_COMPAT_SETXATTR_IN_SIZE {
+            return None;
+        }
+        let mut full = [0u8; std::mem::size_of::<abi::SetxattrIn>()];
+        let k = arg.len().min(full.len());
+        full[..k].copy_from_slice(&arg[..k]);
+        let a = abi::read::<abi::SetxattrIn>(&full)?;
+        Some(Setxattr {
+            name,
+            value: rest.get(..a.size as usize)?,
+            flags: a.flags as i32,
+            setxattr_flags: a.setxattr_flags,
+        })
+    }
+}
+
 /// IOCTL: the command, its input (`in_size` bytes) and room for output.
 #[derive(Debug, Clone, Copy)]
 pub struct Ioctl<'a> {

@@ -1,6 +1,9 @@
 //! One request, from its header, fixed argument and variable data, to the
 //! file system's method. The same for both transports: /dev/fuse bodies
-//! are split at [`abi::op_arg_size`], ring entries arrive split.
+//! are split at [`abi::op_arg_size`], ring entries arrive split. Here:
+//! who may ask ([`Acl`]), what a read-only file system never sees, and
+//! which method answers each opcode; what the arguments mean is decoded
+//! in [`super::args`].
 
 use super::abi::{self, read, InHeader};
 use super::args;
@@ -158,20 +161,10 @@ fn serve<F: FuseFs>(
     s: Sender,
 ) -> Option<()> {
     let node = INodeNo(h.nodeid);
-    macro_rules! arg {
-        ($t:ty) => {
-            match read::<$t>(arg) {
-                Some(a) => a,
-                None => {
-                    ReplyEmpty::new(s).error(Errno::EINVAL);
-                    return None;
-                }
-            }
-        };
-    }
-    macro_rules! name {
-        ($b:expr) => {
-            match cstr($b) {
+    // What a malformed request cannot give: answered EINVAL.
+    macro_rules! or_einval {
+        ($e:expr) => {
+            match $e {
                 Some(x) => x,
                 None => {
                     ReplyEmpty::new(s).error(Errno::EINVAL);
@@ -179,6 +172,32 @@ fn serve<F: FuseFs>(
                 }
             }
         };
+    }
+    // The fixed argument; a name up to its NUL, and what follows it.
+    macro_rules! arg {
+        ($t:ty) => {
+            or_einval!(read::<$t>(arg))
+        };
+    }
+    macro_rules! name {
+        ($b:expr) => {
+            or_einval!(cstr($b))
+        };
+    }
+    // A request whose one argument is its fixed one, decoded (args.rs).
+    macro_rules! with_arg {
+        ($t:ty, $method:ident, $reply:expr) => {{
+            let a = arg!($t);
+            fs.$method(req, node, (&a).into(), $reply)
+        }};
+    }
+    // One that makes an entry: its fixed argument and the new name.
+    macro_rules! with_arg_and_name {
+        ($t:ty, $args:ident, $method:ident, $reply:expr) => {{
+            let a = arg!($t);
+            let (name, _) = name!(data);
+            fs.$method(req, node, args::$args::new(&a, name), $reply)
+        }};
     }
     match h.opcode {
         abi::FUSE_LOOKUP => {
@@ -199,26 +218,15 @@ fn serve<F: FuseFs>(
             let fh = (a.getattr_flags & abi::FUSE_GETATTR_FH != 0).then_some(FileHandle(a.fh));
             fs.getattr(req, node, fh, ReplyAttr::statx(s));
         }
-        abi::FUSE_SETATTR => {
-            let a = arg!(abi::SetattrIn);
-            fs.setattr(req, node, (&a).into(), ReplyAttr::new(s));
-        }
+        abi::FUSE_SETATTR => with_arg!(abi::SetattrIn, setattr, ReplyAttr::new(s)),
         abi::FUSE_READLINK => fs.readlink(req, node, ReplyData::new(s)),
         abi::FUSE_SYMLINK => {
             let (name, rest) = name!(data);
             let (target, _) = name!(rest);
             fs.symlink(req, node, name, Path::new(target), ReplyEntry::new(s));
         }
-        abi::FUSE_MKNOD => {
-            let a = arg!(abi::MknodIn);
-            let (name, _) = name!(data);
-            fs.mknod(req, node, args::Mknod::new(&a, name), ReplyEntry::new(s));
-        }
-        abi::FUSE_MKDIR => {
-            let a = arg!(abi::MkdirIn);
-            let (name, _) = name!(data);
-            fs.mkdir(req, node, args::Mkdir::new(&a, name), ReplyEntry::new(s));
-        }
+        abi::FUSE_MKNOD => with_arg_and_name!(abi::MknodIn, Mknod, mknod, ReplyEntry::new(s)),
+        abi::FUSE_MKDIR => with_arg_and_name!(abi::MkdirIn, Mkdir, mkdir, ReplyEntry::new(s)),
         abi::FUSE_UNLINK => {
             let (name, _) = name!(data);
             fs.unlink(req, node, name, ReplyEmpty::new(s));
@@ -257,38 +265,16 @@ fn serve<F: FuseFs>(
             let a = arg!(abi::OpenIn);
             fs.opendir(req, node, OpenFlags(a.flags as i32), ReplyOpen::new(s));
         }
-        abi::FUSE_READ => {
-            let a = arg!(abi::ReadIn);
-            fs.read(req, node, (&a).into(), ReplyData::new(s));
-        }
+        abi::FUSE_READ => with_arg!(abi::ReadIn, read, ReplyData::new(s)),
         abi::FUSE_WRITE => {
-            let a = arg!(abi::WriteIn);
-            let Some(w) = args::Write::new(&a, data) else {
-                ReplyEmpty::new(s).error(Errno::EINVAL);
-                return None;
-            };
+            let w = or_einval!(args::Write::new(&arg!(abi::WriteIn), data));
             fs.write(req, node, w, ReplyWrite::new(s));
         }
-        abi::FUSE_FLUSH => {
-            let a = arg!(abi::FlushIn);
-            fs.flush(req, node, (&a).into(), ReplyEmpty::new(s));
-        }
-        abi::FUSE_RELEASE => {
-            let a = arg!(abi::ReleaseIn);
-            fs.release(req, node, (&a).into(), ReplyEmpty::new(s));
-        }
-        abi::FUSE_RELEASEDIR => {
-            let a = arg!(abi::ReleaseIn);
-            fs.releasedir(req, node, (&a).into(), ReplyEmpty::new(s));
-        }
-        abi::FUSE_FSYNC => {
-            let a = arg!(abi::FsyncIn);
-            fs.fsync(req, node, (&a).into(), ReplyEmpty::new(s));
-        }
-        abi::FUSE_FSYNCDIR => {
-            let a = arg!(abi::FsyncIn);
-            fs.fsyncdir(req, node, (&a).into(), ReplyEmpty::new(s));
-        }
+        abi::FUSE_FLUSH => with_arg!(abi::FlushIn, flush, ReplyEmpty::new(s)),
+        abi::FUSE_RELEASE => with_arg!(abi::ReleaseIn, release, ReplyEmpty::new(s)),
+        abi::FUSE_RELEASEDIR => with_arg!(abi::ReleaseIn, releasedir, ReplyEmpty::new(s)),
+        abi::FUSE_FSYNC => with_arg!(abi::FsyncIn, fsync, ReplyEmpty::new(s)),
+        abi::FUSE_FSYNCDIR => with_arg!(abi::FsyncIn, fsyncdir, ReplyEmpty::new(s)),
         abi::FUSE_READDIR => {
             let a = arg!(abi::ReadIn);
             let reply = ReplyDirectory::new(s, a.size as usize);
@@ -301,28 +287,8 @@ fn serve<F: FuseFs>(
         }
         abi::FUSE_STATFS => fs.statfs(req, node, ReplyStatfs::new(s)),
         abi::FUSE_SETXATTR => {
-            // Without FUSE_SETXATTR_EXT only the first 8 bytes come.
-            let mut full = [0u8; std::mem::size_of::<abi::SetxattrIn>()];
-            let k = arg.len().min(full.len());
-            full[..k].copy_from_slice(&arg[..k]);
-            let a = match read::<abi::SetxattrIn>(&full) {
-                Some(a) if k >= abi::FUSE_COMPAT_SETXATTR_IN_SIZE => a,
-                _ => {
-                    ReplyEmpty::new(s).error(Errno::EINVAL);
-                    return None;
-                }
-            };
-            let (name, rest) = name!(data);
-            let Some(value) = rest.get(..a.size as usize) else {
-                ReplyEmpty::new(s).error(Errno::EINVAL);
-                return None;
-            };
-            let x = args::Setxattr {
-                name,
-                value,
-                flags: a.flags as i32,
-                setxattr_flags: a.setxattr_flags,
-            };
+            let (name, value) = name!(data);
+            let x = or_einval!(args::Setxattr::new(arg, name, value));
             fs.setxattr(req, node, x, ReplyEmpty::new(s));
         }
         abi::FUSE_GETXATTR => {
@@ -343,32 +309,18 @@ fn serve<F: FuseFs>(
             let mask = AccessFlags::from_bits_retain(a.mask as i32);
             fs.access(req, node, mask, ReplyEmpty::new(s));
         }
-        abi::FUSE_CREATE => {
-            let a = arg!(abi::CreateIn);
-            let (name, _) = name!(data);
-            fs.create(req, node, args::Create::new(&a, name), ReplyCreate::new(s));
-        }
+        abi::FUSE_CREATE => with_arg_and_name!(abi::CreateIn, Create, create, ReplyCreate::new(s)),
         abi::FUSE_TMPFILE => {
             let a = arg!(abi::CreateIn);
             let c = args::Create::new(&a, OsStr::new(""));
             fs.tmpfile(req, node, c, ReplyCreate::new(s));
         }
         abi::FUSE_IOCTL => {
-            let a = arg!(abi::IoctlIn);
-            let Some(io) = args::Ioctl::new(&a, data) else {
-                ReplyEmpty::new(s).error(Errno::EINVAL);
-                return None;
-            };
+            let io = or_einval!(args::Ioctl::new(&arg!(abi::IoctlIn), data));
             fs.ioctl(req, node, io, ReplyIoctl::new(s));
         }
-        abi::FUSE_FALLOCATE => {
-            let a = arg!(abi::FallocateIn);
-            fs.fallocate(req, node, (&a).into(), ReplyEmpty::new(s));
-        }
-        abi::FUSE_LSEEK => {
-            let a = arg!(abi::LseekIn);
-            fs.lseek(req, node, (&a).into(), ReplyLseek::new(s));
-        }
+        abi::FUSE_FALLOCATE => with_arg!(abi::FallocateIn, fallocate, ReplyEmpty::new(s)),
+        abi::FUSE_LSEEK => with_arg!(abi::LseekIn, lseek, ReplyLseek::new(s)),
         abi::FUSE_COPY_FILE_RANGE | abi::FUSE_COPY_FILE_RANGE_64 => {
             // Answering the 64-bit opcode matters beyond large copies:
             // the kernel (6.18) tries it first and, on ENOSYS, falls back
@@ -376,9 +328,12 @@ fn serve<F: FuseFs>(
             // ENOSYS, and the second then takes it for the old opcode's
             // and turns every later copy_file_range of the mount into a
             // byte copy (holes written as zeros).
-            let a = arg!(abi::CopyFileRangeIn);
-            let reply = ReplyCopy::new(s, h.opcode == abi::FUSE_COPY_FILE_RANGE_64);
-            fs.copy_file_range(req, node, (&a).into(), reply);
+            let wide = h.opcode == abi::FUSE_COPY_FILE_RANGE_64;
+            with_arg!(
+                abi::CopyFileRangeIn,
+                copy_file_range,
+                ReplyCopy::new(s, wide)
+            );
         }
         abi::FUSE_SYNCFS => fs.syncfs(req, ReplyEmpty::new(s)),
         abi::FUSE_DESTROY => {
@@ -485,17 +440,7 @@ mod tests {
     }
 
     fn run(opcode: u32, arg: &[u8], data: &[u8]) -> (Vec<String>, Vec<Sent>) {
-        run_as(Acl::All, 0, opcode, arg, data)
-    }
-
-    fn run_as(
-        acl: Acl,
-        uid: u32,
-        opcode: u32,
-        arg: &[u8],
-        data: &[u8],
-    ) -> (Vec<String>, Vec<Sent>) {
-        run_on(Calls::default(), acl, uid, opcode, arg, data)
+        run_on(Calls::default(), Acl::All, 0, opcode, arg, data)
     }
 
     fn run_on(
@@ -567,12 +512,33 @@ mod tests {
         };
         // The owner (1000) and root pass; another user only on an open file.
         for uid in [0, 1000] {
-            let (_, sent) = run_as(Acl::RootAndOwner, uid, abi::FUSE_UNLINK, &[], b"x\0");
+            let (_, sent) = run_on(
+                Calls::default(),
+                Acl::RootAndOwner,
+                uid,
+                abi::FUSE_UNLINK,
+                &[],
+                b"x\0",
+            );
             assert_eq!(sent[0].1, -libc::ENOSYS, "uid {uid}");
         }
-        let (_, sent) = run_as(Acl::RootAndOwner, 7, abi::FUSE_UNLINK, &[], b"x\0");
+        let (_, sent) = run_on(
+            Calls::default(),
+            Acl::RootAndOwner,
+            7,
+            abi::FUSE_UNLINK,
+            &[],
+            b"x\0",
+        );
         assert_eq!(sent[0].1, -libc::EACCES);
-        let (calls, sent) = run_as(Acl::RootAndOwner, 7, abi::FUSE_WRITE, abi::bytes(&w), b"z");
+        let (calls, sent) = run_on(
+            Calls::default(),
+            Acl::RootAndOwner,
+            7,
+            abi::FUSE_WRITE,
+            abi::bytes(&w),
+            b"z",
+        );
         assert_eq!((calls.len(), sent[0].1), (1, 0));
     }
 
