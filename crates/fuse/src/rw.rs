@@ -355,18 +355,12 @@ impl crate::proto::FuseFs for RwFuse {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let res = self.fs().unlink(self.inode(parent), name.as_bytes());
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("unlink", e)),
-        }
+        reply.result(res.map_err(|e| errno("unlink", e)));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let res = self.fs().rmdir(self.inode(parent), name.as_bytes());
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("rmdir", e)),
-        }
+        reply.result(res.map_err(|e| errno("rmdir", e)));
     }
 
     fn symlink(&self, req: &Request, dir: INodeNo, name: &OsStr, target: &Path, reply: ReplyEntry) {
@@ -389,10 +383,7 @@ impl crate::proto::FuseFs for RwFuse {
             r.flags.bits(),
             (req.uid(), req.gid()),
         );
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("rename", e)),
-        }
+        reply.result(res.map_err(|e| errno("rename", e)));
     }
 
     fn link(&self, _: &Request, node: INodeNo, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -547,10 +538,7 @@ impl crate::proto::FuseFs for RwFuse {
             x.flags,
             kill_sgid,
         );
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("setxattr", e)),
-        }
+        reply.result(res.map_err(|e| errno("setxattr", e)));
     }
 
     fn getxattr(&self, _req: &Request, node: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -565,10 +553,7 @@ impl crate::proto::FuseFs for RwFuse {
 
     fn removexattr(&self, _req: &Request, node: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let res = self.fs().removexattr(self.inode(node), name.as_bytes());
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("removexattr", e)),
-        }
+        reply.result(res.map_err(|e| errno("removexattr", e)));
     }
 
     fn create(&self, req: &Request, parent: INodeNo, a: args::Create, reply: ReplyCreate) {

@@ -116,8 +116,9 @@ impl Pass {
         Ok(self.path(parent)?.join(name))
     }
 
-    fn entry(&self, path: &Path, reply: ReplyEntry) {
-        match self.attr(path) {
+    /// Answers with the entry at `path` (found or made), or the error.
+    fn entry(&self, path: Result<PathBuf, Errno>, reply: ReplyEntry) {
+        match path.and_then(|p| self.attr(&p)) {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
@@ -305,10 +306,7 @@ impl FuseFs for Pass {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.child(parent, name) {
-            Ok(p) => self.entry(&p, reply),
-            Err(e) => reply.error(e),
-        }
+        self.entry(self.child(parent, name), reply);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -367,30 +365,21 @@ impl FuseFs for Pass {
             own(&p, req)?;
             Ok(p)
         });
-        match res {
-            Ok(p) => self.entry(&p, reply),
-            Err(e) => reply.error(e),
-        }
+        self.entry(res, reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self
-            .child(parent, name)
-            .and_then(|p| std::fs::remove_file(p).map_err(errno))
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply.result(
+            self.child(parent, name)
+                .and_then(|p| std::fs::remove_file(p).map_err(errno)),
+        );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self
-            .child(parent, name)
-            .and_then(|p| std::fs::remove_dir(p).map_err(errno))
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply.result(
+            self.child(parent, name)
+                .and_then(|p| std::fs::remove_dir(p).map_err(errno)),
+        );
     }
 
     fn symlink(&self, req: &Request, dir: INodeNo, name: &OsStr, target: &Path, reply: ReplyEntry) {
@@ -399,10 +388,7 @@ impl FuseFs for Pass {
             own(&p, req)?;
             Ok(p)
         });
-        match res {
-            Ok(p) => self.entry(&p, reply),
-            Err(e) => reply.error(e),
-        }
+        self.entry(res, reply);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -461,10 +447,7 @@ impl FuseFs for Pass {
     }
 
     fn fsync(&self, _: &Request, _ino: INodeNo, a: args::Fsync, reply: ReplyEmpty) {
-        match self.file(a.fh).and_then(|f| f.sync_all().map_err(errno)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply.result(self.file(a.fh).and_then(|f| f.sync_all().map_err(errno)));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -552,10 +535,7 @@ impl FuseFs for Pass {
             }
             Ok(())
         });
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply.result(res);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -589,10 +569,7 @@ impl FuseFs for Pass {
             }
             Ok(())
         });
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply.result(res);
     }
 
     fn create(&self, req: &Request, parent: INodeNo, a: args::Create, reply: ReplyCreate) {

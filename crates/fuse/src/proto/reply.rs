@@ -200,6 +200,14 @@ impl ReplyEmpty {
     pub fn ok(self) {
         self.0.ok(&[])
     }
+
+    /// Answers done, or the error.
+    pub fn result(self, res: Result<(), Errno>) {
+        match res {
+            Ok(()) => self.ok(),
+            Err(e) => self.error(e),
+        }
+    }
 }
 
 impl ReplyData {

@@ -57,10 +57,7 @@ impl RwInner {
                 if res.is_err() { ", failed" } else { "" }
             ));
         }
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(op, e)),
-        }
+        reply.result(res.map_err(|e| errno(op, e)));
     }
 
     /// fsync with concurrent fsyncs grouped, as the kernel batches them
