@@ -439,15 +439,7 @@ impl FuseFs for SlowFs {
 /// The signals this program handles, blocked in every thread and taken by
 /// one with sigwait.
 fn handled_signals() -> libc::sigset_t {
-    // SAFETY: sigset manipulation on a local.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1] {
-            libc::sigaddset(&mut set, s);
-        }
-        set
-    }
+    ubtrfs_fuse::session::signal_set(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1])
 }
 
 /// Unmounts `mnt`: umount(2) as root, else fusermount3 -u. With `lazy`

@@ -169,11 +169,17 @@ pub fn run(req: MountRequest) -> Result<(), String> {
 
 /// Signals that end the mount.
 fn stop_signals() -> libc::sigset_t {
+    signal_set(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT])
+}
+
+/// A set of `signals`, to block in every thread and wait for in one
+/// (also bench/slowfile's).
+pub fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
     // SAFETY: sigset manipulation on a local.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        for &s in signals {
             libc::sigaddset(&mut set, s);
         }
         set
