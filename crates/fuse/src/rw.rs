@@ -639,9 +639,7 @@ impl crate::proto::FuseFs for RwFuse {
 
 fn answer_xattr(res: Result<Vec<u8>, Error>, size: u32, reply: ReplyXattr, op: &str) {
     match res {
-        Ok(v) if size == 0 => reply.size(v.len() as u32),
-        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
-        Ok(v) => reply.data(&v),
+        Ok(v) => reply.value(&v, size),
         Err(e) => reply.error(errno(op, e)),
     }
 }

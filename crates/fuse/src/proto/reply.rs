@@ -379,6 +379,19 @@ impl ReplyXattr {
     pub fn data(self, data: &[u8]) {
         self.0.ok(&[data])
     }
+
+    /// Answers with value or list `v` for a request that asked with
+    /// `size`: its size when `size` is 0, ERANGE when it does not fit,
+    /// else the bytes.
+    pub fn value(self, v: &[u8], size: u32) {
+        if size == 0 {
+            self.size(v.len() as u32)
+        } else if v.len() > size as usize {
+            self.error(Errno::ERANGE)
+        } else {
+            self.data(v)
+        }
+    }
 }
 
 impl ReplyLseek {
