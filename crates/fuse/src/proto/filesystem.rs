@@ -226,14 +226,15 @@ pub trait FuseFs: Send + Sync + 'static {
     fn rmdir(&self, _: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS)
     }
-    /// A symbolic link `name` in `parent` to `target`.
+    /// A symbolic link in `_parent`: its name, and the path it holds.
     fn symlink(&self, _: &Request, _parent: INodeNo, _: &OsStr, _to: &Path, reply: ReplyEntry) {
         reply.error(Errno::ENOSYS)
     }
     fn rename(&self, _: &Request, _parent: INodeNo, _a: args::Rename, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS)
     }
-    /// A new name for `ino`: `name` in `parent`.
+    /// A new name for `_ino`: the name given, in the directory the second
+    /// node is.
     fn link(&self, _: &Request, _ino: INodeNo, _: INodeNo, _: &OsStr, reply: ReplyEntry) {
         reply.error(Errno::ENOSYS)
     }
