@@ -45,9 +45,9 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ubtrfs_fuse::proto::{
-    Acl, Errno, FileAttr, FileHandle, FileType, FopenFlags, FuseFs, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, Session, WriteFlags,
+    args, Acl, Errno, FileAttr, FileHandle, FileType, FopenFlags, FuseFs, Generation, INodeNo,
+    InitFlags, KernelConfig, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, Session,
 };
 
 /// How many read ends are remembered as positions a read may continue
@@ -317,11 +317,9 @@ fn read_full(f: &File, buf: &mut [u8], mut off: u64) -> std::io::Result<usize> {
 
 impl FuseFs for SlowFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // Requests up to 1 MiB, and many asynchronous ones in flight.
-        let wanted =
-            InitFlags::FUSE_MAX_PAGES | InitFlags::FUSE_ASYNC_READ | InitFlags::FUSE_ASYNC_DIO;
-        let _ = config.add_capabilities(wanted & config.capabilities());
-        let _ = config.set_max_write(1 << 20);
+        // Requests up to 1 MiB (KernelConfig's default), and many
+        // asynchronous ones in flight.
+        config.add_offered(InitFlags::FUSE_ASYNC_DIO);
         let _ = config.set_max_background(128);
         let _ = config.set_congestion_threshold(96);
         Ok(())
@@ -359,17 +357,8 @@ impl FuseFs for SlowFs {
         reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
     }
 
-    fn read(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
+    fn read(&self, _: &Request, _ino: INodeNo, a: args::Read, reply: ReplyData) {
+        let args::Read { offset, size, .. } = a;
         let delay = self.delay_for(offset, size);
         self.stats.arrive_read(size, !delay.is_zero());
         let (file, stats) = (self.file.clone(), self.stats.clone());
@@ -384,18 +373,8 @@ impl FuseFs for SlowFs {
         }));
     }
 
-    fn write(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
+    fn write(&self, _: &Request, _ino: INodeNo, w: args::Write, reply: ReplyWrite) {
+        let args::Write { offset, data, .. } = w;
         if !self.rw {
             return reply.error(Errno::EROFS);
         }
@@ -414,25 +393,11 @@ impl FuseFs for SlowFs {
         }));
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
+    fn flush(&self, _: &Request, _ino: INodeNo, _a: args::Flush, reply: ReplyEmpty) {
         reply.ok();
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsync(&self, _: &Request, _ino: INodeNo, _a: args::Fsync, reply: ReplyEmpty) {
         if !self.rw {
             return reply.ok();
         }
@@ -447,14 +412,7 @@ impl FuseFs for SlowFs {
         reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+    fn readdir(&self, _: &Request, ino: INodeNo, a: args::Readdir, mut reply: ReplyDirectory) {
         if ino.0 != ROOT {
             return reply.error(Errno::ENOTDIR);
         }
@@ -463,7 +421,7 @@ impl FuseFs for SlowFs {
             (ROOT, FileType::Directory, OsStr::new("..")),
             (FILE, FileType::RegularFile, self.name.as_os_str()),
         ];
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(a.offset as usize) {
             if reply.add(INodeNo(*ino), i as u64 + 1, *kind, name) {
                 break;
             }
@@ -481,15 +439,7 @@ impl FuseFs for SlowFs {
 /// The signals this program handles, blocked in every thread and taken by
 /// one with sigwait.
 fn handled_signals() -> libc::sigset_t {
-    // SAFETY: sigset manipulation on a local.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1] {
-            libc::sigaddset(&mut set, s);
-        }
-        set
-    }
+    ubtrfs_fuse::session::signal_set(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1])
 }
 
 /// Unmounts `mnt`: umount(2) as root, else fusermount3 -u. With `lazy`

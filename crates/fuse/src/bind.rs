@@ -98,49 +98,26 @@ pub fn share(req: &MountRequest) -> Result<bool, String> {
             .max_by_key(|m| m.point.as_os_str().len())
             .is_some_and(|m| m.shared)
     });
-    for (bit, wanted) in [(libc::MS_PRIVATE, true), (libc::MS_SHARED, parent_shared)] {
-        // SAFETY: as above; a propagation change of the bind.
-        if wanted
-            && unsafe {
-                libc::mount(
-                    std::ptr::null(),
-                    to.as_ptr(),
-                    std::ptr::null(),
-                    bit,
-                    std::ptr::null(),
-                )
-            } != 0
-        {
-            let e = std::io::Error::last_os_error();
+    // A change of the bind just made; on failure the bind goes again.
+    let change = |flags: libc::c_ulong, what: &str| {
+        crate::remount::mount_change(&to, flags).map_err(|e| {
             // SAFETY: the bind just made.
             unsafe { libc::umount2(to.as_ptr(), libc::MNT_DETACH) };
-            return Err(format!(
-                "propagation of the bind mount on {}: {e}",
+            format!(
+                "{what} of the bind mount on {}: {e}",
                 req.mountpoint.display()
-            ));
+            )
+        })
+    };
+    for (bit, wanted) in [(libc::MS_PRIVATE, true), (libc::MS_SHARED, parent_shared)] {
+        if wanted {
+            change(bit, "propagation")?;
         }
     }
+    // The bind's own flags.
     let flags = o.ms_flags() | if ro { libc::MS_RDONLY } else { 0 };
     if flags != 0 {
-        // SAFETY: as above; the bind's own flags.
-        let r = unsafe {
-            libc::mount(
-                std::ptr::null(),
-                to.as_ptr(),
-                std::ptr::null(),
-                libc::MS_REMOUNT | libc::MS_BIND | flags,
-                std::ptr::null(),
-            )
-        };
-        if r != 0 {
-            let e = std::io::Error::last_os_error();
-            // SAFETY: the bind just made.
-            unsafe { libc::umount2(to.as_ptr(), libc::MNT_DETACH) };
-            return Err(format!(
-                "flags of the bind mount on {}: {e}",
-                req.mountpoint.display()
-            ));
-        }
+        change(libc::MS_REMOUNT | libc::MS_BIND | flags, "flags")?;
     }
     Ok(true)
 }

@@ -44,10 +44,10 @@ pub mod watchdog;
 mod xattr;
 
 use crate::file::OpenFile;
-use crate::proto::{AccessFlags, Errno, INodeNo, InitFlags};
+use crate::proto::{args, AccessFlags, Errno, FileHandle, INodeNo, InitFlags, OpenFlags};
 use crate::proto::{
     KernelConfig, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -184,14 +184,12 @@ impl Inner {
 /// worker pool.
 impl crate::proto::FuseFs for BtrfsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let caps = config.capabilities();
-        let wanted = InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_CACHE_SYMLINKS
-            | InitFlags::FUSE_MAX_PAGES
-            | InitFlags::FUSE_ASYNC_READ;
-        let _ = config.add_capabilities(wanted & caps);
+        config.add_offered(
+            InitFlags::FUSE_DO_READDIRPLUS
+                | InitFlags::FUSE_READDIRPLUS_AUTO
+                | InitFlags::FUSE_PARALLEL_DIROPS
+                | InitFlags::FUSE_CACHE_SYMLINKS,
+        );
         // Readahead as large as the kernel allows; more requests in flight.
         let mut ra = 4 << 20;
         while let Err(max) = config.set_max_readahead(ra) {
@@ -205,138 +203,62 @@ impl crate::proto::FuseFs for BtrfsFuse {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, _: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.inner.lookup(parent, name.as_bytes(), reply);
     }
 
-    fn getattr(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        _fh: Option<crate::proto::FileHandle>,
-        reply: ReplyAttr,
-    ) {
+    fn getattr(&self, _: &Request, node: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.inner.getattr(node, reply);
     }
 
-    fn readlink(&self, _req: &Request, node: INodeNo, reply: ReplyData) {
+    fn readlink(&self, _: &Request, node: INodeNo, reply: ReplyData) {
         self.inner.readlink(node, reply);
     }
 
-    fn open(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        flags: crate::proto::OpenFlags,
-        reply: ReplyOpen,
-    ) {
+    fn open(&self, _: &Request, node: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.inner.open(node, flags.0, reply);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn read(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        fh: crate::proto::FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: crate::proto::OpenFlags,
-        _lock_owner: Option<crate::proto::LockOwner>,
-        reply: ReplyData,
-    ) {
-        self.read_request(fh.0, offset, size, reply);
+    fn read(&self, _: &Request, _node: INodeNo, a: args::Read, reply: ReplyData) {
+        self.read_request(a.fh.0, a.offset, a.size, reply);
     }
 
-    fn release(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        fh: crate::proto::FileHandle,
-        _flags: crate::proto::OpenFlags,
-        _lock_owner: Option<crate::proto::LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.inner.release(fh.0, reply);
+    fn release(&self, _: &Request, _node: INodeNo, a: args::Release, reply: ReplyEmpty) {
+        self.inner.release(a.fh.0, reply);
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        _fh: crate::proto::FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    /// Nothing to make durable: the image is never written.
+    fn fsync(&self, _: &Request, _node: INodeNo, _a: args::Fsync, reply: ReplyEmpty) {
         reply.ok();
     }
 
-    fn opendir(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        flags: crate::proto::OpenFlags,
-        reply: ReplyOpen,
-    ) {
+    fn opendir(&self, _: &Request, node: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.inner.opendir(node, flags.0, reply);
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        _fh: crate::proto::FileHandle,
-        offset: u64,
-        reply: ReplyDirectory,
-    ) {
+    fn readdir(&self, _: &Request, node: INodeNo, a: args::Readdir, reply: ReplyDirectory) {
         let inner = self.inner.clone();
-        self.pool.run(move || inner.list(node, offset, reply));
+        self.pool.run(move || inner.list(node, a.offset, reply));
     }
 
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        _fh: crate::proto::FileHandle,
-        offset: u64,
-        reply: ReplyDirectoryPlus,
-    ) {
+    fn readdirplus(&self, _: &Request, node: INodeNo, a: args::Readdir, reply: ReplyDirectoryPlus) {
         let inner = self.inner.clone();
-        self.pool.run(move || inner.list(node, offset, reply));
+        self.pool.run(move || inner.list(node, a.offset, reply));
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        _fh: crate::proto::FileHandle,
-        _flags: crate::proto::OpenFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn fsyncdir(&self, _: &Request, _node: INodeNo, _a: args::Fsync, reply: ReplyEmpty) {
         reply.ok();
     }
 
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        _fh: crate::proto::FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
-    }
-
-    fn statfs(&self, _req: &Request, _node: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, _: &Request, _node: INodeNo, reply: ReplyStatfs) {
         self.inner.statfs(reply);
     }
 
-    fn getxattr(&self, _req: &Request, node: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, _: &Request, node: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         self.inner.getxattr(node, name.as_bytes(), size, reply);
     }
 
-    fn listxattr(&self, _req: &Request, node: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, _: &Request, node: INodeNo, size: u32, reply: ReplyXattr) {
         self.inner.listxattr(node, size, reply);
     }
 
@@ -344,16 +266,8 @@ impl crate::proto::FuseFs for BtrfsFuse {
         self.inner.access(req, node, mask, reply);
     }
 
-    fn lseek(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        fh: crate::proto::FileHandle,
-        offset: i64,
-        whence: i32,
-        reply: ReplyLseek,
-    ) {
-        self.lseek_request(fh.0, offset, whence, reply);
+    fn lseek(&self, _: &Request, _node: INodeNo, a: args::Lseek, reply: ReplyLseek) {
+        self.lseek_request(a.fh.0, a.offset, a.whence, reply);
     }
 
     /// Every request that would change the image is answered EROFS by
@@ -362,17 +276,7 @@ impl crate::proto::FuseFs for BtrfsFuse {
         true
     }
 
-    fn ioctl(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        _fh: crate::proto::FileHandle,
-        _flags: crate::proto::IoctlFlags,
-        _cmd: u32,
-        _in_data: &[u8],
-        _out_size: u32,
-        reply: crate::proto::ReplyIoctl,
-    ) {
+    fn ioctl(&self, _: &Request, _node: INodeNo, _a: args::Ioctl, reply: ReplyIoctl) {
         reply.error(Errno::ENOTTY);
     }
 }

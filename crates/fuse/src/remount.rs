@@ -16,7 +16,7 @@
 
 use crate::logging;
 use crate::options::{MountOptions, MS_FLAGS};
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -100,8 +100,24 @@ pub fn remount(mountpoint: &Path, opts: &[String]) -> Result<(), String> {
     }
     let target = CString::new(mp.as_os_str().as_bytes())
         .map_err(|_| format!("mount point {}: NUL in the path", mp.display()))?;
-    // SAFETY: a NUL-terminated target; no source, type or data (the
-    // kernel's FUSE ignores mount data on a remount through mount(2)).
+    // No mount data: the kernel's FUSE ignores it on a remount through
+    // mount(2).
+    if let Err(e) = mount_change(&target, flags) {
+        let why = if e.raw_os_error() == Some(libc::EBUSY) && !to_rw {
+            " (files are open for writing)"
+        } else {
+            ""
+        };
+        return Err(format!("remount {}: {e}{why}", mp.display()));
+    }
+    Ok(())
+}
+
+/// mount(2) on the existing mount at `target`, changing what `flags` say
+/// (MS_REMOUNT and its flags, or a propagation type): no source, type or
+/// data.
+pub(crate) fn mount_change(target: &CStr, flags: libc::c_ulong) -> std::io::Result<()> {
+    // SAFETY: a NUL-terminated target; null source, type and data.
     let r = unsafe {
         libc::mount(
             std::ptr::null(),
@@ -112,13 +128,7 @@ pub fn remount(mountpoint: &Path, opts: &[String]) -> Result<(), String> {
         )
     };
     if r != 0 {
-        let e = std::io::Error::last_os_error();
-        let why = if e.raw_os_error() == Some(libc::EBUSY) && !to_rw {
-            " (files are open for writing)"
-        } else {
-            ""
-        };
-        return Err(format!("remount {}: {e}{why}", mp.display()));
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }

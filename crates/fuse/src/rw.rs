@@ -20,12 +20,13 @@ use crate::dir::{dirent_type, DirReply, Entry};
 use crate::fslock::{FsLock, FsRead, FsWrite};
 use crate::ino;
 use crate::logging;
-use crate::proto::{Errno, FileAttr, FopenFlags, Generation, INodeNo, TimeOrNow};
+use crate::proto::{args, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo};
 use crate::proto::{
     KernelConfig, ReplyAttr, ReplyCopy, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
     ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request,
 };
+use crate::proto::{OpenFlags, WriteFlags};
 use crate::rw_push::{Pushes, ReadPattern};
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -33,7 +34,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use ubtrfs_engine::vfs::attr::{SetAttr, SetTime};
 use ubtrfs_engine::vfs::seek::{SeekCache, Versions};
 use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwStats, SyncStep};
@@ -180,6 +181,31 @@ impl RwInner {
         self.nodes.inode(node.0)
     }
 
+    /// A new inode `name` in `parent` (MKNOD, MKDIR, CREATE), owned by
+    /// the caller.
+    #[allow(clippy::too_many_arguments)]
+    fn make(
+        &self,
+        fs: &mut FsWrite<'_>,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+        umask: u32,
+    ) -> Result<InodeId, Error> {
+        let owner = (req.uid(), req.gid());
+        let dir = self.inode(parent);
+        fs.create(
+            dir,
+            name.as_bytes(),
+            mode,
+            rdev as u64,
+            owner,
+            self.umask(umask),
+        )
+    }
+
     /// The flag [`crate::remount::follow_ro`] keeps.
     pub fn remounted_ro(&self) -> Arc<AtomicBool> {
         self.remounted_ro.clone()
@@ -193,40 +219,36 @@ impl crate::proto::FuseFs for RwFuse {
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         use crate::proto::InitFlags;
-        let caps = config.capabilities();
-        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_MAX_PAGES
-            | InitFlags::FUSE_ASYNC_READ
-            | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_ATOMIC_O_TRUNC
-            // SETXATTR says when an ACL must clear S_ISGID (the kernel
-            // knows the caller's groups and capabilities; we do not).
-            | InitFlags::FUSE_SETXATTR_EXT
-            | InitFlags::FUSE_EXPORT_SUPPORT
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO;
-        let _ = config.add_capabilities(wanted & caps);
+        config.add_offered(
+            InitFlags::FUSE_PARALLEL_DIROPS
+                | InitFlags::FUSE_ATOMIC_O_TRUNC
+                // SETXATTR says when an ACL must clear S_ISGID (the kernel
+                // knows the caller's groups and capabilities; we do not).
+                | InitFlags::FUSE_SETXATTR_EXT
+                | InitFlags::FUSE_EXPORT_SUPPORT
+                | InitFlags::FUSE_DO_READDIRPLUS
+                | InitFlags::FUSE_READDIRPLUS_AUTO,
+        );
         if async_direct() {
             // An io_uring or aio O_DIRECT request goes out as a background
             // request and its submitter moves on (FUSE_ASYNC_DIO); 64 of
             // them may be queued (fio's 4 jobs x iodepth 16), not 16.
-            let _ = config.add_capabilities(InitFlags::FUSE_ASYNC_DIO & caps);
+            config.add_offered(InitFlags::FUSE_ASYNC_DIO);
             let _ = config.set_max_background(64);
         }
         // A shared mapping of a file opened FOPEN_DIRECT_IO (an O_DIRECT
         // open, see open_flags) is refused (ENODEV) unless the kernel may
         // switch the inode back to page-cache I/O for it, which keeps it
         // coherent with the direct writes.
-        let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP & caps);
+        config.add_offered(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         if self.acl.load(Ordering::Relaxed) {
             let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
-            if config.add_capabilities(acl & caps).is_err() || !caps.contains(acl) {
+            if config.add_offered(acl) != acl {
                 self.acl.store(false, Ordering::Relaxed);
             }
         }
-        // 1 MiB writes, the most the protocol layer takes.
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        // 1 MiB writes (the most the protocol layer takes) and times to
+        // the nanosecond: KernelConfig's defaults.
         Ok(())
     }
 
@@ -271,13 +293,7 @@ impl crate::proto::FuseFs for RwFuse {
         }
     }
 
-    fn getattr(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        _fh: Option<crate::proto::FileHandle>,
-        reply: ReplyAttr,
-    ) {
+    fn getattr(&self, _: &Request, node: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let id = self.inode(node);
         let res = self.fs_read().stat(id);
         let reply = crate::attr::birth_of(reply, id);
@@ -290,36 +306,18 @@ impl crate::proto::FuseFs for RwFuse {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn setattr(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        ctime: Option<SystemTime>,
-        _fh: Option<crate::proto::FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<crate::proto::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
+    fn setattr(&self, _: &Request, node: INodeNo, set: args::Setattr, reply: ReplyAttr) {
         let id = self.inode(node);
         let a = SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime: atime.map(set_time),
-            mtime: mtime.map(set_time),
-            ctime: ctime.map(timespec),
+            mode: set.mode,
+            uid: set.uid,
+            gid: set.gid,
+            size: set.size,
+            atime: set.atime.map(set_time),
+            mtime: set.mtime.map(set_time),
+            ctime: set.ctime.map(timespec),
         };
-        if size.is_none() {
+        if set.size.is_none() {
             return self.setattr_as(id, &a, reply);
         }
         // A truncate changes the bytes the page cache holds: counted as
@@ -344,78 +342,31 @@ impl crate::proto::FuseFs for RwFuse {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        let dir = self.inode(parent);
-        let res = self.fs().create(
-            dir,
-            name.as_bytes(),
-            mode,
-            rdev as u64,
-            (req.uid(), req.gid()),
-            self.umask(umask),
-        );
+    fn mknod(&self, req: &Request, parent: INodeNo, a: args::Mknod, reply: ReplyEntry) {
+        let res = self.make(&mut self.fs(), req, parent, a.name, a.mode, a.rdev, a.umask);
         self.reply_entry("mknod", reply, res);
     }
 
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        let dir = self.inode(parent);
-        let mode = 0o040000 | (mode & 0o7777);
-        let res = self.fs().create(
-            dir,
-            name.as_bytes(),
-            mode,
-            0,
-            (req.uid(), req.gid()),
-            self.umask(umask),
-        );
+    fn mkdir(&self, req: &Request, parent: INodeNo, a: args::Mkdir, reply: ReplyEntry) {
+        let mode = 0o040000 | (a.mode & 0o7777);
+        let res = self.make(&mut self.fs(), req, parent, a.name, mode, 0, a.umask);
         self.reply_entry("mkdir", reply, res);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let res = self.fs().unlink(self.inode(parent), name.as_bytes());
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("unlink", e)),
-        }
+        reply.result(res.map_err(|e| errno("unlink", e)));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let res = self.fs().rmdir(self.inode(parent), name.as_bytes());
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("rmdir", e)),
-        }
+        reply.result(res.map_err(|e| errno("rmdir", e)));
     }
 
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
+    fn symlink(&self, req: &Request, dir: INodeNo, name: &OsStr, target: &Path, reply: ReplyEntry) {
         let res = self.fs().symlink(
-            self.inode(parent),
-            link_name.as_bytes(),
+            self.inode(dir),
+            name.as_bytes(),
             target.as_os_str().as_bytes(),
             req.uid(),
             req.gid(),
@@ -423,53 +374,28 @@ impl crate::proto::FuseFs for RwFuse {
         self.reply_entry("symlink", reply, res);
     }
 
-    fn rename(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: crate::proto::RenameFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn rename(&self, req: &Request, parent: INodeNo, r: args::Rename, reply: ReplyEmpty) {
         let res = self.fs().rename_as(
             self.inode(parent),
-            name.as_bytes(),
-            self.inode(newparent),
-            newname.as_bytes(),
-            flags.bits(),
+            r.name.as_bytes(),
+            self.inode(r.newparent),
+            r.newname.as_bytes(),
+            r.flags.bits(),
             (req.uid(), req.gid()),
         );
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("rename", e)),
-        }
+        reply.result(res.map_err(|e| errno("rename", e)));
     }
 
-    fn link(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
+    fn link(&self, _: &Request, node: INodeNo, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let id = self.inode(node);
         let res = self
             .fs()
-            .link(id, self.inode(newparent), newname.as_bytes())
+            .link(id, self.inode(parent), name.as_bytes())
             .map(|_| id);
         self.reply_entry("link", reply, res);
     }
 
-    fn open(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        flags: crate::proto::OpenFlags,
-        reply: ReplyOpen,
-    ) {
+    fn open(&self, _: &Request, node: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let id = self.inode(node);
         let f = flags.0;
         let writing = f & libc::O_ACCMODE != libc::O_RDONLY || f & libc::O_TRUNC != 0;
@@ -483,36 +409,16 @@ impl crate::proto::FuseFs for RwFuse {
         self.open_as(id, f, writing, reply);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn read(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        fh: crate::proto::FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: crate::proto::OpenFlags,
-        _lock_owner: Option<crate::proto::LockOwner>,
-        reply: ReplyData,
-    ) {
-        self.0.read_request(node, fh.0, offset, size, reply);
+    fn read(&self, _: &Request, node: INodeNo, a: args::Read, reply: ReplyData) {
+        self.0.read_request(node, a.fh.0, a.offset, a.size, reply);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn write(
-        &self,
-        req: &Request,
-        node: INodeNo,
-        fh: crate::proto::FileHandle,
-        offset: u64,
-        data: &[u8],
-        write_flags: crate::proto::WriteFlags,
-        flags: crate::proto::OpenFlags,
-        _lock_owner: Option<crate::proto::LockOwner>,
-        reply: ReplyWrite,
-    ) {
+    fn write(&self, req: &Request, node: INodeNo, w: args::Write, reply: ReplyWrite) {
+        let args::Write {
+            fh, offset, data, ..
+        } = w;
         let id = self.inode(node);
-        let direct = flags.0 & libc::O_DIRECT != 0;
+        let direct = w.flags.0 & libc::O_DIRECT != 0;
         let res = match direct
             .then(|| self.direct_write(id, offset, data))
             .flatten()
@@ -526,9 +432,8 @@ impl crate::proto::FuseFs for RwFuse {
         // A write from the page cache (FUSE_WRITE_CACHE) is not the
         // caller's: the kernel dropped what it drops when the data was
         // written into the cache.
-        let flags = write_flags.bits();
-        let kill = flags & crate::proto::abi::FUSE_WRITE_KILL_SUIDGID != 0
-            || flags & crate::proto::abi::FUSE_WRITE_CACHE == 0
+        let kill = w.write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            || !w.write_flags.contains(WriteFlags::FUSE_WRITE_CACHE)
                 && self.handle_setid(fh)
                 && crate::caps::lacks(req.pid(), crate::caps::CAP_FSETID);
         match res {
@@ -549,21 +454,12 @@ impl crate::proto::FuseFs for RwFuse {
         }
     }
 
-    fn release(
-        &self,
-        _req: &Request,
-        _node: INodeNo,
-        fh: crate::proto::FileHandle,
-        _flags: crate::proto::OpenFlags,
-        _lock_owner: Option<crate::proto::LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn release(&self, _: &Request, _node: INodeNo, a: args::Release, reply: ReplyEmpty) {
         let h = self
             .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh.0);
+            .remove(&a.fh.0);
         if let Some(h) = h {
             if h.writer {
                 self.pushes.writer_end(h.id);
@@ -576,27 +472,11 @@ impl crate::proto::FuseFs for RwFuse {
         reply.ok();
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        _fh: crate::proto::FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        match self.sync_node("fsync", node, datasync) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("fsync", e)),
-        }
+    fn fsync(&self, _: &Request, node: INodeNo, a: args::Fsync, reply: ReplyEmpty) {
+        self.sync_node("fsync", node, a.datasync, reply);
     }
 
-    fn opendir(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        _flags: crate::proto::OpenFlags,
-        reply: ReplyOpen,
-    ) {
+    fn opendir(&self, _: &Request, node: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // Counted as a file's open: a directory removed while open lives
         // on (nlink 0, fstat works) until its last close.
         let id = self.inode(node);
@@ -615,18 +495,11 @@ impl crate::proto::FuseFs for RwFuse {
         if !self.atime_due(id, true) {
             f |= FopenFlags::FOPEN_KEEP_CACHE;
         }
-        reply.opened(crate::proto::FileHandle(fh), f);
+        reply.opened(FileHandle(fh), f);
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        fh: crate::proto::FileHandle,
-        offset: u64,
-        reply: ReplyDirectory,
-    ) {
-        self.list(node, fh, offset, reply);
+    fn readdir(&self, _: &Request, node: INodeNo, a: args::Readdir, reply: ReplyDirectory) {
+        self.list(node, a.fh, a.offset, reply);
     }
 
     /// READDIR with each entry's lookup answer: a walk that stats what it
@@ -634,45 +507,21 @@ impl crate::proto::FuseFs for RwFuse {
     /// kernel asks for it at the start of a listing, and after that only
     /// while the entries it gave are being looked up
     /// (FUSE_READDIRPLUS_AUTO).
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        fh: crate::proto::FileHandle,
-        offset: u64,
-        reply: ReplyDirectoryPlus,
-    ) {
-        self.list(node, fh, offset, reply);
+    fn readdirplus(&self, _: &Request, node: INodeNo, a: args::Readdir, reply: ReplyDirectoryPlus) {
+        self.list(node, a.fh, a.offset, reply);
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        fh: crate::proto::FileHandle,
-        _flags: crate::proto::OpenFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn releasedir(&self, _: &Request, node: INodeNo, a: args::Release, reply: ReplyEmpty) {
         self.dirs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh.0);
+            .remove(&a.fh.0);
         self.closed(self.inode(node), "releasedir");
         reply.ok();
     }
 
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        _fh: crate::proto::FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        match self.sync_node("fsyncdir", node, datasync) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("fsyncdir", e)),
-        }
+    fn fsyncdir(&self, _: &Request, node: INodeNo, a: args::Fsync, reply: ReplyEmpty) {
+        self.sync_node("fsyncdir", node, a.datasync, reply);
     }
 
     fn statfs(&self, _req: &Request, _node: INodeNo, reply: ReplyStatfs) {
@@ -680,25 +529,16 @@ impl crate::proto::FuseFs for RwFuse {
         reply.statfs(s.blocks, s.bfree, s.bavail, 0, 0, s.bsize, 255, s.bsize);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn setxattr(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-        setxattr_flags: u32,
-        reply: ReplyEmpty,
-    ) {
-        let kill_sgid = setxattr_flags & crate::proto::abi::FUSE_SETXATTR_ACL_KILL_SGID != 0;
-        let res = self
-            .fs()
-            .setxattr(self.inode(node), name.as_bytes(), value, flags, kill_sgid);
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("setxattr", e)),
-        }
+    fn setxattr(&self, _: &Request, node: INodeNo, x: args::Setxattr, reply: ReplyEmpty) {
+        let kill_sgid = x.setxattr_flags & crate::proto::abi::FUSE_SETXATTR_ACL_KILL_SGID != 0;
+        let res = self.fs().setxattr(
+            self.inode(node),
+            x.name.as_bytes(),
+            x.value,
+            x.flags,
+            kill_sgid,
+        );
+        reply.result(res.map_err(|e| errno("setxattr", e)));
     }
 
     fn getxattr(&self, _req: &Request, node: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -713,83 +553,35 @@ impl crate::proto::FuseFs for RwFuse {
 
     fn removexattr(&self, _req: &Request, node: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let res = self.fs().removexattr(self.inode(node), name.as_bytes());
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("removexattr", e)),
-        }
+        reply.result(res.map_err(|e| errno("removexattr", e)));
     }
 
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        reply: ReplyCreate,
-    ) {
-        let dir = self.inode(parent);
-        let mode = if mode & 0o170000 == 0 {
-            mode | 0o100000
+    fn create(&self, req: &Request, parent: INodeNo, a: args::Create, reply: ReplyCreate) {
+        let mode = if a.mode & 0o170000 == 0 {
+            a.mode | 0o100000
         } else {
-            mode
+            a.mode
         };
         let mut fs = self.fs();
-        let res = fs.create(
-            dir,
-            name.as_bytes(),
-            mode,
-            0,
-            (req.uid(), req.gid()),
-            self.umask(umask),
-        );
-        self.created("create", fs, res, flags, reply);
+        let res = self.make(&mut fs, req, parent, a.name, mode, 0, a.umask);
+        self.created("create", fs, res, a.flags, reply);
     }
 
-    fn tmpfile(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        reply: ReplyCreate,
-    ) {
+    fn tmpfile(&self, req: &Request, parent: INodeNo, a: args::Create, reply: ReplyCreate) {
         let dir = self.inode(parent);
         let mut fs = self.fs();
-        let res = fs.tmpfile(dir, mode, (req.uid(), req.gid()), self.umask(umask));
-        self.created("tmpfile", fs, res, flags, reply);
+        let res = fs.tmpfile(dir, a.mode, (req.uid(), req.gid()), self.umask(a.umask));
+        self.created("tmpfile", fs, res, a.flags, reply);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn ioctl(
-        &self,
-        req: &Request,
-        node: INodeNo,
-        _fh: crate::proto::FileHandle,
-        _flags: crate::proto::IoctlFlags,
-        cmd: u32,
-        in_data: &[u8],
-        _out_size: u32,
-        reply: ReplyIoctl,
-    ) {
-        self.ioctl_request(req, node, cmd, in_data, reply)
+    fn ioctl(&self, req: &Request, node: INodeNo, io: args::Ioctl, reply: ReplyIoctl) {
+        self.ioctl_request(req, node, io.cmd, io.in_data, reply)
     }
 
-    fn fallocate(
-        &self,
-        req: &Request,
-        node: INodeNo,
-        _fh: crate::proto::FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
+    fn fallocate(&self, req: &Request, node: INodeNo, a: args::Fallocate, reply: ReplyEmpty) {
         let id = self.inode(node);
         self.writeback_first(&[id]);
-        let res = self.with_space(|fs| fs.fallocate(id, offset, length, mode));
+        let res = self.with_space(|fs| fs.fallocate(id, a.offset, a.length, a.mode));
         match res {
             Ok(()) => {
                 // The kernel's FUSE dropped the set-user-ID bit already
@@ -805,15 +597,8 @@ impl crate::proto::FuseFs for RwFuse {
         }
     }
 
-    fn lseek(
-        &self,
-        _req: &Request,
-        node: INodeNo,
-        fh: crate::proto::FileHandle,
-        offset: i64,
-        whence: i32,
-        reply: ReplyLseek,
-    ) {
+    fn lseek(&self, _: &Request, node: INodeNo, a: args::Lseek, reply: ReplyLseek) {
+        let args::Lseek { fh, offset, whence } = a;
         if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
             return reply.error(Errno::EINVAL);
         }
@@ -840,24 +625,11 @@ impl crate::proto::FuseFs for RwFuse {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn copy_file_range(
-        &self,
-        _req: &Request,
-        ino_in: INodeNo,
-        _fh_in: crate::proto::FileHandle,
-        offset_in: u64,
-        ino_out: INodeNo,
-        _fh_out: crate::proto::FileHandle,
-        offset_out: u64,
-        len: u64,
-        _flags: crate::proto::CopyFileRangeFlags,
-        reply: ReplyCopy,
-    ) {
-        let len = len.min(u32::MAX as u64 & !0xfff);
-        let (src, dst) = (self.inode(ino_in), self.inode(ino_out));
+    fn copy_file_range(&self, _: &Request, ino: INodeNo, c: args::CopyFileRange, reply: ReplyCopy) {
+        let len = c.len.min(u32::MAX as u64 & !0xfff);
+        let (src, dst) = (self.inode(ino), self.inode(c.ino_out));
         self.writeback_first(&[src, dst]);
-        let res = self.with_space(|fs| fs.copy_range(src, offset_in, dst, offset_out, len));
+        let res = self.with_space(|fs| fs.copy_range(src, c.offset_in, dst, c.offset_out, len));
         match res {
             Ok(n) => reply.copied(n),
             Err(e) => reply.error(errno("copy_file_range", e)),
@@ -867,9 +639,7 @@ impl crate::proto::FuseFs for RwFuse {
 
 fn answer_xattr(res: Result<Vec<u8>, Error>, size: u32, reply: ReplyXattr, op: &str) {
     match res {
-        Ok(v) if size == 0 => reply.size(v.len() as u32),
-        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
-        Ok(v) => reply.data(&v),
+        Ok(v) => reply.value(&v, size),
         Err(e) => reply.error(errno(op, e)),
     }
 }

@@ -278,13 +278,7 @@ impl Pushes {
 
     /// The writer counted by [`Pushes::writer_begin`] is gone.
     pub fn writer_end(&self, id: InodeId) {
-        let mut m = self.inodes();
-        if let Some(i) = m.get_mut(&id) {
-            i.writers = i.writers.saturating_sub(1);
-            if i.idle() {
-                m.remove(&id);
-            }
-        }
+        self.count_down(id, |i| &mut i.writers);
     }
 
     /// A handle of `id` that reads through the page cache opens (or
@@ -295,9 +289,16 @@ impl Pushes {
     }
 
     pub fn buffered_close(&self, id: InodeId) {
+        self.count_down(id, |i| &mut i.buffered);
+    }
+
+    /// One fewer of the `count` of `id` (its writers or buffered
+    /// handles); its entry goes once nothing is counted.
+    fn count_down(&self, id: InodeId, count: fn(&mut Inode) -> &mut u32) {
         let mut m = self.inodes();
         if let Some(i) = m.get_mut(&id) {
-            i.buffered = i.buffered.saturating_sub(1);
+            let n = count(i);
+            *n = n.saturating_sub(1);
             if i.idle() {
                 m.remove(&id);
             }

@@ -13,9 +13,7 @@ impl Inner {
             .xattr(id, name)
             .on(id)
             .and_then(|v| v.ok_or(Errno::ENODATA.into()));
-        self.answer("getxattr", reply, res, |reply, v| {
-            xattr_reply(reply, &v, size)
-        });
+        self.answer("getxattr", reply, res, |reply, v| reply.value(&v, size));
     }
 
     pub(crate) fn listxattr(&self, node: INodeNo, size: u32, reply: ReplyXattr) {
@@ -29,18 +27,7 @@ impl Inner {
             names
         });
         self.answer("listxattr", reply, res, |reply, names| {
-            xattr_reply(reply, &names, size)
+            reply.value(&names, size)
         });
-    }
-}
-
-/// The value's size when asked with size 0; ERANGE when it does not fit.
-fn xattr_reply(reply: ReplyXattr, v: &[u8], size: u32) {
-    if size == 0 {
-        reply.size(v.len() as u32)
-    } else if v.len() > size as usize {
-        reply.error(Errno::ERANGE)
-    } else {
-        reply.data(v)
     }
 }

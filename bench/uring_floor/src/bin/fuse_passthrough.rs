@@ -22,13 +22,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ubtrfs_fuse::proto::{
+    args, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, OpenFlags,
+    TimeOrNow,
+};
+use ubtrfs_fuse::proto::{
     Acl, FuseFs, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, Session,
-};
-use ubtrfs_fuse::proto::{
-    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
-    TimeOrNow, WriteFlags,
 };
 
 const TTL: Duration = Duration::from_secs(1);
@@ -116,8 +116,9 @@ impl Pass {
         Ok(self.path(parent)?.join(name))
     }
 
-    fn entry(&self, path: &Path, reply: ReplyEntry) {
-        match self.attr(path) {
+    /// Answers with the entry at `path` (found or made), or the error.
+    fn entry(&self, path: Result<PathBuf, Errno>, reply: ReplyEntry) {
+        match path.and_then(|p| self.attr(&p)) {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
@@ -138,12 +139,12 @@ impl Pass {
             .ok_or(Errno::EBADF)
     }
 
-    fn list<R: Listing>(&self, fh: FileHandle, offset: u64, mut reply: R) {
-        let Some(entries) = self.dirs.lock().unwrap().get(&fh.0).cloned() else {
+    fn list<R: Listing>(&self, a: args::Readdir, mut reply: R) {
+        let Some(entries) = self.dirs.lock().unwrap().get(&a.fh.0).cloned() else {
             return reply.fail(Errno::EBADF);
         };
         let dir = reply.dir().to_path_buf();
-        for (i, (name, ino, kind)) in entries.iter().enumerate().skip(offset as usize) {
+        for (i, (name, ino, kind)) in entries.iter().enumerate().skip(a.offset as usize) {
             if reply.add(self, &dir, name, *ino, *kind, i as u64 + 1) {
                 break;
             }
@@ -291,28 +292,21 @@ fn own(path: &Path, req: &Request) -> Result<(), Errno> {
 impl FuseFs for Pass {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         use ubtrfs_fuse::proto::InitFlags;
-        let caps = config.capabilities();
-        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_MAX_PAGES
-            | InitFlags::FUSE_ASYNC_READ
-            | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_ATOMIC_O_TRUNC
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_POSIX_ACL
-            | InitFlags::FUSE_DONT_MASK;
-        let _ = config.add_capabilities(wanted & caps);
-        // 1 MiB writes, the most the protocol layer takes.
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        // With KernelConfig's defaults (1 MiB writes, asynchronous
+        // reads, times to the nanosecond), as ubtrfs's read-write mount.
+        config.add_offered(
+            InitFlags::FUSE_PARALLEL_DIROPS
+                | InitFlags::FUSE_ATOMIC_O_TRUNC
+                | InitFlags::FUSE_DO_READDIRPLUS
+                | InitFlags::FUSE_READDIRPLUS_AUTO
+                | InitFlags::FUSE_POSIX_ACL
+                | InitFlags::FUSE_DONT_MASK,
+        );
         Ok(())
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.child(parent, name) {
-            Ok(p) => self.entry(&p, reply),
-            Err(e) => reply.error(e),
-        }
+        self.entry(self.child(parent, name), reply);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -322,44 +316,27 @@ impl FuseFs for Pass {
         }
     }
 
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<ubtrfs_fuse::proto::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
+    fn setattr(&self, _: &Request, ino: INodeNo, a: args::Setattr, reply: ReplyAttr) {
         let res = (|| {
             let path = self.path(ino)?;
-            if uid.is_some() || gid.is_some() {
-                std::os::unix::fs::lchown(&path, uid, gid).map_err(errno)?;
+            if a.uid.is_some() || a.gid.is_some() {
+                std::os::unix::fs::lchown(&path, a.uid, a.gid).map_err(errno)?;
             }
-            if let Some(mode) = mode {
+            if let Some(mode) = a.mode {
                 let c = cpath(&path);
                 // SAFETY: a NUL-terminated path.
                 if unsafe { libc::chmod(c.as_ptr(), mode & 0o7777) } != 0 {
                     return Err(last_err());
                 }
             }
-            if let Some(size) = size {
+            if let Some(size) = a.size {
                 OpenOptions::new()
                     .write(true)
                     .open(&path)
                     .and_then(|f| f.set_len(size))
                     .map_err(errno)?;
             }
-            set_time(&path, atime, mtime)?;
+            set_time(&path, a.atime, a.mtime)?;
             self.attr(&path)
         })();
         match res {
@@ -378,67 +355,40 @@ impl FuseFs for Pass {
         }
     }
 
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        let res = self.child(parent, name).and_then(|p| {
+    fn mkdir(&self, req: &Request, parent: INodeNo, a: args::Mkdir, reply: ReplyEntry) {
+        let res = self.child(parent, a.name).and_then(|p| {
             use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new()
-                .mode(mode & !umask & 0o7777)
+                .mode(a.mode & !a.umask & 0o7777)
                 .create(&p)
                 .map_err(errno)?;
             own(&p, req)?;
             Ok(p)
         });
-        match res {
-            Ok(p) => self.entry(&p, reply),
-            Err(e) => reply.error(e),
-        }
+        self.entry(res, reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self
-            .child(parent, name)
-            .and_then(|p| std::fs::remove_file(p).map_err(errno))
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply.result(
+            self.child(parent, name)
+                .and_then(|p| std::fs::remove_file(p).map_err(errno)),
+        );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self
-            .child(parent, name)
-            .and_then(|p| std::fs::remove_dir(p).map_err(errno))
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply.result(
+            self.child(parent, name)
+                .and_then(|p| std::fs::remove_dir(p).map_err(errno)),
+        );
     }
 
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
-        let res = self.child(parent, link_name).and_then(|p| {
+    fn symlink(&self, req: &Request, dir: INodeNo, name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let res = self.child(dir, name).and_then(|p| {
             std::os::unix::fs::symlink(target, &p).map_err(errno)?;
             own(&p, req)?;
             Ok(p)
         });
-        match res {
-            Ok(p) => self.entry(&p, reply),
-            Err(e) => reply.error(e),
-        }
+        self.entry(res, reply);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -458,18 +408,9 @@ impl FuseFs for Pass {
         }
     }
 
-    fn read(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        let res = self.file(fh).and_then(|f| {
+    fn read(&self, _: &Request, _ino: INodeNo, a: args::Read, reply: ReplyData) {
+        let args::Read { offset, size, .. } = a;
+        let res = self.file(a.fh).and_then(|f| {
             let mut buf = vec![0u8; size as usize];
             let mut n = 0;
             while n < buf.len() {
@@ -488,64 +429,25 @@ impl FuseFs for Pass {
         }
     }
 
-    fn write(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
+    fn write(&self, _: &Request, _ino: INodeNo, w: args::Write, reply: ReplyWrite) {
         match self
-            .file(fh)
-            .and_then(|f| f.write_all_at(data, offset).map_err(errno))
+            .file(w.fh)
+            .and_then(|f| f.write_all_at(w.data, w.offset).map_err(errno))
         {
-            Ok(()) => reply.written(data.len() as u32),
+            Ok(()) => reply.written(w.data.len() as u32),
             Err(e) => reply.error(e),
         }
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(Errno::ENOSYS);
-    }
+    // FLUSH: the trait's ENOSYS, as ubtrfs answers it.
 
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.files.lock().unwrap().remove(&fh.0);
+    fn release(&self, _: &Request, _ino: INodeNo, a: args::Release, reply: ReplyEmpty) {
+        self.files.lock().unwrap().remove(&a.fh.0);
         reply.ok();
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        match self.file(fh).and_then(|f| f.sync_all().map_err(errno)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+    fn fsync(&self, _: &Request, _ino: INodeNo, a: args::Fsync, reply: ReplyEmpty) {
+        reply.result(self.file(a.fh).and_then(|f| f.sync_all().map_err(errno)));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -573,43 +475,22 @@ impl FuseFs for Pass {
         }
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        reply: ReplyDirectory,
-    ) {
+    fn readdir(&self, _: &Request, ino: INodeNo, a: args::Readdir, reply: ReplyDirectory) {
         match self.path(ino) {
-            Ok(p) => self.list(fh, offset, Plain(reply, p)),
+            Ok(p) => self.list(a, Plain(reply, p)),
             Err(e) => reply.error(e),
         }
     }
 
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        reply: ReplyDirectoryPlus,
-    ) {
+    fn readdirplus(&self, _: &Request, ino: INodeNo, a: args::Readdir, reply: ReplyDirectoryPlus) {
         match self.path(ino) {
-            Ok(p) => self.list(fh, offset, Plus(reply, p)),
+            Ok(p) => self.list(a, Plus(reply, p)),
             Err(e) => reply.error(e),
         }
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.dirs.lock().unwrap().remove(&fh.0);
+    fn releasedir(&self, _: &Request, _ino: INodeNo, a: args::Release, reply: ReplyEmpty) {
+        self.dirs.lock().unwrap().remove(&a.fh.0);
         reply.ok();
     }
 
@@ -633,16 +514,10 @@ impl FuseFs for Pass {
         );
     }
 
-    fn setxattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-        _position: u32,
-        reply: ReplyEmpty,
-    ) {
+    fn setxattr(&self, _: &Request, ino: INodeNo, x: args::Setxattr, reply: ReplyEmpty) {
+        let args::Setxattr {
+            name, value, flags, ..
+        } = x;
         let res = self.path(ino).and_then(|p| {
             let (c, n) = (cpath(&p), cpath(Path::new(name)));
             // SAFETY: NUL-terminated path and name; value and its length.
@@ -660,10 +535,7 @@ impl FuseFs for Pass {
             }
             Ok(())
         });
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply.result(res);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -697,22 +569,16 @@ impl FuseFs for Pass {
             }
             Ok(())
         });
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply.result(res);
     }
 
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        reply: ReplyCreate,
-    ) {
+    fn create(&self, req: &Request, parent: INodeNo, a: args::Create, reply: ReplyCreate) {
+        let args::Create {
+            name,
+            mode,
+            umask,
+            flags,
+        } = a;
         let res = self.child(parent, name).and_then(|p| {
             let acc = flags & libc::O_ACCMODE;
             let f = OpenOptions::new()

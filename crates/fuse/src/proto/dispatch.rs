@@ -1,19 +1,18 @@
 //! One request, from its header, fixed argument and variable data, to the
 //! file system's method. The same for both transports: /dev/fuse bodies
-//! are split at [`abi::op_arg_size`], ring entries arrive split.
+//! are split at [`abi::op_arg_size`], ring entries arrive split. Here:
+//! who may ask ([`Acl`]), what a read-only file system never sees, and
+//! which method answers each opcode; what the arguments mean is decoded
+//! in [`super::args`].
 
 use super::abi::{self, read, InHeader};
+use super::args;
 use super::filesystem::{FuseFs, Request};
 use super::reply::*;
-use super::types::{
-    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, INodeNo, IoctlFlags, LockOwner, OpenFlags,
-    RenameFlags, TimeOrNow, WriteFlags,
-};
+use super::types::{AccessFlags, Errno, FileHandle, INodeNo, OpenFlags, RenameFlags};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::SystemTime;
-use ubtrfs_format::items::Timespec;
 
 /// Who may use the mount, beyond what the kernel already checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,15 +77,6 @@ fn on_open_file(opcode: u32) -> bool {
 fn cstr(b: &[u8]) -> Option<(&OsStr, &[u8])> {
     let n = b.iter().position(|&c| c == 0)?;
     Some((OsStr::from_bytes(&b[..n]), &b[n + 1..]))
-}
-
-/// A time as the kernel sends it (seconds, negative before the epoch, and
-/// nanoseconds forward from them), read as the mount reads stored times.
-fn at(secs: u64, nsec: u32) -> SystemTime {
-    crate::attr::system_time(&Timespec {
-        sec: secs as i64,
-        nsec,
-    })
 }
 
 /// Runs `f` (one request's dispatch), containing a panic: the reply it
@@ -171,20 +161,10 @@ fn serve<F: FuseFs>(
     s: Sender,
 ) -> Option<()> {
     let node = INodeNo(h.nodeid);
-    macro_rules! arg {
-        ($t:ty) => {
-            match read::<$t>(arg) {
-                Some(a) => a,
-                None => {
-                    ReplyEmpty::new(s).error(Errno::EINVAL);
-                    return None;
-                }
-            }
-        };
-    }
-    macro_rules! name {
-        ($b:expr) => {
-            match cstr($b) {
+    // What a malformed request cannot give: answered EINVAL.
+    macro_rules! or_einval {
+        ($e:expr) => {
+            match $e {
                 Some(x) => x,
                 None => {
                     ReplyEmpty::new(s).error(Errno::EINVAL);
@@ -192,6 +172,32 @@ fn serve<F: FuseFs>(
                 }
             }
         };
+    }
+    // The fixed argument; a name up to its NUL, and what follows it.
+    macro_rules! arg {
+        ($t:ty) => {
+            or_einval!(read::<$t>(arg))
+        };
+    }
+    macro_rules! name {
+        ($b:expr) => {
+            or_einval!(cstr($b))
+        };
+    }
+    // A request whose one argument is its fixed one, decoded (args.rs).
+    macro_rules! with_arg {
+        ($t:ty, $method:ident, $reply:expr) => {{
+            let a = arg!($t);
+            fs.$method(req, node, (&a).into(), $reply)
+        }};
+    }
+    // One that makes an entry: its fixed argument and the new name.
+    macro_rules! with_arg_and_name {
+        ($t:ty, $args:ident, $method:ident, $reply:expr) => {{
+            let a = arg!($t);
+            let (name, _) = name!(data);
+            fs.$method(req, node, args::$args::new(&a, name), $reply)
+        }};
     }
     match h.opcode {
         abi::FUSE_LOOKUP => {
@@ -212,53 +218,15 @@ fn serve<F: FuseFs>(
             let fh = (a.getattr_flags & abi::FUSE_GETATTR_FH != 0).then_some(FileHandle(a.fh));
             fs.getattr(req, node, fh, ReplyAttr::statx(s));
         }
-        abi::FUSE_SETATTR => {
-            let a = arg!(abi::SetattrIn);
-            let v = a.valid;
-            let has = |bit: u32| v & bit != 0;
-            let time = |bit: u32, now: u32, secs: u64, nsec: u32| {
-                has(bit).then(|| {
-                    if has(now) {
-                        TimeOrNow::Now
-                    } else {
-                        TimeOrNow::SpecificTime(at(secs, nsec))
-                    }
-                })
-            };
-            fs.setattr(
-                req,
-                node,
-                has(abi::FATTR_MODE).then_some(a.mode),
-                has(abi::FATTR_UID).then_some(a.uid),
-                has(abi::FATTR_GID).then_some(a.gid),
-                has(abi::FATTR_SIZE).then_some(a.size),
-                time(abi::FATTR_ATIME, abi::FATTR_ATIME_NOW, a.atime, a.atimensec),
-                time(abi::FATTR_MTIME, abi::FATTR_MTIME_NOW, a.mtime, a.mtimensec),
-                has(abi::FATTR_CTIME).then(|| at(a.ctime, a.ctimensec)),
-                has(abi::FATTR_FH).then_some(FileHandle(a.fh)),
-                None,
-                None,
-                None,
-                None,
-                ReplyAttr::new(s),
-            );
-        }
+        abi::FUSE_SETATTR => with_arg!(abi::SetattrIn, setattr, ReplyAttr::new(s)),
         abi::FUSE_READLINK => fs.readlink(req, node, ReplyData::new(s)),
         abi::FUSE_SYMLINK => {
             let (name, rest) = name!(data);
             let (target, _) = name!(rest);
             fs.symlink(req, node, name, Path::new(target), ReplyEntry::new(s));
         }
-        abi::FUSE_MKNOD => {
-            let a = arg!(abi::MknodIn);
-            let (name, _) = name!(data);
-            fs.mknod(req, node, name, a.mode, a.umask, a.rdev, ReplyEntry::new(s));
-        }
-        abi::FUSE_MKDIR => {
-            let a = arg!(abi::MkdirIn);
-            let (name, _) = name!(data);
-            fs.mkdir(req, node, name, a.mode, a.umask, ReplyEntry::new(s));
-        }
+        abi::FUSE_MKNOD => with_arg_and_name!(abi::MknodIn, Mknod, mknod, ReplyEntry::new(s)),
+        abi::FUSE_MKDIR => with_arg_and_name!(abi::MkdirIn, Mkdir, mkdir, ReplyEntry::new(s)),
         abi::FUSE_UNLINK => {
             let (name, _) = name!(data);
             fs.unlink(req, node, name, ReplyEmpty::new(s));
@@ -276,15 +244,13 @@ fn serve<F: FuseFs>(
             };
             let (name, rest) = name!(data);
             let (newname, _) = name!(rest);
-            fs.rename(
-                req,
-                node,
+            let r = args::Rename {
                 name,
-                INodeNo(newdir),
+                newparent: INodeNo(newdir),
                 newname,
-                RenameFlags::from_bits_retain(flags),
-                ReplyEmpty::new(s),
-            );
+                flags: RenameFlags::from_bits_retain(flags),
+            };
+            fs.rename(req, node, r, ReplyEmpty::new(s));
         }
         abi::FUSE_LINK => {
             let a = arg!(abi::NodeIn);
@@ -299,132 +265,31 @@ fn serve<F: FuseFs>(
             let a = arg!(abi::OpenIn);
             fs.opendir(req, node, OpenFlags(a.flags as i32), ReplyOpen::new(s));
         }
-        abi::FUSE_READ => {
-            let a = arg!(abi::ReadIn);
-            let owner =
-                (a.read_flags & abi::FUSE_READ_LOCKOWNER != 0).then_some(LockOwner(a.lock_owner));
-            fs.read(
-                req,
-                node,
-                FileHandle(a.fh),
-                a.offset,
-                a.size,
-                OpenFlags(a.flags as i32),
-                owner,
-                ReplyData::new(s),
-            );
-        }
+        abi::FUSE_READ => with_arg!(abi::ReadIn, read, ReplyData::new(s)),
         abi::FUSE_WRITE => {
-            let a = arg!(abi::WriteIn);
-            let Some(bytes) = data.get(..a.size as usize) else {
-                ReplyEmpty::new(s).error(Errno::EINVAL);
-                return None;
-            };
-            let owner =
-                (a.write_flags & abi::FUSE_WRITE_LOCKOWNER != 0).then_some(LockOwner(a.lock_owner));
-            fs.write(
-                req,
-                node,
-                FileHandle(a.fh),
-                a.offset,
-                bytes,
-                WriteFlags::from_bits_retain(a.write_flags),
-                OpenFlags(a.flags as i32),
-                owner,
-                ReplyWrite::new(s),
-            );
+            let w = or_einval!(args::Write::new(&arg!(abi::WriteIn), data));
+            fs.write(req, node, w, ReplyWrite::new(s));
         }
-        abi::FUSE_FLUSH => {
-            let a = arg!(abi::FlushIn);
-            fs.flush(
-                req,
-                node,
-                FileHandle(a.fh),
-                LockOwner(a.lock_owner),
-                ReplyEmpty::new(s),
-            );
-        }
-        abi::FUSE_RELEASE => {
-            let a = arg!(abi::ReleaseIn);
-            let owner = (a.release_flags & abi::FUSE_RELEASE_FLOCK_UNLOCK != 0)
-                .then_some(LockOwner(a.lock_owner));
-            fs.release(
-                req,
-                node,
-                FileHandle(a.fh),
-                OpenFlags(a.flags as i32),
-                owner,
-                a.release_flags & abi::FUSE_RELEASE_FLUSH != 0,
-                ReplyEmpty::new(s),
-            );
-        }
-        abi::FUSE_RELEASEDIR => {
-            let a = arg!(abi::ReleaseIn);
-            fs.releasedir(
-                req,
-                node,
-                FileHandle(a.fh),
-                OpenFlags(a.flags as i32),
-                ReplyEmpty::new(s),
-            );
-        }
-        abi::FUSE_FSYNC | abi::FUSE_FSYNCDIR => {
-            let a = arg!(abi::FsyncIn);
-            let datasync = a.fsync_flags & abi::FUSE_FSYNC_FDATASYNC != 0;
-            if h.opcode == abi::FUSE_FSYNC {
-                fs.fsync(req, node, FileHandle(a.fh), datasync, ReplyEmpty::new(s));
-            } else {
-                fs.fsyncdir(req, node, FileHandle(a.fh), datasync, ReplyEmpty::new(s));
-            }
-        }
-        abi::FUSE_READDIR | abi::FUSE_READDIRPLUS => {
+        abi::FUSE_FLUSH => with_arg!(abi::FlushIn, flush, ReplyEmpty::new(s)),
+        abi::FUSE_RELEASE => with_arg!(abi::ReleaseIn, release, ReplyEmpty::new(s)),
+        abi::FUSE_RELEASEDIR => with_arg!(abi::ReleaseIn, releasedir, ReplyEmpty::new(s)),
+        abi::FUSE_FSYNC => with_arg!(abi::FsyncIn, fsync, ReplyEmpty::new(s)),
+        abi::FUSE_FSYNCDIR => with_arg!(abi::FsyncIn, fsyncdir, ReplyEmpty::new(s)),
+        abi::FUSE_READDIR => {
             let a = arg!(abi::ReadIn);
-            let size = a.size as usize;
-            if h.opcode == abi::FUSE_READDIR {
-                fs.readdir(
-                    req,
-                    node,
-                    FileHandle(a.fh),
-                    a.offset,
-                    ReplyDirectory::new(s, size),
-                );
-            } else {
-                fs.readdirplus(
-                    req,
-                    node,
-                    FileHandle(a.fh),
-                    a.offset,
-                    ReplyDirectoryPlus::new(s, size),
-                );
-            }
+            let reply = ReplyDirectory::new(s, a.size as usize);
+            fs.readdir(req, node, (&a).into(), reply);
+        }
+        abi::FUSE_READDIRPLUS => {
+            let a = arg!(abi::ReadIn);
+            let reply = ReplyDirectoryPlus::new(s, a.size as usize);
+            fs.readdirplus(req, node, (&a).into(), reply);
         }
         abi::FUSE_STATFS => fs.statfs(req, node, ReplyStatfs::new(s)),
         abi::FUSE_SETXATTR => {
-            // Without FUSE_SETXATTR_EXT only the first 8 bytes come.
-            let mut full = [0u8; std::mem::size_of::<abi::SetxattrIn>()];
-            let k = arg.len().min(full.len());
-            full[..k].copy_from_slice(&arg[..k]);
-            let a = match read::<abi::SetxattrIn>(&full) {
-                Some(a) if k >= abi::FUSE_COMPAT_SETXATTR_IN_SIZE => a,
-                _ => {
-                    ReplyEmpty::new(s).error(Errno::EINVAL);
-                    return None;
-                }
-            };
-            let (name, rest) = name!(data);
-            let Some(value) = rest.get(..a.size as usize) else {
-                ReplyEmpty::new(s).error(Errno::EINVAL);
-                return None;
-            };
-            fs.setxattr(
-                req,
-                node,
-                name,
-                value,
-                a.flags as i32,
-                a.setxattr_flags,
-                ReplyEmpty::new(s),
-            );
+            let (name, value) = name!(data);
+            let x = or_einval!(args::Setxattr::new(arg, name, value));
+            fs.setxattr(req, node, x, ReplyEmpty::new(s));
         }
         abi::FUSE_GETXATTR => {
             let a = arg!(abi::XattrSize);
@@ -441,77 +306,21 @@ fn serve<F: FuseFs>(
         }
         abi::FUSE_ACCESS => {
             let a = arg!(abi::AccessIn);
-            fs.access(
-                req,
-                node,
-                AccessFlags::from_bits_retain(a.mask as i32),
-                ReplyEmpty::new(s),
-            );
+            let mask = AccessFlags::from_bits_retain(a.mask as i32);
+            fs.access(req, node, mask, ReplyEmpty::new(s));
         }
-        abi::FUSE_CREATE => {
-            let a = arg!(abi::CreateIn);
-            let (name, _) = name!(data);
-            fs.create(
-                req,
-                node,
-                name,
-                a.mode,
-                a.umask,
-                a.flags as i32,
-                ReplyCreate::new(s),
-            );
-        }
+        abi::FUSE_CREATE => with_arg_and_name!(abi::CreateIn, Create, create, ReplyCreate::new(s)),
         abi::FUSE_TMPFILE => {
             let a = arg!(abi::CreateIn);
-            fs.tmpfile(
-                req,
-                node,
-                a.mode,
-                a.umask,
-                a.flags as i32,
-                ReplyCreate::new(s),
-            );
+            let c = args::Create::new(&a, OsStr::new(""));
+            fs.tmpfile(req, node, c, ReplyCreate::new(s));
         }
         abi::FUSE_IOCTL => {
-            let a = arg!(abi::IoctlIn);
-            let Some(input) = data.get(..a.in_size as usize) else {
-                ReplyEmpty::new(s).error(Errno::EINVAL);
-                return None;
-            };
-            fs.ioctl(
-                req,
-                node,
-                FileHandle(a.fh),
-                IoctlFlags::from_bits_retain(a.flags),
-                a.cmd,
-                input,
-                a.out_size,
-                ReplyIoctl::new(s),
-            );
+            let io = or_einval!(args::Ioctl::new(&arg!(abi::IoctlIn), data));
+            fs.ioctl(req, node, io, ReplyIoctl::new(s));
         }
-        abi::FUSE_FALLOCATE => {
-            let a = arg!(abi::FallocateIn);
-            fs.fallocate(
-                req,
-                node,
-                FileHandle(a.fh),
-                a.offset,
-                a.length,
-                a.mode as i32,
-                ReplyEmpty::new(s),
-            );
-        }
-        abi::FUSE_LSEEK => {
-            let a = arg!(abi::LseekIn);
-            fs.lseek(
-                req,
-                node,
-                FileHandle(a.fh),
-                a.offset as i64,
-                a.whence as i32,
-                ReplyLseek::new(s),
-            );
-        }
+        abi::FUSE_FALLOCATE => with_arg!(abi::FallocateIn, fallocate, ReplyEmpty::new(s)),
+        abi::FUSE_LSEEK => with_arg!(abi::LseekIn, lseek, ReplyLseek::new(s)),
         abi::FUSE_COPY_FILE_RANGE | abi::FUSE_COPY_FILE_RANGE_64 => {
             // Answering the 64-bit opcode matters beyond large copies:
             // the kernel (6.18) tries it first and, on ENOSYS, falls back
@@ -519,18 +328,11 @@ fn serve<F: FuseFs>(
             // ENOSYS, and the second then takes it for the old opcode's
             // and turns every later copy_file_range of the mount into a
             // byte copy (holes written as zeros).
-            let a = arg!(abi::CopyFileRangeIn);
-            fs.copy_file_range(
-                req,
-                node,
-                FileHandle(a.fh_in),
-                a.off_in,
-                INodeNo(a.nodeid_out),
-                FileHandle(a.fh_out),
-                a.off_out,
-                a.len,
-                CopyFileRangeFlags::from_bits_retain(a.flags),
-                ReplyCopy::new(s, h.opcode == abi::FUSE_COPY_FILE_RANGE_64),
+            let wide = h.opcode == abi::FUSE_COPY_FILE_RANGE_64;
+            with_arg!(
+                abi::CopyFileRangeIn,
+                copy_file_range,
+                ReplyCopy::new(s, wide)
             );
         }
         abi::FUSE_SYNCFS => fs.syncfs(req, ReplyEmpty::new(s)),
@@ -575,43 +377,23 @@ mod tests {
         fn read_only(&self) -> bool {
             self.1
         }
-        fn rename(
-            &self,
-            _req: &Request,
-            parent: INodeNo,
-            name: &OsStr,
-            newparent: INodeNo,
-            newname: &OsStr,
-            flags: RenameFlags,
-            reply: ReplyEmpty,
-        ) {
+        fn rename(&self, _: &Request, parent: INodeNo, r: args::Rename, reply: ReplyEmpty) {
             self.0.lock().unwrap().push(format!(
                 "rename {} {:?} {} {:?} {}",
                 parent.0,
-                name,
-                newparent.0,
-                newname,
-                flags.bits()
+                r.name,
+                r.newparent.0,
+                r.newname,
+                r.flags.bits()
             ));
             reply.ok()
         }
-        fn write(
-            &self,
-            _req: &Request,
-            ino: INodeNo,
-            fh: FileHandle,
-            offset: u64,
-            data: &[u8],
-            _write_flags: WriteFlags,
-            flags: OpenFlags,
-            _lock_owner: Option<LockOwner>,
-            reply: ReplyWrite,
-        ) {
+        fn write(&self, _: &Request, ino: INodeNo, w: args::Write, reply: ReplyWrite) {
             self.0.lock().unwrap().push(format!(
-                "write {} {} {offset} {:?} {:#o}",
-                ino.0, fh.0, data, flags.0
+                "write {} {} {} {:?} {:#o}",
+                ino.0, w.fh.0, w.offset, w.data, w.flags.0
             ));
-            reply.written(data.len() as u32)
+            reply.written(w.data.len() as u32)
         }
         fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
             self.0.lock().unwrap().push(format!("getattr {}", ino.0));
@@ -635,55 +417,30 @@ mod tests {
             };
             reply.attr(&Duration::from_secs(1), &attr)
         }
-        fn setxattr(
-            &self,
-            _req: &Request,
-            ino: INodeNo,
-            name: &OsStr,
-            value: &[u8],
-            flags: i32,
-            setxattr_flags: u32,
-            reply: ReplyEmpty,
-        ) {
+        fn setxattr(&self, _: &Request, ino: INodeNo, x: args::Setxattr, reply: ReplyEmpty) {
             self.0.lock().unwrap().push(format!(
-                "setxattr {} {name:?} {value:?} {flags} {setxattr_flags}",
-                ino.0
+                "setxattr {} {:?} {:?} {} {}",
+                ino.0, x.name, x.value, x.flags, x.setxattr_flags
             ));
             reply.ok()
         }
         fn copy_file_range(
             &self,
-            _req: &Request,
-            ino_in: INodeNo,
-            _fh_in: FileHandle,
-            offset_in: u64,
-            ino_out: INodeNo,
-            _fh_out: FileHandle,
-            offset_out: u64,
-            len: u64,
-            _flags: CopyFileRangeFlags,
+            _: &Request,
+            ino: INodeNo,
+            c: args::CopyFileRange,
             reply: ReplyCopy,
         ) {
             self.0.lock().unwrap().push(format!(
-                "copy {} {offset_in} {} {offset_out} {len}",
-                ino_in.0, ino_out.0
+                "copy {} {} {} {} {}",
+                ino.0, c.offset_in, c.ino_out.0, c.offset_out, c.len
             ));
-            reply.copied(len)
+            reply.copied(c.len)
         }
     }
 
     fn run(opcode: u32, arg: &[u8], data: &[u8]) -> (Vec<String>, Vec<Sent>) {
-        run_as(Acl::All, 0, opcode, arg, data)
-    }
-
-    fn run_as(
-        acl: Acl,
-        uid: u32,
-        opcode: u32,
-        arg: &[u8],
-        data: &[u8],
-    ) -> (Vec<String>, Vec<Sent>) {
-        run_on(Calls::default(), acl, uid, opcode, arg, data)
+        run_on(Calls::default(), Acl::All, 0, opcode, arg, data)
     }
 
     fn run_on(
@@ -716,27 +473,6 @@ mod tests {
         let calls = fs.0.lock().unwrap().clone();
         let sent = cap.0.lock().unwrap().clone();
         (calls, sent)
-    }
-
-    #[test]
-    fn times_decode_as_replies_encode_them() {
-        // Before the epoch the kernel sends floor seconds and forward
-        // nanoseconds: -1.25 s is (-2, 750000000).
-        for t in [
-            UNIX_EPOCH,
-            UNIX_EPOCH + Duration::new(5, 7),
-            UNIX_EPOCH - Duration::new(1, 250_000_000),
-            UNIX_EPOCH - Duration::new(150_889_292, 791_803_855),
-            UNIX_EPOCH - Duration::new(3, 0),
-        ] {
-            let (s, n) = time(t);
-            assert!(n < 1_000_000_000);
-            assert_eq!(at(s, n), t, "{t:?} as ({}, {n})", s as i64);
-        }
-        assert_eq!(
-            time(UNIX_EPOCH - Duration::new(1, 250_000_000)),
-            ((-2i64) as u64, 750_000_000)
-        );
     }
 
     #[test]
@@ -776,12 +512,33 @@ mod tests {
         };
         // The owner (1000) and root pass; another user only on an open file.
         for uid in [0, 1000] {
-            let (_, sent) = run_as(Acl::RootAndOwner, uid, abi::FUSE_UNLINK, &[], b"x\0");
+            let (_, sent) = run_on(
+                Calls::default(),
+                Acl::RootAndOwner,
+                uid,
+                abi::FUSE_UNLINK,
+                &[],
+                b"x\0",
+            );
             assert_eq!(sent[0].1, -libc::ENOSYS, "uid {uid}");
         }
-        let (_, sent) = run_as(Acl::RootAndOwner, 7, abi::FUSE_UNLINK, &[], b"x\0");
+        let (_, sent) = run_on(
+            Calls::default(),
+            Acl::RootAndOwner,
+            7,
+            abi::FUSE_UNLINK,
+            &[],
+            b"x\0",
+        );
         assert_eq!(sent[0].1, -libc::EACCES);
-        let (calls, sent) = run_as(Acl::RootAndOwner, 7, abi::FUSE_WRITE, abi::bytes(&w), b"z");
+        let (calls, sent) = run_on(
+            Calls::default(),
+            Acl::RootAndOwner,
+            7,
+            abi::FUSE_WRITE,
+            abi::bytes(&w),
+            b"z",
+        );
         assert_eq!((calls.len(), sent[0].1), (1, 0));
     }
 

@@ -1,17 +1,16 @@
 //! What a file system served through [`super`] implements: one method per
-//! request, as the `fuser` crate's `Filesystem` trait has them (so the
-//! op groups read the same), answering through the [`super::reply`]
-//! types. A method left out answers ENOSYS, which tells the kernel not to
+//! request, named as the `fuser` crate's `Filesystem` trait has them (so
+//! the op groups read the same), answering through the [`super::reply`]
+//! types. A request with more than a node, a name and one value takes its
+//! arguments as one [`super::args`] struct. A method left out answers ENOSYS, which tells the kernel not to
 //! ask again where it keeps such a note (no_poll, no_bmap, ...).
 
+use super::args;
 use super::reply::*;
-use super::types::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, INodeNo, InitFlags,
-    IoctlFlags, LockOwner, OpenFlags, RenameFlags, TimeOrNow, WriteFlags,
-};
+use super::types::{AccessFlags, Errno, FileHandle, INodeNo, InitFlags, OpenFlags};
 use std::ffi::OsStr;
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// Who sent a request.
 #[derive(Debug, Clone, Copy)]
@@ -53,7 +52,10 @@ pub(crate) fn page_size() -> usize {
 }
 
 /// The connection parameters INIT answers with; the file system's `init`
-/// may change them within what the kernel offered.
+/// may change them within what the kernel offered. Asked for unless it
+/// says otherwise: asynchronous reads, big writes and as many pages a
+/// request as make up [`MAX_WRITE`] (1 MiB writes), and times to the
+/// nanosecond.
 #[derive(Debug, Clone)]
 pub struct KernelConfig {
     pub(crate) offered: InitFlags,
@@ -87,6 +89,13 @@ impl KernelConfig {
     /// What the kernel offered.
     pub fn capabilities(&self) -> InitFlags {
         self.offered & !InitFlags::FUSE_INIT_EXT
+    }
+
+    /// Asks for those of `flags` the kernel offered; returns them.
+    pub fn add_offered(&mut self, flags: InitFlags) -> InitFlags {
+        let offered = flags & self.capabilities();
+        self.requested |= offered;
+        offered
     }
 
     /// Asks for `flags`; Err with those the kernel did not offer.
@@ -169,7 +178,6 @@ impl KernelConfig {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 pub trait FuseFs: Send + Sync + 'static {
     /// Whether requests that change the filesystem may wait long now (a
     /// writeback in flight): the io_uring transport then serves them on
@@ -194,313 +202,115 @@ pub trait FuseFs: Send + Sync + 'static {
     fn syncfs(&self, _req: &Request, reply: ReplyEmpty) {
         reply.ok()
     }
-    fn lookup(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, _: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEntry) {
         reply.error(Errno::ENOSYS)
     }
-    fn getattr(&self, _req: &Request, _ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _: &Request, _ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         reply.error(Errno::ENOSYS)
     }
-    fn setattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        _size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
+    fn setattr(&self, _: &Request, _ino: INodeNo, _a: args::Setattr, reply: ReplyAttr) {
         reply.error(Errno::ENOSYS)
     }
-    fn readlink(&self, _req: &Request, _ino: INodeNo, reply: ReplyData) {
+    fn readlink(&self, _: &Request, _ino: INodeNo, reply: ReplyData) {
         reply.error(Errno::ENOSYS)
     }
-    fn mknod(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, _: &Request, _parent: INodeNo, _a: args::Mknod, reply: ReplyEntry) {
         reply.error(Errno::ENOSYS)
     }
-    fn mkdir(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mkdir(&self, _: &Request, _parent: INodeNo, _a: args::Mkdir, reply: ReplyEntry) {
         reply.error(Errno::ENOSYS)
     }
-    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, _: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS)
     }
-    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, _: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS)
     }
-    fn symlink(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _link_name: &OsStr,
-        _target: &Path,
-        reply: ReplyEntry,
-    ) {
+    /// A symbolic link in `_parent`: its name, and the path it holds.
+    fn symlink(&self, _: &Request, _parent: INodeNo, _: &OsStr, _to: &Path, reply: ReplyEntry) {
         reply.error(Errno::ENOSYS)
     }
-    fn rename(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        _flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn rename(&self, _: &Request, _parent: INodeNo, _a: args::Rename, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS)
     }
-    fn link(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
+    /// A new name for `_ino`: the name given, in the directory the second
+    /// node is.
+    fn link(&self, _: &Request, _ino: INodeNo, _: INodeNo, _: &OsStr, reply: ReplyEntry) {
         reply.error(Errno::ENOSYS)
     }
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         reply.error(Errno::ENOSYS)
     }
-    fn read(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
+    fn read(&self, _: &Request, _ino: INodeNo, _a: args::Read, reply: ReplyData) {
         reply.error(Errno::ENOSYS)
     }
-    fn write(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
+    fn write(&self, _: &Request, _ino: INodeNo, _a: args::Write, reply: ReplyWrite) {
         reply.error(Errno::ENOSYS)
     }
     /// Unanswered (ENOSYS) by both mounts: the kernel holds no dirty
     /// data of ours (writes reach us as they are made) and POSIX locks
     /// are its own. ENOSYS tells it so once (fc->no_flush), saving a
     /// round trip at every close.
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
+    fn flush(&self, _: &Request, _ino: INodeNo, _a: args::Flush, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS)
     }
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn release(&self, _: &Request, _ino: INodeNo, _a: args::Release, reply: ReplyEmpty) {
         reply.ok()
     }
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsync(&self, _: &Request, _ino: INodeNo, _a: args::Fsync, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS)
     }
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, _: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         reply.error(Errno::ENOSYS)
     }
-    fn readdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        reply: ReplyDirectory,
-    ) {
+    fn readdir(&self, _: &Request, _ino: INodeNo, _a: args::Readdir, reply: ReplyDirectory) {
         reply.error(Errno::ENOSYS)
     }
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        reply: ReplyDirectoryPlus,
-    ) {
+    fn readdirplus(&self, _: &Request, _ino: INodeNo, _: args::Readdir, reply: ReplyDirectoryPlus) {
         reply.error(Errno::ENOSYS)
     }
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn releasedir(&self, _: &Request, _ino: INodeNo, _a: args::Release, reply: ReplyEmpty) {
         reply.ok()
     }
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsyncdir(&self, _: &Request, _ino: INodeNo, _a: args::Fsync, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS)
     }
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, _: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         reply.error(Errno::ENOSYS)
     }
-    fn setxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
-        _setxattr_flags: u32,
-        reply: ReplyEmpty,
-    ) {
+    fn setxattr(&self, _: &Request, _ino: INodeNo, _a: args::Setxattr, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS)
     }
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
+    fn getxattr(&self, _: &Request, _ino: INodeNo, _: &OsStr, _size: u32, reply: ReplyXattr) {
         reply.error(Errno::ENOSYS)
     }
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, _: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
         reply.error(Errno::ENOSYS)
     }
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, _: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS)
     }
-    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+    fn access(&self, _: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS)
     }
-    fn create(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
+    fn create(&self, _: &Request, _parent: INodeNo, _a: args::Create, reply: ReplyCreate) {
         reply.error(Errno::ENOSYS)
     }
-    /// open(O_TMPFILE) in `parent`: a file without a name, answered as
-    /// a CREATE.
-    fn tmpfile(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
+    /// open(O_TMPFILE) in `parent`: a file without a name (`name` is
+    /// empty), answered as a CREATE.
+    fn tmpfile(&self, _: &Request, _parent: INodeNo, _a: args::Create, reply: ReplyCreate) {
         reply.error(Errno::ENOSYS)
     }
-    fn ioctl(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: IoctlFlags,
-        _cmd: u32,
-        _in_data: &[u8],
-        _out_size: u32,
-        reply: ReplyIoctl,
-    ) {
+    fn ioctl(&self, _: &Request, _ino: INodeNo, _a: args::Ioctl, reply: ReplyIoctl) {
         reply.error(Errno::ENOSYS)
     }
-    fn fallocate(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _length: u64,
-        _mode: i32,
-        reply: ReplyEmpty,
-    ) {
+    fn fallocate(&self, _: &Request, _ino: INodeNo, _a: args::Fallocate, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS)
     }
-    fn lseek(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: i64,
-        _whence: i32,
-        reply: ReplyLseek,
-    ) {
+    fn lseek(&self, _: &Request, _ino: INodeNo, _a: args::Lseek, reply: ReplyLseek) {
         reply.error(Errno::ENOSYS)
     }
-    fn copy_file_range(
-        &self,
-        _req: &Request,
-        _ino_in: INodeNo,
-        _fh_in: FileHandle,
-        _offset_in: u64,
-        _ino_out: INodeNo,
-        _fh_out: FileHandle,
-        _offset_out: u64,
-        _len: u64,
-        _flags: CopyFileRangeFlags,
-        reply: ReplyCopy,
-    ) {
+    fn copy_file_range(&self, _: &Request, _: INodeNo, _: args::CopyFileRange, reply: ReplyCopy) {
         reply.error(Errno::ENOSYS)
     }
 }

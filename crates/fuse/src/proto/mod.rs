@@ -1,11 +1,13 @@
-//! Our own FUSE protocol layer: the kernel ABI ([`abi`]) and the value
-//! types requests and replies carry ([`types`]), requests to methods
+//! Our own FUSE protocol layer: the kernel ABI ([`abi`]), the value
+//! types requests and replies carry ([`types`]) and the requests'
+//! arguments decoded into them ([`args`]), requests to methods
 //! ([`dispatch`] onto [`filesystem::FuseFs`]), typed replies ([`reply`]),
 //! and two transports behind them: /dev/fuse ([`dev`]) and FUSE over
 //! io_uring ([`dev_uring`]). Ours because no FUSE crate speaks FUSE over
 //! io_uring (the `fuser` crate, which the mounts began on, does not).
 
 pub mod abi;
+pub mod args;
 pub mod dev;
 pub mod dev_uring;
 pub mod dispatch;

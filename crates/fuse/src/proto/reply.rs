@@ -200,6 +200,14 @@ impl ReplyEmpty {
     pub fn ok(self) {
         self.0.ok(&[])
     }
+
+    /// Answers done, or the error.
+    pub fn result(self, res: Result<(), Errno>) {
+        match res {
+            Ok(()) => self.ok(),
+            Err(e) => self.error(e),
+        }
+    }
 }
 
 impl ReplyData {
@@ -370,6 +378,19 @@ impl ReplyXattr {
 
     pub fn data(self, data: &[u8]) {
         self.0.ok(&[data])
+    }
+
+    /// Answers with value or list `v` for a request that asked with
+    /// `size`: its size when `size` is 0, ERANGE when it does not fit,
+    /// else the bytes.
+    pub fn value(self, v: &[u8], size: u32) {
+        if size == 0 {
+            self.size(v.len() as u32)
+        } else if v.len() > size as usize {
+            self.error(Errno::ERANGE)
+        } else {
+            self.data(v)
+        }
     }
 }
 

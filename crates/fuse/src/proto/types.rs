@@ -338,11 +338,6 @@ flag_set! {
     CopyFileRangeFlags: u64 {}
 }
 
-flag_set! {
-    /// The BSD file flags of a SETATTR (macOS only; never set on Linux).
-    BsdFileFlags: u32 {}
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,8 @@
 //! answers carry, and the times SETATTR sets.
 
 use super::*;
+use crate::proto::TimeOrNow;
+use std::time::SystemTime;
 
 /// A time as btrfs stores it: seconds (negative before the epoch) and
 /// nanoseconds forward from them, as the kernel sends it.

@@ -38,12 +38,12 @@ pub(super) fn answered(before: &RwStats, after: &RwStats) -> String {
 }
 
 impl RwInner {
-    /// fsync(2) and fdatasync(2) of a file or directory: the engine's
-    /// fsync (a log tree, or a commit). With `UBTRFS_TRACE_FSYNC=1` in
+    /// fsync(2) and fdatasync(2) of a file or directory, answered: the
+    /// engine's fsync (a log tree, or a commit). With `UBTRFS_TRACE_FSYNC=1` in
     /// the daemon's environment, one log line each: answered by a log, by
     /// a commit (and why no log), or with nothing to write (tests and the
     /// benchmark count them).
-    pub(super) fn sync_node(&self, op: &str, node: INodeNo, datasync: bool) -> Result<(), Error> {
+    pub(super) fn sync_node(&self, op: &str, node: INodeNo, datasync: bool, reply: ReplyEmpty) {
         let id = self.inode(node);
         let t = std::time::Instant::now();
         let (res, how) = self.fsync_grouped(id);
@@ -57,7 +57,7 @@ impl RwInner {
                 if res.is_err() { ", failed" } else { "" }
             ));
         }
-        res
+        reply.result(res.map_err(|e| errno(op, e)));
     }
 
     /// fsync with concurrent fsyncs grouped, as the kernel batches them
