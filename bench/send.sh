@@ -20,7 +20,9 @@
 # and stop (bench/slowdev.sh uses it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-[[ $(id -u) -eq 0 ]] || { echo "bench/send.sh: needs root (loop mount, drop_caches)" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+need_root "loop mount, drop_caches"
 WORK=${1:-$PWD/target/bench-send}
 RUNS=${2:-3}
 FILES=${FILES:-200000}
@@ -36,9 +38,7 @@ MNT=$(mktemp -d)
 LOOP=""
 cleanup() {
   set +e
-  mountpoint -q "$MNT" && umount "$MNT"
-  rmdir "$MNT" 2>/dev/null
-  if [[ -n "$LOOP" ]]; then losetup -d "$LOOP"; fi
+  release_mount
 }
 trap cleanup EXIT
 
