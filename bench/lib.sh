@@ -9,6 +9,13 @@ need_root() {
   exit 1
 }
 
+# build_ubtrfs: UBTRFS_BIN, the release ubtrfs built here unless given.
+build_ubtrfs() {
+  [[ -n "${UBTRFS_BIN:-}" ]] && return 0
+  cargo build --release -q -p ubtrfs
+  UBTRFS_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/ubtrfs
+}
+
 # write_sparse FILE MIB [fsync]: 4 KiB of data (each block distinct) every
 # 8 KiB, then ftruncate to MIB MiB; fsync only when asked.
 write_sparse() {

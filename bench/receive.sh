@@ -24,10 +24,7 @@ WORK=${1:-$PWD/target/bench-send}
 RUNS=${2:-3}
 export FILES=${FILES:-200000}
 export ADD=${ADD:-50000}
-if [[ -z "${UBTRFS_BIN:-}" ]]; then
-  cargo build --release -q -p ubtrfs
-  UBTRFS_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/ubtrfs
-fi
+build_ubtrfs
 BIN=$UBTRFS_BIN
 SRC=$(BUILD_ONLY=1 bash bench/send.sh "$WORK" | tail -1)
 MNT=$(mktemp -d)

@@ -27,10 +27,7 @@ WORK=${1:-$PWD/target/bench-send}
 RUNS=${2:-3}
 FILES=${FILES:-200000}
 ADD=${ADD:-50000}
-if [[ -z "${UBTRFS_BIN:-}" && -z "${BUILD_ONLY:-}" ]]; then
-  cargo build --release -q -p ubtrfs
-  UBTRFS_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/ubtrfs
-fi
+[[ -n "${BUILD_ONLY:-}" ]] || build_ubtrfs
 BIN=${UBTRFS_BIN:-}
 mkdir -p "$WORK"
 IMG=$WORK/send-$FILES-$ADD.img
