@@ -769,8 +769,7 @@ fn receive_incremental_random_scenarios() {
         let ra = vec![rimg.display().to_string()];
         let m = Mount::images(std::slice::from_ref(&img), "", true);
         let source = split_manifest(&manifest_of(&m.dir), 1);
-        let mut batch_failed: Vec<(u64, String)> = Vec::new();
-        let mut received = Vec::new();
+        let mut b = ScenarioBatch::default();
         for &seed in batch {
             let mut base: Vec<&str> = if seed % 2 == 0 {
                 vec![]
@@ -782,25 +781,13 @@ fn receive_incremental_random_scenarios() {
             }
             let dest = format!("/r{seed}");
             ubtrfs_ok(&["subvolume", "create", &ra[0], &dest]);
-            for step in 0..=STEPS {
-                let snap = format!("s{seed}.{step}");
-                let out = work.join("stream");
-                let mut args = base.clone();
-                let parent = m.path(&format!("s{seed}.{}", step.saturating_sub(1)));
-                let ps = parent.display().to_string();
-                if step > 0 {
-                    args.extend(["-p", ps.as_str()]);
-                }
-                let r = kernel_send(&m.path(&snap), &args, &out)
+            let out = work.join("stream");
+            let parent = |name: &str| m.path(name).display().to_string();
+            b.send_steps(seed, STEPS, &base, parent, |snap, args| {
+                kernel_send(&m.path(snap), args, &out)
                     .and_then(|_| receive(&out, &km.dir.join(&dest[1..])))
-                    .and_then(|_| ubtrfs_receive(&ra, &out, &dest).map(|_| ()));
-                streams += 1;
-                if let Err(e) = r {
-                    batch_failed.push((seed, format!("step {step}: {e}")));
-                    break;
-                }
-                received.push((seed, step));
-            }
+                    .and_then(|_| ubtrfs_receive(&ra, &out, &dest).map(|_| ()))
+            });
         }
         m.unmount();
         if let Err(e) = btrfs_check(&rimg, &[]) {
@@ -811,42 +798,16 @@ fn receive_incremental_random_scenarios() {
         um.unmount();
         let kgot = split_manifest(&manifest_of(&km.dir), 2);
         km.unmount();
-        for (seed, step) in received {
-            if batch_failed.iter().any(|f| f.0 == seed) {
-                continue;
-            }
-            let snap = format!("s{seed}.{step}");
-            let Some(want) = source.get(&format!("/{snap}")).cloned() else {
-                batch_failed.push((seed, format!("{snap} is not in the source manifest")));
-                continue;
-            };
+        b.compare(&source, |seed, snap, want| {
             let at = format!("/r{seed}/{snap}");
             let have = got.get(&at).cloned().unwrap_or_default();
             let kernel = kgot.get(&at).cloned().unwrap_or_default();
-            if let Err(d) = compare_as_kernel(&want, &have, &kernel) {
-                batch_failed.push((
-                    seed,
-                    format!("step {step} ({snap}): received != source: {d}"),
-                ));
-            }
-        }
-        for (seed, e) in batch_failed {
-            eprintln!("FAILED seed {seed}: {e}");
-            failed.push((seed, e));
-        }
+            compare_as_kernel(want, &have, &kernel)
+        });
+        b.finish(&mut failed, &mut streams);
         let _ = std::fs::remove_file(&rimg);
         let _ = std::fs::remove_file(&img);
     }
     let _ = std::fs::remove_dir_all(&work);
-    eprintln!(
-        "{} seeded scenarios, {streams} streams received",
-        seeds.len()
-    );
-    assert!(
-        failed.is_empty(),
-        "{} of {} scenarios failed (rerun one with UBTRFS_RECEIVE_SEED=N): {:?}",
-        failed.len(),
-        seeds.len(),
-        failed
-    );
+    assert_scenarios(seeds.len(), streams, &failed, "UBTRFS_RECEIVE_SEED");
 }
