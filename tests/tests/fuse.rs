@@ -97,18 +97,14 @@ fn check_fixtures(fixtures: &[Fixture], base: &Path) -> Vec<String> {
 
 #[test]
 fn fuse_kernel_fixtures_match_kernel_manifests() {
-    if !fuse_available("fuse_kernel_fixtures_match_kernel_manifests") {
-        return;
-    }
+    skip_unless!(fuse_available);
     let failures = check_fixtures(kernel_fixtures(), &scratch_dir("fuse-manifest"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
 fn fuse_committed_fixtures_match_kernel_manifests() {
-    if !fuse_available("fuse_committed_fixtures_match_kernel_manifests") {
-        return;
-    }
+    skip_unless!(fuse_available);
     let failures = check_fixtures(committed_fixtures(), &scratch_dir("fuse-committed"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -177,9 +173,7 @@ fn copy_out(src: &Path, files: &[String], dst: &Path) {
 
 #[test]
 fn fuse_sparse_copies_match_kernel() {
-    if !fuse_available("fuse_sparse_copies_match_kernel") {
-        return;
-    }
+    skip_unless!(fuse_available);
     let base = scratch_dir("fuse-sparse");
     let mut failures = Vec::new();
     let mut files_checked = 0;
@@ -231,9 +225,7 @@ fn fuse_sparse_copies_match_kernel() {
 
 #[test]
 fn fuse_concurrent_readers() {
-    if !fuse_available("fuse_concurrent_readers") {
-        return;
-    }
+    skip_unless!(fuse_available);
     let f = kernel_fixtures()
         .iter()
         .find(|f| f.name == "big")
@@ -342,9 +334,7 @@ fn first_data_extent(image: &Path, ino: u64) -> Option<u64> {
 
 #[test]
 fn fuse_corrupt_block_gives_eio_for_its_file_only() {
-    if !fuse_available("fuse_corrupt_block_gives_eio_for_its_file_only") {
-        return;
-    }
+    skip_unless!(fuse_available);
     let single = |f: &&Fixture| {
         f.devices().len() == 1
             && f.profile("data") == "single"
@@ -449,9 +439,7 @@ fn fuse_corrupt_block_gives_eio_for_its_file_only() {
 
 #[test]
 fn fuse_is_read_only_and_exits_on_unmount() {
-    if !fuse_available("fuse_is_read_only_and_exits_on_unmount") {
-        return;
-    }
+    skip_unless!(fuse_available);
     let f = kernel_fixtures()
         .iter()
         .find(|f| f.name == "zstd")
@@ -544,9 +532,7 @@ fn fuse_is_read_only_and_exits_on_unmount() {
 
 #[test]
 fn fuse_subvol_options_and_mount_helper() {
-    if !fuse_available("fuse_subvol_options_and_mount_helper") {
-        return;
-    }
+    skip_unless!(fuse_available);
     let f = kernel_fixtures()
         .iter()
         .find(|f| f.name == "zstd")

@@ -573,26 +573,20 @@ fn corrupted_log_trees_give_clear_errors() {
 
 #[test]
 fn kernel_log_images_read_as_the_kernel_replays_them() {
-    if !kernel_available("kernel_log_images_read_as_the_kernel_replays_them") {
-        return;
-    }
+    skip_unless!(kernel_available);
     all(kernel_logs(), check_readers);
 }
 
 #[test]
 fn kernel_log_images_rescue_replay_log() {
-    if !kernel_available("kernel_log_images_rescue_replay_log") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let w = Workdir::new("log-replay-kernel");
     all(kernel_logs(), |f| check_replay_log(f, &w.0, true));
 }
 
 #[test]
 fn kernel_log_images_rescue_zero_log() {
-    if !kernel_available("kernel_log_images_rescue_zero_log") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let w = Workdir::new("log-zero-kernel");
     all(kernel_logs(), |f| check_zero_log(f, &w.0, true));
 }
@@ -600,9 +594,7 @@ fn kernel_log_images_rescue_zero_log() {
 /// The committed images through the kernel as well (check, mounts).
 #[test]
 fn committed_log_images_through_the_kernel() {
-    if !kernel_available("committed_log_images_through_the_kernel") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let w = Workdir::new("log-committed-kernel");
     all(committed_logs(), |f| {
         check_replay_log(f, &w.0, true)?;
@@ -615,9 +607,7 @@ fn committed_log_images_through_the_kernel() {
 /// are renumbered on the mount) and leaves the image as it was.
 #[test]
 fn fuse_mount_of_log_images_shows_the_replayed_tree() {
-    if !fuse_available("fuse_mount_of_log_images_shows_the_replayed_tree") {
-        return;
-    }
+    skip_unless!(fuse_available);
     let w = Workdir::new("log-fuse");
     all(committed_logs(), |f| {
         let before = sha256_file(&f.devices()[0]);
@@ -772,9 +762,7 @@ fn differences(k: &Replayed, u: &Replayed) -> String {
 /// of a copy).
 #[test]
 fn kernel_log_images_replay_item_for_item_as_the_kernel() {
-    if !kernel_available("kernel_log_images_replay_item_for_item_as_the_kernel") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let w = Workdir::new("log-items");
     let mut fixtures: Vec<&Fixture> = kernel_logs().iter().collect();
     fixtures.extend(committed_logs());

@@ -9,9 +9,7 @@ use ubtrfs_oracle::*;
 
 #[test]
 fn sequential_lseek_walk_is_amortized_constant() {
-    if !kernel_available("sequential_lseek_walk_is_amortized_constant") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let f = kernel_fixtures()
         .iter()
         .find(|f| f.name == "big")

@@ -80,9 +80,7 @@ fn dump_with(cmd: &mut Command) -> Result<String, String> {
 
 #[test]
 fn receive_dump_prints_as_btrfs_receive() {
-    if !btrfs_progs_available("receive_dump_prints_as_btrfs_receive") {
-        return;
-    }
+    skip_unless!(btrfs_progs_available);
     let dir = scratch_dir("receive-dump");
     let mut n = 0;
     for f in committed_fixtures() {
@@ -180,9 +178,7 @@ fn subvol_state(image: &Path, path: &str) -> (bool, bool, bool) {
 
 #[test]
 fn receive_bad_streams_fail_with_offsets_and_leave_a_valid_image() {
-    if !btrfs_progs_available("receive_bad_streams_fail_with_offsets_and_leave_a_valid_image") {
-        return;
-    }
+    skip_unless!(btrfs_progs_available);
     let dir = scratch_dir("receive-bad");
     let img = dir.join("img");
     let ia = vec![img.display().to_string()];
@@ -490,9 +486,7 @@ fn kernel_streams(m: &Mount, snaps: &[String], args: &[&str], work: &Path) -> St
 
 #[test]
 fn receive_kernel_fixture_streams_as_the_kernel_does() {
-    if !kernel_available("receive_kernel_fixture_streams_as_the_kernel_does") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let work = scratch_dir("receive-fixtures");
     let kimg = work.join("kernel-recv.img");
     let mut failures = Vec::new();
@@ -745,9 +739,7 @@ const BATCH: usize = 20;
 
 #[test]
 fn receive_incremental_random_scenarios() {
-    if !kernel_available("receive_incremental_random_scenarios") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let work = scratch_dir("receive-incr");
     let seeds = seeds("UBTRFS_RECEIVE_SEED", Some("UBTRFS_RECEIVE_SEEDS"), 40);
     let mut failed: Vec<(u64, String)> = Vec::new();

@@ -222,9 +222,7 @@ fn report(what: &str, t: &Tally) {
 
 #[test]
 fn send_full_kernel_fixture_snapshots_round_trip() {
-    if !kernel_available("send_full_kernel_fixture_snapshots_round_trip") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let work = scratch_dir("send-full");
     let rimg = work.join("recv.img");
     mkfs(&rimg, "4G", &[]);
@@ -279,9 +277,7 @@ fn rich_image(
 
 #[test]
 fn send_full_and_incremental_rich_scenarios() {
-    if !kernel_available("send_full_and_incremental_rich_scenarios") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let work = scratch_dir("send-rich");
     let rimg = work.join("recv.img");
     mkfs(&rimg, "4G", &[]);
@@ -366,9 +362,7 @@ const BATCH: usize = 50;
 
 #[test]
 fn send_incremental_random_scenarios() {
-    if !kernel_available("send_incremental_random_scenarios") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let work = scratch_dir("send-incr");
     let seeds = seeds("UBTRFS_SEND_SEED", Some("UBTRFS_SEND_SEEDS"), 200);
     let mut failed: Vec<(u64, String)> = Vec::new();
