@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use crate::manifest::read_lines;
 use crate::paths::{repo_root, scratch_dir};
-use crate::run::{run_ok, ubtrfs};
+use crate::run::{run_ok, ubtrfs_lines};
 
 /// A fixture directory as build.sh / unpack.sh write it.
 #[derive(Debug, Clone)]
@@ -82,19 +82,7 @@ impl Fixture {
     pub fn ubtrfs_manifest(&self, skip: Option<usize>) -> Result<Vec<String>, String> {
         let mut args = vec!["inspect".to_string(), "manifest".to_string()];
         args.extend(self.image_args(skip));
-        let out = ubtrfs(&args);
-        if !out.status.success() {
-            return Err(format!(
-                "ubtrfs {} failed ({}): {}",
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(String::from)
-            .collect())
+        ubtrfs_lines(&args)
     }
 
     /// A private copy in `dir` (sparse images, meta.json, manifest.jsonl),

@@ -226,10 +226,7 @@ fn fuse_sparse_copies_match_kernel() {
 #[test]
 fn fuse_concurrent_readers() {
     skip_unless!(fuse_available);
-    let f = kernel_fixtures()
-        .iter()
-        .find(|f| f.name == "big")
-        .expect("kernel fixture 'big'");
+    let f = kernel_fixture("big");
     let expected: HashMap<String, String> = records(&f.kernel_manifest())
         .into_iter()
         .filter(|(_, v)| v["type"] == "file" && v["size"].as_u64().unwrap() <= 64 << 20)
@@ -440,10 +437,7 @@ fn fuse_corrupt_block_gives_eio_for_its_file_only() {
 #[test]
 fn fuse_is_read_only_and_exits_on_unmount() {
     skip_unless!(fuse_available);
-    let f = kernel_fixtures()
-        .iter()
-        .find(|f| f.name == "zstd")
-        .expect("kernel fixture 'zstd'");
+    let f = kernel_fixture("zstd");
     let base = scratch_dir("fuse-lifecycle");
     let file = records(&f.kernel_manifest())
         .into_iter()
@@ -533,10 +527,7 @@ fn fuse_is_read_only_and_exits_on_unmount() {
 #[test]
 fn fuse_subvol_options_and_mount_helper() {
     skip_unless!(fuse_available);
-    let f = kernel_fixtures()
-        .iter()
-        .find(|f| f.name == "zstd")
-        .expect("kernel fixture 'zstd'");
+    let f = kernel_fixture("zstd");
     let base = scratch_dir("fuse-subvol");
     let expected = sub_manifest(&f.kernel_manifest(), "/snap1");
     assert!(expected.len() > 3, "fixture has no /snap1 subvolume");
@@ -646,10 +637,7 @@ fn fuse_birth_times_match_kernel() {
     if !fuse_available(test) || !kernel_available(test) {
         return;
     }
-    let f = kernel_fixtures()
-        .iter()
-        .find(|f| f.name == "zstd")
-        .expect("kernel fixture 'zstd'");
+    let f = kernel_fixture("zstd");
     let base = scratch_dir("fuse-btime");
     let k = Mount::fixture(f, &base.join("kernel"));
     let dir = base.join("fuse");

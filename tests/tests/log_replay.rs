@@ -70,22 +70,6 @@ fn lines(p: &Path) -> Vec<String> {
     read_lines(p)
 }
 
-fn ubtrfs_lines(args: &[String]) -> Result<Vec<String>, String> {
-    let o = ubtrfs(args);
-    if !o.status.success() {
-        return Err(format!(
-            "ubtrfs {} failed ({}): {}",
-            args.join(" "),
-            o.status,
-            String::from_utf8_lossy(&o.stderr)
-        ));
-    }
-    Ok(String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(String::from)
-        .collect())
-}
-
 fn manifest_args(img: &Path, extra: &[&str]) -> Vec<String> {
     let mut a = vec!["inspect".into(), "manifest".into()];
     a.extend(extra.iter().map(|s| s.to_string()));
@@ -228,16 +212,8 @@ fn check_replay_log(f: &Fixture, dir: &Path, kernel: bool) -> Result<(), String>
     let mine = ubtrfs_lines(&manifest_args(&img, &[]))?;
     compare_manifests(&f.kernel_manifest(), &mine, &Ignore::default())
         .map_err(|d| format!("{}: replayed image read by ubtrfs: {d}", f.name))?;
-    if btrfs_progs_here() {
-        btrfs_check(&img, &[])
-            .map_err(|e| format!("{}: btrfs check after replay-log: {e}", f.name))?;
-    }
+    check_after(f, &img, "replay-log", &f.kernel_manifest(), kernel)?;
     if kernel {
-        let m = Mount::images(std::slice::from_ref(&img), "", true);
-        let seen = manifest_of(&m.dir);
-        m.unmount();
-        compare_manifests(&f.kernel_manifest(), &seen, &Ignore::default())
-            .map_err(|d| format!("{}: kernel mount of the replayed image: {d}", f.name))?;
         // The kernel writes on top of it, and check stays clean.
         let m = Mount::images(std::slice::from_ref(&img), "", false);
         std::fs::write(m.path("t/after-replay"), vec![7u8; 10000]).unwrap();
@@ -247,6 +223,29 @@ fn check_replay_log(f: &Fixture, dir: &Path, kernel: bool) -> Result<(), String>
             .map_err(|e| format!("{}: btrfs check after kernel writes: {e}", f.name))?;
     }
     let _ = std::fs::remove_file(&img);
+    Ok(())
+}
+
+/// After `step` (replay-log, zero-log) on `img`: `btrfs check` (where
+/// btrfs-progs is here) and, with `kernel`, the kernel's read-only mount
+/// of it against `want`.
+fn check_after(
+    f: &Fixture,
+    img: &Path,
+    step: &str,
+    want: &[String],
+    kernel: bool,
+) -> Result<(), String> {
+    if btrfs_progs_here() {
+        btrfs_check(img, &[]).map_err(|e| format!("{}: btrfs check after {step}: {e}", f.name))?;
+    }
+    if kernel {
+        let m = Mount::images(&[img.to_path_buf()], "", true);
+        let seen = manifest_of(&m.dir);
+        m.unmount();
+        compare_manifests(want, &seen, &Ignore::default())
+            .map_err(|d| format!("{}: kernel mount after {step}: {d}", f.name))?;
+    }
     Ok(())
 }
 
@@ -269,17 +268,7 @@ fn check_zero_log(f: &Fixture, dir: &Path, kernel: bool) -> Result<(), String> {
     let mine = ubtrfs_lines(&manifest_args(&img, &[]))?;
     compare_manifests(&committed, &mine, &Ignore::default())
         .map_err(|d| format!("{}: zero-log image read by ubtrfs: {d}", f.name))?;
-    if btrfs_progs_here() {
-        btrfs_check(&img, &[])
-            .map_err(|e| format!("{}: btrfs check after zero-log: {e}", f.name))?;
-    }
-    if kernel {
-        let m = Mount::images(std::slice::from_ref(&img), "", true);
-        let seen = manifest_of(&m.dir);
-        m.unmount();
-        compare_manifests(&committed, &seen, &Ignore::default())
-            .map_err(|d| format!("{}: kernel mount after zero-log: {d}", f.name))?;
-    }
+    check_after(f, &img, "zero-log", &committed, kernel)?;
     let _ = std::fs::remove_file(&img);
     Ok(())
 }
