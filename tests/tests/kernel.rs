@@ -154,16 +154,12 @@ fn map_logical(loops: &Loops, logical: u64, mirror: usize) -> (PathBuf, u64) {
 /// picked evenly from the lists.
 fn pick_targets(dev: &Path, n: usize) -> (Vec<u64>, Vec<u64>) {
     let dump = |args: &[&str]| {
-        let out = Command::new("btrfs")
-            .args(["inspect-internal", "dump-tree"])
-            .args(args)
-            .arg(dev)
-            .output()
-            .expect("dump-tree");
-        assert!(
-            out.status.success(),
-            "dump-tree: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = run_ok(
+            Command::new("btrfs")
+                .args(["inspect-internal", "dump-tree"])
+                .args(args)
+                .arg(dev),
+            "dump-tree",
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };

@@ -220,13 +220,20 @@ fn report(what: &str, t: &Tally) {
     );
 }
 
-#[test]
-fn send_full_kernel_fixture_snapshots_round_trip() {
-    skip_unless!(kernel_available);
-    let work = scratch_dir("send-full");
+/// A scratch directory `what`, and the kernel's read-write mount of a new
+/// 4 GiB image in it (recv.img) to receive streams into.
+fn receiving(what: &str) -> (PathBuf, Mount) {
+    let work = scratch_dir(what);
     let rimg = work.join("recv.img");
     mkfs(&rimg, "4G", &[]);
     let recv = Mount::images(std::slice::from_ref(&rimg), "", false);
+    (work, recv)
+}
+
+#[test]
+fn send_full_kernel_fixture_snapshots_round_trip() {
+    skip_unless!(kernel_available);
+    let (work, recv) = receiving("send-full");
     let mut t = Tally::default();
     for f in kernel_fixtures() {
         let ia = f.image_args(None);
@@ -278,10 +285,7 @@ fn rich_image(
 #[test]
 fn send_full_and_incremental_rich_scenarios() {
     skip_unless!(kernel_available);
-    let work = scratch_dir("send-rich");
-    let rimg = work.join("recv.img");
-    mkfs(&rimg, "4G", &[]);
-    let recv = Mount::images(std::slice::from_ref(&rimg), "", false);
+    let (work, recv) = receiving("send-rich");
     let configs: [(&str, &[&str], &str, &[&str]); 4] = [
         ("plain", &[], "", &["rich"]),
         ("zstd", &[], "compress=zstd", &["rich", "compress"]),
