@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::manifest::read_lines;
-use crate::paths::{repo_root, scratch_dir};
+use crate::paths::{repo_root, scratch_dir, sparse_copy};
 use crate::run::{run_ok, ubtrfs_lines};
 
 /// A fixture directory as build.sh / unpack.sh write it.
@@ -90,10 +90,7 @@ impl Fixture {
     pub fn copy_to(&self, dir: &Path) -> Fixture {
         std::fs::create_dir_all(dir).unwrap();
         for d in self.devices() {
-            run_ok(
-                Command::new("cp").arg("--sparse=always").arg(&d).arg(dir),
-                "copy a fixture image",
-            );
+            sparse_copy(&d, dir).unwrap_or_else(|e| panic!("copy a fixture image: {e}"));
         }
         for f in ["meta.json", "manifest.jsonl"] {
             std::fs::copy(self.dir.join(f), dir.join(f)).unwrap();

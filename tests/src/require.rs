@@ -29,12 +29,13 @@ macro_rules! fn_name {
 }
 
 /// Returns from the test it stands in unless `check` ([`kernel_available`],
-/// [`fuse_available`], [`btrfs_progs_available`]) passes for it, by the
-/// test function's name: `skip_unless!(kernel_available);`.
+/// [`fuse_available`], [`btrfs_progs_available`], [`user_available`] with
+/// its further arguments) passes for it, by the test function's name:
+/// `skip_unless!(kernel_available);`, `skip_unless!(user_available, "tests");`.
 #[macro_export]
 macro_rules! skip_unless {
-    ($check:path) => {
-        if !$check($crate::fn_name!()) {
+    ($check:path $(, $arg:expr)*) => {
+        if !$check($crate::fn_name!() $(, $arg)*) {
             return;
         }
     };

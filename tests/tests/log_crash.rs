@@ -176,7 +176,7 @@ fn log_root(img: &Path) -> Result<u64, String> {
 }
 
 fn copy(img: &Path, to: &Path) -> Result<(), String> {
-    run(Command::new("cp").arg("--sparse=always").arg(img).arg(to)).map(|_| ())
+    sparse_copy(img, to)
 }
 
 /// The daemon's `trace:` lines (UBTRFS_TRACE_FSYNC=1) counted into `o`.

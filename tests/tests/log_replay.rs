@@ -91,13 +91,7 @@ fn log_root(img: &Path) -> u64 {
 
 fn copy_image(f: &Fixture, dir: &Path, name: &str) -> PathBuf {
     let to = dir.join(name);
-    run_ok(
-        Command::new("cp")
-            .arg("--sparse=always")
-            .arg(&f.devices()[0])
-            .arg(&to),
-        "copy an image",
-    );
+    sparse_copy(&f.devices()[0], &to).unwrap_or_else(|e| panic!("copy an image: {e}"));
     to
 }
 

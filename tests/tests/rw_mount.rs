@@ -1706,10 +1706,8 @@ fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {
 
 #[test]
 fn root_mount_allows_what_the_kernels_does() {
-    let test = "root_mount_allows_what_the_kernels_does";
-    if !user_available(test, "tests") {
-        return;
-    }
+    let test = fn_name!();
+    skip_unless!(user_available, "tests");
     one_case(test, Writer::Ubtrfs, |base| {
         if !ready(test, Writer::Kernel) {
             return Ok(String::new());
