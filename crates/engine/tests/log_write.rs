@@ -26,7 +26,7 @@
 
 mod memcheck;
 
-use memcheck::{Rng, TOP};
+use memcheck::{seeded_mkfs, Rng, TOP};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use ubtrfs_engine::fs::{Filesystem, InodeId};
@@ -519,13 +519,7 @@ fn export(dir: &std::path::Path, seed: u64, i: usize, dev: &MemDev, want: &Durab
 /// committed), and the workload's state then.
 fn prepare(seed: u64) -> Result<(Vec<u8>, World), String> {
     let base = Arc::new(MemDev::new(DEV_SIZE));
-    let mkopts = MkfsOptions {
-        nodesize: [4096, 16384][seed as usize % 2],
-        fsid: Some([0x26; 16]),
-        no_holes: seed % 3 != 2,
-        ..Default::default()
-    };
-    let t = make(vec![("mem".into(), base.clone())], &mkopts).map_err(|e| e.to_string())?;
+    let t = seeded_mkfs(base.clone(), seed, 0x26, 2)?;
     let mut fs = RwFs::with_trans(t, opts(seed)).map_err(|e| e.to_string())?;
     let root = TOP;
     // Committed before the recording starts: some files and a directory.

@@ -30,7 +30,7 @@ use ubtrfs_format::consts::*;
 const SS: u64 = 4096;
 
 mod memcheck;
-use memcheck::{btrfs_check, offset, pattern, write_len, Rng, TOP};
+use memcheck::{btrfs_check, offset, pattern, seeded_mkfs, write_len, Rng, TOP};
 
 /// For the btrfs check: its skip message, UBTRFS_VFS_MODEL_KEEP.
 const SUITE: &str = "vfs_model";
@@ -141,13 +141,7 @@ fn check_kept_cache(
 fn run_seed(seed: u64) -> Result<usize, String> {
     let mut rng = Rng::new(seed);
     let dev = Arc::new(MemDev::new(192 << 20));
-    let mkopts = MkfsOptions {
-        nodesize: [4096, 16384][seed as usize % 2],
-        fsid: Some([0x25; 16]),
-        no_holes: seed % 3 != 1,
-        ..Default::default()
-    };
-    let t = make(vec![("mem".into(), dev.clone())], &mkopts).map_err(|e| e.to_string())?;
+    let t = seeded_mkfs(dev.clone(), seed, 0x25, 1)?;
     let opts = RwOptions {
         compress: (seed % 4 == 2).then_some((COMPRESS_ZSTD, 1)),
         nodatacow: seed % 4 == 3,

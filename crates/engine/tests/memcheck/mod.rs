@@ -95,6 +95,24 @@ pub fn write_len(rng: &mut Rng, mid: u64, most: u64) -> usize {
     }) as usize
 }
 
+/// A new filesystem for a seeded model test on `dev`: nodesize 4096 or
+/// 16384 by the seed's parity, no-holes unless `seed % 3 == holes`, every
+/// fsid byte `fsid`.
+pub fn seeded_mkfs(
+    dev: std::sync::Arc<MemDev>,
+    seed: u64,
+    fsid: u8,
+    holes: u64,
+) -> Result<ubtrfs_engine::tx::Trans, String> {
+    let mkopts = ubtrfs_engine::mkfs::MkfsOptions {
+        nodesize: [4096, 16384][seed as usize % 2],
+        fsid: Some([fsid; 16]),
+        no_holes: seed % 3 != holes,
+        ..Default::default()
+    };
+    ubtrfs_engine::mkfs::make(vec![("mem".into(), dev)], &mkopts).map_err(|e| e.to_string())
+}
+
 /// The top directory of the default subvolume.
 pub const TOP: ubtrfs_engine::fs::InodeId = ubtrfs_engine::fs::InodeId {
     subvol: ubtrfs_format::consts::FS_TREE_OBJECTID,
