@@ -41,7 +41,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
-[[ $(id -u) -eq 0 ]] || { echo "bench/everyday.sh: needs root" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+need_root
 WORK=${1:-/var/tmp/ubtrfs-everyday}
 RUNS=${2:-3}
 SRC=${SRC:-/usr/include}

@@ -25,10 +25,9 @@ WORK=${WORK:-/var/tmp/ubtrfs-bench}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 
-if [ "$(id -u)" != 0 ]; then
-    echo "lseek.sh: needs root (mkfs, loop mounts, drop_caches)" >&2
-    exit 1
-fi
+# shellcheck source=bench/lib.sh
+. "$HERE/lib.sh"
+need_root "mkfs, loop mounts, drop_caches"
 for t in mkfs.btrfs mount umount cc python3; do
     command -v "$t" >/dev/null || { echo "lseek.sh: $t not found" >&2; exit 1; }
 done
@@ -78,19 +77,7 @@ else
     mount -o loop "$IMG" "$KMNT"
     for s in $SIZES; do
         echo "writing sparse-${s}m with the kernel" >&2
-        python3 - "$KMNT/sparse-${s}m" "$s" <<'EOF'
-import os, sys
-path, mib = sys.argv[1], int(sys.argv[2])
-size = mib << 20
-block = bytearray(os.urandom(4096))
-fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-for off in range(0, size, 8192):
-    block[:8] = off.to_bytes(8, "little")  # every block distinct
-    os.pwrite(fd, block, off)
-os.ftruncate(fd, size)
-os.fsync(fd)
-os.close(fd)
-EOF
+        write_sparse "$KMNT/sparse-${s}m" "$s" fsync
     done
     sync
     umount "$KMNT"

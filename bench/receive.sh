@@ -17,15 +17,14 @@
 # Environment: FILES (200000), ADD (50000), UBTRFS_BIN (else built here).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-[[ $(id -u) -eq 0 ]] || { echo "bench/receive.sh: needs root (loop mount, drop_caches)" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+need_root "loop mount, drop_caches"
 WORK=${1:-$PWD/target/bench-send}
 RUNS=${2:-3}
 export FILES=${FILES:-200000}
 export ADD=${ADD:-50000}
-if [[ -z "${UBTRFS_BIN:-}" ]]; then
-  cargo build --release -q -p ubtrfs
-  UBTRFS_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/ubtrfs
-fi
+build_ubtrfs
 BIN=$UBTRFS_BIN
 SRC=$(BUILD_ONLY=1 bash bench/send.sh "$WORK" | tail -1)
 MNT=$(mktemp -d)
@@ -33,9 +32,7 @@ DST=$WORK/receive-dst.img
 LOOP=""
 cleanup() {
   set +e
-  mountpoint -q "$MNT" && umount "$MNT"
-  rmdir "$MNT" 2>/dev/null
-  if [[ -n "$LOOP" ]]; then losetup -d "$LOOP"; fi
+  release_mount
   rm -f "$DST"
 }
 trap cleanup EXIT

@@ -109,7 +109,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$PWD
-[[ $(id -u) -eq 0 ]] || { echo "bench/rw.sh: needs root (mkfs, loop mounts, drop_caches)" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+need_root "mkfs, loop mounts, drop_caches"
 WORK=${1:-/var/tmp/ubtrfs-rwbench}
 RUNS=${2:-3}
 KERNEL_ONLY=${UBTRFS_RW_BENCH_KERNEL_ONLY:-0}
@@ -671,22 +673,7 @@ exp_truncate() { # SIDE RUN
   umount_side truncate "$run" "$tag"
 }
 
-# The sparse file: 4 KiB of data (each block distinct) every 8 KiB, then
-# ftruncate to the full size; no fsync.
-write_sparse() { # FILE MIB
-  python3 - "$1" "$2" <<'EOF'
-import os, sys
-path, mib = sys.argv[1], int(sys.argv[2])
-size = mib << 20
-block = bytearray(os.urandom(4096))
-fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-for off in range(0, size, 8192):
-    block[:8] = off.to_bytes(8, "little")
-    os.pwrite(fd, block, off)
-os.ftruncate(fd, size)
-os.close(fd)
-EOF
-}
+# The sparse file: bench/lib.sh's write_sparse (no fsync).
 # time_cp EXP SIDE RUN KEY FILE: cp --sparse=always to tmpfs, timed; then
 # compared with the file and the copy's allocated size recorded.
 time_cp() {
@@ -848,129 +835,96 @@ print("Medians of %d runs; \"vs kernel\" = side / kernel (for throughput and IOP
 def rows(exp):
     return order.get(exp, [])
 
-if rows("dbench"):
-    print()
-    print("dbench %s clients for %s s, loadfile client.txt, fresh image each run:" % (clients, duration))
-    print()
-    print("| side | mount | MB/s | vs kernel | off/on | max latency ms | umount s | daemon RSS MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    k = med("dbench", "kernel", "mb_s"); u = med("dbench", "ubtrfs", "mb_s")
-    for s in rows("dbench"):
-        v = med("dbench", s, "mb_s")
-        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
-        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("dbench", s), fmt(v, 2), ratio(v, k), offon,
-              fmt(med("dbench", s, "max_lat_ms"), 1), fmt(med("dbench", s, "umount_s")), fmt(med("dbench", s, "rss_mib"), 0)))
-
-def fsync_table(exp, title):
+def table(exp, title, cols):
+    """exp's table, when it ran: a row a side, a column a (header, cell),
+    cell(exp, side) -> text."""
+    if not rows(exp):
+        return
     print()
     print(title)
     print()
-    print("| side | mount | IOPS | vs kernel | off/on | MiB/s | write clat p99 ms | write clat max ms | fsync p99 ms | fsync max ms | fsyncs by log / grouped log / commit / nothing to write | NOCOW | umount s | daemon RSS MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    k = med(exp, "kernel", "iops"); u = med(exp, "ubtrfs", "iops")
+    print("| " + " | ".join(h for h, _ in cols) + " |")
+    print("|" + " --- |" * len(cols))
     for s in rows(exp):
-        v = med(exp, s, "iops")
-        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
-        how = "-"
-        if med(exp, s, "fsync_by_log") is not None:
-            how = "%s / %s / %s / %s" % (fmt(med(exp, s, "fsync_by_log"), 0), fmt(med(exp, s, "fsync_grouped"), 0),
-                                         fmt(med(exp, s, "fsync_by_commit"), 0), fmt(med(exp, s, "fsync_nothing"), 0))
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of(exp, s), fmt(v, 0), ratio(v, k), offon,
-              fmt(med(exp, s, "mib_s"), 2), fmt(med(exp, s, "clat_p99_ms")), fmt(med(exp, s, "clat_max_ms"), 1),
-              fmt(med(exp, s, "fsync_p99_ms")), fmt(med(exp, s, "fsync_max_ms"), 1), how, text(exp, s, "nocow"),
-              fmt(med(exp, s, "umount_s")), fmt(med(exp, s, "rss_mib"), 0)))
+        print("| " + " | ".join(cell(exp, s) for _, cell in cols) + " |")
 
-if rows("fsync"):
-    fsync_table("fsync", "fio randwrite 4K, fsync=1, psync, NOCOW files laid out with data (\"off/on\" = against plain ubtrfs, whose fsync writes a log tree):")
+def num(key, nd=3):
+    """The median of key."""
+    return lambda exp, s: fmt(med(exp, s, key), nd)
 
-if rows("fsynccow"):
-    fsync_table("fsynccow", "fio randwrite 4K, fsync=1, psync, COW files with data checksums, laid out with data:")
+def txt(key):
+    return lambda exp, s: text(exp, s, key)
 
-if rows("bssplit"):
-    print()
-    print("fio randwrite bssplit 4k/20:8k/20:16k/20:32k/20:64k/20, iodepth 16, one preallocated NOCOW file:")
-    print()
-    print("| side | mount | engine | prealloc | IOPS | vs kernel | off/on | MiB/s | clat p99 ms | max latency ms | NOCOW | umount s | daemon RSS MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    k = med("bssplit", "kernel", "iops"); u = med("bssplit", "ubtrfs", "iops")
-    for s in rows("bssplit"):
-        v = med("bssplit", s, "iops")
-        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("bssplit", s), text("bssplit", s, "engine"),
-              text("bssplit", s, "prealloc"), fmt(v, 0), ratio(v, k), offon, fmt(med("bssplit", s, "mib_s"), 2),
-              fmt(med("bssplit", s, "clat_p99_ms")), fmt(med("bssplit", s, "lat_max_ms"), 1), text("bssplit", s, "nocow"),
-              fmt(med("bssplit", s, "umount_s")), fmt(med("bssplit", s, "rss_mib"), 0)))
+def is_off(s):
+    """A side with a mechanism switched off, against plain ubtrfs."""
+    return s != "ubtrfs" and s.startswith("ubtrfs")
 
-if rows("randread"):
-    print()
-    print("fio randread 4K, O_DIRECT, psync, JOBS jobs (see the environment line), each on a file of its own, written and fsynced first:")
-    print()
-    print("| side | mount | IOPS | vs kernel | off/on | MiB/s | clat p99 ms | max latency ms | lock wait s | umount s | daemon RSS MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    k = med("randread", "kernel", "iops"); u = med("randread", "ubtrfs", "iops")
-    for s in rows("randread"):
-        v = med("randread", s, "iops")
-        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("randread", s), fmt(v, 0), ratio(v, k), offon,
-              fmt(med("randread", s, "mib_s"), 2), fmt(med("randread", s, "clat_p99_ms")), fmt(med("randread", s, "lat_max_ms"), 1),
-              fmt(med("randread", s, "lock_wait_s"), 1), fmt(med("randread", s, "umount_s")), fmt(med("randread", s, "rss_mib"), 0)))
+def vs(key, ref, when=lambda s: True):
+    """key's median / ref's (for the sides `when` takes)."""
+    return lambda exp, s: ratio(med(exp, s, key), med(exp, ref, key)) if when(s) else ""
 
-if rows("readwrite"):
-    print()
-    print("Readers beside a writer: fio randread 4K, O_DIRECT, psync, JOBS jobs for the duration, while one writer writes a file sequentially (1 MiB buffered writes, no fsync) from the second second:")
-    print()
-    print("| side | mount | read IOPS | vs kernel | off/on | read clat p99 ms | read max latency ms | writer s | lock wait s | longest commit hold ms | umount s | daemon RSS MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    k = med("readwrite", "kernel", "iops"); u = med("readwrite", "ubtrfs", "iops")
-    for s in rows("readwrite"):
-        v = med("readwrite", s, "iops")
-        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("readwrite", s), fmt(v, 0), ratio(v, k), offon,
-              fmt(med("readwrite", s, "clat_p99_ms")), fmt(med("readwrite", s, "lat_max_ms"), 1), fmt(med("readwrite", s, "write_s")),
-              fmt(med("readwrite", s, "lock_wait_s"), 1), fmt(med("readwrite", s, "commit_max_ms"), 1), fmt(med("readwrite", s, "umount_s")), fmt(med("readwrite", s, "rss_mib"), 0)))
+def compared(head, key, nd=3):
+    """key's median, against the kernel's and (off/on) plain ubtrfs's."""
+    return [(head, num(key, nd)), ("vs kernel", vs(key, "kernel")),
+            ("off/on", vs(key, "ubtrfs", is_off))]
 
-if rows("prealloc"):
-    print()
-    print("fio randwrite bssplit 4k/20:8k/20:16k/20:32k/20:64k/20, buffered, psync, JOBS jobs (a slice each), every block of one fallocated COW file written once, then fsync:")
-    print()
-    print("| side | mount | fio s | IOPS | vs kernel | off/on | MiB/s | clat p99 ms | max latency ms | used MiB added | umount s | daemon RSS MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    k = med("prealloc", "kernel", "iops"); u = med("prealloc", "ubtrfs", "iops")
-    for s in rows("prealloc"):
-        v = med("prealloc", s, "iops")
-        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("prealloc", s), fmt(med("prealloc", s, "fio_s")), fmt(v, 0), ratio(v, k), offon,
-              fmt(med("prealloc", s, "mib_s"), 2), fmt(med("prealloc", s, "clat_p99_ms")), fmt(med("prealloc", s, "lat_max_ms"), 1),
-              fmt(med("prealloc", s, "used_mib"), 0), fmt(med("prealloc", s, "umount_s")), fmt(med("prealloc", s, "rss_mib"), 0)))
+SIDE = [("side", lambda exp, s: label(s)), ("mount", mount_of)]
+TAIL = [("umount s", num("umount_s")), ("daemon RSS MiB", num("rss_mib", 0))]
 
-if rows("truncate"):
-    print()
-    print("A file written with 1 MiB buffered writes, no fsync (all dirty), then truncated to 0; then fsync of the file:")
-    print()
-    print("| side | mount | truncate s | vs kernel | off/on | fsync s | umount s | daemon RSS MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    k = med("truncate", "kernel", "truncate_s"); u = med("truncate", "ubtrfs", "truncate_s")
-    for s in rows("truncate"):
-        v = med("truncate", s, "truncate_s")
-        offon = ratio(v, u) if s != "ubtrfs" and s.startswith("ubtrfs") else ""
-        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), mount_of("truncate", s), fmt(v), ratio(v, k), offon,
-              fmt(med("truncate", s, "sync_s")), fmt(med("truncate", s, "umount_s")), fmt(med("truncate", s, "rss_mib"), 0)))
+table("dbench", "dbench %s clients for %s s, loadfile client.txt, fresh image each run:" % (clients, duration),
+      SIDE + compared("MB/s", "mb_s", 2) + [("max latency ms", num("max_lat_ms", 1))] + TAIL)
 
-if rows("sparse"):
-    print()
-    print("Sparse file, 4 KiB data / 4 KiB holes, written without fsync; cp --sparse=always to tmpfs while dirty, then fsync + sync, then again:")
-    print()
-    print("| side | write s | dirty MiB | cp dirty s (min-max) | vs kernel | off/on | fsync+sync s | cp clean s (min-max) | vs kernel | off/on | copies identical | umount s | daemon RSS MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    kd = med("sparse", "kernel", "cp_dirty_s"); kc = med("sparse", "kernel", "cp_clean_s")
-    ud = med("sparse", "ubtrfs", "cp_dirty_s"); uc = med("sparse", "ubtrfs", "cp_clean_s")
-    for s in rows("sparse"):
-        d = med("sparse", s, "cp_dirty_s"); c = med("sparse", s, "cp_clean_s")
-        v = s.startswith("ubtrfs-")
-        same = "/".join(sorted(set(vals.get(("sparse", s, "cp_dirty_same"), []) + vals.get(("sparse", s, "cp_clean_same"), [])))) or "-"
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (label(s), fmt(med("sparse", s, "write_s")), fmt(med("sparse", s, "dirty_mib"), 0), spread("sparse", s, "cp_dirty_s"), ratio(d, kd),
-              ratio(d, ud) if v else "", fmt(med("sparse", s, "sync_s")), spread("sparse", s, "cp_clean_s"), ratio(c, kc), ratio(c, uc) if v else "",
-              same, fmt(med("sparse", s, "umount_s")), fmt(med("sparse", s, "rss_mib"), 0)))
+def fsyncs_by(exp, s):
+    """How the fsyncs were made, where the daemon counted them."""
+    if med(exp, s, "fsync_by_log") is None:
+        return "-"
+    return " / ".join(fmt(med(exp, s, k), 0) for k in ("fsync_by_log", "fsync_grouped", "fsync_by_commit", "fsync_nothing"))
+
+FSYNC = SIDE + compared("IOPS", "iops", 0) + [
+    ("MiB/s", num("mib_s", 2)), ("write clat p99 ms", num("clat_p99_ms")), ("write clat max ms", num("clat_max_ms", 1)),
+    ("fsync p99 ms", num("fsync_p99_ms")), ("fsync max ms", num("fsync_max_ms", 1)),
+    ("fsyncs by log / grouped log / commit / nothing to write", fsyncs_by), ("NOCOW", txt("nocow"))] + TAIL
+
+table("fsync", "fio randwrite 4K, fsync=1, psync, NOCOW files laid out with data (\"off/on\" = against plain ubtrfs, whose fsync writes a log tree):", FSYNC)
+
+table("fsynccow", "fio randwrite 4K, fsync=1, psync, COW files with data checksums, laid out with data:", FSYNC)
+
+table("bssplit", "fio randwrite bssplit 4k/20:8k/20:16k/20:32k/20:64k/20, iodepth 16, one preallocated NOCOW file:",
+      SIDE + [("engine", txt("engine")), ("prealloc", txt("prealloc"))] + compared("IOPS", "iops", 0) + [
+          ("MiB/s", num("mib_s", 2)), ("clat p99 ms", num("clat_p99_ms")), ("max latency ms", num("lat_max_ms", 1)),
+          ("NOCOW", txt("nocow"))] + TAIL)
+
+table("randread", "fio randread 4K, O_DIRECT, psync, JOBS jobs (see the environment line), each on a file of its own, written and fsynced first:",
+      SIDE + compared("IOPS", "iops", 0) + [
+          ("MiB/s", num("mib_s", 2)), ("clat p99 ms", num("clat_p99_ms")), ("max latency ms", num("lat_max_ms", 1)),
+          ("lock wait s", num("lock_wait_s", 1))] + TAIL)
+
+table("readwrite", "Readers beside a writer: fio randread 4K, O_DIRECT, psync, JOBS jobs for the duration, while one writer writes a file sequentially (1 MiB buffered writes, no fsync) from the second second:",
+      SIDE + compared("read IOPS", "iops", 0) + [
+          ("read clat p99 ms", num("clat_p99_ms")), ("read max latency ms", num("lat_max_ms", 1)), ("writer s", num("write_s")),
+          ("lock wait s", num("lock_wait_s", 1)), ("longest commit hold ms", num("commit_max_ms", 1))] + TAIL)
+
+table("prealloc", "fio randwrite bssplit 4k/20:8k/20:16k/20:32k/20:64k/20, buffered, psync, JOBS jobs (a slice each), every block of one fallocated COW file written once, then fsync:",
+      SIDE + [("fio s", num("fio_s"))] + compared("IOPS", "iops", 0) + [
+          ("MiB/s", num("mib_s", 2)), ("clat p99 ms", num("clat_p99_ms")), ("max latency ms", num("lat_max_ms", 1)),
+          ("used MiB added", num("used_mib", 0))] + TAIL)
+
+table("truncate", "A file written with 1 MiB buffered writes, no fsync (all dirty), then truncated to 0; then fsync of the file:",
+      SIDE + compared("truncate s", "truncate_s") + [("fsync s", num("sync_s"))] + TAIL)
+
+def cp_same(exp, s):
+    """Whether the copies were identical (dirty and clean)."""
+    return "/".join(sorted(set(vals.get((exp, s, "cp_dirty_same"), []) + vals.get((exp, s, "cp_clean_same"), [])))) or "-"
+
+def cp(state):
+    """A cp's time (median and spread), against the kernel's and plain ubtrfs's."""
+    key = "cp_%s_s" % state
+    return [("cp %s s (min-max)" % state, lambda exp, s: spread(exp, s, key)), ("vs kernel", vs(key, "kernel")),
+            ("off/on", vs(key, "ubtrfs", lambda s: s.startswith("ubtrfs-")))]
+
+table("sparse", "Sparse file, 4 KiB data / 4 KiB holes, written without fsync; cp --sparse=always to tmpfs while dirty, then fsync + sync, then again:",
+      SIDE[:1] + [("write s", num("write_s")), ("dirty MiB", num("dirty_mib", 0))] + cp("dirty") + [("fsync+sync s", num("sync_s"))] + cp("clean") + [
+          ("copies identical", cp_same)] + TAIL)
 
 notes = [l.rstrip() for l in open(notesf) if l.strip()]
 if notes:

@@ -20,15 +20,14 @@
 # and stop (bench/slowdev.sh uses it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-[[ $(id -u) -eq 0 ]] || { echo "bench/send.sh: needs root (loop mount, drop_caches)" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+need_root "loop mount, drop_caches"
 WORK=${1:-$PWD/target/bench-send}
 RUNS=${2:-3}
 FILES=${FILES:-200000}
 ADD=${ADD:-50000}
-if [[ -z "${UBTRFS_BIN:-}" && -z "${BUILD_ONLY:-}" ]]; then
-  cargo build --release -q -p ubtrfs
-  UBTRFS_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/ubtrfs
-fi
+[[ -n "${BUILD_ONLY:-}" ]] || build_ubtrfs
 BIN=${UBTRFS_BIN:-}
 mkdir -p "$WORK"
 IMG=$WORK/send-$FILES-$ADD.img
@@ -36,9 +35,7 @@ MNT=$(mktemp -d)
 LOOP=""
 cleanup() {
   set +e
-  mountpoint -q "$MNT" && umount "$MNT"
-  rmdir "$MNT" 2>/dev/null
-  if [[ -n "$LOOP" ]]; then losetup -d "$LOOP"; fi
+  release_mount
 }
 trap cleanup EXIT
 

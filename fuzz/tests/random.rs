@@ -127,25 +127,19 @@ fn run(target: &str, f: fn(&[u8])) {
     );
 }
 
-#[test]
-fn node() {
-    run("node", ubtrfs_fuzz::node);
+/// A test for each fuzz target `name`: [`run`] on `ubtrfs_fuzz::name`.
+macro_rules! target_tests {
+    ($($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                run(stringify!($name), ubtrfs_fuzz::$name);
+            }
+        )*
+    };
 }
 
-#[test]
-fn superblock() {
-    run("superblock", ubtrfs_fuzz::superblock);
-}
-
-#[test]
-fn superblock_csum() {
-    run("superblock_csum", ubtrfs_fuzz::superblock_csum);
-}
-
-#[test]
-fn decompress() {
-    run("decompress", ubtrfs_fuzz::decompress);
-}
+target_tests!(node, superblock, superblock_csum, decompress);
 
 /// The seeds themselves must be accepted, or the fuzzers start blind.
 #[test]

@@ -110,16 +110,20 @@ def compare_records(exp, act, ignore=(), ignore_dir_size=False,
     return diffs
 
 
+def parse_lines(lines):
+    """Manifest lines (JSON records) by path; blank lines are skipped."""
+    out = {}
+    for line in lines:
+        line = line.strip()
+        if line:
+            r = json.loads(line)
+            out[r["path"]] = r
+    return out
+
+
 def compare(expected_lines, actual_lines, **kw):
-    def parse(lines):
-        out = {}
-        for line in lines:
-            line = line.strip()
-            if line:
-                r = json.loads(line)
-                out[r["path"]] = r
-        return out
-    return compare_records(parse(expected_lines), parse(actual_lines), **kw)
+    return compare_records(parse_lines(expected_lines), parse_lines(actual_lines),
+                           **kw)
 
 
 def main(argv=None):

@@ -264,10 +264,7 @@ class Worker:
     def sync(self, path, how):
         fd = os.open(self.abs(path), os.O_RDONLY)
         try:
-            if how == "fsync":
-                os.fsync(fd)
-            else:
-                os.fdatasync(fd)
+            (os.fsync if how == "fsync" else os.fdatasync)(fd)
         finally:
             os.close(fd)
         data = self.files[path]

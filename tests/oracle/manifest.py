@@ -171,22 +171,22 @@ def _xattrs(path):
     return out
 
 
+_FTYPES = {
+    stat.S_IFDIR: "dir",
+    stat.S_IFREG: "file",
+    stat.S_IFLNK: "symlink",
+    stat.S_IFIFO: "fifo",
+    stat.S_IFSOCK: "sock",
+    stat.S_IFCHR: "chr",
+    stat.S_IFBLK: "blk",
+}
+
+
 def _ftype(m):
-    if stat.S_ISDIR(m):
-        return "dir"
-    if stat.S_ISREG(m):
-        return "file"
-    if stat.S_ISLNK(m):
-        return "symlink"
-    if stat.S_ISFIFO(m):
-        return "fifo"
-    if stat.S_ISSOCK(m):
-        return "sock"
-    if stat.S_ISCHR(m):
-        return "chr"
-    if stat.S_ISBLK(m):
-        return "blk"
-    raise ValueError("unknown file type %o" % m)
+    t = _FTYPES.get(stat.S_IFMT(m))
+    if t is None:
+        raise ValueError("unknown file type %o" % m)
+    return t
 
 
 def _walk(root):

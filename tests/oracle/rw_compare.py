@@ -52,21 +52,11 @@ def masked(records, explicit):
     return out
 
 
-def _parse(lines):
-    out = {}
-    for line in lines:
-        line = line.strip()
-        if line:
-            r = json.loads(line)
-            out[r["path"]] = r
-    return out
-
-
 def compare_runs(exp_lines, act_lines, explicit, ignore=()):
     """Differences between two manifests once masked (a list of
     messages, empty when equal)."""
-    e = masked(_parse(exp_lines), explicit)
-    a = masked(_parse(act_lines), explicit)
+    e = masked(compare.parse_lines(exp_lines), explicit)
+    a = masked(compare.parse_lines(act_lines), explicit)
     return compare.compare_records(e, a, ignore=ignore)
 
 
@@ -98,7 +88,7 @@ def main(argv=None):
     diffs = compare_runs(exp, act, explicit, ignore)
     if not diffs:
         print("OK: %d paths match (ino masked, mtime compared on %d paths)"
-              % (len(_parse(exp)), len(explicit)))
+              % (len(compare.parse_lines(exp)), len(explicit)))
         return 0
     for d in diffs[:args.max]:
         print(d)

@@ -56,6 +56,7 @@ model_fallocate, model_copy), Worker (live=False replays without I/O).
 """
 
 import argparse
+import contextlib
 import ctypes
 import errno
 import json
@@ -208,6 +209,10 @@ class Node:
 
 class Failure(Exception):
     """A check failed or a call failed unexpectedly."""
+
+
+class Skip(Exception):
+    """An operation found nothing to work on (counted as skipped)."""
 
 
 def _errname(e):
@@ -377,6 +382,12 @@ class Worker:
     def pick(self, seq):
         return seq[self.rng.randrange(len(seq))] if seq else None
 
+    def pick_or_skip(self, seq):
+        """pick(seq), or skip the operation when seq is empty."""
+        if not seq:
+            raise Skip()
+        return self.pick(seq)
+
     def new_name(self, kind):
         self.ctr += 1
         base = self.prefix + kind + b"%d" % self.ctr
@@ -424,10 +435,36 @@ class Worker:
             return False
         return path is None or self.rng.random() < 0.7
 
-    def open_for(self, node, path, cached, flags=os.O_RDWR):
+    def live_call(self, what, path, fn, *a, **kw):
+        """call() in live runs only, named `what` and the path's name."""
+        if self.live:
+            return self.call(what + " " + self.rel(path), fn, *a, **kw)
+        return None
+
+    @contextlib.contextmanager
+    def opened(self, node, path, cached, flags=os.O_RDWR):
+        """The node's kept descriptor (cached), or path opened for the
+        block and closed after it."""
         if cached:
-            return node.fd, False
-        return self.call("open " + self.rel(path), os.open, path, flags), True
+            yield node.fd
+            return
+        fd = self.call("open " + self.rel(path), os.open, path, flags)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def mapped(self, fd, path, off, n, access):
+        """A mapping of fd from the page of `off` to off + n, and where
+        `off` lies in it."""
+        base = off - off % PAGE
+        m = self.call("mmap " + self.rel(path), mmap.mmap, fd, off + n - base,
+                      offset=base, access=access)
+        try:
+            yield m, off - base
+        finally:
+            m.close()
 
     def gen_range(self, size):
         """A write's (offset, length)."""
@@ -477,30 +514,21 @@ class Worker:
     # --------------------------------------------------------- operations
 
     def op_write(self, ents):
-        t = self.pick(self.files(ents))
-        if t is None:
-            return False
-        node, path = t
+        node, path = self.pick_or_skip(self.files(ents))
         cached = self.use_fd(node, path)
         off, n = self.gen_range(len(node.data))
         buf = self.gen_data(n)
         self.note("write %s off=%d len=%d" % (self.rel(path), off, n))
         if self.live:
-            fd, tmp = self.open_for(node, path, cached)
-            try:
+            with self.opened(node, path, cached) as fd:
                 self.pwrite_all(fd, buf, off, path)
-            finally:
-                if tmp:
-                    os.close(fd)
         model_write(node.data, off, buf)
         node.mtime = None
         return True
 
     def op_append(self, ents):
-        t = self.pick([f for f in self.files(ents) if f[1] is not None])
-        if t is None:
-            return False
-        node, path = t
+        node, path = self.pick_or_skip([f for f in self.files(ents)
+                                        if f[1] is not None])
         n = min(self.rng.randint(1, 20000), self.max_size - len(node.data))
         if n <= 0:
             return False
@@ -521,10 +549,7 @@ class Worker:
         return True
 
     def op_read(self, ents):
-        t = self.pick(self.files(ents))
-        if t is None:
-            return False
-        node, path = t
+        node, path = self.pick_or_skip(self.files(ents))
         cached = self.use_fd(node, path)
         size = len(node.data)
         if self.rng.random() < 0.15:
@@ -533,81 +558,49 @@ class Worker:
             off, n = self.rng.randint(0, size + 4096), self.rng.randint(1, 65536)
         self.note("read %s off=%d len=%d" % (self.rel(path), off, n))
         if self.live:
-            fd, tmp = self.open_for(node, path, cached, os.O_RDONLY)
-            try:
+            with self.opened(node, path, cached, os.O_RDONLY) as fd:
                 got = self.call("pread " + self.rel(path), os.pread, fd, n, off)
-            finally:
-                if tmp:
-                    os.close(fd)
             self.check_bytes("read", path, off, node.data[off:off + n], got)
         return True
 
-    def op_mmap_read(self, ents):
-        t = self.pick([f for f in self.files(ents) if f[0].data])
-        if t is None:
-            return False
-        node, path = t
+    def pick_span(self, ents, most):
+        """A file with data, whether to use its kept descriptor, and a
+        span (off, n) of at most `most` bytes inside it."""
+        node, path = self.pick_or_skip([f for f in self.files(ents) if f[0].data])
         cached = self.use_fd(node, path)
         size = len(node.data)
         off = self.rng.randrange(size)
-        n = self.rng.randint(1, min(size - off, 131072))
+        return node, path, cached, off, self.rng.randint(1, min(size - off, most))
+
+    def op_mmap_read(self, ents):
+        node, path, cached, off, n = self.pick_span(ents, 131072)
         self.note("mmap_read %s off=%d len=%d" % (self.rel(path), off, n))
         if self.live:
-            fd, tmp = self.open_for(node, path, cached, os.O_RDONLY)
-            try:
-                base = off - off % PAGE
-                m = self.call("mmap " + self.rel(path), mmap.mmap, fd,
-                              off + n - base, offset=base,
-                              access=mmap.ACCESS_READ)
-                try:
-                    got = m[off - base:off - base + n]
-                finally:
-                    m.close()
-            finally:
-                if tmp:
-                    os.close(fd)
+            with self.opened(node, path, cached, os.O_RDONLY) as fd:
+                with self.mapped(fd, path, off, n, mmap.ACCESS_READ) as (m, at):
+                    got = m[at:at + n]
             self.check_bytes("mmap read", path, off, node.data[off:off + n], got)
         return True
 
     def op_mmap_write(self, ents):
-        t = self.pick([f for f in self.files(ents) if f[0].data])
-        if t is None:
-            return False
-        node, path = t
-        cached = self.use_fd(node, path)
-        size = len(node.data)
-        off = self.rng.randrange(size)
-        n = self.rng.randint(1, min(size - off, 65536))
+        node, path, cached, off, n = self.pick_span(ents, 65536)
         buf = self.gen_data(n)
         sync = self.rng.random() < 0.5
         self.note("mmap_write %s off=%d len=%d msync=%d" % (
             self.rel(path), off, n, sync))
         if self.live:
-            fd, tmp = self.open_for(node, path, cached)
-            try:
-                base = off - off % PAGE
-                m = self.call("mmap " + self.rel(path), mmap.mmap, fd,
-                              off + n - base, offset=base,
-                              access=mmap.ACCESS_WRITE)
-                try:
-                    m[off - base:off - base + n] = buf
+            with self.opened(node, path, cached) as fd:
+                with self.mapped(fd, path, off, n, mmap.ACCESS_WRITE) as (m, at):
+                    m[at:at + n] = buf
                     if sync:
                         self.call("msync", m.flush)
-                finally:
-                    m.close()
-            finally:
-                if tmp:
-                    os.close(fd)
             self.bytes_written += n
         model_write(node.data, off, buf)
         node.mtime = None
         return True
 
     def op_truncate(self, ents):
-        t = self.pick(self.files(ents))
-        if t is None:
-            return False
-        node, path = t
+        node, path = self.pick_or_skip(self.files(ents))
         cached = self.use_fd(node, path)
         size = self.gen_size(len(node.data))
         self.note("truncate %s %d -> %d" % (self.rel(path), len(node.data), size))
@@ -621,10 +614,8 @@ class Worker:
         return True
 
     def op_open_trunc(self, ents):
-        t = self.pick([f for f in self.files(ents) if f[1] is not None])
-        if t is None:
-            return False
-        node, path = t
+        node, path = self.pick_or_skip([f for f in self.files(ents)
+                                        if f[1] is not None])
         self.note("open O_TRUNC %s" % self.rel(path))
         if self.live:
             fd = self.call("open O_TRUNC " + self.rel(path), os.open, path,
@@ -635,10 +626,7 @@ class Worker:
         return True
 
     def op_fallocate(self, ents):
-        t = self.pick(self.files(ents))
-        if t is None:
-            return False
-        node, path = t
+        node, path = self.pick_or_skip(self.files(ents))
         cached = self.use_fd(node, path)
         name = self.pick(FALLOC_NAMES)
         mode = FALLOC_MODES[name]
@@ -653,18 +641,15 @@ class Worker:
         n = min(n, self.max_size - off)
         self.note("fallocate %s %s off=%d len=%d" % (self.rel(path), name, off, n))
         if self.live:
-            fd, tmp = self.open_for(node, path, cached)
-            try:
-                fallocate(fd, mode, off, n)
-            except OSError as e:
-                if e.errno != errno.EOPNOTSUPP:
-                    self.fail("fallocate %s %s off=%d len=%d: unexpected %s" % (
-                        name, self.rel(path), off, n, _errname(e.errno)))
-                self.eopnotsupp.setdefault(name, []).append(self.k)
-                return True
-            finally:
-                if tmp:
-                    os.close(fd)
+            with self.opened(node, path, cached) as fd:
+                try:
+                    fallocate(fd, mode, off, n)
+                except OSError as e:
+                    if e.errno != errno.EOPNOTSUPP:
+                        self.fail("fallocate %s %s off=%d len=%d: unexpected %s" % (
+                            name, self.rel(path), off, n, _errname(e.errno)))
+                    self.eopnotsupp.setdefault(name, []).append(self.k)
+                    return True
         elif self.k in self.replay_eop.get(name, ()):
             return True
         model_fallocate(node.data, mode, off, n)
@@ -673,11 +658,8 @@ class Worker:
 
     def op_copy_range(self, ents):
         fl = self.files(ents)
-        s = self.pick(fl)
-        d = self.pick(fl)
-        if s is None:
-            return False
-        (src, spath), (dst, dpath) = s, d
+        src, spath = self.pick_or_skip(fl)
+        dst, dpath = self.pick(fl)
         scached = self.use_fd(src, spath)
         dcached = self.use_fd(dst, dpath)
         ssize = len(src.data)
@@ -696,28 +678,20 @@ class Worker:
         self.note("copy_range %s off=%d -> %s off=%d len=%d" % (
             self.rel(spath), soff, self.rel(dpath), doff, want))
         if self.live:
-            sfd, stmp = self.open_for(src, spath, scached, os.O_RDONLY)
-            try:
-                dfd, dtmp = self.open_for(dst, dpath, dcached)
-                try:
-                    # Within one file, what is copied past the source's
-                    # old EOF would be copied again: ask for what the
-                    # model copies, not more.
-                    ask = n if src is dst else want
-                    done = 0
-                    while done < ask:
-                        r = self.call("copy_file_range", os.copy_file_range,
-                                      sfd, dfd, ask - done, soff + done,
-                                      doff + done)
-                        if r == 0:
-                            break
-                        done += r
-                finally:
-                    if dtmp:
-                        os.close(dfd)
-            finally:
-                if stmp:
-                    os.close(sfd)
+            with self.opened(src, spath, scached, os.O_RDONLY) as sfd, \
+                    self.opened(dst, dpath, dcached) as dfd:
+                # Within one file, what is copied past the source's old
+                # EOF would be copied again: ask for what the model
+                # copies, not more.
+                ask = n if src is dst else want
+                done = 0
+                while done < ask:
+                    r = self.call("copy_file_range", os.copy_file_range,
+                                  sfd, dfd, ask - done, soff + done,
+                                  doff + done)
+                    if r == 0:
+                        break
+                    done += r
             if done != n:
                 self.fail("copy_file_range %s -> %s: copied %d bytes, expected "
                           "%d (source size %d, offset %d)" % (
@@ -774,50 +748,37 @@ class Worker:
         req = self.pick([0o755, 0o700, 0o777, 0o750, 0o1777, 0o2755])
         path = self.path(d, name)
         self.note("mkdir %s mode=%o" % (self.rel(path), req))
-        if self.live:
-            self.call("mkdir " + self.rel(path), os.mkdir, path, req)
+        self.live_call("mkdir", path, os.mkdir, path, req)
         mode = self.inherit(d, req & 0o1777 & ~UMASK, True)
         self.new_child(d, self._node("dir", mode), name)
         return True
 
     def op_rmdir(self, ents):
-        t = self.pick([e for e in ents if e[2].kind == "dir" and not e[2].entries])
-        if t is None:
-            return False
-        d, name, _ = t
-        path = self.path(d, name)
-        self.note("rmdir %s" % self.rel(path))
-        if self.live:
-            self.call("rmdir " + self.rel(path), os.rmdir, path)
-        self._unlink(d, name)
-        d.mtime = None
-        return True
+        return self.remove(ents, "rmdir", os.rmdir,
+                           lambda n: n.kind == "dir" and not n.entries)
 
     def op_unlink(self, ents):
-        t = self.pick([e for e in ents if e[2].kind != "dir"])
-        if t is None:
-            return False
-        d, name, _ = t
+        return self.remove(ents, "unlink", os.unlink, lambda n: n.kind != "dir")
+
+    def remove(self, ents, what, fn, which):
+        """rmdir or unlink (`what`, `fn`) of a name whose node passes
+        `which`."""
+        d, name, _ = self.pick_or_skip([e for e in ents if which(e[2])])
         path = self.path(d, name)
-        self.note("unlink %s" % self.rel(path))
-        if self.live:
-            self.call("unlink " + self.rel(path), os.unlink, path)
+        self.note("%s %s" % (what, self.rel(path)))
+        self.live_call(what, path, fn, path)
         self._unlink(d, name)
         d.mtime = None
         return True
 
     def op_link(self, ents):
-        t = self.pick([e for e in ents if e[2].kind != "dir"])
-        if t is None:
-            return False
-        sd, sname, node = t
+        sd, sname, node = self.pick_or_skip([e for e in ents if e[2].kind != "dir"])
         d = self.pick_dir(ents)
         name = self.new_name(b"h")
         src, dst = self.path(sd, sname), self.path(d, name)
         self.note("link %s %s" % (self.rel(src), self.rel(dst)))
-        if self.live:
-            self.call("link " + self.rel(src), os.link, src, dst,
-                      follow_symlinks=False)
+        self.live_call("link", src, os.link, src, dst,
+                       follow_symlinks=False)
         self.new_child(d, node, name)
         return True
 
@@ -841,8 +802,7 @@ class Worker:
         target = self.gen_target(ents)
         path = self.path(d, name)
         self.note("symlink %s (%d bytes)" % (self.rel(path), len(target)))
-        if self.live:
-            self.call("symlink " + self.rel(path), os.symlink, target, path)
+        self.live_call("symlink", path, os.symlink, target, path)
         node = self._node("symlink", 0o777)
         node.target = target
         self.new_child(d, node, name)
@@ -854,9 +814,8 @@ class Worker:
         req = self.pick([0o644, 0o600, 0o666, 0o620])
         path = self.path(d, name)
         self.note("mknod fifo %s mode=%o" % (self.rel(path), req))
-        if self.live:
-            self.call("mknod " + self.rel(path), os.mknod, path,
-                      stat.S_IFIFO | req)
+        self.live_call("mknod", path, os.mknod, path,
+                       stat.S_IFIFO | req)
         self.new_child(d, self._node("fifo", req & ~UMASK), name)
         return True
 
@@ -877,62 +836,44 @@ class Worker:
         sd.mtime = None
         dd.mtime = None
 
+    def rename_to(self, what, sd, sname, dd, dname, fn, *flags):
+        """Notes and makes (live) fn(sd/sname, dd/dname, *flags), `what`
+        in the log ("rename over" is a rename), and renames in the model."""
+        src, dst = self.path(sd, sname), self.path(dd, dname)
+        self.note("%s %s %s" % (what, self.rel(src), self.rel(dst)))
+        self.live_call(what.replace(" over", ""), src, fn, src, dst, *flags)
+        self.do_rename(sd, sname, dd, dname)
+        return True
+
     def op_rename(self, ents):
-        t = self.pick(ents)
-        if t is None:
-            return False
-        sd, sname, node = t
+        sd, sname, node = self.pick_or_skip(ents)
         dd = self.pick_dir(ents) if self.rng.random() < 0.7 else sd
         if not self.can_move(node, dd):
             return False
         dname = self.new_name(b"r") if self.rng.random() < 0.5 else sname
         if dname in dd.entries and dd.entries[dname] is not node:
             dname = self.new_name(b"r")
-        src, dst = self.path(sd, sname), self.path(dd, dname)
-        self.note("rename %s %s" % (self.rel(src), self.rel(dst)))
-        if self.live:
-            self.call("rename " + self.rel(src), os.rename, src, dst)
-        self.do_rename(sd, sname, dd, dname)
-        return True
+        return self.rename_to("rename", sd, sname, dd, dname, os.rename)
 
     def op_rename_over(self, ents):
-        t = self.pick(ents)
-        if t is None:
-            return False
-        sd, sname, node = t
+        sd, sname, node = self.pick_or_skip(ents)
         if node.kind == "dir":
             cands = [e for e in ents if e[2].kind == "dir" and not e[2].entries
                      and e[2] is not node and self.can_move(node, e[0])]
         else:
             cands = [e for e in ents if e[2].kind != "dir"
                      and (e[0], e[1]) != (sd, sname)]
-        u = self.pick(cands)
-        if u is None:
-            return False
-        dd, dname, _ = u
-        src, dst = self.path(sd, sname), self.path(dd, dname)
-        self.note("rename over %s %s" % (self.rel(src), self.rel(dst)))
-        if self.live:
-            self.call("rename " + self.rel(src), os.rename, src, dst)
-        self.do_rename(sd, sname, dd, dname)
-        return True
+        dd, dname, _ = self.pick_or_skip(cands)
+        return self.rename_to("rename over", sd, sname, dd, dname, os.rename)
 
     def op_rename_noreplace(self, ents):
-        t = self.pick(ents)
-        if t is None:
-            return False
-        sd, sname, node = t
+        sd, sname, node = self.pick_or_skip(ents)
         dd = self.pick_dir(ents)
         if not self.can_move(node, dd):
             return False
         dname = self.new_name(b"n")
-        src, dst = self.path(sd, sname), self.path(dd, dname)
-        self.note("renameat2 NOREPLACE %s %s" % (self.rel(src), self.rel(dst)))
-        if self.live:
-            self.call("renameat2 NOREPLACE " + self.rel(src), renameat2, src,
-                      dst, RENAME_NOREPLACE)
-        self.do_rename(sd, sname, dd, dname)
-        return True
+        return self.rename_to("renameat2 NOREPLACE", sd, sname, dd, dname,
+                              renameat2, RENAME_NOREPLACE)
 
     def op_rename_exchange(self, ents):
         a = self.pick(ents)
@@ -944,9 +885,8 @@ class Worker:
             return False
         pa, pb = self.path(ad, aname), self.path(bd, bname)
         self.note("renameat2 EXCHANGE %s %s" % (self.rel(pa), self.rel(pb)))
-        if self.live:
-            self.call("renameat2 EXCHANGE " + self.rel(pa), renameat2, pa, pb,
-                      RENAME_EXCHANGE)
+        self.live_call("renameat2 EXCHANGE", pa, renameat2, pa, pb,
+                       RENAME_EXCHANGE)
         if an is bn:
             return True
         self._unlink(ad, aname)
@@ -958,10 +898,7 @@ class Worker:
         return True
 
     def op_chmod(self, ents):
-        t = self.pick([e for e in ents if e[2].kind != "symlink"])
-        if t is None:
-            return False
-        d, name, node = t
+        d, name, node = self.pick_or_skip([e for e in ents if e[2].kind != "symlink"])
         if self.rng.random() < 0.5:
             mode = self.rng.getrandbits(12)
         else:
@@ -969,30 +906,23 @@ class Worker:
                               0o4755, 0o1777, 0o000])
         path = self.path(d, name)
         self.note("chmod %s %o" % (self.rel(path), mode))
-        if self.live:
-            self.call("chmod " + self.rel(path), os.chmod, path, mode)
+        self.live_call("chmod", path, os.chmod, path, mode)
         node.mode = mode
         return True
 
     def op_utime(self, ents):
-        t = self.pick(ents)
-        if t is None:
-            return False
-        d, name, node = t
+        d, name, node = self.pick_or_skip(ents)
         at, mt = self.gen_time(), self.gen_time()
         path = self.path(d, name)
         self.note("utimensat %s atime=%d mtime=%d" % (self.rel(path), at, mt))
-        if self.live:
-            self.call("utimensat " + self.rel(path), os.utime, path,
-                      ns=(at, mt), follow_symlinks=False)
+        self.live_call("utimensat", path, os.utime, path,
+                       ns=(at, mt), follow_symlinks=False)
         node.mtime = mt
         return True
 
     def op_setxattr(self, ents):
-        t = self.pick([e for e in ents if e[2].kind in ("file", "dir")])
-        if t is None:
-            return False
-        d, name, node = t
+        d, name, node = self.pick_or_skip([e for e in ents
+                                           if e[2].kind in ("file", "dir")])
         key = b"user.k%d" % self.rng.randrange(8)
         if self.rng.random() < 0.9:
             val = self.gen_data(self.rng.randint(0, 200))
@@ -1005,23 +935,18 @@ class Worker:
         path = self.path(d, name)
         self.note("setxattr %s %s len=%d flags=%d" % (
             self.rel(path), key.decode(), len(val), flags))
-        if self.live:
-            self.call("setxattr " + self.rel(path), os.setxattr, path, key,
-                      val, flags, follow_symlinks=False)
+        self.live_call("setxattr", path, os.setxattr, path, key,
+                       val, flags, follow_symlinks=False)
         node.xattrs[key] = val
         return True
 
     def op_removexattr(self, ents):
-        t = self.pick([e for e in ents if e[2].xattrs])
-        if t is None:
-            return False
-        d, name, node = t
+        d, name, node = self.pick_or_skip([e for e in ents if e[2].xattrs])
         key = self.pick(sorted(node.xattrs))
         path = self.path(d, name)
         self.note("removexattr %s %s" % (self.rel(path), key.decode()))
-        if self.live:
-            self.call("removexattr " + self.rel(path), os.removexattr, path,
-                      key, follow_symlinks=False)
+        self.live_call("removexattr", path, os.removexattr, path,
+                       key, follow_symlinks=False)
         del node.xattrs[key]
         return True
 
@@ -1044,29 +969,19 @@ class Worker:
         return self._sync(ents, os.fdatasync, "fdatasync")
 
     def _sync(self, ents, fn, what):
-        t = self.pick(self.files(ents))
-        if t is None:
-            return False
-        node, path = t
+        node, path = self.pick_or_skip(self.files(ents))
         cached = self.use_fd(node, path)
         self.note("%s %s" % (what, self.rel(path)))
         if self.live:
-            fd, tmp = self.open_for(node, path, cached)
-            try:
+            with self.opened(node, path, cached) as fd:
                 self.call(what + " " + self.rel(path), fn, fd)
-            finally:
-                if tmp:
-                    os.close(fd)
         return True
 
     def op_open_fd(self, ents):
         if len(self.fds) >= MAX_FDS:
             return False
-        t = self.pick([f for f in self.files(ents)
-                       if f[1] is not None and f[0].fd is None])
-        if t is None:
-            return False
-        node, path = t
+        node, path = self.pick_or_skip([f for f in self.files(ents)
+                                        if f[1] is not None and f[0].fd is None])
         self.note("open (kept) %s" % self.rel(path))
         node.fd = self.call("open " + self.rel(path), os.open, path,
                             os.O_RDWR) if self.live else -1
@@ -1074,9 +989,7 @@ class Worker:
         return True
 
     def op_close_fd(self, ents):
-        node = self.pick(self.fds)
-        if node is None:
-            return False
+        node = self.pick_or_skip(self.fds)
         self.note("close (kept) %s" % ("open, no name" if not node.links
                                        else self.rel(self.path(*node.links[0]))))
         if self.live:
@@ -1088,10 +1001,7 @@ class Worker:
         return True
 
     def op_stat(self, ents):
-        t = self.pick(ents)
-        if t is None:
-            return False
-        d, name, node = t
+        d, name, node = self.pick_or_skip(ents)
         path = self.path(d, name)
         self.note("lstat %s" % self.rel(path))
         if self.live:
@@ -1107,10 +1017,7 @@ class Worker:
         return True
 
     def op_readlink(self, ents):
-        t = self.pick([e for e in ents if e[2].kind == "symlink"])
-        if t is None:
-            return False
-        d, name, node = t
+        d, name, node = self.pick_or_skip([e for e in ents if e[2].kind == "symlink"])
         path = self.path(d, name)
         self.note("readlink %s" % self.rel(path))
         if self.live:
@@ -1119,19 +1026,12 @@ class Worker:
         return True
 
     def op_seek(self, ents):
-        t = self.pick(self.files(ents))
-        if t is None:
-            return False
-        node, path = t
+        node, path = self.pick_or_skip(self.files(ents))
         cached = self.use_fd(node, path)
         self.note("seek_data/seek_hole %s" % self.rel(path))
         if self.live:
-            fd, tmp = self.open_for(node, path, cached, os.O_RDONLY)
-            try:
+            with self.opened(node, path, cached, os.O_RDONLY) as fd:
                 self.check_holes(fd, path, node)
-            finally:
-                if tmp:
-                    os.close(fd)
         return True
 
     def check_holes(self, fd, path, node):
@@ -1201,6 +1101,17 @@ class Worker:
         self.note("expect_error %s" % case)
         p = self.path
         E = errno
+        # case: (names to pick from, call, errnos, fn, arguments after the path)
+        one_name = {
+            "enotdir_rmdir": (nondirs, "rmdir non-directory", (E.ENOTDIR,),
+                              os.rmdir, ()),
+            "eisdir_unlink": (dirs, "unlink directory", (E.EISDIR, E.EPERM),
+                              os.unlink, ()),
+            "eisdir_open": (dirs, "open directory O_RDWR", (E.EISDIR,),
+                            os.open, (os.O_RDWR,)),
+            "enotempty_rmdir": (full, "rmdir non-empty",
+                                (E.ENOTEMPTY, E.EEXIST), os.rmdir, ()),
+        }
         if case == "enametoolong":
             d = self.pick_dir(ents)
             name = self.prefix + b"x" * (256 - len(self.prefix))
@@ -1238,29 +1149,18 @@ class Worker:
                 od, oname, _ = self.pick(ents)
                 self.expect("renameat2 NOREPLACE onto existing", (E.EEXIST,),
                             renameat2, p(od, oname), path, RENAME_NOREPLACE)
-        elif case == "enotdir_rmdir":
-            d, name, _ = self.pick(nondirs)
-            self.expect("rmdir non-directory", (E.ENOTDIR,), os.rmdir, p(d, name))
+        elif case in one_name:
+            pool, what, errnos, fn, extra = one_name[case]
+            d, name, _ = self.pick(pool)
+            self.expect(what, errnos, fn, p(d, name), *extra)
         elif case == "enotdir_lookup":
             d, name, _ = self.pick(files)
             self.expect("lookup through a file", (E.ENOTDIR,), os.lstat,
                         p(d, name) + b"/x")
-        elif case == "eisdir_unlink":
-            d, name, _ = self.pick(dirs)
-            self.expect("unlink directory", (E.EISDIR, E.EPERM), os.unlink,
-                        p(d, name))
         elif case == "eperm_link_dir":
             d, name, _ = self.pick(dirs)
             self.expect("link directory", (E.EPERM,), os.link, p(d, name),
                         p(d, self.prefix + b"dirlink"), follow_symlinks=False)
-        elif case == "eisdir_open":
-            d, name, _ = self.pick(dirs)
-            self.expect("open directory O_RDWR", (E.EISDIR,), os.open,
-                        p(d, name), os.O_RDWR)
-        elif case == "enotempty_rmdir":
-            d, name, _ = self.pick(full)
-            self.expect("rmdir non-empty", (E.ENOTEMPTY, E.EEXIST), os.rmdir,
-                        p(d, name))
         elif case == "einval_into_self":
             d, name, node = self.pick(full)
             inner = [x for x in self.dirs(ents) if not self.can_move(node, x)
@@ -1268,30 +1168,8 @@ class Worker:
             into = self.pick(inner) or node
             self.expect("rename directory into itself", (E.EINVAL,), os.rename,
                         p(d, name), p(into, self.prefix + b"inside"))
-        elif case == "eisdir_rename":
-            # (a directory above the file would be ENOTEMPTY: the target
-            # is an ancestor of the source)
-            d, name, _ = self.pick(nondirs)
-            od, oname, _ = self.pick([e for e in dirs
-                                      if self.can_move(e[2], d)]
-                                     or [(None, None, None)])
-            if od is None:
-                self.expected_errors += 1
-                return True
-            self.expect("rename file over directory", (E.EISDIR,), os.rename,
-                        p(d, name), p(od, oname))
-        elif case == "enotdir_rename":
-            # (a directory above the file would be EINVAL: the source is
-            # an ancestor of the target)
-            od, oname, _ = self.pick(nondirs)
-            d, name, _ = self.pick([e for e in dirs
-                                    if self.can_move(e[2], od)]
-                                   or [(None, None, None)])
-            if d is None:
-                self.expected_errors += 1
-                return True
-            self.expect("rename directory over file", (E.ENOTDIR,), os.rename,
-                        p(d, name), p(od, oname))
+        elif case in ("eisdir_rename", "enotdir_rename"):
+            self.expect_rename_file_dir(nondirs, dirs, case == "eisdir_rename")
         elif case == "enotempty_rename":
             od, oname, onode = self.pick(full)
             srcs = [e for e in dirs if e[2] is not onode
@@ -1324,6 +1202,26 @@ class Worker:
                 self.expect("removexattr missing", (E.ENODATA,),
                             os.removexattr, path, key, follow_symlinks=False)
         return True
+
+    def expect_rename_file_dir(self, nondirs, dirs, file_over_dir):
+        """rename of a non-directory over a directory (EISDIR) or, not
+        file_over_dir, of a directory over a non-directory (ENOTDIR). A
+        directory above the file would fail otherwise (ENOTEMPTY as the
+        target, EINVAL as the source): only the others are picked, and
+        with none the expected error is counted all the same."""
+        fd, fname, _ = self.pick(nondirs)
+        dd, dname, _ = self.pick([e for e in dirs if self.can_move(e[2], fd)]
+                                 or [(None, None, None)])
+        if dd is None:
+            self.expected_errors += 1
+            return
+        f, d = self.path(fd, fname), self.path(dd, dname)
+        if file_over_dir:
+            self.expect("rename file over directory", (errno.EISDIR,),
+                        os.rename, f, d)
+        else:
+            self.expect("rename directory over file", (errno.ENOTDIR,),
+                        os.rename, d, f)
 
     # -------------------------------------------------------------- checks
 
@@ -1520,7 +1418,10 @@ class Worker:
             ents = self.entries()
             op = self.choose(ents)
             self.opname = op
-            done = getattr(self, "op_" + op)(ents)
+            try:
+                done = getattr(self, "op_" + op)(ents)
+            except Skip:
+                done = False
             key = op if done else "skipped"
             self.counts[key] = self.counts.get(key, 0) + 1
         self.k = nops

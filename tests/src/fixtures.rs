@@ -9,8 +9,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::manifest::read_lines;
-use crate::paths::{repo_root, scratch_dir};
-use crate::run::{run_ok, ubtrfs};
+use crate::paths::{repo_root, scratch_dir, sparse_copy};
+use crate::run::{run_ok, ubtrfs_lines};
 
 /// A fixture directory as build.sh / unpack.sh write it.
 #[derive(Debug, Clone)]
@@ -82,19 +82,7 @@ impl Fixture {
     pub fn ubtrfs_manifest(&self, skip: Option<usize>) -> Result<Vec<String>, String> {
         let mut args = vec!["inspect".to_string(), "manifest".to_string()];
         args.extend(self.image_args(skip));
-        let out = ubtrfs(&args);
-        if !out.status.success() {
-            return Err(format!(
-                "ubtrfs {} failed ({}): {}",
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(String::from)
-            .collect())
+        ubtrfs_lines(&args)
     }
 
     /// A private copy in `dir` (sparse images, meta.json, manifest.jsonl),
@@ -102,10 +90,7 @@ impl Fixture {
     pub fn copy_to(&self, dir: &Path) -> Fixture {
         std::fs::create_dir_all(dir).unwrap();
         for d in self.devices() {
-            run_ok(
-                Command::new("cp").arg("--sparse=always").arg(&d).arg(dir),
-                "copy a fixture image",
-            );
+            sparse_copy(&d, dir).unwrap_or_else(|e| panic!("copy a fixture image: {e}"));
         }
         for f in ["meta.json", "manifest.jsonl"] {
             std::fs::copy(self.dir.join(f), dir.join(f)).unwrap();

@@ -46,6 +46,17 @@ pub fn records(lines: &[String]) -> BTreeMap<String, Value> {
         .collect()
 }
 
+/// The data ranges of a file's manifest record (its "data": pairs of
+/// numbers).
+pub fn record_data(v: &Value) -> Vec<(u64, u64)> {
+    v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[0].as_u64().unwrap(), r[1].as_u64().unwrap()))
+        .collect()
+}
+
 /// A regular file's record in a manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileRecord {

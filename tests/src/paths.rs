@@ -32,6 +32,11 @@ pub fn tempdir(prefix: &str) -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&o.stdout).trim())
 }
 
+/// `cp --sparse=always FROM TO` (image files: holes stay holes).
+pub fn sparse_copy(from: &Path, to: &Path) -> Result<(), String> {
+    crate::run::run(Command::new("cp").arg("--sparse=always").arg(from).arg(to)).map(|_| ())
+}
+
 /// A directory removed (with what is in it) on drop.
 pub struct Workdir(pub PathBuf);
 

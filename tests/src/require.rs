@@ -17,6 +17,30 @@ fn unavailable(test: &str, what: &str, why: &str) -> bool {
     false
 }
 
+/// The name of the function it stands in (a test's, for its messages).
+#[macro_export]
+macro_rules! fn_name {
+    () => {{
+        fn here() {}
+        let path = std::any::type_name_of_val(&here);
+        let path = path.strip_suffix("::here").unwrap_or(path);
+        path.rsplit("::").next().unwrap_or(path)
+    }};
+}
+
+/// Returns from the test it stands in unless `check` ([`kernel_available`],
+/// [`fuse_available`], [`btrfs_progs_available`], [`user_available`] with
+/// its further arguments) passes for it, by the test function's name:
+/// `skip_unless!(kernel_available);`, `skip_unless!(user_available, "tests");`.
+#[macro_export]
+macro_rules! skip_unless {
+    ($check:path $(, $arg:expr)*) => {
+        if !$check($crate::fn_name!() $(, $arg)*) {
+            return;
+        }
+    };
+}
+
 fn have(tool: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -129,4 +153,12 @@ pub fn user_available(test: &str, name: &str) -> bool {
         &format!("user {name}"),
         "no such user (bash scripts/setup.sh adds it)",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fn_name_is_the_enclosing_function() {
+        assert_eq!(crate::fn_name!(), "fn_name_is_the_enclosing_function");
+    }
 }

@@ -70,6 +70,24 @@ pub fn ubtrfs<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
         .expect("run ubtrfs")
 }
 
+/// The lines `ubtrfs ARGS...` prints; Err naming the command, with its
+/// stderr, when it fails.
+pub fn ubtrfs_lines(args: &[String]) -> Result<Vec<String>, String> {
+    let o = ubtrfs(args);
+    if !o.status.success() {
+        return Err(format!(
+            "ubtrfs {} failed ({}): {}",
+            args.join(" "),
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(String::from)
+        .collect())
+}
+
 /// stdout then stderr, as text.
 pub fn out_text(o: &Output) -> String {
     format!(

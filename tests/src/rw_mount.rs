@@ -458,6 +458,33 @@ impl RwMount {
             RwMount::Ubtrfs(m) => m.unmount(),
         }
     }
+
+    /// The mount back when the run `r` on it passed; else unmounted
+    /// (however that goes), and `what` with the run's failures.
+    pub fn check_run(self, r: &RwOpsResult, what: &str) -> Result<RwMount, String> {
+        if r.ok() {
+            return Ok(self);
+        }
+        let _ = self.finish();
+        Err(format!("{what}: {}", r.describe()))
+    }
+}
+
+/// The kernel's writes on top of a tree `top` that rw_ops left, on its
+/// read-write mount `k` at `mnt`: `cp -a` of top/p0 to mnt/kernel-copy,
+/// `rm -rf` of top/p1 and a new file mnt/kernel-new; then unmounts.
+pub fn kernel_writes_on_top(k: RwMount, top: &Path, mnt: &Path) -> Result<(), String> {
+    let cp = run(Command::new("cp")
+        .arg("-a")
+        .arg(top.join("p0"))
+        .arg(mnt.join("kernel-copy")));
+    let rm = run(Command::new("rm").arg("-rf").arg(top.join("p1")));
+    let new = std::fs::write(mnt.join("kernel-new"), vec![7u8; 300_000]);
+    k.finish().map_err(|e| format!("kernel unmount: {e}"))?;
+    cp.map_err(|e| format!("kernel cp -a: {e}"))?;
+    rm.map_err(|e| format!("kernel rm -rf: {e}"))?;
+    new.map_err(|e| format!("kernel write: {e}"))?;
+    Ok(())
 }
 
 /// tests/oracle/rw_ops.py: `--procs` workers of `--ops` operations each.

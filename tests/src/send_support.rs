@@ -84,6 +84,107 @@ pub fn scenario_image(img: &Path, names: &[String], steps: usize, mount_opts: &s
     }
 }
 
+/// One batch of the seeded scenarios of [`scenario_image`], sent and
+/// received step by step, then compared with the source.
+#[derive(Default)]
+pub struct ScenarioBatch {
+    /// (seed, step) of every snapshot received.
+    pub received: Vec<(u64, usize)>,
+    /// (seed, what failed).
+    pub failed: Vec<(u64, String)>,
+    /// Streams sent (and received), failed ones too.
+    pub streams: usize,
+}
+
+impl ScenarioBatch {
+    /// Scenario `seed`'s snapshots `s{seed}.0` to `s{seed}.{steps}`, in
+    /// turn, through `one(snapshot, send arguments)`: `base`, and from step
+    /// 1 on `-p` and the previous snapshot as `parent(its name)` gives it.
+    /// The first failure ends the scenario.
+    pub fn send_steps(
+        &mut self,
+        seed: u64,
+        steps: usize,
+        base: &[&str],
+        parent: impl Fn(&str) -> String,
+        mut one: impl FnMut(&str, &[&str]) -> Result<(), String>,
+    ) {
+        for step in 0..=steps {
+            let snap = format!("s{seed}.{step}");
+            let mut args = base.to_vec();
+            let parent = parent(&format!("s{seed}.{}", step.saturating_sub(1)));
+            if step > 0 {
+                args.extend(["-p", parent.as_str()]);
+            }
+            let r = one(&snap, &args);
+            self.streams += 1;
+            if let Err(e) = r {
+                self.failed.push((seed, format!("step {step}: {e}")));
+                break;
+            }
+            self.received.push((seed, step));
+        }
+    }
+
+    /// Every snapshot received of a scenario that did not fail against
+    /// the source's manifest of it (`source`, by "/snapshot"):
+    /// `compare(seed, snapshot, source's manifest)`.
+    pub fn compare(
+        &mut self,
+        source: &BTreeMap<String, Vec<String>>,
+        mut compare: impl FnMut(u64, &str, &[String]) -> Result<(), String>,
+    ) {
+        for (seed, step) in std::mem::take(&mut self.received) {
+            if self.failed.iter().any(|f| f.0 == seed) {
+                continue;
+            }
+            let snap = format!("s{seed}.{step}");
+            let Some(want) = source.get(&format!("/{snap}")) else {
+                self.failed
+                    .push((seed, format!("{snap} is not in the source manifest")));
+                continue;
+            };
+            if let Err(d) = compare(seed, &snap, want) {
+                self.failed.push((
+                    seed,
+                    format!("step {step} ({snap}): received != source: {d}"),
+                ));
+            }
+        }
+    }
+
+    /// Prints the batch's failures and adds them to `failed`; adds its
+    /// streams to `streams`.
+    pub fn finish(self, failed: &mut Vec<(u64, String)>, streams: &mut usize) {
+        for (seed, e) in self.failed {
+            eprintln!("FAILED seed {seed}: {e}");
+            failed.push((seed, e));
+        }
+        *streams += self.streams;
+    }
+}
+
+/// The end of a seeded scenario test: what ran, and a panic naming the
+/// failed seeds (rerun one with `seed_var`=N) and every failure.
+pub fn assert_scenarios(seeds: usize, streams: usize, failed: &[(u64, String)], seed_var: &str) {
+    eprintln!("{seeds} seeded scenarios, {streams} streams received");
+    assert!(
+        failed.is_empty(),
+        "{} of {seeds} scenarios failed (rerun one with {seed_var}=N): seeds {:?}\n{}",
+        failed.len(),
+        {
+            let mut v: Vec<u64> = failed.iter().map(|f| f.0).collect();
+            v.dedup();
+            v
+        },
+        failed
+            .iter()
+            .map(|(s, e)| format!("seed {s}: {e}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
 /// A sparse image file with a new btrfs.
 pub fn mkfs(img: &Path, size: &str, opts: &[&str]) {
     let _ = std::fs::remove_file(img);

@@ -53,7 +53,8 @@ use ubtrfs_format::node::Node;
 use ubtrfs_format::CsumType;
 use ubtrfs_oracle::{
     committed_fixture_copy, compare_manifests, data_ranges, env_u64, image_args, open_rw,
-    regular_files, repo_root, run_limited, ubtrfs_bin, Ignore, Limits, Rng, Run, Workdir,
+    regular_files, repo_root, run_limited, sparse_copy, ubtrfs_bin, Ignore, Limits, Rng, Run,
+    Workdir,
 };
 
 const DEFAULT_FIXTURES: &[&str] = &["small-crc32c", "small-xxhash-zstd", "small-raid1"];
@@ -705,11 +706,7 @@ fn run_flip(
                 flip.seed,
                 p.file_name().unwrap().to_string_lossy()
             ));
-            let _ = Command::new("cp")
-                .arg("--sparse=always")
-                .arg(p)
-                .arg(&dst)
-                .status();
+            let _ = sparse_copy(p, &dst);
         }
     }
     restore(files, flip.dev, &orig);

@@ -708,11 +708,7 @@ fn run_change(
                     img.name,
                     d.file_name().unwrap().to_string_lossy()
                 );
-                let _ = Command::new("cp")
-                    .arg("--sparse=always")
-                    .arg(d)
-                    .arg(Path::new(&keep).join(name))
-                    .status();
+                let _ = sparse_copy(d, &Path::new(&keep).join(name));
             }
         }
         for f in &mut failures {

@@ -156,9 +156,7 @@ fn send_to(image: &Path, out: &Path) -> std::process::Output {
 
 #[test]
 fn failed_send_removes_only_a_file_it_created() {
-    if !kernel_available("failed_send_removes_only_a_file_it_created") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let base = scratch_dir("cli-bugs-send-f");
     let image = snapshot_image(&base);
     damage_marked_data(&image);
@@ -202,9 +200,7 @@ fn failed_send_removes_only_a_file_it_created() {
 
 #[test]
 fn send_quiet_prints_nothing() {
-    if !kernel_available("send_quiet_prints_nothing") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let base = scratch_dir("cli-bugs-send-q");
     let image = snapshot_image(&base);
     let img = image.display().to_string();
@@ -279,9 +275,7 @@ fn xattr_names(p: &Path) -> Vec<String> {
 
 #[test]
 fn extract_to_ext4_skips_btrfs_xattrs_and_says_so() {
-    if !kernel_available("extract_to_ext4_skips_btrfs_xattrs_and_says_so") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let base = scratch_dir("cli-bugs-extract");
     let mut expected = BTreeMap::new();
     let image = btrfs_image(&base, |mnt| {

@@ -35,9 +35,7 @@ fn has_superblock(image: &std::path::Path) -> bool {
 
 #[test]
 fn killed_mkfs_leaves_a_whole_commit() {
-    if !kernel_available("killed_mkfs_leaves_a_whole_commit") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let (src, src_manifest) = source_tree();
     let want = file_sums(src_manifest);
     let dir = scratch_dir("crash-kill");

@@ -488,12 +488,7 @@ fn every_file_reads_and_maps_as_the_kernel_showed() {
             let tag = v["path"].as_str().unwrap();
             let id = fs.resolve(&decode(tag)).unwrap();
             let size = v["size"].as_u64().unwrap();
-            let ranges: Vec<(u64, u64)> = v["data"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| (r[0].as_u64().unwrap(), r[1].as_u64().unwrap()))
-                .collect();
+            let ranges: Vec<(u64, u64)> = record_data(&v);
             let mut h = FileHandle::open(&fs, id).unwrap();
             match h.data_ranges(&fs) {
                 Ok(got) if got == ranges => {}

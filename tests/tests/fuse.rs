@@ -97,18 +97,14 @@ fn check_fixtures(fixtures: &[Fixture], base: &Path) -> Vec<String> {
 
 #[test]
 fn fuse_kernel_fixtures_match_kernel_manifests() {
-    if !fuse_available("fuse_kernel_fixtures_match_kernel_manifests") {
-        return;
-    }
+    skip_unless!(fuse_available);
     let failures = check_fixtures(kernel_fixtures(), &scratch_dir("fuse-manifest"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
 fn fuse_committed_fixtures_match_kernel_manifests() {
-    if !fuse_available("fuse_committed_fixtures_match_kernel_manifests") {
-        return;
-    }
+    skip_unless!(fuse_available);
     let failures = check_fixtures(committed_fixtures(), &scratch_dir("fuse-committed"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -177,9 +173,7 @@ fn copy_out(src: &Path, files: &[String], dst: &Path) {
 
 #[test]
 fn fuse_sparse_copies_match_kernel() {
-    if !fuse_available("fuse_sparse_copies_match_kernel") {
-        return;
-    }
+    skip_unless!(fuse_available);
     let base = scratch_dir("fuse-sparse");
     let mut failures = Vec::new();
     let mut files_checked = 0;
@@ -231,13 +225,8 @@ fn fuse_sparse_copies_match_kernel() {
 
 #[test]
 fn fuse_concurrent_readers() {
-    if !fuse_available("fuse_concurrent_readers") {
-        return;
-    }
-    let f = kernel_fixtures()
-        .iter()
-        .find(|f| f.name == "big")
-        .expect("kernel fixture 'big'");
+    skip_unless!(fuse_available);
+    let f = kernel_fixture("big");
     let expected: HashMap<String, String> = records(&f.kernel_manifest())
         .into_iter()
         .filter(|(_, v)| v["type"] == "file" && v["size"].as_u64().unwrap() <= 64 << 20)
@@ -342,9 +331,7 @@ fn first_data_extent(image: &Path, ino: u64) -> Option<u64> {
 
 #[test]
 fn fuse_corrupt_block_gives_eio_for_its_file_only() {
-    if !fuse_available("fuse_corrupt_block_gives_eio_for_its_file_only") {
-        return;
-    }
+    skip_unless!(fuse_available);
     let single = |f: &&Fixture| {
         f.devices().len() == 1
             && f.profile("data") == "single"
@@ -449,13 +436,8 @@ fn fuse_corrupt_block_gives_eio_for_its_file_only() {
 
 #[test]
 fn fuse_is_read_only_and_exits_on_unmount() {
-    if !fuse_available("fuse_is_read_only_and_exits_on_unmount") {
-        return;
-    }
-    let f = kernel_fixtures()
-        .iter()
-        .find(|f| f.name == "zstd")
-        .expect("kernel fixture 'zstd'");
+    skip_unless!(fuse_available);
+    let f = kernel_fixture("zstd");
     let base = scratch_dir("fuse-lifecycle");
     let file = records(&f.kernel_manifest())
         .into_iter()
@@ -544,13 +526,8 @@ fn fuse_is_read_only_and_exits_on_unmount() {
 
 #[test]
 fn fuse_subvol_options_and_mount_helper() {
-    if !fuse_available("fuse_subvol_options_and_mount_helper") {
-        return;
-    }
-    let f = kernel_fixtures()
-        .iter()
-        .find(|f| f.name == "zstd")
-        .expect("kernel fixture 'zstd'");
+    skip_unless!(fuse_available);
+    let f = kernel_fixture("zstd");
     let base = scratch_dir("fuse-subvol");
     let expected = sub_manifest(&f.kernel_manifest(), "/snap1");
     assert!(expected.len() > 3, "fixture has no /snap1 subvolume");
@@ -660,10 +637,7 @@ fn fuse_birth_times_match_kernel() {
     if !fuse_available(test) || !kernel_available(test) {
         return;
     }
-    let f = kernel_fixtures()
-        .iter()
-        .find(|f| f.name == "zstd")
-        .expect("kernel fixture 'zstd'");
+    let f = kernel_fixture("zstd");
     let base = scratch_dir("fuse-btime");
     let k = Mount::fixture(f, &base.join("kernel"));
     let dir = base.join("fuse");

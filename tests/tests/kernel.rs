@@ -21,9 +21,7 @@ fn redundant(p: &str) -> bool {
 
 #[test]
 fn kernel_fixtures_match_kernel_manifests() {
-    if !kernel_available("kernel_fixtures_match_kernel_manifests") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let mut failures = Vec::new();
     for f in kernel_fixtures() {
         let t = std::time::Instant::now();
@@ -46,9 +44,7 @@ fn kernel_fixtures_match_kernel_manifests() {
 
 #[test]
 fn kernel_raid_fixtures_read_degraded() {
-    if !kernel_available("kernel_raid_fixtures_read_degraded") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let mut failures = Vec::new();
     for f in kernel_fixtures().iter().filter(|f| f.devices().len() > 1) {
         let ok = redundant(&f.profile("data")) && redundant(&f.profile("metadata"));
@@ -81,9 +77,7 @@ fn kernel_raid_fixtures_read_degraded() {
 
 #[test]
 fn kernel_extract_reproduces_tree() {
-    if !kernel_available("kernel_extract_reproduces_tree") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let base = scratch_dir("extract");
     let mut failures = Vec::new();
     for f in kernel_fixtures() {
@@ -118,9 +112,7 @@ fn kernel_extract_reproduces_tree() {
 
 #[test]
 fn kernel_fixtures_scrub_clean() {
-    if !kernel_available("kernel_fixtures_scrub_clean") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let mut failures = Vec::new();
     for f in kernel_fixtures() {
         let mut args = vec!["scrub".to_string()];
@@ -162,16 +154,12 @@ fn map_logical(loops: &Loops, logical: u64, mirror: usize) -> (PathBuf, u64) {
 /// picked evenly from the lists.
 fn pick_targets(dev: &Path, n: usize) -> (Vec<u64>, Vec<u64>) {
     let dump = |args: &[&str]| {
-        let out = Command::new("btrfs")
-            .args(["inspect-internal", "dump-tree"])
-            .args(args)
-            .arg(dev)
-            .output()
-            .expect("dump-tree");
-        assert!(
-            out.status.success(),
-            "dump-tree: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = run_ok(
+            Command::new("btrfs")
+                .args(["inspect-internal", "dump-tree"])
+                .args(args)
+                .arg(dev),
+            "dump-tree",
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
@@ -223,9 +211,7 @@ fn smash(file: &Path, physical: u64) {
 
 #[test]
 fn kernel_bad_copy_is_survived_and_scrub_finds_it() {
-    if !kernel_available("kernel_bad_copy_is_survived_and_scrub_finds_it") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let base = scratch_dir("badcopy");
     let mut tested = 0;
     for f in kernel_fixtures() {

@@ -176,7 +176,7 @@ fn log_root(img: &Path) -> Result<u64, String> {
 }
 
 fn copy(img: &Path, to: &Path) -> Result<(), String> {
-    run(Command::new("cp").arg("--sparse=always").arg(img).arg(to)).map(|_| ())
+    sparse_copy(img, to)
 }
 
 /// The daemon's `trace:` lines (UBTRFS_TRACE_FSYNC=1) counted into `o`.
@@ -343,16 +343,7 @@ fn crash_once(seed: u64, notreelog: bool, dir: &Path) -> Result<Outcome, String>
     })?;
     let k = RwMount::start(Writer::Kernel, &a, &mnt, "")
         .map_err(|e| format!("the kernel cannot mount its replayed image again: {e}"))?;
-    let cp = run(Command::new("cp")
-        .arg("-a")
-        .arg(mnt.join("p0"))
-        .arg(mnt.join("kernel-copy")));
-    let rm = run(Command::new("rm").arg("-rf").arg(mnt.join("p1")));
-    let new = std::fs::write(mnt.join("kernel-new"), vec![7u8; 300_000]);
-    k.finish().map_err(|e| format!("kernel unmount: {e}"))?;
-    cp.map_err(|e| format!("kernel cp -a: {e}"))?;
-    rm.map_err(|e| format!("kernel rm -rf: {e}"))?;
-    new.map_err(|e| format!("kernel write: {e}"))?;
+    kernel_writes_on_top(k, &mnt, &mnt)?;
     check(&a, "after the kernel wrote on its replay")?;
     let _ = std::fs::remove_file(&a);
 

@@ -70,22 +70,6 @@ fn lines(p: &Path) -> Vec<String> {
     read_lines(p)
 }
 
-fn ubtrfs_lines(args: &[String]) -> Result<Vec<String>, String> {
-    let o = ubtrfs(args);
-    if !o.status.success() {
-        return Err(format!(
-            "ubtrfs {} failed ({}): {}",
-            args.join(" "),
-            o.status,
-            String::from_utf8_lossy(&o.stderr)
-        ));
-    }
-    Ok(String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(String::from)
-        .collect())
-}
-
 fn manifest_args(img: &Path, extra: &[&str]) -> Vec<String> {
     let mut a = vec!["inspect".into(), "manifest".into()];
     a.extend(extra.iter().map(|s| s.to_string()));
@@ -107,13 +91,7 @@ fn log_root(img: &Path) -> u64 {
 
 fn copy_image(f: &Fixture, dir: &Path, name: &str) -> PathBuf {
     let to = dir.join(name);
-    run_ok(
-        Command::new("cp")
-            .arg("--sparse=always")
-            .arg(&f.devices()[0])
-            .arg(&to),
-        "copy an image",
-    );
+    sparse_copy(&f.devices()[0], &to).unwrap_or_else(|e| panic!("copy an image: {e}"));
     to
 }
 
@@ -228,16 +206,8 @@ fn check_replay_log(f: &Fixture, dir: &Path, kernel: bool) -> Result<(), String>
     let mine = ubtrfs_lines(&manifest_args(&img, &[]))?;
     compare_manifests(&f.kernel_manifest(), &mine, &Ignore::default())
         .map_err(|d| format!("{}: replayed image read by ubtrfs: {d}", f.name))?;
-    if btrfs_progs_here() {
-        btrfs_check(&img, &[])
-            .map_err(|e| format!("{}: btrfs check after replay-log: {e}", f.name))?;
-    }
+    check_after(f, &img, "replay-log", &f.kernel_manifest(), kernel)?;
     if kernel {
-        let m = Mount::images(std::slice::from_ref(&img), "", true);
-        let seen = manifest_of(&m.dir);
-        m.unmount();
-        compare_manifests(&f.kernel_manifest(), &seen, &Ignore::default())
-            .map_err(|d| format!("{}: kernel mount of the replayed image: {d}", f.name))?;
         // The kernel writes on top of it, and check stays clean.
         let m = Mount::images(std::slice::from_ref(&img), "", false);
         std::fs::write(m.path("t/after-replay"), vec![7u8; 10000]).unwrap();
@@ -247,6 +217,29 @@ fn check_replay_log(f: &Fixture, dir: &Path, kernel: bool) -> Result<(), String>
             .map_err(|e| format!("{}: btrfs check after kernel writes: {e}", f.name))?;
     }
     let _ = std::fs::remove_file(&img);
+    Ok(())
+}
+
+/// After `step` (replay-log, zero-log) on `img`: `btrfs check` (where
+/// btrfs-progs is here) and, with `kernel`, the kernel's read-only mount
+/// of it against `want`.
+fn check_after(
+    f: &Fixture,
+    img: &Path,
+    step: &str,
+    want: &[String],
+    kernel: bool,
+) -> Result<(), String> {
+    if btrfs_progs_here() {
+        btrfs_check(img, &[]).map_err(|e| format!("{}: btrfs check after {step}: {e}", f.name))?;
+    }
+    if kernel {
+        let m = Mount::images(&[img.to_path_buf()], "", true);
+        let seen = manifest_of(&m.dir);
+        m.unmount();
+        compare_manifests(want, &seen, &Ignore::default())
+            .map_err(|d| format!("{}: kernel mount after {step}: {d}", f.name))?;
+    }
     Ok(())
 }
 
@@ -269,17 +262,7 @@ fn check_zero_log(f: &Fixture, dir: &Path, kernel: bool) -> Result<(), String> {
     let mine = ubtrfs_lines(&manifest_args(&img, &[]))?;
     compare_manifests(&committed, &mine, &Ignore::default())
         .map_err(|d| format!("{}: zero-log image read by ubtrfs: {d}", f.name))?;
-    if btrfs_progs_here() {
-        btrfs_check(&img, &[])
-            .map_err(|e| format!("{}: btrfs check after zero-log: {e}", f.name))?;
-    }
-    if kernel {
-        let m = Mount::images(std::slice::from_ref(&img), "", true);
-        let seen = manifest_of(&m.dir);
-        m.unmount();
-        compare_manifests(&committed, &seen, &Ignore::default())
-            .map_err(|d| format!("{}: kernel mount after zero-log: {d}", f.name))?;
-    }
+    check_after(f, &img, "zero-log", &committed, kernel)?;
     let _ = std::fs::remove_file(&img);
     Ok(())
 }
@@ -445,11 +428,10 @@ fn patch_block(img: &Path, bytenr: u64, fix_csum: bool, change: impl Fn(&mut Vec
 /// failed replay-log must not change the image; zero-log still works.
 fn expect_clean_failure(f: &Fixture, img: &Path, what: &str, want: &[&str]) {
     let i = img.display().to_string();
-    for args in [
-        manifest_args(img, &[]),
-        vec!["ls".into(), i.clone(), "/".into()],
-    ] {
-        let o = ubtrfs(&args);
+    // `ubtrfs ARGS` fails without a panic, its error naming every word of
+    // `words`: that error.
+    let fails = |args: &[String], words: &[&str]| {
+        let o = ubtrfs(args);
         let err = String::from_utf8_lossy(&o.stderr).to_string();
         assert!(
             !o.status.success(),
@@ -461,27 +443,19 @@ fn expect_clean_failure(f: &Fixture, img: &Path, what: &str, want: &[&str]) {
             "{}: {what}: panic: {err}",
             f.name
         );
-        for w in want {
+        for w in words {
             assert!(
                 err.contains(w),
                 "{}: {what}: error lacks {w:?}: {err}",
                 f.name
             );
         }
-    }
+        err
+    };
+    fails(&manifest_args(img, &[]), want);
+    fails(&["ls".into(), i.clone(), "/".into()], want);
     let before = sha256_file(img);
-    let o = ubtrfs(&["rescue", "replay-log", &i]);
-    let err = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(
-        !o.status.success(),
-        "{}: {what}: replay-log succeeded",
-        f.name
-    );
-    assert!(
-        !err.contains("panicked"),
-        "{}: {what}: panic: {err}",
-        f.name
-    );
+    let err = fails(&["rescue".into(), "replay-log".into(), i.clone()], &[]);
     assert_eq!(
         before,
         sha256_file(img),
@@ -573,26 +547,20 @@ fn corrupted_log_trees_give_clear_errors() {
 
 #[test]
 fn kernel_log_images_read_as_the_kernel_replays_them() {
-    if !kernel_available("kernel_log_images_read_as_the_kernel_replays_them") {
-        return;
-    }
+    skip_unless!(kernel_available);
     all(kernel_logs(), check_readers);
 }
 
 #[test]
 fn kernel_log_images_rescue_replay_log() {
-    if !kernel_available("kernel_log_images_rescue_replay_log") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let w = Workdir::new("log-replay-kernel");
     all(kernel_logs(), |f| check_replay_log(f, &w.0, true));
 }
 
 #[test]
 fn kernel_log_images_rescue_zero_log() {
-    if !kernel_available("kernel_log_images_rescue_zero_log") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let w = Workdir::new("log-zero-kernel");
     all(kernel_logs(), |f| check_zero_log(f, &w.0, true));
 }
@@ -600,9 +568,7 @@ fn kernel_log_images_rescue_zero_log() {
 /// The committed images through the kernel as well (check, mounts).
 #[test]
 fn committed_log_images_through_the_kernel() {
-    if !kernel_available("committed_log_images_through_the_kernel") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let w = Workdir::new("log-committed-kernel");
     all(committed_logs(), |f| {
         check_replay_log(f, &w.0, true)?;
@@ -615,9 +581,7 @@ fn committed_log_images_through_the_kernel() {
 /// are renumbered on the mount) and leaves the image as it was.
 #[test]
 fn fuse_mount_of_log_images_shows_the_replayed_tree() {
-    if !fuse_available("fuse_mount_of_log_images_shows_the_replayed_tree") {
-        return;
-    }
+    skip_unless!(fuse_available);
     let w = Workdir::new("log-fuse");
     all(committed_logs(), |f| {
         let before = sha256_file(&f.devices()[0]);
@@ -772,9 +736,7 @@ fn differences(k: &Replayed, u: &Replayed) -> String {
 /// of a copy).
 #[test]
 fn kernel_log_images_replay_item_for_item_as_the_kernel() {
-    if !kernel_available("kernel_log_images_replay_item_for_item_as_the_kernel") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let w = Workdir::new("log-items");
     let mut fixtures: Vec<&Fixture> = kernel_logs().iter().collect();
     fixtures.extend(committed_logs());

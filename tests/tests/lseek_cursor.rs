@@ -9,13 +9,8 @@ use ubtrfs_oracle::*;
 
 #[test]
 fn sequential_lseek_walk_is_amortized_constant() {
-    if !kernel_available("sequential_lseek_walk_is_amortized_constant") {
-        return;
-    }
-    let f = kernel_fixtures()
-        .iter()
-        .find(|f| f.name == "big")
-        .expect("kernel fixture 'big'");
+    skip_unless!(kernel_available);
+    let f = kernel_fixture("big");
     let fs = Filesystem::open(&f.devices()[0], &OpenOptions::default()).expect("open");
     let id = fs.resolve(b"/big/striped-64m").expect("resolve");
     let mut h = FileHandle::open(&fs, id).unwrap();
@@ -35,12 +30,7 @@ fn sequential_lseek_walk_is_amortized_constant() {
         .find(|l| l.contains("\"path\":\"/big/striped-64m\""))
         .expect("manifest line");
     let v: serde_json::Value = serde_json::from_str(&kernel).unwrap();
-    let expected: Vec<(u64, u64)> = v["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| (r[0].as_u64().unwrap(), r[1].as_u64().unwrap()))
-        .collect();
+    let expected: Vec<(u64, u64)> = record_data(&v);
     assert_eq!(
         ranges, expected,
         "SEEK_DATA/SEEK_HOLE map differs from the kernel's"
@@ -88,10 +78,7 @@ fn fresh_handles_each_search_the_tree() {
     // The contrast that makes the bound above meaningful: without the
     // cursor every call searches from the root. Checked on a committed
     // fixture so it runs without root.
-    let f = committed_fixtures()
-        .iter()
-        .find(|f| f.name == "small-crc32c")
-        .unwrap();
+    let f = committed_fixture("small-crc32c");
     let fs = Filesystem::open(Path::new(&f.devices()[0]), &OpenOptions::default()).unwrap();
     let id = fs.resolve(b"/holes/sparse").unwrap();
     let mut searches = 0;

@@ -35,8 +35,8 @@ use std::process::Command;
 use ubtrfs_oracle::mkfs_support::*;
 use ubtrfs_oracle::mounts::degraded_mounts;
 use ubtrfs_oracle::{
-    btrfs_check, compare_manifests, kernel_available, kernel_fixture, scratch_dir, ubtrfs_bin,
-    Ignore, Rng, UbtrfsMount,
+    btrfs_check, compare_manifests, fuse_available, kernel_available, kernel_fixture, scratch_dir,
+    skip_unless, ubtrfs_bin, Ignore, Rng, UbtrfsMount,
 };
 
 const MIB: u64 = 1 << 20;
@@ -417,9 +417,7 @@ fn every_case<T>(
 
 #[test]
 fn mkfs_rootdir_matrix() {
-    if !kernel_available("mkfs_rootdir_matrix") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let (src, src_manifest) = source_tree();
     assert!(src_manifest.len() > 3000, "source tree too small");
     let base = scratch_dir("mkfs-matrix");
@@ -464,9 +462,7 @@ fn mkfs_rootdir_matrix() {
 /// csum errors; with /usr/share and DUP metadata, a tree block).
 #[test]
 fn mkfs_super_stripes() {
-    if !kernel_available("mkfs_super_stripes") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let (src, src_manifest) = source_tree();
     let base = scratch_dir("mkfs-sb");
     let img = base.join("img");
@@ -491,9 +487,7 @@ fn mkfs_super_stripes() {
 /// An empty filesystem (no -r) per profile: check, mount, write, check.
 #[test]
 fn mkfs_empty_profiles() {
-    if !kernel_available("mkfs_empty_profiles") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let base = scratch_dir("mkfs-empty");
     let profiles = [
         "single", "dup", "raid0", "raid1", "raid10", "raid1c3", "raid1c4", "raid5", "raid6",
@@ -527,9 +521,7 @@ fn mkfs_empty_profiles() {
 /// check again, chunks still mixed.
 #[test]
 fn mkfs_empty_mixed() {
-    if !kernel_available("mkfs_empty_mixed") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let base = scratch_dir("mkfs-empty-mixed");
     let cases = [
         (None, 256 * MIB),
@@ -731,9 +723,7 @@ fn identical(a: &Path, b: &Path) -> bool {
 /// -U the filesystem (and device, chunk tree) UUIDs are fresh.
 #[test]
 fn mkfs_reproducible() {
-    if !kernel_available("mkfs_reproducible") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let (src, _) = source_tree();
     let base = scratch_dir("mkfs-repro");
     let make = |name: &str, uuid: bool| -> PathBuf {
@@ -765,9 +755,7 @@ fn mkfs_reproducible() {
 /// order) give byte-identical images, with and without compression.
 #[test]
 fn mkfs_threads_identical() {
-    if !kernel_available("mkfs_threads_identical") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let (src, _) = source_tree();
     let base = scratch_dir("mkfs-threads");
     for extra in [
@@ -829,9 +817,7 @@ fn fi_du(path: &Path) -> (u64, u64, u64) {
 /// filesystems, and without --rootdir.
 #[test]
 fn mkfs_reflink() {
-    if !kernel_available("mkfs_reflink") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let (orig, _) = source_tree();
     let base = scratch_dir("mkfs-reflink");
     let host_img = image_files(&base, "host", 1, 2048 * MIB).remove(0);
@@ -1006,9 +992,7 @@ fn enospc_case_env(
 /// filesystem (see enospc_case).
 #[test]
 fn mkfs_enospc() {
-    if !kernel_available("mkfs_enospc") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let base = scratch_dir("mkfs-enospc");
     let src = base.join("src");
     enospc_source(&src);
@@ -1042,9 +1026,7 @@ fn mkfs_enospc() {
 /// data it overwrote (the old filesystem would mount with corrupt files).
 #[test]
 fn mkfs_enospc_over_existing() {
-    if !kernel_available("mkfs_enospc_over_existing") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let base = scratch_dir("mkfs-enospc-old");
     let src = base.join("src");
     enospc_source(&src);
@@ -1093,9 +1075,7 @@ fn growth_source(src: &Path, count: usize, size: usize) {
 /// writes (growing it by more mixed chunks), check again.
 #[test]
 fn mkfs_mixed_rootdir_grows_chunks() {
-    if !kernel_available("mkfs_mixed_rootdir_grows_chunks") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let base = scratch_dir("mkfs-mixed-grow");
     let src = base.join("src");
     growth_source(&src, 5, 30 << 20);
@@ -1159,11 +1139,8 @@ fn mkfs_mixed_rootdir_grows_chunks() {
 /// copied file, writes, and `btrfs check` stays clean.
 #[test]
 fn mkfs_mixed_writers_make_mixed_chunks() {
-    if !kernel_available("mkfs_mixed_writers_make_mixed_chunks")
-        || !ubtrfs_oracle::fuse_available("mkfs_mixed_writers_make_mixed_chunks")
-    {
-        return;
-    }
+    // (fuse_available checks kernel_available first)
+    skip_unless!(fuse_available);
     let base = scratch_dir("mkfs-mixed-writers");
     let src = base.join("src");
     growth_source(&src, 2, 12 << 20);
@@ -1286,9 +1263,7 @@ fn mkfs_mixed_writers_make_mixed_chunks() {
 /// device's end is refused, naming both sizes.
 #[test]
 fn mkfs_b_is_the_size_on_a_larger_device() {
-    if !kernel_available("mkfs_b_is_the_size_on_a_larger_device") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let base = scratch_dir("mkfs-b-larger");
     let img = base.join("img");
     std::fs::File::create(&img)

@@ -481,10 +481,8 @@ fn as_user(uid: u32, cmd: &str) -> Result<Output, String> {
 
 #[test]
 fn user_remount_waits_for_the_last_commit() {
-    let test = "user_remount_waits_for_the_last_commit";
-    if !user_available(test, "tests") {
-        return;
-    }
+    let test = fn_name!();
+    skip_unless!(user_available, "tests");
     one_case(test, Writer::Ubtrfs, |base| {
         let uid: u32 = String::from_utf8_lossy(&sh("id -u tests")?.stdout)
             .trim()

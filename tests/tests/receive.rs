@@ -80,9 +80,7 @@ fn dump_with(cmd: &mut Command) -> Result<String, String> {
 
 #[test]
 fn receive_dump_prints_as_btrfs_receive() {
-    if !btrfs_progs_available("receive_dump_prints_as_btrfs_receive") {
-        return;
-    }
+    skip_unless!(btrfs_progs_available);
     let dir = scratch_dir("receive-dump");
     let mut n = 0;
     for f in committed_fixtures() {
@@ -180,9 +178,7 @@ fn subvol_state(image: &Path, path: &str) -> (bool, bool, bool) {
 
 #[test]
 fn receive_bad_streams_fail_with_offsets_and_leave_a_valid_image() {
-    if !btrfs_progs_available("receive_bad_streams_fail_with_offsets_and_leave_a_valid_image") {
-        return;
-    }
+    skip_unless!(btrfs_progs_available);
     let dir = scratch_dir("receive-bad");
     let img = dir.join("img");
     let ia = vec![img.display().to_string()];
@@ -490,9 +486,7 @@ fn kernel_streams(m: &Mount, snaps: &[String], args: &[&str], work: &Path) -> St
 
 #[test]
 fn receive_kernel_fixture_streams_as_the_kernel_does() {
-    if !kernel_available("receive_kernel_fixture_streams_as_the_kernel_does") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let work = scratch_dir("receive-fixtures");
     let kimg = work.join("kernel-recv.img");
     let mut failures = Vec::new();
@@ -745,9 +739,7 @@ const BATCH: usize = 20;
 
 #[test]
 fn receive_incremental_random_scenarios() {
-    if !kernel_available("receive_incremental_random_scenarios") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let work = scratch_dir("receive-incr");
     let seeds = seeds("UBTRFS_RECEIVE_SEED", Some("UBTRFS_RECEIVE_SEEDS"), 40);
     let mut failed: Vec<(u64, String)> = Vec::new();
@@ -769,8 +761,7 @@ fn receive_incremental_random_scenarios() {
         let ra = vec![rimg.display().to_string()];
         let m = Mount::images(std::slice::from_ref(&img), "", true);
         let source = split_manifest(&manifest_of(&m.dir), 1);
-        let mut batch_failed: Vec<(u64, String)> = Vec::new();
-        let mut received = Vec::new();
+        let mut b = ScenarioBatch::default();
         for &seed in batch {
             let mut base: Vec<&str> = if seed % 2 == 0 {
                 vec![]
@@ -782,25 +773,13 @@ fn receive_incremental_random_scenarios() {
             }
             let dest = format!("/r{seed}");
             ubtrfs_ok(&["subvolume", "create", &ra[0], &dest]);
-            for step in 0..=STEPS {
-                let snap = format!("s{seed}.{step}");
-                let out = work.join("stream");
-                let mut args = base.clone();
-                let parent = m.path(&format!("s{seed}.{}", step.saturating_sub(1)));
-                let ps = parent.display().to_string();
-                if step > 0 {
-                    args.extend(["-p", ps.as_str()]);
-                }
-                let r = kernel_send(&m.path(&snap), &args, &out)
+            let out = work.join("stream");
+            let parent = |name: &str| m.path(name).display().to_string();
+            b.send_steps(seed, STEPS, &base, parent, |snap, args| {
+                kernel_send(&m.path(snap), args, &out)
                     .and_then(|_| receive(&out, &km.dir.join(&dest[1..])))
-                    .and_then(|_| ubtrfs_receive(&ra, &out, &dest).map(|_| ()));
-                streams += 1;
-                if let Err(e) = r {
-                    batch_failed.push((seed, format!("step {step}: {e}")));
-                    break;
-                }
-                received.push((seed, step));
-            }
+                    .and_then(|_| ubtrfs_receive(&ra, &out, &dest).map(|_| ()))
+            });
         }
         m.unmount();
         if let Err(e) = btrfs_check(&rimg, &[]) {
@@ -811,42 +790,16 @@ fn receive_incremental_random_scenarios() {
         um.unmount();
         let kgot = split_manifest(&manifest_of(&km.dir), 2);
         km.unmount();
-        for (seed, step) in received {
-            if batch_failed.iter().any(|f| f.0 == seed) {
-                continue;
-            }
-            let snap = format!("s{seed}.{step}");
-            let Some(want) = source.get(&format!("/{snap}")).cloned() else {
-                batch_failed.push((seed, format!("{snap} is not in the source manifest")));
-                continue;
-            };
+        b.compare(&source, |seed, snap, want| {
             let at = format!("/r{seed}/{snap}");
             let have = got.get(&at).cloned().unwrap_or_default();
             let kernel = kgot.get(&at).cloned().unwrap_or_default();
-            if let Err(d) = compare_as_kernel(&want, &have, &kernel) {
-                batch_failed.push((
-                    seed,
-                    format!("step {step} ({snap}): received != source: {d}"),
-                ));
-            }
-        }
-        for (seed, e) in batch_failed {
-            eprintln!("FAILED seed {seed}: {e}");
-            failed.push((seed, e));
-        }
+            compare_as_kernel(want, &have, &kernel)
+        });
+        b.finish(&mut failed, &mut streams);
         let _ = std::fs::remove_file(&rimg);
         let _ = std::fs::remove_file(&img);
     }
     let _ = std::fs::remove_dir_all(&work);
-    eprintln!(
-        "{} seeded scenarios, {streams} streams received",
-        seeds.len()
-    );
-    assert!(
-        failed.is_empty(),
-        "{} of {} scenarios failed (rerun one with UBTRFS_RECEIVE_SEED=N): {:?}",
-        failed.len(),
-        seeds.len(),
-        failed
-    );
+    assert_scenarios(seeds.len(), streams, &failed, "UBTRFS_RECEIVE_SEED");
 }

@@ -249,14 +249,7 @@ fn rw_ops_then_kernel(w: Writer, seed: u64, base: &Path) -> Result<String, Strin
     std::fs::create_dir(&t).map_err(|e| format!("mkdir {}: {e}", t.display()))?;
     let ops = RwOps::new(seed, ops(), procs());
     let r = ops.run(&t, &dir);
-    if !r.ok() {
-        let _ = m.finish();
-        return Err(format!(
-            "rw_ops through the {} mount: {}",
-            w.name(),
-            r.describe()
-        ));
-    }
+    let m = m.check_run(&r, &format!("rw_ops through the {} mount", w.name()))?;
     m.finish().map_err(|e| format!("unmount: {e}"))?;
     let mut note = String::new();
     if let Some(log) = log {
@@ -271,24 +264,11 @@ fn rw_ops_then_kernel(w: Writer, seed: u64, base: &Path) -> Result<String, Strin
 
     let k = RwMount::start(Writer::Kernel, &image, &mnt, "")?;
     let v = ops.verify(&t, &r, &dir);
-    if !v.ok() {
-        let _ = k.finish();
-        return Err(format!(
-            "the kernel's view after the {} mount: {}",
-            w.name(),
-            v.describe()
-        ));
-    }
-    let cp = run(Command::new("cp")
-        .arg("-a")
-        .arg(t.join("p0"))
-        .arg(mnt.join("kernel-copy")));
-    let rm = run(Command::new("rm").arg("-rf").arg(t.join("p1")));
-    let new = std::fs::write(mnt.join("kernel-new"), vec![7u8; 300_000]);
-    k.finish().map_err(|e| format!("kernel unmount: {e}"))?;
-    cp.map_err(|e| format!("kernel cp -a: {e}"))?;
-    rm.map_err(|e| format!("kernel rm -rf: {e}"))?;
-    new.map_err(|e| format!("kernel write: {e}"))?;
+    let k = k.check_run(
+        &v,
+        &format!("the kernel's view after the {} mount", w.name()),
+    )?;
+    kernel_writes_on_top(k, &t, &mnt)?;
     check(&image, "after the kernel wrote on top")?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(format!("rw_ops {}{note}", r.brief()))
@@ -309,14 +289,7 @@ fn same_seed_trees(a: Writer, b: Writer, seed: u64, base: &Path) -> Result<Strin
         let t = mnt.join("t");
         std::fs::create_dir(&t).map_err(|e| e.to_string())?;
         let r = RwOps::new(seed, ops(), procs()).run(&t, &dir);
-        if !r.ok() {
-            let _ = m.finish();
-            return Err(format!(
-                "rw_ops through the {} mount: {}",
-                w.name(),
-                r.describe()
-            ));
-        }
+        let m = m.check_run(&r, &format!("rw_ops through the {} mount", w.name()))?;
         live.push(manifest_of(&mnt));
         m.finish()
             .map_err(|e| format!("{} unmount: {e}", w.name()))?;
@@ -1733,10 +1706,8 @@ fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {
 
 #[test]
 fn root_mount_allows_what_the_kernels_does() {
-    let test = "root_mount_allows_what_the_kernels_does";
-    if !user_available(test, "tests") {
-        return;
-    }
+    let test = fn_name!();
+    skip_unless!(user_available, "tests");
     one_case(test, Writer::Ubtrfs, |base| {
         if !ready(test, Writer::Kernel) {
             return Ok(String::new());

@@ -220,15 +220,20 @@ fn report(what: &str, t: &Tally) {
     );
 }
 
-#[test]
-fn send_full_kernel_fixture_snapshots_round_trip() {
-    if !kernel_available("send_full_kernel_fixture_snapshots_round_trip") {
-        return;
-    }
-    let work = scratch_dir("send-full");
+/// A scratch directory `what`, and the kernel's read-write mount of a new
+/// 4 GiB image in it (recv.img) to receive streams into.
+fn receiving(what: &str) -> (PathBuf, Mount) {
+    let work = scratch_dir(what);
     let rimg = work.join("recv.img");
     mkfs(&rimg, "4G", &[]);
     let recv = Mount::images(std::slice::from_ref(&rimg), "", false);
+    (work, recv)
+}
+
+#[test]
+fn send_full_kernel_fixture_snapshots_round_trip() {
+    skip_unless!(kernel_available);
+    let (work, recv) = receiving("send-full");
     let mut t = Tally::default();
     for f in kernel_fixtures() {
         let ia = f.image_args(None);
@@ -279,13 +284,8 @@ fn rich_image(
 
 #[test]
 fn send_full_and_incremental_rich_scenarios() {
-    if !kernel_available("send_full_and_incremental_rich_scenarios") {
-        return;
-    }
-    let work = scratch_dir("send-rich");
-    let rimg = work.join("recv.img");
-    mkfs(&rimg, "4G", &[]);
-    let recv = Mount::images(std::slice::from_ref(&rimg), "", false);
+    skip_unless!(kernel_available);
+    let (work, recv) = receiving("send-rich");
     let configs: [(&str, &[&str], &str, &[&str]); 4] = [
         ("plain", &[], "", &["rich"]),
         ("zstd", &[], "compress=zstd", &["rich", "compress"]),
@@ -366,9 +366,7 @@ const BATCH: usize = 50;
 
 #[test]
 fn send_incremental_random_scenarios() {
-    if !kernel_available("send_incremental_random_scenarios") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let work = scratch_dir("send-incr");
     let seeds = seeds("UBTRFS_SEND_SEED", Some("UBTRFS_SEND_SEEDS"), 200);
     let mut failed: Vec<(u64, String)> = Vec::new();
@@ -393,8 +391,7 @@ fn send_incremental_random_scenarios() {
         mkfs(&rimg, "2G", &[]);
         let recv = Mount::images(std::slice::from_ref(&rimg), "", false);
         // Send and receive everything, then compare with one manifest.
-        let mut received: Vec<(u64, usize)> = Vec::new();
-        let mut batch_failed: Vec<(u64, String)> = Vec::new();
+        let mut b = ScenarioBatch::default();
         for &seed in batch {
             let proto = if seed % 2 == 0 { "1" } else { "2" };
             let mut base: Vec<&str> = vec!["--proto", proto];
@@ -402,37 +399,18 @@ fn send_incremental_random_scenarios() {
                 base.push("--compressed-data");
             }
             let dest = recv.dir.join(format!("r{seed}"));
-            for step in 0..=STEPS {
-                let snap = format!("s{seed}.{step}");
-                let out = work.join(format!("stream-{seed}-{step}"));
-                let mut args = base.clone();
-                let parent = format!("s{seed}.{}", step.saturating_sub(1));
-                if step > 0 {
-                    args.extend(["-p", parent.as_str()]);
-                }
-                let r = ubtrfs_send(&ia, &args, &snap, &out)
+            b.send_steps(seed, STEPS, &base, str::to_string, |snap, args| {
+                let out = work.join(format!("stream-{snap}"));
+                let r = ubtrfs_send(&ia, args, snap, &out)
                     .and_then(|_| receive_dump(&out).map(|_| ()))
                     .and_then(|_| receive(&out, &dest));
-                streams += 1;
                 let _ = std::fs::remove_file(&out);
-                if let Err(e) = r {
-                    batch_failed.push((seed, format!("step {step}: {e}")));
-                    break;
-                }
-                received.push((seed, step));
-            }
+                r
+            });
         }
         let t_sent = std::time::Instant::now();
         let got = split_manifest(&manifest_of(&recv.dir), 2);
-        for (seed, step) in received {
-            if batch_failed.iter().any(|f| f.0 == seed) {
-                continue;
-            }
-            let snap = format!("s{seed}.{step}");
-            let Some(want) = source.get(&format!("/{snap}")).cloned() else {
-                batch_failed.push((seed, format!("{snap} is not in the source manifest")));
-                continue;
-            };
+        b.compare(&source, |seed, snap, want| {
             let have = got
                 .get(&format!("/r{seed}/{snap}"))
                 .cloned()
@@ -441,17 +419,9 @@ fn send_incremental_random_scenarios() {
                 fields: vec!["ino", "data"],
                 dir_size: false,
             };
-            if let Err(d) = compare_manifests(&want, &have, &ig) {
-                batch_failed.push((
-                    seed,
-                    format!("step {step} ({snap}): received != source: {d}"),
-                ));
-            }
-        }
-        for (seed, e) in batch_failed {
-            eprintln!("FAILED seed {seed}: {e}");
-            failed.push((seed, e));
-        }
+            compare_manifests(want, &have, &ig).map(|_| ())
+        });
+        b.finish(&mut failed, &mut streams);
         eprintln!(
             "  batch {bi}: built in {:.1?}, sent and received in {:.1?}, compared in {:.1?}",
             t_built - t_start,
@@ -469,24 +439,5 @@ fn send_incremental_random_scenarios() {
         );
     }
     let _ = std::fs::remove_dir_all(&work);
-    eprintln!(
-        "{} seeded scenarios, {streams} streams received",
-        seeds.len()
-    );
-    assert!(
-        failed.is_empty(),
-        "{} of {} scenarios failed (rerun one with UBTRFS_SEND_SEED=N): seeds {:?}\n{}",
-        failed.len(),
-        seeds.len(),
-        {
-            let mut v: Vec<u64> = failed.iter().map(|f| f.0).collect();
-            v.dedup();
-            v
-        },
-        failed
-            .iter()
-            .map(|(s, e)| format!("seed {s}: {e}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_scenarios(seeds.len(), streams, &failed, "UBTRFS_SEND_SEED");
 }

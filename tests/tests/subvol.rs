@@ -504,9 +504,7 @@ fn run_fixture(fx: &Fixture, seed: u64, nops: usize, work: &Path) -> Result<Vec<
 
 #[test]
 fn subvolume_ops_on_kernel_fixtures() {
-    if !kernel_available("subvolume_ops_on_kernel_fixtures") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let seed = env_u64("UBTRFS_SUBVOL_SEED").unwrap_or(0x5eb0_1001);
     let nops = env_u64("UBTRFS_SUBVOL_OPS").unwrap_or(7) as usize;
     let which = std::env::var("UBTRFS_SUBVOL_FIXTURES").unwrap_or_default();

@@ -116,9 +116,7 @@ fn corrupt(image: &Path, offsets: &[u64]) {
 
 #[test]
 fn corrupt_image_refused_before_writing() {
-    if !kernel_available("corrupt_image_refused_before_writing") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let (src, _) = source_tree();
     let dir = scratch_dir("subvol-corrupt");
     let base = dir.join("base.img");
@@ -195,9 +193,7 @@ fn corrupt_image_refused_before_writing() {
 
 #[test]
 fn killed_snapshot_and_delete_leave_a_whole_commit() {
-    if !kernel_available("killed_snapshot_and_delete_leave_a_whole_commit") {
-        return;
-    }
+    skip_unless!(kernel_available);
     let (src, src_manifest) = source_tree();
     let want = file_sums(src_manifest);
     let dir = scratch_dir("subvol-kill");

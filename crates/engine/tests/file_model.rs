@@ -21,7 +21,7 @@ const SS: u64 = 4096;
 const FILES: usize = 3;
 
 mod memcheck;
-use memcheck::{offset, pattern, Rng};
+use memcheck::{offset, pattern, write_len, Rng};
 
 fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
     let mut rng = Rng::new(seed);
@@ -71,12 +71,7 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
         let inode = match op {
             0..=4 => {
                 let off = offset(&mut rng, size);
-                let len = match rng.below(4) {
-                    0 => 1 + rng.below(100),
-                    1 => 1 + rng.below(3000),
-                    2 => SS * (1 + rng.below(40)),
-                    _ => 1 + rng.below(300_000),
-                } as usize;
+                let len = write_len(&mut rng, 3000, 300_000);
                 let data = pattern(&mut rng, len, false);
                 what = format!("write f{f} at {off} len {len} {policy:?}");
                 let m = &mut model[f];

@@ -29,6 +29,19 @@ fn fresh() -> (Arc<MemDev>, Trans) {
 
 const DIR: u64 = 256;
 
+/// Changes inode `ino`'s item with `change`.
+fn change_inode(t: &mut Trans, ino: u64, change: impl FnOnce(&mut InodeItem)) {
+    let mut ii = t.inode(FS_TREE_OBJECTID, ino).unwrap().unwrap();
+    change(&mut ii);
+    t.put_inode(FS_TREE_OBJECTID, ino, &ii).unwrap();
+}
+
+/// Commits and checks the image.
+fn commit_check(m: &Arc<MemDev>, t: &mut Trans) {
+    t.commit().unwrap();
+    check_dev(m.clone()).unwrap();
+}
+
 /// A regular file `ino` named `name` in the top directory, no data.
 fn new_file(t: &mut Trans, ino: u64, name: &[u8], index: u64) {
     let ii = InodeItem {
@@ -117,12 +130,11 @@ fn drop_extents_every_overlap() {
         true,
     )
     .unwrap();
-    let mut ii = t.inode(FS_TREE_OBJECTID, 300).unwrap().unwrap();
-    ii.size = 90112;
-    ii.nbytes = 65536 + 16384;
-    t.put_inode(FS_TREE_OBJECTID, 300, &ii).unwrap();
-    t.commit().unwrap();
-    check_dev(m.clone()).unwrap();
+    change_inode(&mut t, 300, |ii| {
+        ii.size = 90112;
+        ii.nbytes = 65536 + 16384;
+    });
+    commit_check(&m, &mut t);
 
     // Inside the first extent: split in two, one more reference.
     let found = t.drop_extents(FS_TREE_OBJECTID, 300, 8192, 16384).unwrap();
@@ -138,11 +150,10 @@ fn drop_extents_every_overlap() {
             (77824, b, 4096, 12288),
         ]
     );
-    let mut ii = t.inode(FS_TREE_OBJECTID, 300).unwrap().unwrap();
-    ii.nbytes -= found + found2;
-    t.put_inode(FS_TREE_OBJECTID, 300, &ii).unwrap();
-    t.commit().unwrap();
-    check_dev(m.clone()).unwrap();
+    change_inode(&mut t, 300, |ii| {
+        ii.nbytes -= found + found2;
+    });
+    commit_check(&m, &mut t);
     assert_eq!(refs_of(&mut t, a, alen), Some(2));
     assert_eq!(refs_of(&mut t, b, blen), Some(1));
 
@@ -150,12 +161,11 @@ fn drop_extents_every_overlap() {
     let all = t.drop_extents(FS_TREE_OBJECTID, 300, 0, u64::MAX).unwrap();
     assert_eq!(all, 8192 + 40960 + 12288);
     assert!(extents(&mut t, 300).is_empty());
-    let mut ii = t.inode(FS_TREE_OBJECTID, 300).unwrap().unwrap();
-    ii.nbytes = 0;
-    ii.size = 0;
-    t.put_inode(FS_TREE_OBJECTID, 300, &ii).unwrap();
-    t.commit().unwrap();
-    check_dev(m.clone()).unwrap();
+    change_inode(&mut t, 300, |ii| {
+        ii.nbytes = 0;
+        ii.size = 0;
+    });
+    commit_check(&m, &mut t);
     assert_eq!(refs_of(&mut t, a, alen), None);
     assert_eq!(refs_of(&mut t, b, blen), None);
 }
@@ -166,10 +176,10 @@ fn drop_extents_inline() {
     new_file(&mut t, 300, b"small", 2);
     t.insert_inline_extent(FS_TREE_OBJECTID, 300, b"hello", 5, 0)
         .unwrap();
-    let mut ii = t.inode(FS_TREE_OBJECTID, 300).unwrap().unwrap();
-    ii.size = 5;
-    ii.nbytes = 5;
-    t.put_inode(FS_TREE_OBJECTID, 300, &ii).unwrap();
+    change_inode(&mut t, 300, |ii| {
+        ii.size = 5;
+        ii.nbytes = 5;
+    });
     // Past it: nothing; cutting into it: refused, not mangled; all of it.
     assert_eq!(
         t.drop_extents(FS_TREE_OBJECTID, 300, 4096, u64::MAX)
@@ -180,12 +190,11 @@ fn drop_extents_inline() {
     assert!(e.to_string().contains("inline"), "{e}");
     assert_eq!(extents(&mut t, 300), vec![(0, 0, 0, 5)]);
     assert_eq!(t.drop_extents(FS_TREE_OBJECTID, 300, 0, 4096).unwrap(), 5);
-    let mut ii = t.inode(FS_TREE_OBJECTID, 300).unwrap().unwrap();
-    ii.nbytes = 0;
-    ii.size = 0;
-    t.put_inode(FS_TREE_OBJECTID, 300, &ii).unwrap();
-    t.commit().unwrap();
-    check_dev(m.clone()).unwrap();
+    change_inode(&mut t, 300, |ii| {
+        ii.nbytes = 0;
+        ii.size = 0;
+    });
+    commit_check(&m, &mut t);
 }
 
 #[test]
@@ -195,11 +204,10 @@ fn unlink_removes_names_and_counts() {
     // A second name for the same inode.
     t.link_inode(FS_TREE_OBJECTID, DIR, b"b", 300, FT_REG_FILE, 3)
         .unwrap();
-    let mut ii = t.inode(FS_TREE_OBJECTID, 300).unwrap().unwrap();
-    ii.nlink = 2;
-    t.put_inode(FS_TREE_OBJECTID, 300, &ii).unwrap();
-    t.commit().unwrap();
-    check_dev(m.clone()).unwrap();
+    change_inode(&mut t, 300, |ii| {
+        ii.nlink = 2;
+    });
+    commit_check(&m, &mut t);
     let size0 = t.inode(FS_TREE_OBJECTID, DIR).unwrap().unwrap().size;
     let mtime0 = t.inode(FS_TREE_OBJECTID, DIR).unwrap().unwrap().mtime;
 
@@ -218,8 +226,7 @@ fn unlink_removes_names_and_counts() {
         .unlink_inode(FS_TREE_OBJECTID, DIR, 300, b"a", None)
         .unwrap_err();
     assert!(e.to_string().contains("\"a\""), "{e}");
-    t.commit().unwrap();
-    check_dev(m.clone()).unwrap();
+    commit_check(&m, &mut t);
 
     // With a time: it is the directory's mtime and ctime.
     let when = Timespec {
@@ -238,6 +245,5 @@ fn unlink_removes_names_and_counts() {
         &Key::new(300, u8::MAX, u64::MAX),
     )
     .unwrap();
-    t.commit().unwrap();
-    check_dev(m.clone()).unwrap();
+    commit_check(&m, &mut t);
 }

@@ -26,7 +26,7 @@
 
 mod memcheck;
 
-use memcheck::Rng;
+use memcheck::{seeded_mkfs, Rng, TOP};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use ubtrfs_engine::fs::{Filesystem, InodeId};
@@ -519,18 +519,9 @@ fn export(dir: &std::path::Path, seed: u64, i: usize, dev: &MemDev, want: &Durab
 /// committed), and the workload's state then.
 fn prepare(seed: u64) -> Result<(Vec<u8>, World), String> {
     let base = Arc::new(MemDev::new(DEV_SIZE));
-    let mkopts = MkfsOptions {
-        nodesize: [4096, 16384][seed as usize % 2],
-        fsid: Some([0x26; 16]),
-        no_holes: seed % 3 != 2,
-        ..Default::default()
-    };
-    let t = make(vec![("mem".into(), base.clone())], &mkopts).map_err(|e| e.to_string())?;
+    let t = seeded_mkfs(base.clone(), seed, 0x26, 2)?;
     let mut fs = RwFs::with_trans(t, opts(seed)).map_err(|e| e.to_string())?;
-    let root = InodeId {
-        subvol: FS_TREE_OBJECTID,
-        ino: FIRST_INODE,
-    };
+    let root = TOP;
     // Committed before the recording starts: some files and a directory.
     let c = fs
         .create(root, b"c", 0o040755, 0, (0, 0), None)
@@ -783,10 +774,7 @@ fn fsync_random_4k_profile() {
             o.nodatasum = !cow;
             let mut fs = RwFs::with_trans(t, o.clone()).unwrap();
             fs.commit().unwrap();
-            let root = InodeId {
-                subvol: FS_TREE_OBJECTID,
-                ino: FIRST_INODE,
-            };
+            let root = TOP;
             let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
             let mut rng = Rng::new(7);
             let mb = fill(&mut rng, 1 << 20);

@@ -9,7 +9,6 @@
 
 use std::sync::Arc;
 use ubtrfs_engine::io::dev::{BlockDev, MemDev};
-use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::receive::{receive, ReceiveOptions};
 use ubtrfs_engine::tools::check::check_dev;
 use ubtrfs_engine::tx::Trans;
@@ -17,7 +16,7 @@ use ubtrfs_format::items::Timespec;
 use ubtrfs_format::send_stream::{attr, cmd};
 
 mod stream_build;
-use stream_build::{encode, Cmd};
+use stream_build::{encode, mem_fs, write_cmd, Cmd};
 
 fn u64a(t: u16, v: u64) -> (u16, Vec<u8>) {
     (t, v.to_le_bytes().to_vec())
@@ -50,22 +49,8 @@ fn base() -> Vec<Cmd> {
         ),
         (cmd::MKDIR, vec![b(attr::PATH, b"d")]),
         (cmd::MKFILE, vec![b(attr::PATH, b"d/f")]),
-        (
-            cmd::WRITE,
-            vec![
-                b(attr::PATH, b"d/f"),
-                u64a(attr::FILE_OFFSET, 0),
-                b(attr::DATA, &data[..40_000]),
-            ],
-        ),
-        (
-            cmd::WRITE,
-            vec![
-                b(attr::PATH, b"d/f"),
-                u64a(attr::FILE_OFFSET, 40_000),
-                b(attr::DATA, &data[40_000..]),
-            ],
-        ),
+        write_cmd(b"d/f", 0, &data[..40_000]),
+        write_cmd(b"d/f", 40_000, &data[40_000..]),
         (cmd::MKFILE, vec![b(attr::PATH, b"g")]),
         (
             cmd::CLONE,
@@ -130,14 +115,7 @@ fn base() -> Vec<Cmd> {
             ],
         ),
         (cmd::MKFILE, vec![b(attr::PATH, b"d/c")]),
-        (
-            cmd::WRITE,
-            vec![
-                b(attr::PATH, b"d/c"),
-                u64a(attr::FILE_OFFSET, 0),
-                b(attr::DATA, &data[..20_000]),
-            ],
-        ),
+        write_cmd(b"d/c", 0, &data[..20_000]),
         (
             cmd::REMOVE_XATTR,
             vec![b(attr::PATH, b"g"), b(attr::XATTR_NAME, b"user.x")],
@@ -268,14 +246,8 @@ fn mutate(cmds: &mut Vec<Cmd>, rng: &mut Rng) -> String {
 #[test]
 fn hostile_streams_end_in_an_error_and_a_valid_image() {
     let n = memcheck::env_u64("UBTRFS_HOSTILE_STREAMS").unwrap_or(150);
-    let opts = MkfsOptions {
-        fsid: Some([0x31; 16]),
-        nodesize: 4096,
-        ..Default::default()
-    };
     // The stream as made applies cleanly.
-    let dev = Arc::new(MemDev::new(120 << 20));
-    let mut t = make(vec![("mem".into(), dev.clone())], &opts).unwrap();
+    let (dev, mut t) = mem_fs(0x31);
     let now = Timespec { sec: 1, nsec: 0 };
     let ro = |honor_end| ReceiveOptions {
         honor_end,

@@ -6,9 +6,6 @@
 //! items add up to (as `btrfs check` counts), its size and mode what the
 //! commands made.
 
-use std::sync::Arc;
-use ubtrfs_engine::io::dev::MemDev;
-use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::receive::{receive, ReceiveOptions};
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_format::consts::EXTENT_DATA;
@@ -17,7 +14,7 @@ use ubtrfs_format::send_stream::{attr, cmd, FALLOC_FL_KEEP_SIZE};
 use ubtrfs_format::Key;
 
 mod stream_build;
-use stream_build::{encode, Cmd};
+use stream_build::{encode, mem_fs, write_cmd, Cmd};
 
 fn n(t: u16, v: u64) -> (u16, Vec<u8>) {
     (t, v.to_le_bytes().to_vec())
@@ -29,14 +26,7 @@ fn p(t: u16, v: &str) -> (u16, Vec<u8>) {
 
 fn write(f: &str, off: u64, len: usize) -> Cmd {
     let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
-    (
-        cmd::WRITE,
-        vec![
-            p(attr::PATH, f),
-            n(attr::FILE_OFFSET, off),
-            (attr::DATA, data),
-        ],
-    )
+    write_cmd(f.as_bytes(), off, &data)
 }
 
 /// nbytes as `btrfs check` counts it: inline extents' ram bytes, regular
@@ -190,13 +180,7 @@ fn buffered_data_and_held_attributes_reach_the_trees_in_order() {
         cmds.extend(after.iter().cloned());
     }
     cmds.push((cmd::END, vec![]));
-    let opts = MkfsOptions {
-        fsid: Some([0x32; 16]),
-        nodesize: 4096,
-        ..Default::default()
-    };
-    let dev = Arc::new(MemDev::new(120 << 20));
-    let mut t = make(vec![("mem".into(), dev.clone())], &opts).unwrap();
+    let (_dev, mut t) = mem_fs(0x32);
     let ro = ReceiveOptions {
         now: Timespec { sec: 1, nsec: 0 },
         ..ReceiveOptions::new()

@@ -13,15 +13,26 @@ use ubtrfs_format::consts::*;
 use ubtrfs_format::items::Timespec;
 use ubtrfs_format::Key;
 
-fn mkfs(nodesize: u32) -> Arc<MemDev> {
-    let m = Arc::new(MemDev::new(128 << 20));
-    let o = MkfsOptions {
+fn mkfs_options(nodesize: u32) -> MkfsOptions {
+    MkfsOptions {
         nodesize,
         fsid: Some([7; 16]),
         ..Default::default()
-    };
-    make(vec![("m".into(), m.clone())], &o).unwrap();
+    }
+}
+
+fn mkfs(nodesize: u32) -> Arc<MemDev> {
+    let m = Arc::new(MemDev::new(128 << 20));
+    make(vec![("m".into(), m.clone())], &mkfs_options(nodesize)).unwrap();
     m
+}
+
+/// A new filesystem and a transaction on it.
+fn mkfs_open(nodesize: u32) -> (Arc<MemDev>, Trans) {
+    let m = mkfs(nodesize);
+    let dev: Arc<dyn BlockDev> = m.clone();
+    let t = Trans::open_dev(vec![dev], 16 << 20).unwrap();
+    (m, t)
 }
 
 /// A second transaction changing a committed tree block: freeing the old
@@ -29,9 +40,7 @@ fn mkfs(nodesize: u32) -> Arc<MemDev> {
 /// reference ("keyed back reference: item type 169") and the commit failed.
 #[test]
 fn second_transaction_cows_committed_blocks() {
-    let m = mkfs(4096);
-    let dev: Arc<dyn BlockDev> = m.clone();
-    let mut t = Trans::open_dev(vec![dev], 16 << 20).unwrap();
+    let (m, mut t) = mkfs_open(4096);
     t.insert_item(FS_TREE_OBJECTID, Key::new(1000, 250, 0), vec![1; 10])
         .unwrap();
     t.commit().unwrap();
@@ -46,9 +55,7 @@ fn second_transaction_cows_committed_blocks() {
 /// not open ("generation 2 but parent expects 3").
 #[test]
 fn empty_commit_still_opens() {
-    let m = mkfs(4096);
-    let dev: Arc<dyn BlockDev> = m.clone();
-    let mut t = Trans::open_dev(vec![dev], 16 << 20).unwrap();
+    let (m, mut t) = mkfs_open(4096);
     t.commit().unwrap();
     check_dev(m.clone()).unwrap();
     t.commit().unwrap();
@@ -60,9 +67,7 @@ fn empty_commit_still_opens() {
 /// committed any more (and later reads saw the refused data).
 #[test]
 fn refused_update_leaves_the_item_alone() {
-    let m = mkfs(4096);
-    let dev: Arc<dyn BlockDev> = m.clone();
-    let mut t = Trans::open_dev(vec![dev], 16 << 20).unwrap();
+    let (m, mut t) = mkfs_open(4096);
     let key = Key::new(1000, 250, 0);
     t.insert_item(FS_TREE_OBJECTID, key, vec![1; 10]).unwrap();
     let too_big = ubtrfs_engine::tree::buf::max_item_data(4096) + 1;
@@ -104,9 +109,7 @@ fn blocks_and_bytes_used(m: &Arc<MemDev>, id: u64) -> (u64, u64) {
 #[test]
 fn root_items_count_their_blocks() {
     for ns in [4096u32, 16384] {
-        let m = mkfs(ns);
-        let dev: Arc<dyn BlockDev> = m.clone();
-        let mut t = Trans::open_dev(vec![dev], 16 << 20).unwrap();
+        let (m, mut t) = mkfs_open(ns);
         for i in 0..3000u64 {
             t.insert_item(
                 FS_TREE_OBJECTID,
@@ -135,13 +138,8 @@ fn root_items_count_their_blocks() {
 /// mkfs --rootdir makes it: one transaction from the empty trees on).
 fn first_commit_with_files(nodesize: u32, files: u64) -> Arc<MemDev> {
     let m = Arc::new(MemDev::new(128 << 20));
-    let o = MkfsOptions {
-        nodesize,
-        fsid: Some([7; 16]),
-        ..Default::default()
-    };
     let dev: Arc<dyn BlockDev> = m.clone();
-    let mut t = build(vec![("m".into(), dev)], &o).unwrap();
+    let mut t = build(vec![("m".into(), dev)], &mkfs_options(nodesize)).unwrap();
     let policy = DataPolicy {
         csum: true,
         ..Default::default()

@@ -30,7 +30,7 @@ use ubtrfs_format::consts::*;
 const SS: u64 = 4096;
 
 mod memcheck;
-use memcheck::{btrfs_check, offset, pattern, Rng};
+use memcheck::{btrfs_check, offset, pattern, seeded_mkfs, write_len, Rng, TOP};
 
 /// For the btrfs check: its skip message, UBTRFS_VFS_MODEL_KEEP.
 const SUITE: &str = "vfs_model";
@@ -141,13 +141,7 @@ fn check_kept_cache(
 fn run_seed(seed: u64) -> Result<usize, String> {
     let mut rng = Rng::new(seed);
     let dev = Arc::new(MemDev::new(192 << 20));
-    let mkopts = MkfsOptions {
-        nodesize: [4096, 16384][seed as usize % 2],
-        fsid: Some([0x25; 16]),
-        no_holes: seed % 3 != 1,
-        ..Default::default()
-    };
-    let t = make(vec![("mem".into(), dev.clone())], &mkopts).map_err(|e| e.to_string())?;
+    let t = seeded_mkfs(dev.clone(), seed, 0x25, 1)?;
     let opts = RwOptions {
         compress: (seed % 4 == 2).then_some((COMPRESS_ZSTD, 1)),
         nodatacow: seed % 4 == 3,
@@ -156,10 +150,7 @@ fn run_seed(seed: u64) -> Result<usize, String> {
         ..Default::default()
     };
     let mut fs = RwFs::with_trans(t, opts).map_err(|e| e.to_string())?;
-    let root = InodeId {
-        subvol: FS_TREE_OBJECTID,
-        ino: FIRST_INODE,
-    };
+    let root = TOP;
     let sub = fs
         .create(root, b"d", 0o040755, 0, (0, 0), None)
         .map_err(|e| e.to_string())?;
@@ -203,12 +194,7 @@ fn run_seed(seed: u64) -> Result<usize, String> {
                 let Some(id) = pick(&mut rng) else { continue };
                 let size = m.data[&id].len() as u64;
                 let off = offset(&mut rng, size);
-                let len = match rng.below(4) {
-                    0 => 1 + rng.below(100),
-                    1 => 1 + rng.below(5000),
-                    2 => SS * (1 + rng.below(40)),
-                    _ => 1 + rng.below(400_000),
-                } as usize;
+                let len = write_len(&mut rng, 5000, 400_000);
                 let data = pattern(&mut rng, len, true);
                 what = format!("write {} at {off} len {len}", id.ino);
                 fs.write(id, off, &data)
@@ -555,10 +541,7 @@ fn check_committed(dev: &MemDev, progs: bool) -> Result<Arc<MemDev>, String> {
         btrfs_check(&snap, SUITE).map_err(|e| format!("the committed image: {e}"))?;
     }
     let reader = reader_of(&snap);
-    let top = InodeId {
-        subvol: FS_TREE_OBJECTID,
-        ino: FIRST_INODE,
-    };
+    let top = TOP;
     let mut dirs = vec![top];
     if let Some(d) = reader.lookup(top, b"d").map_err(|e| e.to_string())? {
         dirs.push(d.target);
@@ -608,11 +591,17 @@ fn fresh_mount(mkopts: &MkfsOptions) -> (Arc<MemDev>, RwFs, InodeId) {
     let dev = Arc::new(MemDev::new(160 << 20));
     let t = make(vec![("mem".into(), dev.clone())], mkopts).unwrap();
     let fs = RwFs::with_trans(t, RwOptions::default()).unwrap();
-    let root = InodeId {
-        subvol: FS_TREE_OBJECTID,
-        ino: FIRST_INODE,
-    };
+    let root = TOP;
     (dev, fs, root)
+}
+
+/// [`fresh_mount`] with mkfs's defaults but for the fsid (every byte
+/// `fsid`).
+fn fresh_mount_fsid(fsid: u8) -> (Arc<MemDev>, RwFs, InodeId) {
+    fresh_mount(&MkfsOptions {
+        fsid: Some([fsid; 16]),
+        ..Default::default()
+    })
 }
 
 /// A writeback whose device writes fail while in flight (the mount's
@@ -630,10 +619,7 @@ fn vfs_failed_writeback_in_flight_keeps_the_data() {
     };
     let t = make(vec![("mem".into(), fault.clone())], &mkopts).unwrap();
     let mut fs = RwFs::with_trans(t, RwOptions::default()).unwrap();
-    let root = InodeId {
-        subvol: FS_TREE_OBJECTID,
-        ino: FIRST_INODE,
-    };
+    let root = TOP;
     let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
     let mut want: Vec<u8> = (0..3u64 << 20).map(|b| (b >> 9) as u8).collect();
     fs.write(id, 0, &want).unwrap();
@@ -908,10 +894,7 @@ fn vfs_compression_heuristic_and_compress_force() {
 /// was accepted is committed, reads back, and the image checks clean.
 #[test]
 fn vfs_full_filesystem_is_enospc_at_write() {
-    let (dev, mut fs, root) = fresh_mount(&MkfsOptions {
-        fsid: Some([0x26; 16]),
-        ..Default::default()
-    });
+    let (dev, mut fs, root) = fresh_mount_fsid(0x26);
     let mut accepted = Vec::new();
     let mut refused = 0;
     for i in 0..40u64 {
@@ -967,10 +950,7 @@ fn find_sector(dev: &MemDev, sector: &[u8]) -> Option<u64> {
 #[test]
 fn vfs_writes_into_fallocated_space_go_in_place() {
     use ubtrfs_engine::io::dev::BlockDev;
-    let (dev, mut fs, root) = fresh_mount(&MkfsOptions {
-        fsid: Some([0x29; 16]),
-        ..Default::default()
-    });
+    let (dev, mut fs, root) = fresh_mount_fsid(0x29);
     let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
     let free = fs.statfs().bavail * SS;
     let size = (free * 3 / 5) & !((1 << 20) - 1);
@@ -1079,10 +1059,7 @@ fn vfs_writes_into_fallocated_space_go_in_place() {
 /// btrfs_truncate_block), and the next commit still succeeds.
 #[test]
 fn vfs_full_filesystem_refuses_a_write_whose_eof_sector_needs_space() {
-    let (dev, mut fs, root) = fresh_mount(&MkfsOptions {
-        fsid: Some([0x2a; 16]),
-        ..Default::default()
-    });
+    let (dev, mut fs, root) = fresh_mount_fsid(0x2a);
     let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
     fs.write(id, 0, &[b'x'; 100]).unwrap();
     fs.commit().unwrap();
@@ -1197,10 +1174,7 @@ fn vfs_direct_writes_outside_the_lock() {
     const CHUNK: u64 = 64 << 10;
     const SIZE: u64 = 8 << 20;
     const THREADS: u64 = 4;
-    let (dev, mut fs, root) = fresh_mount(&MkfsOptions {
-        fsid: Some([0x29; 16]),
-        ..Default::default()
-    });
+    let (dev, mut fs, root) = fresh_mount_fsid(0x29);
     let id = fs
         .create(root, b"nocow", 0o100644, 0, (0, 0), None)
         .unwrap();
@@ -1314,10 +1288,7 @@ fn vfs_direct_writes_outside_the_lock() {
 /// nothing, and a second unmount does nothing; reads go on.
 #[test]
 fn vfs_unmount_closes_the_filesystem() {
-    let (dev, mut fs, root) = fresh_mount(&MkfsOptions {
-        fsid: Some([0x31; 16]),
-        ..Default::default()
-    });
+    let (dev, mut fs, root) = fresh_mount_fsid(0x31);
     let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
     fs.write(id, 0, &[5u8; 10000]).unwrap();
     fs.opened(id);

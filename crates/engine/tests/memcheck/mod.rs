@@ -82,6 +82,43 @@ pub fn pattern(rng: &mut Rng, len: usize, nonzero: bool) -> Vec<u8> {
     }
 }
 
+/// A write's length for the model tests (file_model, vfs_model), as `rng`
+/// picks: up to 100 bytes, up to `mid`, whole sectors (up to 40), or up to
+/// `most`.
+pub fn write_len(rng: &mut Rng, mid: u64, most: u64) -> usize {
+    const SS: u64 = 4096;
+    (match rng.below(4) {
+        0 => 1 + rng.below(100),
+        1 => 1 + rng.below(mid),
+        2 => SS * (1 + rng.below(40)),
+        _ => 1 + rng.below(most),
+    }) as usize
+}
+
+/// A new filesystem for a seeded model test on `dev`: nodesize 4096 or
+/// 16384 by the seed's parity, no-holes unless `seed % 3 == holes`, every
+/// fsid byte `fsid`.
+pub fn seeded_mkfs(
+    dev: std::sync::Arc<MemDev>,
+    seed: u64,
+    fsid: u8,
+    holes: u64,
+) -> Result<ubtrfs_engine::tx::Trans, String> {
+    let mkopts = ubtrfs_engine::mkfs::MkfsOptions {
+        nodesize: [4096, 16384][seed as usize % 2],
+        fsid: Some([fsid; 16]),
+        no_holes: seed % 3 != holes,
+        ..Default::default()
+    };
+    ubtrfs_engine::mkfs::make(vec![("mem".into(), dev)], &mkopts).map_err(|e| e.to_string())
+}
+
+/// The top directory of the default subvolume.
+pub const TOP: ubtrfs_engine::fs::InodeId = ubtrfs_engine::fs::InodeId {
+    subvol: ubtrfs_format::consts::FS_TREE_OBJECTID,
+    ino: ubtrfs_format::consts::FIRST_INODE,
+};
+
 /// An offset for an operation on a file of `size` bytes, as `rng` picks:
 /// in the first 4 KiB sector, a sector boundary up to two sectors past
 /// the end, or anywhere up to three sectors past it.
