@@ -126,7 +126,7 @@ impl Mount {
 
     pub fn umount(mut self) -> Result<(), String> {
         self.mounted = false;
-        run(Command::new("umount").arg(&self.dir)).map(|_| ())
+        crate::mounts::unmount_cmd(Command::new("umount").arg(&self.dir)).map(|_| ())
     }
 }
 

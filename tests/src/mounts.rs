@@ -19,13 +19,32 @@ pub fn is_mounted(dir: &Path) -> bool {
         .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
 }
 
+/// Runs an unmount command (`umount DIR`, `fusermount3 -u DIR`), again
+/// for up to 2 s while it fails with EBUSY. A process that looks through
+/// the mount for a moment makes a plain umount fail, on any filesystem:
+/// xfs_io, for one, statfs()s every mount when it starts, and fstests
+/// starts thousands of them. On a FUSE mount that moment is a round trip
+/// to the daemon, so a suite run beside fstests meets it often; the
+/// unmount the test checks is still a plain one.
+pub fn unmount_cmd(cmd: &mut Command) -> Result<std::process::Output, String> {
+    let mut tries = 0;
+    loop {
+        match run(cmd) {
+            Err(e)
+                if tries < 20 && (e.contains("busy") || e.contains("Device or resource busy")) =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Unmounts `dir`; lazily (`umount -l`) when a plain umount fails. Returns
 /// whether the plain umount worked.
 pub fn unmount(dir: &Path) -> bool {
-    let ok = Command::new("umount")
-        .arg(dir)
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let ok = unmount_cmd(Command::new("umount").arg(dir)).is_ok();
     if !ok {
         let _ = Command::new("umount").arg("-l").arg(dir).output();
     }
@@ -148,7 +167,7 @@ impl Mount {
     /// when that fails (busy), after a lazy unmount.
     pub fn try_unmount(mut self) -> Result<(), String> {
         let _ = Command::new("sync").output();
-        let r = run(Command::new("umount").arg(&self.dir)).map(|_| ());
+        let r = unmount_cmd(Command::new("umount").arg(&self.dir)).map(|_| ());
         if r.is_err() {
             let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
         }

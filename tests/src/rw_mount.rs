@@ -217,7 +217,7 @@ impl UbtrfsMount {
     /// exits 0 (everything committed), Err with its status and log
     /// otherwise (a busy mount is unmounted lazily, the process killed).
     pub fn unmount_within(mut self, timeout: Duration) -> Result<(), String> {
-        let r = run(Command::new("umount").arg(&self.dir));
+        let r = crate::mounts::unmount_cmd(Command::new("umount").arg(&self.dir));
         if let Err(e) = r {
             let log = self.log_tail();
             let _ = self.kill9();

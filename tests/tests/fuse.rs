@@ -482,10 +482,8 @@ fn fuse_is_read_only_and_exits_on_unmount() {
             "setfattr succeeded on a read-only mount"
         );
     }
-    run_ok(
-        Command::new("fusermount3").arg("-u").arg(&dir),
-        "fusermount3 -u",
-    );
+    unmount_cmd(Command::new("fusermount3").arg("-u").arg(&dir))
+        .unwrap_or_else(|e| panic!("fusermount3 -u: {e}"));
     let status = m.unmount().expect("foreground child");
     assert!(
         status.success(),
@@ -499,7 +497,7 @@ fn fuse_is_read_only_and_exits_on_unmount() {
         !processes_with(&dir.display().to_string()).is_empty(),
         "no daemon serving the mount"
     );
-    run_ok(Command::new("umount").arg(&dir), "umount");
+    unmount_cmd(Command::new("umount").arg(&dir)).unwrap_or_else(|e| panic!("umount: {e}"));
     m.unmount();
     assert!(
         processes_with(&dir.display().to_string()).is_empty(),
