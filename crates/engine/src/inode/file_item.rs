@@ -129,20 +129,14 @@ impl Trans {
         prealloc: bool,
         new_extent: bool,
     ) -> Result<()> {
-        let fe = FileExtent {
-            generation: self.transid,
-            ram_bytes,
-            compression,
-            encryption: 0,
-            other_encoding: 0,
-            kind: FileExtentKind::Extent {
-                prealloc,
-                disk_bytenr,
-                disk_num_bytes: if disk_bytenr == 0 { 0 } else { disk_len },
-                offset,
-                num_bytes,
-            },
+        let kind = FileExtentKind::Extent {
+            prealloc,
+            disk_bytenr,
+            disk_num_bytes: if disk_bytenr == 0 { 0 } else { disk_len },
+            offset,
+            num_bytes,
         };
+        let fe = self.file_extent(ram_bytes, compression, kind);
         self.insert_item(tree, Key::new(ino, EXTENT_DATA, file_off), fe.to_bytes())?;
         if disk_bytenr != 0 {
             let backref = Backref::Data {
@@ -165,14 +159,25 @@ impl Trans {
         ram_bytes: u64,
         compression: u8,
     ) -> Result<()> {
-        let fe = FileExtent {
+        let fe = self.file_extent(ram_bytes, compression, FileExtentKind::Inline { data });
+        self.insert_item(tree, Key::new(ino, EXTENT_DATA, 0), fe.to_bytes())
+    }
+
+    /// An EXTENT_DATA item of this transaction (neither encrypted nor
+    /// otherwise encoded, as the kernel writes them).
+    fn file_extent<'a>(
+        &self,
+        ram_bytes: u64,
+        compression: u8,
+        kind: FileExtentKind<'a>,
+    ) -> FileExtent<'a> {
+        FileExtent {
             generation: self.transid,
             ram_bytes,
             compression,
             encryption: 0,
             other_encoding: 0,
-            kind: FileExtentKind::Inline { data },
-        };
-        self.insert_item(tree, Key::new(ino, EXTENT_DATA, 0), fe.to_bytes())
+            kind,
+        }
     }
 }

@@ -345,16 +345,7 @@ impl RwFs {
         flags: i32,
         kill_sgid: bool,
     ) -> Result<()> {
-        check_xattr_name(name)?;
-        self.check_writable(id)?;
-        self.reserve_change(false)?;
-        let inode = self.t.inode_of(id.subvol, id.ino)?;
-        if inode.flags & INODE_IMMUTABLE_FLAGS != 0 {
-            return Err(Error::Permission(format!(
-                "inode {} is immutable or append-only",
-                id.ino
-            )));
-        }
+        self.xattr_change(id, name, false)?;
         let exists = self.t.get_xattr(id.subvol, id.ino, name)?.is_some();
         if flags & 1 != 0 && exists {
             return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
@@ -418,11 +409,14 @@ impl RwFs {
         self.t.put_inode(id.subvol, id.ino, &i)
     }
 
-    /// removexattr(2).
-    pub fn removexattr(&mut self, id: InodeId, name: &[u8]) -> Result<()> {
+    /// Whether xattr `name` of `id` may be set (or removed, `removes`),
+    /// refusing what the kernel refuses: a bad name, a read-only
+    /// subvolume, an immutable or append-only inode; with metadata room
+    /// for the change reserved.
+    fn xattr_change(&mut self, id: InodeId, name: &[u8], removes: bool) -> Result<()> {
         check_xattr_name(name)?;
         self.check_writable(id)?;
-        self.reserve_change(true)?;
+        self.reserve_change(removes)?;
         let inode = self.t.inode_of(id.subvol, id.ino)?;
         if inode.flags & INODE_IMMUTABLE_FLAGS != 0 {
             return Err(Error::Permission(format!(
@@ -430,6 +424,12 @@ impl RwFs {
                 id.ino
             )));
         }
+        Ok(())
+    }
+
+    /// removexattr(2).
+    pub fn removexattr(&mut self, id: InodeId, name: &[u8]) -> Result<()> {
+        self.xattr_change(id, name, true)?;
         if name == XATTR_COMPRESSION {
             self.set_compression_prop(id, b"")?;
         } else {

@@ -487,7 +487,7 @@ impl RwFs {
         policy: DataPolicy,
     ) -> Result<InodeItem> {
         let old = self.t.inode_of(id.subvol, id.ino)?.size;
-        let i = self.zero_range_extents(id, off, len, keep, policy)?;
+        let i = self.zero_range_extents(id, off..off + len, keep, policy)?;
         if i.size > old {
             let ss = self.sectorsize();
             self.t
@@ -499,15 +499,13 @@ impl RwFs {
     fn zero_range_extents(
         &mut self,
         id: InodeId,
-        off: u64,
-        len: u64,
+        range: std::ops::Range<u64>,
         keep: bool,
         policy: DataPolicy,
     ) -> Result<InodeItem> {
         let (tree, ino) = (id.subvol, id.ino);
         let ss = self.sectorsize();
-        let end = off + len;
-        let mut off = off;
+        let (mut off, end) = (range.start, range.end);
         let size_after = |i: &mut InodeItem| {
             if !keep && end > i.size {
                 i.size = end;
