@@ -159,9 +159,6 @@ pub(super) fn decompress(input: &[u8], out: &mut [u8], sectorsize: usize) -> Res
     Ok(())
 }
 
-/// zstd: one frame, decoded in one shot into `out` (the output buffer is the
-/// window, so no other buffer grows with the input). Bytes after the frame
-
 #[cfg(test)]
 mod tests {
     use super::super::decompress;
