@@ -306,27 +306,7 @@ fn describe_item(
     out: &mut dyn Write,
 ) -> Result<(), Box<dyn std::error::Error>> {
     match key.item_type {
-        INODE_ITEM => {
-            let i = InodeItem::parse(d)?;
-            writeln!(
-                out,
-                "\t\tgeneration {} transid {} size {} nbytes {} block_group {}",
-                i.generation, i.transid, i.size, i.nbytes, i.block_group
-            )?;
-            writeln!(
-                out,
-                "\t\tnlink {} uid {} gid {} mode {:o} rdev {} flags 0x{:x} sequence {}",
-                i.nlink, i.uid, i.gid, i.mode, i.rdev, i.flags, i.sequence
-            )?;
-            writeln!(
-                out,
-                "\t\tatime {} ctime {} mtime {} otime {}",
-                ts_human(&i.atime),
-                ts_human(&i.ctime),
-                ts_human(&i.mtime),
-                ts_human(&i.otime)
-            )?;
-        }
+        INODE_ITEM => describe_inode_item(d, out)?,
         INODE_REF => {
             for r in parse_inode_refs(key, d)? {
                 writeln!(
@@ -367,43 +347,8 @@ fn describe_item(
                 }
             }
         }
-        EXTENT_DATA => {
-            let fe = FileExtent::parse(d)?;
-            match fe.kind {
-                FileExtentKind::Inline { data } => writeln!(out, "\t\tgeneration {} type 0 (inline)\n\t\tinline extent data size {} ram_bytes {} compression {}", fe.generation, data.len(), fe.ram_bytes, fe.compression)?,
-                FileExtentKind::Extent { prealloc, disk_bytenr, disk_num_bytes, offset, num_bytes } => {
-                    writeln!(out, "\t\tgeneration {} type {} ({})", fe.generation, if prealloc { 2 } else { 1 }, if prealloc { "prealloc" } else { "regular" })?;
-                    writeln!(out, "\t\textent data disk byte {disk_bytenr} nr {disk_num_bytes}")?;
-                    writeln!(out, "\t\textent data offset {offset} nr {num_bytes} ram {}", fe.ram_bytes)?;
-                    writeln!(out, "\t\textent compression {}", fe.compression)?;
-                }
-            }
-        }
-        ROOT_ITEM => {
-            let r = RootItem::parse(d)?;
-            writeln!(
-                out,
-                "\t\tgeneration {} root_dirid {} bytenr {} level {} refs {}",
-                r.generation, r.root_dirid, r.bytenr, r.level, r.refs
-            )?;
-            writeln!(
-                out,
-                "\t\tlastsnap {} byte_limit {} bytes_used {} flags 0x{:x}",
-                r.last_snapshot, r.byte_limit, r.bytes_used, r.flags
-            )?;
-            writeln!(
-                out,
-                "\t\tuuid {}\n\t\tparent_uuid {}\n\t\treceived_uuid {}",
-                format_uuid(&r.uuid),
-                format_uuid(&r.parent_uuid),
-                format_uuid(&r.received_uuid)
-            )?;
-            writeln!(
-                out,
-                "\t\tctransid {} otransid {} stransid {} rtransid {}",
-                r.ctransid, r.otransid, r.stransid, r.rtransid
-            )?;
-        }
+        EXTENT_DATA => describe_file_extent(d, out)?,
+        ROOT_ITEM => describe_root_item(d, out)?,
         ROOT_REF | ROOT_BACKREF => {
             let r = RootRef::parse(d)?;
             writeln!(
@@ -414,37 +359,7 @@ fn describe_item(
                 pct(r.name)
             )?;
         }
-        CHUNK_ITEM => {
-            let c = ChunkItem::parse(d)?;
-            writeln!(
-                out,
-                "\t\tlength {} owner {} stripe_len {} type {}|{}",
-                c.length,
-                c.owner,
-                c.stripe_len,
-                block_group_kind(c.chunk_type),
-                profile_name(c.chunk_type)
-            )?;
-            writeln!(
-                out,
-                "\t\tio_align {} io_width {} sector_size {}",
-                c.io_align, c.io_width, c.sector_size
-            )?;
-            writeln!(
-                out,
-                "\t\tnum_stripes {} sub_stripes {}",
-                c.num_stripes, c.sub_stripes
-            )?;
-            for (i, s) in c.stripes.iter().enumerate() {
-                writeln!(
-                    out,
-                    "\t\t\tstripe {i} devid {} offset {}\n\t\t\tdev_uuid {}",
-                    s.devid,
-                    s.offset,
-                    format_uuid(&s.dev_uuid)
-                )?;
-            }
-        }
+        CHUNK_ITEM => describe_chunk_item(d, out)?,
         DEV_ITEM => {
             let di = DevItem::parse(d)?;
             writeln!(
@@ -498,6 +413,107 @@ fn describe_item(
             writeln!(out, "\t\trange start {} end {end} length {len}", key.offset)?;
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// The lines `inspect dump-tree` prints for the inode item.
+fn describe_inode_item(d: &[u8], out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
+    let i = InodeItem::parse(d)?;
+    writeln!(
+        out,
+        "\t\tgeneration {} transid {} size {} nbytes {} block_group {}",
+        i.generation, i.transid, i.size, i.nbytes, i.block_group
+    )?;
+    writeln!(
+        out,
+        "\t\tnlink {} uid {} gid {} mode {:o} rdev {} flags 0x{:x} sequence {}",
+        i.nlink, i.uid, i.gid, i.mode, i.rdev, i.flags, i.sequence
+    )?;
+    writeln!(
+        out,
+        "\t\tatime {} ctime {} mtime {} otime {}",
+        ts_human(&i.atime),
+        ts_human(&i.ctime),
+        ts_human(&i.mtime),
+        ts_human(&i.otime)
+    )?;
+    Ok(())
+}
+
+/// The lines `inspect dump-tree` prints for a file extent item.
+fn describe_file_extent(d: &[u8], out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
+    let fe = FileExtent::parse(d)?;
+    match fe.kind {
+        FileExtentKind::Inline { data } => writeln!(out, "\t\tgeneration {} type 0 (inline)\n\t\tinline extent data size {} ram_bytes {} compression {}", fe.generation, data.len(), fe.ram_bytes, fe.compression)?,
+        FileExtentKind::Extent { prealloc, disk_bytenr, disk_num_bytes, offset, num_bytes } => {
+            writeln!(out, "\t\tgeneration {} type {} ({})", fe.generation, if prealloc { 2 } else { 1 }, if prealloc { "prealloc" } else { "regular" })?;
+            writeln!(out, "\t\textent data disk byte {disk_bytenr} nr {disk_num_bytes}")?;
+            writeln!(out, "\t\textent data offset {offset} nr {num_bytes} ram {}", fe.ram_bytes)?;
+            writeln!(out, "\t\textent compression {}", fe.compression)?;
+        }
+    }
+    Ok(())
+}
+
+/// The lines `inspect dump-tree` prints for a root item.
+fn describe_root_item(d: &[u8], out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
+    let r = RootItem::parse(d)?;
+    writeln!(
+        out,
+        "\t\tgeneration {} root_dirid {} bytenr {} level {} refs {}",
+        r.generation, r.root_dirid, r.bytenr, r.level, r.refs
+    )?;
+    writeln!(
+        out,
+        "\t\tlastsnap {} byte_limit {} bytes_used {} flags 0x{:x}",
+        r.last_snapshot, r.byte_limit, r.bytes_used, r.flags
+    )?;
+    writeln!(
+        out,
+        "\t\tuuid {}\n\t\tparent_uuid {}\n\t\treceived_uuid {}",
+        format_uuid(&r.uuid),
+        format_uuid(&r.parent_uuid),
+        format_uuid(&r.received_uuid)
+    )?;
+    writeln!(
+        out,
+        "\t\tctransid {} otransid {} stransid {} rtransid {}",
+        r.ctransid, r.otransid, r.stransid, r.rtransid
+    )?;
+    Ok(())
+}
+
+/// The lines `inspect dump-tree` prints for a chunk item and its stripes.
+fn describe_chunk_item(d: &[u8], out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
+    let c = ChunkItem::parse(d)?;
+    writeln!(
+        out,
+        "\t\tlength {} owner {} stripe_len {} type {}|{}",
+        c.length,
+        c.owner,
+        c.stripe_len,
+        block_group_kind(c.chunk_type),
+        profile_name(c.chunk_type)
+    )?;
+    writeln!(
+        out,
+        "\t\tio_align {} io_width {} sector_size {}",
+        c.io_align, c.io_width, c.sector_size
+    )?;
+    writeln!(
+        out,
+        "\t\tnum_stripes {} sub_stripes {}",
+        c.num_stripes, c.sub_stripes
+    )?;
+    for (i, s) in c.stripes.iter().enumerate() {
+        writeln!(
+            out,
+            "\t\t\tstripe {i} devid {} offset {}\n\t\t\tdev_uuid {}",
+            s.devid,
+            s.offset,
+            format_uuid(&s.dev_uuid)
+        )?;
     }
     Ok(())
 }

@@ -27,6 +27,17 @@ fn split(path: &str) -> Result<(&str, &str), String> {
     Ok((if dir.is_empty() { "/" } else { dir }, name))
 }
 
+/// Where `path` is to be made: its directory, resolved, and its name.
+fn place_of<'p>(t: &mut Trans, path: &'p str) -> Result<Place<'p>, Box<dyn std::error::Error>> {
+    let (dir, name) = split(path)?;
+    let (tree, ino) = t.resolve_path(dir.as_bytes())?;
+    Ok(Place {
+        tree,
+        dir: ino,
+        name: name.as_bytes(),
+    })
+}
+
 fn new_uuid() -> Result<[u8; 16], ubtrfs_engine::Error> {
     ubtrfs_engine::inode::root::random_uuid()
 }
@@ -41,13 +52,7 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
         } => {
             let mut t = open(&image, &devices)?;
             for p in &paths {
-                let (dir, name) = split(p)?;
-                let (tree, ino) = t.resolve_path(dir.as_bytes())?;
-                let place = Place {
-                    tree,
-                    dir: ino,
-                    name: name.as_bytes(),
-                };
+                let place = place_of(&mut t, p)?;
                 let id = t.create_subvolume(&place, new_uuid()?, false, now())?;
                 println!("Create subvolume '{p}' (id {id})");
             }
@@ -65,13 +70,7 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
             if src_ino != t.root(src_tree)?.item.root_dirid {
                 return Err(format!("{source}: not a subvolume").into());
             }
-            let (dir, name) = split(&dest)?;
-            let (tree, ino) = t.resolve_path(dir.as_bytes())?;
-            let place = Place {
-                tree,
-                dir: ino,
-                name: name.as_bytes(),
-            };
+            let place = place_of(&mut t, &dest)?;
             let id = t.snapshot(src_tree, &place, new_uuid()?, readonly, now())?;
             println!(
                 "Create {}snapshot of '{source}' in '{dest}' (id {id})",

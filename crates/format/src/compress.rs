@@ -24,17 +24,22 @@
 //! makes this module allocate more than the `out_len` output buffer plus the
 //! decoders' fixed-size state (`out_len` itself is capped, see [`max_out_len`]).
 //!
+//! The codecs, each in the file named as the kernel's: [`zlib`] (zlib.c),
+//! [`lzo`] (lzo.c), [`zstd`] (zstd.c); this file holds what compression.c
+//! does for all of them (the entry points, the heuristic).
+//!
 //! Codecs: `flate2` with its pure-Rust backend (miniz_oxide) in raw-deflate
 //! mode; `lzallright` for LZO1X (safe Rust, decodes into a caller-sized buffer
 //! and returns the decoded length, which the short last segment of a file
 //! needs); `zstd` (libzstd) decoding the frame in one shot into the output
 //! buffer, so no window buffer is allocated.
 
+mod lzo;
+mod zlib;
+mod zstd;
+
 use crate::consts::{COMPRESS_LZO, COMPRESS_ZLIB, COMPRESS_ZSTD, MAX_UNCOMPRESSED};
 use crate::error::{FormatError, Result};
-
-/// Size of the lzo total-length header and of each segment header.
-const LZO_LEN: usize = 4;
 
 /// Largest accepted `out_len` for a filesystem with this sector size: a
 /// regular compressed extent holds at most 128 KiB, an inline extent at most
@@ -69,15 +74,13 @@ pub fn decompress(algo: u8, input: &[u8], out_len: usize, sectorsize: u32) -> Re
     }
     let mut out = vec![0u8; out_len];
     match algo {
-        COMPRESS_ZLIB => zlib(input, &mut out)?,
-        COMPRESS_LZO => lzo(input, &mut out, sectorsize as usize)?,
-        _ => zstd(input, &mut out)?,
+        COMPRESS_ZLIB => zlib::decompress(input, &mut out)?,
+        COMPRESS_LZO => lzo::decompress(input, &mut out, sectorsize as usize)?,
+        _ => zstd::decompress(input, &mut out)?,
     }
     Ok(out)
 }
 
-/// The name of a compression type byte, as used in error messages.
-/// Compresses one extent's data (at most 128 KiB, whole sectors) as the
 /// kernel stores it: a zlib stream, a zstd frame (its window is bounded by
 /// the input, within the kernel's 128 KiB), or lzo in btrfs's framing (a
 /// total length, then one length-prefixed lzo1x segment per sector of
@@ -93,17 +96,9 @@ pub fn compress(algo: u8, level: i32, input: &[u8], sectorsize: u32) -> Result<O
         ));
     }
     let out = match algo {
-        COMPRESS_ZLIB => {
-            use std::io::Write;
-            let lvl = flate2::Compression::new(level.clamp(1, 9) as u32);
-            let mut e = flate2::write::ZlibEncoder::new(Vec::with_capacity(input.len()), lvl);
-            e.write_all(input).map_err(|x| err(name, x.to_string()))?;
-            e.finish().map_err(|x| err(name, x.to_string()))?
-        }
-        COMPRESS_ZSTD => {
-            zstd::bulk::compress(input, level.clamp(1, 15)).map_err(|x| err(name, x.to_string()))?
-        }
-        COMPRESS_LZO => lzo_frame(input, sectorsize as usize)?,
+        COMPRESS_ZLIB => zlib::compress(level, input)?,
+        COMPRESS_ZSTD => zstd::compress(level, input)?,
+        COMPRESS_LZO => lzo::frame(input, sectorsize as usize)?,
         _ => return Err(err(name, format!("unknown compression type {algo}"))),
     };
     let ss = sectorsize as usize;
@@ -184,27 +179,7 @@ pub fn worth_compressing(input: &[u8]) -> bool {
     entropy * 100 / (8 * log4(2)) < ENTROPY_HIGH
 }
 
-/// btrfs's lzo framing of `input`.
-fn lzo_frame(input: &[u8], ss: usize) -> Result<Vec<u8>> {
-    let mut out = vec![0u8; LZO_LEN];
-    let mut dict = lzallright::Dict::new();
-    let mut seg = vec![0u8; lzallright::worst_case_len(ss)];
-    for chunk in input.chunks(ss) {
-        let n = lzallright::compress(chunk, &mut seg, &mut dict)
-            .map_err(|e| err("lzo", format!("{e:?}")))?;
-        // A segment header never straddles a sector: pad to the next one.
-        let left = ss - out.len() % ss;
-        if left < LZO_LEN {
-            out.resize(out.len() + left, 0);
-        }
-        out.extend_from_slice(&(n as u32).to_le_bytes());
-        out.extend_from_slice(&seg[..n]);
-    }
-    let total = out.len() as u32;
-    out[..LZO_LEN].copy_from_slice(&total.to_le_bytes());
-    Ok(out)
-}
-
+/// The name of a compression type byte, as used in error messages.
 pub fn algo_name(algo: u8) -> &'static str {
     match algo {
         COMPRESS_ZLIB => "zlib",
@@ -216,268 +191,6 @@ pub fn algo_name(algo: u8) -> &'static str {
 
 fn err(algo: &'static str, detail: String) -> FormatError {
     FormatError::Decompress { algo, detail }
-}
-
-/// zlib: check the header, then inflate the raw deflate data after it into
-/// `out`. Returns once the deflate stream ends or `out` is full (the kernel
-/// stops reading there too); more output than that is an error.
-fn zlib(input: &[u8], out: &mut [u8]) -> Result<()> {
-    use flate2::{Decompress, FlushDecompress, Status};
-    const A: &str = "zlib";
-    let (cmf, flg) = match input {
-        [cmf, flg, ..] => (*cmf, *flg),
-        _ => {
-            return Err(err(
-                A,
-                format!(
-                    "input of {} bytes is too short for a zlib header",
-                    input.len()
-                ),
-            ))
-        }
-    };
-    // CM (low nibble) must be 8 = deflate, CINFO (window log - 8) at most 7,
-    // the header a multiple of 31, and no preset dictionary (FDICT, bit 5).
-    if cmf & 0x0f != 8 || cmf >> 4 > 7 || (u16::from(cmf) << 8 | u16::from(flg)) % 31 != 0 {
-        return Err(err(
-            A,
-            format!("invalid zlib header {cmf:#04x} {flg:#04x} at input offset 0"),
-        ));
-    }
-    if flg & 0x20 != 0 {
-        return Err(err(
-            A,
-            "zlib header at input offset 0 asks for a preset dictionary".into(),
-        ));
-    }
-    let data = &input[2..];
-    let mut d = Decompress::new(false);
-    // Each round either makes progress or returns: the loop cannot spin.
-    loop {
-        let (inp, outp) = (d.total_in() as usize, d.total_out() as usize);
-        let status = d
-            .decompress(&data[inp..], &mut out[outp..], FlushDecompress::None)
-            .map_err(|e| {
-                err(
-                    A,
-                    format!(
-                        "invalid deflate data near input offset {} (after {} output bytes): {e}",
-                        2 + d.total_in(),
-                        d.total_out()
-                    ),
-                )
-            })?;
-        let (inp2, outp2) = (d.total_in() as usize, d.total_out() as usize);
-        if status == Status::StreamEnd {
-            return Ok(());
-        }
-        if outp2 == out.len() {
-            break;
-        }
-        if inp2 == data.len() || (inp2 == inp && outp2 == outp) {
-            return Err(err(
-                A,
-                format!(
-                    "deflate stream truncated at input offset {} after {outp2} of {} output bytes",
-                    2 + inp2,
-                    out.len()
-                ),
-            ));
-        }
-    }
-    // `out` is full. The stream may still end here (end-of-block code, final
-    // empty block), or be cut right after the last byte (the kernel accepts
-    // that); it must not produce more.
-    let mut extra = [0u8; 1];
-    let inp = d.total_in() as usize;
-    match d.decompress(&data[inp..], &mut extra, FlushDecompress::None) {
-        Ok(_) if d.total_out() as usize > out.len() => Err(err(
-            A,
-            format!(
-                "stream decompresses to more than {} bytes (input offset {})",
-                out.len(),
-                2 + inp
-            ),
-        )),
-        Ok(_) => Ok(()),
-        Err(e) => Err(err(
-            A,
-            format!(
-                "invalid deflate data near input offset {} (after {} output bytes): {e}",
-                2 + d.total_in(),
-                d.total_out()
-            ),
-        )),
-    }
-}
-
-fn le32(input: &[u8], off: usize) -> Option<usize> {
-    let b = input.get(off..off.checked_add(LZO_LEN)?)?;
-    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
-}
-
-/// Largest compressed segment: LZO1X's worst case for one sector, the size of
-/// the kernel's segment buffer (`lzo1x_worst_compress(sectorsize)`).
-fn lzo_max_segment(sectorsize: usize) -> usize {
-    sectorsize + sectorsize / 16 + 64 + 3
-}
-
-/// btrfs lzo: le32 total length, then segments (le32 length + LZO1X data),
-/// each decompressing to at most one sector, headers never crossing a sector.
-fn lzo(input: &[u8], out: &mut [u8], sectorsize: usize) -> Result<()> {
-    const A: &str = "lzo";
-    let total = le32(input, 0).ok_or_else(|| {
-        err(
-            A,
-            format!(
-                "input of {} bytes is too short for the lzo header",
-                input.len()
-            ),
-        )
-    })?;
-    if total > input.len() {
-        return Err(err(
-            A,
-            format!(
-                "total length {total} at input offset 0 exceeds the input length {}",
-                input.len()
-            ),
-        ));
-    }
-    if total > MAX_UNCOMPRESSED as usize {
-        return Err(err(
-            A,
-            format!("total length {total} at input offset 0 exceeds the 128 KiB extent limit"),
-        ));
-    }
-    if total < LZO_LEN {
-        return Err(err(
-            A,
-            format!("total length {total} at input offset 0 is smaller than its own header"),
-        ));
-    }
-    // The kernel rejects an extent with a whole unused sector after the data.
-    if total.div_ceil(sectorsize) * sectorsize < input.len() {
-        return Err(err(
-            A,
-            format!(
-                "total length {total} at input offset 0 leaves unused sectors in {} input bytes",
-                input.len()
-            ),
-        ));
-    }
-    let mut pos = LZO_LEN;
-    let mut produced = 0usize;
-    // Every round consumes at least a segment header: bounded by total / 4.
-    while pos < total {
-        if sectorsize - pos % sectorsize < LZO_LEN {
-            // Cannot happen after the padding skip below; kept as a guard.
-            return Err(err(
-                A,
-                format!("segment header at input offset {pos} crosses a sector boundary"),
-            ));
-        }
-        let seg_len = match le32(input, pos) {
-            Some(n) if pos + LZO_LEN <= total => n,
-            _ => {
-                return Err(err(
-                    A,
-                    format!(
-                        "segment header at input offset {pos} runs past the total length {total}"
-                    ),
-                ))
-            }
-        };
-        let data_start = pos + LZO_LEN;
-        if seg_len > lzo_max_segment(sectorsize) {
-            return Err(err(
-                A,
-                format!(
-                    "segment length {seg_len} at input offset {pos} exceeds the maximum {}",
-                    lzo_max_segment(sectorsize)
-                ),
-            ));
-        }
-        if seg_len > total - data_start {
-            return Err(err(
-                A,
-                format!(
-                    "segment at input offset {pos} of length {seg_len} runs past the total length {total}"
-                ),
-            ));
-        }
-        let seg = &input[data_start..data_start + seg_len];
-        let room = (out.len() - produced).min(sectorsize);
-        let dst = &mut out[produced..produced + room];
-        let n = lzallright::decompress(seg, dst).map_err(|e| {
-            let what = if *e.kind() == lzallright::ErrorKind::OutputOverrun {
-                if room < sectorsize {
-                    format!(
-                        "decompresses past the expected size {} (at output offset {produced})",
-                        out.len()
-                    )
-                } else {
-                    "decompresses to more than one sector".to_string()
-                }
-            } else {
-                format!("is corrupt: {e}")
-            };
-            err(
-                A,
-                format!("segment at input offset {pos} (length {seg_len}) {what}"),
-            )
-        })?;
-        produced += n;
-        pos = data_start + seg_len;
-        let left = sectorsize - pos % sectorsize;
-        if left < LZO_LEN {
-            // Padding: the next header starts at the sector boundary.
-            pos += left;
-        }
-    }
-    Ok(())
-}
-
-/// zstd: one frame, decoded in one shot into `out` (the output buffer is the
-/// window, so no other buffer grows with the input). Bytes after the frame
-/// are ignored, as the kernel stops at the end of the first frame.
-fn zstd(input: &[u8], out: &mut [u8]) -> Result<()> {
-    use zstd::zstd_safe;
-    const A: &str = "zstd";
-    let frame_len = zstd_safe::find_frame_compressed_size(input).map_err(|code| {
-        err(
-            A,
-            format!(
-                "no complete zstd frame at input offset 0 in {} bytes: {}",
-                input.len(),
-                zstd_safe::get_error_name(code)
-            ),
-        )
-    })?;
-    let frame = input.get(..frame_len).ok_or_else(|| {
-        err(
-            A,
-            format!(
-                "frame length {frame_len} exceeds the input length {}",
-                input.len()
-            ),
-        )
-    })?;
-    let mut dctx = zstd_safe::DCtx::try_create()
-        .ok_or_else(|| err(A, "cannot create a decompression context".into()))?;
-    let n = dctx.decompress(out, frame).map_err(|code| {
-        err(
-            A,
-            format!(
-                "frame at input offset 0 (length {frame_len}) does not decompress into {} bytes: {}",
-                out.len(),
-                zstd_safe::get_error_name(code)
-            ),
-        )
-    })?;
-    // libzstd may use the unused end of `out` as scratch space: re-zero it.
-    out.get_mut(n..).unwrap_or_default().fill(0);
-    Ok(())
 }
 
 #[cfg(test)]
@@ -498,7 +211,7 @@ mod tests {
             })
             .collect();
         assert!(!worth_compressing(&random));
-        let packed = zstd::bulk::compress(&random, 3).unwrap();
+        let packed = ::zstd::bulk::compress(&random, 3).unwrap();
         assert!(!worth_compressing(&packed[..packed.len().min(64 * 1024)]));
         let text: Vec<u8> = b"The quick brown fox jumps over the lazy dog; "
             .iter()
@@ -527,11 +240,12 @@ mod tests {
         assert!(worth_compressing(&tail));
     }
 
+    use super::lzo::{le32, LZO_LEN};
     use super::*;
     use sha2::{Digest, Sha256};
     use std::io::Write;
 
-    const SS: u32 = 4096;
+    pub(super) const SS: u32 = 4096;
 
     struct Vector {
         file: String,
@@ -579,7 +293,7 @@ mod tests {
             .collect()
     }
 
-    fn detail(e: FormatError) -> (&'static str, String) {
+    pub(super) fn detail(e: FormatError) -> (&'static str, String) {
         match e {
             FormatError::Decompress { algo, detail } => (algo, detail),
             other => panic!("unexpected error kind {other:?}"),
@@ -733,7 +447,7 @@ mod tests {
     }
 
     /// Log-like test data: compressible, not trivially so.
-    fn text(n: usize) -> Vec<u8> {
+    pub(super) fn text(n: usize) -> Vec<u8> {
         let mut v = Vec::with_capacity(n + 64);
         let mut i = 0u64;
         while v.len() < n {
@@ -743,271 +457,6 @@ mod tests {
         }
         v.truncate(n);
         v
-    }
-
-    // ---- zlib ----
-
-    fn zlib_compress(data: &[u8]) -> Vec<u8> {
-        let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(3));
-        e.write_all(data).unwrap();
-        e.finish().unwrap()
-    }
-
-    #[test]
-    fn zlib_short_stream_is_zero_filled_and_padding_ignored() {
-        let data = text(5000);
-        let mut c = zlib_compress(&data);
-        c.resize(c.len().div_ceil(4096) * 4096, 0); // as on disk
-        let out = decompress(COMPRESS_ZLIB, &c, 8192, SS).unwrap();
-        assert_eq!(&out[..5000], &data[..]);
-        assert!(out[5000..].iter().all(|&b| b == 0));
-        // Exactly out_len.
-        assert_eq!(decompress(COMPRESS_ZLIB, &c, 5000, SS).unwrap(), data);
-    }
-
-    #[test]
-    fn zlib_longer_than_out_len_is_an_error() {
-        let data = text(9000);
-        let c = zlib_compress(&data);
-        for out_len in [0, 1, 4096, 8999] {
-            let (_, d) = detail(decompress(COMPRESS_ZLIB, &c, out_len, SS).unwrap_err());
-            assert!(d.contains("more than"), "{out_len}: {d}");
-        }
-    }
-
-    #[test]
-    fn zlib_adler32_is_not_checked_like_the_kernel() {
-        let data = text(3000);
-        let mut c = zlib_compress(&data);
-        let n = c.len();
-        c[n - 1] ^= 0xff;
-        assert_eq!(decompress(COMPRESS_ZLIB, &c, 3000, SS).unwrap(), data);
-    }
-
-    #[test]
-    fn zlib_bad_headers() {
-        let data = text(3000);
-        let c = zlib_compress(&data);
-        // Preset dictionary flag (FDICT), header re-balanced to stay % 31 == 0.
-        let mut h = [c[0], 0x20];
-        while (u16::from(h[0]) << 8 | u16::from(h[1])) % 31 != 0 {
-            h[1] += 1;
-        }
-        let mut dict = c.clone();
-        dict[..2].copy_from_slice(&h);
-        let (_, d) = detail(decompress(COMPRESS_ZLIB, &dict, 3000, SS).unwrap_err());
-        assert!(d.contains("preset dictionary"), "{d}");
-        // Not deflate / bad check bits / window too large.
-        for h in [[0x79, 0x9c], [0x78, 0x9d], [0x88, 0x98]] {
-            let mut bad = c.clone();
-            bad[..2].copy_from_slice(&h);
-            let (_, d) = detail(decompress(COMPRESS_ZLIB, &bad, 3000, SS).unwrap_err());
-            assert!(d.contains("invalid zlib header"), "{d}");
-        }
-    }
-
-    #[test]
-    fn zlib_truncated_stream_names_the_offset() {
-        let data = text(20000);
-        let c = zlib_compress(&data);
-        let (_, d) = detail(decompress(COMPRESS_ZLIB, &c[..c.len() / 2], 20000, SS).unwrap_err());
-        assert!(d.contains("truncated at input offset"), "{d}");
-    }
-
-    // ---- zstd ----
-
-    #[test]
-    fn zstd_short_frame_zero_filled_padding_ignored_long_frame_rejected() {
-        let data = text(7000);
-        let mut c = zstd::bulk::compress(&data, 3).unwrap();
-        let frame_len = c.len();
-        c.resize(c.len().div_ceil(4096) * 4096, 0);
-        let out = decompress(COMPRESS_ZSTD, &c, 8192, SS).unwrap();
-        assert_eq!(&out[..7000], &data[..]);
-        assert!(out[7000..].iter().all(|&b| b == 0));
-        assert_eq!(decompress(COMPRESS_ZSTD, &c, 7000, SS).unwrap(), data);
-        let (_, d) = detail(decompress(COMPRESS_ZSTD, &c, 6999, SS).unwrap_err());
-        assert!(d.contains("does not decompress into 6999"), "{d}");
-        let (_, d) = detail(decompress(COMPRESS_ZSTD, &c[..frame_len - 1], 7000, SS).unwrap_err());
-        assert!(d.contains("no complete zstd frame"), "{d}");
-    }
-
-    // ---- lzo ----
-
-    /// An LZO1X stream of literals only (first instruction a long literal run).
-    fn lzo_literals(d: &[u8]) -> Vec<u8> {
-        let mut v = Vec::new();
-        if (4..=238).contains(&d.len()) {
-            v.push(17 + d.len() as u8);
-        } else {
-            assert!(d.len() >= 19);
-            v.push(0);
-            let mut r = d.len() - 18;
-            while r > 255 {
-                v.push(0);
-                r -= 255;
-            }
-            v.push(r as u8);
-        }
-        v.extend_from_slice(d);
-        v.extend_from_slice(&[0x11, 0, 0]);
-        v
-    }
-
-    fn lzo_compress(d: &[u8]) -> Vec<u8> {
-        let mut dict = Box::new(lzallright::Dict::new());
-        let mut out = vec![0; lzallright::worst_case_len(d.len())];
-        let n = lzallright::compress(d, &mut out, &mut dict).unwrap();
-        out.truncate(n);
-        out
-    }
-
-    /// btrfs lzo framing around already compressed segments, padded to whole
-    /// sectors as on disk. Returns the extent and how many paddings it has.
-    fn lzo_frame(segments: &[Vec<u8>], ss: usize) -> (Vec<u8>, usize) {
-        let mut v = vec![0u8; LZO_LEN];
-        let mut pads = 0;
-        for s in segments {
-            assert!(ss - v.len() % ss >= LZO_LEN);
-            v.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            v.extend_from_slice(s);
-            let left = ss - v.len() % ss;
-            if left < LZO_LEN {
-                v.resize(v.len() + left, 0);
-                pads += 1;
-            }
-        }
-        let total = v.len() as u32;
-        v[..LZO_LEN].copy_from_slice(&total.to_le_bytes());
-        v.resize(v.len().div_ceil(ss) * ss, 0);
-        (v, pads)
-    }
-
-    #[test]
-    fn lzo_framing_for_several_sector_sizes() {
-        for ss in [4096usize, 16384, 65536] {
-            let data = text(128 * 1024 - 1000); // last segment is short
-            let segs: Vec<Vec<u8>> = data.chunks(ss).map(lzo_compress).collect();
-            let (extent, _) = lzo_frame(&segs, ss);
-            let out = decompress(COMPRESS_LZO, &extent, 128 * 1024, ss as u32).unwrap();
-            assert_eq!(&out[..data.len()], &data[..], "ss {ss}");
-            assert!(out[data.len()..].iter().all(|&b| b == 0));
-            // Decoded with the wrong sector size the framing does not line up
-            // (one-segment-per-sector no longer holds, or headers are misread).
-            if ss > 4096 {
-                assert!(decompress(COMPRESS_LZO, &extent, 128 * 1024, 4096).is_err());
-            }
-        }
-    }
-
-    #[test]
-    fn lzo_padding_before_a_sector_boundary_is_skipped() {
-        for ss in [4096usize, 8192] {
-            for gap in 1..=3usize {
-                // Segment 1 ends `gap` bytes before the first sector boundary:
-                // 4 (total) + 4 (header) + compressed = ss - gap. A literal-only
-                // stream of n >= 19 bytes (n - 18 < 255 * 16) is n + 5 + zeros.
-                let mut n = ss - gap - 8 - 5;
-                let zeros = |n: usize| (n - 18 - 1) / 255;
-                while n + 5 + zeros(n) > ss - gap - 8 {
-                    n -= 1;
-                }
-                let a: Vec<u8> = (0..n).map(|i| (i * 7 + gap) as u8).collect();
-                let b = text(ss);
-                let segs = vec![lzo_literals(&a), lzo_compress(&b)];
-                assert_eq!(segs[0].len(), ss - gap - 8, "ss {ss} gap {gap}");
-                let (extent, pads) = lzo_frame(&segs, ss);
-                assert_eq!(pads, 1);
-                let out = decompress(COMPRESS_LZO, &extent, 2 * ss, ss as u32).unwrap();
-                // Segment outputs are contiguous, as in the kernel.
-                assert_eq!(&out[..n], &a[..]);
-                assert_eq!(&out[n..n + ss], &b[..]);
-                assert!(out[n + ss..].iter().all(|&x| x == 0));
-            }
-        }
-    }
-
-    #[test]
-    fn lzo_inline_layout() {
-        // Inline: total == payload length, one segment, no sector padding.
-        let data = text(1500);
-        let seg = lzo_compress(&data);
-        let mut v = ((seg.len() + 8) as u32).to_le_bytes().to_vec();
-        v.extend_from_slice(&(seg.len() as u32).to_le_bytes());
-        v.extend_from_slice(&seg);
-        assert_eq!(decompress(COMPRESS_LZO, &v, 1500, SS).unwrap(), data);
-        let out = decompress(COMPRESS_LZO, &v, 2000, SS).unwrap();
-        assert_eq!(&out[..1500], &data[..]);
-    }
-
-    #[test]
-    fn lzo_length_errors_name_the_offset() {
-        let data = text(3 * 4096);
-        let segs: Vec<Vec<u8>> = data.chunks(4096).map(lzo_compress).collect();
-        let (good, _) = lzo_frame(&segs, 4096);
-        let out_len = 3 * 4096;
-        assert_eq!(decompress(COMPRESS_LZO, &good, out_len, SS).unwrap(), data);
-        let e = |v: &[u8], out_len: usize| {
-            detail(decompress(COMPRESS_LZO, v, out_len, SS).unwrap_err()).1
-        };
-
-        let mut bad = good.clone();
-        bad[..4].copy_from_slice(&(good.len() as u32 + 1).to_le_bytes());
-        let d = e(&bad, out_len);
-        assert!(d.contains("total length") && d.contains("offset 0"), "{d}");
-
-        let mut bad = good.clone();
-        bad[..4].copy_from_slice(&2u32.to_le_bytes());
-        assert!(e(&bad, out_len).contains("smaller than its own header"));
-
-        // A total that leaves a whole unused sector behind.
-        let mut longer = good.clone();
-        longer.resize(good.len() + 4096, 0);
-        assert!(e(&longer, out_len).contains("unused sectors"));
-
-        // Second segment header: length past the total, and past the maximum.
-        let second = 8 + segs[0].len();
-        let mut bad = good.clone();
-        bad[second..second + 4].copy_from_slice(&4400u32.to_le_bytes());
-        let d = e(&bad, out_len);
-        assert!(
-            d.contains(&format!("offset {second}")) && d.contains("runs past"),
-            "{d}"
-        );
-        bad[second..second + 4].copy_from_slice(&u32::MAX.to_le_bytes());
-        let d = e(&bad, out_len);
-        assert!(
-            d.contains(&format!("offset {second}")) && d.contains("exceeds the maximum"),
-            "{d}"
-        );
-
-        // More output than out_len.
-        let d = e(&good, 2 * 4096 + 100);
-        assert!(d.contains("past the expected size"), "{d}");
-        // A segment of more than one sector.
-        let (two, _) = lzo_frame(&[lzo_compress(&text(8192))], 4096);
-        assert!(e(&two, 8192).contains("more than one sector"));
-        // A corrupt segment.
-        let mut bad = good.clone();
-        bad[8] = 0x10; // an M4 match into an empty window
-        let d = e(&bad, out_len);
-        assert!(d.contains("offset 4") && d.contains("corrupt"), "{d}");
-    }
-
-    #[test]
-    fn lzo_truncation_sweep_on_synthetic_extent() {
-        let data = text(10 * 4096 + 123);
-        let segs: Vec<Vec<u8>> = data.chunks(4096).map(lzo_compress).collect();
-        let (good, _) = lzo_frame(&segs, 4096);
-        let total = le32(&good, 0).unwrap();
-        for cut in 0..good.len() {
-            let r = decompress(COMPRESS_LZO, &good[..cut], 11 * 4096, SS);
-            if cut < total {
-                assert!(r.is_err(), "cut {cut}");
-            } else {
-                assert_eq!(&r.unwrap()[..data.len()], &data[..]);
-            }
-        }
     }
 
     #[test]

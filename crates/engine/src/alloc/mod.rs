@@ -189,6 +189,25 @@ impl Allocator {
         kind as usize
     }
 
+    /// Starts of the block groups `pick` picks (a dirty flag, say), in
+    /// order.
+    pub fn group_starts(&self, pick: impl Fn(&BlockGroup) -> bool) -> Vec<u64> {
+        self.groups
+            .values()
+            .filter(|g| pick(g))
+            .map(|g| g.start)
+            .collect()
+    }
+
+    /// Free bytes of the block groups `pick` picks.
+    pub fn free_bytes_in(&self, pick: impl Fn(&BlockGroup) -> bool) -> u64 {
+        self.groups
+            .values()
+            .filter(|g| pick(g))
+            .map(|g| g.free_bytes())
+            .sum()
+    }
+
     /// The block group holding `bytenr`.
     pub fn group_of(&mut self, bytenr: u64) -> Option<&mut BlockGroup> {
         let (_, g) = self.groups.range_mut(..=bytenr).next_back()?;

@@ -338,6 +338,10 @@ mod tests {
     use super::*;
     use ubtrfs_format::items::Stripe;
 
+    fn at(devid: u64, physical: u64) -> PhysLoc {
+        PhysLoc { devid, physical }
+    }
+
     fn chunk(t: u64, n: u16, sub: u16) -> ChunkItem {
         ChunkItem {
             length: 1 << 30,
@@ -365,21 +369,9 @@ mod tests {
         m.insert(1 << 20, chunk(BG_RAID0, 2, 0)).unwrap();
         let p = m.map((1 << 20) + 65536 + 10, 1 << 20).unwrap();
         assert_eq!(p.len, 65536 - 10);
-        assert_eq!(
-            p.placement,
-            Placement::Mirrors(vec![PhysLoc {
-                devid: 2,
-                physical: 2_000_010
-            }])
-        );
+        assert_eq!(p.placement, Placement::Mirrors(vec![at(2, 2_000_010)]));
         let p = m.map((1 << 20) + 2 * 65536, 4096).unwrap();
-        assert_eq!(
-            p.placement,
-            Placement::Mirrors(vec![PhysLoc {
-                devid: 1,
-                physical: 1_065_536
-            }])
-        );
+        assert_eq!(p.placement, Placement::Mirrors(vec![at(1, 1_065_536)]));
     }
 
     #[test]
@@ -390,16 +382,7 @@ mod tests {
         assert_eq!(p.num_copies(), 2);
         assert_eq!(
             p.placement,
-            Placement::Mirrors(vec![
-                PhysLoc {
-                    devid: 3,
-                    physical: 3_000_000
-                },
-                PhysLoc {
-                    devid: 4,
-                    physical: 4_000_000
-                }
-            ])
+            Placement::Mirrors(vec![at(3, 3_000_000), at(4, 4_000_000)])
         );
     }
 
@@ -416,13 +399,7 @@ mod tests {
                 nparity,
             } => {
                 assert_eq!((target, nparity), (0, 1));
-                assert_eq!(
-                    row[0],
-                    PhysLoc {
-                        devid: 2,
-                        physical: 2_065_536
-                    }
-                );
+                assert_eq!(row[0], at(2, 2_065_536));
                 assert_eq!(row[2].devid, 1);
             }
             _ => panic!(),
@@ -456,10 +433,10 @@ mod tests {
                     let idx = (r as usize + j) % n;
                     assert_eq!(
                         *loc,
-                        PhysLoc {
-                            devid: c.stripes[idx].devid,
-                            physical: c.stripes[idx].offset + r * 65536 + 100,
-                        },
+                        at(
+                            c.stripes[idx].devid,
+                            c.stripes[idx].offset + r * 65536 + 100
+                        ),
                         "row {r} data {d} stripe {j}"
                     );
                 }
@@ -496,10 +473,7 @@ mod tests {
                 p.placement,
                 Placement::Mirrors(
                     (first..first + 2)
-                        .map(|i| PhysLoc {
-                            devid: i as u64 + 1,
-                            physical: 1_000_000 * (i as u64 + 1) + phys
-                        })
+                        .map(|i| at(i as u64 + 1, 1_000_000 * (i as u64 + 1) + phys))
                         .collect()
                 )
             );

@@ -139,66 +139,14 @@ pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Res
     if devices.is_empty() {
         return Err(Error::Invalid("no device given".into()));
     }
-    if o.mixed {
-        if o.nodesize != o.sectorsize {
-            return Err(Error::Invalid(format!(
-                "illegal nodesize {} (not equal to sectorsize {} for mixed block groups)",
-                o.nodesize, o.sectorsize
-            )));
-        }
-        if o.metadata_profile != o.data_profile {
-            return Err(Error::Invalid(
-                "with mixed block groups data and metadata profiles must be the same".into(),
-            ));
-        }
-    }
-    let min_size = if o.mixed {
-        MIN_DEVICE_SIZE_MIXED
-    } else {
-        MIN_DEVICE_SIZE
-    };
-    for (p, d) in &devices {
-        if d.size() < min_size {
-            return Err(Error::Invalid(format!(
-                "{}: device of {} bytes is too small (at least {min_size})",
-                p.display(),
-                d.size()
-            )));
-        }
-    }
+    check_options(&devices, o)?;
     wipe_superblocks(&devices)?;
     let fsid = match o.fsid {
         Some(u) => u,
         None => random_uuid()?,
     };
     let transid = 1;
-    let mut sb = blank_superblock(o)?;
-    sb.fsid = fsid;
-    sb.metadata_uuid = fsid;
-    sb.flags = 1;
-    sb.root_dir_objectid = ROOT_TREE_DIR_OBJECTID;
-    sb.num_devices = devices.len() as u64;
-    sb.total_bytes = devices
-        .iter()
-        .map(|(_, d)| d.size() / o.sectorsize as u64 * o.sectorsize as u64)
-        .sum();
-    sb.label = o.label.as_bytes().to_vec();
-    sb.incompat_flags = INCOMPAT_MIXED_BACKREF | INCOMPAT_EXTENDED_IREF | INCOMPAT_SKINNY_METADATA;
-    if o.no_holes {
-        sb.incompat_flags |= INCOMPAT_NO_HOLES;
-    }
-    if (o.metadata_profile | o.data_profile) & (BG_RAID1C3 | BG_RAID1C4) != 0 {
-        sb.incompat_flags |= INCOMPAT_RAID1C34;
-    }
-    if (o.metadata_profile | o.data_profile) & (BG_RAID5 | BG_RAID6) != 0 {
-        sb.incompat_flags |= INCOMPAT_RAID56;
-    }
-    if o.free_space_tree {
-        sb.compat_ro_flags |= FST_FLAGS;
-    }
-    if o.mixed {
-        sb.incompat_flags |= INCOMPAT_MIXED_GROUPS;
-    }
+    let mut sb = new_superblock(&devices, o, fsid)?;
     let mut devs = Vec::new();
     for (i, (path, dev)) in devices.into_iter().enumerate() {
         let devid = i as u64 + 1;
@@ -234,10 +182,84 @@ pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Res
     };
     let total = sb.total_bytes;
     let mut t = Trans::create(devs, sb, chunk_tree_uuid, transid)?;
+    first_chunks(&mut t, o, total)?;
+    first_trees(&mut t, o, fsid, transid)?;
+    Ok(t)
+}
+
+/// Refuses options that do not go together, and devices too small.
+fn check_options(devices: &[(PathBuf, Arc<dyn BlockDev>)], o: &MkfsOptions) -> Result<()> {
+    if o.mixed {
+        if o.nodesize != o.sectorsize {
+            return Err(Error::Invalid(format!(
+                "illegal nodesize {} (not equal to sectorsize {} for mixed block groups)",
+                o.nodesize, o.sectorsize
+            )));
+        }
+        if o.metadata_profile != o.data_profile {
+            return Err(Error::Invalid(
+                "with mixed block groups data and metadata profiles must be the same".into(),
+            ));
+        }
+    }
+    let min_size = if o.mixed {
+        MIN_DEVICE_SIZE_MIXED
+    } else {
+        MIN_DEVICE_SIZE
+    };
+    for (p, d) in devices {
+        if d.size() < min_size {
+            return Err(Error::Invalid(format!(
+                "{}: device of {} bytes is too small (at least {min_size})",
+                p.display(),
+                d.size()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The superblock of the new filesystem, before its devices and trees.
+fn new_superblock(
+    devices: &[(PathBuf, Arc<dyn BlockDev>)],
+    o: &MkfsOptions,
+    fsid: [u8; 16],
+) -> Result<Superblock> {
+    let mut sb = blank_superblock(o)?;
+    sb.fsid = fsid;
+    sb.metadata_uuid = fsid;
+    sb.flags = 1;
+    sb.root_dir_objectid = ROOT_TREE_DIR_OBJECTID;
+    sb.num_devices = devices.len() as u64;
+    sb.total_bytes = devices
+        .iter()
+        .map(|(_, d)| d.size() / o.sectorsize as u64 * o.sectorsize as u64)
+        .sum();
+    sb.label = o.label.as_bytes().to_vec();
+    sb.incompat_flags = INCOMPAT_MIXED_BACKREF | INCOMPAT_EXTENDED_IREF | INCOMPAT_SKINNY_METADATA;
+    if o.no_holes {
+        sb.incompat_flags |= INCOMPAT_NO_HOLES;
+    }
+    if (o.metadata_profile | o.data_profile) & (BG_RAID1C3 | BG_RAID1C4) != 0 {
+        sb.incompat_flags |= INCOMPAT_RAID1C34;
+    }
+    if (o.metadata_profile | o.data_profile) & (BG_RAID5 | BG_RAID6) != 0 {
+        sb.incompat_flags |= INCOMPAT_RAID56;
+    }
+    if o.free_space_tree {
+        sb.compat_ro_flags |= FST_FLAGS;
+    }
+    if o.mixed {
+        sb.incompat_flags |= INCOMPAT_MIXED_GROUPS;
+    }
+    Ok(sb)
+}
+
+/// The first chunks, as mkfs.btrfs sizes them (more are made on demand).
+fn first_chunks(t: &mut Trans, o: &MkfsOptions, total: u64) -> Result<()> {
     t.set_profile(SpaceKind::System, o.metadata_profile);
     t.set_profile(SpaceKind::Metadata, o.metadata_profile);
     t.set_profile(SpaceKind::Data, o.data_profile);
-    // First chunks as mkfs.btrfs sizes them; more are made on demand.
     let (meta, data) = if o.small_chunks {
         t.chunk_cap = Some(32 << 20);
         (16 << 20, 16 << 20)
@@ -261,6 +283,13 @@ pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Res
         t.add_chunk(SpaceKind::Metadata, meta)?;
         t.add_chunk(SpaceKind::Data, data)?;
     }
+    Ok(())
+}
+
+/// The trees of an empty filesystem: their roots, the top directories of
+/// the FS and data relocation trees, the root tree's directory naming
+/// the default subvolume, and the FS tree's UUID tree entry.
+fn first_trees(t: &mut Trans, o: &MkfsOptions, fsid: [u8; 16], transid: u64) -> Result<()> {
     t.init_roots()?;
     let mut trees = vec![
         (EXTENT_TREE_OBJECTID, 0),
@@ -287,14 +316,14 @@ pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Res
         item.otime = o.time;
     }
     let top = dir_inode(transid, o.time, 0o40755);
-    top_dir_items(&mut t, FS_TREE_OBJECTID, FIRST_INODE, &top)?;
-    top_dir_items(&mut t, DATA_RELOC_TREE_OBJECTID, FIRST_INODE, &top)?;
+    top_dir_items(t, FS_TREE_OBJECTID, FIRST_INODE, &top)?;
+    top_dir_items(t, DATA_RELOC_TREE_OBJECTID, FIRST_INODE, &top)?;
     // The root tree's directory, with "default" naming the default
     // subvolume (the top level).
     let mut rdir = dir_inode(transid, o.time, 0o40755);
     rdir.transid = 0;
     rdir.nbytes = o.nodesize as u64;
-    top_dir_items(&mut t, ROOT_TREE_OBJECTID, ROOT_TREE_DIR_OBJECTID, &rdir)?;
+    top_dir_items(t, ROOT_TREE_OBJECTID, ROOT_TREE_DIR_OBJECTID, &rdir)?;
     let default = DirEntry {
         location: Key::new(FS_TREE_OBJECTID, ROOT_ITEM, u64::MAX),
         transid: 0,
@@ -310,5 +339,5 @@ pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Res
     let mut v = Vec::new();
     encode_uuid_item(&[FS_TREE_OBJECTID], &mut v);
     t.insert_item(UUID_TREE_OBJECTID, uuid_key(&fs_uuid, UUID_KEY_SUBVOL), v)?;
-    Ok(t)
+    Ok(())
 }

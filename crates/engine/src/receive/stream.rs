@@ -190,7 +190,7 @@ impl Command {
     }
 }
 
-fn lossy(p: &[u8]) -> String {
+pub(super) fn lossy(p: &[u8]) -> String {
     String::from_utf8_lossy(p).into_owned()
 }
 

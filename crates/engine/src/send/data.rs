@@ -61,6 +61,9 @@ fn encoded_compression(c: u8, sectorsize: u64) -> u32 {
     }
 }
 
+/// A clone candidate of [`Sender::find_clone`]: (leaf, ino, file offset,
+/// item length, clone root index).
+type CloneCand = (u64, u64, u64, u64, usize);
 impl Sender<'_, '_> {
     pub(crate) fn root_of(&self, r: CloneRoot) -> &super::RootInfo {
         match r {
@@ -375,8 +378,7 @@ impl Sender<'_, '_> {
                 None
             }
         };
-        // (leaf, ino, file offset, item length, root index)
-        let mut cands: Vec<(u64, u64, u64, u64, usize)> = Vec::new();
+        let mut cands: Vec<CloneCand> = Vec::new();
         for br in backrefs {
             match br {
                 Cand::Direct { ino, base } => {
@@ -404,48 +406,7 @@ impl Sender<'_, '_> {
                     }
                 }
                 Cand::Shared { leaf } => {
-                    let Ok(b) = self.fs.info.read_tree_block(
-                        leaf,
-                        BlockExpect {
-                            level: Some(0),
-                            ..Default::default()
-                        },
-                    ) else {
-                        continue;
-                    };
-                    let node = b.node();
-                    for i in 0..node.nritems() {
-                        let it = node.item(i);
-                        if it.key.item_type != EXTENT_DATA {
-                            continue;
-                        }
-                        let Ok(fe) = self.decode_extent(self.send.tree, &it.key, it.data) else {
-                            continue;
-                        };
-                        let Some((d, _, o, n)) = fe.regular() else {
-                            continue;
-                        };
-                        if d != disk_bytenr {
-                            continue;
-                        }
-                        let Some((off, nb)) = cand(it.key.offset, o, n) else {
-                            continue;
-                        };
-                        for (ri, r) in roots.iter().enumerate() {
-                            let tree = self.root_of(*r).tree;
-                            let same = self
-                                .items_in(tree, it.key.objectid, it.key.offset, it.key.offset + 1)?
-                                .into_iter()
-                                .any(|(_, ko, f)| {
-                                    ko == it.key.offset
-                                        && f.regular()
-                                            .is_some_and(|(d2, _, o2, _)| d2 == d && o2 == o)
-                                });
-                            if same {
-                                cands.push((leaf, it.key.objectid, off, nb, ri));
-                            }
-                        }
-                    }
+                    self.shared_leaf_cands(leaf, disk_bytenr, &roots, &cand, &mut cands)?
                 }
             }
         }
@@ -502,6 +463,62 @@ impl Sender<'_, '_> {
             }
         }
         Ok(pick.map(|p| p.0))
+    }
+
+    /// The candidates of [`Sender::find_clone`] in `leaf`, a leaf that
+    /// references extent `disk_bytenr` as a whole (shared back reference):
+    /// its items of the extent that `cand` takes, in each clone root that
+    /// has the same item.
+    fn shared_leaf_cands(
+        &self,
+        leaf: u64,
+        disk_bytenr: u64,
+        roots: &[CloneRoot],
+        cand: &impl Fn(u64, u64, u64) -> Option<(u64, u64)>,
+        cands: &mut Vec<CloneCand>,
+    ) -> Result<()> {
+        let Ok(b) = self.fs.info.read_tree_block(
+            leaf,
+            BlockExpect {
+                level: Some(0),
+                ..Default::default()
+            },
+        ) else {
+            return Ok(());
+        };
+        let node = b.node();
+        for i in 0..node.nritems() {
+            let it = node.item(i);
+            if it.key.item_type != EXTENT_DATA {
+                continue;
+            }
+            let Ok(fe) = self.decode_extent(self.send.tree, &it.key, it.data) else {
+                continue;
+            };
+            let Some((d, _, o, n)) = fe.regular() else {
+                continue;
+            };
+            if d != disk_bytenr {
+                continue;
+            }
+            let Some((off, nb)) = cand(it.key.offset, o, n) else {
+                continue;
+            };
+            for (ri, r) in roots.iter().enumerate() {
+                let tree = self.root_of(*r).tree;
+                let same = self
+                    .items_in(tree, it.key.objectid, it.key.offset, it.key.offset + 1)?
+                    .into_iter()
+                    .any(|(_, ko, f)| {
+                        ko == it.key.offset
+                            && f.regular().is_some_and(|(d2, _, o2, _)| d2 == d && o2 == o)
+                    });
+                if same {
+                    cands.push((leaf, it.key.objectid, off, nb, ri));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Extent items of `ino` in `tree` starting in `[from, to)`, with the

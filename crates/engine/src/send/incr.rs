@@ -17,7 +17,7 @@
 
 use super::compare::{compare_trees, Change};
 use super::full::feed_new_item;
-use super::{Cur, Loc, Sender};
+use super::{Cur, Loc, RootInfo, Sender};
 use crate::ctree::Cursor;
 use crate::data::extent::Extent;
 use crate::error::{Error, FormatContext, Result};
@@ -58,8 +58,35 @@ type Edge = (u64, u64, Vec<u8>);
 
 pub(crate) fn incremental_send(s: &mut Sender) -> Result<()> {
     let parent = s.parent.clone().expect("parent");
-    let fs = s.fs;
     // ---------------------------------------------------------------- 1
+    let mut diffs = collect_diffs(s, &parent)?;
+    let kinds = classify(s, &parent, &mut diffs)?;
+    // ---------------------------------------------------------------- 2
+    let mut plan = plan_removals(s, &kinds, &diffs)?;
+    remove_old_names(s, &mut plan)?;
+
+    // ---------------------------------------------------------------- 3
+    for (&ino, &k) in &kinds {
+        let d = diffs.remove(&ino).unwrap_or_default();
+        match k {
+            Kind::Deleted => {}
+            Kind::New | Kind::NewGen => process_new_inode(s, ino)?,
+            Kind::Changed => process_changed_inode(s, ino, d, &plan)?,
+        }
+    }
+    // Directories that could not be removed in step 2 (under their orphan
+    // names in the top directory) are empty now.
+    for (_, orphan) in std::mem::take(&mut plan.rmdir_later) {
+        s.send_rmdir(&orphan)?;
+        s.dirty_dir(FIRST_INODE)?;
+    }
+    Ok(())
+}
+
+/// Step 1, the compare: what differs, per inode, between the send tree
+/// and the parent's (with both inode items of every inode that differs).
+fn collect_diffs(s: &Sender, parent: &RootInfo) -> Result<BTreeMap<u64, InodeDiff>> {
+    let fs = s.fs;
     let mut diffs: BTreeMap<u64, InodeDiff> = BTreeMap::new();
     let left_tree = s.send.tree;
     // An unchanged inode item, kept in case a later item of the inode
@@ -131,21 +158,35 @@ pub(crate) fn incremental_send(s: &mut Sender) -> Result<()> {
             d.right_known = true;
         }
     }
-    let kind_of = |ino: u64, d: &InodeDiff| -> Option<Kind> {
-        let l = d.left.filter(|i| i.nlink > 0);
-        let r = d.right.filter(|i| i.nlink > 0);
-        match (l, r) {
-            (Some(l), Some(r)) if l.generation == r.generation || ino == FIRST_INODE => {
-                Some(Kind::Changed)
-            }
-            (Some(_), Some(_)) => Some(Kind::NewGen),
-            (Some(_), None) => Some(Kind::New),
-            (None, Some(_)) => Some(Kind::Deleted),
-            (None, None) => None,
+    Ok(diffs)
+}
+
+/// What an inode that differs is: changed, new, re-created (a new
+/// generation) or deleted; None for one in neither tree.
+fn kind_of(ino: u64, d: &InodeDiff) -> Option<Kind> {
+    let l = d.left.filter(|i| i.nlink > 0);
+    let r = d.right.filter(|i| i.nlink > 0);
+    match (l, r) {
+        (Some(l), Some(r)) if l.generation == r.generation || ino == FIRST_INODE => {
+            Some(Kind::Changed)
         }
-    };
+        (Some(_), Some(_)) => Some(Kind::NewGen),
+        (Some(_), None) => Some(Kind::New),
+        (None, Some(_)) => Some(Kind::Deleted),
+        (None, None) => None,
+    }
+}
+
+/// Step 1, the classification of the inodes that differ (and of the
+/// children of re-created directories), noted in the sender's sets.
+fn classify(
+    s: &mut Sender,
+    parent: &RootInfo,
+    diffs: &mut BTreeMap<u64, InodeDiff>,
+) -> Result<BTreeMap<u64, Kind>> {
+    let fs = s.fs;
     let mut kinds: BTreeMap<u64, Kind> = BTreeMap::new();
-    for (&ino, d) in &diffs {
+    for (&ino, d) in diffs.iter() {
         if let Some(k) = kind_of(ino, d) {
             kinds.insert(ino, k);
         }
@@ -202,10 +243,18 @@ pub(crate) fn incremental_send(s: &mut Sender) -> Result<()> {
             }
         }
     }
+    Ok(kinds)
+}
 
-    // ---------------------------------------------------------------- 2
+/// Step 2's plan: the old and new names of every inode whose parent-tree
+/// names go away or change.
+fn plan_removals(
+    s: &mut Sender,
+    kinds: &BTreeMap<u64, Kind>,
+    diffs: &BTreeMap<u64, InodeDiff>,
+) -> Result<Plan> {
     let mut plan = Plan::default();
-    for (&ino, &k) in &kinds {
+    for (&ino, &k) in kinds {
         let d = &diffs[&ino];
         let old_relevant =
             matches!(k, Kind::Deleted | Kind::NewGen) || (k == Kind::Changed && d.refs_changed);
@@ -221,24 +270,7 @@ pub(crate) fn incremental_send(s: &mut Sender) -> Result<()> {
             plan.add(ino, old_ii, deleted, old_edges, new_edges);
         }
     }
-    remove_old_names(s, &mut plan)?;
-
-    // ---------------------------------------------------------------- 3
-    for (&ino, &k) in &kinds {
-        let d = diffs.remove(&ino).unwrap_or_default();
-        match k {
-            Kind::Deleted => {}
-            Kind::New | Kind::NewGen => process_new_inode(s, ino)?,
-            Kind::Changed => process_changed_inode(s, ino, d, &plan)?,
-        }
-    }
-    // Directories that could not be removed in step 2 (under their orphan
-    // names in the top directory) are empty now.
-    for (_, orphan) in std::mem::take(&mut plan.rmdir_later) {
-        s.send_rmdir(&orphan)?;
-        s.dirty_dir(FIRST_INODE)?;
-    }
-    Ok(())
+    Ok(plan)
 }
 
 /// The record of `ino`, created with the inode item seen unchanged just
@@ -358,6 +390,19 @@ fn old_depth(s: &mut Sender, dir: u64, cache: &mut HashMap<u64, u64>) -> Result<
     Ok(cache.get(&dir).copied().unwrap_or(0))
 }
 
+/// Unlinks name `edge` of `ino` (at `path`): the receiver finds the inode
+/// under its first remaining name from then on.
+fn unlink_name(s: &mut Sender, plan: &mut Plan, ino: u64, edge: &Edge, path: &[u8]) -> Result<()> {
+    s.send_unlink(path)?;
+    let info = plan.info.get_mut(&ino).unwrap();
+    info.current.retain(|e| e != edge);
+    match info.current.first() {
+        Some(e) => s.loc.insert(ino, Loc::named(e.0, e.2.clone())),
+        None => s.loc.remove(&ino),
+    };
+    Ok(())
+}
+
 /// Step 2: every name of the parent that the send snapshot does not have
 /// goes away, children before their directories.
 fn remove_old_names(s: &mut Sender, plan: &mut Plan) -> Result<()> {
@@ -410,22 +455,7 @@ fn remove_old_names(s: &mut Sender, plan: &mut Plan) -> Result<()> {
                     s.dirty_dir(FIRST_INODE)?;
                 }
             } else {
-                s.send_unlink(&path)?;
-                let info = plan.info.get_mut(&ino).unwrap();
-                info.current.retain(|e| *e != edge);
-                if info.current.is_empty() {
-                    s.loc.remove(&ino);
-                } else {
-                    let e = info.current[0].clone();
-                    s.loc.insert(
-                        ino,
-                        Loc {
-                            parent: e.0,
-                            name: e.2,
-                            orphan: false,
-                        },
-                    );
-                }
+                unlink_name(s, plan, ino, &edge, &path)?;
             }
         } else {
             let info = plan.info.get(&ino).unwrap();
@@ -450,14 +480,7 @@ fn remove_old_names(s: &mut Sender, plan: &mut Plan) -> Result<()> {
                     let to = Sender::join(&tdir, &t.2);
                     s.send_rename(&path, &to)?;
                     occ.insert((t.0, t.2.clone()), Some(ino));
-                    s.loc.insert(
-                        ino,
-                        Loc {
-                            parent: t.0,
-                            name: t.2.clone(),
-                            orphan: false,
-                        },
-                    );
+                    s.loc.insert(ino, Loc::named(t.0, t.2.clone()));
                     let info = plan.info.get_mut(&ino).unwrap();
                     info.current = vec![t.clone()];
                     s.dirty_dir(t.0)?;
@@ -465,30 +488,12 @@ fn remove_old_names(s: &mut Sender, plan: &mut Plan) -> Result<()> {
                     let o = s.orphan_name(ino, gen)?;
                     s.send_rename(&path, &o)?;
                     occ.insert((FIRST_INODE, o.clone()), Some(ino));
-                    s.loc.insert(
-                        ino,
-                        Loc {
-                            parent: FIRST_INODE,
-                            name: o,
-                            orphan: true,
-                        },
-                    );
+                    s.loc.insert(ino, Loc::orphan(o));
                     plan.info.get_mut(&ino).unwrap().current.clear();
                     s.dirty_dir(FIRST_INODE)?;
                 }
             } else {
-                s.send_unlink(&path)?;
-                let info = plan.info.get_mut(&ino).unwrap();
-                info.current.retain(|e| *e != edge);
-                let e = info.current[0].clone();
-                s.loc.insert(
-                    ino,
-                    Loc {
-                        parent: e.0,
-                        name: e.2,
-                        orphan: false,
-                    },
-                );
+                unlink_name(s, plan, ino, &edge, &path)?;
             }
         }
         if surviving_dir {

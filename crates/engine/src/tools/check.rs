@@ -36,7 +36,7 @@ use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{
     BlockGroupItem, ChunkItem, DevExtent, DevItem, ExtentRecord, FreeSpaceInfo, InlineRef,
 };
-use ubtrfs_format::Key;
+use ubtrfs_format::{Key, Superblock};
 
 /// Most problems listed in the error.
 const MAX_PROBLEMS: usize = 40;
@@ -90,7 +90,47 @@ pub fn check_filesystem(fs: &Filesystem) -> Result<CheckReport> {
         generation: sb.generation,
         ..Default::default()
     };
-    // Trees: root and chunk from the superblock, the rest from ROOT_ITEMs.
+    let trees = all_trees(fs)?;
+    let mut blocks: BTreeMap<u64, Block> = BTreeMap::new();
+    for t in &trees {
+        report.trees.insert(t.id, (t.bytenr, t.level));
+        walk_tree(info, t, &mut blocks, &mut p)?;
+    }
+    report.blocks = blocks.len();
+    let (chunks, dev_items) = read_chunk_tree(info, trees[1])?;
+    let (groups, extents) = check_extent_tree(fs, &blocks, &mut p)?;
+    check_block_groups(sb, &groups, &extents, &chunks, &mut p);
+    check_dev_extents(fs, &chunks, &dev_items, &mut p)?;
+    if sb.compat_ro_flags & COMPAT_RO_FREE_SPACE_TREE != 0 {
+        check_free_space_tree(fs, &groups, &extents, &mut p)?;
+    }
+    let (reports, _) = info.take_reports();
+    for r in reports {
+        p.add(format!("read: {r}"));
+    }
+    if p.1 > 0 {
+        let more = if p.1 > p.0.len() {
+            format!("\n... and {} more", p.1 - p.0.len())
+        } else {
+            String::new()
+        };
+        return Err(Error::corrupt(
+            format!("check (generation {})", sb.generation),
+            format!("{} problems:\n{}{more}", p.1, p.0.join("\n")),
+        ));
+    }
+    Ok(report)
+}
+
+/// Block groups: start -> (length, item).
+type Groups = BTreeMap<u64, (u64, BlockGroupItem)>;
+/// Extents: start -> (length, block group flag wanted).
+type Extents = BTreeMap<u64, (u64, u64)>;
+
+/// Every tree: root and chunk from the superblock (in that order), the
+/// rest from ROOT_ITEMs.
+fn all_trees(fs: &Filesystem) -> Result<Vec<Tree>> {
+    let sb = &fs.info.sb;
     let mut trees = vec![
         fs.root_tree,
         Tree {
@@ -100,7 +140,7 @@ pub fn check_filesystem(fs: &Filesystem) -> Result<CheckReport> {
             generation: sb.chunk_root_generation,
         },
     ];
-    for_each_item(info, fs.root_tree, Key::MIN, Key::MAX, |k, _| {
+    for_each_item(&fs.info, fs.root_tree, Key::MIN, Key::MAX, |k, _| {
         if k.item_type == ROOT_ITEM {
             if let Some(t) = fs.tree_opt(k.objectid)? {
                 trees.push(t);
@@ -108,17 +148,16 @@ pub fn check_filesystem(fs: &Filesystem) -> Result<CheckReport> {
         }
         Ok(ControlFlow::Continue(()))
     })?;
-    let mut blocks: BTreeMap<u64, Block> = BTreeMap::new();
-    for t in &trees {
-        report.trees.insert(t.id, (t.bytenr, t.level));
-        walk_tree(info, t, &mut blocks, &mut p)?;
-    }
-    report.blocks = blocks.len();
+    Ok(trees)
+}
 
-    // Chunks, from the chunk tree.
+/// The chunks and device items of the chunk tree.
+fn read_chunk_tree(
+    info: &FsInfo,
+    chunk_tree: Tree,
+) -> Result<(BTreeMap<u64, ChunkItem>, BTreeMap<u64, DevItem>)> {
     let mut chunks: BTreeMap<u64, ChunkItem> = BTreeMap::new();
     let mut dev_items: BTreeMap<u64, DevItem> = BTreeMap::new();
-    let chunk_tree = trees[1];
     for_each_item(info, chunk_tree, Key::MIN, Key::MAX, |k, d| {
         match k.item_type {
             CHUNK_ITEM => {
@@ -135,13 +174,22 @@ pub fn check_filesystem(fs: &Filesystem) -> Result<CheckReport> {
         }
         Ok(ControlFlow::Continue(()))
     })?;
+    Ok((chunks, dev_items))
+}
 
-    // The extent tree.
+/// The extent tree: block groups and extents read, and every tree block
+/// (`blocks`, from the tree walks) with one METADATA_ITEM referenced by
+/// its owner.
+fn check_extent_tree(
+    fs: &Filesystem,
+    blocks: &BTreeMap<u64, Block>,
+    p: &mut Problems,
+) -> Result<(Groups, Extents)> {
+    let info = &fs.info;
     let extent_tree = fs.tree(EXTENT_TREE_OBJECTID)?;
     let ns = info.nodesize as u64;
-    let mut groups: BTreeMap<u64, (u64, BlockGroupItem)> = BTreeMap::new();
-    // Extents: start -> (len, bg flag wanted).
-    let mut extents: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut groups = Groups::new();
+    let mut extents = Extents::new();
     let mut meta_refs: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     let mut seen_meta: BTreeSet<u64> = BTreeSet::new();
     for_each_item(info, extent_tree, Key::MIN, Key::MAX, |k, d| {
@@ -215,7 +263,7 @@ pub fn check_filesystem(fs: &Filesystem) -> Result<CheckReport> {
         }
         Ok(ControlFlow::Continue(()))
     })?;
-    for (&b, blk) in &blocks {
+    for (&b, blk) in blocks {
         if !seen_meta.contains(&b) {
             p.add(format!(
                 "tree block {b} (tree {}, level {}): no METADATA_ITEM",
@@ -230,11 +278,21 @@ pub fn check_filesystem(fs: &Filesystem) -> Result<CheckReport> {
             ));
         }
     }
+    Ok((groups, extents))
+}
 
-    // Extents within block groups of their kind, not overlapping; used.
+/// Extents within block groups of their kind, not overlapping; each
+/// group's used bytes, its chunk, and the superblock's bytes_used.
+fn check_block_groups(
+    sb: &Superblock,
+    groups: &Groups,
+    extents: &Extents,
+    chunks: &BTreeMap<u64, ChunkItem>,
+    p: &mut Problems,
+) {
     let mut used: BTreeMap<u64, u64> = groups.keys().map(|&s| (s, 0)).collect();
     let mut last_end = 0u64;
-    for (&s, &(len, kind)) in &extents {
+    for (&s, &(len, kind)) in extents {
         if s < last_end {
             p.add(format!("extent {s}+{len} overlaps the one before"));
         }
@@ -253,7 +311,7 @@ pub fn check_filesystem(fs: &Filesystem) -> Result<CheckReport> {
         }
     }
     let mut total = 0;
-    for (&gs, (glen, bg)) in &groups {
+    for (&gs, (glen, bg)) in groups {
         total += bg.used;
         if used[&gs] != bg.used {
             p.add(format!(
@@ -281,27 +339,6 @@ pub fn check_filesystem(fs: &Filesystem) -> Result<CheckReport> {
             sb.bytes_used
         ));
     }
-
-    check_dev_extents(fs, &chunks, &dev_items, &mut p)?;
-    if sb.compat_ro_flags & COMPAT_RO_FREE_SPACE_TREE != 0 {
-        check_free_space_tree(fs, &groups, &extents, &mut p)?;
-    }
-    let (reports, _) = info.take_reports();
-    for r in reports {
-        p.add(format!("read: {r}"));
-    }
-    if p.1 > 0 {
-        let more = if p.1 > p.0.len() {
-            format!("\n... and {} more", p.1 - p.0.len())
-        } else {
-            String::new()
-        };
-        return Err(Error::corrupt(
-            format!("check (generation {})", sb.generation),
-            format!("{} problems:\n{}{more}", p.1, p.0.join("\n")),
-        ));
-    }
-    Ok(report)
 }
 
 fn walk_tree(

@@ -31,11 +31,8 @@ impl Trans {
         }
         let mut found = 0u64;
         // The item before `start` may reach into the range.
-        let from = match self.search_last_le(
-            CSUM_TREE_OBJECTID,
-            &Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, start),
-        )? {
-            Some((k, d)) if k.objectid == EXTENT_CSUM_OBJECTID && k.item_type == EXTENT_CSUM => {
+        let from = match self.csum_item_at_or_before(start)? {
+            Some((k, d)) => {
                 if k.offset + d.len() as u64 / cs * ss > start {
                     found += 1;
                 }
@@ -46,20 +43,10 @@ impl Trans {
         if found > 0 && !full_scan {
             return Ok(true);
         }
-        self.scan(
-            CSUM_TREE_OBJECTID,
-            &Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, from),
-            |k, _| {
-                if k.objectid != EXTENT_CSUM_OBJECTID
-                    || k.item_type != EXTENT_CSUM
-                    || k.offset >= end
-                {
-                    return false;
-                }
-                found += 1;
-                full_scan
-            },
-        )?;
+        self.scan_csum_items(from, end, |_, _| {
+            found += 1;
+            full_scan
+        })?;
         Ok(found > 0 || queued)
     }
 
@@ -93,29 +80,18 @@ impl Trans {
                 }
             }
         };
-        let first = Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, start);
-        let from = match self.search_last_le(CSUM_TREE_OBJECTID, &first)? {
-            Some((k, d)) if k.objectid == EXTENT_CSUM_OBJECTID && k.item_type == EXTENT_CSUM => {
+        let from = match self.csum_item_at_or_before(start)? {
+            Some((k, d)) => {
                 take(&k, &d);
                 k.offset + 1
             }
             _ => start,
         };
         let mut rest = Vec::new();
-        self.scan(
-            CSUM_TREE_OBJECTID,
-            &Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, from),
-            |k, d| {
-                if k.objectid != EXTENT_CSUM_OBJECTID
-                    || k.item_type != EXTENT_CSUM
-                    || k.offset >= end
-                {
-                    return false;
-                }
-                rest.push((*k, d.to_vec()));
-                true
-            },
-        )?;
+        self.scan_csum_items(from, end, |k, d| {
+            rest.push((*k, d.to_vec()));
+            true
+        })?;
         for (k, d) in rest {
             take(&k, &d);
         }
@@ -127,6 +103,32 @@ impl Trans {
             );
         }
         Ok(out)
+    }
+
+    /// The EXTENT_CSUM item at or before sector `at`, when the item there
+    /// is one: it may cover `at`.
+    fn csum_item_at_or_before(&self, at: u64) -> Result<Option<(Key, Vec<u8>)>> {
+        let key = Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, at);
+        Ok(self
+            .search_last_le(CSUM_TREE_OBJECTID, &key)?
+            .filter(|(k, _)| k.objectid == EXTENT_CSUM_OBJECTID && k.item_type == EXTENT_CSUM))
+    }
+
+    /// Calls `f` on the EXTENT_CSUM items from sector `from` on that start
+    /// before `end`, in order, while it returns true.
+    fn scan_csum_items(
+        &self,
+        from: u64,
+        end: u64,
+        mut f: impl FnMut(&Key, &[u8]) -> bool,
+    ) -> Result<()> {
+        let key = Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, from);
+        self.scan(CSUM_TREE_OBJECTID, &key, |k, d| {
+            k.objectid == EXTENT_CSUM_OBJECTID
+                && k.item_type == EXTENT_CSUM
+                && k.offset < end
+                && f(k, d)
+        })
     }
 
     /// Queues the checksums of `data` written at `logical` (whole sectors).

@@ -43,13 +43,7 @@ impl Trans {
         if !self.has_free_space_tree() {
             return Ok(false);
         }
-        let dirty: Vec<u64> = self
-            .alloc
-            .groups
-            .values()
-            .filter(|g| g.fst_dirty)
-            .map(|g| g.start)
-            .collect();
+        let dirty = self.alloc.group_starts(|g| g.fst_dirty);
         let mut changed = false;
         for start in dirty {
             self.alloc.groups.get_mut(&start).unwrap().fst_dirty = false;
@@ -108,13 +102,7 @@ impl Trans {
     /// group's usage then changes before its turn. A group changed after
     /// its own turn is dirty again and written in the next pass.
     pub(crate) fn update_block_group_items(&mut self) -> Result<bool> {
-        let dirty: Vec<u64> = self
-            .alloc
-            .groups
-            .values()
-            .filter(|g| g.item_dirty)
-            .map(|g| g.start)
-            .collect();
+        let dirty = self.alloc.group_starts(|g| g.item_dirty);
         let mut changed = false;
         for start in dirty {
             let g = self.alloc.groups.get_mut(&start).unwrap();

@@ -167,13 +167,9 @@ impl Trans {
         if self.mixed_groups() {
             return self.mixed_room();
         }
-        let free: u64 = self
+        let free = self
             .alloc
-            .groups
-            .values()
-            .filter(|g| g.flags & BG_METADATA != 0 && g.flags & BG_DATA == 0)
-            .map(|g| g.free_bytes())
-            .sum();
+            .free_bytes_in(|g| g.flags & BG_METADATA != 0 && g.flags & BG_DATA == 0);
         let (raw, logical) = self.raw_per_logical(SpaceKind::Metadata);
         free + self.unallocated() / raw * logical
     }
@@ -237,13 +233,7 @@ impl Trans {
     /// Space data and metadata of a mixed filesystem share: free in the
     /// mixed block groups, and what new chunks can take.
     fn mixed_room(&self) -> u64 {
-        let free: u64 = self
-            .alloc
-            .groups
-            .values()
-            .filter(|g| g.flags & BG_DATA != 0)
-            .map(|g| g.free_bytes())
-            .sum();
+        let free = self.alloc.free_bytes_in(|g| g.flags & BG_DATA != 0);
         free + self.mixed_unallocated()
     }
 
