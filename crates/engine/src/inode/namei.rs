@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::items::dir_item;
 use crate::tx::delayed_ref::Backref;
 use crate::tx::Trans;
+use std::collections::HashMap;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{dir_index_key, dir_item_key, xattr_item_key, InodeItem, Timespec};
 use ubtrfs_format::Key;
@@ -33,6 +34,29 @@ impl Entry {
 
 fn name_str(name: &[u8]) -> String {
     String::from_utf8_lossy(name).into_owned()
+}
+
+/// The next free inode number of each subvolume a writer makes inodes
+/// in, as the kernel's root->free_objectid: found from the tree's highest
+/// inode the first time, then counted up.
+#[derive(Debug, Default)]
+pub struct FreeObjectids(HashMap<u64, u64>);
+
+impl FreeObjectids {
+    /// A new inode number in subvolume `tree`; ENOSPC when none is left.
+    pub fn take(&mut self, t: &mut Trans, tree: u64) -> Result<u64> {
+        let next = match self.0.get(&tree) {
+            Some(&n) => n,
+            None => t.highest_ino(tree)? + 1,
+        };
+        if next > LAST_FREE_OBJECTID {
+            return Err(Error::NoSpace(format!(
+                "subvolume {tree}: no inode numbers left"
+            )));
+        }
+        self.0.insert(tree, next + 1);
+        Ok(next)
+    }
 }
 
 impl Trans {

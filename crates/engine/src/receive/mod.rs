@@ -41,6 +41,7 @@ mod write;
 
 use crate::cache::reada::Readahead;
 use crate::error::{Error, Result};
+use crate::inode::namei::FreeObjectids;
 use crate::tx::Trans;
 use std::collections::HashMap;
 use std::io::Read;
@@ -124,7 +125,7 @@ pub struct Receiver<'t> {
     dest: (u64, u64),
     dest_path: String,
     cur: Option<Subvol>,
-    next_ino: HashMap<u64, u64>,
+    next_ino: FreeObjectids,
     pending: Option<PendingWrite>,
     held: Option<HeldInode>,
     /// Paths of the current subvolume resolved to inodes (entries go
@@ -175,7 +176,7 @@ impl<'t> Receiver<'t> {
             dest: (tree, dir),
             dest_path: dest.trim_end_matches('/').to_string(),
             cur: None,
-            next_ino: HashMap::new(),
+            next_ino: FreeObjectids::default(),
             pending: None,
             held: None,
             resolved: HashMap::new(),

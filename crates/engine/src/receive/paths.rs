@@ -6,7 +6,7 @@
 use super::stream::Command;
 use super::{lossy, Receiver, Subvol};
 use crate::error::{Error, Result};
-use ubtrfs_format::consts::{FIRST_INODE, LAST_FREE_OBJECTID};
+use ubtrfs_format::consts::FIRST_INODE;
 use ubtrfs_format::send_stream::attr;
 
 impl Receiver<'_> {
@@ -84,16 +84,6 @@ impl Receiver<'_> {
     }
 
     pub(super) fn alloc_ino(&mut self, tree: u64) -> Result<u64> {
-        let next = match self.next_ino.get(&tree) {
-            Some(&n) => n,
-            None => self.t.highest_ino(tree)? + 1,
-        };
-        if next > LAST_FREE_OBJECTID {
-            return Err(Error::NoSpace(format!(
-                "tree {tree}: no free inode numbers"
-            )));
-        }
-        self.next_ino.insert(tree, next + 1);
-        Ok(next)
+        self.next_ino.take(self.t, tree)
     }
 }

@@ -39,6 +39,7 @@ pub mod seek;
 use crate::data::extent::ExtentKind;
 use crate::error::{Error, Result};
 use crate::fs::InodeId;
+use crate::inode::namei::FreeObjectids;
 use crate::tx::Trans;
 use extent_io::InodeDirty;
 use std::collections::{HashMap, HashSet};
@@ -153,7 +154,7 @@ pub struct RwFs {
     /// shared with callers that answer from a cache without the lock.
     versions: std::sync::Arc<seek::Versions>,
     /// Next free inode number per subvolume.
-    next_ino: HashMap<u64, u64>,
+    next_ino: FreeObjectids,
     /// Read-only subvolumes (received, snapshots made read-only).
     readonly: HashMap<u64, bool>,
     /// Open handles per inode: an inode whose last name goes while it is
@@ -262,7 +263,7 @@ impl RwFs {
             ordered: HashMap::new(),
             ordered_in_flight: 0,
             versions: Default::default(),
-            next_ino: HashMap::new(),
+            next_ino: FreeObjectids::default(),
             readonly: HashMap::new(),
             open: Default::default(),
             orphans: HashSet::new(),
@@ -353,17 +354,7 @@ impl RwFs {
 
     /// A new inode number in subvolume `tree`.
     pub(crate) fn alloc_ino(&mut self, tree: u64) -> Result<u64> {
-        let next = match self.next_ino.get(&tree) {
-            Some(&n) => n,
-            None => self.t.highest_ino(tree)? + 1,
-        };
-        if next > LAST_FREE_OBJECTID {
-            return Err(Error::NoSpace(format!(
-                "subvolume {tree}: no inode numbers left"
-            )));
-        }
-        self.next_ino.insert(tree, next + 1);
-        Ok(next)
+        self.next_ino.take(&mut self.t, tree)
     }
 
     fn open_counts(&self) -> std::sync::MutexGuard<'_, HashMap<InodeId, u32>> {
