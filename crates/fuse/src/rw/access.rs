@@ -62,6 +62,16 @@ impl RwInner {
             .is_some_and(|h| h.setid)
     }
 
+    /// Whether handle `fh` reads through the page cache (opened without
+    /// O_DIRECT).
+    pub(super) fn handle_buffered(&self, fh: crate::proto::FileHandle) -> bool {
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh.0)
+            .is_some_and(|h| h.buffered)
+    }
+
     /// A change of `id`'s data by `req`'s caller, who lacks CAP_FSETID:
     /// its set-ID bits go as the VFS drops them
     /// ([`RwFs::drop_suid_sgid`]), and the kernel's cached mode with them.
