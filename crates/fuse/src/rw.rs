@@ -410,7 +410,7 @@ impl crate::proto::FuseFs for RwFuse {
     }
 
     fn read(&self, _: &Request, node: INodeNo, a: args::Read, reply: ReplyData) {
-        self.0.read_request(node, a.fh.0, a.offset, a.size, reply);
+        self.0.read_request(node, a, reply);
     }
 
     fn write(&self, req: &Request, node: INodeNo, w: args::Write, reply: ReplyWrite) {
@@ -475,9 +475,6 @@ impl crate::proto::FuseFs for RwFuse {
         if let Some(h) = h {
             if h.writer {
                 self.pushes.writer_end(h.id);
-            }
-            if h.buffered {
-                self.pushes.buffered_close(h.id);
             }
             self.closed(h.id, "release");
         }

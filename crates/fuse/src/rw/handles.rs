@@ -172,9 +172,6 @@ impl RwInner {
             .stat(id)
             .is_ok_and(|st| st.mode & (libc::S_ISUID | libc::S_ISGID) != 0);
         let buffered = flags & libc::O_DIRECT == 0;
-        if buffered {
-            self.pushes.buffered_open(id);
-        }
         self.handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())

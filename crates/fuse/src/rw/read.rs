@@ -5,16 +5,16 @@
 use super::*;
 
 impl RwInner {
-    /// A READ of `size` bytes at `offset` through handle `fh` of `node`.
-    pub(super) fn read_request(
-        self: &Arc<Self>,
-        node: INodeNo,
-        fh: u64,
-        offset: u64,
-        size: u32,
-        reply: ReplyData,
-    ) {
+    /// A READ of `node`.
+    pub(super) fn read_request(self: &Arc<Self>, node: INodeNo, a: args::Read, reply: ReplyData) {
+        let (fh, offset, size) = (a.fh.0, a.offset, a.size);
         let id = self.inode(node);
+        // The READ's flags are the file's now (fcntl may have changed
+        // O_DIRECT since the open): without O_DIRECT, its answer fills
+        // the kernel's page cache.
+        if a.flags.0 & libc::O_DIRECT == 0 {
+            self.pushes.read_cached(id);
+        }
         if let Some(ms) = test_read_delay(offset, size) {
             // Test hook: this READ is answered late, from a thread of its
             // own, before any window is counted (it ties up no request
