@@ -24,6 +24,11 @@
 #   would take the device for a program);
 # - limits it keys on FSTYP=fuse for FUSE servers in general are btrfs's
 #   for ubtrfs: the largest xattr (generic/020), timestamps, names as bytes.
+# - after each test, fstests checks the filesystems as it does the
+#   kernel's btrfs: unmounted, `btrfs check`, mounted again (for FSTYP=fuse
+#   it checks nothing). The kernel's side gets the commit of that unmount
+#   too, so space freed by a test's cleanup is free for the next
+#   (generic/701 after 694).
 #
 # Each side gets two loop devices over sparse images of SIZE (default 8G):
 # TEST_DEV and SCRATCH_DEV. The kernel's are made with mkfs.btrfs (FSTYP
