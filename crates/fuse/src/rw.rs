@@ -432,16 +432,17 @@ impl crate::proto::FuseFs for RwFuse {
         // A write from the page cache (FUSE_WRITE_CACHE) is not the
         // caller's: the kernel dropped what it drops when the data was
         // written into the cache.
+        let (setid, buffered) = self.handle_write_flags(fh).unwrap_or_default();
         let kill = w.write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
             || !w.write_flags.contains(WriteFlags::FUSE_WRITE_CACHE)
-                && self.handle_setid(fh)
+                && setid
                 && crate::caps::lacks(req.pid(), crate::caps::CAP_FSETID);
         match res {
             Ok(n) => {
                 if kill {
                     self.drop_set_ids(id, req);
                 }
-                if direct && !self.handle_buffered(fh) {
+                if direct && !buffered {
                     self.pushes
                         .after_direct_write(id, node.0, offset, n as u64, move || {
                             reply.written(n as u32)

@@ -53,23 +53,16 @@ impl RwInner {
         }
     }
 
-    /// Whether handle `fh` is of a file that had set-ID bits at open.
-    pub(super) fn handle_setid(&self, fh: crate::proto::FileHandle) -> bool {
+    /// What a WRITE through handle `fh` needs of it, in one look: whether
+    /// its file had set-ID bits at open, and whether it was opened to read
+    /// through the page cache (without O_DIRECT). None for a handle not
+    /// (or no longer) open.
+    pub(super) fn handle_write_flags(&self, fh: crate::proto::FileHandle) -> Option<(bool, bool)> {
         self.handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&fh.0)
-            .is_some_and(|h| h.setid)
-    }
-
-    /// Whether handle `fh` reads through the page cache (opened without
-    /// O_DIRECT).
-    pub(super) fn handle_buffered(&self, fh: crate::proto::FileHandle) -> bool {
-        self.handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&fh.0)
-            .is_some_and(|h| h.buffered)
+            .map(|h| (h.setid, h.buffered))
     }
 
     /// A change of `id`'s data by `req`'s caller, who lacks CAP_FSETID:
