@@ -18,6 +18,9 @@
 #                   umount waits for the last commit, on the transport a
 #                   root mount gets by default
 #   ubtrfs-dev      the same over /dev/fuse (-o nouring)
+#   ubtrfs-no-killpriv  ubtrfs with UBTRFS_NO_KILLPRIV=1: the kernel drops
+#                   set-ID bits itself and asks for security.capability
+#                   before every write (FUSE_HANDLE_KILLPRIV_V2 not offered)
 #   floor           the floor: fuse-passthrough (bench/uring_floor), a FUSE
 #                   server over the same protocol layer that serves a
 #                   directory on tmpfs as it is, over io_uring (setting
@@ -135,6 +138,7 @@ do_mount() { # SIDE
       mountpoint -q "$mnt" || { echo "the floor did not mount: $(cat "$WORK/floor.log")" >&2; exit 1; }
       ;;
     ubtrfs-dev) "$BIN" mount -o "rw,nouring${extra:+,$extra}" "$img" "$mnt" ;;
+    ubtrfs-no-killpriv) UBTRFS_NO_KILLPRIV=1 "$BIN" mount -o "rw${extra:+,$extra}" "$img" "$mnt" ;;
     ubtrfs-plain) "$BIN" mount -o "rw,noblkdev${extra:+,$extra}" "$img" "$mnt" ;;
   esac
 }

@@ -86,7 +86,9 @@
 //!     names are renamed ends; O_TMPFILE and linkat; a file handle after
 //!     drop_caches; renameat2's flags (WHITEOUT); the label; set-ID bits
 //!     after fallocate, punch, zero range, buffered and direct writes by
-//!     a user and by root. Then `btrfs check`.
+//!     a user and by root, after an O_TRUNC open, a truncate and a chown;
+//!     security.capability after a write, a truncate and a chown. Then
+//!     `btrfs check`.
 //!
 //! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
 //! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
@@ -1687,6 +1689,21 @@ for m in 6666 6676 6766; do
   rm -f k2 && touch k2 && chmod $m k2 && xfs_io -d -c 'pwrite 0 4k' k2 >/dev/null
   echo "$m direct write by root: $(stat -c %a k2)"
 done
+for m in 6777 6767; do
+  rm -f t && echo a > t && chmod $m t && as_tests sh -c ': > t'
+  echo "$m O_TRUNC open by a user: $(stat -c %a t)"
+  rm -f t && echo a > t && chmod $m t && as_tests truncate -s 1 t
+  echo "$m truncate by a user: $(stat -c %a t)"
+  rm -f t && echo a > t && chmod $m t && chown tests t
+  echo "$m chown by root: $(stat -c %a t)"
+done
+caps() { getcap "$1" | awk '{print $2}'; }
+rm -f c1 && echo a > c1 && echo b >> c1 && setcap cap_net_raw+ep c1 && echo c >> c1
+echo "capabilities after a write: $(caps c1)"
+rm -f c1 && echo a > c1 && setcap cap_net_raw+ep c1 && truncate -s 0 c1
+echo "capabilities after a truncate: $(caps c1)"
+rm -f c1 && echo a > c1 && setcap cap_net_raw+ep c1 && chown tests c1
+echo "capabilities after a chown: $(caps c1)"
 "#;
 
 fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {

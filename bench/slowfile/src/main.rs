@@ -345,11 +345,12 @@ impl FuseFs for SlowFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, a: args::Open, reply: ReplyOpen) {
         if ino.0 != FILE {
             return reply.error(Errno::EISDIR);
         }
-        let writes = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+        let f = a.flags.0;
+        let writes = f & libc::O_ACCMODE != libc::O_RDONLY || f & libc::O_TRUNC != 0;
         if writes && !self.rw {
             return reply.error(Errno::EROFS);
         }

@@ -215,8 +215,8 @@ impl crate::proto::FuseFs for BtrfsFuse {
         self.inner.readlink(node, reply);
     }
 
-    fn open(&self, _: &Request, node: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.inner.open(node, flags.0, reply);
+    fn open(&self, _: &Request, node: INodeNo, a: args::Open, reply: ReplyOpen) {
+        self.inner.open(node, a.flags.0, reply);
     }
 
     fn read(&self, _: &Request, _node: INodeNo, a: args::Read, reply: ReplyData) {

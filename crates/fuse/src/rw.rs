@@ -100,6 +100,14 @@ pub(crate) fn env_switch_on(cell: &std::sync::OnceLock<bool>, var: &str) -> bool
     *cell.get_or_init(|| std::env::var_os(var).is_none_or(|v| v == "0"))
 }
 
+/// UBTRFS_NO_KILLPRIV=1: FUSE_HANDLE_KILLPRIV_V2 is not offered, and the
+/// kernel drops set-ID bits and asks for security.capability before
+/// every write (the benchmark's switch).
+fn killpriv() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    env_switch_on(&ON, "UBTRFS_NO_KILLPRIV")
+}
+
 /// Whether `VAR=1` (any value but 0) is in the daemon's environment, read
 /// once: for what is off unless asked for.
 fn env_switch_set(cell: &std::sync::OnceLock<bool>, var: &str) -> bool {
@@ -241,6 +249,15 @@ impl crate::proto::FuseFs for RwFuse {
         // switch the inode back to page-cache I/O for it, which keeps it
         // coherent with the direct writes.
         config.add_offered(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+        if killpriv() {
+            // We drop the set-ID bits where the kernel says (WRITE, SETATTR
+            // and OPEN flags): the kernel then marks the superblock
+            // SB_NOSEC, and a write to a file that has neither set-ID bits
+            // nor security xattrs no longer asks for security.capability
+            // first (a GETXATTR round trip per write(2)). The kernel still
+            // removes that xattr on write, truncate and chown itself.
+            config.add_offered(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        }
         if self.acl.load(Ordering::Relaxed) {
             let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
             if config.add_offered(acl) != acl {
@@ -306,7 +323,7 @@ impl crate::proto::FuseFs for RwFuse {
         }
     }
 
-    fn setattr(&self, _: &Request, node: INodeNo, set: args::Setattr, reply: ReplyAttr) {
+    fn setattr(&self, req: &Request, node: INodeNo, set: args::Setattr, reply: ReplyAttr) {
         let id = self.inode(node);
         let a = SetAttr {
             mode: set.mode,
@@ -316,6 +333,7 @@ impl crate::proto::FuseFs for RwFuse {
             atime: set.atime.map(set_time),
             mtime: set.mtime.map(set_time),
             ctime: set.ctime.map(timespec),
+            kill_set_ids: self.kill_set_ids(id, req, set.kill_suidgid),
         };
         if set.size.is_none() {
             return self.setattr_as(id, &a, reply);
@@ -395,18 +413,20 @@ impl crate::proto::FuseFs for RwFuse {
         self.reply_entry("link", reply, res);
     }
 
-    fn open(&self, _: &Request, node: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, node: INodeNo, a: args::Open, reply: ReplyOpen) {
         let id = self.inode(node);
-        let f = flags.0;
+        let f = a.flags.0;
         let writing = f & libc::O_ACCMODE != libc::O_RDONLY || f & libc::O_TRUNC != 0;
+        let kill = self.kill_set_ids(id, req, a.kill_suidgid);
         if writing && !self.pushes.writer_begin(id) {
             // Read-ahead of this file is being pushed into the page
             // cache: the open waits for it to land, on a thread of its
             // own (see rw_push).
-            return self
-                .after_pushes_land(id, "open", move |this| this.open_as(id, f, true, reply));
+            return self.after_pushes_land(id, "open", move |this| {
+                this.open_as(id, f, kill, true, reply)
+            });
         }
-        self.open_as(id, f, writing, reply);
+        self.open_as(id, f, kill, writing, reply);
     }
 
     fn read(&self, _: &Request, node: INodeNo, a: args::Read, reply: ReplyData) {

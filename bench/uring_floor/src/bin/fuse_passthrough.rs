@@ -300,7 +300,11 @@ impl FuseFs for Pass {
                 | InitFlags::FUSE_DO_READDIRPLUS
                 | InitFlags::FUSE_READDIRPLUS_AUTO
                 | InitFlags::FUSE_POSIX_ACL
-                | InitFlags::FUSE_DONT_MASK,
+                | InitFlags::FUSE_DONT_MASK
+                // As ubtrfs's mount: no security.capability lookup before
+                // each write. The floor drops no set-ID bits itself (it
+                // serves benchmarks, not users).
+                | InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         );
         Ok(())
     }
@@ -391,8 +395,8 @@ impl FuseFs for Pass {
         self.entry(res, reply);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let f = flags.0;
+    fn open(&self, _req: &Request, ino: INodeNo, a: args::Open, reply: ReplyOpen) {
+        let f = a.flags.0;
         let res = self.path(ino).and_then(|p| {
             let acc = f & libc::O_ACCMODE;
             OpenOptions::new()

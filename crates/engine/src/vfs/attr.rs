@@ -30,6 +30,23 @@ pub struct SetAttr {
     pub atime: Option<SetTime>,
     pub mtime: Option<SetTime>,
     pub ctime: Option<Timespec>,
+    /// Some(`in_group`): the change drops the set-ID bits of a file that
+    /// is not a directory, as the VFS does on a chown, and on a truncate
+    /// by a caller without CAP_FSETID ([`set_id_bits_dropped`]); the
+    /// kernel asks it of a FUSE server that handles them
+    /// (FUSE_HANDLE_KILLPRIV_V2, FATTR_KILL_SUIDGID).
+    pub kill_set_ids: Option<bool>,
+}
+
+/// The set-ID bits of `mode` a change drops: the set-user-ID bit, and the
+/// set-group-ID bit when the group may execute or the caller is not
+/// `in_group` (nor capable: the kernel's setattr_should_drop_sgid).
+pub fn set_id_bits_dropped(mode: u32, in_group: bool) -> u32 {
+    let mut drop = mode & libc::S_ISUID;
+    if mode & libc::S_ISGID != 0 && (mode & libc::S_IXGRP != 0 || !in_group) {
+        drop |= libc::S_ISGID;
+    }
+    drop
 }
 
 /// When an access (a read of a file, a listing of a directory) updates
@@ -225,6 +242,11 @@ impl RwFs {
         if let Some(g) = a.gid {
             i.gid = g;
         }
+        if let Some(in_group) = a.kill_set_ids {
+            if i.mode & 0o170000 != 0o040000 {
+                i.mode &= !set_id_bits_dropped(i.mode, in_group);
+            }
+        }
         if let Some(t) = a.atime {
             i.atime = system_time(t);
         }
@@ -284,10 +306,7 @@ impl RwFs {
         if i.mode & 0o170000 != 0o100000 {
             return Ok(());
         }
-        let mut drop = i.mode & libc::S_ISUID;
-        if i.mode & libc::S_ISGID != 0 && (i.mode & libc::S_IXGRP != 0 || !in_group) {
-            drop |= libc::S_ISGID;
-        }
+        let drop = set_id_bits_dropped(i.mode, in_group);
         if drop == 0 {
             return Ok(());
         }

@@ -24,6 +24,23 @@ pub(crate) fn at(secs: u64, nsec: u32) -> SystemTime {
     })
 }
 
+/// OPEN: the open(2) flags, and whether an O_TRUNC open drops the set-ID
+/// bits (FUSE_OPEN_KILL_SUIDGID).
+#[derive(Debug, Clone, Copy)]
+pub struct Open {
+    pub flags: OpenFlags,
+    pub kill_suidgid: bool,
+}
+
+impl From<&abi::OpenIn> for Open {
+    fn from(a: &abi::OpenIn) -> Open {
+        Open {
+            flags: OpenFlags(a.flags as i32),
+            kill_suidgid: a.open_flags & abi::FUSE_OPEN_KILL_SUIDGID != 0,
+        }
+    }
+}
+
 /// SETATTR: what to change; None leaves it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Setattr {
@@ -36,6 +53,8 @@ pub struct Setattr {
     pub ctime: Option<SystemTime>,
     /// The open file it came through (ftruncate, futimens).
     pub fh: Option<FileHandle>,
+    /// The change drops the set-ID bits (FATTR_KILL_SUIDGID).
+    pub kill_suidgid: bool,
 }
 
 impl From<&abi::SetattrIn> for Setattr {
@@ -59,6 +78,7 @@ impl From<&abi::SetattrIn> for Setattr {
             mtime: time(abi::FATTR_MTIME, abi::FATTR_MTIME_NOW, a.mtime, a.mtimensec),
             ctime: has(abi::FATTR_CTIME).then(|| at(a.ctime, a.ctimensec)),
             fh: has(abi::FATTR_FH).then_some(FileHandle(a.fh)),
+            kill_suidgid: has(abi::FATTR_KILL_SUIDGID),
         }
     }
 }

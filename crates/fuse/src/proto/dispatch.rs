@@ -257,10 +257,7 @@ fn serve<F: FuseFs>(
             let (name, _) = name!(data);
             fs.link(req, INodeNo(a.nodeid), node, name, ReplyEntry::new(s));
         }
-        abi::FUSE_OPEN => {
-            let a = arg!(abi::OpenIn);
-            fs.open(req, node, OpenFlags(a.flags as i32), ReplyOpen::new(s));
-        }
+        abi::FUSE_OPEN => with_arg!(abi::OpenIn, open, ReplyOpen::new(s)),
         abi::FUSE_OPENDIR => {
             let a = arg!(abi::OpenIn);
             fs.opendir(req, node, OpenFlags(a.flags as i32), ReplyOpen::new(s));

@@ -238,7 +238,7 @@ pub trait FuseFs: Send + Sync + 'static {
     fn link(&self, _: &Request, _ino: INodeNo, _: INodeNo, _: &OsStr, reply: ReplyEntry) {
         reply.error(Errno::ENOSYS)
     }
-    fn open(&self, _: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _: &Request, _ino: INodeNo, _a: args::Open, reply: ReplyOpen) {
         reply.error(Errno::ENOSYS)
     }
     fn read(&self, _: &Request, _ino: INodeNo, _a: args::Read, reply: ReplyData) {

@@ -65,6 +65,23 @@ impl RwInner {
             .map(|h| (h.setid, h.buffered))
     }
 
+    /// For a change the kernel says drops `id`'s set-ID bits
+    /// (FATTR_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID; `kill`): whether
+    /// `req`'s caller is in the file's group or has CAP_FSETID, as
+    /// [`SetAttr::kill_set_ids`] takes it. None when there is nothing to
+    /// drop (the file has no set-ID bits).
+    pub(super) fn kill_set_ids(&self, id: InodeId, req: &Request, kill: bool) -> Option<bool> {
+        if !kill {
+            return None;
+        }
+        let st = self.fs_read().stat(id).ok()?;
+        if st.mode & (libc::S_ISUID | libc::S_ISGID) == 0 {
+            return None;
+        }
+        let (gid, pid) = (st.gid, req.pid());
+        Some(crate::caps::in_group(pid, gid) || !crate::caps::lacks(pid, crate::caps::CAP_FSETID))
+    }
+
     /// A change of `id`'s data by `req`'s caller, who lacks CAP_FSETID:
     /// its set-ID bits go as the VFS drops them
     /// ([`RwFs::drop_suid_sgid`]), and the kernel's cached mode with them.

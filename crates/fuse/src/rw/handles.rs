@@ -120,8 +120,17 @@ impl RwInner {
     }
 
     /// OPEN with flags `f`, a `writer` already counted by
-    /// [`Pushes::writer_begin`] (and uncounted here if the open fails).
-    pub(super) fn open_as(&self, id: InodeId, f: i32, writer: bool, reply: ReplyOpen) {
+    /// [`Pushes::writer_begin`] (and uncounted here if the open fails);
+    /// an O_TRUNC open drops the set-ID bits as `kill` says
+    /// ([`SetAttr::kill_set_ids`]).
+    pub(super) fn open_as(
+        &self,
+        id: InodeId,
+        f: i32,
+        kill: Option<bool>,
+        writer: bool,
+        reply: ReplyOpen,
+    ) {
         let res = (|| {
             if f & libc::O_TRUNC == 0 {
                 // Changes nothing but the open count: shared.
@@ -138,6 +147,7 @@ impl RwInner {
             }
             let a = SetAttr {
                 size: Some(0),
+                kill_set_ids: kill,
                 ..Default::default()
             };
             fs.setattr(id, &a)?;
@@ -146,6 +156,13 @@ impl RwInner {
         })();
         match res {
             Ok(()) => {
+                if kill.is_some() {
+                    // The kernel keeps the mode it cached over an open:
+                    // the set-ID bits just dropped must not show.
+                    if let Ok(node) = self.node_of(id) {
+                        self.inval_attr(INodeNo(node));
+                    }
+                }
                 let fh = self.new_handle(id, writer, f);
                 reply.opened(
                     crate::proto::FileHandle(fh),
