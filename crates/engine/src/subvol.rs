@@ -194,6 +194,7 @@ impl Trans {
             Key::new(id, ROOT_ITEM, u64::MAX),
             FT_DIR,
             index,
+            None,
         )?;
         let r = RootRef {
             dirid: place.dir,

@@ -52,7 +52,7 @@ fn new_file(t: &mut Trans, ino: u64, name: &[u8], index: u64) {
         ..Default::default()
     };
     t.put_inode(FS_TREE_OBJECTID, ino, &ii).unwrap();
-    t.link_inode(FS_TREE_OBJECTID, DIR, name, ino, FT_REG_FILE, index)
+    t.link_inode(FS_TREE_OBJECTID, DIR, name, ino, FT_REG_FILE, index, None)
         .unwrap();
 }
 
@@ -202,7 +202,7 @@ fn unlink_removes_names_and_counts() {
     let (m, mut t) = fresh();
     new_file(&mut t, 300, b"a", 2);
     // A second name for the same inode.
-    t.link_inode(FS_TREE_OBJECTID, DIR, b"b", 300, FT_REG_FILE, 3)
+    t.link_inode(FS_TREE_OBJECTID, DIR, b"b", 300, FT_REG_FILE, 3, None)
         .unwrap();
     change_inode(&mut t, 300, |ii| {
         ii.nlink = 2;

@@ -400,7 +400,7 @@ fn workload(fs: &mut RwFs, rec: &RecordDev, w: &mut World, steps: usize) -> Resu
                     let (pdir, pname) = parent_of(dirs, &f.path);
                     let name = format!("r{}", *n);
                     what = format!("rename {} to {dpath}/{name}", f.path);
-                    fs.rename(pdir, pname.as_bytes(), did, name.as_bytes(), 0)
+                    fs.rename(pdir, pname.as_bytes(), did, name.as_bytes(), 0, (0, 0))
                         .map_err(|e| format!("{what}: {e}"))?;
                     f.path = format!("{dpath}/{name}");
                     f.scratch = true;

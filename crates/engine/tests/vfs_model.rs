@@ -296,7 +296,7 @@ fn run_seed(seed: u64) -> Result<usize, String> {
                     String::from_utf8_lossy(&fname),
                     String::from_utf8_lossy(&name)
                 );
-                let r = fs.rename(dirs[fdi], &fname, dirs[di], &name, flags);
+                let r = fs.rename(dirs[fdi], &fname, dirs[di], &name, flags, (0, 0));
                 let src = m.names[&(fdi, fname.clone())];
                 let dst = m.names.get(&(di, name.clone())).copied();
                 let same = (fdi, &fname) == (di, &name);

@@ -175,7 +175,7 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
         if r.is_multiple_of(5) {
             let tmp = g.create(root, b"tmp", 0o100644, 0, (0, 0), None).unwrap();
             g.write(tmp, 0, &vec![fill; len]).unwrap();
-            g.rename(root, b"tmp", root, &name(i), 0).unwrap();
+            g.rename(root, b"tmp", root, &name(i), 0, (0, 0)).unwrap();
             ids.insert(i, tmp);
         } else {
             let id = ids[&i];

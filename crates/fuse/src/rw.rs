@@ -393,7 +393,7 @@ impl crate::proto::FuseFs for RwFuse {
     }
 
     fn rename(&self, req: &Request, parent: INodeNo, r: args::Rename, reply: ReplyEmpty) {
-        let res = self.fs().rename_as(
+        let res = self.fs().rename(
             self.inode(parent),
             r.name.as_bytes(),
             self.inode(r.newparent),

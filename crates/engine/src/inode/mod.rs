@@ -79,23 +79,11 @@ impl Trans {
     /// INODE_ITEM key, or a subvolume's ROOT_ITEM key) at dir index
     /// `index`: DIR_ITEM and DIR_INDEX, and the directory's size. The
     /// target's back reference (INODE_REF, or ROOT_REF for subvolumes) is
-    /// the caller's: see [`Trans::add_inode_ref`].
-    pub fn add_dir_entry(
-        &mut self,
-        tree: u64,
-        dir: u64,
-        name: &[u8],
-        location: Key,
-        ftype: u8,
-        index: u64,
-    ) -> Result<()> {
-        self.add_dir_entry_at(tree, dir, name, location, ftype, index, None)
-    }
-
-    /// [`Trans::add_dir_entry`], the directory's mtime and ctime set to
-    /// `time` when given (in the same update of its inode).
+    /// the caller's: see [`Trans::add_inode_ref`]. The directory's mtime
+    /// and ctime become `time` when given (in the same update of its
+    /// inode).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn add_dir_entry_at(
+    pub fn add_dir_entry(
         &mut self,
         tree: u64,
         dir: u64,
@@ -179,22 +167,9 @@ impl Trans {
     /// Links inode `ino` (of type `ftype`) as `name` in directory `dir`
     /// at dir index `index`: the directory's entries and the inode's back
     /// reference (the kernel's btrfs_add_link). The inode's nlink is the
-    /// caller's.
-    pub fn link_inode(
-        &mut self,
-        tree: u64,
-        dir: u64,
-        name: &[u8],
-        ino: u64,
-        ftype: u8,
-        index: u64,
-    ) -> Result<()> {
-        self.link_inode_at(tree, dir, name, ino, ftype, index, None)
-    }
-
-    /// [`Trans::link_inode`], the directory's times set to `time`.
+    /// caller's; the directory's times become `time` when given.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn link_inode_at(
+    pub fn link_inode(
         &mut self,
         tree: u64,
         dir: u64,
@@ -205,7 +180,7 @@ impl Trans {
         time: Option<Timespec>,
     ) -> Result<()> {
         let loc = Key::new(ino, INODE_ITEM, 0);
-        self.add_dir_entry_at(tree, dir, name, loc, ftype, index, time)?;
+        self.add_dir_entry(tree, dir, name, loc, ftype, index, time)?;
         self.add_inode_ref(tree, ino, dir, name, index)
     }
 

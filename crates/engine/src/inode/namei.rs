@@ -103,7 +103,7 @@ impl Trans {
         }
         let inode = self.new_inode(tree, dir, ino, mode, rdev, owner, time, 1)?;
         let index = self.next_dir_index(tree, dir)?;
-        self.link_inode_at(
+        self.link_inode(
             tree,
             dir,
             name,
@@ -332,7 +332,7 @@ impl Trans {
         }
         let index = self.next_dir_index(tree, dir)?;
         let ftype = super::file_type(inode.mode);
-        self.link_inode_at(tree, dir, name, ino, ftype, index, Some(time))?;
+        self.link_inode(tree, dir, name, ino, ftype, index, Some(time))?;
         inode.nlink += 1;
         inode.ctime = time;
         inode.transid = self.transid;
@@ -387,7 +387,7 @@ impl Trans {
         let index = self.remove_inode_ref(tree, ino, from_dir, from_name)?;
         self.remove_dir_entry(tree, from_dir, from_name, index, time)?;
         let new_index = self.next_dir_index(tree, to_dir)?;
-        self.link_inode_at(
+        self.link_inode(
             tree,
             to_dir,
             to_name,
@@ -423,9 +423,9 @@ impl Trans {
         let ib = self.remove_inode_ref(tree, ino_b, dir_b, name_b)?;
         self.remove_dir_entry(tree, dir_b, name_b, ib, time)?;
         let na = self.next_dir_index(tree, dir_a)?;
-        self.link_inode_at(tree, dir_a, name_a, ino_b, eb.file_type, na, Some(time))?;
+        self.link_inode(tree, dir_a, name_a, ino_b, eb.file_type, na, Some(time))?;
         let nb = self.next_dir_index(tree, dir_b)?;
-        self.link_inode_at(tree, dir_b, name_b, ino_a, ea.file_type, nb, Some(time))?;
+        self.link_inode(tree, dir_b, name_b, ino_a, ea.file_type, nb, Some(time))?;
         for ino in [ino_a, ino_b] {
             let mut inode = self.inode_of(tree, ino)?;
             inode.ctime = time;

@@ -424,6 +424,7 @@ impl<'a> Replayer<'a> {
             InodeItem::key(ino),
             file_type(ii.mode),
             index,
+            None,
         )?;
         Ok(true)
     }

@@ -432,23 +432,11 @@ impl RwFs {
         self.remove_name(dir, name, id, true)
     }
 
-    /// rename(2) / renameat2(2) with RENAME_NOREPLACE or RENAME_EXCHANGE,
-    /// by root ([`RwFs::rename_as`]).
-    pub fn rename(
-        &mut self,
-        from_dir: InodeId,
-        from: &[u8],
-        to_dir: InodeId,
-        to: &[u8],
-        flags: u32,
-    ) -> Result<()> {
-        self.rename_as(from_dir, from, to_dir, to, flags, (0, 0))
-    }
-
-    /// renameat2(2) by `caller` (uid, gid): with RENAME_WHITEOUT (overlayfs's)
+    /// rename(2) / renameat2(2) by `caller` (uid, gid), with
+    /// RENAME_NOREPLACE, RENAME_EXCHANGE or RENAME_WHITEOUT (overlayfs's):
     /// the old name becomes a whiteout the caller owns, a character device
     /// 0:0, as the kernel's btrfs_whiteout_for_rename.
-    pub fn rename_as(
+    pub fn rename(
         &mut self,
         from_dir: InodeId,
         from: &[u8],
@@ -471,7 +459,7 @@ impl RwFs {
         Ok(())
     }
 
-    /// The renames of [`RwFs::rename_as`], its flags checked.
+    /// The renames of [`RwFs::rename`], its flags checked.
     fn rename_names(
         &mut self,
         from_dir: InodeId,

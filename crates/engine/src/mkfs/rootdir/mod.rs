@@ -251,7 +251,7 @@ impl Walker<'_> {
                     self.discard(plan);
                 }
                 self.t
-                    .link_inode(tree, dir, name, ino, ftype, index)
+                    .link_inode(tree, dir, name, ino, ftype, index, None)
                     .map_err(|e| in_path(path, e))?;
                 let mut it = self.t.inode(tree, ino)?.expect("linked inode was made");
                 it.nlink += 1;
@@ -265,7 +265,7 @@ impl Walker<'_> {
         item.flags = self.flags_for(rel, at.flags);
         self.t.put_inode(tree, ino, &item)?;
         self.t
-            .link_inode(tree, dir, name, ino, ftype, index)
+            .link_inode(tree, dir, name, ino, ftype, index, None)
             .map_err(|e| in_path(path, e))?;
         self.stats.inodes += 1;
         if !m.is_dir() && m.nlink() > 1 {
