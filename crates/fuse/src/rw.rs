@@ -275,10 +275,11 @@ impl crate::proto::FuseFs for RwFuse {
     fn destroy(&self) {
         let mut fs = self.fs.lock_commit();
         fs.mark_ending();
-        match fs.unmount() {
-            Ok(()) => fs.release_claims(),
-            Err(e) => logging::error(&format!("final commit: {e}")),
+        if let Err(e) = fs.unmount() {
+            logging::error(&format!("final commit: {e}"));
         }
+        // Also after a failed commit, which left the mount read-only.
+        fs.release_claims();
     }
 
     /// sync(1) and syncfs(2) (sent to the fuseblk mount): a commit, as the

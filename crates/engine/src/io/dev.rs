@@ -40,8 +40,15 @@ pub trait BlockDev: Send + Sync + std::fmt::Debug {
     /// This writer is ending: others wanting the device may wait for it
     /// ([`claim::mark_ending`]).
     fn mark_ending(&self) {}
-    /// Lets the device's claim go: nothing more is written through it
-    /// ([`claim::release`]).
+    /// Lets the device go: its claim ([`claim::release`]) and its open
+    /// descriptors. Nothing more is read or written through it: reads
+    /// fail (end of file), writes fail (EBADF). An exclusive open of a
+    /// block device holds the kernel's claim on it until closed, and a
+    /// loop device told to detach waits for its last close, so the next
+    /// user of the device would otherwise wait for this process to exit
+    /// (fstests generic/361: a plain umount of a fuseblk mount, then
+    /// `losetup -d`, then the umount of the filesystem that holds the
+    /// loop's file found it busy).
     fn release_claim(&self) {}
     /// Shares `len` bytes of `src` from `src_off` at `off` (FICLONERANGE:
     /// the image file and `src` on one filesystem that clones ranges), in
@@ -62,6 +69,22 @@ pub trait BlockDev: Send + Sync + std::fmt::Debug {
             io::ErrorKind::Unsupported,
             "this device does not discard",
         ))
+    }
+}
+
+/// Closes what `file`'s descriptor refers to while the descriptor number
+/// stays valid: /dev/null opened read-only takes its place (dup2), so a
+/// late read sees end of file and a late write fails, instead of going to
+/// another file that reused the number.
+fn close_in_place(file: &File) {
+    use std::os::unix::io::AsRawFd;
+    let Ok(null) = File::open("/dev/null") else {
+        return;
+    };
+    // SAFETY: both descriptors are open and owned by live Files; dup2
+    // replaces the second with a copy of the first atomically.
+    unsafe {
+        libc::dup2(null.as_raw_fd(), file.as_raw_fd());
     }
 }
 
@@ -230,6 +253,10 @@ impl BlockDev for FileDev {
 
     fn release_claim(&self) {
         claim::release(&self.file);
+        close_in_place(&self.file);
+        if let Some(Some(d)) = self.direct.get() {
+            close_in_place(d);
+        }
     }
 
     fn start_writeback(&self, off: u64, len: u64) {

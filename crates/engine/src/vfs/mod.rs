@@ -748,11 +748,14 @@ impl RwFs {
         }
     }
 
-    /// After the final commit ([`RwFs::unmount`]): lets every device's
-    /// claim go, so that the next writer need not wait for this process
-    /// to end. Nothing is written after it.
+    /// After the final commit ([`RwFs::unmount`]), or once a failed commit
+    /// made the filesystem read-only (nothing is written then either):
+    /// lets every device go, its claim and its descriptors
+    /// ([`crate::io::dev::BlockDev::release_claim`]), so that the next
+    /// user need not wait for this process to end. Nothing is read or
+    /// written after it.
     pub fn release_claims(&self) {
-        if self.unmounted {
+        if self.unmounted || self.aborted.is_some() {
             for d in self.t.info.devices.values() {
                 d.dev().release_claim();
             }
