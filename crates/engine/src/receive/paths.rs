@@ -25,7 +25,8 @@ impl Receiver<'_> {
         if let Some(&ino) = self.resolved.get(path) {
             return Ok(ino);
         }
-        let ino = self.lookup_path(path)?;
+        let tree = self.tree()?;
+        let ino = self.lookup_path(tree, path)?;
         self.remember(path, ino);
         Ok(ino)
     }
@@ -48,12 +49,16 @@ impl Receiver<'_> {
         }
     }
 
-    pub(super) fn lookup_path(&mut self, path: &[u8]) -> Result<u64> {
-        let tree = self.tree()?;
+    /// The inode at `path` from the top directory of subvolume `tree`,
+    /// walked name by name (not remembered: see [`Self::resolve`]).
+    pub(super) fn lookup_path(&mut self, tree: u64, path: &[u8]) -> Result<u64> {
         let mut ino = FIRST_INODE;
         for comp in path.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
             let e = self.t.lookup_name(tree, ino, comp)?.ok_or_else(|| {
-                Error::NotFound(format!("{}: no such file or directory", lossy(path)))
+                Error::NotFound(format!(
+                    "{}: no such file or directory in subvolume {tree}",
+                    lossy(path)
+                ))
             })?;
             ino = e.ino().ok_or_else(|| {
                 Error::Unsupported(format!("{}: crosses into another subvolume", lossy(path)))

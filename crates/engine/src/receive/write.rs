@@ -150,19 +150,7 @@ impl Receiver<'_> {
         let src_ino = if src_tree == tree {
             self.resolve(src_path)?
         } else {
-            let mut i = FIRST_INODE;
-            for comp in src_path.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
-                let e = self.t.lookup_name(src_tree, i, comp)?.ok_or_else(|| {
-                    Error::NotFound(format!(
-                        "clone source {}: no such file in subvolume {src_tree}",
-                        lossy(src_path)
-                    ))
-                })?;
-                i = e.ino().ok_or_else(|| {
-                    Error::Unsupported(format!("clone source {} is a subvolume", lossy(src_path)))
-                })?;
-            }
-            i
+            self.lookup_path(src_tree, src_path)?
         };
         let policy = self.policy(tree, ino)?;
         let i = self
