@@ -86,13 +86,9 @@ impl RwInner {
     /// its set-ID bits go as the VFS drops them
     /// ([`RwFs::drop_suid_sgid`]), and the kernel's cached mode with them.
     pub(super) fn drop_set_ids(&self, id: InodeId, req: &Request) {
-        let Ok(st) = self.fs_read().stat(id) else {
+        let Some(in_group) = self.kill_set_ids(id, req, true) else {
             return;
         };
-        if st.mode & (libc::S_ISUID | libc::S_ISGID) == 0 {
-            return;
-        }
-        let in_group = crate::caps::in_group(req.pid(), st.gid);
         match self.fs().drop_suid_sgid(id, in_group) {
             Ok(()) => {
                 if let Ok(node) = self.node_of(id) {
