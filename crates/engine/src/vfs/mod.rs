@@ -42,7 +42,7 @@ use crate::fs::InodeId;
 use crate::inode::namei::FreeObjectids;
 use crate::tx::Trans;
 use extent_io::InodeDirty;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use ubtrfs_format::consts::*;
@@ -138,7 +138,12 @@ pub struct StatFs {
 pub struct RwFs {
     pub(crate) t: Trans,
     pub opts: RwOptions,
-    dirty: HashMap<InodeId, InodeDirty>,
+    /// Inodes with buffered data not yet written back, in inode order: a
+    /// writeback of all of them allocates their extents in that order, so
+    /// files made one after another (cp -a, tar x) lie one after another on
+    /// disk, as the kernel's writeback of its dirty list leaves them, and a
+    /// later cold read of the tree in directory order reads forward.
+    dirty: BTreeMap<InodeId, InodeDirty>,
     dirty_bytes: u64,
     /// Files grown by buffered writes not yet written back, with the size
     /// their items back (the kernel's disk_i_size): an interval commit,
@@ -257,7 +262,7 @@ impl RwFs {
         let mut fs = RwFs {
             t,
             opts,
-            dirty: HashMap::new(),
+            dirty: BTreeMap::new(),
             disk_i_size: HashMap::new(),
             dirty_bytes: 0,
             ordered: HashMap::new(),

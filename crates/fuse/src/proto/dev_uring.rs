@@ -468,8 +468,8 @@ fn setup(
 /// them, holding the mount's lock (dbench's 16 clients slow down).
 ///
 /// So the thread goes SCHED_IDLE only while it serves one sender at a
-/// time: a wakeup that brought exactly one request, from the same process
-/// as the one before on this queue. Anything else puts it back to
+/// time: a wakeup whose requests all came from the process that sent the
+/// one before on this queue. Anything else puts it back to
 /// SCHED_OTHER. The policy changes only when that state does (a system
 /// call each).
 struct Policy {
@@ -519,13 +519,15 @@ impl Policy {
         if !self.adaptive {
             return;
         }
-        let one = match pids {
-            [pid] => *pid == self.last_pid,
-            _ => false,
+        // Requests without a sender (pid 0: a close's RELEASE, sent in the
+        // background beside the closer's next request) neither wait nor
+        // say who is sending: they change nothing.
+        let mut senders = pids.iter().copied().filter(|&pid| pid != 0);
+        let Some(first) = senders.next() else {
+            return;
         };
-        if let Some(&last) = pids.last() {
-            self.last_pid = last;
-        }
+        let one = first == self.last_pid && senders.clone().all(|pid| pid == first);
+        self.last_pid = senders.last().unwrap_or(first);
         self.set(one);
     }
 }
