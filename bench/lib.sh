@@ -42,3 +42,13 @@ release_mount() {
   rmdir "$MNT" 2>/dev/null
   if [[ -n "$LOOP" ]]; then losetup -d "$LOOP"; fi
 }
+
+# send_image_args [WORKDIR] [RUNS]: WORK, RUNS, and FILES and ADD
+# (exported), which name bench/send.sh's image, for send.sh and the
+# scripts that use its image.
+send_image_args() {
+  WORK=${1:-$PWD/target/bench-send}
+  RUNS=${2:-3}
+  export FILES=${FILES:-200000}
+  export ADD=${ADD:-50000}
+}

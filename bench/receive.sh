@@ -20,10 +20,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 need_root "loop mount, drop_caches"
-WORK=${1:-$PWD/target/bench-send}
-RUNS=${2:-3}
-export FILES=${FILES:-200000}
-export ADD=${ADD:-50000}
+send_image_args "$@"
 build_ubtrfs
 BIN=$UBTRFS_BIN
 SRC=$(BUILD_ONLY=1 bash bench/send.sh "$WORK" | tail -1)

@@ -23,10 +23,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 need_root "loop mount, drop_caches"
-WORK=${1:-$PWD/target/bench-send}
-RUNS=${2:-3}
-FILES=${FILES:-200000}
-ADD=${ADD:-50000}
+send_image_args "$@"
 [[ -n "${BUILD_ONLY:-}" ]] || build_ubtrfs
 BIN=${UBTRFS_BIN:-}
 mkdir -p "$WORK"

@@ -49,15 +49,12 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
             image,
             devices,
             paths,
-        } => {
-            let mut t = open(&image, &devices)?;
-            for p in &paths {
-                let place = place_of(&mut t, p)?;
-                let id = t.create_subvolume(&place, new_uuid()?, false, now())?;
-                println!("Create subvolume '{p}' (id {id})");
-            }
-            t.commit()?;
-        }
+        } => each_path(&image, &devices, &paths, |t, p| {
+            let place = place_of(t, p)?;
+            let id = t.create_subvolume(&place, new_uuid()?, false, now())?;
+            println!("Create subvolume '{p}' (id {id})");
+            Ok(())
+        })?,
         SubvolumeCmd::Snapshot {
             readonly,
             image,
@@ -82,20 +79,33 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
             image,
             devices,
             paths,
-        } => {
-            let mut t = open(&image, &devices)?;
-            for p in &paths {
-                let (tree, ino) = t.resolve_path(p.as_bytes())?;
-                if tree == ubtrfs_format::consts::FS_TREE_OBJECTID
-                    || ino != t.root(tree)?.item.root_dirid
-                {
-                    return Err(format!("{p}: not a subvolume").into());
-                }
-                t.delete_subvolume(tree, now())?;
-                println!("Delete subvolume (commit): '{p}'");
+        } => each_path(&image, &devices, &paths, |t, p| {
+            let (tree, ino) = t.resolve_path(p.as_bytes())?;
+            if tree == ubtrfs_format::consts::FS_TREE_OBJECTID
+                || ino != t.root(tree)?.item.root_dirid
+            {
+                return Err(format!("{p}: not a subvolume").into());
             }
-            t.commit()?;
-        }
+            t.delete_subvolume(tree, now())?;
+            println!("Delete subvolume (commit): '{p}'");
+            Ok(())
+        })?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Opens the image, does `each` for every path in one transaction, and
+/// commits it (nothing is written if one fails).
+fn each_path(
+    image: &Path,
+    devices: &[PathBuf],
+    paths: &[String],
+    mut each: impl FnMut(&mut Trans, &str) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut t = open(image, devices)?;
+    for p in paths {
+        each(&mut t, p)?;
+    }
+    t.commit()?;
+    Ok(())
 }

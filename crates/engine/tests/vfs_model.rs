@@ -820,6 +820,39 @@ fn vfs_compressed_writeback_gives_back_unused_space() {
     assert!(read_through(&reader_of(&dev), id, text.len()) == text);
 }
 
+/// Files written one after another (cp -a, tar x) lie one after another
+/// on disk after a writeback of them all, as the kernel's writeback of its
+/// dirty list leaves them: a cold read of the tree in directory order then
+/// reads forward.
+#[test]
+fn vfs_writeback_lays_files_out_in_inode_order() {
+    let (dev, mut fs, root) = fresh_mount_fsid(0x2c);
+    let sector = |i: usize| -> Vec<u8> {
+        let mut s = vec![0u8; SS as usize];
+        for (j, b) in s.iter_mut().enumerate() {
+            *b = (i * 7 + j * 13 + (j >> 8)) as u8 ^ 0x5a;
+        }
+        s[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        s
+    };
+    const FILES: usize = 64;
+    for i in 0..FILES {
+        let id = fs
+            .create(root, format!("f{i}").as_bytes(), 0o100644, 0, (0, 0), None)
+            .unwrap();
+        fs.write(id, 0, &sector(i)).unwrap();
+    }
+    fs.writeback_all().unwrap();
+    fs.commit().unwrap();
+    let at: Vec<u64> = (0..FILES)
+        .map(|i| find_sector(&dev, &sector(i)).unwrap())
+        .collect();
+    assert!(
+        at.windows(2).all(|w| w[0] < w[1]),
+        "data of files made in order lies at {at:?}"
+    );
+}
+
 /// Under compress=zstd, data the kernel's heuristic refuses (only what
 /// it samples, 16 bytes every 256, is random; the rest zeros) is written
 /// as it is, as the kernel writes it; under compress-force=zstd the same

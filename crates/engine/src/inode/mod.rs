@@ -7,6 +7,7 @@
 pub mod file;
 pub mod file_item;
 pub mod namei;
+pub mod reflink;
 pub mod root;
 pub mod unlink;
 

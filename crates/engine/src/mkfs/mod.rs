@@ -155,22 +155,8 @@ pub fn build(devices: Vec<(PathBuf, Arc<dyn BlockDev>)>, o: &MkfsOptions) -> Res
             _ if o.fsid.is_some() => derived_uuid(&fsid, &format!("device {devid}")),
             _ => random_uuid()?,
         };
-        let item = DevItem {
-            devid,
-            total_bytes: dev.size() / o.sectorsize as u64 * o.sectorsize as u64,
-            bytes_used: 0,
-            io_align: o.sectorsize,
-            io_width: o.sectorsize,
-            sector_size: o.sectorsize,
-            dev_type: 0,
-            generation: 0,
-            start_offset: 0,
-            dev_group: 0,
-            seek_speed: 0,
-            bandwidth: 0,
-            uuid,
-            fsid,
-        };
+        let total = dev.size() / o.sectorsize as u64 * o.sectorsize as u64;
+        let item = DevItem::new(devid, total, o.sectorsize, uuid, fsid);
         if devid == 1 {
             sb.dev_item = item;
         }

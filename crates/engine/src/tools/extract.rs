@@ -79,11 +79,14 @@ pub fn extract(
     if dest.symlink_metadata().is_ok() {
         return Err(Error::Exists(dest.display().to_string()));
     }
-    let is_root = unsafe { libc::geteuid() } == 0;
+    let c = Copier {
+        fs,
+        is_root: unsafe { libc::geteuid() } == 0,
+        skipped: Skipped::default(),
+        links: RefCell::new(HashMap::new()),
+    };
     let mut report = ExtractReport::default();
-    let mut links: HashMap<InodeId, PathBuf> = HashMap::new();
     let mut dir_errors = Vec::new();
-    let skipped = Skipped::default();
     walk(
         fs,
         root,
@@ -92,17 +95,7 @@ pub fn extract(
             if opts.verbose {
                 eprintln!("{}", target.display());
             }
-            let res = extract_one(
-                fs,
-                v.id,
-                v.stat,
-                &target,
-                is_root,
-                &skipped,
-                &mut links,
-                &mut report,
-                progress,
-            );
+            let res = c.extract_one(v.id, v.stat, &target, &mut report, progress);
             match res {
                 Ok(()) => Ok(Descend::Yes),
                 Err(e) if v.stat.is_dir() && v.path.is_empty() => Err(e),
@@ -116,14 +109,14 @@ pub fn extract(
             // Directory attributes last, so creating children does not
             // change the times we set.
             let target = join(dest, v.path);
-            if let Err(e) = set_attrs(fs, v.id, v.stat, &target, is_root, &skipped) {
+            if let Err(e) = c.set_attrs(v.id, v.stat, &target) {
                 dir_errors.push(on_path(&target, &e));
             }
             Ok(())
         },
     )?;
     report.errors.extend(dir_errors);
-    report.skipped_xattrs = skipped.into_inner();
+    report.skipped_xattrs = c.skipped.into_inner();
     Ok(report)
 }
 
@@ -159,55 +152,66 @@ fn check(rc: libc::c_int, p: &Path, op: &str) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn extract_one(
-    fs: &Filesystem,
-    id: InodeId,
-    st: &Stat,
-    target: &Path,
+/// What the walk's two visits share: the image, whether owners can be
+/// kept, the xattrs skipped and the first path of each hardlinked inode.
+struct Copier<'a> {
+    fs: &'a Filesystem,
     is_root: bool,
-    skipped: &Skipped,
-    links: &mut HashMap<InodeId, PathBuf>,
-    report: &mut ExtractReport,
-    progress: &mut dyn FnMut(u64),
-) -> Result<()> {
-    if st.is_dir() {
-        std::fs::create_dir(target).map_err(|e| io_err(target, "mkdir", e))?;
-        report.dirs += 1;
-        return Ok(());
-    }
-    if st.nlink > 1 {
-        if let Some(first) = links.get(&id) {
-            std::fs::hard_link(first, target).map_err(|e| io_err(target, "link", e))?;
+    skipped: Skipped,
+    links: RefCell<HashMap<InodeId, PathBuf>>,
+}
+
+impl Copier<'_> {
+    /// Makes `target` as inode `id` (`st`), with its data and attributes.
+    fn extract_one(
+        &self,
+        id: InodeId,
+        st: &Stat,
+        target: &Path,
+        report: &mut ExtractReport,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<()> {
+        let fs = self.fs;
+        if st.is_dir() {
+            std::fs::create_dir(target).map_err(|e| io_err(target, "mkdir", e))?;
+            report.dirs += 1;
             return Ok(());
         }
-        links.insert(id, target.to_path_buf());
+        if st.nlink > 1 {
+            let mut links = self.links.borrow_mut();
+            if let Some(first) = links.get(&id) {
+                std::fs::hard_link(first, target).map_err(|e| io_err(target, "link", e))?;
+                return Ok(());
+            }
+            links.insert(id, target.to_path_buf());
+        }
+        let c = cpath(target)?;
+        if st.is_reg() {
+            let f = FsOpen::new()
+                .write(true)
+                .create_new(true)
+                .open(target)
+                .map_err(|e| io_err(target, "create", e))?;
+            report.bytes += copy_data(fs, id, &f, target, report.bytes, progress)?;
+            report.files += 1;
+        } else if st.is_symlink() {
+            let t = CString::new(crate::fs::file::readlink(fs, id)?).map_err(|_| {
+                Error::corrupt(format!("symlink inode {}", id.ino), "NUL in target")
+            })?;
+            check(
+                unsafe { libc::symlink(t.as_ptr(), c.as_ptr()) },
+                target,
+                "symlink",
+            )?;
+            report.others += 1;
+        } else {
+            let rc =
+                unsafe { libc::mknod(c.as_ptr(), st.mode as libc::mode_t, st.rdev as libc::dev_t) };
+            check(rc, target, "mknod")?;
+            report.others += 1;
+        }
+        self.set_attrs(id, st, target)
     }
-    let c = cpath(target)?;
-    if st.is_reg() {
-        let f = FsOpen::new()
-            .write(true)
-            .create_new(true)
-            .open(target)
-            .map_err(|e| io_err(target, "create", e))?;
-        report.bytes += copy_data(fs, id, &f, target, report.bytes, progress)?;
-        report.files += 1;
-    } else if st.is_symlink() {
-        let t = CString::new(crate::fs::file::readlink(fs, id)?)
-            .map_err(|_| Error::corrupt(format!("symlink inode {}", id.ino), "NUL in target"))?;
-        check(
-            unsafe { libc::symlink(t.as_ptr(), c.as_ptr()) },
-            target,
-            "symlink",
-        )?;
-        report.others += 1;
-    } else {
-        let rc =
-            unsafe { libc::mknod(c.as_ptr(), st.mode as libc::mode_t, st.rdev as libc::dev_t) };
-        check(rc, target, "mknod")?;
-        report.others += 1;
-    }
-    set_attrs(fs, id, st, target, is_root, skipped)
 }
 
 /// Writes the data ranges of inode `id` into `f`, leaving holes unwritten.
@@ -245,78 +249,74 @@ fn copy_data(
     Ok(written)
 }
 
-/// Owner, mode, xattrs and times, in the order that keeps each: chown
-/// clears set-id bits and capabilities, so it goes first. Extended
-/// attributes the destination refuses are skipped and counted in `skipped`,
-/// as `cp -a` does.
-fn set_attrs(
-    fs: &Filesystem,
-    id: InodeId,
-    st: &Stat,
-    target: &Path,
-    is_root: bool,
-    skipped: &Skipped,
-) -> Result<()> {
-    let c = cpath(target)?;
-    if is_root {
-        check(
-            unsafe { libc::lchown(c.as_ptr(), st.uid, st.gid) },
-            target,
-            "lchown",
-        )?;
-    }
-    if !st.is_symlink() {
-        check(
-            unsafe { libc::chmod(c.as_ptr(), (st.mode & 0o7777) as libc::mode_t) },
-            target,
-            "chmod",
-        )?;
-    }
-    for (name, value) in fs.xattrs(id)? {
-        let n = CString::new(name.clone())
-            .map_err(|_| Error::corrupt(format!("inode {}", id.ino), "NUL in xattr name"))?;
+impl Copier<'_> {
+    /// Owner, mode, xattrs and times, in the order that keeps each: chown
+    /// clears set-id bits and capabilities, so it goes first. Extended
+    /// attributes the destination refuses are skipped and counted in `skipped`,
+    /// as `cp -a` does.
+    fn set_attrs(&self, id: InodeId, st: &Stat, target: &Path) -> Result<()> {
+        let (fs, is_root) = (self.fs, self.is_root);
+        let c = cpath(target)?;
+        if is_root {
+            check(
+                unsafe { libc::lchown(c.as_ptr(), st.uid, st.gid) },
+                target,
+                "lchown",
+            )?;
+        }
+        if !st.is_symlink() {
+            check(
+                unsafe { libc::chmod(c.as_ptr(), (st.mode & 0o7777) as libc::mode_t) },
+                target,
+                "chmod",
+            )?;
+        }
+        for (name, value) in fs.xattrs(id)? {
+            let n = CString::new(name.clone())
+                .map_err(|_| Error::corrupt(format!("inode {}", id.ino), "NUL in xattr name"))?;
+            let rc = unsafe {
+                libc::lsetxattr(
+                    c.as_ptr(),
+                    n.as_ptr(),
+                    value.as_ptr().cast(),
+                    value.len(),
+                    0,
+                )
+            };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                if !refused(&e, &name, is_root) {
+                    return Err(io_err(
+                        target,
+                        &format!("setxattr {}", String::from_utf8_lossy(&name)),
+                        e,
+                    ));
+                }
+                let mut skipped = self.skipped.borrow_mut();
+                let s = skipped
+                    .entry(String::from_utf8_lossy(&name).into_owned())
+                    .or_insert_with(|| SkippedXattr {
+                        paths: 0,
+                        why: strerror(&e),
+                    });
+                s.paths += 1;
+            }
+        }
+        let ts = |t: &Timespec| libc::timespec {
+            tv_sec: t.sec as libc::time_t,
+            tv_nsec: t.nsec as libc::c_long,
+        };
+        let times = [ts(&st.atime), ts(&st.mtime)];
         let rc = unsafe {
-            libc::lsetxattr(
+            libc::utimensat(
+                libc::AT_FDCWD,
                 c.as_ptr(),
-                n.as_ptr(),
-                value.as_ptr().cast(),
-                value.len(),
-                0,
+                times.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
             )
         };
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
-            if !refused(&e, &name, is_root) {
-                return Err(io_err(
-                    target,
-                    &format!("setxattr {}", String::from_utf8_lossy(&name)),
-                    e,
-                ));
-            }
-            let mut skipped = skipped.borrow_mut();
-            let s = skipped
-                .entry(String::from_utf8_lossy(&name).into_owned())
-                .or_insert_with(|| SkippedXattr {
-                    paths: 0,
-                    why: strerror(&e),
-                });
-            s.paths += 1;
-        }
+        check(rc, target, "utimensat")
     }
-    let ts = |t: &Timespec| libc::timespec {
-        tv_sec: t.sec as libc::time_t,
-        tv_nsec: t.nsec as libc::c_long,
-    };
-    let times = [ts(&st.atime), ts(&st.mtime)];
-    let rc = unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            times.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    check(rc, target, "utimensat")
 }
 
 /// "Operation not supported" rather than "... (os error 95)".

@@ -31,6 +31,34 @@ pub struct DevItem {
 impl DevItem {
     pub const ENCODED_LEN: usize = DEV_ITEM_SIZE;
 
+    /// A new device of `total_bytes` with nothing allocated on it, as mkfs
+    /// describes it: I/O aligned to `sector_size`, the fields the kernel
+    /// leaves unused at zero.
+    pub fn new(
+        devid: u64,
+        total_bytes: u64,
+        sector_size: u32,
+        uuid: [u8; 16],
+        fsid: [u8; 16],
+    ) -> DevItem {
+        DevItem {
+            devid,
+            total_bytes,
+            bytes_used: 0,
+            io_align: sector_size,
+            io_width: sector_size,
+            sector_size,
+            dev_type: 0,
+            generation: 0,
+            start_offset: 0,
+            dev_group: 0,
+            seek_speed: 0,
+            bandwidth: 0,
+            uuid,
+            fsid,
+        }
+    }
+
     pub fn parse(data: &[u8]) -> Result<Self> {
         let b = slice(data, 0, DEV_ITEM_SIZE, "DEV_ITEM")?;
         Ok(DevItem {
@@ -329,20 +357,8 @@ mod tests {
     #[test]
     fn dev_item_round_trip() {
         let d = DevItem {
-            devid: 1,
-            total_bytes: 1 << 30,
             bytes_used: 1 << 25,
-            io_align: 4096,
-            io_width: 4096,
-            sector_size: 4096,
-            dev_type: 0,
-            generation: 0,
-            start_offset: 0,
-            dev_group: 0,
-            seek_speed: 0,
-            bandwidth: 0,
-            uuid: [7; 16],
-            fsid: [8; 16],
+            ..DevItem::new(1, 1 << 30, 4096, [7; 16], [8; 16])
         };
         let b = d.to_bytes();
         assert_eq!(b.len(), DEV_ITEM_SIZE);

@@ -527,7 +527,7 @@ impl Policy {
             return;
         };
         let one = first == self.last_pid && senders.clone().all(|pid| pid == first);
-        self.last_pid = senders.last().unwrap_or(first);
+        self.last_pid = senders.next_back().unwrap_or(first);
         self.set(one);
     }
 }
