@@ -468,8 +468,9 @@ fn setup(
 /// them, holding the mount's lock (dbench's 16 clients slow down).
 ///
 /// So the thread goes SCHED_IDLE only while it serves one sender at a
-/// time: a wakeup whose requests all came from the process that sent the
-/// one before on this queue. Anything else puts it back to
+/// time: a wakeup that brought exactly one request from a process (and
+/// perhaps requests from none, see [`Policy::after`]), the process that
+/// sent the one before on this queue. Anything else puts it back to
 /// SCHED_OTHER. The policy changes only when that state does (a system
 /// call each).
 struct Policy {
@@ -526,7 +527,7 @@ impl Policy {
         let Some(first) = senders.next() else {
             return;
         };
-        let one = first == self.last_pid && senders.clone().all(|pid| pid == first);
+        let one = first == self.last_pid && senders.clone().next().is_none();
         self.last_pid = senders.next_back().unwrap_or(first);
         self.set(one);
     }
