@@ -24,7 +24,8 @@
 //! * [`direct`]: O_DIRECT overwrites of NOCOW extents, written outside
 //!   the mount's lock;
 //! * [`ordered`]: writeback whose checksums and device writes run outside
-//!   the mount's lock.
+//!   the mount's lock;
+//! * [`orphan`]: open handles, and inodes kept until their last close.
 
 pub mod acl;
 pub mod attr;
