@@ -2,7 +2,7 @@
 //! source tree, loop devices and mounts that clean up after themselves,
 //! and manifests of a source tree and of a mount.
 
-use crate::{read_lines, repo_root, scratch_dir};
+use crate::{repo_root, scratch_dir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -43,7 +43,7 @@ pub fn source_tree() -> &'static (PathBuf, Vec<String>) {
                 .arg(repo_root().join("tests/oracle/mkfs_source.py"))
                 .arg(&dir),
         );
-        let m = manifest(&dir);
+        let m = crate::manifest::manifest_of(&dir);
         (dir, m)
     })
 }
@@ -52,21 +52,6 @@ pub fn source_tree() -> &'static (PathBuf, Vec<String>) {
 /// (crash_kill.rs, subvol_safety.rs): UBTRFS_CRASH_KILLS, default 8.
 pub fn crash_kills() -> u64 {
     crate::rng::env_u64("UBTRFS_CRASH_KILLS").unwrap_or(8)
-}
-
-/// manifest.py's lines for a tree.
-pub fn manifest(dir: &Path) -> Vec<String> {
-    let out = PathBuf::from(format!("{}.manifest.jsonl", dir.display()));
-    must(
-        Command::new("python3")
-            .arg(repo_root().join("tests/oracle/manifest.py"))
-            .arg(dir)
-            .arg("--out")
-            .arg(&out),
-    );
-    let l = read_lines(&out);
-    let _ = std::fs::remove_file(&out);
-    l
 }
 
 /// A loop device over an image file, detached (and forgotten by btrfs's

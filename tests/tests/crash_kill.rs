@@ -11,7 +11,8 @@
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use ubtrfs_oracle::mkfs_support::{crash_kills, manifest, source_tree};
+use ubtrfs_oracle::manifest_of;
+use ubtrfs_oracle::mkfs_support::{crash_kills, source_tree};
 use ubtrfs_oracle::*;
 
 fn mkfs(image: &std::path::Path, src: &std::path::Path) -> Command {
@@ -67,10 +68,8 @@ fn killed_mkfs_leaves_a_whole_commit() {
         }
         btrfs_check(&image, &[]).unwrap_or_else(|e| panic!("{what}: {e}"));
         let m = Mount::images(std::slice::from_ref(&image), "", true);
-        // Without a trailing '/': manifest() writes its output beside the
-        // directory, not in the (read-only) mount.
         let root: std::path::PathBuf = m.path("").components().collect();
-        let got = file_sums(&manifest(&root));
+        let got = file_sums(&manifest_of(&root));
         m.unmount();
         for (p, sum) in &got {
             assert_eq!(

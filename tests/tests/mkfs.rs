@@ -35,8 +35,8 @@ use std::process::Command;
 use ubtrfs_oracle::mkfs_support::*;
 use ubtrfs_oracle::mounts::degraded_mounts;
 use ubtrfs_oracle::{
-    btrfs_check, compare_manifests, fuse_available, kernel_available, kernel_fixture, scratch_dir,
-    skip_unless, ubtrfs_bin, Ignore, Rng, UbtrfsMount,
+    btrfs_check, compare_manifests, fuse_available, kernel_available, kernel_fixture, manifest_of,
+    scratch_dir, skip_unless, ubtrfs_bin, Ignore, Rng, UbtrfsMount,
 };
 
 const MIB: u64 = 1 << 20;
@@ -353,7 +353,7 @@ fn one_config(c: &Config, dir: &Path, src: &Path, src_manifest: &[String]) -> Re
             btrfs_check(&loops[0].0, &[]).map_err(|e| format!("check after mkfs: {e}"))?;
         }
         let mnt = Mount::new(&loops, &dir.join("mnt"))?;
-        let got = manifest(&mnt.dir);
+        let got = manifest_of(&mnt.dir);
         compare_manifests(src_manifest, &got, &source_ignore())
             .map_err(|e| format!("mount differs from the source: {e}"))?;
         kernel_writes(&mnt.dir, src);
@@ -367,7 +367,7 @@ fn one_config(c: &Config, dir: &Path, src: &Path, src_manifest: &[String]) -> Re
         let ok = !mnt.dir.join("files/big").exists()
             && mnt.dir.join("new/dir/file").exists()
             && mnt.dir.join("sub/f").exists();
-        let snap = manifest(&mnt.dir.join("snap"));
+        let snap = manifest_of(&mnt.dir.join("snap"));
         mnt.umount()?;
         if !ok {
             return Err("kernel writes not seen after a remount".into());
@@ -393,7 +393,7 @@ fn degraded_reads(c: &Config, images: &[PathBuf], src_manifest: &[String]) -> Re
         return Ok(());
     }
     degraded_mounts(images, tolerated >= 2, |dir| {
-        compare_manifests(src_manifest, &manifest(dir), &source_ignore()).map(|_| ())
+        compare_manifests(src_manifest, &manifest_of(dir), &source_ignore()).map(|_| ())
     })
 }
 
@@ -477,7 +477,7 @@ fn mkfs_super_stripes() {
     btrfs_check(&img, &["--check-data-csum"]).unwrap_or_else(|e| panic!("{e}"));
     let l = Loop::new(&img);
     let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt")).unwrap();
-    let got = manifest(&mnt.dir);
+    let got = manifest_of(&mnt.dir);
     mnt.umount().unwrap();
     compare_manifests(src_manifest, &got, &source_ignore()).unwrap();
     drop(l);
@@ -832,7 +832,7 @@ fn mkfs_reflink() {
             .arg(&src),
     );
     must(Command::new("sync").arg("-f").arg(&src));
-    let src_manifest = manifest(&src);
+    let src_manifest = manifest_of(&src);
     // Whole sectors of the source's files, each inode once: what must be
     // shared (files under a sector are inline, partial last sectors are
     // written).
@@ -874,7 +874,7 @@ fn mkfs_reflink() {
         let l = Loop::new(&img);
         btrfs_check(&l.0, &[]).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
         let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt")).unwrap();
-        let got = manifest(&mnt.dir);
+        let got = manifest_of(&mnt.dir);
         compare_manifests(&src_manifest, &got, &source_ignore())
             .unwrap_or_else(|e| panic!("{extra:?}: mount differs from the source: {e}"));
         kernel_writes(&mnt.dir, &src);
@@ -884,7 +884,7 @@ fn mkfs_reflink() {
         let _ = std::fs::remove_file(&img);
     }
     // The source is untouched by the kernel's writes to the image.
-    compare_manifests(&src_manifest, &manifest(&src), &source_ignore()).unwrap();
+    compare_manifests(&src_manifest, &manifest_of(&src), &source_ignore()).unwrap();
     // Not on one filesystem: refused before the image is made.
     let elsewhere = base.join("elsewhere.img");
     let out = Command::new(ubtrfs_bin())
@@ -1079,7 +1079,7 @@ fn mkfs_mixed_rootdir_grows_chunks() {
     let base = scratch_dir("mkfs-mixed-grow");
     let src = base.join("src");
     growth_source(&src, 5, 30 << 20);
-    let src_manifest = manifest(&src);
+    let src_manifest = manifest_of(&src);
     let extras = [
         &["-b", "256M"][..],
         &["-m", "dup", "-d", "dup", "-b", "448M", "--csum", "xxhash"][..],
@@ -1104,7 +1104,7 @@ fn mkfs_mixed_rootdir_grows_chunks() {
             let size = std::fs::metadata(&img).unwrap().len();
             let l = Loop::new(&img);
             let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt"))?;
-            compare_manifests(&src_manifest, &manifest(&mnt.dir), &source_ignore())
+            compare_manifests(&src_manifest, &manifest_of(&mnt.dir), &source_ignore())
                 .map_err(|e| format!("mount differs from the source: {e}"))?;
             must(
                 Command::new("btrfs")
@@ -1144,7 +1144,7 @@ fn mkfs_mixed_writers_make_mixed_chunks() {
     let base = scratch_dir("mkfs-mixed-writers");
     let src = base.join("src");
     growth_source(&src, 2, 12 << 20);
-    let src_manifest = manifest(&src);
+    let src_manifest = manifest_of(&src);
     let extra_file = base.join("extra");
     std::fs::write(
         &extra_file,
@@ -1231,7 +1231,7 @@ fn mkfs_mixed_writers_make_mixed_chunks() {
         let mnt = Mount::new(std::slice::from_ref(&l), &base.join("mnt"))?;
         compare_manifests(
             &src_manifest,
-            &manifest(&mnt.dir.join("src")),
+            &manifest_of(&mnt.dir.join("src")),
             &source_ignore(),
         )
         .map_err(|e| format!("received subvolume differs from the source: {e}"))?;

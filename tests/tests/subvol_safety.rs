@@ -15,7 +15,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use ubtrfs_oracle::mkfs_support::{crash_kills, manifest, must, source_tree};
+use ubtrfs_oracle::manifest_of;
+use ubtrfs_oracle::mkfs_support::{crash_kills, must, source_tree};
 use ubtrfs_oracle::*;
 
 fn ubtrfs(args: &[&str], image: &Path) -> std::process::Output {
@@ -254,7 +255,7 @@ fn killed_snapshot_and_delete_leave_a_whole_commit() {
                     true,
                 );
                 let root: PathBuf = m.path("").components().collect();
-                let got = file_sums(&manifest(&root));
+                let got = file_sums(&manifest_of(&root));
                 m.unmount();
                 assert_eq!(got, want, "{what}: /{target} differs from the source");
             }
