@@ -84,6 +84,20 @@ impl DataPolicy {
 /// `chattr +c`), or do not.
 pub use ubtrfs_format::consts::{INODE_COMPRESS, INODE_NOCOMPRESS};
 
+/// New data given space and not yet written ([`Trans::take_space`]).
+struct NewPiece {
+    /// Where it starts in the data being written.
+    off: u64,
+    /// Its bytes in the file.
+    n: u64,
+    /// The space taken, and its length (whole sectors).
+    disk: u64,
+    stored_len: u64,
+    /// The bytes compressed, and the algorithm, where compression saves
+    /// a sector; else the data is stored as it is.
+    packed: Option<(Vec<u8>, u8)>,
+}
+
 pub(super) fn round_up(v: u64, ss: u64) -> u64 {
     v.div_ceil(ss) * ss
 }
@@ -371,16 +385,14 @@ impl Trans {
         }
         let ss = self.sectorsize() as u64;
         let data = self.read_file(tree, ino, 0, ss)?;
-        inode.nbytes = inode
-            .nbytes
-            .saturating_sub(self.drop_extents(tree, ino, 0, ss)?);
-        self.write_extents(tree, ino, inode, 0, &data, policy)
+        self.replace_extents(tree, ino, inode, 0, &data, policy)
     }
 
-    /// Writes `buf` (whole sectors) as new extents at `at`, which holds no
-    /// extents; adds to nbytes.
-    #[allow(clippy::too_many_arguments)]
-    fn write_extents(
+    /// Replaces the extents of `[at, at + buf.len())` with `buf` (whole
+    /// sectors) as new extents. The space is taken first and the old
+    /// extents dropped only then, so that a full filesystem leaves the
+    /// range as it was (ENOSPC), not a hole.
+    fn replace_extents(
         &mut self,
         tree: u64,
         ino: u64,
@@ -389,45 +401,152 @@ impl Trans {
         buf: &[u8],
         policy: DataPolicy,
     ) -> Result<()> {
+        let pieces = self.take_space(tree, ino, buf, policy)?;
+        self.replace_with(tree, ino, inode, at, buf, pieces, policy)
+    }
+
+    /// [`Trans::replace_extents`] with the space already taken.
+    #[allow(clippy::too_many_arguments)]
+    fn replace_with(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        inode: &mut InodeItem,
+        at: u64,
+        buf: &[u8],
+        pieces: Vec<NewPiece>,
+        policy: DataPolicy,
+    ) -> Result<()> {
+        let removed = match self.drop_extents(tree, ino, at, at + buf.len() as u64) {
+            Ok(r) => r,
+            Err(e) => {
+                self.give_back(&pieces);
+                return Err(e);
+            }
+        };
+        inode.nbytes = inode.nbytes.saturating_sub(removed);
+        self.put_pieces(tree, ino, inode, at, buf, pieces, policy)
+    }
+
+    /// Takes data space for `buf` (whole sectors) in pieces of at most the
+    /// largest extent (halved where no block group has room for a whole
+    /// one), compressed where the policy says and it saves a sector.
+    /// Nothing is written yet; on failure nothing is taken.
+    fn take_space(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        buf: &[u8],
+        policy: DataPolicy,
+    ) -> Result<Vec<NewPiece>> {
         let ss = self.sectorsize() as u64;
         let policy = policy.for_range(buf);
-        let step = if policy.compress.is_some() {
+        let mut step = if policy.compress.is_some() {
             COMPRESSED_CHUNK
         } else {
             EXTENT_CHUNK
         } as usize;
-        let mut pos = at;
-        let mut rest = buf;
-        // Halved when no block group has room for a whole piece (small
-        // images have small chunks).
-        let mut step = step;
-        while !rest.is_empty() {
-            let piece = &rest[..rest.len().min(step)];
+        let mut pieces: Vec<NewPiece> = Vec::new();
+        let mut off = 0usize;
+        while off < buf.len() {
+            let piece = &buf[off..buf.len().min(off + step)];
             let n = piece.len() as u64;
             let packed = match policy.compression_for(piece) {
-                Some((algo, level)) => compress(algo, level, piece, ss as u32)
-                    .map_err(|e| Error::format(format!("tree {tree} inode {ino}"), e))?
-                    .filter(|c| round_up(c.len() as u64, ss) < n)
-                    .map(|c| (c, algo)),
+                Some((algo, level)) => match compress(algo, level, piece, ss as u32) {
+                    Ok(c) => c
+                        .filter(|c| round_up(c.len() as u64, ss) < n)
+                        .map(|c| (c, algo)),
+                    Err(e) => {
+                        self.give_back(&pieces);
+                        return Err(Error::format(format!("tree {tree} inode {ino}"), e));
+                    }
+                },
                 None => None,
             };
-            let (data, algo) = match &packed {
-                Some((c, algo)) => (&c[..], *algo),
-                None => (piece, COMPRESS_NONE),
+            let stored_len = match &packed {
+                Some((c, _)) => round_up(c.len() as u64, ss),
+                None => n,
             };
-            let (disk, len) = match self.write_data_extent(data, policy.csum) {
-                Ok(r) => r,
+            let disk = match self.alloc_data(stored_len) {
+                Ok(d) => d,
                 Err(Error::NoSpace(_)) if n > ss => {
                     step = (piece.len() / 2).div_ceil(ss as usize) * ss as usize;
                     continue;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.give_back(&pieces);
+                    return Err(e);
+                }
             };
+            pieces.push(NewPiece {
+                off: off as u64,
+                n,
+                disk,
+                stored_len,
+                packed,
+            });
+            off += piece.len();
+        }
+        Ok(pieces)
+    }
+
+    /// Returns the space of pieces [`Trans::take_space`] took and that were
+    /// never written.
+    fn give_back(&mut self, pieces: &[NewPiece]) {
+        for p in pieces {
+            self.alloc.free_now(p.disk, p.stored_len);
+        }
+    }
+
+    /// Writes the pieces of `buf` into the space taken for them, with
+    /// their checksums, and maps them at `at` + their offset; adds to
+    /// nbytes.
+    #[allow(clippy::too_many_arguments)]
+    fn put_pieces(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        inode: &mut InodeItem,
+        at: u64,
+        buf: &[u8],
+        pieces: Vec<NewPiece>,
+        policy: DataPolicy,
+    ) -> Result<()> {
+        let ss = self.sectorsize() as usize;
+        for p in pieces {
+            let (data, algo) = match &p.packed {
+                Some((c, algo)) => (&c[..], *algo),
+                None => (&buf[p.off as usize..(p.off + p.n) as usize], COMPRESS_NONE),
+            };
+            let padded;
+            let bytes = if data.len().is_multiple_of(ss) {
+                data
+            } else {
+                let mut v = data.to_vec();
+                v.resize(p.stored_len as usize, 0);
+                padded = v;
+                &padded[..]
+            };
+            self.write_logical_data(p.disk, bytes)?;
+            if policy.csum {
+                let sums = self.info.csum_type.sector_sums(bytes, ss);
+                self.add_csum_run(p.disk, sums)?;
+            }
             self.note_compression(algo);
-            self.insert_file_extent(tree, ino, pos, disk, len, 0, n, n, algo, false, true)?;
-            inode.nbytes += n;
-            pos += n;
-            rest = &rest[piece.len()..];
+            self.insert_file_extent(
+                tree,
+                ino,
+                at + p.off,
+                p.disk,
+                p.stored_len,
+                0,
+                p.n,
+                p.n,
+                algo,
+                false,
+                true,
+            )?;
+            inode.nbytes += p.n;
         }
         Ok(())
     }
@@ -488,10 +607,14 @@ impl Trans {
             inode.nbytes += isize;
             return Ok(());
         }
-        self.uninline(tree, ino, inode, policy)?;
-        let removed = self.drop_extents(tree, ino, at, at + buf.len() as u64)?;
-        inode.nbytes = inode.nbytes.saturating_sub(removed);
-        self.write_extents(tree, ino, inode, at, buf, policy)
+        // The space first, then the inline extent made regular: a full
+        // filesystem leaves the file as it was.
+        let pieces = self.take_space(tree, ino, buf, policy)?;
+        if let Err(e) = self.uninline(tree, ino, inode, policy) {
+            self.give_back(&pieces);
+            return Err(e);
+        }
+        self.replace_with(tree, ino, inode, at, buf, pieces, policy)
     }
 
     /// The sector at `sector` merged for a change of the file: its bytes
@@ -696,9 +819,6 @@ impl Trans {
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or_else(|| Error::Invalid(format!("fallocate at {off}+{len}: too large")))?;
         let (a0, a1) = (off / ss * ss, round_up(end, ss));
-        if a0 < a1 && a0 >= ss {
-            self.uninline(tree, ino, &mut inode, policy)?;
-        }
         // The holes: gaps between extents, and hole items.
         let mut gaps = Vec::new();
         let mut at = a0;
@@ -714,28 +834,47 @@ impl Trans {
         if at < a1 {
             gaps.push((at, a1));
         }
-        for (s, e) in gaps {
-            self.drop_extents(tree, ino, s, e)?;
+        // All the space first: a full filesystem (ENOSPC) changes nothing.
+        let mut taken: Vec<(u64, u64, u64)> = Vec::new();
+        let give_back = |t: &mut Trans, taken: &[(u64, u64, u64)]| {
+            for &(_, disk, n) in taken {
+                t.alloc.free_now(disk, n);
+            }
+        };
+        for &(s, e) in &gaps {
             let mut p = s;
             let mut step = EXTENT_CHUNK;
             while p < e {
                 let n = (e - p).min(step);
-                let disk = match self.alloc_data(n) {
-                    Ok(d) => d,
-                    Err(Error::NoSpace(_)) if n > ss => {
-                        step = (n / 2).div_ceil(ss) * ss;
-                        continue;
+                match self.alloc_data(n) {
+                    Ok(disk) => {
+                        taken.push((p, disk, n));
+                        p += n;
                     }
-                    Err(err) => return Err(err),
-                };
-                self.insert_file_extent(tree, ino, p, disk, n, 0, n, n, 0, true, true)?;
-                // As the kernel's __btrfs_prealloc_file_range: readers
-                // (SEEK_DATA/SEEK_HOLE) look for preallocated extents only
-                // in inodes that carry the flag.
-                inode.flags |= INODE_PREALLOC;
-                inode.nbytes += n;
-                p += n;
+                    Err(Error::NoSpace(_)) if n > ss => step = (n / 2).div_ceil(ss) * ss,
+                    Err(err) => {
+                        give_back(self, &taken);
+                        return Err(err);
+                    }
+                }
             }
+        }
+        if a0 < a1 && a0 >= ss {
+            if let Err(e) = self.uninline(tree, ino, &mut inode, policy) {
+                give_back(self, &taken);
+                return Err(e);
+            }
+        }
+        for (s, e) in gaps {
+            self.drop_extents(tree, ino, s, e)?;
+        }
+        for (p, disk, n) in taken {
+            self.insert_file_extent(tree, ino, p, disk, n, 0, n, n, 0, true, true)?;
+            // As the kernel's __btrfs_prealloc_file_range: readers
+            // (SEEK_DATA/SEEK_HOLE) look for preallocated extents only in
+            // inodes that carry the flag.
+            inode.flags |= INODE_PREALLOC;
+            inode.nbytes += n;
         }
         if !keep_size && end > inode.size {
             inode.size = end;

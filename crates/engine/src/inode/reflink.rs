@@ -81,7 +81,39 @@ impl Trans {
         }
         let removed = self.drop_extents(dst_tree, dst_ino, dst_off, dst_off + alen)?;
         dst.nbytes = dst.nbytes.saturating_sub(removed);
-        for (_, e) in &pieces {
+        let placed = self.place_pieces(
+            &pieces,
+            (src_off, alen),
+            (dst_tree, dst_ino, dst_off),
+            &mut dst,
+            (&inline_data, new_size),
+            policy,
+        );
+        if let Err(e) = placed {
+            // The destination's extents changed: its item must count
+            // them (nbytes) even though the clone failed part way.
+            let _ = self.put_inode(dst_tree, dst_ino, &dst);
+            return Err(e);
+        }
+        self.fill_holes(dst_tree, dst_ino, 0, round_up(new_size, ss))?;
+        dst.size = new_size;
+        dst.transid = self.transid;
+        Ok(dst)
+    }
+
+    /// The source's `pieces` in `[src_off, src_off + alen)` placed at
+    /// `dst_off` of the destination: shared, or inline data copied.
+    fn place_pieces(
+        &mut self,
+        pieces: &[(ubtrfs_format::Key, crate::data::extent::Extent)],
+        (src_off, alen): (u64, u64),
+        (dst_tree, dst_ino, dst_off): (u64, u64, u64),
+        dst: &mut InodeItem,
+        (inline_data, new_size): (&[u8], u64),
+        policy: DataPolicy,
+    ) -> Result<()> {
+        let ss = self.sectorsize() as u64;
+        for (_, e) in pieces {
             let s = e.start.max(src_off);
             let en = e.end.min(src_off + alen);
             if s >= en {
@@ -91,10 +123,10 @@ impl Trans {
             match e.kind {
                 ExtentKind::Hole => {}
                 ExtentKind::Inline { .. } => {
-                    let mut buf = inline_data.clone();
+                    let mut buf = inline_data.to_vec();
                     buf.resize(ss as usize, 0);
                     let isize = new_size.max(dst.size);
-                    self.rewrite(dst_tree, dst_ino, &mut dst, at, &buf, isize, policy)?;
+                    self.rewrite(dst_tree, dst_ino, dst, at, &buf, isize, policy)?;
                 }
                 _ => {
                     self.insert_extent_piece(dst_tree, dst_ino, at, e, s - e.start, en - s)?;
@@ -102,9 +134,6 @@ impl Trans {
                 }
             }
         }
-        self.fill_holes(dst_tree, dst_ino, 0, round_up(new_size, ss))?;
-        dst.size = new_size;
-        dst.transid = self.transid;
-        Ok(dst)
+        Ok(())
     }
 }
