@@ -224,11 +224,8 @@ fn file_changes_match_the_model_and_btrfs_check() {
 #[test]
 fn full_filesystem_leaves_files_as_they_were() {
     let dev = Arc::new(MemDev::new(160 << 20));
-    let opts = MkfsOptions {
-        fsid: Some([0x25; 16]),
-        ..Default::default()
-    };
-    let mut t: Trans = make(vec![("mem".into(), dev.clone())], &opts).unwrap();
+    // Seed 0: nodesize 4096, no-holes.
+    let mut t = memcheck::seeded_mkfs(dev.clone(), 0, 0x25, 1).unwrap();
     let (tree, time) = (FS_TREE_OBJECTID, Timespec { sec: 1, nsec: 0 });
     let policy = DataPolicy {
         csum: true,

@@ -13,6 +13,7 @@
 //! Callers (receive, the mount) keep inode times; these functions keep
 //! `size`, `nbytes` and the item's transid.
 
+use super::file_item::NewPiece;
 use crate::ctree::Tree;
 use crate::data::extent::{Extent, ExtentKind};
 use crate::data::read::DataReader;
@@ -25,7 +26,7 @@ use ubtrfs_format::items::InodeItem;
 use ubtrfs_format::Key;
 
 /// Largest uncompressed piece of one compressed extent.
-const COMPRESSED_CHUNK: u64 = 128 * 1024;
+pub(super) const COMPRESSED_CHUNK: u64 = 128 * 1024;
 /// Largest uncompressed extent a write makes here.
 const EXTENT_CHUNK: u64 = super::file_item::MAX_EXTENT_SIZE;
 
@@ -83,20 +84,6 @@ impl DataPolicy {
 /// Inode flags: compress new data (the btrfs.compression property or
 /// `chattr +c`), or do not.
 pub use ubtrfs_format::consts::{INODE_COMPRESS, INODE_NOCOMPRESS};
-
-/// New data given space and not yet written ([`Trans::take_space`]).
-struct NewPiece {
-    /// Where it starts in the data being written.
-    off: u64,
-    /// Its bytes in the file.
-    n: u64,
-    /// The space taken, and its length (whole sectors).
-    disk: u64,
-    stored_len: u64,
-    /// The bytes compressed, and the algorithm, where compression saves
-    /// a sector; else the data is stored as it is.
-    packed: Option<(Vec<u8>, u8)>,
-}
 
 pub(super) fn round_up(v: u64, ss: u64) -> u64 {
     v.div_ceil(ss) * ss
@@ -385,27 +372,15 @@ impl Trans {
         }
         let ss = self.sectorsize() as u64;
         let data = self.read_file(tree, ino, 0, ss)?;
-        self.replace_extents(tree, ino, inode, 0, &data, policy)
+        let pieces = self.take_space(tree, ino, &data, policy)?;
+        self.replace_with(tree, ino, inode, 0, &data, pieces, policy)
     }
 
     /// Replaces the extents of `[at, at + buf.len())` with `buf` (whole
-    /// sectors) as new extents. The space is taken first and the old
-    /// extents dropped only then, so that a full filesystem leaves the
-    /// range as it was (ENOSPC), not a hole.
-    fn replace_extents(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        inode: &mut InodeItem,
-        at: u64,
-        buf: &[u8],
-        policy: DataPolicy,
-    ) -> Result<()> {
-        let pieces = self.take_space(tree, ino, buf, policy)?;
-        self.replace_with(tree, ino, inode, at, buf, pieces, policy)
-    }
-
-    /// [`Trans::replace_extents`] with the space already taken.
+    /// sectors), whose space [`Trans::take_space`] took first, so that a
+    /// full filesystem leaves the range as it was (ENOSPC), not a hole:
+    /// the old extents dropped, the pieces written into their space with
+    /// their checksums and mapped at `at` + their offset; nbytes follows.
     #[allow(clippy::too_many_arguments)]
     fn replace_with(
         &mut self,
@@ -425,93 +400,6 @@ impl Trans {
             }
         };
         inode.nbytes = inode.nbytes.saturating_sub(removed);
-        self.put_pieces(tree, ino, inode, at, buf, pieces, policy)
-    }
-
-    /// Takes data space for `buf` (whole sectors) in pieces of at most the
-    /// largest extent (halved where no block group has room for a whole
-    /// one), compressed where the policy says and it saves a sector.
-    /// Nothing is written yet; on failure nothing is taken.
-    fn take_space(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        buf: &[u8],
-        policy: DataPolicy,
-    ) -> Result<Vec<NewPiece>> {
-        let ss = self.sectorsize() as u64;
-        let policy = policy.for_range(buf);
-        let mut step = if policy.compress.is_some() {
-            COMPRESSED_CHUNK
-        } else {
-            EXTENT_CHUNK
-        } as usize;
-        let mut pieces: Vec<NewPiece> = Vec::new();
-        let mut off = 0usize;
-        while off < buf.len() {
-            let piece = &buf[off..buf.len().min(off + step)];
-            let n = piece.len() as u64;
-            let packed = match policy.compression_for(piece) {
-                Some((algo, level)) => match compress(algo, level, piece, ss as u32) {
-                    Ok(c) => c
-                        .filter(|c| round_up(c.len() as u64, ss) < n)
-                        .map(|c| (c, algo)),
-                    Err(e) => {
-                        self.give_back(&pieces);
-                        return Err(Error::format(format!("tree {tree} inode {ino}"), e));
-                    }
-                },
-                None => None,
-            };
-            let stored_len = match &packed {
-                Some((c, _)) => round_up(c.len() as u64, ss),
-                None => n,
-            };
-            let disk = match self.alloc_data(stored_len) {
-                Ok(d) => d,
-                Err(Error::NoSpace(_)) if n > ss => {
-                    step = (piece.len() / 2).div_ceil(ss as usize) * ss as usize;
-                    continue;
-                }
-                Err(e) => {
-                    self.give_back(&pieces);
-                    return Err(e);
-                }
-            };
-            pieces.push(NewPiece {
-                off: off as u64,
-                n,
-                disk,
-                stored_len,
-                packed,
-            });
-            off += piece.len();
-        }
-        Ok(pieces)
-    }
-
-    /// Returns the space of pieces [`Trans::take_space`] took and that were
-    /// never written.
-    fn give_back(&mut self, pieces: &[NewPiece]) {
-        for p in pieces {
-            self.alloc.free_now(p.disk, p.stored_len);
-        }
-    }
-
-    /// Writes the pieces of `buf` into the space taken for them, with
-    /// their checksums, and maps them at `at` + their offset; adds to
-    /// nbytes.
-    #[allow(clippy::too_many_arguments)]
-    fn put_pieces(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        inode: &mut InodeItem,
-        at: u64,
-        buf: &[u8],
-        pieces: Vec<NewPiece>,
-        policy: DataPolicy,
-    ) -> Result<()> {
         let ss = self.sectorsize() as usize;
         for p in pieces {
             let (data, algo) = match &p.packed {

@@ -1,17 +1,35 @@
 //! File data: extents written to data block groups, their EXTENT_DATA
 //! items and back references, and inline extents (the kernel's
-//! file-item.c); their checksums go to [`crate::tx::csum_tree`].
+//! file-item.c); their checksums go to [`crate::tx::csum_tree`]. Space
+//! for new data is taken before a file's old extents are dropped
+//! ([`Trans::take_space`]), so that a full filesystem changes nothing.
 
+use super::file::{round_up, DataPolicy, COMPRESSED_CHUNK};
 use crate::alloc::SpaceKind;
 use crate::error::{Error, Result};
 use crate::tx::delayed_ref::Backref;
 use crate::tx::Trans;
+use ubtrfs_format::compress::compress;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{FileExtent, FileExtentKind};
 use ubtrfs_format::Key;
 
 /// Largest extent the kernel makes (BTRFS_MAX_EXTENT_SIZE).
 pub const MAX_EXTENT_SIZE: u64 = 128 << 20;
+
+/// New data given space and not yet written ([`Trans::take_space`]).
+pub(super) struct NewPiece {
+    /// Where it starts in the data being written.
+    pub(super) off: u64,
+    /// Its bytes in the file.
+    pub(super) n: u64,
+    /// The space taken, and its length (whole sectors).
+    pub(super) disk: u64,
+    pub(super) stored_len: u64,
+    /// The bytes compressed, and the algorithm, where compression saves
+    /// a sector; else the data is stored as it is.
+    pub(super) packed: Option<(Vec<u8>, u8)>,
+}
 
 impl Trans {
     /// Allocates `len` bytes (a multiple of the sector size) of data space.
@@ -178,6 +196,76 @@ impl Trans {
             encryption: 0,
             other_encoding: 0,
             kind,
+        }
+    }
+
+    /// Takes data space for `buf` (whole sectors) in pieces of at most the
+    /// largest extent (halved where no block group has room for a whole
+    /// one), compressed where the policy says and it saves a sector.
+    /// Nothing is written yet; on failure nothing is taken.
+    pub(super) fn take_space(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        buf: &[u8],
+        policy: DataPolicy,
+    ) -> Result<Vec<NewPiece>> {
+        let ss = self.sectorsize() as u64;
+        let policy = policy.for_range(buf);
+        let mut step = if policy.compress.is_some() {
+            COMPRESSED_CHUNK
+        } else {
+            MAX_EXTENT_SIZE
+        } as usize;
+        let mut pieces: Vec<NewPiece> = Vec::new();
+        let mut off = 0usize;
+        while off < buf.len() {
+            let piece = &buf[off..buf.len().min(off + step)];
+            let n = piece.len() as u64;
+            let packed = match policy.compression_for(piece) {
+                Some((algo, level)) => match compress(algo, level, piece, ss as u32) {
+                    Ok(c) => c
+                        .filter(|c| round_up(c.len() as u64, ss) < n)
+                        .map(|c| (c, algo)),
+                    Err(e) => {
+                        self.give_back(&pieces);
+                        return Err(Error::format(format!("tree {tree} inode {ino}"), e));
+                    }
+                },
+                None => None,
+            };
+            let stored_len = match &packed {
+                Some((c, _)) => round_up(c.len() as u64, ss),
+                None => n,
+            };
+            let disk = match self.alloc_data(stored_len) {
+                Ok(d) => d,
+                Err(Error::NoSpace(_)) if n > ss => {
+                    step = (piece.len() / 2).div_ceil(ss as usize) * ss as usize;
+                    continue;
+                }
+                Err(e) => {
+                    self.give_back(&pieces);
+                    return Err(e);
+                }
+            };
+            pieces.push(NewPiece {
+                off: off as u64,
+                n,
+                disk,
+                stored_len,
+                packed,
+            });
+            off += piece.len();
+        }
+        Ok(pieces)
+    }
+
+    /// Returns the space of pieces [`Trans::take_space`] took and that were
+    /// never written.
+    pub(super) fn give_back(&mut self, pieces: &[NewPiece]) {
+        for p in pieces {
+            self.alloc.free_now(p.disk, p.stored_len);
         }
     }
 }
