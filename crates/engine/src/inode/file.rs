@@ -13,7 +13,7 @@
 //! Callers (receive, the mount) keep inode times; these functions keep
 //! `size`, `nbytes` and the item's transid.
 
-use super::file_item::NewPiece;
+use super::file_item::{NewPiece, MAX_EXTENT_SIZE};
 use crate::ctree::Tree;
 use crate::data::extent::{Extent, ExtentKind};
 use crate::data::read::DataReader;
@@ -24,11 +24,6 @@ use ubtrfs_format::compress::{compress, decompress};
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::InodeItem;
 use ubtrfs_format::Key;
-
-/// Largest uncompressed piece of one compressed extent.
-pub(super) const COMPRESSED_CHUNK: u64 = 128 * 1024;
-/// Largest uncompressed extent a write makes here.
-const EXTENT_CHUNK: u64 = super::file_item::MAX_EXTENT_SIZE;
 
 /// How a file's new data is stored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -400,26 +395,12 @@ impl Trans {
             }
         };
         inode.nbytes = inode.nbytes.saturating_sub(removed);
-        let ss = self.sectorsize() as usize;
         for p in pieces {
             let (data, algo) = match &p.packed {
                 Some((c, algo)) => (&c[..], *algo),
                 None => (&buf[p.off as usize..(p.off + p.n) as usize], COMPRESS_NONE),
             };
-            let padded;
-            let bytes = if data.len().is_multiple_of(ss) {
-                data
-            } else {
-                let mut v = data.to_vec();
-                v.resize(p.stored_len as usize, 0);
-                padded = v;
-                &padded[..]
-            };
-            self.write_logical_data(p.disk, bytes)?;
-            if policy.csum {
-                let sums = self.info.csum_type.sector_sums(bytes, ss);
-                self.add_csum_run(p.disk, sums)?;
-            }
+            self.write_data_into(p.disk, data, policy.csum)?;
             self.note_compression(algo);
             self.insert_file_extent(
                 tree,
@@ -723,25 +704,20 @@ impl Trans {
             gaps.push((at, a1));
         }
         // All the space first: a full filesystem (ENOSPC) changes nothing.
-        let mut taken: Vec<(u64, u64, u64)> = Vec::new();
-        let give_back = |t: &mut Trans, taken: &[(u64, u64, u64)]| {
-            for &(_, disk, n) in taken {
-                t.alloc.free_now(disk, n);
-            }
-        };
+        let mut taken: Vec<NewPiece> = Vec::new();
         for &(s, e) in &gaps {
             let mut p = s;
-            let mut step = EXTENT_CHUNK;
+            let mut step = MAX_EXTENT_SIZE;
             while p < e {
                 let n = (e - p).min(step);
                 match self.alloc_data(n) {
                     Ok(disk) => {
-                        taken.push((p, disk, n));
+                        taken.push(NewPiece::unpacked(p, n, disk));
                         p += n;
                     }
                     Err(Error::NoSpace(_)) if n > ss => step = (n / 2).div_ceil(ss) * ss,
                     Err(err) => {
-                        give_back(self, &taken);
+                        self.give_back(&taken);
                         return Err(err);
                     }
                 }
@@ -749,15 +725,16 @@ impl Trans {
         }
         if a0 < a1 && a0 >= ss {
             if let Err(e) = self.uninline(tree, ino, &mut inode, policy) {
-                give_back(self, &taken);
+                self.give_back(&taken);
                 return Err(e);
             }
         }
         for (s, e) in gaps {
             self.drop_extents(tree, ino, s, e)?;
         }
-        for (p, disk, n) in taken {
-            self.insert_file_extent(tree, ino, p, disk, n, 0, n, n, 0, true, true)?;
+        for p in taken {
+            let (at, n) = (p.off, p.n);
+            self.insert_file_extent(tree, ino, at, p.disk, n, 0, n, n, 0, true, true)?;
             // As the kernel's __btrfs_prealloc_file_range: readers
             // (SEEK_DATA/SEEK_HOLE) look for preallocated extents only in
             // inodes that carry the flag.

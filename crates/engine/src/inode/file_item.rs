@@ -4,7 +4,7 @@
 //! for new data is taken before a file's old extents are dropped
 //! ([`Trans::take_space`]), so that a full filesystem changes nothing.
 
-use super::file::{round_up, DataPolicy, COMPRESSED_CHUNK};
+use super::file::{round_up, DataPolicy};
 use crate::alloc::SpaceKind;
 use crate::error::{Error, Result};
 use crate::tx::delayed_ref::Backref;
@@ -17,9 +17,14 @@ use ubtrfs_format::Key;
 /// Largest extent the kernel makes (BTRFS_MAX_EXTENT_SIZE).
 pub const MAX_EXTENT_SIZE: u64 = 128 << 20;
 
+/// Largest uncompressed piece of one compressed extent
+/// (BTRFS_MAX_UNCOMPRESSED).
+pub const COMPRESSED_CHUNK: u64 = 128 << 10;
+
 /// New data given space and not yet written ([`Trans::take_space`]).
 pub(super) struct NewPiece {
-    /// Where it starts in the data being written.
+    /// Where it starts: in the data being written, or (a preallocation)
+    /// in the file.
     pub(super) off: u64,
     /// Its bytes in the file.
     pub(super) n: u64,
@@ -29,6 +34,19 @@ pub(super) struct NewPiece {
     /// The bytes compressed, and the algorithm, where compression saves
     /// a sector; else the data is stored as it is.
     pub(super) packed: Option<(Vec<u8>, u8)>,
+}
+
+impl NewPiece {
+    /// `n` bytes of space at `disk`, stored as they are, for `off`.
+    pub(super) fn unpacked(off: u64, n: u64, disk: u64) -> NewPiece {
+        NewPiece {
+            off,
+            n,
+            disk,
+            stored_len: n,
+            packed: None,
+        }
+    }
 }
 
 impl Trans {
@@ -57,6 +75,16 @@ impl Trans {
     /// sector size); returns its address and on-disk length. With `csum`
     /// the sectors' checksums are queued for the csum tree.
     pub fn write_data_extent(&mut self, data: &[u8], csum: bool) -> Result<(u64, u64)> {
+        let len = data.len().next_multiple_of(self.sectorsize() as usize) as u64;
+        let at = self.alloc_data(len)?;
+        self.write_data_into(at, data, csum)?;
+        Ok((at, len))
+    }
+
+    /// Writes `data` (padded with zeros to the sector size) into data
+    /// space already taken at `at`; with `csum` the sectors' checksums are
+    /// queued for the csum tree.
+    pub(crate) fn write_data_into(&mut self, at: u64, data: &[u8], csum: bool) -> Result<()> {
         let ss = self.sectorsize() as usize;
         let len = data.len().next_multiple_of(ss);
         let padded;
@@ -68,8 +96,12 @@ impl Trans {
             padded = v;
             &padded[..]
         };
-        let sums = csum.then(|| self.info.csum_type.sector_sums(bytes, ss));
-        self.write_data_extent_summed(bytes, sums)
+        self.write_logical_data(at, bytes)?;
+        if csum {
+            let sums = self.info.csum_type.sector_sums(bytes, ss);
+            self.add_csum_run(at, sums)?;
+        }
+        Ok(())
     }
 
     /// Writes `data` (whole sectors) to a new data extent whose sectors'
@@ -250,11 +282,9 @@ impl Trans {
                 }
             };
             pieces.push(NewPiece {
-                off: off as u64,
-                n,
-                disk,
-                stored_len,
                 packed,
+                stored_len,
+                ..NewPiece::unpacked(off as u64, n, disk)
             });
             off += piece.len();
         }

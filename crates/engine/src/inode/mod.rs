@@ -1,8 +1,9 @@
 //! Filesystem items written through a transaction (the kernel's inode.c,
 //! dir-item.c, inode-item.c, xattr.c, file-item.c, reflink.c): inodes,
 //! names (DIR_ITEM, DIR_INDEX, INODE_REF / INODE_EXTREF), xattrs, file
-//! extents (shared by clones) and data checksums. Callers (mkfs, receive, the mount) decide what to
-//! make; this module makes the items exactly as the kernel lays them out.
+//! extents (shared by clones) and data checksums. Callers (mkfs, receive,
+//! the mount) decide what to make; this module makes the items exactly
+//! as the kernel lays them out.
 
 pub mod file;
 pub mod file_item;

@@ -45,9 +45,8 @@ use ubtrfs_format::checksum::CsumType;
 use ubtrfs_format::consts::COMPRESS_NONE;
 use ubtrfs_format::items::InodeItem;
 
-/// Largest uncompressed piece of one compressed extent (as
-/// [`crate::inode::file`]'s writes).
-const COMPRESSED_CHUNK: usize = 128 * 1024;
+/// Largest uncompressed piece of one compressed extent.
+const COMPRESSED_CHUNK: usize = crate::inode::file_item::COMPRESSED_CHUNK as usize;
 
 /// Everything written under the lock (benchmark only).
 fn disabled() -> bool {

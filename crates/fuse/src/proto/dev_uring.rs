@@ -524,11 +524,18 @@ impl Policy {
         // background beside the closer's next request) neither wait nor
         // say who is sending: they change nothing.
         let mut senders = pids.iter().copied().filter(|&pid| pid != 0);
-        let Some(first) = senders.next() else {
-            return;
+        let one = match (senders.next(), senders.next_back()) {
+            (None, _) => return,
+            (Some(only), None) => {
+                let same = only == self.last_pid;
+                self.last_pid = only;
+                same
+            }
+            (Some(_), Some(last)) => {
+                self.last_pid = last;
+                false
+            }
         };
-        let one = first == self.last_pid && senders.clone().next().is_none();
-        self.last_pid = senders.next_back().unwrap_or(first);
         self.set(one);
     }
 }

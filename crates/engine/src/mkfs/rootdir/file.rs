@@ -8,6 +8,7 @@
 use super::source::{data_ranges, in_path, io_err};
 use super::{Ahead, Dir, Walker, INODE_NOCOMPRESS, INODE_NODATASUM};
 use crate::error::{Error, Result};
+use crate::inode::file_item::COMPRESSED_CHUNK;
 use crate::mkfs::data::{Job, Piece, Slot};
 use std::collections::VecDeque;
 use std::fs::File;
@@ -25,9 +26,6 @@ const EXTENT_CHUNK: u64 = 32 << 20;
 /// open for it at most.
 const LOOKAHEAD_ENTRIES: usize = 64;
 const LOOKAHEAD_FILES: usize = 256;
-
-/// Compressed extents hold at most this much data (BTRFS_MAX_COMPRESSED).
-const COMPRESSED_CHUNK: u64 = 128 << 10;
 
 impl Walker<'_> {
     /// Plans the data of regular file `path` (`size` bytes, inode flags
