@@ -813,3 +813,34 @@ fn fsync_random_4k_profile() {
         }
     }
 }
+
+/// Writes into one preallocated extent, each fsynced in one transaction:
+/// the log holds the checksums of every part written, not only of the
+/// first. (A log whose file extent has no checksum, in the log or in the
+/// csum tree, replays to data the kernel refuses to read: "csum hole
+/// found", EIO.)
+#[test]
+fn fsync_logs_checksums_of_each_write_into_preallocated_space() {
+    for committed in [true, false] {
+        let dev = Arc::new(MemDev::new(DEV_SIZE));
+        let t = seeded_mkfs(dev.clone(), 2, 0x27, 2).unwrap();
+        let mut fs = RwFs::with_trans(t, opts(2)).unwrap();
+        let f = fs.create(TOP, b"f", 0o100644, 0, (0, 0), None).unwrap();
+        fs.fallocate(f, 0, 256 << 10, 0).unwrap();
+        if committed {
+            fs.commit().unwrap();
+        }
+        let mut want = vec![0u8; 256 << 10];
+        for (at, byte) in [(0usize, 0xa5u8), (64 << 10, 0x5a), (8 << 10, 0x3c)] {
+            want[at..at + 4096].fill(byte);
+            fs.write(f, at as u64, &want[at..at + 4096]).unwrap();
+            fs.fsync(f).unwrap();
+        }
+        assert!(fs.stats.log_syncs >= 3, "the fsyncs did not write logs");
+        drop(fs); // the crash
+        let durable = Durable::from([("/f".to_string(), (want, Xattrs::new()))]);
+        if let Err(e) = check_crash(dev, &durable, true) {
+            panic!("preallocated extent committed first: {committed}: {e}");
+        }
+    }
+}

@@ -19,7 +19,11 @@
 //!   bytes_used their sum, one chunk per block group and back;
 //! * device extents: one per chunk stripe, and DEV_ITEM bytes_used;
 //! * the free-space tree (when enabled): per block group, exactly the
-//!   complement of the extents, and the right extent_count.
+//!   complement of the extents, and the right extent_count;
+//! * data checksums: every sector a written extent of a file with data
+//!   checksums refers to has one in the csum tree (what the kernel's
+//!   reads need: it answers EIO where one is missing, and btrfs check
+//!   says "some csum missing").
 
 use crate::ctree::{for_each_item, Tree};
 use crate::disk_io::FsInfo;
@@ -34,7 +38,8 @@ use std::path::Path;
 use std::sync::Arc;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{
-    BlockGroupItem, ChunkItem, DevExtent, DevItem, ExtentRecord, FreeSpaceInfo, InlineRef,
+    BlockGroupItem, ChunkItem, DevExtent, DevItem, ExtentRecord, FileExtent, FileExtentKind,
+    FreeSpaceInfo, InlineRef, InodeItem,
 };
 use ubtrfs_format::{Key, Superblock};
 
@@ -104,6 +109,7 @@ pub fn check_filesystem(fs: &Filesystem) -> Result<CheckReport> {
     if sb.compat_ro_flags & COMPAT_RO_FREE_SPACE_TREE != 0 {
         check_free_space_tree(fs, &groups, &extents, &mut p)?;
     }
+    check_data_csums(fs, &trees, &mut p)?;
     let (reports, _) = info.take_reports();
     for r in reports {
         p.add(format!("read: {r}"));
@@ -499,6 +505,99 @@ fn complement(start: u64, end: u64, extents: &BTreeMap<u64, (u64, u64)>) -> Vec<
         out.push((c, end - c));
     }
     out
+}
+
+/// Every data sector that a written extent of a file with checksums
+/// refers to has a checksum in the csum tree (a compressed extent's
+/// sectors on disk all do).
+fn check_data_csums(fs: &Filesystem, trees: &[Tree], p: &mut Problems) -> Result<()> {
+    let info = &fs.info;
+    let ss = info.sectorsize as u64;
+    let cs = info.csum_type.size() as u64;
+    let all = (Key::new(0, 0, 0), Key::new(u64::MAX, u8::MAX, u64::MAX));
+    // Sectors wanted: start -> (end, where).
+    let mut wanted: BTreeMap<u64, (u64, String)> = BTreeMap::new();
+    for t in trees {
+        if t.id != FS_TREE_OBJECTID && !(FIRST_FREE_OBJECTID..=LAST_FREE_OBJECTID).contains(&t.id) {
+            continue;
+        }
+        let mut nodatasum = (0u64, false);
+        for_each_item(info, *t, all.0, all.1, |k, d| {
+            match k.item_type {
+                INODE_ITEM => {
+                    let flags = InodeItem::parse(d).map_or(0, |i| i.flags);
+                    nodatasum = (k.objectid, flags & INODE_NODATASUM != 0);
+                }
+                EXTENT_DATA if nodatasum != (k.objectid, true) => {
+                    let Ok(fe) = FileExtent::parse(d) else {
+                        return Ok(ControlFlow::Continue(()));
+                    };
+                    if let FileExtentKind::Extent {
+                        prealloc: false,
+                        disk_bytenr,
+                        disk_num_bytes,
+                        offset,
+                        num_bytes,
+                    } = fe.kind
+                    {
+                        let (s, e) = if fe.compression != 0 {
+                            (disk_bytenr, disk_bytenr + disk_num_bytes)
+                        } else {
+                            (disk_bytenr + offset, disk_bytenr + offset + num_bytes)
+                        };
+                        if disk_bytenr != 0 && s < e {
+                            let here = format!(
+                                "{} inode {} offset {}",
+                                t.describe(),
+                                k.objectid,
+                                k.offset
+                            );
+                            let w = wanted.entry(s).or_insert((e, here));
+                            w.0 = w.0.max(e);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+    }
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    // Sectors with checksums, merged: start -> end.
+    let mut have: BTreeMap<u64, u64> = BTreeMap::new();
+    let csum_root = trees.iter().find(|t| t.id == CSUM_TREE_OBJECTID);
+    if let Some(t) = csum_root {
+        let lo = Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, 0);
+        let hi = Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, u64::MAX);
+        let mut run: Option<(u64, u64)> = None;
+        for_each_item(info, *t, lo, hi, |k, d| {
+            let end = k.offset + d.len() as u64 / cs * ss;
+            run = match run {
+                Some((s, e)) if k.offset <= e => Some((s, e.max(end))),
+                Some((s, e)) => {
+                    have.insert(s, e);
+                    Some((k.offset, end))
+                }
+                None => Some((k.offset, end)),
+            };
+            Ok(ControlFlow::Continue(()))
+        })?;
+        if let Some((s, e)) = run {
+            have.insert(s, e);
+        }
+    }
+    for (s, (e, here)) in wanted {
+        // The run at or before `s` must reach `e`.
+        let covered = have.range(..=s).next_back().is_some_and(|(_, &he)| he >= e);
+        if !covered {
+            p.add(format!(
+                "{here}: data [{s}, {e}) lacks checksums (btrfs check: some csum missing)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_free_space_tree(

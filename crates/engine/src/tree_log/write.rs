@@ -230,13 +230,23 @@ impl LogWriter {
                             k.offset + fe.ram_bytes.next_multiple_of(ss)
                         }
                         FileExtentKind::Extent {
+                            prealloc,
                             disk_bytenr,
                             disk_num_bytes,
+                            offset,
                             num_bytes,
-                            ..
                         } => {
-                            if disk_bytenr != 0 && fe.generation == transid {
-                                sum_ranges.push((disk_bytenr, disk_bytenr + disk_num_bytes));
+                            // The sectors whose checksums replay looks
+                            // for (the kernel's replay_one_extent): what
+                            // the item refers to, or a compressed extent
+                            // whole.
+                            if disk_bytenr != 0 && !prealloc && fe.generation == transid {
+                                sum_ranges.push(if fe.compression != 0 {
+                                    (disk_bytenr, disk_bytenr + disk_num_bytes)
+                                } else {
+                                    let s = disk_bytenr + offset;
+                                    (s, s + num_bytes)
+                                });
                             }
                             k.offset + num_bytes
                         }
@@ -262,34 +272,68 @@ impl LogWriter {
                 None => log.remove(&k),
             }
         }
-        sum_ranges.sort_unstable();
-        sum_ranges.dedup();
         if !full || inode.flags & INODE_NODATASUM != 0 {
             return Ok(());
         }
-        // Checksums of the extents made in this transaction, one run of
-        // items per extent keyed from where its sums start: extents made
-        // in one transaction and still in files never overlap (freed
-        // space is not reused once the log holds items), so neither do
-        // the items.
-        let cs = t.info.csum_type.size();
-        let per_item = (crate::tree::buf::max_item_data(ns) - 2 * ITEM_SIZE) / cs;
+        sum_ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
         for (s, e) in sum_ranges {
-            let first = Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, s);
-            if self.trees[&subvol].get(&first).is_some() {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        for (s, e) in merged {
+            self.log_csums(t, subvol, s, e)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the log hold the checksums of data sectors `[start, end)`,
+    /// as runs of EXTENT_CSUM items keyed from where each run starts.
+    /// A range the log already covers whole is left alone (an extent's
+    /// checksums do not change within its transaction). One it does not
+    /// is looked up again, since parts of a preallocated extent written
+    /// after it was logged have checksums now; the log's items over it
+    /// are replaced, widened to where they start and end, so that no two
+    /// items overlap. (Extents made in one transaction and still in files
+    /// never overlap: freed space is not reused once the log holds
+    /// items.)
+    fn log_csums(&mut self, t: &mut Trans, subvol: u64, start: u64, end: u64) -> Result<()> {
+        let ss = t.sectorsize() as u64;
+        let cs = t.info.csum_type.size();
+        let per_item = (crate::tree::buf::max_item_data(t.nodesize()) - 2 * ITEM_SIZE) / cs;
+        let key = |at: u64| Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, at);
+        let log = self.trees.get_mut(&subvol).expect("the inode's log");
+        // An item reaching into the range starts at most one item's
+        // span before it.
+        let span = per_item as u64 * ss;
+        let (mut lo, mut hi) = (start, end);
+        let (mut covered_to, mut gap) = (start, false);
+        let mut logged = Vec::new();
+        for (k, d) in log.items_in(key(start.saturating_sub(span)), key(end - 1)) {
+            let item_end = k.offset + (d.len() / cs) as u64 * ss;
+            if item_end <= start {
                 continue;
             }
-            self.stats.csum_lookups += 1;
-            for (at, sums) in t.csums_in(s, e)? {
-                let log = self.trees.get_mut(&subvol).unwrap();
-                for (i, chunk) in sums.chunks(per_item * cs).enumerate() {
-                    let key = Key::new(
-                        EXTENT_CSUM_OBJECTID,
-                        EXTENT_CSUM,
-                        at + (i * per_item) as u64 * ss,
-                    );
-                    log.put(key, chunk.to_vec());
-                }
+            gap |= k.offset > covered_to;
+            covered_to = covered_to.max(item_end);
+            lo = lo.min(k.offset);
+            hi = hi.max(item_end);
+            logged.push(k);
+        }
+        if !gap && covered_to >= end {
+            return Ok(());
+        }
+        self.stats.csum_lookups += 1;
+        let runs = t.csums_in(lo, hi)?;
+        let log = self.trees.get_mut(&subvol).expect("the inode's log");
+        for k in &logged {
+            log.remove(k);
+        }
+        for (at, sums) in runs {
+            for (i, chunk) in sums.chunks(per_item * cs).enumerate() {
+                log.put(key(at + (i * per_item) as u64 * ss), chunk.to_vec());
             }
         }
         Ok(())
