@@ -532,29 +532,18 @@ fn check_data_csums(fs: &Filesystem, trees: &[Tree], p: &mut Problems) -> Result
                     let Ok(fe) = FileExtent::parse(d) else {
                         return Ok(ControlFlow::Continue(()));
                     };
-                    if let FileExtentKind::Extent {
-                        prealloc: false,
-                        disk_bytenr,
-                        disk_num_bytes,
-                        offset,
-                        num_bytes,
-                    } = fe.kind
-                    {
-                        let (s, e) = if fe.compression != 0 {
-                            (disk_bytenr, disk_bytenr + disk_num_bytes)
-                        } else {
-                            (disk_bytenr + offset, disk_bytenr + offset + num_bytes)
-                        };
-                        if disk_bytenr != 0 && s < e {
-                            let here = format!(
-                                "{} inode {} offset {}",
-                                t.describe(),
-                                k.objectid,
-                                k.offset
-                            );
-                            let w = wanted.entry(s).or_insert((e, here));
-                            w.0 = w.0.max(e);
+                    let written = matches!(
+                        fe.kind,
+                        FileExtentKind::Extent {
+                            prealloc: false,
+                            ..
                         }
+                    );
+                    if let (true, Ok(Some((s, e)))) = (written, fe.csum_range()) {
+                        let here =
+                            format!("{} inode {} offset {}", t.describe(), k.objectid, k.offset);
+                        let w = wanted.entry(s).or_insert((e, here));
+                        w.0 = w.0.max(e);
                     }
                 }
                 _ => {}

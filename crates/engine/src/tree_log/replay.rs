@@ -651,7 +651,6 @@ impl<'a> Replayer<'a> {
                 disk_bytenr,
                 disk_num_bytes,
                 offset,
-                num_bytes,
                 ..
             } => {
                 let no_holes = self.t.info.sb.incompat_flags & INCOMPAT_NO_HOLES != 0;
@@ -668,16 +667,12 @@ impl<'a> Replayer<'a> {
                         disk_num_bytes,
                         start.wrapping_sub(offset),
                     )?;
-                    let range = if fe.compression != 0 {
-                        Some(disk_bytenr).zip(disk_bytenr.checked_add(disk_num_bytes))
-                    } else {
-                        disk_bytenr
-                            .checked_add(offset)
-                            .and_then(|s| Some(s).zip(s.checked_add(num_bytes)))
-                    };
-                    let (cs, ce) =
-                        range.ok_or_else(|| corrupt(self.at(k), "extent range past 2^64"))?;
-                    self.copy_csums(cs, ce)?;
+                    if let Some((cs, ce)) = fe
+                        .csum_range()
+                        .map_err(|e| corrupt(self.at(k), e.to_string()))?
+                    {
+                        self.copy_csums(cs, ce)?;
+                    }
                 }
             }
             FileExtentKind::Inline { .. } => self.overwrite(k, d)?,

@@ -231,22 +231,14 @@ impl LogWriter {
                         }
                         FileExtentKind::Extent {
                             prealloc,
-                            disk_bytenr,
-                            disk_num_bytes,
-                            offset,
                             num_bytes,
+                            ..
                         } => {
-                            // The sectors whose checksums replay looks
-                            // for (the kernel's replay_one_extent): what
-                            // the item refers to, or a compressed extent
-                            // whole.
-                            if disk_bytenr != 0 && !prealloc && fe.generation == transid {
-                                sum_ranges.push(if fe.compression != 0 {
-                                    (disk_bytenr, disk_bytenr + disk_num_bytes)
-                                } else {
-                                    let s = disk_bytenr + offset;
-                                    (s, s + num_bytes)
-                                });
+                            // What replay looks for checksums of.
+                            if !prealloc && fe.generation == transid {
+                                if let Ok(Some(r)) = fe.csum_range() {
+                                    sum_ranges.push(r);
+                                }
                             }
                             k.offset + num_bytes
                         }

@@ -86,6 +86,41 @@ impl<'a> FileExtent<'a> {
         }
     }
 
+    /// The data sectors whose checksums go with this item (what the
+    /// kernel's log replay copies, and what a read verifies): the part of
+    /// the extent it refers to, or a compressed extent whole, whose
+    /// checksums cover its bytes on disk. None for inline data and holes;
+    /// Err when the range would pass 2^64.
+    pub fn csum_range(&self) -> Result<Option<(u64, u64)>> {
+        let FileExtentKind::Extent {
+            disk_bytenr,
+            disk_num_bytes,
+            offset,
+            num_bytes,
+            ..
+        } = self.kind
+        else {
+            return Ok(None);
+        };
+        if disk_bytenr == 0 {
+            return Ok(None);
+        }
+        let (start, len) = if self.compression != 0 {
+            (Some(disk_bytenr), disk_num_bytes)
+        } else {
+            (disk_bytenr.checked_add(offset), num_bytes)
+        };
+        start
+            .and_then(|s| Some(s).zip(s.checked_add(len)))
+            .map(Some)
+            .ok_or_else(|| {
+                invalid(
+                    "EXTENT_DATA",
+                    format!("extent {disk_bytenr}+{offset}+{num_bytes} passes 2^64"),
+                )
+            })
+    }
+
     pub fn encoded_len(&self) -> usize {
         match self.kind {
             FileExtentKind::Inline { data } => FILE_EXTENT_INLINE_HEADER + data.len(),
