@@ -11,6 +11,7 @@ pub mod checksum;
 pub mod compress;
 pub mod consts;
 pub mod error;
+pub mod fixed;
 pub mod items;
 pub mod key;
 pub mod node;

@@ -24,7 +24,8 @@
 use crate::bytes::{le32, le64, put_u32, put_u64, slice, u8_at};
 use crate::consts::*;
 use crate::error::{invalid, Result};
-use crate::key::{Key, KEY_SIZE};
+use crate::fixed_item;
+use crate::key::Key;
 use std::cmp::Reverse;
 
 pub const EXTENT_FLAG_DATA: u64 = 1;
@@ -33,94 +34,47 @@ pub const EXTENT_FLAG_TREE_BLOCK: u64 = 2;
 /// the kernel uses it after relocation and for blocks of snapshots.
 pub const BLOCK_FLAG_FULL_BACKREF: u64 = 1 << 8;
 
-/// The head of an EXTENT_ITEM / METADATA_ITEM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ExtentItem {
-    pub refs: u64,
-    pub generation: u64,
-    pub flags: u64,
+fixed_item! {
+    /// The head of an EXTENT_ITEM / METADATA_ITEM.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct ExtentItem ("EXTENT_ITEM") {
+        pub refs: u64,
+        pub generation: u64,
+        pub flags: u64,
+    }
 }
 
 impl ExtentItem {
-    pub const ENCODED_LEN: usize = 24;
-
-    pub fn parse(data: &[u8]) -> Result<Self> {
-        let b = slice(data, 0, Self::ENCODED_LEN, "EXTENT_ITEM")?;
-        Ok(ExtentItem {
-            refs: le64(b, 0),
-            generation: le64(b, 8),
-            flags: le64(b, 16),
-        })
-    }
-
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        put_u64(out, self.refs);
-        put_u64(out, self.generation);
-        put_u64(out, self.flags);
-    }
-
     pub fn is_tree_block(&self) -> bool {
         self.flags & EXTENT_FLAG_TREE_BLOCK != 0
     }
 }
 
-/// `btrfs_tree_block_info`: first key and level of a tree block, kept only
-/// by non-skinny (EXTENT_ITEM keyed) metadata extents. Skinny METADATA_ITEMs
-/// carry the level in the key offset and no first key at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TreeBlockInfo {
-    pub key: Key,
-    pub level: u8,
-}
-
-impl TreeBlockInfo {
-    pub const ENCODED_LEN: usize = KEY_SIZE + 1;
-
-    pub fn parse(data: &[u8]) -> Result<Self> {
-        let b = slice(data, 0, Self::ENCODED_LEN, "tree block info")?;
-        Ok(TreeBlockInfo {
-            key: Key::parse(b, 0)?,
-            level: b[KEY_SIZE],
-        })
-    }
-
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        self.key.encode(out);
-        out.push(self.level);
+fixed_item! {
+    /// `btrfs_tree_block_info`: first key and level of a tree block, kept only
+    /// by non-skinny (EXTENT_ITEM keyed) metadata extents. Skinny METADATA_ITEMs
+    /// carry the level in the key offset and no first key at all.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct TreeBlockInfo ("tree block info") {
+        pub key: Key,
+        pub level: u8,
     }
 }
 
-/// `btrfs_extent_data_ref`: a data extent referenced from file `objectid`
-/// at file offset `offset` of tree `root`, `count` times. This is both the
-/// payload of a keyed EXTENT_DATA_REF item and the body of the inline form.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ExtentDataRef {
-    pub root: u64,
-    pub objectid: u64,
-    pub offset: u64,
-    pub count: u32,
+fixed_item! {
+    /// `btrfs_extent_data_ref`: a data extent referenced from file `objectid`
+    /// at file offset `offset` of tree `root`, `count` times. This is both the
+    /// payload of a keyed EXTENT_DATA_REF item and the body of the inline form.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct ExtentDataRef ("EXTENT_DATA_REF") {
+        pub root: u64,
+        pub objectid: u64,
+        pub offset: u64,
+        pub count: u32,
+    }
 }
 
 impl ExtentDataRef {
-    pub const ENCODED_LEN: usize = 28;
-
-    pub fn parse(data: &[u8]) -> Result<Self> {
-        let b = slice(data, 0, Self::ENCODED_LEN, "EXTENT_DATA_REF")?;
-        Ok(ExtentDataRef {
-            root: le64(b, 0),
-            objectid: le64(b, 8),
-            offset: le64(b, 16),
-            count: le32(b, 24),
-        })
-    }
-
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        put_u64(out, self.root);
-        put_u64(out, self.objectid);
-        put_u64(out, self.offset);
-        put_u32(out, self.count);
-    }
-
     /// The key offset of this reference's keyed EXTENT_DATA_REF item, and
     /// the order of inline EXTENT_DATA_REFs (descending).
     pub fn hash(&self) -> u64 {

@@ -3,43 +3,24 @@
 //! FREE_SPACE_BITMAP items (key = start, length; one bit per sector, set =
 //! free).
 
-use crate::bytes::{le32, put_u32, slice};
 use crate::error::{FormatError, Result};
+use crate::fixed_item;
 
 /// FREE_SPACE_INFO flag: this block group's free space is kept in bitmaps.
 pub const FREE_SPACE_USING_BITMAPS: u32 = 1 << 0;
 
-/// FREE_SPACE_INFO, keyed (block group start, FREE_SPACE_INFO, length).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FreeSpaceInfo {
-    /// Number of free extents (runs of free sectors) in the block group,
-    /// however they are stored.
-    pub extent_count: u32,
-    pub flags: u32,
+fixed_item! {
+    /// FREE_SPACE_INFO, keyed (block group start, FREE_SPACE_INFO, length).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct FreeSpaceInfo ("FREE_SPACE_INFO") {
+        /// Number of free extents (runs of free sectors) in the block group,
+        /// however they are stored.
+        pub extent_count: u32,
+        pub flags: u32,
+    }
 }
 
 impl FreeSpaceInfo {
-    pub const ENCODED_LEN: usize = 8;
-
-    pub fn parse(data: &[u8]) -> Result<Self> {
-        let b = slice(data, 0, Self::ENCODED_LEN, "FREE_SPACE_INFO")?;
-        Ok(FreeSpaceInfo {
-            extent_count: le32(b, 0),
-            flags: le32(b, 4),
-        })
-    }
-
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        put_u32(out, self.extent_count);
-        put_u32(out, self.flags);
-    }
-
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(Self::ENCODED_LEN);
-        self.encode(&mut v);
-        v
-    }
-
     pub fn uses_bitmaps(&self) -> bool {
         self.flags & FREE_SPACE_USING_BITMAPS != 0
     }

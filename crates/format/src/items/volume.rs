@@ -2,35 +2,38 @@
 //! (device tree), BLOCK_GROUP_ITEM (extent or block group tree) and the
 //! device statistics item.
 
-use crate::bytes::{le16, le32, le64, put_u16, put_u32, put_u64, slice, uuid};
+use crate::bytes::{le16, le32, le64, put_u16, put_u32, put_u64, slice};
 use crate::consts::*;
 use crate::error::{invalid, Result};
+use crate::fixed::Field;
+use crate::fixed_item;
 
 pub const DEV_ITEM_SIZE: usize = 98;
 pub const CHUNK_HEADER_SIZE: usize = 48;
 pub const STRIPE_SIZE: usize = 32;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DevItem {
-    pub devid: u64,
-    pub total_bytes: u64,
-    pub bytes_used: u64,
-    pub io_align: u32,
-    pub io_width: u32,
-    pub sector_size: u32,
-    pub dev_type: u64,
-    pub generation: u64,
-    pub start_offset: u64,
-    pub dev_group: u32,
-    pub seek_speed: u8,
-    pub bandwidth: u8,
-    pub uuid: [u8; 16],
-    pub fsid: [u8; 16],
+fixed_item! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct DevItem ("DEV_ITEM") {
+        pub devid: u64,
+        pub total_bytes: u64,
+        pub bytes_used: u64,
+        pub io_align: u32,
+        pub io_width: u32,
+        pub sector_size: u32,
+        pub dev_type: u64,
+        pub generation: u64,
+        pub start_offset: u64,
+        pub dev_group: u32,
+        pub seek_speed: u8,
+        pub bandwidth: u8,
+        pub uuid: [u8; 16],
+        pub fsid: [u8; 16],
+    }
 }
+const _: () = assert!(DevItem::ENCODED_LEN == DEV_ITEM_SIZE);
 
 impl DevItem {
-    pub const ENCODED_LEN: usize = DEV_ITEM_SIZE;
-
     /// A new device of `total_bytes` with nothing allocated on it, as mkfs
     /// describes it: I/O aligned to `sector_size`, the fields the kernel
     /// leaves unused at zero.
@@ -58,75 +61,17 @@ impl DevItem {
             fsid,
         }
     }
-
-    pub fn parse(data: &[u8]) -> Result<Self> {
-        let b = slice(data, 0, DEV_ITEM_SIZE, "DEV_ITEM")?;
-        Ok(DevItem {
-            devid: le64(b, 0),
-            total_bytes: le64(b, 8),
-            bytes_used: le64(b, 16),
-            io_align: le32(b, 24),
-            io_width: le32(b, 28),
-            sector_size: le32(b, 32),
-            dev_type: le64(b, 36),
-            generation: le64(b, 44),
-            start_offset: le64(b, 52),
-            dev_group: le32(b, 60),
-            seek_speed: b[64],
-            bandwidth: b[65],
-            uuid: uuid(b, 66),
-            fsid: uuid(b, 82),
-        })
-    }
-
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        put_u64(out, self.devid);
-        put_u64(out, self.total_bytes);
-        put_u64(out, self.bytes_used);
-        put_u32(out, self.io_align);
-        put_u32(out, self.io_width);
-        put_u32(out, self.sector_size);
-        put_u64(out, self.dev_type);
-        put_u64(out, self.generation);
-        put_u64(out, self.start_offset);
-        put_u32(out, self.dev_group);
-        out.push(self.seek_speed);
-        out.push(self.bandwidth);
-        out.extend_from_slice(&self.uuid);
-        out.extend_from_slice(&self.fsid);
-    }
-
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(DEV_ITEM_SIZE);
-        self.encode(&mut v);
-        v
-    }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stripe {
-    pub devid: u64,
-    pub offset: u64,
-    pub dev_uuid: [u8; 16],
-}
-
-impl Stripe {
-    pub const ENCODED_LEN: usize = STRIPE_SIZE;
-
-    fn at(b: &[u8], s: usize) -> Self {
-        Stripe {
-            devid: le64(b, s),
-            offset: le64(b, s + 8),
-            dev_uuid: uuid(b, s + 16),
-        }
-    }
-
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        put_u64(out, self.devid);
-        put_u64(out, self.offset);
-        out.extend_from_slice(&self.dev_uuid);
+fixed_item! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Stripe ("stripe") {
+        pub devid: u64,
+        pub offset: u64,
+        pub dev_uuid: [u8; 16],
     }
 }
+const _: () = assert!(Stripe::ENCODED_LEN == STRIPE_SIZE);
 
 /// A CHUNK_ITEM: one logical range and the device stripes backing it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,7 +104,7 @@ impl ChunkItem {
             "CHUNK_ITEM stripes",
         )?;
         let stripes = (0..num_stripes as usize)
-            .map(|i| Stripe::at(all, CHUNK_HEADER_SIZE + i * STRIPE_SIZE))
+            .map(|i| <Stripe as Field>::get(all, CHUNK_HEADER_SIZE + i * STRIPE_SIZE))
             .collect();
         let c = ChunkItem {
             length: le64(b, 0),
@@ -238,81 +183,31 @@ pub fn block_group_kind(flags: u64) -> &'static str {
     }
 }
 
-/// BLOCK_GROUP_ITEM, keyed (logical start, BLOCK_GROUP_ITEM, length).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct BlockGroupItem {
-    pub used: u64,
-    /// Always FIRST_CHUNK_TREE_OBJECTID (256).
-    pub chunk_objectid: u64,
-    pub flags: u64,
-}
-
-impl BlockGroupItem {
-    pub const ENCODED_LEN: usize = 24;
-
-    pub fn parse(data: &[u8]) -> Result<Self> {
-        let b = slice(data, 0, Self::ENCODED_LEN, "BLOCK_GROUP_ITEM")?;
-        Ok(BlockGroupItem {
-            used: le64(b, 0),
-            chunk_objectid: le64(b, 8),
-            flags: le64(b, 16),
-        })
-    }
-
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        put_u64(out, self.used);
-        put_u64(out, self.chunk_objectid);
-        put_u64(out, self.flags);
-    }
-
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(Self::ENCODED_LEN);
-        self.encode(&mut v);
-        v
+fixed_item! {
+    /// BLOCK_GROUP_ITEM, keyed (logical start, BLOCK_GROUP_ITEM, length).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct BlockGroupItem ("BLOCK_GROUP_ITEM") {
+        pub used: u64,
+        /// Always FIRST_CHUNK_TREE_OBJECTID (256).
+        pub chunk_objectid: u64,
+        pub flags: u64,
     }
 }
 
-/// DEV_EXTENT, keyed (devid, DEV_EXTENT, physical offset): which chunk a
-/// device range belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct DevExtent {
-    /// Always CHUNK_TREE_OBJECTID (3).
-    pub chunk_tree: u64,
-    /// Always FIRST_CHUNK_TREE_OBJECTID (256).
-    pub chunk_objectid: u64,
-    /// Logical start of the chunk.
-    pub chunk_offset: u64,
-    pub length: u64,
-    /// The chunk tree's uuid (as in every tree block header).
-    pub chunk_tree_uuid: [u8; 16],
-}
-
-impl DevExtent {
-    pub const ENCODED_LEN: usize = 48;
-
-    pub fn parse(data: &[u8]) -> Result<Self> {
-        let b = slice(data, 0, Self::ENCODED_LEN, "DEV_EXTENT")?;
-        Ok(DevExtent {
-            chunk_tree: le64(b, 0),
-            chunk_objectid: le64(b, 8),
-            chunk_offset: le64(b, 16),
-            length: le64(b, 24),
-            chunk_tree_uuid: uuid(b, 32),
-        })
-    }
-
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        put_u64(out, self.chunk_tree);
-        put_u64(out, self.chunk_objectid);
-        put_u64(out, self.chunk_offset);
-        put_u64(out, self.length);
-        out.extend_from_slice(&self.chunk_tree_uuid);
-    }
-
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(Self::ENCODED_LEN);
-        self.encode(&mut v);
-        v
+fixed_item! {
+    /// DEV_EXTENT, keyed (devid, DEV_EXTENT, physical offset): which chunk a
+    /// device range belongs to.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct DevExtent ("DEV_EXTENT") {
+        /// Always CHUNK_TREE_OBJECTID (3).
+        pub chunk_tree: u64,
+        /// Always FIRST_CHUNK_TREE_OBJECTID (256).
+        pub chunk_objectid: u64,
+        /// Logical start of the chunk.
+        pub chunk_offset: u64,
+        pub length: u64,
+        /// The chunk tree's uuid (as in every tree block header).
+        pub chunk_tree_uuid: [u8; 16],
     }
 }
 
