@@ -5,7 +5,7 @@
 //! field's type says how it is stored ([`Field`]): little-endian
 //! integers, 16-byte UUIDs, keys, and other fixed items nested.
 
-use crate::bytes::{le16, le32, le64, put_u16, put_u32, put_u64, uuid};
+use crate::bytes::{le64, uuid};
 use crate::key::{Key, KEY_SIZE};
 
 /// A value stored in a fixed number of bytes.
@@ -19,45 +19,24 @@ pub trait Field: Sized {
     fn put(&self, out: &mut Vec<u8>);
 }
 
-impl Field for u8 {
-    const LEN: usize = 1;
-    fn get(b: &[u8], off: usize) -> Self {
-        b[off]
-    }
-    fn put(&self, out: &mut Vec<u8>) {
-        out.push(*self);
-    }
+/// Little-endian integers.
+macro_rules! int_field {
+    ($($t:ty),*) => {$(
+        impl Field for $t {
+            const LEN: usize = std::mem::size_of::<$t>();
+            fn get(b: &[u8], off: usize) -> Self {
+                let mut v = [0u8; std::mem::size_of::<$t>()];
+                v.copy_from_slice(&b[off..off + Self::LEN]);
+                <$t>::from_le_bytes(v)
+            }
+            fn put(&self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+        }
+    )*};
 }
 
-impl Field for u16 {
-    const LEN: usize = 2;
-    fn get(b: &[u8], off: usize) -> Self {
-        le16(b, off)
-    }
-    fn put(&self, out: &mut Vec<u8>) {
-        put_u16(out, *self);
-    }
-}
-
-impl Field for u32 {
-    const LEN: usize = 4;
-    fn get(b: &[u8], off: usize) -> Self {
-        le32(b, off)
-    }
-    fn put(&self, out: &mut Vec<u8>) {
-        put_u32(out, *self);
-    }
-}
-
-impl Field for u64 {
-    const LEN: usize = 8;
-    fn get(b: &[u8], off: usize) -> Self {
-        le64(b, off)
-    }
-    fn put(&self, out: &mut Vec<u8>) {
-        put_u64(out, *self);
-    }
-}
+int_field!(u8, u16, u32, u64);
 
 impl Field for [u8; 16] {
     const LEN: usize = 16;

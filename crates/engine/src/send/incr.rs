@@ -708,14 +708,7 @@ fn changed_extents(s: &mut Sender, d: &InodeDiff) -> Result<()> {
             ranges.push((e.start, e.end));
         }
     }
-    ranges.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    for (a, b) in ranges {
-        match merged.last_mut() {
-            Some(l) if a <= l.1 => l.1 = l.1.max(b),
-            _ => merged.push((a, b)),
-        }
-    }
+    let merged = crate::data::ranges::merged(ranges);
     // Changed data.
     for e in &left_exts {
         if !e.is_data() {

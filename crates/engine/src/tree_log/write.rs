@@ -267,15 +267,7 @@ impl LogWriter {
         if !full || inode.flags & INODE_NODATASUM != 0 {
             return Ok(());
         }
-        sum_ranges.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::new();
-        for (s, e) in sum_ranges {
-            match merged.last_mut() {
-                Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                _ => merged.push((s, e)),
-            }
-        }
-        for (s, e) in merged {
+        for (s, e) in crate::data::ranges::merged(sum_ranges) {
             self.log_csums(t, subvol, s, e)?;
         }
         Ok(())

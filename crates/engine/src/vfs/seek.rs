@@ -30,19 +30,9 @@ pub struct DataMap {
 impl DataMap {
     /// Builds the map from data ranges in any order, overlapping or not,
     /// clipped to `size`.
-    pub fn build(mut parts: Vec<(u64, u64)>, size: u64) -> DataMap {
-        parts.sort_unstable();
-        let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(parts.len());
-        for (s, e) in parts {
-            let e = e.min(size);
-            if s >= e {
-                continue;
-            }
-            match ranges.last_mut() {
-                Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                _ => ranges.push((s, e)),
-            }
-        }
+    pub fn build(parts: Vec<(u64, u64)>, size: u64) -> DataMap {
+        let clipped = parts.into_iter().map(|(s, e)| (s, e.min(size))).collect();
+        let ranges = crate::data::ranges::merged(clipped);
         DataMap { ranges, size }
     }
 
