@@ -215,8 +215,9 @@ fn file_changes_match_the_model_and_btrfs_check() {
 }
 
 /// A full filesystem is ENOSPC, and the file stays as it was: a write into
-/// part of a sector, a hole punched in part of one and a preallocation all
-/// need new data space, which they take before dropping anything (a
+/// part of a sector, a hole punched in part of one, a preallocation and a
+/// truncate to inside a sector all need new data space, which they take
+/// before dropping anything (a
 /// sector dropped before the space for its new copy was found read back
 /// as a hole, and nbytes still counted it: btrfs check's "nbytes wrong",
 /// seen on fstests generic/269 through the mount). The image checks clean
@@ -256,10 +257,11 @@ fn full_filesystem_leaves_files_as_they_were() {
         }
     }
     let before = t.inode(tree, 257).unwrap().unwrap();
-    for what in ["write", "punch", "prealloc"] {
+    for what in ["write", "punch", "prealloc", "truncate"] {
         let res = match what {
             "write" => t.write_file(tree, 257, 100, b"xyz", policy),
             "punch" => t.punch_hole(tree, 257, 100, 10, policy),
+            "truncate" => t.truncate_file(tree, 257, SS + 100, policy),
             _ => t.prealloc(tree, 257, 3 * SS, 4 * SS, true, policy),
         };
         match res {

@@ -1378,3 +1378,119 @@ fn vfs_unmount_closes_the_filesystem() {
     }
     assert!(reader.lookup(root, b"o").unwrap().is_none());
 }
+
+/// Data accepted by write(2) keeps the space it was counted against when
+/// metadata grows afterwards (fstests generic/269: fsstress beside a dd
+/// that fills the filesystem). A large file written until ENOSPC, all of
+/// it dirty, then small files with xattrs until ENOSPC: their tree
+/// blocks must not take the unallocated space the dirty data was
+/// counted against (a new metadata chunk is a tenth of the filesystem
+/// here), or no commit could place the data and the mount would go
+/// read-only, every change since the last commit lost. Everything
+/// accepted is committed at unmount and reads back; the image checks
+/// clean.
+#[test]
+fn vfs_metadata_growth_leaves_accepted_data_its_space() {
+    let dev = Arc::new(MemDev::new(1 << 30));
+    let mkopts = MkfsOptions {
+        fsid: Some([0x28; 16]),
+        ..Default::default()
+    };
+    let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
+    let opts = RwOptions {
+        dirty_limit: 2 << 30,
+        ..Default::default()
+    };
+    let mut fs = RwFs::with_trans(t, opts).unwrap();
+    let root = TOP;
+    let big = fs.create(root, b"big", 0o100644, 0, (0, 0), None).unwrap();
+    let chunk: Vec<u8> = (0..(1u64 << 20)).map(|b| (b >> 9) as u8).collect();
+    let mut size = 0u64;
+    loop {
+        match fs.write_buffered(big, size, &chunk) {
+            Ok(_) => size += chunk.len() as u64,
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                break;
+            }
+        }
+    }
+    assert!(fs.dirty_bytes() > 256 << 20, "{} dirty", fs.dirty_bytes());
+    let mut made = 0u64;
+    for i in 0..200_000u64 {
+        let name = format!("m{i:06}-{}", "x".repeat(200));
+        let res = fs
+            .create(root, name.as_bytes(), 0o100644, 0, (0, 0), None)
+            .and_then(|id| fs.setxattr(id, b"user.pad", &[i as u8; 3000], 0, false));
+        if let Err(e) = res {
+            assert_eq!(e.errno(), libc::ENOSPC, "file {i}: {e}");
+            break;
+        }
+        made += 1;
+    }
+    assert!(fs.aborted().is_none(), "read-only: {:?}", fs.aborted());
+    assert!(made > 1000, "only {made} files made");
+    fs.unmount().expect("the final commit of accepted data");
+    let back = fs
+        .read(big, size - chunk.len() as u64, chunk.len() as u32)
+        .unwrap();
+    assert_eq!(back, chunk);
+    drop(fs);
+    ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
+    btrfs_check(&dev, SUITE).unwrap();
+}
+
+/// A commit that finds no room for dirty data (here another writer of
+/// the transaction took every free data sector) is made without it: the
+/// data stays dirty and readable, the commit says ENOSPC, and the mount
+/// stays writable, where going read-only would lose every change since
+/// the last commit. Once space is back, the data is written.
+#[test]
+fn vfs_commit_without_room_for_dirty_data_keeps_it_dirty() {
+    use ubtrfs_engine::inode::file::DataPolicy;
+    let (dev, mut fs, root) = fresh_mount_fsid(0x29);
+    let f = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
+    let data: Vec<u8> = (0..(8u64 << 20)).map(|b| ((b * 7) >> 10) as u8).collect();
+    fs.write_buffered(f, 0, &data).unwrap();
+    let thief = fs
+        .create(root, b"thief", 0o100644, 0, (0, 0), None)
+        .unwrap();
+    let policy = DataPolicy {
+        csum: true,
+        ..Default::default()
+    };
+    let t = fs.trans();
+    let (mut at, mut step) = (0u64, 8usize << 20);
+    while step >= SS as usize {
+        match t.write_file(thief.subvol, thief.ino, at, &vec![0x5a; step], policy) {
+            Ok(i) => {
+                t.put_inode(thief.subvol, thief.ino, &i).unwrap();
+                at += step as u64;
+            }
+            Err(ubtrfs_engine::Error::NoSpace(_)) => step /= 2,
+            Err(e) => panic!("taking the space: {e}"),
+        }
+    }
+    match fs.commit() {
+        Err(e) => assert_eq!(e.errno(), libc::ENOSPC, "{e}"),
+        Ok(()) => panic!("committed dirty data that had no room"),
+    }
+    assert!(fs.aborted().is_none(), "read-only: {:?}", fs.aborted());
+    assert_eq!(fs.read(f, 0, data.len() as u32).unwrap(), data);
+    fs.unlink(root, b"thief").unwrap();
+    // The thief's space is free once a commit has made its removal
+    // durable; the next writes the data.
+    let _ = fs.commit();
+    fs.unmount().expect("the final commit, with room again");
+    assert_eq!(fs.read(f, 0, data.len() as u32).unwrap(), data);
+    drop(fs);
+    ubtrfs_engine::tools::check::check_dev(dev.clone()).unwrap();
+    btrfs_check(&dev, SUITE).unwrap();
+    let d = Device::from_dev(std::path::Path::new("mem"), dev.clone()).unwrap();
+    let reader = Filesystem::from_devices(vec![d], 16 << 20).unwrap();
+    let id = reader.resolve(b"f").unwrap();
+    let mut fh = ubtrfs_engine::FileHandle::open(&reader, id).unwrap();
+    let mut buf = vec![0u8; data.len()];
+    assert_eq!(fh.read_at(&reader, 0, &mut buf).unwrap(), data.len());
+    assert!(buf == data, "the committed file differs");
+}

@@ -601,8 +601,9 @@ impl Trans {
             )));
         }
         if new_size < size {
-            let removed = self.drop_extents(tree, ino, round_up(new_size, ss), u64::MAX)?;
-            inode.nbytes = inode.nbytes.saturating_sub(removed);
+            // The partial last sector first, as the kernel's
+            // btrfs_truncate_block before btrfs_truncate: it may need
+            // space, and on a full filesystem nothing is dropped yet.
             if !new_size.is_multiple_of(ss) {
                 let s = new_size / ss * ss;
                 // Only a sector that holds data (btrfs_truncate_block).
@@ -611,6 +612,8 @@ impl Trans {
                     self.zero_sector_part(tree, ino, &mut inode, part, new_size, policy)?;
                 }
             }
+            let removed = self.drop_extents(tree, ino, round_up(new_size, ss), u64::MAX)?;
+            inode.nbytes = inode.nbytes.saturating_sub(removed);
         } else if new_size > size && size % ss != 0 {
             let s = size / ss * ss;
             if self.sector_has_data(tree, ino, s)? {

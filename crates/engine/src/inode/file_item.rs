@@ -234,7 +234,9 @@ impl Trans {
     /// Takes data space for `buf` (whole sectors) in pieces of at most the
     /// largest extent (halved where no block group has room for a whole
     /// one), compressed where the policy says and it saves a sector.
-    /// Nothing is written yet; on failure nothing is taken.
+    /// Nothing is written yet; on failure nothing is taken. The space
+    /// the mount's dirty data was counted against stays free
+    /// ([`Trans::data_kept`]).
     pub(super) fn take_space(
         &mut self,
         tree: u64,
@@ -242,6 +244,9 @@ impl Trans {
         buf: &[u8],
         policy: DataPolicy,
     ) -> Result<Vec<NewPiece>> {
+        if self.data_kept > 0 {
+            self.hold_data_space(self.data_kept + buf.len() as u64)?;
+        }
         let ss = self.sectorsize() as u64;
         let policy = policy.for_range(buf);
         let mut step = if policy.compress.is_some() {

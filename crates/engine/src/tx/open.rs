@@ -210,6 +210,7 @@ impl Trans {
             pending_chunks: Vec::new(),
             profiles: [0; 3],
             csum_run: Default::default(),
+            data_kept: 0,
             mutations: 0,
             decoded: Default::default(),
             max_inline: crate::tx::MAX_INLINE,

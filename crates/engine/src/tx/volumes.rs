@@ -159,6 +159,25 @@ impl Trans {
         data_free + unalloc / dr * dl
     }
 
+    /// Makes the data block groups hold `bytes` of free space, adding
+    /// data chunks now where they do not, as the kernel's data reservation
+    /// allocates a data chunk at write(2) time
+    /// (btrfs_alloc_data_chunk_ondemand): the unallocated space that dirty
+    /// data was counted against ([`Trans::data_space_estimate`]) becomes
+    /// data's before a metadata chunk can take it, which would leave the
+    /// next writeback, and the commit after it, no room. NoSpace when the
+    /// devices have no room for another chunk. (Mixed block groups share
+    /// their space and are left alone.)
+    pub fn hold_data_space(&mut self, bytes: u64) -> Result<()> {
+        if self.mixed_groups() {
+            return Ok(());
+        }
+        while self.alloc.free_bytes_in(|g| g.flags & BG_DATA != 0) < bytes {
+            self.grow(SpaceKind::Data)?;
+        }
+        Ok(())
+    }
+
     /// Logical bytes of metadata that can still be given tree blocks: free
     /// in metadata block groups (pinned space is not free until a
     /// commit), and what new metadata chunks can take of the unallocated

@@ -137,7 +137,7 @@ impl RwFs {
             .ok_or_else(|| Error::TooLarge(format!("write at {off}")))?;
         let ss = self.sectorsize();
         let (a0, a1) = (off / ss * ss, round_up(end, ss));
-        if let Err(e) = self.reserve(data.len() as u64) {
+        if let Err(e) = self.reserve(a1 - a0) {
             // As the kernel's btrfs_check_nocow_lock: a write its extents
             // take in place needs no data space.
             // The sector of the old end of file, dirtied below for a write
@@ -205,14 +205,31 @@ impl RwFs {
             .all(|s| s.piece.is_some()))
     }
 
+    /// Runs `change`, which may take data space at once (a partial
+    /// sector rewritten, an inline extent moved out), leaving free the
+    /// space the dirty data was counted against
+    /// ([`crate::tx::Trans::hold_data_space`]): else the writeback after
+    /// it would find no room.
+    fn keeping_dirty_space<T>(
+        &mut self,
+        change: impl FnOnce(&mut crate::tx::Trans) -> Result<T>,
+    ) -> Result<T> {
+        self.t.data_kept = self.dirty_bytes;
+        let res = change(&mut self.t);
+        self.t.data_kept = 0;
+        res
+    }
+
     /// Refuses a write of `len` bytes that could not be given extents
-    /// (ENOSPC now rather than a lost writeback later).
+    /// (ENOSPC now rather than a lost writeback later); data chunks are
+    /// added now for what is dirty
+    /// ([`crate::tx::Trans::hold_data_space`]).
     fn reserve(&mut self, len: u64) -> Result<()> {
         let free = self.statfs().bavail * self.sectorsize();
         if len > free {
             return Err(Error::NoSpace(format!("{len} bytes to write, {free} free")));
         }
-        Ok(())
+        self.t.hold_data_space(self.dirty_bytes + len)
     }
 
     /// Before the file grows past an end of file inside a sector, that
@@ -226,6 +243,12 @@ impl RwFs {
             return Ok(());
         }
         let s = size / ss * ss;
+        if let Err(e) = self.reserve(ss) {
+            let flags = self.t.inode_of(id.subvol, id.ino)?.flags;
+            if !self.fits_in_place(id, flags, s, s + ss)? {
+                return Err(e);
+            }
+        }
         let mut buf = self.read_view(id, s, ss)?;
         buf[(size - s) as usize..].fill(0);
         let d = self.dirty.entry(id).or_default();
@@ -397,7 +420,8 @@ impl RwFs {
             self.dirty_eof_block(id, i.size)?;
         }
         let policy = self.policy(id, &i)?;
-        let inode = self.t.truncate_file(id.subvol, id.ino, size, policy)?;
+        let inode =
+            self.keeping_dirty_space(|t| t.truncate_file(id.subvol, id.ino, size, policy))?;
         self.t.put_inode(id.subvol, id.ino, &inode)?;
         if size < i.size {
             // What is dirty past the new size is dropped, never written
@@ -439,14 +463,18 @@ impl RwFs {
         self.writeback(id)?;
         let policy = self.policy(id, &i)?;
         let (tree, ino) = (id.subvol, id.ino);
-        let mut inode = if mode & FALLOC_FL_PUNCH_HOLE != 0 {
-            self.t.punch_hole(tree, ino, off, len, policy)?
+        // Partial sectors rewritten leave the dirty data its space.
+        self.t.data_kept = self.dirty_bytes;
+        let res = if mode & FALLOC_FL_PUNCH_HOLE != 0 {
+            self.t.punch_hole(tree, ino, off, len, policy)
         } else if mode & FALLOC_FL_ZERO_RANGE != 0 {
-            self.zero_range(id, off, len, keep, policy)?
+            self.zero_range(id, off, len, keep, policy)
         } else {
-            self.reserve(len)?;
-            self.t.prealloc(tree, ino, off, len, keep, policy)?
+            self.reserve(len)
+                .and_then(|()| self.t.prealloc(tree, ino, off, len, keep, policy))
         };
+        self.t.data_kept = 0;
+        let mut inode = res?;
         let t = now();
         if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 || !keep {
             inode.mtime = t;
@@ -625,9 +653,11 @@ impl RwFs {
             self.writeback(src)?;
             self.writeback(dst)?;
             let policy = self.policy(dst, &di)?;
-            let mut inode = self.t.clone_range(
-                src.subvol, src.ino, src_off, clone_len, dst.subvol, dst.ino, dst_off, policy,
-            )?;
+            let mut inode = self.keeping_dirty_space(|t| {
+                t.clone_range(
+                    src.subvol, src.ino, src_off, clone_len, dst.subvol, dst.ino, dst_off, policy,
+                )
+            })?;
             let t = now();
             inode.mtime = t;
             inode.ctime = t;

@@ -377,7 +377,9 @@ impl RwFs {
     }
 
     /// Writes back every dirty range and commits. A failed commit leaves
-    /// the image at the last one and the mount read-only.
+    /// the image at the last one and the mount read-only. Dirty data that
+    /// finds no room (a full filesystem) stays dirty: the commit is made
+    /// without it, and NoSpace says so.
     pub fn commit(&mut self) -> Result<()> {
         self.commit_as(true)
     }
@@ -428,6 +430,15 @@ impl RwFs {
         // files grown since go in with the size their items back.
         // Every other commit is asked for durability: all written back.
         let res = if sync { self.writeback_all() } else { Ok(()) };
+        // Dirty data with no room (a full filesystem) stays dirty, and the
+        // commit goes on without it, as the interval commit does: the
+        // kernel's commit leaves delalloc it cannot place to writeback,
+        // whose error goes to the next fsync. Read-only would lose every
+        // change since the last commit.
+        let (res, no_room) = match res {
+            Err(Error::NoSpace(why)) => (Ok(()), Some(why)),
+            r => (r, None),
+        };
         // Files cut to the size their items back, put back after the
         // commit, or at once if it is not made: the mount reads them
         // grown either way.
@@ -454,7 +465,13 @@ impl RwFs {
                 self.committed_mutations = committed;
                 self.durable_seq = self.log_seq;
                 self.commit_owed = None;
-                Ok(())
+                match no_room {
+                    None => Ok(()),
+                    Some(why) => Err(Error::NoSpace(format!(
+                        "{why}; committed without the {} bytes of dirty data that have no room",
+                        self.dirty_bytes
+                    ))),
+                }
             }
             Err(e) => {
                 self.aborted = Some(e.to_string());
@@ -552,8 +569,12 @@ impl RwFs {
         if !self.changed() && self.t.deferred.is_none() && self.t.alloc.pinned_bytes() == 0 {
             return Ok(false);
         }
-        self.commit()?;
-        Ok(true)
+        match self.commit() {
+            // Made, without dirty data that has no room: space may be
+            // back all the same.
+            Err(Error::NoSpace(_)) if self.aborted.is_none() => Ok(true),
+            r => r.map(|()| true),
+        }
     }
 
     /// Before a change of the trees: room for the tree blocks it may add
@@ -611,7 +632,8 @@ impl RwFs {
     /// After it returns Ok, the filesystem is closed: reads go on, every
     /// change, commit and log sync is refused (EROFS), and a second
     /// unmount does nothing. A failed final commit leaves it open and
-    /// read-only, as any failed commit.
+    /// read-only, as any failed commit. One made without dirty data that
+    /// found no room closes it and returns that NoSpace.
     pub fn unmount(&mut self) -> Result<()> {
         if self.aborted.is_some() || self.unmounted {
             return Ok(());
@@ -627,7 +649,16 @@ impl RwFs {
             self.drop_orphan(id)?;
         }
         if !self.dirty.is_empty() || self.changed() || !self.log.is_empty(&self.t) {
-            self.commit()?;
+            match self.commit() {
+                // Made, without the dirty data that had no room: closed
+                // all the same, and the caller hears what was left out.
+                Err(e @ Error::NoSpace(_)) if self.aborted.is_none() => {
+                    self.wait_committed()?;
+                    self.unmounted = true;
+                    return Err(e);
+                }
+                r => r?,
+            }
         }
         // A periodic commit's superblock is on disk before the mount
         // says it is done.
