@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::paths::repo_root;
-use crate::run::run_ok;
+use crate::run::run;
 
 pub fn read_lines(p: &Path) -> Vec<String> {
     std::fs::read_to_string(p)
@@ -22,16 +22,20 @@ pub fn read_lines(p: &Path) -> Vec<String> {
 /// tests/oracle/manifest.py of a directory (a kernel mount, a FUSE mount,
 /// an extracted or received tree).
 pub fn manifest_of(dir: &Path) -> Vec<String> {
-    let o = run_ok(
-        Command::new("python3")
-            .arg(repo_root().join("tests/oracle/manifest.py"))
-            .arg(dir),
-        &format!("manifest.py {}", dir.display()),
-    );
-    String::from_utf8_lossy(&o.stdout)
+    try_manifest_of(dir).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`manifest_of`], Err naming the directory when the walk fails (an
+/// unreadable file: EIO), for a caller that reports and goes on.
+pub fn try_manifest_of(dir: &Path) -> Result<Vec<String>, String> {
+    let o = run(Command::new("python3")
+        .arg(repo_root().join("tests/oracle/manifest.py"))
+        .arg(dir))
+    .map_err(|e| format!("manifest.py {}: {e}", dir.display()))?;
+    Ok(String::from_utf8_lossy(&o.stdout)
         .lines()
         .map(String::from)
-        .collect()
+        .collect())
 }
 
 /// The records of a manifest by path.

@@ -325,8 +325,9 @@ fn crash_once(seed: u64, notreelog: bool, dir: &Path) -> Result<Outcome, String>
     let k = RwMount::start(Writer::Kernel, &a, &mnt, "")
         .map_err(|e| format!("the kernel cannot mount the crashed image: {e}"))?;
     let judged = check_journal(&mnt, &journal, &shadow);
-    let kernel_view = manifest_of(&mnt);
+    let kernel_view = try_manifest_of(&mnt);
     k.finish().map_err(|e| format!("kernel unmount: {e}"))?;
+    let kernel_view = kernel_view.map_err(|e| format!("the kernel's replay: {e}"))?;
     let v = judged.map_err(|e| format!("the kernel's replay: {e}"))?;
     out.exact = u(&v, "exact");
     out.in_flight = u(&v, "in_flight");
@@ -360,8 +361,10 @@ fn crash_once(seed: u64, notreelog: bool, dir: &Path) -> Result<Outcome, String>
     check(&b, "after ubtrfs rescue replay-log")?;
     let k = Mount::images_at(std::slice::from_ref(&b), "", true, &mnt);
     let judged = check_journal(&mnt, &journal, &shadow);
-    let replayed_view = manifest_of(&mnt);
+    let replayed_view = try_manifest_of(&mnt);
     drop(k);
+    let replayed_view = replayed_view
+        .map_err(|e| format!("the kernel's view after ubtrfs rescue replay-log: {e}"))?;
     judged.map_err(|e| format!("the kernel's view after ubtrfs rescue replay-log: {e}"))?;
     compare_manifests(&kernel_view, &replayed_view, &Ignore::default()).map_err(|d| {
         format!("after ubtrfs rescue replay-log, the kernel's view differs from the kernel's own replay: {d}")

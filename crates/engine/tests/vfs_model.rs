@@ -21,6 +21,7 @@ use ubtrfs_engine::io::device::Device;
 use ubtrfs_engine::io::fault::FaultDev;
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::tx::trim::TrimRange;
+use ubtrfs_engine::tx::Trans;
 use ubtrfs_engine::vfs::attr::SetAttr;
 use ubtrfs_engine::vfs::seek::{SeekCache, Versions};
 use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwOptions};
@@ -595,6 +596,18 @@ fn fresh_mount(mkopts: &MkfsOptions) -> (Arc<MemDev>, RwFs, InodeId) {
     (dev, fs, root)
 }
 
+/// A fresh in-memory image of `size` bytes made with mkfs's defaults but
+/// for the fsid (every byte `fsid`), as a transaction to mount.
+fn fresh_image(size: u64, fsid: u8) -> (Arc<MemDev>, Trans) {
+    let dev = Arc::new(MemDev::new(size));
+    let mkopts = MkfsOptions {
+        fsid: Some([fsid; 16]),
+        ..Default::default()
+    };
+    let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
+    (dev, t)
+}
+
 /// [`fresh_mount`] with mkfs's defaults but for the fsid (every byte
 /// `fsid`).
 fn fresh_mount_fsid(fsid: u8) -> (Arc<MemDev>, RwFs, InodeId) {
@@ -789,12 +802,7 @@ fn vfs_interval_commit_writes_disk_sizes() {
 /// clean (block groups' used bytes equal to their extents).
 #[test]
 fn vfs_compressed_writeback_gives_back_unused_space() {
-    let dev = Arc::new(MemDev::new(160 << 20));
-    let mkopts = MkfsOptions {
-        fsid: Some([0x2b; 16]),
-        ..Default::default()
-    };
-    let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
+    let (dev, t) = fresh_image(160 << 20, 0x2b);
     let (mut fs, root) = memcheck::zstd_mount(t);
     let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
     let line = b"ordered extents, compressed outside the lock. ";
@@ -872,12 +880,7 @@ fn vfs_compression_heuristic_and_compress_force() {
     assert!(!ubtrfs_format::compress::worth_compressing(&data));
     let mut used = Vec::new();
     for force in [false, true] {
-        let dev = Arc::new(MemDev::new(160 << 20));
-        let mkopts = MkfsOptions {
-            fsid: Some([0x2c; 16]),
-            ..Default::default()
-        };
-        let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
+        let (dev, t) = fresh_image(160 << 20, 0x2c);
         let (mut fs, root) = memcheck::zstd_mount_forced(t, force);
         let id = fs.create(root, b"f", 0o100644, 0, (0, 0), None).unwrap();
         let before = fs.statfs().bfree;
@@ -1391,12 +1394,7 @@ fn vfs_unmount_closes_the_filesystem() {
 /// clean.
 #[test]
 fn vfs_metadata_growth_leaves_accepted_data_its_space() {
-    let dev = Arc::new(MemDev::new(1 << 30));
-    let mkopts = MkfsOptions {
-        fsid: Some([0x28; 16]),
-        ..Default::default()
-    };
-    let t = make(vec![("mem".into(), dev.clone())], &mkopts).unwrap();
+    let (dev, t) = fresh_image(1 << 30, 0x28);
     let opts = RwOptions {
         dirty_limit: 2 << 30,
         ..Default::default()
