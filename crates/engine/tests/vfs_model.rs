@@ -1440,9 +1440,10 @@ fn vfs_metadata_growth_leaves_accepted_data_its_space() {
 
 /// A commit that finds no room for dirty data (here another writer of
 /// the transaction took every free data sector) is made without it: the
-/// data stays dirty and readable, the commit says ENOSPC, and the mount
-/// stays writable, where going read-only would lose every change since
-/// the last commit. Once space is back, the data is written.
+/// data stays dirty and readable, the commit and the next fsync say
+/// ENOSPC, and the mount stays writable, where going read-only would lose
+/// every change since the last commit. Once space is back, the data is
+/// written.
 #[test]
 fn vfs_commit_without_room_for_dirty_data_keeps_it_dirty() {
     use ubtrfs_engine::inode::file::DataPolicy;
@@ -1475,6 +1476,9 @@ fn vfs_commit_without_room_for_dirty_data_keeps_it_dirty() {
     }
     assert!(fs.aborted().is_none(), "read-only: {:?}", fs.aborted());
     assert_eq!(fs.read(f, 0, data.len() as u32).unwrap(), data);
+    // The next fsync hears it as ENOSPC, not EIO.
+    let e = fs.fsync(f).unwrap_err();
+    assert_eq!(e.errno(), libc::ENOSPC, "{e}");
     fs.unlink(root, b"thief").unwrap();
     // The thief's space is free once a commit has made its removal
     // durable; the next writes the data.

@@ -480,11 +480,16 @@ impl RwFs {
             .inspect_err(|e| self.note_wb_error(e))
     }
 
+    /// Keeps a writeback failure for the next fsync: ENOSPC stays ENOSPC
+    /// (the kernel's AS_ENOSPC), anything else is EIO.
     pub(crate) fn note_wb_error(&mut self, e: &Error) {
-        self.wb_error = Some(Error::Io {
-            path: "dirty data".into(),
-            op: "writeback".into(),
-            source: std::io::Error::other(e.to_string()),
+        self.wb_error = Some(match e {
+            Error::NoSpace(why) => Error::NoSpace(format!("dirty data writeback: {why}")),
+            e => Error::Io {
+                path: "dirty data".into(),
+                op: "writeback".into(),
+                source: std::io::Error::other(e.to_string()),
+            },
         });
     }
 
