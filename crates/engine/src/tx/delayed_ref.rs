@@ -169,6 +169,11 @@ impl DelayedRefs {
         self.heads.is_empty()
     }
 
+    /// Extents with reference changes waiting for the commit.
+    pub fn len(&self) -> usize {
+        self.heads.len()
+    }
+
     fn take(&mut self) -> BTreeMap<u64, Head> {
         std::mem::take(&mut self.heads)
     }

@@ -356,6 +356,12 @@ impl Trans {
         self.bufs.len()
     }
 
+    /// Extents whose reference changes the commit applies to the extent
+    /// tree (and, for data freed, to the csum and free-space trees).
+    pub fn pending_ref_heads(&self) -> usize {
+        self.refs.len()
+    }
+
     /// Ids of the trees changed in this transaction.
     pub fn dirty_roots(&self) -> Vec<u64> {
         self.roots
