@@ -32,6 +32,7 @@ pub mod attr;
 pub mod direct;
 pub mod extent_io;
 pub mod file;
+pub mod fsync;
 pub mod namei;
 pub mod nocow;
 pub mod ordered;
