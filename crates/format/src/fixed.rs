@@ -5,7 +5,7 @@
 //! field's type says how it is stored ([`Field`]): little-endian
 //! integers, 16-byte UUIDs, keys, and other fixed items nested.
 
-use crate::bytes::{le64, uuid};
+use crate::bytes::uuid;
 use crate::key::{Key, KEY_SIZE};
 
 /// A value stored in a fixed number of bytes.
@@ -51,7 +51,7 @@ impl Field for [u8; 16] {
 impl Field for Key {
     const LEN: usize = KEY_SIZE;
     fn get(b: &[u8], off: usize) -> Self {
-        Key::new(le64(b, off), b[off + 8], le64(b, off + 9))
+        Key::decode(&b[off..off + KEY_SIZE])
     }
     fn put(&self, out: &mut Vec<u8>) {
         self.encode(out);

@@ -28,12 +28,17 @@ impl Key {
 
     /// Decodes a disk key from its 17 bytes at `off` in `buf`.
     pub fn parse(buf: &[u8], off: usize) -> Result<Self> {
-        let b = slice(buf, off, KEY_SIZE, "key")?;
-        Ok(Key {
+        slice(buf, off, KEY_SIZE, "key").map(Key::decode)
+    }
+
+    /// The key held by `b`, which is at least [`KEY_SIZE`] bytes long
+    /// (the caller has checked the length).
+    pub(crate) fn decode(b: &[u8]) -> Self {
+        Key {
             objectid: le64(b, 0),
             item_type: b[8],
             offset: le64(b, 9),
-        })
+        }
     }
 
     /// Appends the 17-byte disk form (objectid, type, offset; little endian).

@@ -562,7 +562,7 @@ fn check_data_csums(fs: &Filesystem, trees: &[Tree], p: &mut Problems) -> Result
         let hi = Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, u64::MAX);
         let mut run: Option<(u64, u64)> = None;
         for_each_item(info, *t, lo, hi, |k, d| {
-            let end = k.offset + d.len() as u64 / cs * ss;
+            let end = k.offset.saturating_add(d.len() as u64 / cs * ss);
             run = match run {
                 Some((s, e)) if k.offset <= e => Some((s, e.max(end))),
                 Some((s, e)) => {
