@@ -154,23 +154,32 @@ impl RwFs {
         if off > i.size {
             self.dirty_eof_block(id, i.size)?;
         }
-        let mut buf = vec![0u8; (a1 - a0) as usize];
-        // Partial sectors at the edges read what they hold now, as the
-        // page cache reads a page before a partial write to it.
-        if off > a0 && a0 < i.size {
-            let head = self.read_view(id, a0, ss)?;
-            buf[..ss as usize].copy_from_slice(&head);
-        }
-        let last = a1 - ss;
-        if end < a1 && (last > a0 || off == a0) && last < i.size {
-            let tail = self.read_view(id, last, ss)?;
-            let at = (last - a0) as usize;
-            buf[at..].copy_from_slice(&tail);
-        }
-        buf[(off - a0) as usize..(end - a0) as usize].copy_from_slice(data);
+        // A write of whole sectors goes into the dirty range as it is,
+        // with no staging copy (whose fresh pages would be faulted in).
+        let staged;
+        let sectors = if off == a0 && end == a1 {
+            data
+        } else {
+            let mut buf = vec![0u8; (a1 - a0) as usize];
+            // Partial sectors at the edges read what they hold now, as the
+            // page cache reads a page before a partial write to it.
+            if off > a0 && a0 < i.size {
+                let head = self.read_view(id, a0, ss)?;
+                buf[..ss as usize].copy_from_slice(&head);
+            }
+            let last = a1 - ss;
+            if end < a1 && (last > a0 || off == a0) && last < i.size {
+                let tail = self.read_view(id, last, ss)?;
+                let at = (last - a0) as usize;
+                buf[at..].copy_from_slice(&tail);
+            }
+            buf[(off - a0) as usize..(end - a0) as usize].copy_from_slice(data);
+            staged = buf;
+            &staged[..]
+        };
         let d = self.dirty.entry(id).or_default();
         let before = d.bytes();
-        d.insert(a0, &buf);
+        d.insert(a0, sectors);
         let after = d.bytes();
         self.dirty_bytes = self.dirty_bytes + after - before;
         if end > i.size {
@@ -210,12 +219,9 @@ impl RwFs {
     /// space the dirty data was counted against
     /// ([`crate::tx::Trans::hold_data_space`]): else the writeback after
     /// it would find no room.
-    fn keeping_dirty_space<T>(
-        &mut self,
-        change: impl FnOnce(&mut crate::tx::Trans) -> Result<T>,
-    ) -> Result<T> {
+    fn keeping_dirty_space<T>(&mut self, change: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         self.t.data_kept = self.dirty_bytes;
-        let res = change(&mut self.t);
+        let res = change(self);
         self.t.data_kept = 0;
         res
     }
@@ -421,7 +427,7 @@ impl RwFs {
         }
         let policy = self.policy(id, &i)?;
         let inode =
-            self.keeping_dirty_space(|t| t.truncate_file(id.subvol, id.ino, size, policy))?;
+            self.keeping_dirty_space(|fs| fs.t.truncate_file(id.subvol, id.ino, size, policy))?;
         self.t.put_inode(id.subvol, id.ino, &inode)?;
         if size < i.size {
             // What is dirty past the new size is dropped, never written
@@ -464,17 +470,16 @@ impl RwFs {
         let policy = self.policy(id, &i)?;
         let (tree, ino) = (id.subvol, id.ino);
         // Partial sectors rewritten leave the dirty data its space.
-        self.t.data_kept = self.dirty_bytes;
-        let res = if mode & FALLOC_FL_PUNCH_HOLE != 0 {
-            self.t.punch_hole(tree, ino, off, len, policy)
-        } else if mode & FALLOC_FL_ZERO_RANGE != 0 {
-            self.zero_range(id, off, len, keep, policy)
-        } else {
-            self.reserve(len)
-                .and_then(|()| self.t.prealloc(tree, ino, off, len, keep, policy))
-        };
-        self.t.data_kept = 0;
-        let mut inode = res?;
+        let mut inode = self.keeping_dirty_space(|fs| {
+            if mode & FALLOC_FL_PUNCH_HOLE != 0 {
+                fs.t.punch_hole(tree, ino, off, len, policy)
+            } else if mode & FALLOC_FL_ZERO_RANGE != 0 {
+                fs.zero_range(id, off, len, keep, policy)
+            } else {
+                fs.reserve(len)
+                    .and_then(|()| fs.t.prealloc(tree, ino, off, len, keep, policy))
+            }
+        })?;
         let t = now();
         if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 || !keep {
             inode.mtime = t;
@@ -653,8 +658,8 @@ impl RwFs {
             self.writeback(src)?;
             self.writeback(dst)?;
             let policy = self.policy(dst, &di)?;
-            let mut inode = self.keeping_dirty_space(|t| {
-                t.clone_range(
+            let mut inode = self.keeping_dirty_space(|fs| {
+                fs.t.clone_range(
                     src.subvol, src.ino, src_off, clone_len, dst.subvol, dst.ino, dst_off, policy,
                 )
             })?;
