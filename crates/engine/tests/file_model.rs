@@ -79,13 +79,13 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
                     m.resize(off as usize + len, 0);
                 }
                 m[off as usize..off as usize + len].copy_from_slice(&data);
-                t.write_file(tree, ino, off, &data, policy)
+                t.file(tree, ino).write_file(off, &data, policy)
             }
             5 | 6 => {
                 let n = offset(&mut rng, size);
                 what = format!("truncate f{f} to {n}");
                 model[f].resize(n as usize, 0);
-                t.truncate_file(tree, ino, n, policy)
+                t.file(tree, ino).truncate_file(n, policy)
             }
             7 => {
                 let off = offset(&mut rng, size);
@@ -96,7 +96,7 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
                 if off < end {
                     m[off as usize..end as usize].fill(0);
                 }
-                t.punch_hole(tree, ino, off, len, policy)
+                t.file(tree, ino).punch_hole(off, len, policy)
             }
             8 => {
                 let off = offset(&mut rng, size);
@@ -106,7 +106,7 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
                 if !keep && model[f].len() < (off + len) as usize {
                     model[f].resize((off + len) as usize, 0);
                 }
-                t.prealloc(tree, ino, off, len, keep, policy)
+                t.file(tree, ino).prealloc(off, len, keep, policy)
             }
             9 | 10 => {
                 let g = rng.below(FILES as u64) as usize;
@@ -241,13 +241,13 @@ fn full_filesystem_leaves_files_as_they_were() {
         (0..len).map(|_| r.below(256) as u8).collect()
     };
     let data = bytes(3 * SS as usize, 7);
-    let i = t.write_file(tree, 257, 0, &data, policy).unwrap();
+    let i = t.file(tree, 257).write_file(0, &data, policy).unwrap();
     t.put_inode(tree, 257, &i).unwrap();
     t.commit().unwrap();
     // Every byte of data space taken, down to the last sector.
     let (mut at, mut step) = (0u64, 8usize << 20);
     while step >= SS as usize {
-        match t.write_file(tree, 258, at, &bytes(step, at), policy) {
+        match t.file(tree, 258).write_file(at, &bytes(step, at), policy) {
             Ok(i) => {
                 t.put_inode(tree, 258, &i).unwrap();
                 at += step as u64;
@@ -259,10 +259,10 @@ fn full_filesystem_leaves_files_as_they_were() {
     let before = t.inode(tree, 257).unwrap().unwrap();
     for what in ["write", "punch", "prealloc", "truncate"] {
         let res = match what {
-            "write" => t.write_file(tree, 257, 100, b"xyz", policy),
-            "punch" => t.punch_hole(tree, 257, 100, 10, policy),
-            "truncate" => t.truncate_file(tree, 257, SS + 100, policy),
-            _ => t.prealloc(tree, 257, 3 * SS, 4 * SS, true, policy),
+            "write" => t.file(tree, 257).write_file(100, b"xyz", policy),
+            "punch" => t.file(tree, 257).punch_hole(100, 10, policy),
+            "truncate" => t.file(tree, 257).truncate_file(SS + 100, policy),
+            _ => t.file(tree, 257).prealloc(3 * SS, 4 * SS, true, policy),
         };
         match res {
             Err(ubtrfs_engine::Error::NoSpace(_)) => {}

@@ -137,10 +137,16 @@ fn drop_extents_every_overlap() {
     commit_check(&m, &mut t);
 
     // Inside the first extent: split in two, one more reference.
-    let found = t.drop_extents(FS_TREE_OBJECTID, 300, 8192, 16384).unwrap();
+    let found = t
+        .file(FS_TREE_OBJECTID, 300)
+        .drop_extents(8192, 16384)
+        .unwrap();
     assert_eq!(found, 8192);
     // Over the tail of the first extent, the hole, and the head of the last.
-    let found2 = t.drop_extents(FS_TREE_OBJECTID, 300, 57344, 77824).unwrap();
+    let found2 = t
+        .file(FS_TREE_OBJECTID, 300)
+        .drop_extents(57344, 77824)
+        .unwrap();
     assert_eq!(found2, 8192 + 4096, "hole bytes are not data");
     assert_eq!(
         extents(&mut t, 300),
@@ -158,7 +164,10 @@ fn drop_extents_every_overlap() {
     assert_eq!(refs_of(&mut t, b, blen), Some(1));
 
     // Everything: the extents lose their last references and go.
-    let all = t.drop_extents(FS_TREE_OBJECTID, 300, 0, u64::MAX).unwrap();
+    let all = t
+        .file(FS_TREE_OBJECTID, 300)
+        .drop_extents(0, u64::MAX)
+        .unwrap();
     assert_eq!(all, 8192 + 40960 + 12288);
     assert!(extents(&mut t, 300).is_empty());
     change_inode(&mut t, 300, |ii| {
@@ -182,14 +191,21 @@ fn drop_extents_inline() {
     });
     // Past it: nothing; cutting into it: refused, not mangled; all of it.
     assert_eq!(
-        t.drop_extents(FS_TREE_OBJECTID, 300, 4096, u64::MAX)
+        t.file(FS_TREE_OBJECTID, 300)
+            .drop_extents(4096, u64::MAX)
             .unwrap(),
         0
     );
-    let e = t.drop_extents(FS_TREE_OBJECTID, 300, 2, 4096).unwrap_err();
+    let e = t
+        .file(FS_TREE_OBJECTID, 300)
+        .drop_extents(2, 4096)
+        .unwrap_err();
     assert!(e.to_string().contains("inline"), "{e}");
     assert_eq!(extents(&mut t, 300), vec![(0, 0, 0, 5)]);
-    assert_eq!(t.drop_extents(FS_TREE_OBJECTID, 300, 0, 4096).unwrap(), 5);
+    assert_eq!(
+        t.file(FS_TREE_OBJECTID, 300).drop_extents(0, 4096).unwrap(),
+        5
+    );
     change_inode(&mut t, 300, |ii| {
         ii.nbytes = 0;
         ii.size = 0;

@@ -159,7 +159,8 @@ fn first_commit_with_files(nodesize: u32, files: u64) -> Arc<MemDev> {
         )
         .unwrap();
         let inode = t
-            .write_file(FS_TREE_OBJECTID, ino, 0, &[i as u8; 4096], policy)
+            .file(FS_TREE_OBJECTID, ino)
+            .write_file(0, &[i as u8; 4096], policy)
             .unwrap();
         t.put_inode(FS_TREE_OBJECTID, ino, &inode).unwrap();
     }

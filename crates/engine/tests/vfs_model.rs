@@ -1461,7 +1461,10 @@ fn vfs_commit_without_room_for_dirty_data_keeps_it_dirty() {
     let t = fs.trans();
     let (mut at, mut step) = (0u64, 8usize << 20);
     while step >= SS as usize {
-        match t.write_file(thief.subvol, thief.ino, at, &vec![0x5a; step], policy) {
+        match t
+            .file(thief.subvol, thief.ino)
+            .write_file(at, &vec![0x5a; step], policy)
+        {
             Ok(i) => {
                 t.put_inode(thief.subvol, thief.ino, &i).unwrap();
                 at += step as u64;

@@ -228,28 +228,80 @@ impl Trans {
                 true,
                 false,
             ),
-            ExtentKind::Hole => self.insert_hole(tree, ino, file_off, num),
+            ExtentKind::Hole => self.file(tree, ino).insert_hole(file_off, num),
             ExtentKind::Inline { .. } => Err(Error::Invalid(format!(
                 "tree {tree} inode {ino}: an inline extent cannot be split"
             ))),
         }
     }
 
+    /// Turns an inline extent into a regular one-sector extent (what the
+    /// kernel's writeback does once the file outgrows inline).
+    pub(super) fn uninline(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        inode: &mut InodeItem,
+        policy: DataPolicy,
+    ) -> Result<()> {
+        if !self.file(tree, ino).has_inline()? {
+            return Ok(());
+        }
+        let ss = self.sectorsize() as u64;
+        let data = self.read_file(tree, ino, 0, ss)?;
+        let pieces = self.take_space(tree, ino, &data, policy)?;
+        self.file(tree, ino)
+            .replace_with(inode, 0, &data, pieces, policy)
+    }
+
+    /// Sets the incompat flag the kernel sets when it first writes an
+    /// extent compressed with LZO or ZSTD.
+    pub fn note_compression(&mut self, algo: u8) {
+        self.info.sb.incompat_flags |= match algo {
+            COMPRESS_LZO => INCOMPAT_COMPRESS_LZO,
+            COMPRESS_ZSTD => INCOMPAT_COMPRESS_ZSTD,
+            _ => 0,
+        };
+    }
+}
+
+/// The changes of one file's data in a transaction, on the inode
+/// `ino` of tree `tree` (the kernel's inode.c and file.c functions on a
+/// `struct btrfs_inode`). Everything else the transaction does is at
+/// hand through it ([`Trans`] by `Deref`).
+pub struct FileRef<'t> {
+    t: &'t mut Trans,
+    pub tree: u64,
+    pub ino: u64,
+}
+
+impl std::ops::Deref for FileRef<'_> {
+    type Target = Trans;
+    fn deref(&self) -> &Trans {
+        self.t
+    }
+}
+
+impl std::ops::DerefMut for FileRef<'_> {
+    fn deref_mut(&mut self) -> &mut Trans {
+        self.t
+    }
+}
+
+impl Trans {
+    /// The data of inode `ino` of tree `tree`, to change.
+    pub fn file(&mut self, tree: u64, ino: u64) -> FileRef<'_> {
+        FileRef { t: self, tree, ino }
+    }
+}
+
+impl FileRef<'_> {
     /// The part `[from, to)` of the EXTENT_DATA item `k` (`raw`, decoded
     /// as `e`) inserted as an item of its own: the same bytes, the
     /// extent offset and length changed, with a reference when it points
     /// to a disk extent.
-    #[allow(clippy::too_many_arguments)]
-    fn split_piece(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        k: &Key,
-        e: &Extent,
-        raw: &[u8],
-        from: u64,
-        to: u64,
-    ) -> Result<()> {
+    fn split_piece(&mut self, k: &Key, e: &Extent, raw: &[u8], from: u64, to: u64) -> Result<()> {
+        let (tree, ino) = (self.tree, self.ino);
         // Offsets of `offset` and `num_bytes` in a regular EXTENT_DATA item.
         const OFFSET_AT: usize = 37;
         const NUM_BYTES_AT: usize = 45;
@@ -276,7 +328,8 @@ impl Trans {
         Ok(())
     }
 
-    fn insert_hole(&mut self, tree: u64, ino: u64, file_off: u64, num: u64) -> Result<()> {
+    fn insert_hole(&mut self, file_off: u64, num: u64) -> Result<()> {
+        let (tree, ino) = (self.tree, self.ino);
         self.insert_file_extent(tree, ino, file_off, 0, 0, 0, num, num, 0, false, false)
     }
 
@@ -284,7 +337,8 @@ impl Trans {
     /// `end` may be u64::MAX), keeping the parts of extents outside it
     /// (btrfs_drop_extents). Returns the bytes of data and preallocated
     /// extents removed (what leaves the inode's nbytes).
-    pub fn drop_extents(&mut self, tree: u64, ino: u64, start: u64, end: u64) -> Result<u64> {
+    pub fn drop_extents(&mut self, start: u64, end: u64) -> Result<u64> {
+        let (tree, ino) = (self.tree, self.ino);
         let mut removed = 0;
         for (k, e, raw) in self.file_extents_raw(tree, ino, start, end)? {
             if e.end <= start || e.start >= end {
@@ -317,10 +371,10 @@ impl Trans {
             // ram_bytes) with the offset and length cut, as the kernel's
             // btrfs_drop_extents leaves them.
             if e.start < start {
-                self.split_piece(tree, ino, &k, &e, &raw, e.start, start)?;
+                self.split_piece(&k, &e, &raw, e.start, start)?;
             }
             if e.end > end {
-                self.split_piece(tree, ino, &k, &e, &raw, end, e.end)?;
+                self.split_piece(&k, &e, &raw, end, e.end)?;
             }
         }
         Ok(removed)
@@ -328,24 +382,26 @@ impl Trans {
 
     /// On filesystems without no-holes: hole items for every gap between
     /// the extents in `[start, end)`.
-    pub(crate) fn fill_holes(&mut self, tree: u64, ino: u64, start: u64, end: u64) -> Result<()> {
+    pub(crate) fn fill_holes(&mut self, start: u64, end: u64) -> Result<()> {
+        let (tree, ino) = (self.tree, self.ino);
         if self.no_holes() || end <= start {
             return Ok(());
         }
         let mut at = start;
         for (_, e) in self.file_extents(tree, ino, start, end)? {
             if e.start > at {
-                self.insert_hole(tree, ino, at, e.start - at)?;
+                self.insert_hole(at, e.start - at)?;
             }
             at = at.max(e.end);
         }
         if at < end {
-            self.insert_hole(tree, ino, at, end - at)?;
+            self.insert_hole(at, end - at)?;
         }
         Ok(())
     }
 
-    pub(crate) fn has_inline(&mut self, tree: u64, ino: u64) -> Result<bool> {
+    pub(crate) fn has_inline(&mut self) -> Result<bool> {
+        let (tree, ino) = (self.tree, self.ino);
         let ss = self.sectorsize() as u64;
         Ok(self
             .file_extents(tree, ino, 0, ss)?
@@ -353,41 +409,21 @@ impl Trans {
             .is_some_and(|(_, e)| e.is_inline()))
     }
 
-    /// Turns an inline extent into a regular one-sector extent (what the
-    /// kernel's writeback does once the file outgrows inline).
-    pub(super) fn uninline(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        inode: &mut InodeItem,
-        policy: DataPolicy,
-    ) -> Result<()> {
-        if !self.has_inline(tree, ino)? {
-            return Ok(());
-        }
-        let ss = self.sectorsize() as u64;
-        let data = self.read_file(tree, ino, 0, ss)?;
-        let pieces = self.take_space(tree, ino, &data, policy)?;
-        self.replace_with(tree, ino, inode, 0, &data, pieces, policy)
-    }
-
     /// Replaces the extents of `[at, at + buf.len())` with `buf` (whole
     /// sectors), whose space [`Trans::take_space`] took first, so that a
     /// full filesystem leaves the range as it was (ENOSPC), not a hole:
     /// the old extents dropped, the pieces written into their space with
     /// their checksums and mapped at `at` + their offset; nbytes follows.
-    #[allow(clippy::too_many_arguments)]
     fn replace_with(
         &mut self,
-        tree: u64,
-        ino: u64,
         inode: &mut InodeItem,
         at: u64,
         buf: &[u8],
         pieces: Vec<NewPiece>,
         policy: DataPolicy,
     ) -> Result<()> {
-        let removed = match self.drop_extents(tree, ino, at, at + buf.len() as u64) {
+        let (tree, ino) = (self.tree, self.ino);
+        let removed = match self.drop_extents(at, at + buf.len() as u64) {
             Ok(r) => r,
             Err(e) => {
                 self.give_back(&pieces);
@@ -420,31 +456,19 @@ impl Trans {
         Ok(())
     }
 
-    /// Sets the incompat flag the kernel sets when it first writes an
-    /// extent compressed with LZO or ZSTD.
-    pub fn note_compression(&mut self, algo: u8) {
-        self.info.sb.incompat_flags |= match algo {
-            COMPRESS_LZO => INCOMPAT_COMPRESS_LZO,
-            COMPRESS_ZSTD => INCOMPAT_COMPRESS_ZSTD,
-            _ => 0,
-        };
-    }
-
     /// Replaces `[at, at + buf.len())` (sector aligned) with `buf` for a
     /// file whose size will be `isize`: inline when the whole file fits
     /// in the first sector and in max_inline (cow_file_range_inline's
     /// rule), else new extents.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn rewrite(
         &mut self,
-        tree: u64,
-        ino: u64,
         inode: &mut InodeItem,
         at: u64,
         buf: &[u8],
         isize: u64,
         policy: DataPolicy,
     ) -> Result<()> {
+        let (tree, ino) = (self.tree, self.ino);
         let ss = self.sectorsize() as u64;
         let max_inline = self
             .max_inline
@@ -456,7 +480,7 @@ impl Trans {
             && isize <= buf.len() as u64
             && self.file_extents(tree, ino, ss, u64::MAX)?.is_empty();
         if inline {
-            let removed = self.drop_extents(tree, ino, 0, ss)?;
+            let removed = self.drop_extents(0, ss)?;
             inode.nbytes = inode.nbytes.saturating_sub(removed);
             let data = &buf[..isize as usize];
             let packed = match policy.compression_for(data) {
@@ -483,20 +507,14 @@ impl Trans {
             self.give_back(&pieces);
             return Err(e);
         }
-        self.replace_with(tree, ino, inode, at, buf, pieces, policy)
+        self.replace_with(inode, at, buf, pieces, policy)
     }
 
     /// The sector at `sector` merged for a change of the file: its bytes
     /// below `keep_below` (and below the file size) as they are, the
     /// rest zero.
-    fn sector_prefix(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        size: u64,
-        sector: u64,
-        keep_below: u64,
-    ) -> Result<Vec<u8>> {
+    fn sector_prefix(&mut self, size: u64, sector: u64, keep_below: u64) -> Result<Vec<u8>> {
+        let (tree, ino) = (self.tree, self.ino);
         let ss = self.sectorsize() as u64;
         let keep = keep_below.min(size).saturating_sub(sector).min(ss);
         let mut buf = self.read_file(tree, ino, sector, keep)?;
@@ -505,7 +523,8 @@ impl Trans {
     }
 
     /// Whether the sector at `sector` holds data or preallocated space.
-    fn sector_allocated(&mut self, tree: u64, ino: u64, sector: u64) -> Result<bool> {
+    fn sector_allocated(&mut self, sector: u64) -> Result<bool> {
+        let (tree, ino) = (self.tree, self.ino);
         let ss = self.sectorsize() as u64;
         Ok(self
             .file_extents(tree, ino, sector, sector + ss)?
@@ -515,7 +534,8 @@ impl Trans {
 
     /// Whether the sector at `sector` reads stored data (inline or
     /// regular), which a partial zeroing must rewrite.
-    fn sector_has_data(&mut self, tree: u64, ino: u64, sector: u64) -> Result<bool> {
+    fn sector_has_data(&mut self, sector: u64) -> Result<bool> {
+        let (tree, ino) = (self.tree, self.ino);
         let ss = self.sectorsize() as u64;
         Ok(self
             .file_extents(tree, ino, sector, sector + ss)?
@@ -525,14 +545,8 @@ impl Trans {
 
     /// Writes `data` at `off` (a pwrite through the page cache, then
     /// writeback): the file grows to cover it.
-    pub fn write_file(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        off: u64,
-        data: &[u8],
-        policy: DataPolicy,
-    ) -> Result<InodeItem> {
+    pub fn write_file(&mut self, off: u64, data: &[u8], policy: DataPolicy) -> Result<InodeItem> {
+        let (tree, ino) = (self.tree, self.ino);
         let mut inode = self.inode_of(tree, ino)?;
         if data.is_empty() {
             return Ok(inode);
@@ -544,7 +558,7 @@ impl Trans {
             .ok_or_else(|| Error::Invalid(format!("write at {off}: past the largest file size")))?;
         let (a0, a1) = (off / ss * ss, round_up(end, ss));
         let size = inode.size;
-        let mut buf = self.sector_prefix(tree, ino, size, a0, off)?;
+        let mut buf = self.sector_prefix(size, a0, off)?;
         buf.truncate((off - a0) as usize);
         buf.extend_from_slice(data);
         if end < a1 && end < size {
@@ -553,9 +567,9 @@ impl Trans {
         }
         buf.resize((a1 - a0) as usize, 0);
         let isize = size.max(end);
-        self.rewrite(tree, ino, &mut inode, a0, &buf, isize, policy)?;
+        self.rewrite(&mut inode, a0, &buf, isize, policy)?;
         if a0 > size {
-            self.fill_holes(tree, ino, round_up(size, ss), a0)?;
+            self.fill_holes(round_up(size, ss), a0)?;
         }
         inode.size = isize;
         inode.transid = self.transid;
@@ -567,31 +581,25 @@ impl Trans {
     /// was).
     fn zero_sector_part(
         &mut self,
-        tree: u64,
-        ino: u64,
         inode: &mut InodeItem,
         (sector, from, to): (u64, u64, u64),
         isize: u64,
         policy: DataPolicy,
     ) -> Result<()> {
+        let (tree, ino) = (self.tree, self.ino);
         let ss = self.sectorsize() as u64;
         let mut buf = self.read_file(tree, ino, sector, ss)?;
         let valid = inode.size.saturating_sub(sector).min(ss) as usize;
         buf[valid..].fill(0);
         buf[(from - sector) as usize..(to - sector) as usize].fill(0);
-        self.rewrite(tree, ino, inode, sector, &buf, isize, policy)
+        self.rewrite(inode, sector, &buf, isize, policy)
     }
 
     /// Sets the file's size (truncate(2)): extents past the new end are
     /// dropped, the partial last sector is zeroed past it, and a file
     /// that grows reads zeros in the new range.
-    pub fn truncate_file(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        new_size: u64,
-        policy: DataPolicy,
-    ) -> Result<InodeItem> {
+    pub fn truncate_file(&mut self, new_size: u64, policy: DataPolicy) -> Result<InodeItem> {
+        let (tree, ino) = (self.tree, self.ino);
         let mut inode = self.inode_of(tree, ino)?;
         let ss = self.sectorsize() as u64;
         let size = inode.size;
@@ -607,23 +615,23 @@ impl Trans {
             if !new_size.is_multiple_of(ss) {
                 let s = new_size / ss * ss;
                 // Only a sector that holds data (btrfs_truncate_block).
-                if self.sector_has_data(tree, ino, s)? {
+                if self.sector_has_data(s)? {
                     let part = (s, new_size, s + ss);
-                    self.zero_sector_part(tree, ino, &mut inode, part, new_size, policy)?;
+                    self.zero_sector_part(&mut inode, part, new_size, policy)?;
                 }
             }
-            let removed = self.drop_extents(tree, ino, round_up(new_size, ss), u64::MAX)?;
+            let removed = self.drop_extents(round_up(new_size, ss), u64::MAX)?;
             inode.nbytes = inode.nbytes.saturating_sub(removed);
         } else if new_size > size && size % ss != 0 {
             let s = size / ss * ss;
-            if self.sector_has_data(tree, ino, s)? {
+            if self.sector_has_data(s)? {
                 let part = (s, size, s + ss);
-                self.zero_sector_part(tree, ino, &mut inode, part, new_size, policy)?;
+                self.zero_sector_part(&mut inode, part, new_size, policy)?;
             }
-        } else if new_size > size && self.has_inline(tree, ino)? {
+        } else if new_size > size && self.has_inline()? {
             self.uninline(tree, ino, &mut inode, policy)?;
         }
-        self.fill_holes(tree, ino, 0, round_up(new_size, ss))?;
+        self.fill_holes(0, round_up(new_size, ss))?;
         inode.size = new_size;
         inode.transid = self.transid;
         Ok(inode)
@@ -631,14 +639,8 @@ impl Trans {
 
     /// Punches `[off, off + len)` (fallocate PUNCH_HOLE | KEEP_SIZE):
     /// whole sectors become holes, partial ones are zeroed.
-    pub fn punch_hole(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        off: u64,
-        len: u64,
-        policy: DataPolicy,
-    ) -> Result<InodeItem> {
+    pub fn punch_hole(&mut self, off: u64, len: u64, policy: DataPolicy) -> Result<InodeItem> {
+        let (tree, ino) = (self.tree, self.ino);
         let mut inode = self.inode_of(tree, ino)?;
         let ss = self.sectorsize() as u64;
         let end = off
@@ -652,22 +654,22 @@ impl Trans {
         // Partial sectors at the edges are zeroed where they hold data or
         // preallocated space (the kernel's btrfs_truncate_block makes the
         // block written data); holes stay holes.
-        if !off.is_multiple_of(ss) && self.sector_allocated(tree, ino, h)? {
+        if !off.is_multiple_of(ss) && self.sector_allocated(h)? {
             let to = end.min(h + ss);
-            self.zero_sector_part(tree, ino, &mut inode, (h, off, to), isize, policy)?;
+            self.zero_sector_part(&mut inode, (h, off, to), isize, policy)?;
         }
         if !end.is_multiple_of(ss)
             && (t != h || off.is_multiple_of(ss))
-            && self.sector_allocated(tree, ino, t)?
+            && self.sector_allocated(t)?
         {
             let from = off.max(t);
-            self.zero_sector_part(tree, ino, &mut inode, (t, from, end), isize, policy)?;
+            self.zero_sector_part(&mut inode, (t, from, end), isize, policy)?;
         }
         let (m0, m1) = (round_up(off, ss), t);
         if m0 < m1 {
-            let removed = self.drop_extents(tree, ino, m0, m1)?;
+            let removed = self.drop_extents(m0, m1)?;
             inode.nbytes = inode.nbytes.saturating_sub(removed);
-            self.fill_holes(tree, ino, m0, m1)?;
+            self.fill_holes(m0, m1)?;
         }
         inode.transid = self.transid;
         Ok(inode)
@@ -677,13 +679,12 @@ impl Trans {
     /// the holes in it get preallocated extents.
     pub fn prealloc(
         &mut self,
-        tree: u64,
-        ino: u64,
         off: u64,
         len: u64,
         keep_size: bool,
         policy: DataPolicy,
     ) -> Result<InodeItem> {
+        let (tree, ino) = (self.tree, self.ino);
         let mut inode = self.inode_of(tree, ino)?;
         let ss = self.sectorsize() as u64;
         let end = off
@@ -733,7 +734,7 @@ impl Trans {
             }
         }
         for (s, e) in gaps {
-            self.drop_extents(tree, ino, s, e)?;
+            self.drop_extents(s, e)?;
         }
         for p in taken {
             let (at, n) = (p.off, p.n);
@@ -747,7 +748,7 @@ impl Trans {
         if !keep_size && end > inode.size {
             inode.size = end;
         }
-        self.fill_holes(tree, ino, 0, round_up(inode.size, ss))?;
+        self.fill_holes(0, round_up(inode.size, ss))?;
         inode.transid = self.transid;
         Ok(inode)
     }
@@ -761,8 +762,6 @@ impl Trans {
     #[allow(clippy::too_many_arguments)]
     pub fn encoded_write(
         &mut self,
-        tree: u64,
-        ino: u64,
         off: u64,
         num_bytes: u64,
         ram_bytes: u64,
@@ -771,6 +770,7 @@ impl Trans {
         data: &[u8],
         policy: DataPolicy,
     ) -> Result<InodeItem> {
+        let (tree, ino) = (self.tree, self.ino);
         let ss = self.sectorsize() as u64;
         let here = || format!("encoded write of tree {tree} inode {ino} at {off}");
         if ram_bytes > MAX_UNCOMPRESSED || data.len() as u64 > MAX_UNCOMPRESSED {
@@ -798,12 +798,12 @@ impl Trans {
             || !policy.csum
         {
             let piece = &plain[offset as usize..(offset + num_bytes) as usize];
-            return self.write_file(tree, ino, off, piece, policy);
+            return self.write_file(off, piece, policy);
         }
         let mut inode = inode;
         let num = round_up(num_bytes, ss);
         self.uninline(tree, ino, &mut inode, policy)?;
-        let removed = self.drop_extents(tree, ino, off, off + num)?;
+        let removed = self.drop_extents(off, off + num)?;
         inode.nbytes = inode.nbytes.saturating_sub(removed);
         let (disk, len) = self.write_data_extent(data, true)?;
         self.note_compression(compression);
@@ -822,7 +822,7 @@ impl Trans {
         )?;
         inode.nbytes += num;
         if off > inode.size {
-            self.fill_holes(tree, ino, round_up(inode.size, ss), off)?;
+            self.fill_holes(round_up(inode.size, ss), off)?;
         }
         inode.size = inode.size.max(end);
         inode.transid = self.transid;

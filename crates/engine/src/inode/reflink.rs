@@ -79,7 +79,9 @@ impl Trans {
         if dst_off > 0 || pieces.iter().any(|(_, e)| !e.is_inline()) {
             self.uninline(dst_tree, dst_ino, &mut dst, policy)?;
         }
-        let removed = self.drop_extents(dst_tree, dst_ino, dst_off, dst_off + alen)?;
+        let removed = self
+            .file(dst_tree, dst_ino)
+            .drop_extents(dst_off, dst_off + alen)?;
         dst.nbytes = dst.nbytes.saturating_sub(removed);
         let placed = self.place_pieces(
             &pieces,
@@ -95,7 +97,8 @@ impl Trans {
             let _ = self.put_inode(dst_tree, dst_ino, &dst);
             return Err(e);
         }
-        self.fill_holes(dst_tree, dst_ino, 0, round_up(new_size, ss))?;
+        self.file(dst_tree, dst_ino)
+            .fill_holes(0, round_up(new_size, ss))?;
         dst.size = new_size;
         dst.transid = self.transid;
         Ok(dst)
@@ -126,7 +129,8 @@ impl Trans {
                     let mut buf = inline_data.to_vec();
                     buf.resize(ss as usize, 0);
                     let isize = new_size.max(dst.size);
-                    self.rewrite(dst_tree, dst_ino, dst, at, &buf, isize, policy)?;
+                    self.file(dst_tree, dst_ino)
+                        .rewrite(dst, at, &buf, isize, policy)?;
                 }
                 _ => {
                     self.insert_extent_piece(dst_tree, dst_ino, at, e, s - e.start, en - s)?;

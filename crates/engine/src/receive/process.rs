@@ -71,7 +71,7 @@ impl Receiver<'_> {
                 let size = c.u64(attr::SIZE)?;
                 let (tree, ino) = self.target(c)?;
                 let policy = self.policy(tree, ino)?;
-                let i = self.t.truncate_file(tree, ino, size, policy)?;
+                let i = self.t.file(tree, ino).truncate_file(size, policy)?;
                 self.put_changed(tree, ino, i, true)?;
             }
             cmd::CHMOD => {
@@ -206,11 +206,11 @@ impl Receiver<'_> {
         let (tree, ino) = self.target(c)?;
         let i = if mode == FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE {
             let policy = self.policy(tree, ino)?;
-            self.t.punch_hole(tree, ino, off, len, policy)?
+            self.t.file(tree, ino).punch_hole(off, len, policy)?
         } else if mode & !FALLOC_FL_KEEP_SIZE == 0 {
             let policy = self.policy(tree, ino)?;
             let keep = mode & FALLOC_FL_KEEP_SIZE != 0;
-            self.t.prealloc(tree, ino, off, len, keep, policy)?
+            self.t.file(tree, ino).prealloc(off, len, keep, policy)?
         } else {
             return Err(Error::Unsupported(format!("fallocate mode {mode:#x}")));
         };

@@ -33,7 +33,10 @@ impl Receiver<'_> {
         // write_file reads the inode from the tree.
         self.write_held()?;
         let policy = self.policy(p.tree, p.ino)?;
-        let inode = self.t.write_file(p.tree, p.ino, p.off, &p.data, policy)?;
+        let inode = self
+            .t
+            .file(p.tree, p.ino)
+            .write_file(p.off, &p.data, policy)?;
         self.put_changed(p.tree, p.ino, inode, true)
     }
 
@@ -204,10 +207,11 @@ impl Receiver<'_> {
                 )));
             }
             let piece = &plain[offset as usize..(offset + num) as usize];
-            self.t.write_file(tree, ino, off, piece, policy)?
+            self.t.file(tree, ino).write_file(off, piece, policy)?
         } else {
             self.t
-                .encoded_write(tree, ino, off, num, ram, offset, algo, data, policy)?
+                .file(tree, ino)
+                .encoded_write(off, num, ram, offset, algo, data, policy)?
         };
         self.put_changed(tree, ino, i, true)
     }

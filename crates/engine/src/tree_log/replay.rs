@@ -189,7 +189,7 @@ impl<'a> Replayer<'a> {
             let mut ii = self.need_inode(ino, "truncate to the logged size")?;
             let ss = self.t.sectorsize() as u64;
             let from = ii.size.next_multiple_of(ss);
-            let found = self.t.drop_extents(self.dest, ino, from, u64::MAX)?;
+            let found = self.t.file(self.dest, ino).drop_extents(from, u64::MAX)?;
             if found > 0 {
                 ii.nbytes = ii.nbytes.saturating_sub(found);
                 ii.transid = self.t.transid;
@@ -645,7 +645,10 @@ impl<'a> Replayer<'a> {
                 }
             }
         }
-        let found = self.t.drop_extents(self.dest, ino, start, extent_end)?;
+        let found = self
+            .t
+            .file(self.dest, ino)
+            .drop_extents(start, extent_end)?;
         match fe.kind {
             FileExtentKind::Extent {
                 disk_bytenr,
@@ -749,7 +752,7 @@ impl<'a> Replayer<'a> {
     /// Deletes inode `ino` (no name left): its extents (their references),
     /// then every item it has, and an orphan item if there was one.
     fn evict(&mut self, ino: u64) -> Result<()> {
-        self.t.drop_extents(self.dest, ino, 0, u64::MAX)?;
+        self.t.file(self.dest, ino).drop_extents(0, u64::MAX)?;
         self.t.delete_range(
             self.dest,
             &Key::new(ino, 0, 0),

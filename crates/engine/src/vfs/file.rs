@@ -346,8 +346,8 @@ impl RwFs {
         // Without no-holes every gap needs its hole item: the size grew
         // at write(2) time, before these extents existed.
         let size = self.t.inode_of(id.subvol, id.ino)?.size;
-        self.t
-            .fill_holes(id.subvol, id.ino, 0, round_up(size, self.sectorsize()))?;
+        let end = round_up(size, self.sectorsize());
+        self.t.file(id.subvol, id.ino).fill_holes(0, end)?;
         self.disk_i_size.remove(&id);
         Ok(())
     }
@@ -395,7 +395,10 @@ impl RwFs {
         data: &[u8],
         policy: DataPolicy,
     ) -> Result<()> {
-        let inode = self.t.write_file(id.subvol, id.ino, start, data, policy)?;
+        let inode = self
+            .t
+            .file(id.subvol, id.ino)
+            .write_file(start, data, policy)?;
         self.t.put_inode(id.subvol, id.ino, &inode)
     }
 
@@ -426,8 +429,8 @@ impl RwFs {
             self.dirty_eof_block(id, i.size)?;
         }
         let policy = self.policy(id, &i)?;
-        let inode =
-            self.keeping_dirty_space(|fs| fs.t.truncate_file(id.subvol, id.ino, size, policy))?;
+        let inode = self
+            .keeping_dirty_space(|fs| fs.t.file(id.subvol, id.ino).truncate_file(size, policy))?;
         self.t.put_inode(id.subvol, id.ino, &inode)?;
         if size < i.size {
             // What is dirty past the new size is dropped, never written
@@ -472,12 +475,12 @@ impl RwFs {
         // Partial sectors rewritten leave the dirty data its space.
         let mut inode = self.keeping_dirty_space(|fs| {
             if mode & FALLOC_FL_PUNCH_HOLE != 0 {
-                fs.t.punch_hole(tree, ino, off, len, policy)
+                fs.t.file(tree, ino).punch_hole(off, len, policy)
             } else if mode & FALLOC_FL_ZERO_RANGE != 0 {
                 fs.zero_range(id, off, len, keep, policy)
             } else {
                 fs.reserve(len)
-                    .and_then(|()| fs.t.prealloc(tree, ino, off, len, keep, policy))
+                    .and_then(|()| fs.t.file(tree, ino).prealloc(off, len, keep, policy))
             }
         })?;
         let t = now();
@@ -524,7 +527,8 @@ impl RwFs {
         if i.size > old {
             let ss = self.sectorsize();
             self.t
-                .fill_holes(id.subvol, id.ino, round_up(old, ss), round_up(i.size, ss))?;
+                .file(id.subvol, id.ino)
+                .fill_holes(round_up(old, ss), round_up(i.size, ss))?;
         }
         Ok(i)
     }
@@ -566,7 +570,7 @@ impl RwFs {
                 return Ok(i);
             }
             if end - off < ss && k == 2 {
-                let mut i = self.t.punch_hole(tree, ino, off, end - off, policy)?;
+                let mut i = self.t.file(tree, ino).punch_hole(off, end - off, policy)?;
                 size_after(&mut i);
                 return Ok(i);
             }
@@ -579,9 +583,11 @@ impl RwFs {
                 match self.sector_kind(id, off)? {
                     0 => alloc_start = off / ss * ss,
                     2 => {
-                        let zeroed =
-                            self.t
-                                .punch_hole(tree, ino, off, round_up(off, ss) - off, policy)?;
+                        let zeroed = self.t.file(tree, ino).punch_hole(
+                            off,
+                            round_up(off, ss) - off,
+                            policy,
+                        )?;
                         self.t.put_inode(tree, ino, &zeroed)?;
                     }
                     _ => {}
@@ -592,7 +598,7 @@ impl RwFs {
                     0 => alloc_end = round_up(end, ss),
                     2 => {
                         let s = end / ss * ss;
-                        let zeroed = self.t.punch_hole(tree, ino, s, end - s, policy)?;
+                        let zeroed = self.t.file(tree, ino).punch_hole(s, end - s, policy)?;
                         self.t.put_inode(tree, ino, &zeroed)?;
                     }
                     _ => {}
@@ -602,12 +608,13 @@ impl RwFs {
         let mut i = self.t.inode_of(tree, ino)?;
         if alloc_start < alloc_end {
             self.reserve(alloc_end - alloc_start)?;
-            let removed = self.t.drop_extents(tree, ino, alloc_start, alloc_end)?;
+            let removed = self
+                .t
+                .file(tree, ino)
+                .drop_extents(alloc_start, alloc_end)?;
             i.nbytes = i.nbytes.saturating_sub(removed);
             self.t.put_inode(tree, ino, &i)?;
-            i = self.t.prealloc(
-                tree,
-                ino,
+            i = self.t.file(tree, ino).prealloc(
                 alloc_start,
                 alloc_end - alloc_start,
                 true,

@@ -534,7 +534,8 @@ impl RwFs {
             let ss = self.sectorsize();
             return self
                 .t
-                .fill_holes(id.subvol, id.ino, 0, inode.size.div_ceil(ss) * ss);
+                .file(id.subvol, id.ino)
+                .fill_holes(0, inode.size.div_ceil(ss) * ss);
         }
         let mut short = inode;
         short.size = disk;

@@ -267,7 +267,7 @@ impl RwFs {
     /// over the same extent; the parts around it stay preallocated.
     pub(crate) fn mark_written(&mut self, id: InodeId, p: &Piece) -> Result<()> {
         let (tree, ino) = (id.subvol, id.ino);
-        self.t.drop_extents(tree, ino, p.start, p.end)?;
+        self.t.file(tree, ino).drop_extents(p.start, p.end)?;
         self.t.insert_file_extent(
             tree,
             ino,

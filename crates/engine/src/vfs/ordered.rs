@@ -281,7 +281,7 @@ impl RwFs {
         let policy = self.policy(id, inode)?;
         let deferred = inode.size >= self.sectorsize()
             && !disabled()
-            && !self.t.has_inline(id.subvol, id.ino)?;
+            && !self.t.file(id.subvol, id.ino).has_inline()?;
         Ok((policy, deferred))
     }
 
@@ -440,7 +440,7 @@ impl RwFs {
                 let (pos, len) = (r.start + x.from as u64, x.len as u64);
                 match &x.place {
                     Place::New => {
-                        let removed = self.t.drop_extents(tree, ino, pos, pos + len)?;
+                        let removed = self.t.file(tree, ino).drop_extents(pos, pos + len)?;
                         inode.nbytes = inode.nbytes.saturating_sub(removed);
                         let (algo, on_disk) = x
                             .packed
@@ -469,7 +469,8 @@ impl RwFs {
         // at write(2) time, before these extents existed.
         let ss = self.sectorsize();
         self.t
-            .fill_holes(tree, ino, 0, inode.size.div_ceil(ss) * ss)
+            .file(tree, ino)
+            .fill_holes(0, inode.size.div_ceil(ss) * ss)
     }
 
     /// Ends a writeback of every dirty inode: as [`RwFs::writeback_end`],
