@@ -88,6 +88,48 @@ fn close_in_place(file: &File) {
     }
 }
 
+/// Aligned buffers through which file data in unaligned memory (the
+/// mount's dirty ranges, which grow as plain vectors) goes to the disk
+/// with O_DIRECT: a copy into memory already faulted in costs less than
+/// the page cache's copy into fresh pages, its dirty accounting, and the
+/// write-back later, and leaves no second cached copy of the data that
+/// the mount's own page cache holds.
+#[derive(Debug, Default)]
+struct Bounce(std::sync::Mutex<Vec<Vec<u8>>>);
+
+/// Each buffer's aligned size, and how many are kept for reuse (one per
+/// writer writing at once).
+const BOUNCE_BYTES: usize = 4 << 20;
+const BOUNCE_KEPT: usize = 2;
+
+impl Bounce {
+    /// Writes `buf` at `off` through `direct` (opened O_DIRECT), a
+    /// buffer's worth at a time.
+    fn write_all_at(&self, direct: &File, buf: &[u8], off: u64) -> io::Result<()> {
+        let mut v = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_else(|| vec![0u8; BOUNCE_BYTES + DIRECT_ALIGN]);
+        let at = v.as_ptr().align_offset(DIRECT_ALIGN);
+        let mut res = Ok(());
+        for (i, part) in buf.chunks(BOUNCE_BYTES).enumerate() {
+            let b = &mut v[at..at + part.len()];
+            b.copy_from_slice(part);
+            res = direct.write_all_at(b, off + (i * BOUNCE_BYTES) as u64);
+            if res.is_err() {
+                break;
+            }
+        }
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() < BOUNCE_KEPT {
+            kept.push(v);
+        }
+        res
+    }
+}
+
 /// BLKDISCARD = _IO(0x12, 119): discards a byte range of a block device.
 const BLKDISCARD: libc::c_ulong = 0x1277;
 
@@ -100,6 +142,8 @@ pub struct FileDev {
     /// The same file opened with O_DIRECT for [`BlockDev::write_data`]
     /// (None where the filesystem refuses it, tmpfs for one).
     direct: std::sync::OnceLock<Option<File>>,
+    /// Aligned copies for O_DIRECT of data whose memory is not aligned.
+    bounce: Bounce,
     /// Buffered file data written and not yet handed to write-back:
     /// [start, end), handed over once it is large (small files' extents
     /// follow each other; one request per extent costs more than the
@@ -139,6 +183,7 @@ impl FileDev {
             size,
             writable,
             direct: std::sync::OnceLock::new(),
+            bounce: Bounce::default(),
             unkicked: std::sync::Mutex::new((0, 0)),
         })
     }
@@ -278,7 +323,6 @@ impl BlockDev for FileDev {
         use std::os::unix::io::AsRawFd;
         let aligned = buf.len() >= DIRECT_MIN
             && buf.len().is_multiple_of(DIRECT_ALIGN)
-            && (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN)
             && off.is_multiple_of(DIRECT_ALIGN as u64);
         if aligned && self.writable {
             let direct = self.direct.get_or_init(|| {
@@ -289,7 +333,12 @@ impl BlockDev for FileDev {
                     .ok()
             });
             if let Some(d) = direct {
-                match d.write_all_at(buf, off) {
+                let res = if (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN) {
+                    d.write_all_at(buf, off)
+                } else {
+                    self.bounce.write_all_at(d, buf, off)
+                };
+                match res {
                     Ok(()) => return Ok(()),
                     // Not for this file after all: buffered below.
                     Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
