@@ -82,7 +82,8 @@
 //!     device node works (no nodev); another user sees the mount (no
 //!     private mount); a directory removed while open (fstat: nlink 0);
 //!     the largest xattr; an ACL clearing S_ISGID; atime after reads and
-//!     listings; ctime after chattr; xflags btrfs does not keep;
+//!     listings; a file's pages just written still cached at its next
+//!     open (mincore); ctime after chattr; xflags btrfs does not keep;
 //!     remount ro (refused with a writer) and rw; a listing while its
 //!     names are renamed ends; O_TMPFILE and linkat; a file handle after
 //!     drop_caches; renameat2's flags (WHITEOUT); the label; set-ID bits
@@ -1099,10 +1100,9 @@ fn kill9_push_case(base: &Path) -> Result<String, String> {
     std::fs::write(mnt.join("f"), &data).map_err(|e| format!("write f: {e}"))?;
     m.unmount()?;
     let held = 128u64 << 10;
-    // noatime: with atime due, the second open would drop the file's
-    // cached pages (no FOPEN_KEEP_CACHE, so that the next read reaches
-    // the daemon), and the kernel's invalidation waits for the held page:
-    // the read at 0 would wait out the delay, and the push race it.
+    // noatime: with atime due, the second open would move atime, taking
+    // the filesystem's lock alone, and the reads are to race the push
+    // alone.
     let mut m = UbtrfsMount::start_env(
         &image,
         &mnt,
@@ -1660,6 +1660,7 @@ touch s && chown tests:root s && chmod 2755 s
 setpriv --reuid=tests --regid=tests --clear-groups setfacl -m u::rwx,g::rwx,o::rwx s
 stat -c %A s
 py 'import time; open("at", "w").write("a"); a = [os.stat("at").st_atime_ns]; time.sleep(0.05); open("at").read(); a.append(os.stat("at").st_atime_ns); time.sleep(0.05); open("at").read(); a.append(os.stat("at").st_atime_ns); print("atime after reads", a[1] > a[0], a[2] > a[1])'
+py 'import ctypes, mmap; open("rr", "wb").write(os.urandom(1 << 20)); f = open("rr", "rb"); m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY); v = (ctypes.c_ubyte * 256)(); ctypes.CDLL(None).mincore(ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(m))), ctypes.c_size_t(1 << 20), v); print("pages just written cached at the next open", all(b & 1 for b in v))'
 py 'import time; os.mkdir("ad"); open("ad/x", "w").close(); a = os.stat("ad").st_atime_ns; time.sleep(0.05); os.listdir("ad"); print("atime after listing", os.stat("ad").st_atime_ns > a)'
 py 'import time; open("c", "w").close(); a = os.stat("c").st_ctime_ns; time.sleep(0.05); os.system("chattr +A c"); print("ctime after chattr", os.stat("c").st_ctime_ns > a)'
 xfs_io -c 'chattr +x' c 2>&1 | sed 's/.*: //'

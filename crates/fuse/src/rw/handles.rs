@@ -33,8 +33,9 @@ pub(super) struct Handle {
 pub(super) fn open_flags(open: i32, atime_due: bool) -> FopenFlags {
     static KEEP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // A read the page cache answers does not reach us: when the next read
-    // must move atime (relatime after a change, strictatime always), the
-    // open drops the file's cached pages so that it does.
+    // must move atime (relatime after a change, strictatime always) and
+    // the open did not move it (one for writing only), the open drops the
+    // file's cached pages so that it does.
     let mut f = if env_switch_on(&KEEP, "UBTRFS_NO_KEEP_CACHE") && !atime_due {
         FopenFlags::FOPEN_KEEP_CACHE
     } else {
@@ -164,10 +165,21 @@ impl RwInner {
                     }
                 }
                 let fh = self.new_handle(id, writer, f);
-                reply.opened(
-                    crate::proto::FileHandle(fh),
-                    open_flags(f, f & libc::O_NOATIME == 0 && self.atime_due(id, false)),
-                );
+                let mut atime_due = f & libc::O_NOATIME == 0 && self.atime_due(id, false);
+                if atime_due && f & libc::O_ACCMODE != libc::O_WRONLY {
+                    // An open to read when a read would move atime moves
+                    // it now, and the file's cached pages stay: dropping
+                    // them so that the first read reaches us made a read
+                    // of a file just written come from the disk. (Only an
+                    // open that reads nothing moves atime where the
+                    // kernel's btrfs would not.)
+                    self.accessed(id, false);
+                    if let Ok(node) = self.node_of(id) {
+                        self.inval_attr(INodeNo(node));
+                    }
+                    atime_due = false;
+                }
+                reply.opened(crate::proto::FileHandle(fh), open_flags(f, atime_due));
             }
             Err(e) => {
                 if writer {
