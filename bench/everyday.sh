@@ -7,6 +7,8 @@
 #   restat  the same walk again at once (the kernel's cached attributes)
 #   write   write WRITE_MIB (1024) MiB of random bytes in 1 MiB writes with
 #           an fsync at the end (dd conv=fsync, from tmpfs)
+#   reread  cat the file just written to /dev/null at once (no remount:
+#           what the caches keep of data just written)
 #   read    mount again, drop caches, tar cf - of the tree to /dev/null
 #   untar   tar xf of a source tree (TARBALL, default the pinned fstests
 #           tarball beside the repository, unpacked to tmpfs first), then
@@ -182,6 +184,11 @@ for run in $(seq 1 "$RUNS"); do
     dd if="$rand" of="$mnt/big" bs=1M conv=fsync status=none
     w1=$(now)
     trace_off "$side" write
+    trace_on
+    c0=$(now)
+    cat "$mnt/big" > /dev/null
+    c1=$(now)
+    trace_off "$side" reread
     do_umount "$side"
     do_mount "$side"
     drop
@@ -211,7 +218,7 @@ for run in $(seq 1 "$RUNS"); do
         { echo "btrfs check failed after $side run $run" >&2; exit 1; }
     fi
     for step in "copy $t0 $t1" "stat $s0 $s1" "restat $s1 $s2" "write $w0 $w1" \
-                "read $t2 $t3" "untar $u0 $u1" "rm $r0 $t4"; do
+                "reread $c0 $c1" "read $t2 $t3" "untar $u0 $u1" "rm $r0 $t4"; do
       read -r name a b <<< "$step"
       printf '%s\t%s\t%s\t%s\n' "$side" "$run" "$name" "$(echo "$b - $a" | bc)" >> "$out"
     done
@@ -226,7 +233,7 @@ import statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
 reqs = [l.split("\t") for l in open(sys.argv[2]).read().splitlines()]
 sides = sys.argv[3:]
-steps = ["copy", "stat", "restat", "write", "read", "untar", "rm"]
+steps = ["copy", "stat", "restat", "write", "reread", "read", "untar", "rm"]
 t = {}
 for side, run, step, secs in rows:
     t.setdefault((side, step), []).append(float(secs))
