@@ -190,24 +190,21 @@ impl Trans {
         skip: u64,
         num: u64,
     ) -> Result<()> {
-        match e.kind {
+        // (disk_bytenr, disk_num_bytes, offset, ram_bytes, compression,
+        // prealloc) of the extent the piece points into.
+        let (bytenr, disk_len, offset, ram, compression, prealloc) = match e.kind {
             ExtentKind::Regular {
                 disk_bytenr,
                 disk_num_bytes,
                 offset,
                 ram_bytes,
                 ..
-            } => self.insert_file_extent(
-                tree,
-                ino,
-                file_off,
+            } => (
                 disk_bytenr,
                 disk_num_bytes,
-                offset + skip,
-                num,
+                offset,
                 ram_bytes,
                 e.compression,
-                false,
                 false,
             ),
             ExtentKind::Prealloc {
@@ -215,43 +212,34 @@ impl Trans {
                 disk_num_bytes,
                 offset,
                 ..
-            } => self.insert_file_extent(
-                tree,
-                ino,
-                file_off,
+            } => (
                 disk_bytenr,
                 disk_num_bytes,
-                offset + skip,
-                num,
+                offset,
                 disk_num_bytes,
                 COMPRESS_NONE,
                 true,
-                false,
             ),
-            ExtentKind::Hole => self.file(tree, ino).insert_hole(file_off, num),
-            ExtentKind::Inline { .. } => Err(Error::Invalid(format!(
-                "tree {tree} inode {ino}: an inline extent cannot be split"
-            ))),
-        }
-    }
-
-    /// Turns an inline extent into a regular one-sector extent (what the
-    /// kernel's writeback does once the file outgrows inline).
-    pub(super) fn uninline(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        inode: &mut InodeItem,
-        policy: DataPolicy,
-    ) -> Result<()> {
-        if !self.file(tree, ino).has_inline()? {
-            return Ok(());
-        }
-        let ss = self.sectorsize() as u64;
-        let data = self.read_file(tree, ino, 0, ss)?;
-        let pieces = self.take_space(tree, ino, &data, policy)?;
-        self.file(tree, ino)
-            .replace_with(inode, 0, &data, pieces, policy)
+            ExtentKind::Hole => return self.file(tree, ino).insert_hole(file_off, num),
+            ExtentKind::Inline { .. } => {
+                return Err(Error::Invalid(format!(
+                    "tree {tree} inode {ino}: an inline extent cannot be split"
+                )))
+            }
+        };
+        self.insert_file_extent(
+            tree,
+            ino,
+            file_off,
+            bytenr,
+            disk_len,
+            offset + skip,
+            num,
+            ram,
+            compression,
+            prealloc,
+            false,
+        )
     }
 
     /// Sets the incompat flag the kernel sets when it first writes an
@@ -296,6 +284,19 @@ impl Trans {
 }
 
 impl FileRef<'_> {
+    /// Turns an inline extent into a regular one-sector extent (what the
+    /// kernel's writeback does once the file outgrows inline).
+    pub(super) fn uninline(&mut self, inode: &mut InodeItem, policy: DataPolicy) -> Result<()> {
+        if !self.has_inline()? {
+            return Ok(());
+        }
+        let (tree, ino) = (self.tree, self.ino);
+        let ss = self.sectorsize() as u64;
+        let data = self.read_file(tree, ino, 0, ss)?;
+        let pieces = self.take_space(tree, ino, &data, policy)?;
+        self.replace_with(inode, 0, &data, pieces, policy)
+    }
+
     /// The part `[from, to)` of the EXTENT_DATA item `k` (`raw`, decoded
     /// as `e`) inserted as an item of its own: the same bytes, the
     /// extent offset and length changed, with a reference when it points
@@ -503,7 +504,7 @@ impl FileRef<'_> {
         // The space first, then the inline extent made regular: a full
         // filesystem leaves the file as it was.
         let pieces = self.take_space(tree, ino, buf, policy)?;
-        if let Err(e) = self.uninline(tree, ino, inode, policy) {
+        if let Err(e) = self.uninline(inode, policy) {
             self.give_back(&pieces);
             return Err(e);
         }
@@ -629,7 +630,7 @@ impl FileRef<'_> {
                 self.zero_sector_part(&mut inode, part, new_size, policy)?;
             }
         } else if new_size > size && self.has_inline()? {
-            self.uninline(tree, ino, &mut inode, policy)?;
+            self.uninline(&mut inode, policy)?;
         }
         self.fill_holes(0, round_up(new_size, ss))?;
         inode.size = new_size;
@@ -728,7 +729,7 @@ impl FileRef<'_> {
             }
         }
         if a0 < a1 && a0 >= ss {
-            if let Err(e) = self.uninline(tree, ino, &mut inode, policy) {
+            if let Err(e) = self.uninline(&mut inode, policy) {
                 self.give_back(&taken);
                 return Err(e);
             }
@@ -802,7 +803,7 @@ impl FileRef<'_> {
         }
         let mut inode = inode;
         let num = round_up(num_bytes, ss);
-        self.uninline(tree, ino, &mut inode, policy)?;
+        self.uninline(&mut inode, policy)?;
         let removed = self.drop_extents(off, off + num)?;
         inode.nbytes = inode.nbytes.saturating_sub(removed);
         let (disk, len) = self.write_data_extent(data, true)?;

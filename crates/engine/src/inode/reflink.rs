@@ -77,7 +77,7 @@ impl Trans {
         }
         let new_size = dst.size.max(dst_off + len);
         if dst_off > 0 || pieces.iter().any(|(_, e)| !e.is_inline()) {
-            self.uninline(dst_tree, dst_ino, &mut dst, policy)?;
+            self.file(dst_tree, dst_ino).uninline(&mut dst, policy)?;
         }
         let removed = self
             .file(dst_tree, dst_ino)

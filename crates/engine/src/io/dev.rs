@@ -4,6 +4,7 @@
 //! fail writes, while real use goes to image files and block devices
 //! ([`FileDev`]).
 
+use crate::io::aligned::{Spare, DIRECT_ALIGN};
 use crate::io::claim;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -88,46 +89,29 @@ fn close_in_place(file: &File) {
     }
 }
 
-/// Aligned buffers through which file data in unaligned memory (the
-/// mount's dirty ranges, which grow as plain vectors) goes to the disk
-/// with O_DIRECT: a copy into memory already faulted in costs less than
-/// the page cache's copy into fresh pages, its dirty accounting, and the
-/// write-back later, and leaves no second cached copy of the data that
-/// the mount's own page cache holds.
-#[derive(Debug, Default)]
-struct Bounce(std::sync::Mutex<Vec<Vec<u8>>>);
-
-/// Each buffer's aligned size, and how many are kept for reuse (one per
-/// writer writing at once).
+/// Each aligned buffer's size for file data in unaligned memory (see
+/// [`write_bounced`]).
 const BOUNCE_BYTES: usize = 4 << 20;
-const BOUNCE_KEPT: usize = 2;
 
-impl Bounce {
-    /// Writes `buf` at `off` through `direct` (opened O_DIRECT), a
-    /// buffer's worth at a time.
-    fn write_all_at(&self, direct: &File, buf: &[u8], off: u64) -> io::Result<()> {
-        let mut v = self
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-            .unwrap_or_else(|| vec![0u8; BOUNCE_BYTES + DIRECT_ALIGN]);
-        let at = v.as_ptr().align_offset(DIRECT_ALIGN);
-        let mut res = Ok(());
-        for (i, part) in buf.chunks(BOUNCE_BYTES).enumerate() {
-            let b = &mut v[at..at + part.len()];
-            b.copy_from_slice(part);
-            res = direct.write_all_at(b, off + (i * BOUNCE_BYTES) as u64);
-            if res.is_err() {
-                break;
-            }
+/// Writes `buf`, in unaligned memory (the mount's dirty ranges, which grow
+/// as plain vectors), at `off` through `direct` (opened O_DIRECT), a
+/// buffer of `spare` at a time: a copy into memory already faulted in
+/// costs less than the page cache's copy into fresh pages, its dirty
+/// accounting and the write-back later, and leaves no second cached copy
+/// of the data that the mount's own page cache holds.
+fn write_bounced(spare: &Spare, direct: &File, buf: &[u8], off: u64) -> io::Result<()> {
+    let mut b = spare.take(BOUNCE_BYTES, BOUNCE_BYTES);
+    let mut res = Ok(());
+    for (i, part) in buf.chunks(BOUNCE_BYTES).enumerate() {
+        let b = &mut b[..part.len()];
+        b.copy_from_slice(part);
+        res = direct.write_all_at(b, off + (i * BOUNCE_BYTES) as u64);
+        if res.is_err() {
+            break;
         }
-        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if kept.len() < BOUNCE_KEPT {
-            kept.push(v);
-        }
-        res
     }
+    spare.give(b);
+    res
 }
 
 /// BLKDISCARD = _IO(0x12, 119): discards a byte range of a block device.
@@ -143,7 +127,7 @@ pub struct FileDev {
     /// (None where the filesystem refuses it, tmpfs for one).
     direct: std::sync::OnceLock<Option<File>>,
     /// Aligned copies for O_DIRECT of data whose memory is not aligned.
-    bounce: Bounce,
+    bounce: Spare,
     /// Buffered file data written and not yet handed to write-back:
     /// [start, end), handed over once it is large (small files' extents
     /// follow each other; one request per extent costs more than the
@@ -154,11 +138,10 @@ pub struct FileDev {
 /// Buffered data handed to write-back in runs of at least this much.
 const KICK_BYTES: u64 = 8 << 20;
 
-/// Writes of file data of at least this size, aligned to this, bypass the
+/// Writes of file data of at least this size, aligned to [`DIRECT_ALIGN`], bypass the
 /// page cache (O_DIRECT); smaller ones (RAID0 stripes, file tails) are
 /// buffered and handed to write-back at once.
 const DIRECT_MIN: usize = 1 << 20;
-const DIRECT_ALIGN: usize = 4096;
 
 impl FileDev {
     /// Opens `path` read-only, or read-write when `writable`, with the
@@ -183,7 +166,7 @@ impl FileDev {
             size,
             writable,
             direct: std::sync::OnceLock::new(),
-            bounce: Bounce::default(),
+            bounce: Spare::default(),
             unkicked: std::sync::Mutex::new((0, 0)),
         })
     }
@@ -336,7 +319,7 @@ impl BlockDev for FileDev {
                 let res = if (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN) {
                     d.write_all_at(buf, off)
                 } else {
-                    self.bounce.write_all_at(d, buf, off)
+                    write_bounced(&self.bounce, d, buf, off)
                 };
                 match res {
                     Ok(()) => return Ok(()),

@@ -4,6 +4,7 @@
 //! crash tests, chunk mapping for every profile, and RAID5/6
 //! parity arithmetic.
 
+pub mod aligned;
 pub mod claim;
 pub mod dev;
 pub mod device;

@@ -22,6 +22,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use ubtrfs_format::CsumType;
 
+pub use crate::io::aligned::{AlignedBuf, Spare};
+
 /// One piece of a file: `n` bytes (a multiple of the sector size, the
 /// extent's length in the file) from `at`, of which `want` are in the
 /// file (the rest is the zeros of the last sector).
@@ -44,108 +46,6 @@ pub struct Job {
     /// written; only the partial last sector is returned as data (all of
     /// it is still read for the checksums).
     pub reflink: bool,
-}
-
-/// Bytes whose start is aligned to 4 KiB (file data goes to the image with
-/// O_DIRECT where it can, which wants aligned memory).
-pub struct AlignedBuf {
-    v: Vec<u8>,
-    off: usize,
-    len: usize,
-}
-
-/// Large buffers given back after their piece was written, for the next
-/// pieces: a fresh 32 MiB buffer costs as many page faults and zeroed
-/// pages as its read costs copies.
-#[derive(Default)]
-pub struct Spare(Mutex<Vec<AlignedBuf>>);
-
-/// Buffers kept for reuse at most, and the smallest kept.
-const SPARE_MAX: usize = 2;
-const SPARE_MIN: usize = 1 << 20;
-
-impl Spare {
-    /// A buffer of `len` bytes, zero from `want` on (the caller fills the
-    /// first `want`).
-    fn take(&self, len: usize, want: usize) -> AlignedBuf {
-        if len >= SPARE_MIN {
-            let mut spare = self.0.lock().unwrap();
-            if let Some(i) = spare.iter().position(|b| b.capacity() >= len) {
-                let mut b = spare.swap_remove(i);
-                drop(spare);
-                b.len = len;
-                b[want..].fill(0);
-                return b;
-            }
-        }
-        AlignedBuf::zeroed(len)
-    }
-
-    /// Keeps `b` for a later piece, if it is worth keeping.
-    pub fn give(&self, b: AlignedBuf) {
-        if b.off != usize::MAX && b.capacity() >= SPARE_MIN {
-            let mut spare = self.0.lock().unwrap();
-            if spare.len() < SPARE_MAX {
-                spare.push(b);
-            }
-        }
-    }
-}
-
-const ALIGN: usize = 4096;
-
-impl AlignedBuf {
-    /// `len` zero bytes.
-    pub fn zeroed(len: usize) -> AlignedBuf {
-        let v = vec![0u8; len + ALIGN];
-        let off = v.as_ptr().align_offset(ALIGN);
-        AlignedBuf { v, off, len }
-    }
-
-    /// `v` as it is (not aligned: small data, written buffered; never
-    /// reused).
-    pub fn from_vec(v: Vec<u8>) -> AlignedBuf {
-        let len = v.len();
-        AlignedBuf {
-            v,
-            off: usize::MAX,
-            len,
-        }
-    }
-
-    fn start(&self) -> usize {
-        if self.off == usize::MAX {
-            0
-        } else {
-            self.off
-        }
-    }
-
-    /// Bytes it can hold from its aligned start.
-    fn capacity(&self) -> usize {
-        self.v.len() - self.start()
-    }
-}
-
-impl std::ops::Deref for AlignedBuf {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        let o = self.start();
-        &self.v[o..o + self.len]
-    }
-}
-
-impl std::ops::DerefMut for AlignedBuf {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        let o = self.start();
-        &mut self.v[o..o + self.len]
-    }
-}
-
-impl std::fmt::Debug for AlignedBuf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AlignedBuf({} bytes)", self.len)
-    }
 }
 
 /// A piece ready to write.
