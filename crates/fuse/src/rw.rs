@@ -488,13 +488,19 @@ impl crate::proto::FuseFs for RwFuse {
         }
     }
 
-    fn release(&self, _: &Request, _node: INodeNo, a: args::Release, reply: ReplyEmpty) {
+    fn release(&self, _: &Request, node: INodeNo, a: args::Release, reply: ReplyEmpty) {
         let h = self
             .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&a.fh.0);
         if let Some(h) = h {
+            if h.atime_unseen {
+                // Before the answer: a close waits for it on root's
+                // fuseblk mount, and a stat after the close sees the atime
+                // its open moved.
+                self.inval_attr(node);
+            }
             if h.writer {
                 self.pushes.writer_end(h.id);
             }

@@ -45,9 +45,14 @@ impl RwInner {
     /// is taken alone only when atime moves (under relatime, the first
     /// access after a change, or a day after the last).
     pub(super) fn accessed(&self, id: InodeId, dir: bool) {
-        if !self.atime_due(id, dir) {
-            return;
+        if self.atime_due(id, dir) {
+            self.move_atime(id, dir);
         }
+    }
+
+    /// Moves `id`'s atime now, as the mount's options say (the caller has
+    /// found it due).
+    pub(super) fn move_atime(&self, id: InodeId, dir: bool) {
         if let Err(e) = self.fs().touch_atime(id, self.atime.policy(dir)) {
             logging::warn(&format!("atime of inode {}: {e}", id.ino));
         }

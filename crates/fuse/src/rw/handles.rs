@@ -18,6 +18,12 @@ pub(super) struct Handle {
     /// [`RwInner::pushes`]).
     pub(super) buffered: bool,
     pub(super) reads: ReadPattern,
+    /// Its open moved atime, and no READ has reached us through it since:
+    /// the kernel's cached atime is the old one until its attributes are
+    /// dropped, which its close does. (A READ's end drops the cached
+    /// atime in the kernel, fuse_invalidate_atime, so a handle that reads
+    /// through us costs no extra GETATTR.)
+    pub(super) atime_unseen: bool,
 }
 
 /// How files are opened: the kernel keeps a file's page cache across
@@ -95,7 +101,7 @@ impl RwInner {
                 if writer {
                     self.pushes.writer_begin(id);
                 }
-                let fh = self.new_handle(id, writer, flags);
+                let fh = self.new_handle(id, writer, flags, false);
                 reply.created(
                     &self.ttl,
                     &attr,
@@ -164,21 +170,20 @@ impl RwInner {
                         self.inval_attr(INodeNo(node));
                     }
                 }
-                let fh = self.new_handle(id, writer, f);
                 let mut atime_due = f & libc::O_NOATIME == 0 && self.atime_due(id, false);
-                if atime_due && f & libc::O_ACCMODE != libc::O_WRONLY {
+                let moved = atime_due && f & libc::O_ACCMODE != libc::O_WRONLY;
+                if moved {
                     // An open to read when a read would move atime moves
                     // it now, and the file's cached pages stay: dropping
                     // them so that the first read reaches us made a read
                     // of a file just written come from the disk. (Only an
                     // open that reads nothing moves atime where the
-                    // kernel's btrfs would not.)
-                    self.accessed(id, false);
-                    if let Ok(node) = self.node_of(id) {
-                        self.inval_attr(INodeNo(node));
-                    }
+                    // kernel's btrfs would not.) The kernel learns of it
+                    // at the first READ or at the close (`atime_unseen`).
+                    self.move_atime(id, false);
                     atime_due = false;
                 }
+                let fh = self.new_handle(id, writer, f, moved);
                 reply.opened(crate::proto::FileHandle(fh), open_flags(f, atime_due));
             }
             Err(e) => {
@@ -191,8 +196,14 @@ impl RwInner {
     }
 
     /// A new handle of `id`; a `writer` was counted by
-    /// [`Pushes::writer_begin`].
-    pub(super) fn new_handle(&self, id: InodeId, writer: bool, flags: i32) -> u64 {
+    /// [`Pushes::writer_begin`]; `atime_unseen` when its open moved atime.
+    pub(super) fn new_handle(
+        &self,
+        id: InodeId,
+        writer: bool,
+        flags: i32,
+        atime_unseen: bool,
+    ) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         // Looked at before the handles' lock is taken: never the
         // filesystem's lock under it.
@@ -214,6 +225,7 @@ impl RwInner {
                     writer,
                     buffered,
                     reads: ReadPattern::default(),
+                    atime_unseen,
                 },
             );
         fh

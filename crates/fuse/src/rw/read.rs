@@ -62,6 +62,7 @@ impl RwInner {
         {
             h.reads
                 .read_to(offset, offset + n as u64, window.filter(|_| push));
+            h.atime_unseen = false;
         }
         match res {
             Ok(d) => {
