@@ -101,6 +101,8 @@ trace_off() { # SIDE STEP
     while read -r n op; do printf '%s	%s	%s	%s
 ' "$1" "$2" "$op" "$n"; done >> "$reqs"
 }
+# tracefs is not always mounted (a fresh boot of this machine has it empty).
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 if [[ -d /sys/kernel/tracing/events/fuse/fuse_request_send ]]; then
   mkdir -p "$tr"
   echo 65536 > "$tr/buffer_size_kb"
