@@ -5,6 +5,7 @@
 use super::abi::{self, bytes, read, InHeader, InitIn, InitOut, OutHeader};
 use super::dispatch::{dispatch, guarded, Acl, Conn};
 use super::filesystem::{FuseFs, KernelConfig, Request, MAX_WRITE};
+use super::readers::Readers;
 use super::reply::{Sender, Transport};
 use super::types::{INodeNo, InitFlags};
 use std::io;
@@ -257,16 +258,18 @@ impl<F: FuseFs> Session<F> {
     /// Serves requests from /dev/fuse on `threads` threads (this one
     /// among them) until the connection ends (unmount).
     pub fn run_dev(&self, threads: usize) -> io::Result<()> {
+        let readers = Arc::new(Readers::default());
         let mut handles = Vec::new();
         for i in 1..threads.max(1) {
             let (fs, dev, conn) = (self.fs.clone(), self.dev.clone(), self.conn);
+            let readers = readers.clone();
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("fuse-dev-{i}"))
-                    .spawn(move || serve_dev(&*fs, &dev, conn))?,
+                    .spawn(move || serve_dev(&*fs, &dev, conn, &readers))?,
             );
         }
-        let res = serve_dev(&*self.fs, &self.dev, self.conn);
+        let res = serve_dev(&*self.fs, &self.dev, self.conn, &readers);
         for h in handles {
             let _ = h.join();
         }
@@ -291,14 +294,30 @@ fn read_request(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n as usize)
 }
 
-/// One serving thread: read, dispatch, until the device goes away.
-fn serve_dev<F: FuseFs>(fs: &F, dev: &Arc<DevChannel>, conn: Conn) -> io::Result<()> {
+/// One serving thread: read (in its turn, [`Readers`]), dispatch, until
+/// the device goes away.
+fn serve_dev<F: FuseFs>(
+    fs: &F,
+    dev: &Arc<DevChannel>,
+    conn: Conn,
+    readers: &Readers,
+) -> io::Result<()> {
     let mut buf = vec![0u8; BUF];
     loop {
-        let n = match read_request(dev.raw(), &mut buf) {
+        if !readers.enter() {
+            return Ok(());
+        }
+        let res = read_request(dev.raw(), &mut buf);
+        // Before anything else: a thread that ends here wakes another in
+        // its place, which meets the same error and ends in turn.
+        readers.left();
+        let n = match res {
             Ok(n) => n,
             Err(e) if retry(&e) => continue,
-            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
+                readers.end();
+                return Ok(());
+            }
             Err(e) => return Err(e),
         };
         let msg = &buf[..n];

@@ -13,6 +13,7 @@ pub mod dev_uring;
 pub mod dispatch;
 pub mod filesystem;
 pub mod mount;
+mod readers;
 pub mod reply;
 pub mod types;
 
