@@ -87,49 +87,16 @@ fn drop_extents_every_overlap() {
     new_file(&mut t, 300, b"f", 2);
     // One 64 KiB extent at file offset 0, a hole item, one 16 KiB extent.
     let (a, alen) = t.write_data_extent(&[1u8; 65536], true).unwrap();
-    t.insert_file_extent(
-        FS_TREE_OBJECTID,
-        300,
-        0,
-        a,
-        alen,
-        0,
-        65536,
-        65536,
-        0,
-        false,
-        true,
-    )
-    .unwrap();
-    t.insert_file_extent(
-        FS_TREE_OBJECTID,
-        300,
-        65536,
-        0,
-        0,
-        0,
-        8192,
-        8192,
-        0,
-        false,
-        false,
-    )
-    .unwrap();
+    t.file(FS_TREE_OBJECTID, 300)
+        .insert_file_extent(0, a, alen, 0, 65536, 65536, 0, false, true)
+        .unwrap();
+    t.file(FS_TREE_OBJECTID, 300)
+        .insert_file_extent(65536, 0, 0, 0, 8192, 8192, 0, false, false)
+        .unwrap();
     let (b, blen) = t.write_data_extent(&[2u8; 16384], true).unwrap();
-    t.insert_file_extent(
-        FS_TREE_OBJECTID,
-        300,
-        73728,
-        b,
-        blen,
-        0,
-        16384,
-        16384,
-        0,
-        false,
-        true,
-    )
-    .unwrap();
+    t.file(FS_TREE_OBJECTID, 300)
+        .insert_file_extent(73728, b, blen, 0, 16384, 16384, 0, false, true)
+        .unwrap();
     change_inode(&mut t, 300, |ii| {
         ii.size = 90112;
         ii.nbytes = 65536 + 16384;
@@ -183,7 +150,8 @@ fn drop_extents_every_overlap() {
 fn drop_extents_inline() {
     let (m, mut t) = fresh();
     new_file(&mut t, 300, b"small", 2);
-    t.insert_inline_extent(FS_TREE_OBJECTID, 300, b"hello", 5, 0)
+    t.file(FS_TREE_OBJECTID, 300)
+        .insert_inline_extent(b"hello", 5, 0)
         .unwrap();
     change_inode(&mut t, 300, |ii| {
         ii.size = 5;

@@ -177,71 +177,6 @@ impl Trans {
         Ok(out)
     }
 
-    /// Inserts an EXTENT_DATA item for `[file_off, file_off + num)` taken
-    /// from extent `e` at `offset` into it (a piece of an existing item,
-    /// or a reflink), with a reference from this file.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn insert_extent_piece(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        file_off: u64,
-        e: &Extent,
-        skip: u64,
-        num: u64,
-    ) -> Result<()> {
-        // (disk_bytenr, disk_num_bytes, offset, ram_bytes, compression,
-        // prealloc) of the extent the piece points into.
-        let (bytenr, disk_len, offset, ram, compression, prealloc) = match e.kind {
-            ExtentKind::Regular {
-                disk_bytenr,
-                disk_num_bytes,
-                offset,
-                ram_bytes,
-                ..
-            } => (
-                disk_bytenr,
-                disk_num_bytes,
-                offset,
-                ram_bytes,
-                e.compression,
-                false,
-            ),
-            ExtentKind::Prealloc {
-                disk_bytenr,
-                disk_num_bytes,
-                offset,
-                ..
-            } => (
-                disk_bytenr,
-                disk_num_bytes,
-                offset,
-                disk_num_bytes,
-                COMPRESS_NONE,
-                true,
-            ),
-            ExtentKind::Hole => return self.file(tree, ino).insert_hole(file_off, num),
-            ExtentKind::Inline { .. } => {
-                return Err(Error::Invalid(format!(
-                    "tree {tree} inode {ino}: an inline extent cannot be split"
-                )))
-            }
-        };
-        self.insert_file_extent(
-            tree,
-            ino,
-            file_off,
-            bytenr,
-            disk_len,
-            offset + skip,
-            num,
-            ram,
-            compression,
-            prealloc,
-            false,
-        )
-    }
-
     /// Sets the incompat flag the kernel sets when it first writes an
     /// extent compressed with LZO or ZSTD.
     pub fn note_compression(&mut self, algo: u8) {
@@ -284,6 +219,67 @@ impl Trans {
 }
 
 impl FileRef<'_> {
+    /// Inserts an EXTENT_DATA item for `[file_off, file_off + num)` taken
+    /// from extent `e` at `offset` into it (a piece of an existing item,
+    /// or a reflink), with a reference from this file.
+    pub(super) fn insert_extent_piece(
+        &mut self,
+        file_off: u64,
+        e: &Extent,
+        skip: u64,
+        num: u64,
+    ) -> Result<()> {
+        let (tree, ino) = (self.tree, self.ino);
+        // (disk_bytenr, disk_num_bytes, offset, ram_bytes, compression,
+        // prealloc) of the extent the piece points into.
+        let (bytenr, disk_len, offset, ram, compression, prealloc) = match e.kind {
+            ExtentKind::Regular {
+                disk_bytenr,
+                disk_num_bytes,
+                offset,
+                ram_bytes,
+                ..
+            } => (
+                disk_bytenr,
+                disk_num_bytes,
+                offset,
+                ram_bytes,
+                e.compression,
+                false,
+            ),
+            ExtentKind::Prealloc {
+                disk_bytenr,
+                disk_num_bytes,
+                offset,
+                ..
+            } => (
+                disk_bytenr,
+                disk_num_bytes,
+                offset,
+                disk_num_bytes,
+                COMPRESS_NONE,
+                true,
+            ),
+            ExtentKind::Hole => return self.insert_hole(file_off, num),
+            ExtentKind::Inline { .. } => {
+                return Err(Error::Invalid(format!(
+                    "tree {tree} inode {ino}: an inline extent cannot be split"
+                )))
+            }
+        };
+        self.insert_file_extent(
+            file_off,
+            bytenr,
+            disk_len,
+            offset + skip,
+            num,
+            ram,
+            compression,
+            prealloc,
+            false,
+        )
+    }
+
     /// Turns an inline extent into a regular one-sector extent (what the
     /// kernel's writeback does once the file outgrows inline).
     pub(super) fn uninline(&mut self, inode: &mut InodeItem, policy: DataPolicy) -> Result<()> {
@@ -293,7 +289,7 @@ impl FileRef<'_> {
         let (tree, ino) = (self.tree, self.ino);
         let ss = self.sectorsize() as u64;
         let data = self.read_file(tree, ino, 0, ss)?;
-        let pieces = self.take_space(tree, ino, &data, policy)?;
+        let pieces = self.take_space(&data, policy)?;
         self.replace_with(inode, 0, &data, pieces, policy)
     }
 
@@ -330,8 +326,7 @@ impl FileRef<'_> {
     }
 
     fn insert_hole(&mut self, file_off: u64, num: u64) -> Result<()> {
-        let (tree, ino) = (self.tree, self.ino);
-        self.insert_file_extent(tree, ino, file_off, 0, 0, 0, num, num, 0, false, false)
+        self.insert_file_extent(file_off, 0, 0, 0, num, num, 0, false, false)
     }
 
     /// Removes the file's extents from `[start, end)` (sector aligned;
@@ -423,7 +418,6 @@ impl FileRef<'_> {
         pieces: Vec<NewPiece>,
         policy: DataPolicy,
     ) -> Result<()> {
-        let (tree, ino) = (self.tree, self.ino);
         let removed = match self.drop_extents(at, at + buf.len() as u64) {
             Ok(r) => r,
             Err(e) => {
@@ -440,8 +434,6 @@ impl FileRef<'_> {
             self.write_data_into(p.disk, data, policy.csum)?;
             self.note_compression(algo);
             self.insert_file_extent(
-                tree,
-                ino,
                 at + p.off,
                 p.disk,
                 p.stored_len,
@@ -494,16 +486,16 @@ impl FileRef<'_> {
             match packed {
                 Some((c, algo)) => {
                     self.note_compression(algo);
-                    self.insert_inline_extent(tree, ino, &c, isize, algo)?;
+                    self.insert_inline_extent(&c, isize, algo)?;
                 }
-                None => self.insert_inline_extent(tree, ino, data, isize, COMPRESS_NONE)?,
+                None => self.insert_inline_extent(data, isize, COMPRESS_NONE)?,
             }
             inode.nbytes += isize;
             return Ok(());
         }
         // The space first, then the inline extent made regular: a full
         // filesystem leaves the file as it was.
-        let pieces = self.take_space(tree, ino, buf, policy)?;
+        let pieces = self.take_space(buf, policy)?;
         if let Err(e) = self.uninline(inode, policy) {
             self.give_back(&pieces);
             return Err(e);
@@ -739,7 +731,7 @@ impl FileRef<'_> {
         }
         for p in taken {
             let (at, n) = (p.off, p.n);
-            self.insert_file_extent(tree, ino, at, p.disk, n, 0, n, n, 0, true, true)?;
+            self.insert_file_extent(at, p.disk, n, 0, n, n, 0, true, true)?;
             // As the kernel's __btrfs_prealloc_file_range: readers
             // (SEEK_DATA/SEEK_HOLE) look for preallocated extents only in
             // inodes that carry the flag.
@@ -809,8 +801,6 @@ impl FileRef<'_> {
         let (disk, len) = self.write_data_extent(data, true)?;
         self.note_compression(compression);
         self.insert_file_extent(
-            tree,
-            ino,
             off,
             disk,
             len,

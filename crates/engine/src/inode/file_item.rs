@@ -4,7 +4,7 @@
 //! for new data is taken before a file's old extents are dropped
 //! ([`Trans::take_space`]), so that a full filesystem changes nothing.
 
-use super::file::{round_up, DataPolicy};
+use super::file::{round_up, DataPolicy, FileRef};
 use crate::alloc::SpaceKind;
 use crate::error::{Error, Result};
 use crate::tx::delayed_ref::Backref;
@@ -161,14 +161,40 @@ impl Trans {
         Ok((at, len))
     }
 
+    /// An EXTENT_DATA item of this transaction (neither encrypted nor
+    /// otherwise encoded, as the kernel writes them).
+    fn file_extent<'a>(
+        &self,
+        ram_bytes: u64,
+        compression: u8,
+        kind: FileExtentKind<'a>,
+    ) -> FileExtent<'a> {
+        FileExtent {
+            generation: self.transid,
+            ram_bytes,
+            compression,
+            encryption: 0,
+            other_encoding: 0,
+            kind,
+        }
+    }
+
+    /// Returns the space of pieces [`Trans::take_space`] took and that were
+    /// never written.
+    pub(super) fn give_back(&mut self, pieces: &[NewPiece]) {
+        for p in pieces {
+            self.alloc.free_now(p.disk, p.stored_len);
+        }
+    }
+}
+
+impl FileRef<'_> {
     /// Maps `[file_off, file_off + num_bytes)` of inode `ino` to `num_bytes`
     /// of the extent at `disk_bytenr` (made in this transaction, `disk_len`
     /// bytes on disk, `ram_bytes` uncompressed), from `offset` into it.
     #[allow(clippy::too_many_arguments)]
     pub fn insert_file_extent(
         &mut self,
-        tree: u64,
-        ino: u64,
         file_off: u64,
         disk_bytenr: u64,
         disk_len: u64,
@@ -179,6 +205,7 @@ impl Trans {
         prealloc: bool,
         new_extent: bool,
     ) -> Result<()> {
+        let (tree, ino) = (self.tree, self.ino);
         let kind = FileExtentKind::Extent {
             prealloc,
             disk_bytenr,
@@ -203,32 +230,13 @@ impl Trans {
     /// (`ram_bytes` is the uncompressed length).
     pub fn insert_inline_extent(
         &mut self,
-        tree: u64,
-        ino: u64,
         data: &[u8],
         ram_bytes: u64,
         compression: u8,
     ) -> Result<()> {
+        let (tree, ino) = (self.tree, self.ino);
         let fe = self.file_extent(ram_bytes, compression, FileExtentKind::Inline { data });
         self.insert_item(tree, Key::new(ino, EXTENT_DATA, 0), fe.to_bytes())
-    }
-
-    /// An EXTENT_DATA item of this transaction (neither encrypted nor
-    /// otherwise encoded, as the kernel writes them).
-    fn file_extent<'a>(
-        &self,
-        ram_bytes: u64,
-        compression: u8,
-        kind: FileExtentKind<'a>,
-    ) -> FileExtent<'a> {
-        FileExtent {
-            generation: self.transid,
-            ram_bytes,
-            compression,
-            encryption: 0,
-            other_encoding: 0,
-            kind,
-        }
     }
 
     /// Takes data space for `buf` (whole sectors) in pieces of at most the
@@ -237,15 +245,11 @@ impl Trans {
     /// Nothing is written yet; on failure nothing is taken. The space
     /// the mount's dirty data was counted against stays free
     /// ([`Trans::data_kept`]).
-    pub(super) fn take_space(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        buf: &[u8],
-        policy: DataPolicy,
-    ) -> Result<Vec<NewPiece>> {
-        if self.data_kept > 0 {
-            self.hold_data_space(self.data_kept + buf.len() as u64)?;
+    pub(super) fn take_space(&mut self, buf: &[u8], policy: DataPolicy) -> Result<Vec<NewPiece>> {
+        let (tree, ino) = (self.tree, self.ino);
+        let kept = self.data_kept;
+        if kept > 0 {
+            self.hold_data_space(kept + buf.len() as u64)?;
         }
         let ss = self.sectorsize() as u64;
         let policy = policy.for_range(buf);
@@ -294,13 +298,5 @@ impl Trans {
             off += piece.len();
         }
         Ok(pieces)
-    }
-
-    /// Returns the space of pieces [`Trans::take_space`] took and that were
-    /// never written.
-    pub(super) fn give_back(&mut self, pieces: &[NewPiece]) {
-        for p in pieces {
-            self.alloc.free_now(p.disk, p.stored_len);
-        }
     }
 }

@@ -133,7 +133,8 @@ impl Trans {
                         .rewrite(dst, at, &buf, isize, policy)?;
                 }
                 _ => {
-                    self.insert_extent_piece(dst_tree, dst_ino, at, e, s - e.start, en - s)?;
+                    self.file(dst_tree, dst_ino)
+                        .insert_extent_piece(at, e, s - e.start, en - s)?;
                     dst.nbytes += en - s;
                 }
             }

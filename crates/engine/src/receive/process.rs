@@ -259,7 +259,8 @@ impl Receiver<'_> {
             .create_inode(tree, dir, name, ino, mode, rdev, (0, 0), now)?;
         if let Some(t) = target {
             self.t
-                .insert_inline_extent(tree, ino, t, t.len() as u64, COMPRESS_NONE)?;
+                .file(tree, ino)
+                .insert_inline_extent(t, t.len() as u64, COMPRESS_NONE)?;
             i.size = t.len() as u64;
             i.nbytes = t.len() as u64;
             self.t.put_inode(tree, ino, &i)?;

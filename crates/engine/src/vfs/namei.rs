@@ -300,7 +300,8 @@ impl RwFs {
         }
         let id = self.create(dir, name, 0o120777, 0, (uid, gid), None)?;
         self.t
-            .insert_inline_extent(id.subvol, id.ino, target, target.len() as u64, 0)?;
+            .file(id.subvol, id.ino)
+            .insert_inline_extent(target, target.len() as u64, 0)?;
         let mut inode = self.t.inode_of(id.subvol, id.ino)?;
         inode.size = target.len() as u64;
         inode.nbytes = target.len() as u64;

@@ -268,9 +268,7 @@ impl RwFs {
     pub(crate) fn mark_written(&mut self, id: InodeId, p: &Piece) -> Result<()> {
         let (tree, ino) = (id.subvol, id.ino);
         self.t.file(tree, ino).drop_extents(p.start, p.end)?;
-        self.t.insert_file_extent(
-            tree,
-            ino,
+        self.t.file(tree, ino).insert_file_extent(
             p.start,
             p.disk,
             p.disk_len,

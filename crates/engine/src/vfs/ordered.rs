@@ -445,8 +445,8 @@ impl RwFs {
                         let (algo, on_disk) = x
                             .packed
                             .map_or((COMPRESS_NONE, len), |(a, n)| (a, n as u64));
-                        self.t.insert_file_extent(
-                            tree, ino, pos, x.disk, on_disk, 0, len, len, algo, false, true,
+                        self.t.file(tree, ino).insert_file_extent(
+                            pos, x.disk, on_disk, 0, len, len, algo, false, true,
                         )?;
                         if on_disk < len {
                             // What was allocated for the data whole and

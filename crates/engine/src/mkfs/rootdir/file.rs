@@ -291,7 +291,8 @@ impl Walker<'_> {
         if let Some(slot) = plan.inline.take() {
             let piece = self.pipe.take(&slot)?;
             self.t
-                .insert_inline_extent(tree, ino, &piece.data, size, piece.algo)
+                .file(tree, ino)
+                .insert_inline_extent(&piece.data, size, piece.algo)
                 .map_err(|e| in_path(path, e))?;
             self.stats.inline_files += 1;
             self.stats.data_bytes += size;
@@ -304,9 +305,7 @@ impl Walker<'_> {
         let mut covered = 0u64;
         for (s, e) in plan.ranges.clone() {
             if !no_holes && s > covered {
-                self.t.insert_file_extent(
-                    tree,
-                    ino,
+                self.t.file(tree, ino).insert_file_extent(
                     covered,
                     0,
                     0,
@@ -337,19 +336,8 @@ impl Walker<'_> {
                 }
                 for (off, disk, len, k) in self.write_piece(&plan.file, &piece, path)? {
                     self.t
-                        .insert_file_extent(
-                            tree,
-                            ino,
-                            at + off,
-                            disk,
-                            len,
-                            0,
-                            k,
-                            k,
-                            piece.algo,
-                            false,
-                            true,
-                        )
+                        .file(tree, ino)
+                        .insert_file_extent(at + off, disk, len, 0, k, k, piece.algo, false, true)
                         .map_err(|e| in_path(path, e))?;
                 }
                 self.pipe.give_back(piece.data);
@@ -362,7 +350,8 @@ impl Walker<'_> {
         if !no_holes && covered < end_aligned {
             let n = end_aligned - covered;
             self.t
-                .insert_file_extent(tree, ino, covered, 0, 0, 0, n, n, 0, false, false)?;
+                .file(tree, ino)
+                .insert_file_extent(covered, 0, 0, 0, n, n, 0, false, false)?;
         }
         Ok((size, nbytes))
     }

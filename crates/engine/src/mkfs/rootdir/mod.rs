@@ -283,7 +283,8 @@ impl Walker<'_> {
             let target = std::fs::read_link(path).map_err(|e| io_err(path, "readlink", e))?;
             let target = target.as_os_str().as_bytes();
             self.t
-                .insert_inline_extent(tree, ino, target, target.len() as u64, 0)
+                .file(tree, ino)
+                .insert_inline_extent(target, target.len() as u64, 0)
                 .map_err(|e| in_path(path, e))?;
             item.size = target.len() as u64;
             item.nbytes = target.len() as u64;
