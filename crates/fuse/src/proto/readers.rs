@@ -4,9 +4,9 @@
 //! in read (its wait queue is first in, first out). With every serving
 //! thread waiting there, a caller that makes one request at a time (cp,
 //! tar, an lseek walk) is served by each thread in turn: every request
-//! wakes a thread that has slept the longest, cold in its CPU's caches.
-//! A sparse cp over /dev/fuse took 5.03 s with 8 threads and 4.50 s with
-//! one (bench/rw.sh's sparse step, 2026-11-28).
+//! wakes a thread that has slept the longest, cold in its CPU's caches
+//! (bench/rw.sh's sparse step over /dev/fuse measures it;
+//! docs/benchmarks.md has the figures).
 //!
 //! So at most [`HOT`] threads wait in read; the others wait here, and one
 //! of them is woken when a request leaves no thread in read (all of those
