@@ -200,42 +200,51 @@ pub fn rich_leaf(nodesize: usize) -> Vec<u8> {
                 0,
             ),
         ),
-        (Key::new(DEV_ITEMS_OBJECTID, DEV_ITEM, 1), {
-            let mut d = vec![0u8; 98];
-            d[0..8].copy_from_slice(&1u64.to_le_bytes());
-            d[8..16].copy_from_slice(&(1u64 << 30).to_le_bytes());
-            d
-        }),
-        (Key::new(1, DEV_EXTENT, 0x10_0000), {
-            let mut d = vec![0u8; 48];
-            d[0..8].copy_from_slice(&CHUNK_TREE_OBJECTID.to_le_bytes());
-            d[8..16].copy_from_slice(&FIRST_CHUNK_TREE_OBJECTID.to_le_bytes());
-            d[16..24].copy_from_slice(&0x100_0000u64.to_le_bytes());
-            d[24..32].copy_from_slice(&0x800_0000u64.to_le_bytes());
-            d
-        }),
-        (Key::new(0x100_0000, BLOCK_GROUP_ITEM, 0x800_0000), {
-            let mut d = vec![0u8; 24];
-            d[16..24].copy_from_slice(&(BG_METADATA | BG_DUP).to_le_bytes());
-            d
-        }),
-        (Key::new(0x100_4000, METADATA_ITEM, 0), {
-            let mut d = vec![0u8; 24 + 9];
-            d[0..8].copy_from_slice(&1u64.to_le_bytes());
-            d[16..24].copy_from_slice(&2u64.to_le_bytes());
-            d[24] = TREE_BLOCK_REF;
-            d[25..33].copy_from_slice(&5u64.to_le_bytes());
-            d
-        }),
-        (Key::new(0x1_0000_0000, EXTENT_ITEM, 4096), {
-            let mut d = vec![0u8; 24 + 29];
-            d[0..8].copy_from_slice(&1u64.to_le_bytes());
-            d[16..24].copy_from_slice(&1u64.to_le_bytes());
-            d[24] = EXTENT_DATA_REF;
-            d[25..33].copy_from_slice(&5u64.to_le_bytes());
-            d[33..41].copy_from_slice(&257u64.to_le_bytes());
-            d
-        }),
+        (
+            Key::new(DEV_ITEMS_OBJECTID, DEV_ITEM, 1),
+            placed(98, &[(0, &le(1)), (8, &le(1 << 30))]),
+        ),
+        (
+            Key::new(1, DEV_EXTENT, 0x10_0000),
+            placed(
+                48,
+                &[
+                    (0, &le(CHUNK_TREE_OBJECTID)),
+                    (8, &le(FIRST_CHUNK_TREE_OBJECTID)),
+                    (16, &le(0x100_0000)),
+                    (24, &le(0x800_0000)),
+                ],
+            ),
+        ),
+        (
+            Key::new(0x100_0000, BLOCK_GROUP_ITEM, 0x800_0000),
+            placed(24, &[(16, &le(BG_METADATA | BG_DUP))]),
+        ),
+        (
+            Key::new(0x100_4000, METADATA_ITEM, 0),
+            placed(
+                24 + 9,
+                &[
+                    (0, &le(1)),
+                    (16, &le(2)),
+                    (24, &[TREE_BLOCK_REF]),
+                    (25, &le(5)),
+                ],
+            ),
+        ),
+        (
+            Key::new(0x1_0000_0000, EXTENT_ITEM, 4096),
+            placed(
+                24 + 29,
+                &[
+                    (0, &le(1)),
+                    (16, &le(1)),
+                    (24, &[EXTENT_DATA_REF]),
+                    (25, &le(5)),
+                    (33, &le(257)),
+                ],
+            ),
+        ),
         (
             Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, 0x1_0000_0000),
             vec![0xab; 8],
@@ -243,6 +252,20 @@ pub fn rich_leaf(nodesize: usize) -> Vec<u8> {
     ];
     items.sort_by_key(|a| a.0);
     leaf(nodesize, items)
+}
+
+fn le(v: u64) -> [u8; 8] {
+    v.to_le_bytes()
+}
+
+/// `len` zero bytes with `fields` written at their offsets: an item laid
+/// out by hand, as a fuzz seed wants it.
+fn placed(len: usize, fields: &[(usize, &[u8])]) -> Vec<u8> {
+    let mut d = vec![0u8; len];
+    for (at, v) in fields {
+        d[*at..*at + v.len()].copy_from_slice(v);
+    }
+    d
 }
 
 /// A superblock (crc32c) with a system chunk array of `nchunks` chunks.

@@ -109,10 +109,8 @@ fn run(target: &str, f: fn(&[u8])) {
         mutate(&mut rng, &mut input);
         let r = std::panic::catch_unwind(|| f(&input));
         if r.is_err() {
-            let out = std::env::temp_dir().join(format!(
-                "ubtrfs-fuzz-{target}-{:x}-{i}",
-                base_seed()
-            ));
+            let out =
+                std::env::temp_dir().join(format!("ubtrfs-fuzz-{target}-{:x}-{i}", base_seed()));
             let _ = std::fs::write(&out, &input);
             panic!(
                 "target {target}: input panicked (UBTRFS_FUZZ_SEED={} iteration {i}; input saved to {})",

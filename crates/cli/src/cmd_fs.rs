@@ -102,6 +102,16 @@ fn pbytes(p: &std::path::Path) -> &[u8] {
     p.as_os_str().as_bytes()
 }
 
+/// The image opened, and `path` in it found.
+fn open_at(
+    image: &ImageArgs,
+    path: &std::path::Path,
+) -> Result<(Filesystem, InodeId), ubtrfs_engine::Error> {
+    let fs = image.open()?;
+    let id = fs.resolve(pbytes(path))?;
+    Ok((fs, id))
+}
+
 pub fn run_subvolume(cmd: SubvolumeCmd) -> CmdResult {
     let (image, json) = match cmd {
         SubvolumeCmd::List { image, json } => (image, json),
@@ -165,8 +175,7 @@ fn type_char(st: &Stat) -> char {
 }
 
 pub fn ls(a: LsArgs) -> CmdResult {
-    let fs = a.image.open()?;
-    let id = fs.resolve(pbytes(&a.path))?;
+    let (fs, id) = open_at(&a.image, &a.path)?;
     let st = fs.stat(id)?;
     let mut rows: Vec<(Vec<u8>, Stat, InodeId)> = Vec::new();
     if st.is_dir() {
@@ -217,8 +226,7 @@ pub fn ls(a: LsArgs) -> CmdResult {
 }
 
 pub fn stat(a: StatArgs) -> CmdResult {
-    let fs = a.image.open()?;
-    let id = fs.resolve(pbytes(&a.path))?;
+    let (fs, id) = open_at(&a.image, &a.path)?;
     let s = fs.stat(id)?;
     let xattrs = fs.xattrs(id)?;
     let mut out = std::io::stdout().lock();
@@ -278,8 +286,7 @@ pub fn stat(a: StatArgs) -> CmdResult {
 }
 
 pub fn cat(a: CatArgs) -> CmdResult {
-    let fs = a.image.open()?;
-    let id = fs.resolve(pbytes(&a.path))?;
+    let (fs, id) = open_at(&a.image, &a.path)?;
     let st = fs.stat(id)?;
     if !st.is_reg() {
         return Err(format!("{}: not a regular file", a.path.display()).into());
@@ -302,8 +309,7 @@ pub fn cat(a: CatArgs) -> CmdResult {
 }
 
 pub fn extract(a: ExtractArgs) -> CmdResult {
-    let fs: Filesystem = a.image.open()?;
-    let id = fs.resolve(pbytes(&a.path))?;
+    let (fs, id) = open_at(&a.image, &a.path)?;
     let opts = ubtrfs_engine::tools::extract::ExtractOptions { verbose: a.verbose };
     let report = crate::cmd_scrub::with_progress(fs.info.sb.bytes_used, "extract", |p| {
         ubtrfs_engine::tools::extract::extract(&fs, id, &a.dest, &opts, p)

@@ -112,16 +112,10 @@ fn content_sha256(fs: &Filesystem, h: &mut FileHandle, ranges: &[(u64, u64)]) ->
     };
     for &(s, e) in ranges {
         feed_zeros(&mut sha, s - pos);
-        let mut p = s;
-        while p < e {
-            let want = ((e - p) as usize).min(buf.len());
-            let n = h.read_at(fs, p, &mut buf[..want])?;
-            if n == 0 {
-                break;
-            }
-            sha.update(&buf[..n]);
-            p += n as u64;
-        }
+        h.read_range(fs, (s, e), &mut buf, |_, data| {
+            sha.update(data);
+            Ok(())
+        })?;
         pos = e;
     }
     feed_zeros(&mut sha, h.size - pos);

@@ -208,6 +208,11 @@ impl Allocator {
             .sum()
     }
 
+    /// The end of the last block group's logical range (0 with none).
+    pub fn groups_end(&self) -> u64 {
+        self.groups.values().map(|g| g.end()).max().unwrap_or(0)
+    }
+
     /// The block group holding `bytenr`.
     pub fn group_of(&mut self, bytenr: u64) -> Option<&mut BlockGroup> {
         let (_, g) = self.groups.range_mut(..=bytenr).next_back()?;

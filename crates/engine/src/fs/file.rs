@@ -297,6 +297,29 @@ impl FileHandle {
         Ok(out)
     }
 
+    /// Reads `start..end` through `buf`, a buffer at a time, and hands
+    /// each piece to `each` with its file offset. Stops early at end of
+    /// file.
+    pub fn read_range(
+        &mut self,
+        fs: &Filesystem,
+        (start, end): (u64, u64),
+        buf: &mut [u8],
+        mut each: impl FnMut(u64, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut p = start;
+        while p < end {
+            let want = ((end - p) as usize).min(buf.len());
+            let n = self.read_at(fs, p, &mut buf[..want])?;
+            if n == 0 {
+                break;
+            }
+            each(p, &buf[..n])?;
+            p += n as u64;
+        }
+        Ok(())
+    }
+
     /// Reads up to `buf.len()` bytes at `off`; returns how many (short only
     /// at end of file).
     pub fn read_at(&mut self, fs: &Filesystem, off: u64, buf: &mut [u8]) -> Result<usize> {

@@ -315,11 +315,7 @@ impl FileRef<'_> {
         v[NUM_BYTES_AT..NUM_BYTES_AT + 8].copy_from_slice(&(to - from).to_le_bytes());
         self.insert_item(tree, Key::new(ino, EXTENT_DATA, from), v)?;
         if let Some((disk, disk_len, _)) = e.disk_extent() {
-            let backref = Backref::Data {
-                root: tree,
-                objectid: ino,
-                offset: from.wrapping_sub(offset),
-            };
+            let backref = Backref::file_extent(tree, ino, from, offset);
             self.add_data_ref(disk, disk_len, backref, false);
         }
         Ok(())
@@ -355,11 +351,7 @@ impl FileRef<'_> {
                 continue;
             }
             if let Some((disk, disk_len, off)) = e.disk_extent() {
-                let backref = Backref::Data {
-                    root: tree,
-                    objectid: ino,
-                    offset: k.offset.wrapping_sub(off),
-                };
+                let backref = Backref::file_extent(tree, ino, k.offset, off);
                 self.drop_data_ref(disk, disk_len, backref);
                 removed += e.end.min(end) - e.start.max(start);
             }
@@ -515,25 +507,25 @@ impl FileRef<'_> {
         Ok(buf)
     }
 
-    /// Whether the sector at `sector` holds data or preallocated space.
-    fn sector_allocated(&mut self, sector: u64) -> Result<bool> {
+    /// Whether an extent in the sector at `sector` is `what`.
+    fn sector_any(&mut self, sector: u64, what: fn(&Extent) -> bool) -> Result<bool> {
         let (tree, ino) = (self.tree, self.ino);
         let ss = self.sectorsize() as u64;
         Ok(self
             .file_extents(tree, ino, sector, sector + ss)?
             .iter()
-            .any(|(_, e)| !matches!(e.kind, ExtentKind::Hole)))
+            .any(|(_, e)| what(e)))
+    }
+
+    /// Whether the sector at `sector` holds data or preallocated space.
+    fn sector_allocated(&mut self, sector: u64) -> Result<bool> {
+        self.sector_any(sector, |e| !matches!(e.kind, ExtentKind::Hole))
     }
 
     /// Whether the sector at `sector` reads stored data (inline or
     /// regular), which a partial zeroing must rewrite.
     fn sector_has_data(&mut self, sector: u64) -> Result<bool> {
-        let (tree, ino) = (self.tree, self.ino);
-        let ss = self.sectorsize() as u64;
-        Ok(self
-            .file_extents(tree, ino, sector, sector + ss)?
-            .iter()
-            .any(|(_, e)| e.is_data()))
+        self.sector_any(sector, Extent::is_data)
     }
 
     /// Writes `data` at `off` (a pwrite through the page cache, then

@@ -216,11 +216,7 @@ impl FileRef<'_> {
         let fe = self.file_extent(ram_bytes, compression, kind);
         self.insert_item(tree, Key::new(ino, EXTENT_DATA, file_off), fe.to_bytes())?;
         if disk_bytenr != 0 {
-            let backref = Backref::Data {
-                root: tree,
-                objectid: ino,
-                offset: file_off.wrapping_sub(offset),
-            };
+            let backref = Backref::file_extent(tree, ino, file_off, offset);
             self.add_data_ref(disk_bytenr, disk_len, backref, new_extent);
         }
         Ok(())

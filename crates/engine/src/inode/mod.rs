@@ -72,6 +72,24 @@ impl Trans {
         self.put_item(tree, InodeItem::key(ino), inode.to_bytes())
     }
 
+    /// Writes `inode` as changed by this transaction: `ctime` (when given)
+    /// its ctime, this transaction its transid, and one more change in its
+    /// sequence (the kernel's i_version, which NFS and IMA watch).
+    pub fn put_changed(
+        &mut self,
+        tree: u64,
+        ino: u64,
+        inode: &mut InodeItem,
+        ctime: Option<Timespec>,
+    ) -> Result<()> {
+        if let Some(t) = ctime {
+            inode.ctime = t;
+        }
+        inode.transid = self.transid;
+        inode.sequence += 1;
+        self.put_inode(tree, ino, inode)
+    }
+
     /// The inode item of `ino`, if any.
     pub fn inode(&self, tree: u64, ino: u64) -> Result<Option<InodeItem>> {
         crate::items::inode_item::inode_item(self, tree, ino)

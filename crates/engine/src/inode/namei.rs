@@ -213,10 +213,7 @@ impl Trans {
         if let Some(mut di) = self.inode(tree, dir)? {
             di.size = di.size.saturating_sub(2 * name.len() as u64);
             di.mtime = time;
-            di.ctime = time;
-            di.transid = self.transid;
-            di.sequence += 1;
-            self.put_inode(tree, dir, &di)?;
+            self.put_changed(tree, dir, &mut di, Some(time))?;
         }
         Ok(())
     }
@@ -272,10 +269,7 @@ impl Trans {
         if inode.nlink == 0 || e.file_type == FT_DIR {
             return self.evict(tree, ino);
         }
-        inode.ctime = time;
-        inode.transid = self.transid;
-        inode.sequence += 1;
-        self.put_inode(tree, ino, &inode)
+        self.put_changed(tree, ino, &mut inode, Some(time))
     }
 
     /// Deletes every item of inode `ino` (its last link is gone): data
@@ -293,11 +287,7 @@ impl Trans {
         for (k, d) in self.items_in(tree, &lo, &hi)? {
             let e = crate::data::extent::Extent::decode(t, &k, &d, ss)?;
             if let Some((disk, disk_len, offset)) = e.disk_extent() {
-                let backref = Backref::Data {
-                    root: tree,
-                    objectid: ino,
-                    offset: k.offset.wrapping_sub(offset),
-                };
+                let backref = Backref::file_extent(tree, ino, k.offset, offset);
                 self.drop_data_ref(disk, disk_len, backref);
             }
         }
@@ -334,10 +324,7 @@ impl Trans {
         let ftype = super::file_type(inode.mode);
         self.link_inode(tree, dir, name, ino, ftype, index, Some(time))?;
         inode.nlink += 1;
-        inode.ctime = time;
-        inode.transid = self.transid;
-        inode.sequence += 1;
-        self.put_inode(tree, ino, &inode)
+        self.put_changed(tree, ino, &mut inode, Some(time))
     }
 
     /// Moves `from_name` in `from_dir` to `to_name` in `to_dir`
@@ -397,10 +384,7 @@ impl Trans {
             Some(time),
         )?;
         let mut inode = self.inode_of(tree, ino)?;
-        inode.ctime = time;
-        inode.transid = self.transid;
-        inode.sequence += 1;
-        self.put_inode(tree, ino, &inode)
+        self.put_changed(tree, ino, &mut inode, Some(time))
     }
 
     /// Swaps what `name_a` in `dir_a` and `name_b` in `dir_b` name
@@ -428,10 +412,7 @@ impl Trans {
         self.link_inode(tree, dir_b, name_b, ino_a, ea.file_type, nb, Some(time))?;
         for ino in [ino_a, ino_b] {
             let mut inode = self.inode_of(tree, ino)?;
-            inode.ctime = time;
-            inode.transid = self.transid;
-            inode.sequence += 1;
-            self.put_inode(tree, ino, &inode)?;
+            self.put_changed(tree, ino, &mut inode, Some(time))?;
         }
         Ok(())
     }

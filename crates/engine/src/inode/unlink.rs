@@ -149,28 +149,19 @@ impl Trans {
             .del_inode_ref(tree, ino, dir, name)?
             .ok_or_else(|| Error::corrupt(here(), "no INODE_REF or INODE_EXTREF for the name"))?;
         self.del_dir_name(tree, &dir_index_key(dir, index), name)?;
-        let transid = self.transid;
         let mut di = self
             .inode(tree, dir)?
             .ok_or_else(|| Error::corrupt(here(), "the directory has no inode item"))?;
         di.size = di.size.saturating_sub(2 * name.len() as u64);
         if let Some(time) = time {
             di.mtime = time;
-            di.ctime = time;
         }
-        di.transid = transid;
-        di.sequence += 1;
-        self.put_inode(tree, dir, &di)?;
+        self.put_changed(tree, dir, &mut di, time)?;
         let mut ii = self
             .inode(tree, ino)?
             .ok_or_else(|| Error::corrupt(here(), "the inode has no inode item"))?;
         ii.nlink = ii.nlink.saturating_sub(1);
-        if let Some(time) = time {
-            ii.ctime = time;
-        }
-        ii.transid = transid;
-        ii.sequence += 1;
-        self.put_inode(tree, ino, &ii)
+        self.put_changed(tree, ino, &mut ii, time)
     }
 
     /// Every back reference of inode `ino`: (parent, name, index), from

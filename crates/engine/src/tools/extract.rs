@@ -229,19 +229,13 @@ fn copy_data(
     let mut pos = 0u64;
     while let Some(start) = h.seek_data(fs, pos)? {
         let end = h.seek_hole(fs, start)?.unwrap_or(h.size);
-        let mut p = start;
-        while p < end {
-            let want = ((end - p) as usize).min(buf.len());
-            let n = h.read_at(fs, p, &mut buf[..want])?;
-            if n == 0 {
-                break;
-            }
-            f.write_all_at(&buf[..n], p)
+        h.read_range(fs, (start, end), &mut buf, |p, data| {
+            f.write_all_at(data, p)
                 .map_err(|e| io_err(target, "write", e))?;
-            p += n as u64;
-            written += n as u64;
+            written += data.len() as u64;
             progress(done_before + written);
-        }
+            Ok(())
+        })?;
         pos = end;
     }
     f.set_len(h.size)

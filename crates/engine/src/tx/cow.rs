@@ -161,11 +161,7 @@ impl Trans {
                 let backref = if full {
                     Backref::SharedData { parent: b.bytenr }
                 } else {
-                    Backref::Data {
-                        root: tree,
-                        objectid: k.objectid,
-                        offset: k.offset.wrapping_sub(offset),
-                    }
+                    Backref::file_extent(tree, k.objectid, k.offset, offset)
                 };
                 self.refs
                     .add_data(disk_bytenr, disk_num_bytes, backref, delta, false);

@@ -36,6 +36,20 @@ pub enum Backref {
 }
 
 impl Backref {
+    /// The EXTENT_DATA_REF of the file extent item at file offset
+    /// `item_off` of `root`'s inode `ino` whose data starts `extent_off`
+    /// into its disk extent. The kernel keys the reference by the file
+    /// offset the disk extent's start would have, so every piece of one
+    /// extent, split or cloned, shares one reference (wrapping, as the
+    /// kernel's u64 arithmetic does, for a piece cloned to a lower offset).
+    pub fn file_extent(root: u64, ino: u64, item_off: u64, extent_off: u64) -> Backref {
+        Backref::Data {
+            root,
+            objectid: ino,
+            offset: item_off.wrapping_sub(extent_off),
+        }
+    }
+
     fn to_inline(self, count: u64) -> InlineRef {
         match self {
             Backref::Tree { root } => InlineRef::TreeBlock { root },

@@ -341,11 +341,8 @@ impl Trans {
         let length = stripe_size * data_stripes;
         let logical = self
             .alloc
-            .groups
-            .values()
-            .map(|g| g.end())
-            .max()
-            .unwrap_or(DEV_RESERVED)
+            .groups_end()
+            .max(DEV_RESERVED)
             .next_multiple_of(DEV_RESERVED);
         let flags = self.chunk_type(kind) | profile;
         let chunk = ChunkItem {

@@ -771,15 +771,7 @@ impl RwFs {
                 r.len, r.start
             )));
         }
-        let last_group = self
-            .t
-            .alloc
-            .groups
-            .values()
-            .map(|g| g.end())
-            .max()
-            .unwrap_or(0);
-        let end = last_group.max(self.t.info.sb.total_bytes);
+        let end = self.t.alloc.groups_end().max(self.t.info.sb.total_bytes);
         if r.start >= end {
             return Err(Error::Invalid(format!(
                 "FITRIM from {}: past the filesystem's end at {end}",

@@ -248,11 +248,7 @@ impl RwFs {
         if generation <= last_snapshot {
             return Ok(false);
         }
-        let mine = Backref::Data {
-            root: id.subvol,
-            objectid: id.ino,
-            offset: p.item_off.wrapping_sub(p.ext_off),
-        };
+        let mine = Backref::file_extent(id.subvol, id.ino, p.item_off, p.ext_off);
         Ok(owners.len() == 1 && owners.contains_key(&mine))
     }
 
