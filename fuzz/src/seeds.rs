@@ -222,28 +222,11 @@ pub fn rich_leaf(nodesize: usize) -> Vec<u8> {
         ),
         (
             Key::new(0x100_4000, METADATA_ITEM, 0),
-            placed(
-                24 + 9,
-                &[
-                    (0, &le(1)),
-                    (16, &le(2)),
-                    (24, &[TREE_BLOCK_REF]),
-                    (25, &le(5)),
-                ],
-            ),
+            extent_item(2, TREE_BLOCK_REF, &[5], 24 + 9),
         ),
         (
             Key::new(0x1_0000_0000, EXTENT_ITEM, 4096),
-            placed(
-                24 + 29,
-                &[
-                    (0, &le(1)),
-                    (16, &le(1)),
-                    (24, &[EXTENT_DATA_REF]),
-                    (25, &le(5)),
-                    (33, &le(257)),
-                ],
-            ),
+            extent_item(1, EXTENT_DATA_REF, &[5, 257], 24 + 29),
         ),
         (
             Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, 0x1_0000_0000),
@@ -264,6 +247,17 @@ fn placed(len: usize, fields: &[(usize, &[u8])]) -> Vec<u8> {
     let mut d = vec![0u8; len];
     for (at, v) in fields {
         d[*at..*at + v.len()].copy_from_slice(v);
+    }
+    d
+}
+
+/// An extent item of `len` bytes: one reference, `flags`, and one inline
+/// reference of type `kind` whose u64 fields start with `fields` (the rest
+/// zero).
+fn extent_item(flags: u64, kind: u8, fields: &[u64], len: usize) -> Vec<u8> {
+    let mut d = placed(len, &[(0, &le(1)), (16, &le(flags)), (24, &[kind])]);
+    for (i, f) in fields.iter().enumerate() {
+        d[25 + 8 * i..33 + 8 * i].copy_from_slice(&le(*f));
     }
     d
 }

@@ -40,17 +40,6 @@ pub fn all_trees(fs: &Filesystem) -> Vec<Tree> {
     trees
 }
 
-/// The chunk tree, from the superblock.
-pub fn chunk_tree(fs: &Filesystem) -> Tree {
-    let sb = &fs.info.sb;
-    Tree {
-        id: ubtrfs_format::consts::CHUNK_TREE_OBJECTID,
-        bytenr: sb.chunk_root,
-        level: sb.chunk_root_level,
-        generation: sb.chunk_root_generation,
-    }
-}
-
 /// Every block of `trees` (read and verified once each), with the ids of
 /// the trees that reach it (a snapshot shares blocks with its source).
 pub fn tree_blocks(fs: &Filesystem, trees: &[Tree]) -> Vec<(Arc<TreeBlock>, BTreeSet<u64>)> {

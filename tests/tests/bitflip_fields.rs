@@ -132,7 +132,7 @@ impl Image {
             .collect();
         let fs = open_fixture(&fx);
         let mut trees = all_trees(&fs);
-        trees.push(chunk_tree(&fs));
+        trees.push(ubtrfs_engine::ctree::Tree::chunk(&fs.info.sb));
         let blocks = tree_blocks(&fs, &trees)
             .into_iter()
             .map(|(b, reached_from)| {

@@ -365,13 +365,7 @@ fn blocks_of(fs: &Filesystem, tree: Tree) -> Vec<std::sync::Arc<TreeBlock>> {
 
 /// (log root tree, log trees) of an image.
 fn log_trees(fs: &Filesystem) -> (Tree, Vec<Tree>) {
-    let sb = &fs.info.sb;
-    let root = Tree {
-        id: TREE_LOG_OBJECTID,
-        bytenr: sb.log_root,
-        level: sb.log_root_level,
-        generation: sb.generation + 1,
-    };
+    let root = Tree::log_root(&fs.info.sb);
     let mut logs = Vec::new();
     for b in blocks_of(fs, root) {
         let n = b.node();
@@ -382,12 +376,7 @@ fn log_trees(fs: &Filesystem) -> (Tree, Vec<Tree>) {
             let it = n.item(i);
             if it.key.item_type == ROOT_ITEM {
                 let ri = RootItem::parse(it.data).unwrap();
-                logs.push(Tree {
-                    id: TREE_LOG_OBJECTID,
-                    bytenr: ri.bytenr,
-                    level: ri.level,
-                    generation: ri.generation,
-                });
+                logs.push(Tree::of_root_item(TREE_LOG_OBJECTID, &ri));
             }
         }
     }

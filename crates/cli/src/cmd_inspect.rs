@@ -182,12 +182,7 @@ fn dump_tree(a: DumpTreeArgs) -> CmdResult {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut trees: Vec<(String, ubtrfs_engine::ctree::Tree)> = Vec::new();
     let sb = &fs.info.sb;
-    let chunk = ubtrfs_engine::ctree::Tree {
-        id: CHUNK_TREE_OBJECTID,
-        bytenr: sb.chunk_root,
-        level: sb.chunk_root_level,
-        generation: sb.chunk_root_generation,
-    };
+    let chunk = ubtrfs_engine::ctree::Tree::chunk(sb);
     match a.tree.as_deref() {
         Some(t) => {
             let id = parse_tree_id(t).ok_or_else(|| format!("unknown tree '{t}'"))?;
@@ -195,12 +190,7 @@ fn dump_tree(a: DumpTreeArgs) -> CmdResult {
                 ROOT_TREE_OBJECTID => fs.root_tree,
                 CHUNK_TREE_OBJECTID => chunk,
                 // The log root tree (its ROOT_ITEMs point to the log trees).
-                TREE_LOG_OBJECTID if sb.log_root != 0 => ubtrfs_engine::ctree::Tree {
-                    id,
-                    bytenr: sb.log_root,
-                    level: sb.log_root_level,
-                    generation: sb.generation + 1,
-                },
+                TREE_LOG_OBJECTID if sb.log_root != 0 => ubtrfs_engine::ctree::Tree::log_root(sb),
                 _ => fs.tree(id)?,
             };
             trees.push((

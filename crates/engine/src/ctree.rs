@@ -10,9 +10,13 @@ use crate::tree::block::BlockExpect;
 use crate::tree::block::TreeBlock;
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use ubtrfs_format::consts::tree_name;
+use ubtrfs_format::consts::{
+    tree_name, CHUNK_TREE_OBJECTID, ROOT_TREE_OBJECTID, TREE_LOG_OBJECTID,
+};
+use ubtrfs_format::items::RootItem;
 use ubtrfs_format::key::Key;
 use ubtrfs_format::node::MAX_LEVEL;
+use ubtrfs_format::superblock::Superblock;
 
 /// "subvolume 257 tree", "fs tree": where an item was, for errors.
 pub fn describe_tree(id: u64) -> String {
@@ -32,6 +36,48 @@ pub struct Tree {
 }
 
 impl Tree {
+    /// The chunk tree, whose root the superblock holds.
+    pub fn chunk(sb: &Superblock) -> Tree {
+        Tree {
+            id: CHUNK_TREE_OBJECTID,
+            bytenr: sb.chunk_root,
+            level: sb.chunk_root_level,
+            generation: sb.chunk_root_generation,
+        }
+    }
+
+    /// The root tree, whose root the superblock holds.
+    pub fn root(sb: &Superblock) -> Tree {
+        Tree {
+            id: ROOT_TREE_OBJECTID,
+            bytenr: sb.root,
+            level: sb.root_level,
+            generation: sb.generation,
+        }
+    }
+
+    /// The log root tree of an unreplayed log (`sb.log_root` not 0). The
+    /// log was written by the transaction after the last commit, so its
+    /// blocks carry that generation.
+    pub fn log_root(sb: &Superblock) -> Tree {
+        Tree {
+            id: TREE_LOG_OBJECTID,
+            bytenr: sb.log_root,
+            level: sb.log_root_level,
+            generation: sb.generation + 1,
+        }
+    }
+
+    /// The tree `id` whose ROOT_ITEM is `r`.
+    pub fn of_root_item(id: u64, r: &RootItem) -> Tree {
+        Tree {
+            id,
+            bytenr: r.bytenr,
+            level: r.level,
+            generation: r.generation,
+        }
+    }
+
     /// A human name for errors: "fs tree 5", "subvolume 257".
     pub fn describe(&self) -> String {
         describe_tree(self.id)

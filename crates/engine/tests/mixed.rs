@@ -132,15 +132,9 @@ fn fill(fs: &mut RwFs, prefix: &str, max: u64, what: &str) -> Vec<(InodeId, Vec<
     };
     let mut accepted = Vec::new();
     for i in 0..max {
+        let name = format!("{prefix}{i}");
         let id = fs
-            .create(
-                root,
-                format!("{prefix}{i}").as_bytes(),
-                0o100644,
-                0,
-                (0, 0),
-                None,
-            )
+            .create(root, name.as_bytes(), 0o100644, 0, (0, 0), None)
             .unwrap();
         let data = file_data(
             i + prefix.len() as u64 * 1000,

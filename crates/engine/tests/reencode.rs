@@ -66,12 +66,7 @@ fn fixtures() -> Vec<String> {
 /// The chunk tree, the root tree, and every tree with a ROOT_ITEM.
 fn all_trees(fs: &Filesystem) -> Vec<Tree> {
     let sb = &fs.info.sb;
-    let chunk = Tree {
-        id: CHUNK_TREE_OBJECTID,
-        bytenr: sb.chunk_root,
-        level: sb.chunk_root_level,
-        generation: sb.chunk_root_generation,
-    };
+    let chunk = Tree::chunk(sb);
     let mut ids = Vec::new();
     for_each_item(&fs.info, fs.root_tree, Key::MIN, Key::MAX, |k, _| {
         if k.item_type == ROOT_ITEM && ids.last() != Some(&k.objectid) {

@@ -1514,15 +1514,9 @@ fn vfs_unlinks_of_many_files_leave_their_commit_room() {
     let page = vec![0x3cu8; 4096];
     let mut n = 0u64;
     loop {
+        let name = format!("{n:05}");
         let id = fs
-            .create(
-                root,
-                format!("{n:05}").as_bytes(),
-                0o100644,
-                0,
-                (0, 0),
-                None,
-            )
+            .create(root, name.as_bytes(), 0o100644, 0, (0, 0), None)
             .unwrap();
         let written = fs.write_buffered(id, 0, &page).is_ok()
             || (matches!(fs.commit_for_space(), Ok(true))

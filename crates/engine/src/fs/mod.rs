@@ -160,15 +160,6 @@ pub struct Filesystem {
     trees: Mutex<HashMap<u64, Option<Tree>>>,
 }
 
-fn tree_from_root_item(id: u64, r: &RootItem) -> Tree {
-    Tree {
-        id,
-        bytenr: r.bytenr,
-        level: r.level,
-        generation: r.generation,
-    }
-}
-
 impl Filesystem {
     /// Opens the filesystem on `image` (and `opts.devices`) read-only.
     pub fn open(image: &Path, opts: &OpenOptions) -> Result<Filesystem> {
@@ -232,12 +223,7 @@ impl Filesystem {
         {
             info.chunks.insert(key.offset, chunk)?;
         }
-        let chunk_tree = Tree {
-            id: CHUNK_TREE_OBJECTID,
-            bytenr: info.sb.chunk_root,
-            level: info.sb.chunk_root_level,
-            generation: info.sb.chunk_root_generation,
-        };
+        let chunk_tree = Tree::chunk(&info.sb);
         let mut chunks = Vec::new();
         let mut dev_items = Vec::new();
         for_each_item(&info, chunk_tree, Key::MIN, Key::MAX, |k, d| {
@@ -264,12 +250,7 @@ impl Filesystem {
                 "device devid {id} is missing; reading from other copies"
             ));
         }
-        let root_tree = Tree {
-            id: ROOT_TREE_OBJECTID,
-            bytenr: info.sb.root,
-            level: info.sb.root_level,
-            generation: info.sb.generation,
-        };
+        let root_tree = Tree::root(&info.sb);
         Ok(Filesystem {
             info,
             root_tree,
@@ -309,7 +290,7 @@ impl Filesystem {
         if let Some(t) = self.trees.lock().unwrap().get(&id) {
             return Ok(*t);
         }
-        let t = self.root_item(id)?.map(|r| tree_from_root_item(id, &r));
+        let t = self.root_item(id)?.map(|r| Tree::of_root_item(id, &r));
         self.trees.lock().unwrap().insert(id, t);
         Ok(t)
     }

@@ -137,15 +137,7 @@ type Extents = BTreeMap<u64, (u64, u64)>;
 /// rest from ROOT_ITEMs.
 fn all_trees(fs: &Filesystem) -> Result<Vec<Tree>> {
     let sb = &fs.info.sb;
-    let mut trees = vec![
-        fs.root_tree,
-        Tree {
-            id: CHUNK_TREE_OBJECTID,
-            bytenr: sb.chunk_root,
-            level: sb.chunk_root_level,
-            generation: sb.chunk_root_generation,
-        },
-    ];
+    let mut trees = vec![fs.root_tree, Tree::chunk(sb)];
     for_each_item(&fs.info, fs.root_tree, Key::MIN, Key::MAX, |k, _| {
         if k.item_type == ROOT_ITEM {
             if let Some(t) = fs.tree_opt(k.objectid)? {

@@ -90,153 +90,166 @@ pub fn scrub(fs: &Filesystem, progress: &mut dyn FnMut(u64)) -> Result<ScrubRepo
             ));
         }
     }
-    let mut done = 0u64;
+    let mut s = Scrub {
+        fs,
+        r,
+        done: 0,
+        progress,
+    };
     if let Some(extent_tree) = fs.tree_opt(EXTENT_TREE_OBJECTID)? {
-        scrub_metadata(fs, extent_tree, &mut r, &mut done, progress)?;
+        s.metadata(extent_tree)?;
     }
     if let Some(csum_tree) = fs.tree_opt(CSUM_TREE_OBJECTID)? {
-        scrub_data(fs, csum_tree, &mut r, &mut done, progress)?;
+        s.data(csum_tree)?;
     }
-    Ok(r)
+    Ok(s.r)
 }
 
-fn scrub_metadata(
-    fs: &Filesystem,
-    extent_tree: Tree,
-    r: &mut ScrubReport,
-    done: &mut u64,
-    progress: &mut dyn FnMut(u64),
-) -> Result<()> {
-    let info = &fs.info;
-    let mut blocks = Vec::new();
-    for_each_item(info, extent_tree, Key::MIN, Key::MAX, |k, d| {
-        let is_tree = match k.item_type {
-            METADATA_ITEM => true,
-            EXTENT_ITEM => ExtentItem::parse(d).is_ok_and(|e| e.is_tree_block()),
-            _ => false,
-        };
-        if is_tree {
-            blocks.push(k.objectid);
-        }
-        Ok(ControlFlow::Continue(()))
-    })?;
-    let fsid = info.sb.tree_fsid();
-    for bytenr in blocks {
-        let copies = info.num_copies(bytenr)?;
-        for m in 0..copies {
-            let mut buf = vec![0u8; info.nodesize as usize].into_boxed_slice();
-            match info.read_copy(bytenr, &mut buf, m) {
-                Ok(()) => {
-                    r.tree_blocks_checked += 1;
-                    // The verification demand reads use, without a parent
-                    // pointer's expectations.
-                    let expect = BlockExpect::default();
-                    if let Err(why) = verify_tree_block(buf, bytenr, info.csum_type, &fsid, &expect)
-                    {
-                        r.tree_block_errors += 1;
-                        r.errors.push(format!(
-                            "tree block at logical {bytenr} copy {m} ({}): {why}",
-                            copy_place(info, bytenr, m)
-                        ));
-                    }
-                }
-                Err(Error::Unsupported(_)) => r.skipped_copies += 1,
-                Err(e) => {
-                    r.unreadable += 1;
-                    r.errors
-                        .push(format!("tree block at logical {bytenr} copy {m}: {e}"));
-                }
-            }
-        }
-        *done += info.nodesize as u64;
-        progress(*done);
-    }
-    Ok(())
+/// A scrub under way: its report so far, and the bytes read for progress.
+struct Scrub<'a> {
+    fs: &'a Filesystem,
+    r: ScrubReport,
+    done: u64,
+    progress: &'a mut dyn FnMut(u64),
 }
 
-fn scrub_data(
-    fs: &Filesystem,
-    csum_tree: Tree,
-    r: &mut ScrubReport,
-    done: &mut u64,
-    progress: &mut dyn FnMut(u64),
-) -> Result<()> {
-    let info = &fs.info;
-    let ss = info.sectorsize as u64;
-    let cs = info.csum_type.size();
-    // Gather (start, csums) runs first: the csum tree is small next to data.
-    let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
-    for_each_item(
-        info,
-        csum_tree,
-        Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, 0),
-        Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, u64::MAX),
-        |k, d| {
-            if d.len() % cs != 0 {
-                return Err(Error::corrupt(
-                    format!("csum tree key {k}"),
-                    format!("item size {} not a multiple of {cs}", d.len()),
-                ));
+impl Scrub<'_> {
+    fn advance(&mut self, bytes: u64) {
+        self.done += bytes;
+        (self.progress)(self.done);
+    }
+
+    /// Every copy of every tree block the extent tree lists, verified.
+    fn metadata(&mut self, extent_tree: Tree) -> Result<()> {
+        let fs = self.fs;
+        let info = &fs.info;
+        let mut blocks = Vec::new();
+        for_each_item(info, extent_tree, Key::MIN, Key::MAX, |k, d| {
+            let is_tree = match k.item_type {
+                METADATA_ITEM => true,
+                EXTENT_ITEM => ExtentItem::parse(d).is_ok_and(|e| e.is_tree_block()),
+                _ => false,
+            };
+            if is_tree {
+                blocks.push(k.objectid);
             }
-            // The sector addresses computed below must not overflow.
-            if k.offset.checked_add((d.len() / cs) as u64 * ss).is_none() {
-                return Err(Error::corrupt(
-                    format!("csum tree key {k}"),
-                    format!(
-                        "{} checksums from logical {} overflow",
-                        d.len() / cs,
-                        k.offset
-                    ),
-                ));
-            }
-            runs.push((k.offset, d.to_vec()));
             Ok(ControlFlow::Continue(()))
-        },
-    )?;
-    let per_chunk = (DATA_CHUNK / ss) as usize;
-    for (start, sums) in runs {
-        let nsectors = sums.len() / cs;
-        let mut i = 0;
-        while i < nsectors {
-            let n = per_chunk.min(nsectors - i);
-            let logical = start + i as u64 * ss;
-            let len = n as u64 * ss;
-            let mut buf = vec![0u8; len as usize];
-            let copies = info.num_copies(logical)?;
+        })?;
+        let fsid = info.sb.tree_fsid();
+        for bytenr in blocks {
+            let copies = info.num_copies(bytenr)?;
             for m in 0..copies {
-                match info.read_copy(logical, &mut buf, m) {
+                let mut buf = vec![0u8; info.nodesize as usize].into_boxed_slice();
+                match info.read_copy(bytenr, &mut buf, m) {
                     Ok(()) => {
-                        for j in 0..n {
-                            r.data_sectors_checked += 1;
-                            let sector = &buf[j * ss as usize..(j + 1) * ss as usize];
-                            let want = &sums[(i + j) * cs..(i + j + 1) * cs];
-                            if info.csum_type.verify(sector, want).is_err() {
-                                let at = logical + j as u64 * ss;
-                                r.data_errors += 1;
-                                r.errors.push(format!(
-                                    "data at logical {at} copy {m} ({}): checksum mismatch{}",
-                                    copy_place(info, at, m),
-                                    owner_path(fs, at)
-                                        .map(|p| format!(", file {p}"))
-                                        .unwrap_or_default()
-                                ));
-                            }
+                        self.r.tree_blocks_checked += 1;
+                        // The verification demand reads use, without a parent
+                        // pointer's expectations.
+                        let expect = BlockExpect::default();
+                        if let Err(why) =
+                            verify_tree_block(buf, bytenr, info.csum_type, &fsid, &expect)
+                        {
+                            self.r.tree_block_errors += 1;
+                            self.r.errors.push(format!(
+                                "tree block at logical {bytenr} copy {m} ({}): {why}",
+                                copy_place(info, bytenr, m)
+                            ));
                         }
                     }
-                    Err(Error::Unsupported(_)) => r.skipped_copies += 1,
+                    Err(Error::Unsupported(_)) => self.r.skipped_copies += 1,
                     Err(e) => {
-                        r.unreadable += 1;
-                        r.errors
-                            .push(format!("data at logical {logical} copy {m}: {e}"));
+                        self.r.unreadable += 1;
+                        self.r
+                            .errors
+                            .push(format!("tree block at logical {bytenr} copy {m}: {e}"));
                     }
                 }
             }
-            i += n;
-            *done += len;
-            progress(*done);
+            self.advance(info.nodesize as u64);
         }
+        Ok(())
     }
-    Ok(())
+
+    /// Every copy of every data sector the csum tree covers, verified.
+    fn data(&mut self, csum_tree: Tree) -> Result<()> {
+        let fs = self.fs;
+        let info = &fs.info;
+        let ss = info.sectorsize as u64;
+        let cs = info.csum_type.size();
+        // Gather (start, csums) runs first: the csum tree is small next to data.
+        let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+        for_each_item(
+            info,
+            csum_tree,
+            Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, 0),
+            Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, u64::MAX),
+            |k, d| {
+                if d.len() % cs != 0 {
+                    return Err(Error::corrupt(
+                        format!("csum tree key {k}"),
+                        format!("item size {} not a multiple of {cs}", d.len()),
+                    ));
+                }
+                // The sector addresses computed below must not overflow.
+                if k.offset.checked_add((d.len() / cs) as u64 * ss).is_none() {
+                    return Err(Error::corrupt(
+                        format!("csum tree key {k}"),
+                        format!(
+                            "{} checksums from logical {} overflow",
+                            d.len() / cs,
+                            k.offset
+                        ),
+                    ));
+                }
+                runs.push((k.offset, d.to_vec()));
+                Ok(ControlFlow::Continue(()))
+            },
+        )?;
+        let per_chunk = (DATA_CHUNK / ss) as usize;
+        for (start, sums) in runs {
+            let nsectors = sums.len() / cs;
+            let mut i = 0;
+            while i < nsectors {
+                let n = per_chunk.min(nsectors - i);
+                let logical = start + i as u64 * ss;
+                let len = n as u64 * ss;
+                let mut buf = vec![0u8; len as usize];
+                let copies = info.num_copies(logical)?;
+                for m in 0..copies {
+                    match info.read_copy(logical, &mut buf, m) {
+                        Ok(()) => {
+                            for j in 0..n {
+                                self.r.data_sectors_checked += 1;
+                                let sector = &buf[j * ss as usize..(j + 1) * ss as usize];
+                                let want = &sums[(i + j) * cs..(i + j + 1) * cs];
+                                if info.csum_type.verify(sector, want).is_err() {
+                                    let at = logical + j as u64 * ss;
+                                    self.r.data_errors += 1;
+                                    self.r.errors.push(format!(
+                                        "data at logical {at} copy {m} ({}): checksum mismatch{}",
+                                        copy_place(info, at, m),
+                                        owner_path(fs, at)
+                                            .map(|p| format!(", file {p}"))
+                                            .unwrap_or_default()
+                                    ));
+                                }
+                            }
+                        }
+                        Err(Error::Unsupported(_)) => self.r.skipped_copies += 1,
+                        Err(e) => {
+                            self.r.unreadable += 1;
+                            self.r
+                                .errors
+                                .push(format!("data at logical {logical} copy {m}: {e}"));
+                        }
+                    }
+                }
+                i += n;
+                self.advance(len);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The path of a file using the data extent containing `logical`, found

@@ -151,12 +151,7 @@ pub fn read_logs(t: &Trans) -> Result<Logs> {
         let ri = RootItem::parse(d).map_err(|e| {
             Error::format(format!("log root tree (root block {bytenr}) key {k}"), e)
         })?;
-        let tree = Tree {
-            id: TREE_LOG_OBJECTID,
-            bytenr: ri.bytenr,
-            level: ri.level,
-            generation: ri.generation,
-        };
+        let tree = Tree::of_root_item(TREE_LOG_OBJECTID, &ri);
         let mut items = BTreeMap::new();
         let what = format!("log tree of subvolume {}", k.offset);
         walk(t, tree, &what, &mut logs.blocks, &mut items)?;
