@@ -377,7 +377,6 @@ impl Trans {
         expect: BlockExpect,
         mine: Backref,
     ) -> Result<()> {
-        let ns = self.nodesize() as u64;
         let b = self.load_block(bytenr, expect)?;
         let level = b.level;
         let key = Key::new(bytenr, METADATA_ITEM, level as u64);
@@ -390,7 +389,7 @@ impl Trans {
         let rec = ExtentRecord::parse(&key, &data)
             .map_err(|e| Error::format(format!("extent tree key {key}"), e))?;
         if rec.item.refs > 1 {
-            self.add_tree_ref(bytenr, ns, level, mine, -1);
+            self.add_tree_ref(bytenr, level, mine, -1);
             return Ok(());
         }
         let full = rec.item.flags & BLOCK_FLAG_FULL_BACKREF != 0;
@@ -411,7 +410,7 @@ impl Trans {
                 self.drop_block(tree, p.blockptr, e, child_ref)?;
             }
         }
-        self.add_tree_ref(bytenr, ns, level, mine, -1);
+        self.add_tree_ref(bytenr, level, mine, -1);
         Ok(())
     }
 }

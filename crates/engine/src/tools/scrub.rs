@@ -114,6 +114,18 @@ struct Scrub<'a> {
 }
 
 impl Scrub<'_> {
+    /// A copy that could not be read: skipped when this build cannot
+    /// read it (a profile it does not rebuild), an error otherwise.
+    fn unread(&mut self, what: String, e: Error) {
+        match e {
+            Error::Unsupported(_) => self.r.skipped_copies += 1,
+            e => {
+                self.r.unreadable += 1;
+                self.r.errors.push(format!("{what}: {e}"));
+            }
+        }
+    }
+
     fn advance(&mut self, bytes: u64) {
         self.done += bytes;
         (self.progress)(self.done);
@@ -156,13 +168,7 @@ impl Scrub<'_> {
                             ));
                         }
                     }
-                    Err(Error::Unsupported(_)) => self.r.skipped_copies += 1,
-                    Err(e) => {
-                        self.r.unreadable += 1;
-                        self.r
-                            .errors
-                            .push(format!("tree block at logical {bytenr} copy {m}: {e}"));
-                    }
+                    Err(e) => self.unread(format!("tree block at logical {bytenr} copy {m}"), e),
                 }
             }
             self.advance(info.nodesize as u64);
@@ -235,13 +241,7 @@ impl Scrub<'_> {
                                 }
                             }
                         }
-                        Err(Error::Unsupported(_)) => self.r.skipped_copies += 1,
-                        Err(e) => {
-                            self.r.unreadable += 1;
-                            self.r
-                                .errors
-                                .push(format!("data at logical {logical} copy {m}: {e}"));
-                        }
+                        Err(e) => self.unread(format!("data at logical {logical} copy {m}"), e),
                     }
                 }
                 i += n;

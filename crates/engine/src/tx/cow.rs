@@ -64,7 +64,7 @@ impl Trans {
             } else {
                 self.mod_refs_of(&old, tree, false, 1)?;
             }
-            self.add_tree_ref(bytenr, ns, level, Backref::Tree { root: tree }, -1);
+            self.add_tree_ref(bytenr, level, Backref::Tree { root: tree }, -1);
         } else {
             if full {
                 self.mod_refs_of(&old, tree, false, 1)?;
@@ -138,7 +138,6 @@ impl Trans {
         full: bool,
         delta: i64,
     ) -> Result<()> {
-        let ns = self.nodesize() as u64;
         if b.is_leaf() {
             for (k, d) in b.items().iter() {
                 if k.item_type != EXTENT_DATA {
@@ -173,7 +172,7 @@ impl Trans {
                 Backref::Tree { root: tree }
             };
             for p in b.ptrs() {
-                self.add_tree_ref(p.blockptr, ns, b.level - 1, backref, delta);
+                self.add_tree_ref(p.blockptr, b.level - 1, backref, delta);
             }
         }
         Ok(())

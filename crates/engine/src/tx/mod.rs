@@ -304,17 +304,11 @@ impl Trans {
         Ok(self.load(bytenr, expect)?.into_owned())
     }
 
-    /// A reference change on an existing tree block.
-    pub fn add_tree_ref(
-        &mut self,
-        bytenr: u64,
-        num_bytes: u64,
-        level: u8,
-        backref: Backref,
-        delta: i64,
-    ) {
+    /// A reference change on an existing tree block (one node).
+    pub fn add_tree_ref(&mut self, bytenr: u64, level: u8, backref: Backref, delta: i64) {
+        let ns = self.nodesize() as u64;
         self.refs
-            .add_tree_block(bytenr, num_bytes, level, backref, delta, false);
+            .add_tree_block(bytenr, ns, level, backref, delta, false);
     }
 
     /// Like [`Trans::create_tree`], the ROOT_ITEM keyed at `key_offset`,
