@@ -95,7 +95,8 @@
 #                       guest_halt_poll_ns; restored at the end). Every
 #                       FUSE round trip wakes a vCPU twice; on a VM whose
 #                       idle vCPUs halt at once (0, as on the machine of
-#                       docs/rw-bench.md) a wakeup costs what the host
+#                       docs/rw-bench.md, "What a FUSE round trip costs on
+#                       this machine") a wakeup costs what the host
 #                       takes to run the vCPU again: an lseek through the
 #                       mount measured 41-77 us with 0, 13.5-15.6 us with
 #                       200000 (the driver's usual default). The value in
