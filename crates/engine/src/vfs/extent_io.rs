@@ -142,6 +142,23 @@ impl InodeDirty<Vec<u8>> {
         self.ranges.insert(base, buf);
     }
 
+    /// Like [`InodeDirty::insert`], taking the bytes: a range that
+    /// touches no other is kept as it is, with no copy.
+    pub fn insert_owned(&mut self, start: u64, data: Vec<u8>) {
+        let end = start + data.len() as u64;
+        let touches = self
+            .ranges
+            .range(..=end)
+            .next_back()
+            .is_some_and(|(&s, v)| s + v.len() as u64 >= start);
+        if touches {
+            self.insert(start, &data);
+        } else {
+            self.bytes += data.len() as u64;
+            self.ranges.insert(start, data);
+        }
+    }
+
     /// Drops what lies past `size` (a truncate): the sectors after the
     /// one holding `size` go, and that sector's bytes past `size` become
     /// zeros, as the kernel's truncate_pagecache drops and zeroes pages.
@@ -221,7 +238,10 @@ mod tests {
                 let start = (next() % 40) * 16;
                 let len = (next() % 6 + 1) * 16;
                 let data: Vec<u8> = (0..len).map(|i| (op * 7 + i) as u8).collect();
-                d.insert(start, &data);
+                match next() % 2 {
+                    0 => d.insert(start, &data),
+                    _ => d.insert_owned(start, data.clone()),
+                }
                 for (i, b) in data.iter().enumerate() {
                     model.insert(start + i as u64, *b);
                 }

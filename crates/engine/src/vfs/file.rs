@@ -154,32 +154,22 @@ impl RwFs {
         if off > i.size {
             self.dirty_eof_block(id, i.size)?;
         }
-        // A write of whole sectors goes into the dirty range as it is,
-        // with no staging copy (whose fresh pages would be faulted in).
-        let staged;
+        // A write of whole sectors goes into the dirty range as it is.
+        // Other writes are made whole sectors in one buffer, built once
+        // and handed over: no zeroed staging copy, no second copy (each a
+        // fresh allocation whose pages are faulted in, for every small
+        // file a copy writes).
         let sectors = if off == a0 && end == a1 {
-            data
+            None
         } else {
-            let mut buf = vec![0u8; (a1 - a0) as usize];
-            // Partial sectors at the edges read what they hold now, as the
-            // page cache reads a page before a partial write to it.
-            if off > a0 && a0 < i.size {
-                let head = self.read_view(id, a0, ss)?;
-                buf[..ss as usize].copy_from_slice(&head);
-            }
-            let last = a1 - ss;
-            if end < a1 && (last > a0 || off == a0) && last < i.size {
-                let tail = self.read_view(id, last, ss)?;
-                let at = (last - a0) as usize;
-                buf[at..].copy_from_slice(&tail);
-            }
-            buf[(off - a0) as usize..(end - a0) as usize].copy_from_slice(data);
-            staged = buf;
-            &staged[..]
+            Some(self.whole_sectors(id, i.size, off, data)?)
         };
         let d = self.dirty.entry(id).or_default();
         let before = d.bytes();
-        d.insert(a0, sectors);
+        match sectors {
+            None => d.insert(a0, data),
+            Some(buf) => d.insert_owned(a0, buf),
+        }
         let after = d.bytes();
         self.dirty_bytes = self.dirty_bytes + after - before;
         if end > i.size {
@@ -195,6 +185,44 @@ impl RwFs {
         self.t.put_inode(id.subvol, id.ino, &i)?;
         self.bump(id);
         Ok(data.len())
+    }
+
+    /// `data` written at `off` into a file of `size` bytes, widened to
+    /// whole sectors: partial sectors at the edges read what they hold
+    /// now, as the page cache reads a page before a partial write to it
+    /// (zeros past the end of file).
+    fn whole_sectors(&self, id: InodeId, size: u64, off: u64, data: &[u8]) -> Result<Vec<u8>> {
+        let ss = self.sectorsize();
+        let end = off + data.len() as u64;
+        let (a0, a1) = (off / ss * ss, round_up(end, ss));
+        let last = a1 - ss;
+        let head = match off > a0 && a0 < size {
+            true => Some(self.read_view(id, a0, ss)?),
+            false => None,
+        };
+        let mut buf = Vec::with_capacity((a1 - a0) as usize);
+        match &head {
+            Some(h) => buf.extend_from_slice(&h[..(off - a0) as usize]),
+            None => buf.resize((off - a0) as usize, 0),
+        }
+        buf.extend_from_slice(data);
+        if end < a1 {
+            let read;
+            let tail = if last == a0 && off > a0 {
+                // One sector partial at both edges: the head's read has it.
+                head.as_deref()
+            } else if last < size {
+                read = self.read_view(id, last, ss)?;
+                Some(&read[..])
+            } else {
+                None
+            };
+            match tail {
+                Some(t) => buf.extend_from_slice(&t[(end - last) as usize..]),
+                None => buf.resize((a1 - a0) as usize, 0),
+            }
+        }
+        Ok(buf)
     }
 
     /// Whether writeback would write `[a0, a1)` of `id` (inode flags
