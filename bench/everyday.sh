@@ -34,9 +34,11 @@
 #                   the last commit)
 # Runs are interleaved (run 1 of every side, then run 2, ...); the table
 # shows medians (and ranges) in seconds, and each side's median over the
-# kernel's. A second table counts the FUSE requests of each ubtrfs step by
-# opcode (run 1, from the kernel's fuse:fuse_request_send tracepoint in a
-# tracefs instance of this script's own).
+# kernel's. A second table counts the FUSE requests of each step of the
+# FUSE sides by opcode, with the mean time from the kernel's sending each
+# to its answer (run 1, from the kernel's fuse:fuse_request_send and
+# fuse_request_end tracepoints in a tracefs instance of this script's
+# own); a third sets each step's time in requests beside the floor's.
 #
 #   sudo bash bench/everyday.sh [WORKDIR] [RUNS]
 #
@@ -94,12 +96,29 @@ trace_on() {
   echo > "$tr/trace"
   echo 1 > "$tr/tracing_on"
 }
-trace_off() { # SIDE STEP
+trace_off() { # SIDE STEP: appends SIDE STEP OPCODE COUNT MICROSECONDS
   [[ $counting == 1 ]] || return 0
   echo 0 > "$tr/tracing_on"
-  grep -o 'opcode [0-9]* ([A-Z_0-9]*)' "$tr/trace" | sed 's/.*(FUSE_\(.*\))/\1/' | sort | uniq -c |
-    while read -r n op; do printf '%s	%s	%s	%s
-' "$1" "$2" "$op" "$n"; done >> "$reqs"
+  python3 - "$1" "$2" "$tr/trace" >> "$reqs" <<'PY'
+import re, sys
+side, step, path = sys.argv[1:4]
+sent, n, us = {}, {}, {}
+pat = re.compile(r" (\d+\.\d+): fuse_request_(send|end): connection \d+ req (\d+)"
+                 r"(?: opcode \d+ \(FUSE_(\w+)\))?")
+for line in open(path):
+    m = pat.search(line)
+    if not m:
+        continue
+    t, kind, req, op = float(m[1]), m[2], m[3], m[4]
+    if kind == "send":
+        sent[req] = (t, op)
+        n[op] = n.get(op, 0) + 1
+    elif req in sent:
+        t0, op = sent.pop(req)
+        us[op] = us.get(op, 0.0) + (t - t0) * 1e6
+for op in n:
+    print(f"{side}\t{step}\t{op}\t{n[op]}\t{us.get(op, 0.0):.0f}")
+PY
 }
 # tracefs is not always mounted (a fresh boot of this machine has it empty).
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
@@ -107,6 +126,7 @@ if [[ -d /sys/kernel/tracing/events/fuse/fuse_request_send ]]; then
   mkdir -p "$tr"
   echo 65536 > "$tr/buffer_size_kb"
   echo 1 > "$tr/events/fuse/fuse_request_send/enable"
+  echo 1 > "$tr/events/fuse/fuse_request_end/enable"
   echo 0 > "$tr/tracing_on"
 else
   echo "bench/everyday.sh: no fuse:fuse_request_send tracepoint: requests not counted" >&2
@@ -268,14 +288,33 @@ if pairs:
                 cells.append("-")
         print(f"| {step} | " + " | ".join(cells) + " |")
 counts = {}
-for side, step, op, n in reqs:
-    counts.setdefault((side, step), []).append((int(n), op))
+for side, step, op, n, us in reqs:
+    counts.setdefault((side, step), []).append((int(n), op, float(us)))
 if counts:
     print()
-    print("| side | step | FUSE requests (run 1) |")
+    print("| side | step | FUSE requests (run 1): count (mean µs from send to answer) |")
     print("|---|---|---|")
     for (side, step), ops in counts.items():
         ops.sort(reverse=True)
-        total = sum(n for n, _ in ops)
-        print(f"| {side} | {step} | {total:,}: " + ", ".join(f"{op} {n:,}" for n, op in ops) + " |")
+        total = sum(n for n, _, _ in ops)
+        print(f"| {side} | {step} | {total:,}: "
+              + ", ".join(f"{op} {n:,} ({us / n:.0f})" for n, op, us in ops) + " |")
+    # Where the time in requests differs from the floor's, by opcode.
+    ms = lambda side, step: {op: us / 1000 for _, op, us in counts.get((side, step), [])}
+    cols = [(a, b) for a, b in pairs]
+    if cols:
+        print()
+        print("| step | " + " | ".join(f"{a}: ms in requests (floor's), most over it" for a, _ in cols) + " |")
+        print("|---|" + "---|" * len(cols))
+        for step in steps:
+            cells = []
+            for a, b in cols:
+                ta, tb = ms(a, step), ms(b, step)
+                if not ta or not tb:
+                    cells.append("-")
+                    continue
+                over = sorted(((ta.get(op, 0) - tb.get(op, 0), op) for op in set(ta) | set(tb)), reverse=True)
+                top = ", ".join(f"{op} {d:+.0f}" for d, op in over[:3] if d > 0)
+                cells.append(f"{sum(ta.values()):.0f} ({sum(tb.values()):.0f}){'; ' + top if top else ''}")
+            print(f"| {step} | " + " | ".join(cells) + " |")
 EOF
