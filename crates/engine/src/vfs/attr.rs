@@ -134,16 +134,25 @@ impl RwFs {
     /// stat(2) of `id`: the inode item, with dirty data counted in the
     /// allocated bytes as the kernel counts delalloc bytes.
     pub fn stat(&self, id: InodeId) -> Result<Stat> {
+        let mut st = self.inode_stat(id)?;
+        if !id.is_placeholder() {
+            st.nbytes += self.new_dirty_bytes(id, self.dirty.get(&id).map(|d| d.spans()))?
+                + self.new_dirty_bytes(id, self.ordered.get(&id).map(|d| d.spans()))?;
+        }
+        Ok(st)
+    }
+
+    /// [`RwFs::stat`] as the inode item alone has it: st_blocks without
+    /// the dirty data, which takes a walk of every dirty range. For the
+    /// looks at times, mode and flags made on every READ (atime) and
+    /// open: a file just written 4 KiB at a time has tens of thousands of
+    /// dirty ranges.
+    pub fn inode_stat(&self, id: InodeId) -> Result<Stat> {
         if id.is_placeholder() {
             let t = self.t.root_view(id.subvol)?.item.otime;
             return Ok(Stat::placeholder(id, t));
         }
-        let i = self.t.inode_of(id.subvol, id.ino)?;
-        let dirty = self.new_dirty_bytes(id, self.dirty.get(&id).map(|d| d.spans()))?
-            + self.new_dirty_bytes(id, self.ordered.get(&id).map(|d| d.spans()))?;
-        let mut st = Stat::of_inode(id, &i);
-        st.nbytes += dirty;
-        Ok(st)
+        Ok(Stat::of_inode(id, &self.t.inode_of(id.subvol, id.ino)?))
     }
 
     /// Of the dirty (or in-flight) sectors `spans` of `id`, the bytes over
@@ -268,7 +277,7 @@ impl RwFs {
         policy != AtimePolicy::Never
             && !id.is_placeholder()
             && self
-                .stat(id)
+                .inode_stat(id)
                 .is_ok_and(|st| policy.needs_update(&st, now()))
     }
 
@@ -282,7 +291,7 @@ impl RwFs {
             return Ok(());
         }
         let time = now();
-        if !policy.needs_update(&self.stat(id)?, time) {
+        if !policy.needs_update(&self.inode_stat(id)?, time) {
             return Ok(());
         }
         // Nothing either when the metadata is short even after a commit

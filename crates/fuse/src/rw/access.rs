@@ -79,7 +79,7 @@ impl RwInner {
         if !kill {
             return None;
         }
-        let st = self.fs_read().stat(id).ok()?;
+        let st = self.fs_read().inode_stat(id).ok()?;
         if st.mode & (libc::S_ISUID | libc::S_ISGID) == 0 {
             return None;
         }

@@ -209,7 +209,7 @@ impl RwInner {
         // filesystem's lock under it.
         let setid = self
             .fs_read()
-            .stat(id)
+            .inode_stat(id)
             .is_ok_and(|st| st.mode & (libc::S_ISUID | libc::S_ISGID) != 0);
         let buffered = flags & libc::O_DIRECT == 0;
         self.handles
