@@ -275,18 +275,26 @@ for step in steps:
     print(f"| {step} | " + " | ".join(cells) + " |")
 pairs = [(a, b) for a, b in [("ubtrfs", "floor"), ("ubtrfs-dev", "floor-dev")]
          if a in sides and b in sides]
-if pairs:
+
+
+def by_step(title, cell):
+    """A table of one column per (ubtrfs side, its floor) pair."""
+    if not pairs:
+        return
     print()
-    print("| step | " + " | ".join(f"{a} / {b}" for a, b in pairs) + " |")
+    print("| step | " + " | ".join(title(a, b) for a, b in pairs) + " |")
     print("|---|" + "---|" * len(pairs))
     for step in steps:
-        cells = []
-        for a, b in pairs:
-            if (a, step) in t and (b, step) in t:
-                cells.append(f"{statistics.median(t[(a, step)]) / statistics.median(t[(b, step)]):.2f}x")
-            else:
-                cells.append("-")
-        print(f"| {step} | " + " | ".join(cells) + " |")
+        print(f"| {step} | " + " | ".join(cell(a, b, step) for a, b in pairs) + " |")
+
+
+def ratio(a, b, step):
+    if (a, step) not in t or (b, step) not in t:
+        return "-"
+    return f"{statistics.median(t[(a, step)]) / statistics.median(t[(b, step)]):.2f}x"
+
+
+by_step(lambda a, b: f"{a} / {b}", ratio)
 counts = {}
 for side, step, op, n, us in reqs:
     counts.setdefault((side, step), []).append((int(n), op, float(us)))
@@ -299,22 +307,16 @@ if counts:
         total = sum(n for n, _, _ in ops)
         print(f"| {side} | {step} | {total:,}: "
               + ", ".join(f"{op} {n:,} ({us / n:.0f})" for n, op, us in ops) + " |")
-    # Where the time in requests differs from the floor's, by opcode.
-    ms = lambda side, step: {op: us / 1000 for _, op, us in counts.get((side, step), [])}
-    cols = [(a, b) for a, b in pairs]
-    if cols:
-        print()
-        print("| step | " + " | ".join(f"{a}: ms in requests (floor's), most over it" for a, _ in cols) + " |")
-        print("|---|" + "---|" * len(cols))
-        for step in steps:
-            cells = []
-            for a, b in cols:
-                ta, tb = ms(a, step), ms(b, step)
-                if not ta or not tb:
-                    cells.append("-")
-                    continue
-                over = sorted(((ta.get(op, 0) - tb.get(op, 0), op) for op in set(ta) | set(tb)), reverse=True)
-                top = ", ".join(f"{op} {d:+.0f}" for d, op in over[:3] if d > 0)
-                cells.append(f"{sum(ta.values()):.0f} ({sum(tb.values()):.0f}){'; ' + top if top else ''}")
-            print(f"| {step} | " + " | ".join(cells) + " |")
+
+    def over_floor(a, b, step):
+        """ms in requests (the floor's), and the opcodes most over it."""
+        ms = lambda side: {op: us / 1000 for _, op, us in counts.get((side, step), [])}
+        ta, tb = ms(a), ms(b)
+        if not ta or not tb:
+            return "-"
+        over = sorted(((ta.get(op, 0) - tb.get(op, 0), op) for op in set(ta) | set(tb)), reverse=True)
+        top = ", ".join(f"{op} {d:+.0f}" for d, op in over[:3] if d >= 0.5)
+        return f"{sum(ta.values()):.0f} ({sum(tb.values()):.0f}){'; ' + top if top else ''}"
+
+    by_step(lambda a, b: f"{a}: ms in requests ({b}'s), most over it", over_floor)
 EOF
