@@ -114,8 +114,9 @@ struct Scrub<'a> {
 }
 
 impl Scrub<'_> {
-    /// A copy that could not be read: skipped when this build cannot
-    /// read it (a profile it does not rebuild), an error otherwise.
+    /// A copy that could not be read: counted as skipped when reading it
+    /// is unsupported (`Error::Unsupported`), as unreadable with the error
+    /// otherwise.
     fn unread(&mut self, what: String, e: Error) {
         match e {
             Error::Unsupported(_) => self.r.skipped_copies += 1,
