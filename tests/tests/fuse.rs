@@ -570,21 +570,37 @@ fn fuse_subvol_options_and_mount_helper() {
     assert!(!is_mounted(&base.join("mnt")));
 
     // mount -t fuse.ubtrfs through the mount.fuse.ubtrfs helper (a
-    // symlink to ubtrfs), installed for the test if absent.
+    // symlink to ubtrfs). Unless it already points to the binary under
+    // test, ours is installed for the test and whatever was there (another
+    // build's, or a dangling link: mount then falls back to mount.fuse,
+    // which looks for `ubtrfs` in PATH) is put back after.
     let helper = Path::new("/sbin/mount.fuse.ubtrfs");
-    struct Remove(Option<PathBuf>);
-    impl Drop for Remove {
+    let saved = Path::new("/sbin/mount.fuse.ubtrfs.saved-by-ubtrfs-test");
+    struct Restore {
+        helper: &'static Path,
+        saved: Option<&'static Path>,
+    }
+    impl Drop for Restore {
         fn drop(&mut self) {
-            if let Some(p) = &self.0 {
-                let _ = std::fs::remove_file(p);
+            let _ = std::fs::remove_file(self.helper);
+            if let Some(s) = self.saved {
+                let _ = std::fs::rename(s, self.helper);
             }
         }
     }
-    let _cleanup = if helper.symlink_metadata().is_err() {
-        std::os::unix::fs::symlink(ubtrfs_bin(), helper).expect("install the helper symlink");
-        Remove(Some(helper.to_path_buf()))
+    let _cleanup = if std::fs::read_link(helper).is_ok_and(|t| t == ubtrfs_bin()) {
+        None
     } else {
-        Remove(None)
+        let had = helper.symlink_metadata().is_ok();
+        if had {
+            std::fs::rename(helper, saved).expect("move the installed helper aside");
+        }
+        let r = Restore {
+            helper,
+            saved: had.then_some(saved),
+        };
+        std::os::unix::fs::symlink(ubtrfs_bin(), helper).expect("install the helper symlink");
+        Some(r)
     };
     let dir = base.join("helper");
     std::fs::create_dir_all(&dir).unwrap();
