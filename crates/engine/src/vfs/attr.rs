@@ -264,10 +264,8 @@ impl RwFs {
         } else if a.size.is_some() {
             i.mtime = time;
         }
-        i.ctime = a.ctime.unwrap_or(time);
-        i.transid = self.t.transid;
-        i.sequence += 1;
-        self.t.put_inode(id.subvol, id.ino, &i)?;
+        let ctime = a.ctime.unwrap_or(time);
+        self.t.put_changed(id.subvol, id.ino, &mut i, Some(ctime))?;
         self.stat(id)
     }
 
@@ -321,10 +319,7 @@ impl RwFs {
         }
         self.check_writable(id)?;
         i.mode &= !drop;
-        i.ctime = now();
-        i.transid = self.t.transid;
-        i.sequence += 1;
-        self.t.put_inode(id.subvol, id.ino, &i)?;
+        self.t.put_changed(id.subvol, id.ino, &mut i, Some(now()))?;
         self.bump(id);
         Ok(())
     }
@@ -332,10 +327,7 @@ impl RwFs {
     /// Sets the change time of `id` to now (an xattr or flag change).
     fn touch_ctime(&mut self, id: InodeId) -> Result<()> {
         let mut i = self.t.inode_of(id.subvol, id.ino)?;
-        i.ctime = now();
-        i.transid = self.t.transid;
-        i.sequence += 1;
-        self.t.put_inode(id.subvol, id.ino, &i)
+        self.t.put_changed(id.subvol, id.ino, &mut i, Some(now()))
     }
 
     /// getxattr(2): NoData when `id` has no xattr `name`.
@@ -533,10 +525,7 @@ impl RwFs {
             }
         }
         i.flags = flags;
-        i.ctime = now();
-        i.transid = self.t.transid;
-        i.sequence += 1;
-        self.t.put_inode(id.subvol, id.ino, &i)
+        self.t.put_changed(id.subvol, id.ino, &mut i, Some(now()))
     }
 }
 

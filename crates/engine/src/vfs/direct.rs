@@ -103,10 +103,7 @@ impl RwFs {
         }
         let t = crate::inode::now();
         i.mtime = t;
-        i.ctime = t;
-        i.transid = self.t.transid;
-        i.sequence += 1;
-        self.t.put_inode(id.subvol, id.ino, &i)?;
+        self.t.put_changed(id.subvol, id.ino, &mut i, Some(t))?;
         self.direct_in_flight += 1;
         self.stats.direct_writes += 1;
         self.stats.direct_max_in_flight =

@@ -179,10 +179,7 @@ impl RwFs {
         let t = now();
         i.size = i.size.max(end);
         i.mtime = t;
-        i.ctime = t;
-        i.transid = self.t.transid;
-        i.sequence += 1;
-        self.t.put_inode(id.subvol, id.ino, &i)?;
+        self.t.put_changed(id.subvol, id.ino, &mut i, Some(t))?;
         self.bump(id);
         Ok(data.len())
     }
