@@ -24,7 +24,7 @@ if ! command -v cargo >/dev/null; then
   source "$HOME/.cargo/env"
 fi
 
-# The read-write mount's test tools (tests/tests/rw_mount.rs), built by
+# The read-write mount's test tools (tests/tests/rw_mount/), built by
 # cargo into ~/.cargo/bin when the wanted version is not there (about a
 # minute each on 2 CPUs): pjdfstest (POSIX conformance; libacl1-dev to
 # build, and the users nobody and tests to switch to) and fsx

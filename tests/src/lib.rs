@@ -37,6 +37,7 @@ pub mod rng;
 pub mod run;
 pub mod rw_mount;
 pub mod send_support;
+pub mod suites;
 pub mod trees;
 
 pub use check::*;
@@ -49,4 +50,5 @@ pub use require::*;
 pub use rng::*;
 pub use run::*;
 pub use rw_mount::*;
+pub use suites::*;
 pub use trees::*;

@@ -1,4 +1,4 @@
-//! Helpers for the `ubtrfs mkfs` tests (tests/tests/mkfs.rs): the rich
+//! Helpers for the `ubtrfs mkfs` tests (tests/tests/mkfs/): the rich
 //! source tree, loop devices and mounts that clean up after themselves,
 //! and manifests of a source tree and of a mount.
 

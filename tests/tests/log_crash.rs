@@ -203,172 +203,225 @@ fn count_trace(log: &Path, o: &mut Outcome) {
     }
 }
 
+/// One kill point's files (see the module's doc).
+struct Crash<'a> {
+    dir: &'a Path,
+    seed: u64,
+    /// The workload's journal of acknowledged syncs, and its shadow
+    /// copies of what they made durable.
+    journal: PathBuf,
+    shadow: PathBuf,
+    img: PathBuf,
+    mnt: PathBuf,
+}
+
+impl Crash<'_> {
+    /// The workload script's arguments for seed and processes.
+    fn seeded(&self, c: &mut Command, step: &str, path: &Path) {
+        c.arg(ops_script())
+            .arg(step)
+            .arg(path)
+            .args([
+                "--seed",
+                &self.seed.to_string(),
+                "--procs",
+                &procs().to_string(),
+            ])
+            .arg("--journal")
+            .arg(&self.journal);
+    }
+
+    /// The starting tree, made by the workload script, copied in through
+    /// our mount and committed by its unmount.
+    fn setup(&self) -> Result<(), String> {
+        let (nodesize, no_holes) = layout(self.seed);
+        let src = self.dir.join("src");
+        let mut c = Command::new("python3");
+        self.seeded(&mut c, "setup", &src);
+        run(&mut c).map_err(|e| format!("setup: {e}"))?;
+        let mut mkfs = Command::new(ubtrfs_bin());
+        mkfs.args(["mkfs", "-q", "-f", "-b", "1G", "-n", &nodesize.to_string()]);
+        if !no_holes {
+            mkfs.args(["-O", "^no-holes"]);
+        }
+        run(mkfs.arg(&self.img))?;
+        let m = UbtrfsMount::start(&self.img, &self.mnt, "")?;
+        let cp = run(Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", src.display()))
+            .arg(&self.mnt));
+        m.unmount()
+            .map_err(|e| format!("unmounting after the setup: {e}"))?;
+        cp.map_err(|e| format!("copying the setup in: {e}"))?;
+        Ok(())
+    }
+
+    /// The workload on our mount, stopped and the daemon killed (-9)
+    /// after a seeded delay; the daemon's fsync trace counted.
+    fn kill_workload(&self, notreelog: bool, out: &mut Outcome) -> Result<(), String> {
+        let opts = if notreelog {
+            "commit=300,notreelog"
+        } else {
+            "commit=300"
+        };
+        let mut m =
+            UbtrfsMount::start_env(&self.img, &self.mnt, opts, &[("UBTRFS_TRACE_FSYNC", "1")])?;
+        let mut c = Command::new("python3");
+        self.seeded(&mut c, "run", &self.mnt);
+        c.arg("--shadow")
+            .arg(&self.shadow)
+            .arg("--log")
+            .arg(self.dir.join("ops.log"));
+        c.process_group(0);
+        let mut work = spawn_limited(c, self.dir, Limits::timeout_only(Duration::from_secs(600)));
+        let mut rng = Rng::new(self.seed ^ 0x10_9c4a);
+        out.delay = Duration::from_millis(500 + rng.below(max_delay_ms() + 1));
+        let t = Instant::now();
+        let mut ended_early = false;
+        while t.elapsed() < out.delay {
+            if !work.running() {
+                ended_early = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Stopped first: no journal line is written after the daemon dies.
+        // SAFETY: kill(2) on the process group made for the workload.
+        unsafe {
+            libc::kill(-(work.child.id() as i32), libc::SIGSTOP);
+        }
+        let killed = m.kill9();
+        let r = kill_group(work);
+        killed?;
+        count_trace(&m.log, out);
+        if ended_early {
+            return Err(format!(
+                "the workload ended before the kill (exit {:?}): {}",
+                r.code,
+                tail(&r.stderr, 2000)
+            ));
+        }
+        out.log_on_disk = log_root(&self.img)? != 0;
+        if notreelog && (out.log_on_disk || out.traced_log + out.traced_grouped > 0) {
+            return Err(format!(
+                "-o notreelog wrote a log: log_root set {}, {} fsyncs answered by a log",
+                out.log_on_disk,
+                out.traced_log + out.traced_grouped
+            ));
+        }
+        Ok(())
+    }
+
+    /// ubtrfs's readers of the crashed image replay the log in memory:
+    /// extract must keep every acknowledged sync. Returns the image's
+    /// manifest as `inspect manifest` shows it.
+    fn ubtrfs_reads(&self, out: &mut Outcome) -> Result<Vec<String>, String> {
+        let extracted = self.dir.join("extracted");
+        run(Command::new(ubtrfs_bin())
+            .arg("extract")
+            .arg(&self.img)
+            .arg("/")
+            .arg(&extracted))
+        .map_err(|e| format!("ubtrfs extract of the crashed image: {e}"))?;
+        let v = check_journal(&extracted, &self.journal, &self.shadow)
+            .map_err(|e| format!("ubtrfs extract of the crashed image: {e}"))?;
+        out.fsyncs = u(&v, "fsyncs");
+        out.fdatasyncs = u(&v, "fdatasyncs");
+        let _ = std::fs::remove_dir_all(&extracted);
+        let listed = run(Command::new(ubtrfs_bin())
+            .args(["inspect", "manifest"])
+            .arg(&self.img))
+        .map_err(|e| format!("ubtrfs inspect manifest of the crashed image: {e}"))?;
+        Ok(String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .map(String::from)
+            .collect())
+    }
+
+    /// The kernel replays a copy, which must keep every acknowledged
+    /// sync, pass check, and equal `in_memory`; then the kernel writes
+    /// on top and check passes again. Returns the kernel's view.
+    fn kernel_replays(
+        &self,
+        in_memory: &[String],
+        out: &mut Outcome,
+    ) -> Result<Vec<String>, String> {
+        let (a, mnt) = (self.dir.join("kernel.img"), &self.mnt);
+        copy(&self.img, &a)?;
+        let k = RwMount::start(Writer::Kernel, &a, mnt, "")
+            .map_err(|e| format!("the kernel cannot mount the crashed image: {e}"))?;
+        let judged = check_journal(mnt, &self.journal, &self.shadow);
+        let kernel_view = try_manifest_of(mnt);
+        k.finish().map_err(|e| format!("kernel unmount: {e}"))?;
+        let kernel_view = kernel_view.map_err(|e| format!("the kernel's replay: {e}"))?;
+        let v = judged.map_err(|e| format!("the kernel's replay: {e}"))?;
+        out.exact = u(&v, "exact");
+        out.in_flight = u(&v, "in_flight");
+        out.later_state = u(&v, "later_state");
+        out.absent = u(&v, "absent");
+        if log_root(&a)? != 0 {
+            return Err("the kernel left a log after mounting read-write".into());
+        }
+        check(&a, "after the kernel's replay")?;
+        compare_manifests(&kernel_view, in_memory, &Ignore::default()).map_err(|d| {
+            format!(
+                "ubtrfs's in-memory replay (inspect manifest) differs from the kernel's replay: {d}"
+            )
+        })?;
+        let k = RwMount::start(Writer::Kernel, &a, mnt, "")
+            .map_err(|e| format!("the kernel cannot mount its replayed image again: {e}"))?;
+        kernel_writes_on_top(k, mnt, mnt)?;
+        check(&a, "after the kernel wrote on its replay")?;
+        let _ = std::fs::remove_file(&a);
+        Ok(kernel_view)
+    }
+
+    /// ubtrfs replays another copy (`rescue replay-log`), which must pass
+    /// check, keep every acknowledged sync, and show the kernel what its
+    /// own replay showed.
+    fn ubtrfs_replays(&self, kernel_view: &[String]) -> Result<(), String> {
+        let (b, mnt) = (self.dir.join("replayed.img"), &self.mnt);
+        copy(&self.img, &b)?;
+        run(Command::new(ubtrfs_bin())
+            .args(["rescue", "replay-log"])
+            .arg(&b))
+        .map_err(|e| format!("ubtrfs rescue replay-log: {e}"))?;
+        if log_root(&b)? != 0 {
+            return Err("log_root still set after ubtrfs rescue replay-log".into());
+        }
+        check(&b, "after ubtrfs rescue replay-log")?;
+        let k = Mount::images_at(std::slice::from_ref(&b), "", true, mnt);
+        let judged = check_journal(mnt, &self.journal, &self.shadow);
+        let replayed_view = try_manifest_of(mnt);
+        drop(k);
+        let what = "the kernel's view after ubtrfs rescue replay-log";
+        let replayed_view = replayed_view.map_err(|e| format!("{what}: {e}"))?;
+        judged.map_err(|e| format!("{what}: {e}"))?;
+        compare_manifests(kernel_view, &replayed_view, &Ignore::default()).map_err(|d| {
+            format!("after ubtrfs rescue replay-log, the kernel's view differs from the kernel's own replay: {d}")
+        })?;
+        Ok(())
+    }
+}
+
 /// One kill point (see the module's doc). Err names the step.
 fn crash_once(seed: u64, notreelog: bool, dir: &Path) -> Result<Outcome, String> {
-    let (nodesize, no_holes) = layout(seed);
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).unwrap();
-    let journal = dir.join("journal.jsonl");
-    let shadow = dir.join("shadow");
-    let src = dir.join("src");
-    let img = dir.join("fs.img");
-    let mnt = dir.join("mnt");
-    let procs = procs().to_string();
-    let seed_s = seed.to_string();
-    let mut out = Outcome::default();
-
-    run(Command::new("python3")
-        .arg(ops_script())
-        .arg("setup")
-        .arg(&src)
-        .args(["--seed", &seed_s, "--procs", &procs, "--journal"])
-        .arg(&journal))
-    .map_err(|e| format!("setup: {e}"))?;
-    let mut mkfs = Command::new(ubtrfs_bin());
-    mkfs.args(["mkfs", "-q", "-f", "-b", "1G", "-n", &nodesize.to_string()]);
-    if !no_holes {
-        mkfs.args(["-O", "^no-holes"]);
-    }
-    run(mkfs.arg(&img))?;
-    // The starting tree, committed by our mount's unmount.
-    let m = UbtrfsMount::start(&img, &mnt, "")?;
-    let cp = run(Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", src.display()))
-        .arg(&mnt));
-    m.unmount()
-        .map_err(|e| format!("unmounting after the setup: {e}"))?;
-    cp.map_err(|e| format!("copying the setup in: {e}"))?;
-
-    // The workload, killed.
-    let opts = if notreelog {
-        "commit=300,notreelog"
-    } else {
-        "commit=300"
+    let c = Crash {
+        dir,
+        seed,
+        journal: dir.join("journal.jsonl"),
+        shadow: dir.join("shadow"),
+        img: dir.join("fs.img"),
+        mnt: dir.join("mnt"),
     };
-    let mut m = UbtrfsMount::start_env(&img, &mnt, opts, &[("UBTRFS_TRACE_FSYNC", "1")])?;
-    let mut c = Command::new("python3");
-    c.arg(ops_script())
-        .arg("run")
-        .arg(&mnt)
-        .args(["--seed", &seed_s, "--procs", &procs, "--journal"])
-        .arg(&journal)
-        .arg("--shadow")
-        .arg(&shadow)
-        .arg("--log")
-        .arg(dir.join("ops.log"));
-    c.process_group(0);
-    let mut work = spawn_limited(c, dir, Limits::timeout_only(Duration::from_secs(600)));
-    let mut rng = Rng::new(seed ^ 0x10_9c4a);
-    out.delay = Duration::from_millis(500 + rng.below(max_delay_ms() + 1));
-    let t = Instant::now();
-    let mut ended_early = false;
-    while t.elapsed() < out.delay {
-        if !work.running() {
-            ended_early = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Stopped first: no journal line is written after the daemon dies.
-    // SAFETY: kill(2) on the process group made for the workload.
-    unsafe {
-        libc::kill(-(work.child.id() as i32), libc::SIGSTOP);
-    }
-    let killed = m.kill9();
-    let r = kill_group(work);
-    killed?;
-    count_trace(&m.log, &mut out);
-    if ended_early {
-        return Err(format!(
-            "the workload ended before the kill (exit {:?}): {}",
-            r.code,
-            tail(&r.stderr, 2000)
-        ));
-    }
-    out.log_on_disk = log_root(&img)? != 0;
-    if notreelog && (out.log_on_disk || out.traced_log + out.traced_grouped > 0) {
-        return Err(format!(
-            "-o notreelog wrote a log: log_root set {}, {} fsyncs answered by a log",
-            out.log_on_disk,
-            out.traced_log + out.traced_grouped
-        ));
-    }
-
-    // ubtrfs's readers of the crashed image replay the log in memory.
-    let extracted = dir.join("extracted");
-    run(Command::new(ubtrfs_bin())
-        .arg("extract")
-        .arg(&img)
-        .arg("/")
-        .arg(&extracted))
-    .map_err(|e| format!("ubtrfs extract of the crashed image: {e}"))?;
-    let v = check_journal(&extracted, &journal, &shadow)
-        .map_err(|e| format!("ubtrfs extract of the crashed image: {e}"))?;
-    out.fsyncs = u(&v, "fsyncs");
-    out.fdatasyncs = u(&v, "fdatasyncs");
-    let _ = std::fs::remove_dir_all(&extracted);
-    let in_memory: Vec<String> = String::from_utf8_lossy(
-        &run(Command::new(ubtrfs_bin())
-            .args(["inspect", "manifest"])
-            .arg(&img))
-        .map_err(|e| format!("ubtrfs inspect manifest of the crashed image: {e}"))?
-        .stdout,
-    )
-    .lines()
-    .map(String::from)
-    .collect();
-
-    // The kernel replays a copy.
-    let a = dir.join("kernel.img");
-    copy(&img, &a)?;
-    let k = RwMount::start(Writer::Kernel, &a, &mnt, "")
-        .map_err(|e| format!("the kernel cannot mount the crashed image: {e}"))?;
-    let judged = check_journal(&mnt, &journal, &shadow);
-    let kernel_view = try_manifest_of(&mnt);
-    k.finish().map_err(|e| format!("kernel unmount: {e}"))?;
-    let kernel_view = kernel_view.map_err(|e| format!("the kernel's replay: {e}"))?;
-    let v = judged.map_err(|e| format!("the kernel's replay: {e}"))?;
-    out.exact = u(&v, "exact");
-    out.in_flight = u(&v, "in_flight");
-    out.later_state = u(&v, "later_state");
-    out.absent = u(&v, "absent");
-    if log_root(&a)? != 0 {
-        return Err("the kernel left a log after mounting read-write".into());
-    }
-    check(&a, "after the kernel's replay")?;
-    compare_manifests(&kernel_view, &in_memory, &Ignore::default()).map_err(|d| {
-        format!(
-            "ubtrfs's in-memory replay (inspect manifest) differs from the kernel's replay: {d}"
-        )
-    })?;
-    let k = RwMount::start(Writer::Kernel, &a, &mnt, "")
-        .map_err(|e| format!("the kernel cannot mount its replayed image again: {e}"))?;
-    kernel_writes_on_top(k, &mnt, &mnt)?;
-    check(&a, "after the kernel wrote on its replay")?;
-    let _ = std::fs::remove_file(&a);
-
-    // ubtrfs replays another copy.
-    let b = dir.join("replayed.img");
-    copy(&img, &b)?;
-    run(Command::new(ubtrfs_bin())
-        .args(["rescue", "replay-log"])
-        .arg(&b))
-    .map_err(|e| format!("ubtrfs rescue replay-log: {e}"))?;
-    if log_root(&b)? != 0 {
-        return Err("log_root still set after ubtrfs rescue replay-log".into());
-    }
-    check(&b, "after ubtrfs rescue replay-log")?;
-    let k = Mount::images_at(std::slice::from_ref(&b), "", true, &mnt);
-    let judged = check_journal(&mnt, &journal, &shadow);
-    let replayed_view = try_manifest_of(&mnt);
-    drop(k);
-    let replayed_view = replayed_view
-        .map_err(|e| format!("the kernel's view after ubtrfs rescue replay-log: {e}"))?;
-    judged.map_err(|e| format!("the kernel's view after ubtrfs rescue replay-log: {e}"))?;
-    compare_manifests(&kernel_view, &replayed_view, &Ignore::default()).map_err(|d| {
-        format!("after ubtrfs rescue replay-log, the kernel's view differs from the kernel's own replay: {d}")
-    })?;
+    let mut out = Outcome::default();
+    c.setup()?;
+    c.kill_workload(notreelog, &mut out)?;
+    let in_memory = c.ubtrfs_reads(&mut out)?;
+    let kernel_view = c.kernel_replays(&in_memory, &mut out)?;
+    c.ubtrfs_replays(&kernel_view)?;
     Ok(out)
 }
 

@@ -484,13 +484,174 @@ fn kernel_streams(m: &Mount, snaps: &[String], args: &[&str], work: &Path) -> St
     Streams { chain, with_clone }
 }
 
+/// One fixture's streams of one variant, received by the kernel (the
+/// reference, in `kdir` on the image `kimg`) and by ubtrfs.
+struct Case<'a> {
+    f: &'a Fixture,
+    /// The fixture and variant, for messages.
+    tag: String,
+    st: &'a Streams,
+    kimg: &'a Path,
+    kdir: PathBuf,
+}
+
+/// What the fixtures' runs found.
+#[derive(Default)]
+struct Tally {
+    failures: Vec<String>,
+    /// Streams ubtrfs received.
+    received: usize,
+}
+
+impl Case<'_> {
+    /// The kernel's receive of the chain into `kdir`, and of the first
+    /// stream then the clone one into `kdir/c`.
+    fn kernel_receives(&self) {
+        let tag = &self.tag;
+        for (_, s) in &self.st.chain {
+            receive(s, &self.kdir).unwrap_or_else(|e| panic!("{tag}: kernel receive: {e}"));
+        }
+        if let Some((_, s)) = &self.st.with_clone {
+            let c = self.kdir.join("c");
+            receive(&self.st.chain[0].1, &c)
+                .unwrap_or_else(|e| panic!("{tag}: kernel receive: {e}"));
+            receive(s, &c).unwrap_or_else(|e| panic!("{tag}: kernel receive -c: {e}"));
+        }
+    }
+
+    /// ubtrfs receives the same streams into subvolume /recv of `devs`,
+    /// which must pass btrfs check and show what the kernel received
+    /// (with its extents; after losing any device, for RAID5/6).
+    fn ours_into(&self, what: &str, devs: &[PathBuf], t: &mut Tally) {
+        let tag = format!("{} into {what}", self.tag);
+        let ta = image_args(devs);
+        let create = |path: &str| {
+            let mut a: Vec<&str> = vec!["subvolume", "create"];
+            a.extend(ta.iter().map(|s| s.as_str()));
+            a.push(path);
+            ubtrfs_ok(&a);
+        };
+        create("/recv");
+        let mut ok = true;
+        for (name, s) in &self.st.chain {
+            if let Err(e) = ubtrfs_receive(&ta, s, "/recv") {
+                t.failures.push(format!("{tag}: receive of {name}: {e}"));
+                ok = false;
+                break;
+            }
+            t.received += 1;
+        }
+        if let Some((name, s)) = &self.st.with_clone {
+            create("/recv/c");
+            if let Err(e) = ubtrfs_receive(&ta, &self.st.chain[0].1, "/recv/c")
+                .and_then(|_| ubtrfs_receive(&ta, s, "/recv/c"))
+            {
+                t.failures.push(format!("{tag}: receive -c of {name}: {e}"));
+                ok = false;
+            }
+            t.received += 1;
+        }
+        if let Err(e) = check_devices(devs) {
+            t.failures.push(format!("{tag}: btrfs check: {e}"));
+            return;
+        }
+        if !ok {
+            return;
+        }
+        let um = Mount::images(devs, "", true);
+        for (name, _) in &self.st.chain {
+            let (k, u) = (self.kdir.join(name), um.path(&format!("recv/{name}")));
+            compare_received(&format!("{tag} {name}"), &k, &u, &mut t.failures);
+            compare_extents(
+                &format!("{tag} {name}"),
+                (self.kimg, &k),
+                (&devs[0], &u),
+                &mut t.failures,
+            );
+        }
+        if let Some((name, _)) = &self.st.with_clone {
+            compare_received(
+                &format!("{tag} -c {name}"),
+                &self.kdir.join("c").join(name),
+                &um.path(&format!("recv/c/{name}")),
+                &mut t.failures,
+            );
+        }
+        let whole = manifest_of(&um.path("recv"));
+        um.unmount();
+        // RAID5/6: the parity of what we wrote rebuilds any device.
+        let raid56 = ["data", "metadata"]
+            .iter()
+            .any(|k| ["raid5", "raid6"].contains(&self.f.profile(k).as_str()));
+        if raid56 && devs.len() > 1 {
+            let r = degraded_mounts(devs, false, |d| {
+                compare_manifests(&whole, &manifest_of(&d.join("recv")), &Ignore::default())
+                    .map(|_| ())
+            });
+            if let Err(e) = r {
+                t.failures.push(format!("{tag}: {e}"));
+            }
+        }
+    }
+
+    /// The kernel on top of ours: ubtrfs receives the full stream into
+    /// `uimg`, the kernel's receive the incremental ones (finding their
+    /// parent by the received UUID ubtrfs set), then writes; btrfs check
+    /// passes. Then ubtrfs sends the snapshot it received, and the
+    /// kernel's receive of that (into `resend`) equals its own.
+    fn kernel_on_ours(&self, uimg: &Path, resend: (&Path, PathBuf), failures: &mut Vec<String>) {
+        let (tag, chain) = (&self.tag, &self.st.chain);
+        ubtrfs_mkfs(uimg, "1G");
+        let ua = vec![uimg.display().to_string()];
+        ubtrfs_receive(&ua, &chain[0].1, "/").unwrap_or_else(|e| panic!("{tag}: {e}"));
+        let um = Mount::images(&[uimg.to_path_buf()], "", false);
+        for (name, s) in &chain[1..] {
+            if let Err(e) = receive(s, &um.dir) {
+                failures.push(format!(
+                    "{tag}: kernel receive of {name} on ubtrfs-received parent: {e}"
+                ));
+            }
+        }
+        let (last, _) = chain.last().unwrap();
+        compare_received(
+            &format!("{tag} kernel-on-ubtrfs {last}"),
+            &self.kdir.join(last),
+            &um.path(last),
+            failures,
+        );
+        std::fs::write(um.path("after.txt"), b"kernel writes").unwrap();
+        um.unmount();
+        if let Err(e) = btrfs_check(uimg, &[]) {
+            failures.push(format!("{tag}: kernel-on-ubtrfs btrfs check: {e}"));
+        }
+        let (out, dest) = resend;
+        let first = &chain[0].0;
+        let res = ubtrfs_send(&ua, &[], first, out)
+            .map_err(|e| format!("ubtrfs send of received: {e}"))
+            .and_then(|()| receive(out, &dest).map_err(|e| format!("resend: {e}")))
+            .and_then(|()| {
+                let want = manifest_of(&self.kdir.join(first));
+                let got = manifest_of(&dest.join(first));
+                let ig = Ignore {
+                    fields: vec!["ino"],
+                    dir_size: false,
+                };
+                compare_manifests(&want, &got, &ig)
+                    .map(|_| ())
+                    .map_err(|d| format!("resent != received: {d}"))
+            });
+        if let Err(e) = res {
+            failures.push(format!("{tag}: {e}"));
+        }
+    }
+}
+
 #[test]
 fn receive_kernel_fixture_streams_as_the_kernel_does() {
     skip_unless!(kernel_available);
     let work = scratch_dir("receive-fixtures");
     let kimg = work.join("kernel-recv.img");
-    let mut failures = Vec::new();
-    let mut received = 0;
+    let mut t = Tally::default();
     for f in fixture_set() {
         let ia = f.image_args(None);
         let snaps = readonly_snapshots(&ia);
@@ -514,162 +675,29 @@ fn receive_kernel_fixture_streams_as_the_kernel_does() {
             .args(["device", "scan", "--forget"])
             .output();
         for ((v, _), st) in variants.iter().zip(all) {
-            let tag = format!("{} {v}", f.name);
             let sdir = work.join(format!("streams-{}-{v}", f.name));
-            // The kernel's receive: the reference.
             // A kernel image per fixture and variant: receive finds a
             // parent by received UUID, the first subvolume that has it.
             mkfs(&kimg, "1G", &[]);
             let krecv = Mount::images(std::slice::from_ref(&kimg), "", false);
-            let kdir = krecv.dir.join(format!("{}-{v}", f.name));
-            for (_, s) in &st.chain {
-                receive(s, &kdir).unwrap_or_else(|e| panic!("{tag}: kernel receive: {e}"));
-            }
-            if let Some((_, s)) = &st.with_clone {
-                receive(&st.chain[0].1, &kdir.join("c"))
-                    .unwrap_or_else(|e| panic!("{tag}: kernel receive: {e}"));
-                receive(s, &kdir.join("c"))
-                    .unwrap_or_else(|e| panic!("{tag}: kernel receive -c: {e}"));
-            }
+            let case = Case {
+                f,
+                tag: format!("{} {v}", f.name),
+                st: &st,
+                kimg: &kimg,
+                kdir: krecv.dir.join(format!("{}-{v}", f.name)),
+            };
+            case.kernel_receives();
             // Ours, into a fresh ubtrfs image, and into a copy of the
             // kernel-made fixture (its snapshots kept).
             let uimg = work.join("ours.img");
             ubtrfs_mkfs(&uimg, "1G");
+            case.ours_into("mkfs", std::slice::from_ref(&uimg), &mut t);
             let copy = f.copy_to(&work.join("copy"));
-            let targets: Vec<(String, Vec<PathBuf>)> = vec![
-                ("mkfs".into(), vec![uimg.clone()]),
-                ("fixture copy".into(), copy.devices()),
-            ];
-            for (what, devs) in &targets {
-                let tag = format!("{tag} into {what}");
-                let ta = image_args(devs);
-                ubtrfs_ok(
-                    &[
-                        &["subvolume", "create"][..],
-                        &ta.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
-                        &["/recv"],
-                    ]
-                    .concat(),
-                );
-                let mut ok = true;
-                for (name, s) in &st.chain {
-                    if let Err(e) = ubtrfs_receive(&ta, s, "/recv") {
-                        failures.push(format!("{tag}: receive of {name}: {e}"));
-                        ok = false;
-                        break;
-                    }
-                    received += 1;
-                }
-                if let Some((name, s)) = &st.with_clone {
-                    ubtrfs_ok(
-                        &[
-                            &["subvolume", "create"][..],
-                            &ta.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
-                            &["/recv/c"],
-                        ]
-                        .concat(),
-                    );
-                    if let Err(e) = ubtrfs_receive(&ta, &st.chain[0].1, "/recv/c")
-                        .and_then(|_| ubtrfs_receive(&ta, s, "/recv/c"))
-                    {
-                        failures.push(format!("{tag}: receive -c of {name}: {e}"));
-                        ok = false;
-                    }
-                    received += 1;
-                }
-                if let Err(e) = check_devices(devs) {
-                    failures.push(format!("{tag}: btrfs check: {e}"));
-                    continue;
-                }
-                if !ok {
-                    continue;
-                }
-                let um = Mount::images(devs, "", true);
-                for (name, _) in &st.chain {
-                    let (k, u) = (kdir.join(name), um.path(&format!("recv/{name}")));
-                    compare_received(&format!("{tag} {name}"), &k, &u, &mut failures);
-                    compare_extents(
-                        &format!("{tag} {name}"),
-                        (&kimg, &k),
-                        (&devs[0], &u),
-                        &mut failures,
-                    );
-                }
-                if let Some((name, _)) = &st.with_clone {
-                    compare_received(
-                        &format!("{tag} -c {name}"),
-                        &kdir.join("c").join(name),
-                        &um.path(&format!("recv/c/{name}")),
-                        &mut failures,
-                    );
-                }
-                let whole = manifest_of(&um.path("recv"));
-                um.unmount();
-                // RAID5/6: the parity of what we wrote rebuilds any device.
-                let raid56 = ["data", "metadata"]
-                    .iter()
-                    .any(|k| ["raid5", "raid6"].contains(&f.profile(k).as_str()));
-                if raid56 && devs.len() > 1 {
-                    let r = degraded_mounts(devs, false, |d| {
-                        compare_manifests(&whole, &manifest_of(&d.join("recv")), &Ignore::default())
-                            .map(|_| ())
-                    });
-                    if let Err(e) = r {
-                        failures.push(format!("{tag}: {e}"));
-                    }
-                }
-            }
-            // The kernel on top of ours: ubtrfs receives the full stream,
-            // the kernel's receive the incremental ones (finding their
-            // parent by the received UUID ubtrfs set), then writes.
+            case.ours_into("fixture copy", &copy.devices(), &mut t);
             if st.chain.len() >= 2 {
-                ubtrfs_mkfs(&uimg, "1G");
-                let ua = vec![uimg.display().to_string()];
-                ubtrfs_receive(&ua, &st.chain[0].1, "/").unwrap_or_else(|e| panic!("{tag}: {e}"));
-                let um = Mount::images(std::slice::from_ref(&uimg), "", false);
-                for (name, s) in &st.chain[1..] {
-                    if let Err(e) = receive(s, &um.dir) {
-                        failures.push(format!(
-                            "{tag}: kernel receive of {name} on ubtrfs-received parent: {e}"
-                        ));
-                    }
-                }
-                let (last, _) = st.chain.last().unwrap();
-                compare_received(
-                    &format!("{tag} kernel-on-ubtrfs {last}"),
-                    &kdir.join(last),
-                    &um.path(last),
-                    &mut failures,
-                );
-                std::fs::write(um.path("after.txt"), b"kernel writes").unwrap();
-                um.unmount();
-                if let Err(e) = btrfs_check(&uimg, &[]) {
-                    failures.push(format!("{tag}: kernel-on-ubtrfs btrfs check: {e}"));
-                }
-                // ubtrfs send of the snapshot ubtrfs received, received by
-                // the kernel, equals the kernel's own receive.
-                let out = sdir.join("resend");
-                let first = &st.chain[0].0;
-                match ubtrfs_send(&ua, &[], first, &out) {
-                    Err(e) => failures.push(format!("{tag}: ubtrfs send of received: {e}")),
-                    Ok(()) => {
-                        let dest = krecv.dir.join(format!("{}-{v}-resend", f.name));
-                        match receive(&out, &dest) {
-                            Err(e) => failures.push(format!("{tag}: resend: {e}")),
-                            Ok(()) => {
-                                let want = manifest_of(&kdir.join(first));
-                                let got = manifest_of(&dest.join(first));
-                                let ig = Ignore {
-                                    fields: vec!["ino"],
-                                    dir_size: false,
-                                };
-                                if let Err(d) = compare_manifests(&want, &got, &ig) {
-                                    failures.push(format!("{tag}: resent != received: {d}"));
-                                }
-                            }
-                        }
-                    }
-                }
+                let dest = krecv.dir.join(format!("{}-{v}-resend", f.name));
+                case.kernel_on_ours(&uimg, (&sdir.join("resend"), dest), &mut t.failures);
             }
             krecv.unmount();
             let _ = std::fs::remove_dir_all(&sdir);
@@ -680,13 +708,13 @@ fn receive_kernel_fixture_streams_as_the_kernel_does() {
         }
     }
     let _ = std::fs::remove_dir_all(&work);
-    eprintln!("{received} streams received by ubtrfs");
-    assert!(received > 0);
+    eprintln!("{} streams received by ubtrfs", t.received);
+    assert!(t.received > 0);
     assert!(
-        failures.is_empty(),
+        t.failures.is_empty(),
         "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
+        t.failures.len(),
+        t.failures.join("\n")
     );
 }
 

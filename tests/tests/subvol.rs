@@ -288,90 +288,241 @@ fn kernel_op(mnt: &Path, op: &Op) -> Result<(), String> {
     }
 }
 
+/// A sequence of operations made by ubtrfs on one fixture's copy.
+struct Ran {
+    ops: Vec<Op>,
+    /// Subvolumes made by the sequence and still there.
+    made: Vec<String>,
+    /// The subvolumes after it.
+    subvols: Subvols,
+    /// Snapshot -> its source's manifest when it was taken (while the
+    /// snapshot still matches it).
+    expected_snap: BTreeMap<String, Vec<String>>,
+}
+
+impl Ran {
+    fn ops_text(&self) -> String {
+        let ops: Vec<String> = self.ops.iter().map(|o| o.to_string()).collect();
+        ops.join("; ")
+    }
+}
+
+/// What the kernel shows of an image: its subvolumes, and each one's
+/// manifest, `fi du` and the filesystem's usage.
+struct View {
+    subvols: Subvols,
+    manifests: BTreeMap<String, Vec<String>>,
+    du: BTreeMap<String, (u64, u64, u64)>,
+    usage: BTreeMap<String, u64>,
+}
+
+/// `nops` seeded operations by ubtrfs on `ub`, each followed by both
+/// checks.
+fn run_ops(fx: &Fixture, ub: &Fixture, seed: u64, nops: usize) -> Result<Ran, String> {
+    let mut ran = Ran {
+        ops: Vec::new(),
+        made: Vec::new(),
+        subvols: list_subvols(&Mount::images(&ub.devices(), "", true).dir),
+        expected_snap: BTreeMap::new(),
+    };
+    let mut rng = Rng::for_name(seed, &fx.name);
+    for i in 0..nops {
+        let before = ran.subvols.clone();
+        let op = pick_op(&mut rng, &mut ran.subvols, &ran.made, i);
+        ran.ops.push(op.clone());
+        let so_far = ran.ops_text();
+        let ctx = |e: String| {
+            format!(
+                "fixture {} seed {seed:#x} op {i} ({op}); ops so far: [{so_far}]\n{e}",
+                fx.name
+            )
+        };
+        if let Op::Snapshot { src, dest, .. } = &op {
+            let m = Mount::images(&ub.devices(), "", true);
+            ran.expected_snap.insert(
+                dest.clone(),
+                subvol_manifest(&m.dir, src.trim_start_matches('/'), &before),
+            );
+        }
+        ubtrfs_op(ub, &op).map_err(ctx)?;
+        let touched = match &op {
+            Op::Snapshot { dest, .. } | Op::Create { path: dest } => {
+                ran.made.push(dest.clone());
+                dest.clone()
+            }
+            Op::Delete { path } => {
+                ran.made.retain(|m| m != path);
+                ran.expected_snap.remove(path);
+                path.clone()
+            }
+        };
+        // A snapshot that got a subvolume added or removed below it no
+        // longer matches its source as it was.
+        ran.expected_snap
+            .retain(|k, _| !touched.starts_with(&format!("{k}/")));
+        check_clean(ub, &op.to_string()).map_err(ctx)?;
+    }
+    Ok(ran)
+}
+
+/// The subvolumes the kernel lists in the mount `dir`, which must be
+/// `want` (`whose`, for the message).
+fn subvols_are(dir: &Path, want: &Subvols, whose: &str) -> Result<Subvols, String> {
+    let got = list_subvols(dir);
+    if got != *want {
+        return Err(format!("subvolumes {got:?}\n {whose}: {want:?}"));
+    }
+    Ok(got)
+}
+
+/// The kernel's view of the ubtrfs-made image, which must have the
+/// subvolumes the sequence made and snapshots equal to their sources.
+fn ubtrfs_view(ub: &Fixture, ran: &Ran) -> Result<View, String> {
+    let m = Mount::images(&ub.devices(), "", true);
+    let subvols = subvols_are(&m.dir, &ran.subvols, "the sequence's")?;
+    for (dest, exp) in &ran.expected_snap {
+        let got = subvol_manifest(&m.dir, dest.trim_start_matches('/'), &subvols);
+        compare_manifests(exp, &got, &Ignore::default())
+            .map_err(|e| format!("snapshot {dest} differs from its source: {e}"))?;
+    }
+    let mut view = View {
+        manifests: BTreeMap::new(),
+        du: BTreeMap::new(),
+        usage: usage(&m.dir),
+        subvols,
+    };
+    for p in std::iter::once(String::new()).chain(view.subvols.keys().cloned()) {
+        let man = subvol_manifest(&m.dir, &p, &view.subvols);
+        view.manifests.insert(p.clone(), man);
+        view.du.insert(p.clone(), du(&m.dir.join(&p)));
+    }
+    Ok(view)
+}
+
+/// The same sequence by the kernel on `kc`, which must end as ubtrfs'
+/// did: the same subvolumes, manifests (but directory times), `fi du`
+/// and data usage. Metadata usage that differs is noted.
+fn kernel_agrees(
+    kc: &Fixture,
+    opts: &str,
+    ops: &[Op],
+    ub: &View,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    {
+        // commit=1: the cleaner (woken after each commit) drops deleted
+        // subvolumes soon, so `subvolume sync` does not wait for long.
+        let kopts = if opts.is_empty() {
+            "commit=1".to_string()
+        } else {
+            format!("{opts},commit=1")
+        };
+        let m = Mount::images(&kc.devices(), &kopts, false);
+        for op in ops {
+            kernel_op(&m.dir, op)?;
+        }
+        let _ = btrfs(&["subvolume", "sync", &m.dir.display().to_string()]);
+        m.unmount();
+    }
+    let m = Mount::images(&kc.devices(), "", true);
+    let got = subvols_are(&m.dir, &ub.subvols, "ubtrfs'")?;
+    for p in std::iter::once(String::new()).chain(got.keys().cloned()) {
+        let km = subvol_manifest(&m.dir, &p, &got);
+        compare_manifests(
+            &without_dir_times(&km),
+            &without_dir_times(&ub.manifests[&p]),
+            &Ignore::default(),
+        )
+        .map_err(|e| format!("subvolume /{p}: kernel vs ubtrfs manifest: {e}"))?;
+        let kd = du(&m.dir.join(&p));
+        if kd != ub.du[&p] {
+            return Err(format!(
+                "fi du /{p} (total, exclusive, shared): kernel {kd:?}, ubtrfs {:?}",
+                ub.du[&p]
+            ));
+        }
+    }
+    let ku = usage(&m.dir);
+    for (kind, used) in &ku {
+        let u = ub.usage.get(kind).copied();
+        if u == Some(*used) {
+            continue;
+        }
+        if kind.starts_with("Data") && !kind.contains("Metadata") {
+            return Err(format!(
+                "used {kind}: kernel {used}, ubtrfs {u:?}\n kernel {ku:?}\n ubtrfs {:?}",
+                ub.usage
+            ));
+        }
+        notes.push(format!(
+            "{}: used {kind}: kernel {used}, ubtrfs {u:?} (not asserted)",
+            kc.name
+        ));
+    }
+    Ok(())
+}
+
+/// The kernel writes to the ubtrfs-made image: a file in a writable
+/// subvolume the sequence made (or the top), and a regular file deleted
+/// in the source of a snapshot (or at the top).
+fn kernel_writes(ub: &Fixture, opts: &str, ran: &Ran, view: &View) -> Result<(), String> {
+    let m = Mount::images(&ub.devices(), opts, false);
+    let target = ran
+        .made
+        .iter()
+        .find(|p| !view.subvols[p.trim_start_matches('/')])
+        .map_or("/", |s| s.as_str());
+    let dst = m
+        .dir
+        .join(target.trim_start_matches('/'))
+        .join("kernel-wrote");
+    std::fs::write(&dst, vec![0x5au8; 300_000])
+        .map_err(|e| format!("write {}: {e}", dst.display()))?;
+    let src = ran
+        .ops
+        .iter()
+        .filter_map(|o| match o {
+            Op::Snapshot { src, .. } => Some(src.trim_start_matches('/').to_string()),
+            _ => None,
+        })
+        .find(|s| s.is_empty() || view.subvols.get(s) == Some(&false))
+        .unwrap_or_default();
+    let man = manifest_of(&m.dir.join(&src));
+    // Not in a subvolume nested below the source.
+    let nested_in = |p: &str| {
+        view.subvols.keys().any(|n| {
+            let n = if src.is_empty() {
+                format!("/{n}/")
+            } else {
+                match n.strip_prefix(&format!("{src}/")) {
+                    Some(r) => format!("/{r}/"),
+                    None => return false,
+                }
+            };
+            p.starts_with(&n)
+        })
+    };
+    let victim = records(&man)
+        .into_iter()
+        .find(|(p, v)| v["type"] == "file" && !nested_in(p));
+    if let Some((p, _)) = victim {
+        let f = m.dir.join(&src).join(p.trim_start_matches('/'));
+        std::fs::remove_file(&f).map_err(|e| format!("rm {}: {e}", f.display()))?;
+    }
+    m.unmount();
+    Ok(())
+}
+
 /// One fixture's run; Err describes the first failure.
 fn run_fixture(fx: &Fixture, seed: u64, nops: usize, work: &Path) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();
     let ub = fx.copy_to(&work.join("ubtrfs"));
     let kc = fx.copy_to(&work.join("kernel"));
     let opts = fx.meta["mount"].as_str().unwrap_or("").to_string();
-
-    let mut subvols = {
-        let m = Mount::images(&ub.devices(), "", true);
-        list_subvols(&m.dir)
-    };
-    let initial = subvols.clone();
-    let mut rng = Rng::for_name(seed, &fx.name);
-    let mut ops = Vec::new();
-    let mut made: Vec<String> = Vec::new();
-    // dest -> the source's manifest when the snapshot was taken.
-    let mut expected_snap: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for i in 0..nops {
-        let before = subvols.clone();
-        let op = pick_op(&mut rng, &mut subvols, &made, i);
-        ops.push(op.clone());
-        let ctx = |e: String| {
-            format!(
-                "fixture {} seed {seed:#x} op {i} ({op}); ops so far: [{}]\n{e}",
-                fx.name,
-                ops.iter()
-                    .map(|o| o.to_string())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            )
-        };
-        if let Op::Snapshot { src, dest, .. } = &op {
-            let m = Mount::images(&ub.devices(), "", true);
-            expected_snap.insert(
-                dest.clone(),
-                subvol_manifest(&m.dir, src.trim_start_matches('/'), &before),
-            );
-        }
-        ubtrfs_op(&ub, &op).map_err(ctx)?;
-        match &op {
-            Op::Snapshot { dest, .. } | Op::Create { path: dest } => made.push(dest.clone()),
-            Op::Delete { path } => {
-                made.retain(|m| m != path);
-                expected_snap.remove(path);
-            }
-        }
-        // A snapshot that got a subvolume added or removed below it no
-        // longer matches its source as it was.
-        let touched = match &op {
-            Op::Snapshot { dest, .. } | Op::Create { path: dest } => dest.clone(),
-            Op::Delete { path } => path.clone(),
-        };
-        expected_snap.retain(|k, _| !touched.starts_with(&format!("{k}/")));
-        check_clean(&ub, &op.to_string()).map_err(ctx)?;
-    }
-    let ops_text = ops
-        .iter()
-        .map(|o| o.to_string())
-        .collect::<Vec<_>>()
-        .join("; ");
+    let ran = run_ops(fx, &ub, seed, nops)?;
+    let ops_text = ran.ops_text();
     let ctx = |e: String| format!("fixture {} seed {seed:#x} ops [{ops_text}]\n{e}", fx.name);
-
-    // The kernel's view of the ubtrfs-made image.
-    let (ub_subvols, ub_manifests, ub_du, ub_usage) = {
-        let m = Mount::images(&ub.devices(), "", true);
-        let got = list_subvols(&m.dir);
-        if got != subvols {
-            return Err(ctx(format!(
-                "subvolumes: expected {subvols:?}\n got {got:?}"
-            )));
-        }
-        for (dest, exp) in &expected_snap {
-            let got = subvol_manifest(&m.dir, dest.trim_start_matches('/'), &subvols);
-            compare_manifests(exp, &got, &Ignore::default())
-                .map_err(|e| ctx(format!("snapshot {dest} differs from its source: {e}")))?;
-        }
-        let mut mans = BTreeMap::new();
-        let mut dus = BTreeMap::new();
-        for p in std::iter::once(String::new()).chain(got.keys().cloned()) {
-            mans.insert(p.clone(), subvol_manifest(&m.dir, &p, &got));
-            dus.insert(p.clone(), du(&m.dir.join(&p)));
-        }
-        (got, mans, dus, usage(&m.dir))
-    };
+    let view = ubtrfs_view(&ub, &ran).map_err(ctx)?;
     // RAID5/6 fixtures: every device can still be lost after our
     // changes. Their metadata is RAID1/RAID1C3, so this checks our tree
     // blocks' copies and that we left the kernel's parity rows alone; our
@@ -382,122 +533,18 @@ fn run_fixture(fx: &Fixture, seed: u64, nops: usize, work: &Path) -> Result<Vec<
         .any(|k| ["raid5", "raid6"].contains(&fx.profile(k).as_str()));
     if raid56 {
         degraded_mounts(&ub.devices(), false, |dir| {
-            for p in std::iter::once(String::new()).chain(ub_subvols.keys().cloned()) {
-                let got = subvol_manifest(dir, &p, &ub_subvols);
-                compare_manifests(&ub_manifests[&p], &got, &Ignore::default())
+            for p in std::iter::once(String::new()).chain(view.subvols.keys().cloned()) {
+                let got = subvol_manifest(dir, &p, &view.subvols);
+                compare_manifests(&view.manifests[&p], &got, &Ignore::default())
                     .map_err(|e| format!("subvolume /{p}: {e}"))?;
             }
             Ok(())
         })
         .map_err(ctx)?;
     }
-
-    // The same sequence by the kernel.
-    {
-        // commit=1: the cleaner (woken after each commit) drops deleted
-        // subvolumes soon, so `subvolume sync` does not wait for long.
-        let kopts = if opts.is_empty() {
-            "commit=1".to_string()
-        } else {
-            format!("{opts},commit=1")
-        };
-        let m = Mount::images(&kc.devices(), &kopts, false);
-        for op in &ops {
-            kernel_op(&m.dir, op).map_err(ctx)?;
-        }
-        let _ = btrfs(&["subvolume", "sync", &m.dir.display().to_string()]);
-        m.unmount();
-    }
-    {
-        let m = Mount::images(&kc.devices(), "", true);
-        let got = list_subvols(&m.dir);
-        if got != ub_subvols {
-            return Err(ctx(format!(
-                "kernel's subvolumes {got:?}\n ubtrfs' {ub_subvols:?}"
-            )));
-        }
-        for p in std::iter::once(String::new()).chain(got.keys().cloned()) {
-            let km = subvol_manifest(&m.dir, &p, &got);
-            compare_manifests(
-                &without_dir_times(&km),
-                &without_dir_times(&ub_manifests[&p]),
-                &Ignore::default(),
-            )
-            .map_err(|e| ctx(format!("subvolume /{p}: kernel vs ubtrfs manifest: {e}")))?;
-            let kd = du(&m.dir.join(&p));
-            if kd != ub_du[&p] {
-                return Err(ctx(format!(
-                    "fi du /{p} (total, exclusive, shared): kernel {kd:?}, ubtrfs {:?}",
-                    ub_du[&p]
-                )));
-            }
-        }
-        let ku = usage(&m.dir);
-        for (kind, used) in &ku {
-            let u = ub_usage.get(kind).copied();
-            if kind.starts_with("Data") && !kind.contains("Metadata") {
-                if u != Some(*used) {
-                    return Err(ctx(format!(
-                        "used {kind}: kernel {used}, ubtrfs {u:?}\n kernel {ku:?}\n ubtrfs {ub_usage:?}"
-                    )));
-                }
-            } else if u != Some(*used) {
-                notes.push(format!(
-                    "{}: used {kind}: kernel {used}, ubtrfs {u:?} (not asserted)",
-                    fx.name
-                ));
-            }
-        }
-    }
-
-    // The kernel writes to the ubtrfs-made image.
-    {
-        let m = Mount::images(&ub.devices(), &opts, false);
-        let rw_made: Vec<&String> = made
-            .iter()
-            .filter(|p| !ub_subvols[p.trim_start_matches('/')])
-            .collect();
-        let target = rw_made.first().map(|s| s.as_str()).unwrap_or("/");
-        let dst = m
-            .dir
-            .join(target.trim_start_matches('/'))
-            .join("kernel-wrote");
-        std::fs::write(&dst, vec![0x5au8; 300_000])
-            .map_err(|e| ctx(format!("write {}: {e}", dst.display())))?;
-        // Delete a regular file in the source of a snapshot (or anywhere rw).
-        let srcs: Vec<String> = ops
-            .iter()
-            .filter_map(|o| match o {
-                Op::Snapshot { src, .. } => Some(src.trim_start_matches('/').to_string()),
-                _ => None,
-            })
-            .filter(|s| s.is_empty() || ub_subvols.get(s) == Some(&false))
-            .collect();
-        let src = srcs.first().cloned().unwrap_or_default();
-        let man = manifest_of(&m.dir.join(&src));
-        let nested = &ub_subvols;
-        let victim = records(&man).into_iter().find(|(p, v)| {
-            v["type"] == "file"
-                && !nested.keys().any(|n| {
-                    let n = if src.is_empty() {
-                        format!("/{n}/")
-                    } else {
-                        match n.strip_prefix(&format!("{src}/")) {
-                            Some(r) => format!("/{r}/"),
-                            None => return false,
-                        }
-                    };
-                    p.starts_with(&n)
-                })
-        });
-        if let Some((p, _)) = victim {
-            let f = m.dir.join(&src).join(p.trim_start_matches('/'));
-            std::fs::remove_file(&f).map_err(|e| ctx(format!("rm {}: {e}", f.display())))?;
-        }
-        m.unmount();
-    }
+    kernel_agrees(&kc, &opts, &ran.ops, &view, &mut notes).map_err(ctx)?;
+    kernel_writes(&ub, &opts, &ran, &view).map_err(ctx)?;
     check_clean(&ub, "the kernel wrote to the ubtrfs-made image").map_err(ctx)?;
-    let _ = initial;
     notes.push(format!("{}: ok, seed {seed:#x}, ops [{ops_text}]", fx.name));
     Ok(notes)
 }

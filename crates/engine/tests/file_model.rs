@@ -15,7 +15,7 @@ use ubtrfs_engine::io::dev::MemDev;
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::Timespec;
+use ubtrfs_format::items::{InodeItem, Timespec};
 
 const SS: u64 = 4096;
 const FILES: usize = 3;
@@ -23,165 +23,231 @@ const FILES: usize = 3;
 mod memcheck;
 use memcheck::{offset, pattern, write_len, Rng};
 
+const TREE: u64 = FS_TREE_OBJECTID;
+const TIME: Timespec = Timespec { sec: 1, nsec: 0 };
+
+/// A seed's in-memory image, its files, and each file's model.
+struct Files {
+    t: Trans,
+    dev: Arc<MemDev>,
+    inos: Vec<u64>,
+    model: Vec<Vec<u8>>,
+}
+
+/// `data` written at `off` into a model file.
+fn put(m: &mut Vec<u8>, off: u64, data: &[u8]) {
+    let end = off as usize + data.len();
+    if m.len() < end {
+        m.resize(end, 0);
+    }
+    m[off as usize..end].copy_from_slice(data);
+}
+
+impl Files {
+    /// [`FILES`] empty files in the top directory of a fresh image.
+    fn new(seed: u64, no_holes: bool) -> Result<Files, String> {
+        let dev = Arc::new(MemDev::new(160 << 20));
+        let opts = MkfsOptions {
+            nodesize: [4096, 16384][seed as usize % 2],
+            fsid: Some([0x24; 16]),
+            no_holes,
+            ..Default::default()
+        };
+        let mut t: Trans =
+            make(vec![("mem".into(), dev.clone())], &opts).map_err(|e| e.to_string())?;
+        let mut inos = Vec::new();
+        for i in 0..FILES {
+            let ino = 257 + i as u64;
+            let name = format!("f{i}");
+            t.create_inode(TREE, 256, name.as_bytes(), ino, 0o100644, 0, (0, 0), TIME)
+                .map_err(|e| e.to_string())?;
+            inos.push(ino);
+        }
+        Ok(Files {
+            t,
+            dev,
+            inos,
+            model: vec![Vec::new(); FILES],
+        })
+    }
+
+    /// One seeded change of file `f` made in the model and on the image:
+    /// what it was, and the inode it left (to be stored). None when the
+    /// draw makes no change (a clone with nothing to clone).
+    fn change(
+        &mut self,
+        rng: &mut Rng,
+        f: usize,
+        op: u64,
+        policy: DataPolicy,
+    ) -> Option<(String, ubtrfs_engine::Result<InodeItem>)> {
+        let ino = self.inos[f];
+        let size = self.model[f].len() as u64;
+        let done = match op {
+            0..=4 => {
+                let off = offset(rng, size);
+                let len = write_len(rng, 3000, 300_000);
+                let data = pattern(rng, len, false);
+                put(&mut self.model[f], off, &data);
+                let what = format!("write f{f} at {off} len {len} {policy:?}");
+                (what, self.t.file(TREE, ino).write_file(off, &data, policy))
+            }
+            5 | 6 => {
+                let n = offset(rng, size);
+                self.model[f].resize(n as usize, 0);
+                let what = format!("truncate f{f} to {n}");
+                (what, self.t.file(TREE, ino).truncate_file(n, policy))
+            }
+            7 => {
+                let off = offset(rng, size);
+                let len = 1 + rng.below(size.max(SS));
+                let m = &mut self.model[f];
+                let end = (off + len).min(m.len() as u64);
+                if off < end {
+                    m[off as usize..end as usize].fill(0);
+                }
+                let what = format!("punch f{f} at {off} len {len}");
+                (what, self.t.file(TREE, ino).punch_hole(off, len, policy))
+            }
+            8 => {
+                let off = offset(rng, size);
+                let len = 1 + rng.below(6 * SS);
+                let keep = rng.below(2) == 0;
+                if !keep && self.model[f].len() < (off + len) as usize {
+                    self.model[f].resize((off + len) as usize, 0);
+                }
+                let what = format!("prealloc f{f} at {off} len {len} keep {keep}");
+                (
+                    what,
+                    self.t.file(TREE, ino).prealloc(off, len, keep, policy),
+                )
+            }
+            _ => return self.clone_into(rng, f, policy),
+        };
+        Some(done)
+    }
+
+    /// A clone of a seeded range of a file into `f`, where the kernel
+    /// allows one: aligned, not overlapping itself, ending at EOF if not
+    /// whole sectors.
+    fn clone_into(
+        &mut self,
+        rng: &mut Rng,
+        f: usize,
+        policy: DataPolicy,
+    ) -> Option<(String, ubtrfs_engine::Result<InodeItem>)> {
+        let size = self.model[f].len() as u64;
+        let g = rng.below(FILES as u64) as usize;
+        let gsize = self.model[g].len() as u64;
+        if gsize == 0 {
+            return None;
+        }
+        let src_off = rng.below(gsize) / SS * SS;
+        let to_end = rng.below(2) == 0;
+        let len = if to_end {
+            gsize - src_off
+        } else {
+            ((1 + rng.below(8)) * SS).min((gsize - src_off) / SS * SS)
+        };
+        let dst_off = rng.below(size + 2 * SS) / SS * SS;
+        if len == 0
+            || (g == f
+                && src_off < dst_off + len.next_multiple_of(SS)
+                && dst_off < src_off + len.next_multiple_of(SS))
+            || (len % SS != 0 && dst_off + len < size)
+        {
+            return None;
+        }
+        let piece = self.model[g][src_off as usize..(src_off + len) as usize].to_vec();
+        put(&mut self.model[f], dst_off, &piece);
+        let what = format!("clone f{g} {src_off}+{len} to f{f} at {dst_off}");
+        let (src, dst) = (self.inos[g], self.inos[f]);
+        let res = self
+            .t
+            .clone_range(TREE, src, src_off, len, TREE, dst, dst_off, policy);
+        Some((what, res))
+    }
+
+    /// Every file reads as its model; Err says where the first one
+    /// differs.
+    fn reads_match(&mut self) -> Result<(), String> {
+        for (i, &n) in self.inos.iter().enumerate() {
+            let ii = self.t.inode(TREE, n).map_err(|e| e.to_string())?.unwrap();
+            let got = self
+                .t
+                .read_file(TREE, n, 0, ii.size)
+                .map_err(|e| format!("read f{i}: {e}"))?;
+            let model = &self.model[i];
+            if ii.size != model.len() as u64 || got != *model {
+                let at = got.iter().zip(model).position(|(a, b)| a != b);
+                return Err(format!(
+                    "f{i} size {} (model {}), first difference at {at:?}",
+                    ii.size,
+                    model.len(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
     let mut rng = Rng::new(seed);
-    let dev = Arc::new(MemDev::new(160 << 20));
-    let opts = MkfsOptions {
-        nodesize: [4096, 16384][seed as usize % 2],
-        fsid: Some([0x24; 16]),
-        no_holes,
-        ..Default::default()
-    };
-    let mut t: Trans = make(vec![("mem".into(), dev.clone())], &opts).map_err(|e| e.to_string())?;
-    let tree = FS_TREE_OBJECTID;
-    let time = Timespec { sec: 1, nsec: 0 };
-    let mut inos = Vec::new();
-    for i in 0..FILES {
-        let ino = 257 + i as u64;
-        t.create_inode(
-            tree,
-            256,
-            format!("f{i}").as_bytes(),
-            ino,
-            0o100644,
-            0,
-            (0, 0),
-            time,
-        )
-        .map_err(|e| e.to_string())?;
-        inos.push(ino);
-    }
-    let mut model: Vec<Vec<u8>> = vec![Vec::new(); FILES];
+    let mut files = Files::new(seed, no_holes)?;
     let steps = 30 + rng.below(40) as usize;
     let mut log = Vec::new();
     // btrfs check after the first commit and at the end.
     let mut checked_mid = false;
     for step in 0..steps {
         let f = rng.below(FILES as u64) as usize;
-        let ino = inos[f];
         let policy = DataPolicy {
             csum: true,
             compress: (rng.below(4) == 0).then_some((COMPRESS_ZSTD, 1)),
             // Every piece tried, whatever the kernel's heuristic says.
             force: true,
         };
-        let size = model[f].len() as u64;
         let op = rng.below(12);
-        let what;
-        let inode = match op {
-            0..=4 => {
-                let off = offset(&mut rng, size);
-                let len = write_len(&mut rng, 3000, 300_000);
-                let data = pattern(&mut rng, len, false);
-                what = format!("write f{f} at {off} len {len} {policy:?}");
-                let m = &mut model[f];
-                if m.len() < off as usize + len {
-                    m.resize(off as usize + len, 0);
-                }
-                m[off as usize..off as usize + len].copy_from_slice(&data);
-                t.file(tree, ino).write_file(off, &data, policy)
+        if op == 11 {
+            log.push("commit".to_string());
+            files
+                .t
+                .commit()
+                .map_err(|e| format!("step {step} commit: {e}"))?;
+            if check && !checked_mid {
+                let after = format!("seed {seed} step {step}\n{}", log.join("\n"));
+                memcheck::btrfs_check(&files.dev, "file_model")
+                    .map_err(|e| format!("{e}\nafter {after}"))?;
+                checked_mid = true;
             }
-            5 | 6 => {
-                let n = offset(&mut rng, size);
-                what = format!("truncate f{f} to {n}");
-                model[f].resize(n as usize, 0);
-                t.file(tree, ino).truncate_file(n, policy)
-            }
-            7 => {
-                let off = offset(&mut rng, size);
-                let len = 1 + rng.below(size.max(SS));
-                what = format!("punch f{f} at {off} len {len}");
-                let m = &mut model[f];
-                let end = (off + len).min(m.len() as u64);
-                if off < end {
-                    m[off as usize..end as usize].fill(0);
-                }
-                t.file(tree, ino).punch_hole(off, len, policy)
-            }
-            8 => {
-                let off = offset(&mut rng, size);
-                let len = 1 + rng.below(6 * SS);
-                let keep = rng.below(2) == 0;
-                what = format!("prealloc f{f} at {off} len {len} keep {keep}");
-                if !keep && model[f].len() < (off + len) as usize {
-                    model[f].resize((off + len) as usize, 0);
-                }
-                t.file(tree, ino).prealloc(off, len, keep, policy)
-            }
-            9 | 10 => {
-                let g = rng.below(FILES as u64) as usize;
-                let gsize = model[g].len() as u64;
-                if gsize == 0 {
-                    continue;
-                }
-                let src_off = rng.below(gsize) / SS * SS;
-                let to_end = rng.below(2) == 0;
-                let len = if to_end {
-                    gsize - src_off
-                } else {
-                    ((1 + rng.below(8)) * SS).min((gsize - src_off) / SS * SS)
-                };
-                let dst_off = rng.below(size + 2 * SS) / SS * SS;
-                if len == 0
-                    || (g == f
-                        && src_off < dst_off + len.next_multiple_of(SS)
-                        && dst_off < src_off + len.next_multiple_of(SS))
-                    || (len % SS != 0 && dst_off + len < size)
-                {
-                    continue;
-                }
-                what = format!("clone f{g} {src_off}+{len} to f{f} at {dst_off}");
-                let piece = model[g][src_off as usize..(src_off + len) as usize].to_vec();
-                let m = &mut model[f];
-                if m.len() < (dst_off + len) as usize {
-                    m.resize((dst_off + len) as usize, 0);
-                }
-                m[dst_off as usize..(dst_off + len) as usize].copy_from_slice(&piece);
-                t.clone_range(tree, inos[g], src_off, len, tree, ino, dst_off, policy)
-            }
-            _ => {
-                what = "commit".to_string();
-                log.push(what.clone());
-                t.commit().map_err(|e| format!("step {step} commit: {e}"))?;
-                if check && !checked_mid {
-                    let after = format!("seed {seed} step {step}\n{}", log.join("\n"));
-                    memcheck::btrfs_check(&dev, "file_model")
-                        .map_err(|e| format!("{e}\nafter {after}"))?;
-                    checked_mid = true;
-                }
-                continue;
-            }
+            continue;
+        }
+        let Some((what, inode)) = files.change(&mut rng, f, op, policy) else {
+            continue;
         };
         log.push(what.clone());
         let inode = inode.map_err(|e| format!("seed {seed} step {step} {what}: {e}"))?;
-        t.put_inode(tree, ino, &inode).map_err(|e| e.to_string())?;
-        // Every file reads as its model.
-        for (i, &n) in inos.iter().enumerate() {
-            let ii = t.inode(tree, n).map_err(|e| e.to_string())?.unwrap();
-            let got = t
-                .read_file(tree, n, 0, ii.size)
-                .map_err(|e| format!("seed {seed} step {step} read f{i}: {e}"))?;
-            if ii.size != model[i].len() as u64 || got != model[i] {
-                let at = got.iter().zip(&model[i]).position(|(a, b)| a != b);
-                return Err(format!(
-                    "seed {seed} step {step} after {what}: f{i} size {} (model {}), first difference at {at:?}\n{}",
-                    ii.size,
-                    model[i].len(),
-                    log.join("\n")
-                ));
-            }
-        }
+        files
+            .t
+            .put_inode(TREE, files.inos[f], &inode)
+            .map_err(|e| e.to_string())?;
+        files.reads_match().map_err(|e| {
+            format!(
+                "seed {seed} step {step} after {what}: {e}\n{}",
+                log.join("\n")
+            )
+        })?;
     }
     // Unlink one file, keep a hard link of another.
-    t.link(tree, inos[1], 256, b"f1-link", time)
+    let (t, inos) = (&mut files.t, &files.inos);
+    t.link(TREE, inos[1], 256, b"f1-link", TIME)
         .map_err(|e| e.to_string())?;
-    t.unlink(tree, 256, b"f0", time)
+    t.unlink(TREE, 256, b"f0", TIME)
         .map_err(|e| e.to_string())?;
-    t.unlink(tree, 256, b"f1", time)
+    t.unlink(TREE, 256, b"f1", TIME)
         .map_err(|e| e.to_string())?;
     t.commit().map_err(|e| e.to_string())?;
     if check {
-        memcheck::btrfs_check(&dev, "file_model")
+        memcheck::btrfs_check(&files.dev, "file_model")
             .map_err(|e| format!("{e}\nafter seed {seed} end\n{}", log.join("\n")))?;
     }
     Ok(steps)

@@ -83,7 +83,7 @@ impl RwInner {
 }
 
 /// Test hook `UBTRFS_TEST_READ_DELAY=OFFSET:MS`: a READ whose range holds
-/// byte OFFSET is answered MS milliseconds late (tests/tests/rw_mount.rs
+/// byte OFFSET is answered MS milliseconds late (tests/tests/rw_mount/io.rs
 /// (k) holds a page locked in the kernel with it). None for every other
 /// READ, and always without the variable.
 fn test_read_delay(offset: u64, size: u32) -> Option<u64> {
