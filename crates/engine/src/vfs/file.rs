@@ -512,9 +512,7 @@ impl RwFs {
         if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 || !keep {
             inode.mtime = t;
         }
-        inode.ctime = t;
-        inode.sequence += 1;
-        self.t.put_inode(tree, ino, &inode)?;
+        self.t.put_changed(tree, ino, &mut inode, Some(t))?;
         self.bump(id);
         Ok(())
     }
@@ -697,9 +695,8 @@ impl RwFs {
             })?;
             let t = now();
             inode.mtime = t;
-            inode.ctime = t;
-            inode.sequence += 1;
-            self.t.put_inode(dst.subvol, dst.ino, &inode)?;
+            self.t
+                .put_changed(dst.subvol, dst.ino, &mut inode, Some(t))?;
             self.bump(dst);
             return Ok(clone_len);
         }
