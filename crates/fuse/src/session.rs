@@ -335,7 +335,12 @@ fn serve_rw(
             .name("ubtrfs-commit".into())
             .spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(200));
+                    // Woken early when the mount ends (`ubtrfs umount`
+                    // waits for this process to exit).
+                    std::thread::park_timeout(Duration::from_millis(200));
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
                     // Asked first without waiting for direct writes to
                     // drain: most checks find nothing due.
                     if !rw.lock_shared().commit_due() {
@@ -396,6 +401,7 @@ fn serve_rw(
     logging::info(&pushes.summary());
     logging::info(&rw.stats.summary());
     stop.store(true, Ordering::Relaxed);
+    committer.thread().unpark();
     let _ = committer.join();
     // The kernel may end the session without DESTROY (a lazy unmount, a
     // dead connection): commit here too (a second commit of nothing
