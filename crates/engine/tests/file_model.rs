@@ -21,7 +21,10 @@ const SS: u64 = 4096;
 const FILES: usize = 3;
 
 mod memcheck;
-use memcheck::{offset, pattern, write_len, Rng};
+use memcheck::{model_fallocate, model_write, offset, pattern, write_len, Rng};
+
+/// fallocate(2)'s PUNCH_HOLE | KEEP_SIZE, as the model sees a punch.
+const FALLOC_PUNCH_KEEP: i32 = 3;
 
 const TREE: u64 = FS_TREE_OBJECTID;
 const TIME: Timespec = Timespec { sec: 1, nsec: 0 };
@@ -32,15 +35,6 @@ struct Files {
     dev: Arc<MemDev>,
     inos: Vec<u64>,
     model: Vec<Vec<u8>>,
-}
-
-/// `data` written at `off` into a model file.
-fn put(m: &mut Vec<u8>, off: u64, data: &[u8]) {
-    let end = off as usize + data.len();
-    if m.len() < end {
-        m.resize(end, 0);
-    }
-    m[off as usize..end].copy_from_slice(data);
 }
 
 impl Files {
@@ -88,7 +82,7 @@ impl Files {
                 let off = offset(rng, size);
                 let len = write_len(rng, 3000, 300_000);
                 let data = pattern(rng, len, false);
-                put(&mut self.model[f], off, &data);
+                model_write(&mut self.model[f], off, &data);
                 let what = format!("write f{f} at {off} len {len} {policy:?}");
                 (what, self.t.file(TREE, ino).write_file(off, &data, policy))
             }
@@ -101,11 +95,7 @@ impl Files {
             7 => {
                 let off = offset(rng, size);
                 let len = 1 + rng.below(size.max(SS));
-                let m = &mut self.model[f];
-                let end = (off + len).min(m.len() as u64);
-                if off < end {
-                    m[off as usize..end as usize].fill(0);
-                }
+                model_fallocate(&mut self.model[f], off, len, FALLOC_PUNCH_KEEP);
                 let what = format!("punch f{f} at {off} len {len}");
                 (what, self.t.file(TREE, ino).punch_hole(off, len, policy))
             }
@@ -113,9 +103,7 @@ impl Files {
                 let off = offset(rng, size);
                 let len = 1 + rng.below(6 * SS);
                 let keep = rng.below(2) == 0;
-                if !keep && self.model[f].len() < (off + len) as usize {
-                    self.model[f].resize((off + len) as usize, 0);
-                }
+                model_fallocate(&mut self.model[f], off, len, i32::from(keep));
                 let what = format!("prealloc f{f} at {off} len {len} keep {keep}");
                 (
                     what,
@@ -159,7 +147,7 @@ impl Files {
             return None;
         }
         let piece = self.model[g][src_off as usize..(src_off + len) as usize].to_vec();
-        put(&mut self.model[f], dst_off, &piece);
+        model_write(&mut self.model[f], dst_off, &piece);
         let what = format!("clone f{g} {src_off}+{len} to f{f} at {dst_off}");
         let (src, dst) = (self.inos[g], self.inos[f]);
         let res = self

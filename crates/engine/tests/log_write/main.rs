@@ -28,7 +28,7 @@
 mod memcheck;
 mod workload;
 
-use memcheck::{seeded_mkfs, Rng, TOP};
+use memcheck::{model_fallocate, model_write, seeded_mkfs, Rng, TOP};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use ubtrfs_engine::fs::{Filesystem, InodeId};

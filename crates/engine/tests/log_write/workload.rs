@@ -57,15 +57,6 @@ pub(super) fn note(f: &File) -> (String, (Vec<u8>, Xattrs)) {
     (f.path.clone(), (f.data.clone(), f.xattrs.clone()))
 }
 
-/// `d` written at `at` into a model file's content.
-pub(super) fn put(data: &mut Vec<u8>, at: u64, d: &[u8]) {
-    let end = at as usize + d.len();
-    if data.len() < end {
-        data.resize(end, 0);
-    }
-    data[at as usize..end].copy_from_slice(d);
-}
-
 /// Runs `steps` seeded operations, noting each in `w.log` and every
 /// durable state in `w.states` with the number of device events
 /// recorded when the call that made it returned.
@@ -194,7 +185,7 @@ impl World {
         let what = format!("write {} at {off} len {len}", f.path);
         fs.write(f.id, off, &d)
             .map_err(|e| format!("{what}: {e}"))?;
-        put(&mut f.data, off, &d);
+        model_write(&mut f.data, off, &d);
         Ok(what)
     }
 
@@ -221,16 +212,7 @@ impl World {
         let what = format!("fallocate {} at {off} len {len} mode {mode:#x}", f.path);
         fs.fallocate(f.id, off, len, mode)
             .map_err(|e| format!("{what}: {e}"))?;
-        let end = (off + len) as usize;
-        if mode & 1 == 0 && f.data.len() < end {
-            f.data.resize(end, 0);
-        }
-        if mode & 2 != 0 || mode == 0x10 {
-            let e = end.min(f.data.len());
-            if (off as usize) < e {
-                f.data[off as usize..e].fill(0);
-            }
-        }
+        model_fallocate(&mut f.data, off, len, mode);
         Ok(what)
     }
 
@@ -357,7 +339,7 @@ impl World {
         let d = fill(&mut self.rng, len);
         fs.write(self.files[k].id, at, &d)
             .map_err(|e| format!("{what}: write during the log sync: {e}"))?;
-        put(&mut self.files[k].data, at, &d);
+        model_write(&mut self.files[k].data, at, &d);
         let mut next = None;
         if self.rng.below(2) == 0 {
             fs.writeback(self.files[k].id)

@@ -131,6 +131,33 @@ pub fn offset(rng: &mut Rng, size: u64) -> u64 {
     }
 }
 
+/// A model file's bytes with `data` written at `off` (growing the file
+/// where it ends past it, the gap zeros).
+pub fn model_write(m: &mut Vec<u8>, off: u64, data: &[u8]) {
+    let end = off as usize + data.len();
+    if m.len() < end {
+        m.resize(end, 0);
+    }
+    m[off as usize..end].copy_from_slice(data);
+}
+
+/// A model file's bytes after fallocate(2) of `mode` over `len` bytes at
+/// `off`: grown to the range's end unless FALLOC_FL_KEEP_SIZE (1), the
+/// range read as zeros after FALLOC_FL_PUNCH_HOLE (2) or
+/// FALLOC_FL_ZERO_RANGE (0x10); preallocation changes no byte.
+pub fn model_fallocate(m: &mut Vec<u8>, off: u64, len: u64, mode: i32) {
+    let end = (off + len) as usize;
+    if mode & 1 == 0 && m.len() < end {
+        m.resize(end, 0);
+    }
+    if mode & 0x12 != 0 {
+        let e = end.min(m.len());
+        if (off as usize) < e {
+            m[off as usize..e].fill(0);
+        }
+    }
+}
+
 /// A read-write mount with compress=zstd over `t`, and the top directory
 /// of its default subvolume.
 pub fn zstd_mount(

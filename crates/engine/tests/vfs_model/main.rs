@@ -187,12 +187,7 @@ impl Run {
 
     /// The model's bytes of `id` with `data` written at `off`.
     fn model_write(&mut self, id: InodeId, off: u64, data: &[u8]) {
-        let d = self.m.data.get_mut(&id).unwrap();
-        let end = off as usize + data.len();
-        if d.len() < end {
-            d.resize(end, 0);
-        }
-        d[off as usize..end].copy_from_slice(data);
+        memcheck::model_write(self.m.data.get_mut(&id).unwrap(), off, data);
     }
 
     fn create(&mut self, di: usize, name: Vec<u8>) -> Op {
@@ -261,17 +256,7 @@ impl Run {
         self.fs
             .fallocate(id, off, len, mode)
             .map_err(|e| format!("{what}: {e}"))?;
-        let d = self.m.data.get_mut(&id).unwrap();
-        let end = (off + len) as usize;
-        if mode & 1 == 0 && d.len() < end {
-            d.resize(end, 0);
-        }
-        if mode & 0x12 != 0 {
-            let e = end.min(d.len());
-            if (off as usize) < e {
-                d[off as usize..e].fill(0);
-            }
-        }
+        memcheck::model_fallocate(self.m.data.get_mut(&id).unwrap(), off, len, mode);
         Ok(Step::new(what, vec![id]))
     }
 
