@@ -334,7 +334,7 @@ fn serve_rw(
         std::thread::Builder::new()
             .name("ubtrfs-commit".into())
             .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
+                loop {
                     // Woken early when the mount ends (`ubtrfs umount`
                     // waits for this process to exit).
                     std::thread::park_timeout(Duration::from_millis(200));
