@@ -1,8 +1,10 @@
-//! Attributes: lookup, getattr, access, statfs.
+//! Attributes as FUSE carries them ([`file_attr`]), and the read-only
+//! mount's access(2).
 
-use crate::proto::{AccessFlags, Errno, FileAttr, FileType, Generation, INodeNo};
-use crate::proto::{ReplyAttr, ReplyEmpty, ReplyEntry, ReplyStatfs, Request};
-use crate::reply::{OnInode, OpResult};
+use crate::proto::{AccessFlags, Errno, FileAttr, FileType, INodeNo};
+use crate::proto::{ReplyAttr, ReplyEmpty, Request};
+use crate::reads::Mount;
+use crate::reply::OnInode;
 use crate::Inner;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ubtrfs_engine::{InodeId, Stat};
@@ -52,53 +54,6 @@ pub(crate) fn file_attr(st: &Stat, node: u64, sectorsize: u32) -> FileAttr {
 }
 
 impl Inner {
-    pub(crate) fn attr(&self, st: &Stat, node: u64) -> FileAttr {
-        file_attr(st, node, self.fs.info.sectorsize)
-    }
-
-    /// Attributes with the inode's own number in st_ino (used by lookup,
-    /// where the node id is the same number).
-    pub(crate) fn stat_attr(&self, id: InodeId) -> OpResult<(Stat, FileAttr)> {
-        let st = self.fs.stat(id).on(id)?;
-        let attr = self.attr(&st, self.ino_of(id)?);
-        Ok((st, attr))
-    }
-
-    /// Attributes of the inode an entry names, with its node id in st_ino
-    /// (1 for the mount's root).
-    pub(crate) fn entry_attr(&self, id: InodeId) -> OpResult<(Stat, FileAttr)> {
-        let node = self.node_of(id)?;
-        let (st, mut attr) = self.stat_attr(id)?;
-        attr.ino = INodeNo(node);
-        Ok((st, attr))
-    }
-
-    pub(crate) fn lookup(&self, parent: INodeNo, name: &[u8], reply: ReplyEntry) {
-        let dir = self.inode(parent);
-        let res = (|| match self.fs.lookup(dir, name).on(dir)? {
-            Some(e) => self.entry_attr(e.target).map(Some),
-            None => Ok(None),
-        })();
-        self.answer("lookup", reply, res, |reply, found| match found {
-            Some((st, attr)) => reply.entry(&self.ttl, &attr, Generation(st.generation)),
-            None => {
-                // A negative entry the kernel keeps for the timeout.
-                let mut attr = self.attr(&empty_stat(), 0);
-                attr.ino = INodeNo(0);
-                reply.entry(&self.ttl, &attr, Generation(0));
-            }
-        });
-    }
-
-    pub(crate) fn getattr(&self, node: INodeNo, reply: ReplyAttr) {
-        let id = self.inode(node);
-        let res = self.stat_attr(id);
-        let reply = birth_of(reply, id);
-        self.answer("getattr", reply, res, |reply, (_, attr)| {
-            reply.attr(&self.ttl, &attr)
-        });
-    }
-
     pub(crate) fn access(
         &self,
         req: &Request,
@@ -118,14 +73,6 @@ impl Inner {
             Ok(())
         })();
         self.answer("access", reply, res, |reply, ()| reply.ok());
-    }
-
-    pub(crate) fn statfs(&self, reply: ReplyStatfs) {
-        let sb = &self.fs.info.sb;
-        let bs = self.fs.info.sectorsize as u64;
-        let blocks = sb.total_bytes / bs;
-        let free = sb.total_bytes.saturating_sub(sb.bytes_used) / bs;
-        reply.statfs(blocks, free, free, 0, 0, bs as u32, 255, bs as u32);
     }
 }
 
@@ -158,8 +105,4 @@ fn in_groups(pid: u32, gid: u32) -> bool {
             .find_map(|l| l.strip_prefix("Groups:"))
             .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
     })
-}
-
-fn empty_stat() -> Stat {
-    Stat::of_inode(InodeId { subvol: 0, ino: 0 }, &Default::default())
 }

@@ -1,17 +1,16 @@
-//! Directories: opendir and the listings. READDIR and READDIRPLUS are one
-//! walk ([`Inner::list`]); the PLUS reply also carries each entry's
-//! attributes.
+//! Directory listings as FUSE carries them: an [`Entry`], and the
+//! READDIR and READDIRPLUS replies behind one [`DirReply`] (the listing
+//! itself is [`crate::reads::Mount::list`]); and the read-only mount's
+//! opendir.
 
 use crate::file::is_write_open;
 use crate::proto::{Errno, FileAttr, FileType, FopenFlags, Generation, INodeNo};
 use crate::proto::{ReplyDirectory, ReplyDirectoryPlus, ReplyOpen};
-use crate::reply::{OnInode, OpResult, Reply};
+use crate::reads::Mount;
+use crate::reply::{OnInode, Reply};
 use crate::Inner;
 use std::ffi::OsStr;
-use std::ops::ControlFlow;
-use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
-use ubtrfs_engine::InodeId;
 use ubtrfs_format::consts::*;
 
 pub(crate) fn dirent_type(ft: u8) -> FileType {
@@ -110,78 +109,5 @@ impl Inner {
                 FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
             )
         });
-    }
-
-    /// The entries of directory `node` after cookie `offset`, as many as
-    /// fit. Cookies: 1 after ".", 2 after "..", index + 1 after an entry
-    /// (btrfs directory indexes start at 2).
-    pub(crate) fn list<R: DirReply>(&self, node: INodeNo, offset: u64, mut reply: R) {
-        let dir = self.inode(node);
-        let res = self.fill(dir, offset, &mut reply);
-        self.answer(R::OP, reply, res, |reply, ()| reply.ok());
-    }
-
-    fn fill<R: DirReply>(&self, dir: InodeId, offset: u64, reply: &mut R) -> OpResult<()> {
-        // "." and ".." are not looked up by the kernel; their attributes
-        // are only filler.
-        let (self_ino, dattr) = if R::PLUS {
-            let (st, attr) = self.stat_attr(dir)?;
-            (attr.ino, Some((attr, Generation(st.generation))))
-        } else {
-            (INodeNo(self.ino_of(dir)?), None)
-        };
-        for (cookie, name) in [(1, "."), (2, "..")] {
-            let e = Entry {
-                node: self_ino,
-                cookie,
-                name: OsStr::new(name),
-                kind: FileType::Directory,
-                attr: dattr,
-            };
-            if offset < cookie && reply.push(&e, &self.ttl) {
-                return Ok(());
-            }
-        }
-        let from = if offset < 3 { 0 } else { offset };
-        let mut failed = None;
-        let mut added = 0usize;
-        self.fs
-            .for_each_dir_entry(dir, from, |e| {
-                let entry = (|| {
-                    Ok::<_, crate::reply::Fail>(if R::PLUS {
-                        let (st, attr) = self.entry_attr(e.target)?;
-                        (attr.ino, Some((attr, Generation(st.generation))))
-                    } else {
-                        (INodeNo(self.ino_of(e.target)?), None)
-                    })
-                })();
-                let (node, attr) = match entry {
-                    Ok(x) => x,
-                    Err(f) => {
-                        failed = Some(f);
-                        return Ok(ControlFlow::Break(()));
-                    }
-                };
-                let entry = Entry {
-                    node,
-                    cookie: e.index + 1,
-                    name: OsStr::from_bytes(&e.name),
-                    kind: dirent_type(e.file_type),
-                    attr,
-                };
-                if reply.push(&entry, &self.ttl) {
-                    return Ok(ControlFlow::Break(()));
-                }
-                added += 1;
-                Ok(ControlFlow::Continue(()))
-            })
-            .on(dir)?;
-        match failed {
-            // Entries already added are answered; the failing one comes
-            // first in the next call and fails alone.
-            Some(_) if added > 0 => Ok(()),
-            Some(f) => Err(f),
-            None => Ok(()),
-        }
     }
 }

@@ -1,8 +1,9 @@
-//! Open files: open and release, READ (from the read-ahead window or on a
-//! worker), lseek with SEEK_DATA/SEEK_HOLE, readlink.
+//! Open files on the read-only mount: open and release, READ (from the
+//! read-ahead window or on a worker), lseek with SEEK_DATA/SEEK_HOLE.
 
 use crate::proto::{Errno, FopenFlags, INodeNo};
 use crate::proto::{ReplyData, ReplyEmpty, ReplyLseek, ReplyOpen};
+use crate::reads::Mount;
 use crate::reply::{OnInode, OpResult};
 use crate::{ino, BtrfsFuse, Inner};
 use std::sync::atomic::Ordering;
@@ -212,12 +213,6 @@ impl Inner {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&fh);
         self.answer("release", reply, Ok(()), |reply, ()| reply.ok());
-    }
-
-    pub(crate) fn readlink(&self, node: INodeNo, reply: ReplyData) {
-        let id = self.inode(node);
-        let res = ubtrfs_engine::fs::file::readlink(&self.fs, id).on(id);
-        self.answer("readlink", reply, res, |reply, t| reply.data(&t));
     }
 
     /// Pushes `data` (file bytes from `start`) into the kernel's page cache

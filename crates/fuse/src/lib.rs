@@ -7,11 +7,12 @@
 //!   different files do not wait on each other's disk reads.
 //! - Node ids are a pure function of (subvolume, inode) ([`ino`]), so no
 //!   lookup counts or inode tables are kept.
-//! - Requests are served by op group: [`attr`] (lookup, getattr, access,
-//!   statfs), [`dir`] (opendir, readdir and readdirplus as one walk),
-//!   [`file`] (open, read, lseek, readlink), [`xattr`]. Every answer goes
-//!   through [`reply`]: recovery reports logged, engine errors turned into
-//!   their errno and logged under the request's name.
+//! - Lookup, getattr, readlink, listings, xattrs and statfs are answered
+//!   as on the read-write mount ([`reads`], over the engine's `View`);
+//!   this mount adds [`attr`] (access), [`dir`] (opendir) and [`file`]
+//!   (open, read, lseek). Every answer logs the engine's recovery reports
+//!   first and turns engine errors into their errno ([`reply`]), logged
+//!   with the inode's path.
 //! - Each open file keeps an engine `FileHandle` for lseek alone, so a
 //!   walk with SEEK_DATA/SEEK_HOLE continues from the cached leaf
 //!   (amortized O(1) per call), and a small pool of handles for reads.
@@ -35,13 +36,13 @@ pub mod options;
 pub mod pidfile;
 mod pool;
 pub mod proto;
+mod reads;
 pub mod remount;
 mod reply;
 pub mod rw;
 pub mod rw_push;
 pub mod session;
 pub mod watchdog;
-mod xattr;
 
 use crate::file::OpenFile;
 use crate::proto::{args, AccessFlags, Errno, FileHandle, INodeNo, InitFlags, OpenFlags};
@@ -49,12 +50,14 @@ use crate::proto::{
     KernelConfig, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
     ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
+use reads::{Core, Mount};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
+use ubtrfs_engine::fs::view::View;
 use ubtrfs_engine::{Filesystem, InodeId};
 use ubtrfs_format::consts::FIRST_INODE;
 
@@ -76,8 +79,7 @@ impl std::ops::Deref for BtrfsFuse {
 /// What every request handler shares.
 pub struct Inner {
     fs: Arc<Filesystem>,
-    nodes: ino::Nodes,
-    ttl: Duration,
+    core: Core,
     files: RwLock<HashMap<u64, Arc<OpenFile>>>,
     next_fh: AtomicU64,
     /// Subvolume paths from the top level, for log lines.
@@ -97,9 +99,14 @@ impl BtrfsFuse {
     pub fn new(fs: Arc<Filesystem>, root: InodeId, ttl: Duration, io_threads: usize) -> BtrfsFuse {
         BtrfsFuse {
             inner: Arc::new(Inner {
+                core: Core {
+                    nodes: ino::Nodes { root },
+                    ttl,
+                    sectorsize: fs.info.sectorsize,
+                    // The image does not change under the mount.
+                    negative_entries: true,
+                },
                 fs,
-                nodes: ino::Nodes { root },
-                ttl,
                 files: RwLock::new(HashMap::new()),
                 next_fh: AtomicU64::new(1),
                 subvol_paths: OnceLock::new(),
@@ -125,20 +132,34 @@ impl BtrfsFuse {
 impl Inner {
     /// The inode behind a FUSE node id.
     fn inode(&self, node: INodeNo) -> InodeId {
-        self.nodes.inode(node.0)
+        self.core.inode(node)
+    }
+}
+
+impl Mount for Inner {
+    fn core(&self) -> &Core {
+        &self.core
     }
 
-    /// The node id of an inode (its stat number, or 1 for the root).
-    fn node_of(&self, id: InodeId) -> Result<u64, Errno> {
-        self.nodes.node_of(id)
+    /// The committed filesystem, which is `Sync`: no lock.
+    fn view<T>(&self, f: impl FnOnce(&dyn View) -> T) -> T {
+        f(&*self.fs)
     }
 
-    /// The st_ino of an inode on the mount.
-    fn ino_of(&self, id: InodeId) -> Result<u64, Errno> {
-        ino::Nodes::ino_of(id)
+    /// Every request reads the image, the ones outside [`Mount::reading`]
+    /// too (open, read, lseek): their recovery reports are logged first.
+    fn answer<R: reply::Reply, T>(
+        &self,
+        op: &str,
+        reply: R,
+        res: reply::OpResult<T>,
+        ok: impl FnOnce(R, T),
+    ) {
+        reads::log_reports(&self.fs.info);
+        reads::answer(self, op, reply, res, ok)
     }
 
-    /// Path of an inode from the top level, for log lines.
+    /// Path of an inode from the top level.
     fn describe(&self, id: InodeId) -> String {
         let subvols = self.subvol_paths.get_or_init(|| {
             self.fs
@@ -238,12 +259,14 @@ impl crate::proto::FuseFs for BtrfsFuse {
 
     fn readdir(&self, _: &Request, node: INodeNo, a: args::Readdir, reply: ReplyDirectory) {
         let inner = self.inner.clone();
-        self.pool.run(move || inner.list(node, a.offset, reply));
+        self.pool
+            .run(move || inner.list(node, a.fh.0, a.offset, reply));
     }
 
     fn readdirplus(&self, _: &Request, node: INodeNo, a: args::Readdir, reply: ReplyDirectoryPlus) {
         let inner = self.inner.clone();
-        self.pool.run(move || inner.list(node, a.offset, reply));
+        self.pool
+            .run(move || inner.list(node, a.fh.0, a.offset, reply));
     }
 
     fn fsyncdir(&self, _: &Request, _node: INodeNo, _a: args::Fsync, reply: ReplyEmpty) {

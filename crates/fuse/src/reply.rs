@@ -1,11 +1,11 @@
-//! The one way a request is answered: [`Inner::answer`] logs what the
-//! engine worked around (bad copies it read past), turns a failure into its
-//! errno (engine errors through [`ubtrfs_engine::Error::errno`], damage and
-//! I/O errors logged with the inode's path and the request's name), and
-//! replies.
+//! Failures and their errnos: a request's [`Fail`] (an errno decided
+//! here, or an engine error about an inode), and [`engine_errno`], which
+//! both mounts turn engine errors into errnos with (damage and I/O errors
+//! logged with the request's name). [`crate::reads::Mount::answer`]
+//! replies with them.
 
+use crate::logging;
 use crate::proto::Errno;
-use crate::{logging, Inner};
 use ubtrfs_engine::{Error, InodeId};
 
 /// Why a request failed.
@@ -68,52 +68,6 @@ replies!(
     ReplyOpen,
     ReplyXattr,
 );
-
-impl Inner {
-    /// Answers request `op` with `res`: `ok` replies with the value, a
-    /// failure becomes its errno. Recovery reports are logged first,
-    /// whatever the outcome.
-    pub(crate) fn answer<R: Reply, T>(
-        &self,
-        op: &str,
-        reply: R,
-        res: OpResult<T>,
-        ok: impl FnOnce(R, T),
-    ) {
-        self.flush_reports();
-        match res {
-            Ok(v) => ok(reply, v),
-            Err(f) => reply.error(self.errno(op, f)),
-        }
-    }
-
-    /// The errno of a failure of request `op`; damage, I/O errors and what
-    /// the engine does not support are logged with the inode's path.
-    pub(crate) fn errno(&self, op: &str, f: Fail) -> Errno {
-        match f {
-            Fail::Errno(e) => e,
-            Fail::Engine(e, id, what) => {
-                let op = if what.is_empty() {
-                    op.to_string()
-                } else {
-                    format!("{op} {what}")
-                };
-                engine_errno(&op, &e, || format!("{}: ", self.describe(id)))
-            }
-        }
-    }
-
-    /// Logs what the engine worked around (bad copies it read past).
-    pub(crate) fn flush_reports(&self) {
-        let (reports, dropped) = self.fs.info.take_reports();
-        for r in reports {
-            logging::warn(&r);
-        }
-        if dropped > 0 {
-            logging::warn(&format!("{dropped} more recovery reports not shown"));
-        }
-    }
-}
 
 /// The errno of engine error `e` of request `op` (both mounts): damage,
 /// I/O errors and what the engine does not support are logged, after

@@ -15,8 +15,6 @@
 //!   is dirty); fsync writes a log tree (or commits where a log cannot
 //!   say it; `UBTRFS_TRACE_FSYNC=1` logs which); unmount commits last.
 
-use crate::attr::file_attr;
-use crate::dir::{dirent_type, DirReply, Entry};
 use crate::fslock::{FsLock, FsRead, FsWrite};
 use crate::ino;
 use crate::logging;
@@ -27,6 +25,7 @@ use crate::proto::{
     Request,
 };
 use crate::proto::{OpenFlags, WriteFlags};
+use crate::reads::{Core, Mount};
 use crate::rw_push::{Pushes, ReadPattern};
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -35,6 +34,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+use ubtrfs_engine::fs::view::View;
 use ubtrfs_engine::vfs::attr::{SetAttr, SetTime};
 use ubtrfs_engine::vfs::seek::{SeekCache, Versions};
 use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwStats, SyncStep};
@@ -48,7 +48,6 @@ mod fsync;
 mod handles;
 mod ioctl;
 mod read;
-mod readdir;
 
 pub use access::Atime;
 use attr::{set_time, timespec};
@@ -70,9 +69,7 @@ pub struct RwInner {
     /// The engine's data change counters: an lseek whose file's cache is
     /// current answers without the filesystem's lock.
     versions: Arc<Versions>,
-    nodes: ino::Nodes,
-    ttl: Duration,
-    sectorsize: u32,
+    core: Core,
     handles: Mutex<HashMap<u64, Handle>>,
     /// Open directories: the cookie their listing stops at (set at offset
     /// 0, [`ubtrfs_engine::vfs::RwFs::readdir_end`]).
@@ -128,9 +125,12 @@ impl RwFuse {
         RwFuse(Arc::new(RwInner {
             fs,
             versions,
-            nodes: ino::Nodes { root },
-            ttl,
-            sectorsize,
+            core: Core {
+                nodes: ino::Nodes { root },
+                ttl,
+                sectorsize,
+                negative_entries: false,
+            },
             handles: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -186,7 +186,7 @@ impl RwInner {
     }
 
     fn inode(&self, node: INodeNo) -> InodeId {
-        self.nodes.inode(node.0)
+        self.core.inode(node)
     }
 
     /// A new inode `name` in `parent` (MKNOD, MKDIR, CREATE), owned by
@@ -292,36 +292,11 @@ impl crate::proto::FuseFs for RwFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let dir = self.inode(parent);
-        let fs = self.fs_read();
-        let res = match name.as_bytes() {
-            // A file handle's inode the kernel no longer caches
-            // (open_by_handle_at, NFS export): it asks for the node by its
-            // id, and for its parent (FUSE_EXPORT_SUPPORT). Node ids are
-            // a function of the inode, so handles outlive the mount.
-            b"." => fs.stat(dir).map(|_| Some(dir)),
-            b".." => fs.parent(dir).map(Some),
-            n => fs.lookup(dir, n),
-        };
-        drop(fs);
-        match res {
-            Ok(Some(id)) => self.reply_entry("lookup", reply, Ok(id)),
-            Ok(None) => reply.error(Errno::ENOENT),
-            Err(e) => reply.error(errno("lookup", e)),
-        }
+        self.0.lookup(parent, name.as_bytes(), reply);
     }
 
     fn getattr(&self, _: &Request, node: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let id = self.inode(node);
-        let res = self.fs_read().stat(id);
-        let reply = crate::attr::birth_of(reply, id);
-        match res
-            .map_err(|e| errno("getattr", e))
-            .and_then(|st| self.attr(&st))
-        {
-            Ok(a) => reply.attr(&self.ttl, &a),
-            Err(e) => reply.error(e),
-        }
+        self.0.getattr(node, reply);
     }
 
     fn setattr(&self, req: &Request, node: INodeNo, set: args::Setattr, reply: ReplyAttr) {
@@ -354,11 +329,7 @@ impl crate::proto::FuseFs for RwFuse {
     }
 
     fn readlink(&self, _req: &Request, node: INodeNo, reply: ReplyData) {
-        let res = self.fs_read().readlink(self.inode(node));
-        match res {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno("readlink", e)),
-        }
+        self.0.readlink(node, reply);
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, a: args::Mknod, reply: ReplyEntry) {
@@ -536,7 +507,7 @@ impl crate::proto::FuseFs for RwFuse {
     }
 
     fn readdir(&self, _: &Request, node: INodeNo, a: args::Readdir, reply: ReplyDirectory) {
-        self.list(node, a.fh, a.offset, reply);
+        self.0.list(node, a.fh.0, a.offset, reply);
     }
 
     /// READDIR with each entry's lookup answer: a walk that stats what it
@@ -545,7 +516,7 @@ impl crate::proto::FuseFs for RwFuse {
     /// while the entries it gave are being looked up
     /// (FUSE_READDIRPLUS_AUTO).
     fn readdirplus(&self, _: &Request, node: INodeNo, a: args::Readdir, reply: ReplyDirectoryPlus) {
-        self.list(node, a.fh, a.offset, reply);
+        self.0.list(node, a.fh.0, a.offset, reply);
     }
 
     fn releasedir(&self, _: &Request, node: INodeNo, a: args::Release, reply: ReplyEmpty) {
@@ -562,8 +533,7 @@ impl crate::proto::FuseFs for RwFuse {
     }
 
     fn statfs(&self, _req: &Request, _node: INodeNo, reply: ReplyStatfs) {
-        let s = self.fs_read().statfs();
-        reply.statfs(s.blocks, s.bfree, s.bavail, 0, 0, s.bsize, 255, s.bsize);
+        self.0.statfs(reply);
     }
 
     fn setxattr(&self, _: &Request, node: INodeNo, x: args::Setxattr, reply: ReplyEmpty) {
@@ -579,13 +549,11 @@ impl crate::proto::FuseFs for RwFuse {
     }
 
     fn getxattr(&self, _req: &Request, node: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let res = self.fs_read().getxattr(self.inode(node), name.as_bytes());
-        answer_xattr(res, size, reply, "getxattr");
+        self.0.getxattr(node, name.as_bytes(), size, reply);
     }
 
     fn listxattr(&self, _req: &Request, node: INodeNo, size: u32, reply: ReplyXattr) {
-        let res = self.fs_read().listxattr(self.inode(node));
-        answer_xattr(res, size, reply, "listxattr");
+        self.0.listxattr(node, size, reply);
     }
 
     fn removexattr(&self, _req: &Request, node: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -674,9 +642,36 @@ impl crate::proto::FuseFs for RwFuse {
     }
 }
 
-fn answer_xattr(res: Result<Vec<u8>, Error>, size: u32, reply: ReplyXattr, op: &str) {
-    match res {
-        Ok(v) => reply.value(&v, size),
-        Err(e) => reply.error(errno(op, e)),
+impl Mount for RwInner {
+    fn core(&self) -> &Core {
+        &self.core
+    }
+
+    /// The running filesystem, shared with other readers.
+    fn view<T>(&self, f: impl FnOnce(&dyn View) -> T) -> T {
+        f(&*self.fs_read())
+    }
+
+    fn describe(&self, id: InodeId) -> String {
+        format!("subvolume {} inode {}", id.subvol, id.ino)
+    }
+
+    /// Up to the index the directory had when the handle was opened or
+    /// rewound (offset 0): names made during the listing are not listed.
+    fn listing_end(&self, fh: u64, offset: u64, now: impl FnOnce() -> u64) -> u64 {
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        match dirs.get_mut(&fh) {
+            Some(end) if offset == 0 || *end == u64::MAX => {
+                *end = now();
+                *end
+            }
+            Some(end) => *end,
+            None => u64::MAX,
+        }
+    }
+
+    /// atime moves before the answer, as for READ.
+    fn listed(&self, dir: InodeId) {
+        self.accessed(dir, true);
     }
 }

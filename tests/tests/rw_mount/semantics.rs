@@ -121,6 +121,8 @@ for m in 6777 6767; do
   rm -f t && echo a > t && chmod $m t && chown tests t
   echo "$m chown by root: $(stat -c %a t)"
 done
+stat -c 'root inode %i' .
+mkdir dots && ls -ai dots | awk '$2 == ".." {print "root as ..", $1}'
 caps() { getcap "$1" | awk '{print $2}'; }
 rm -f c1 && echo a > c1 && echo b >> c1 && setcap cap_net_raw+ep c1 && echo c >> c1
 echo "capabilities after a write: $(caps c1)"

@@ -88,6 +88,54 @@ where
     )
 }
 
+/// One entry of a directory listing.
+#[derive(Debug, Clone)]
+pub struct DirEnt {
+    /// Where the next listing call goes on from (after this entry).
+    pub cookie: u64,
+    pub name: Vec<u8>,
+    pub id: InodeId,
+    pub file_type: u8,
+}
+
+/// Calls `f` on the entries of directory `dir` after cookie `from`, in
+/// order, until it breaks: "." (cookie 1), ".." (2, the directory
+/// [`parent`] gives), then each name with its dir index + 1 (indexes
+/// start at 2), so names added during a listing come after those
+/// already listed.
+pub fn list<S, F>(src: &S, dir: InodeId, from: u64, mut f: F) -> Result<()>
+where
+    S: ItemSource + ?Sized,
+    F: FnMut(DirEnt) -> Result<ControlFlow<()>>,
+{
+    let dots = [(1, b".".as_slice()), (2, b"..".as_slice())];
+    for (cookie, name) in dots {
+        if from < cookie {
+            let id = if cookie == 1 { dir } else { parent(src, dir)? };
+            let e = DirEnt {
+                cookie,
+                name: name.to_vec(),
+                id,
+                file_type: FT_DIR,
+            };
+            if f(e)?.is_break() {
+                return Ok(());
+            }
+        }
+    }
+    if dir.is_placeholder() {
+        return Ok(());
+    }
+    for_each_dir_index(src, dir.subvol, dir.ino, from.max(2), |index, e| {
+        f(DirEnt {
+            cookie: index + 1,
+            name: e.name.to_vec(),
+            id: entry_target(src, dir, &e.location, e.name)?,
+            file_type: e.file_type,
+        })
+    })
+}
+
 /// Calls `f` on every extended attribute of inode `ino` in key (name
 /// hash) order, as the kernel's listxattr visits them.
 pub fn for_each_xattr<S, F>(src: &S, tree: u64, ino: u64, mut f: F) -> Result<()>

@@ -4,8 +4,9 @@
 //! ioctl.c keep them.
 
 use super::namei::INODE_IMMUTABLE_FLAGS;
-use super::RwFs;
+use super::{RwFs, StatFs};
 use crate::error::{Error, Result};
+use crate::fs::view::ListVisitor;
 use crate::fs::{InodeId, Stat};
 use crate::inode::namei::XATTR_COMPRESSION;
 use crate::inode::now;
@@ -548,6 +549,53 @@ fn overlap(a: &[(u64, u64)], b: &[(u64, u64)]) -> u64 {
         }
     }
     n
+}
+
+/// The mount's reads of the running transaction and its dirty data.
+impl crate::fs::view::View for RwFs {
+    fn info(&self) -> &crate::disk_io::FsInfo {
+        &self.t.info
+    }
+
+    fn stat(&self, id: InodeId) -> Result<Stat> {
+        RwFs::stat(self, id)
+    }
+
+    fn lookup(&self, dir: InodeId, name: &[u8]) -> Result<Option<InodeId>> {
+        RwFs::lookup(self, dir, name)
+    }
+
+    fn parent(&self, dir: InodeId) -> Result<InodeId> {
+        RwFs::parent(self, dir)
+    }
+
+    fn list(&self, dir: InodeId, from: u64, f: &mut ListVisitor<'_>) -> Result<()> {
+        crate::items::dir_item::list(&self.t, dir, from, f)
+    }
+
+    fn list_end(&self, dir: InodeId) -> Result<u64> {
+        RwFs::readdir_end(self, dir)
+    }
+
+    fn readlink(&self, id: InodeId) -> Result<Vec<u8>> {
+        RwFs::readlink(self, id)
+    }
+
+    fn getxattr(&self, id: InodeId, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        match RwFs::getxattr(self, id, name) {
+            Ok(v) => Ok(Some(v)),
+            Err(Error::NoData(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn listxattr(&self, id: InodeId) -> Result<Vec<u8>> {
+        RwFs::listxattr(self, id)
+    }
+
+    fn statfs(&self) -> StatFs {
+        RwFs::statfs(self)
+    }
 }
 
 #[cfg(test)]

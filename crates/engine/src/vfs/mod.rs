@@ -127,14 +127,7 @@ pub struct RwStats {
     pub ordered_bytes: u64,
 }
 
-/// statfs(2)'s answer, in sectors.
-#[derive(Debug, Clone, Copy)]
-pub struct StatFs {
-    pub blocks: u64,
-    pub bfree: u64,
-    pub bavail: u64,
-    pub bsize: u32,
-}
+pub use crate::fs::view::StatFs;
 
 /// A filesystem mounted read-write.
 pub struct RwFs {

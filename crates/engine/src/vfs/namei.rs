@@ -24,15 +24,7 @@ pub const RENAME_NOREPLACE: u32 = 1;
 pub const RENAME_EXCHANGE: u32 = 2;
 pub const RENAME_WHITEOUT: u32 = 4;
 
-/// One entry of a directory listing.
-#[derive(Debug, Clone)]
-pub struct DirEnt {
-    /// Where the next listing call goes on from (after this entry).
-    pub cookie: u64,
-    pub name: Vec<u8>,
-    pub id: InodeId,
-    pub file_type: u8,
-}
+pub use crate::items::dir_item::DirEnt;
 
 fn show(name: &[u8]) -> String {
     String::from_utf8_lossy(name).into_owned()
@@ -77,52 +69,18 @@ impl RwFs {
         }
     }
 
-    /// Up to `max` entries of `dir` after cookie `from` ("." is 1, ".."
-    /// 2, then each name's dir index + 1, so entries added during a
-    /// listing come after the ones already listed).
+    /// Up to `max` entries of `dir` after cookie `from`
+    /// ([`dir_item::list`]).
     pub fn readdir(&self, dir: InodeId, from: u64, max: usize) -> Result<Vec<DirEnt>> {
         let mut out = Vec::new();
-        if from < 1 {
-            out.push(DirEnt {
-                cookie: 1,
-                name: b".".to_vec(),
-                id: dir,
-                file_type: FT_DIR,
-            });
-        }
-        if from < 2 {
-            let parent = self.parent(dir)?;
-            out.push(DirEnt {
-                cookie: 2,
-                name: b"..".to_vec(),
-                id: parent,
-                file_type: FT_DIR,
-            });
-        }
-        if dir.is_placeholder() {
-            return Ok(out);
-        }
-        let mut raw = Vec::new();
-        dir_item::for_each_dir_index(&self.t, dir.subvol, dir.ino, from.max(2), |index, e| {
-            if raw.len() >= max {
-                return Ok(ControlFlow::Break(()));
-            }
-            let entry = Entry {
-                location: e.location,
-                file_type: e.file_type,
-            };
-            raw.push((index, e.name.to_vec(), entry));
-            Ok(ControlFlow::Continue(()))
+        dir_item::list(&self.t, dir, from, |e| {
+            out.push(e);
+            Ok(if out.len() >= max {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            })
         })?;
-        for (index, name, e) in raw {
-            let id = self.target(dir, &e, &name)?;
-            out.push(DirEnt {
-                cookie: index + 1,
-                name,
-                id,
-                file_type: e.file_type,
-            });
-        }
         Ok(out)
     }
 

@@ -24,17 +24,17 @@ pub(super) fn set_time(t: TimeOrNow) -> SetTime {
 
 impl RwInner {
     pub(super) fn node_of(&self, id: InodeId) -> Result<u64, Errno> {
-        self.nodes.node_of(id)
+        self.core.nodes.node_of(id)
     }
 
     pub(super) fn attr(&self, st: &Stat) -> Result<FileAttr, Errno> {
-        Ok(file_attr(st, self.node_of(st.id)?, self.sectorsize))
+        self.core.attr(st)
     }
 
     /// Stat and attributes of `id`, for an entry reply.
     pub(super) fn entry(&self, fs: &RwFs, id: InodeId) -> Result<(FileAttr, Generation), Errno> {
         let st = fs.stat(id).map_err(|e| errno("stat", e))?;
-        Ok((self.attr(&st)?, Generation(st.generation)))
+        self.core.entry_attr(&st)
     }
 
     pub(super) fn reply_entry(&self, op: &str, reply: ReplyEntry, res: Result<InodeId, Error>) {
@@ -43,7 +43,7 @@ impl RwInner {
             .map_err(|e| errno(op, e))
             .and_then(|id| self.entry(&fs, id))
         {
-            Ok((attr, g)) => reply.entry(&self.ttl, &attr, g),
+            Ok((attr, g)) => reply.entry(&self.core.ttl, &attr, g),
             Err(e) => reply.error(e),
         }
     }
@@ -62,7 +62,7 @@ impl RwInner {
             .map_err(|e| errno("setattr", e))
             .and_then(|st| self.attr(&st))
         {
-            Ok(a) => reply.attr(&self.ttl, &a),
+            Ok(a) => reply.attr(&self.core.ttl, &a),
             Err(e) => reply.error(e),
         }
     }

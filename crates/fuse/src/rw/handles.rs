@@ -103,7 +103,7 @@ impl RwInner {
                 }
                 let fh = self.new_handle(id, writer, flags, false);
                 reply.created(
-                    &self.ttl,
+                    &self.core.ttl,
                     &attr,
                     g,
                     crate::proto::FileHandle(fh),
