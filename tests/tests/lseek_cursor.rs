@@ -1,11 +1,57 @@
 //! The per-handle extent cursor: a SEEK_DATA/SEEK_HOLE walk with increasing
 //! offsets (what cp and tar --sparse do) must search the tree about once per
 //! leaf of extent items, not once per call, and give the kernel's answers.
-//! Counts, not timings: the benchmark in bench/ measures time.
+//! And the mounts' lseek over the committed filesystem ([`View::seek`]),
+//! which maps a file a stretch at a time: the kernel's answers, from a
+//! handful of stretches. Counts, not timings: the benchmark in bench/
+//! measures time.
 
 use std::path::Path;
+use ubtrfs_engine::fs::seek::SeekCache;
+use ubtrfs_engine::fs::view::View;
 use ubtrfs_engine::{FileHandle, Filesystem, OpenOptions};
 use ubtrfs_oracle::*;
+
+/// The kernel's SEEK_DATA/SEEK_HOLE map of /big/striped-64m (8192 data
+/// ranges), from the fixture's manifest.
+fn kernel_map(f: &Fixture) -> Vec<(u64, u64)> {
+    let kernel = f
+        .kernel_manifest()
+        .into_iter()
+        .find(|l| l.contains("\"path\":\"/big/striped-64m\""))
+        .expect("manifest line");
+    let v: serde_json::Value = serde_json::from_str(&kernel).unwrap();
+    record_data(&v)
+}
+
+#[test]
+fn mount_lseek_maps_stretches_as_the_walk_moves() {
+    skip_unless!(kernel_available);
+    let f = kernel_fixture("big");
+    let fs = Filesystem::open(&f.devices()[0], &OpenOptions::default()).expect("open");
+    let id = fs.resolve(b"/big/striped-64m").expect("resolve");
+    let mut cache = SeekCache::default();
+    let (data, hole) = (libc::SEEK_DATA, libc::SEEK_HOLE);
+    let mut ranges = Vec::new();
+    let mut pos = 0;
+    while let Some(d) = fs.seek(id, &mut cache, pos, data).unwrap() {
+        let e = fs.seek(id, &mut cache, d, hole).unwrap().unwrap();
+        ranges.push((d, e));
+        pos = e;
+    }
+    assert_eq!(ranges, kernel_map(f), "the map differs from the kernel's");
+    // Stretches of 256, 512, 1024, 2048, then 4096 ranges: 6 for 8192,
+    // not one per call (16,385) nor a whole map before the first answer.
+    assert_eq!(cache.builds, 6, "stretches mapped");
+    // A jump back maps anew from there, and answers as the kernel.
+    let (s, e) = ranges[100];
+    assert_eq!(fs.seek(id, &mut cache, s + 1, hole).unwrap(), Some(e));
+    assert_eq!(
+        fs.seek(id, &mut cache, e, data).unwrap(),
+        Some(ranges[101].0)
+    );
+    assert_eq!(cache.builds, 7);
+}
 
 #[test]
 fn sequential_lseek_walk_is_amortized_constant() {
@@ -23,16 +69,9 @@ fn sequential_lseek_walk_is_amortized_constant() {
         ranges.push((d, e));
         pos = e;
     }
-    // The kernel's map of the same file, from the fixture's manifest.
-    let kernel = f
-        .kernel_manifest()
-        .into_iter()
-        .find(|l| l.contains("\"path\":\"/big/striped-64m\""))
-        .expect("manifest line");
-    let v: serde_json::Value = serde_json::from_str(&kernel).unwrap();
-    let expected: Vec<(u64, u64)> = record_data(&v);
     assert_eq!(
-        ranges, expected,
+        ranges,
+        kernel_map(f),
         "SEEK_DATA/SEEK_HOLE map differs from the kernel's"
     );
     assert_eq!(ranges.len(), 8192);

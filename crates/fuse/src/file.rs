@@ -1,13 +1,14 @@
 //! Open files on the read-only mount: open and release, READ (from the
 //! read-ahead window or on a worker), lseek with SEEK_DATA/SEEK_HOLE.
 
-use crate::proto::{Errno, FopenFlags, INodeNo};
+use crate::proto::{args, Errno, FopenFlags, INodeNo};
 use crate::proto::{ReplyData, ReplyEmpty, ReplyLseek, ReplyOpen};
 use crate::reads::Mount;
 use crate::reply::{OnInode, OpResult};
 use crate::{ino, BtrfsFuse, Inner};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use ubtrfs_engine::fs::seek::SeekCache;
 use ubtrfs_engine::{Error, FileHandle, InodeId};
 
 /// Handles kept per open file for reads running at the same time.
@@ -102,9 +103,9 @@ struct Prefetch {
 pub(crate) struct OpenFile {
     id: InodeId,
     size: u64,
-    /// The handle lseek uses: its cursor stays where the last SEEK_DATA or
-    /// SEEK_HOLE left it, whatever reads do meanwhile.
-    seek: Mutex<FileHandle>,
+    /// Where the file's data lies, for lseek (built at the first SEEK_DATA
+    /// or SEEK_HOLE: [`ubtrfs_engine::fs::seek`]).
+    pub(crate) seek: Mutex<SeekCache>,
     /// Handles for reads (the kernel's readahead sends several at once).
     readers: Mutex<Vec<FileHandle>>,
     window: Mutex<Window>,
@@ -165,14 +166,13 @@ impl BtrfsFuse {
         self.pool.run(move || inner.read(fh, offset, size, reply));
     }
 
-    pub(crate) fn lseek_request(&self, fh: u64, offset: i64, whence: i32, reply: ReplyLseek) {
-        let res = self.open_file(fh).and_then(|f| {
-            let off = self.seek(&f, offset, whence)?;
-            Ok((f, off))
-        });
-        self.answer("lseek", reply, res, |reply, (f, off)| {
+    /// An lseek; then the read-ahead window follows the reader there.
+    pub(crate) fn lseek_request(&self, node: INodeNo, a: args::Lseek, reply: ReplyLseek) {
+        let res = self.inner.seek(node, a.fh.0, a.offset, a.whence);
+        self.answer("lseek", reply, res, |reply, off| {
             reply.offset(off as i64);
-            if let Some(p) = f.seeked_to(off) {
+            let f = self.open_file(a.fh.0).ok();
+            if let Some((f, p)) = f.and_then(|f| f.seeked_to(off).map(|p| (f, p))) {
                 let inner = self.inner.clone();
                 self.pool.run(move || inner.prefetch(&f, p));
             }
@@ -192,7 +192,7 @@ impl Inner {
             let f = OpenFile {
                 id,
                 size: h.size,
-                seek: Mutex::new(h),
+                seek: Mutex::new(SeekCache::default()),
                 readers: Mutex::new(Vec::new()),
                 window: Mutex::new(Window::default()),
             };
@@ -232,32 +232,13 @@ impl Inner {
         });
     }
 
-    fn open_file(&self, fh: u64) -> OpResult<Arc<OpenFile>> {
+    pub(crate) fn open_file(&self, fh: u64) -> OpResult<Arc<OpenFile>> {
         self.files
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(&fh)
             .cloned()
             .ok_or(Errno::EBADF.into())
-    }
-
-    /// SEEK_DATA or SEEK_HOLE from `offset`, with the file's lseek handle.
-    fn seek(&self, f: &OpenFile, offset: i64, whence: i32) -> OpResult<u64> {
-        if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
-            // The kernel answers SEEK_SET/CUR/END itself.
-            return Err(Errno::EINVAL.into());
-        }
-        if offset < 0 {
-            return Err(Errno::ENXIO.into());
-        }
-        let mut h = f.seek.lock().unwrap_or_else(|e| e.into_inner());
-        let res = if whence == libc::SEEK_DATA {
-            h.seek_data(&self.fs, offset as u64)
-        } else {
-            h.seek_hole(&self.fs, offset as u64)
-        };
-        drop(h);
-        res.on(f.id)?.ok_or(Errno::ENXIO.into())
     }
 
     /// `len` bytes at `offset` (fewer at the end of the file).

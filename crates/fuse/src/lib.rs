@@ -13,9 +13,10 @@
 //!   (open, read, lseek). Every answer logs the engine's recovery reports
 //!   first and turns engine errors into their errno ([`reply`]), logged
 //!   with the inode's path.
-//! - Each open file keeps an engine `FileHandle` for lseek alone, so a
-//!   walk with SEEK_DATA/SEEK_HOLE continues from the cached leaf
-//!   (amortized O(1) per call), and a small pool of handles for reads.
+//! - Each open file keeps a data map for lseek, a stretch at a time
+//!   (`fs::seek`, answered by [`reads::Mount::seek`] as on the read-write
+//!   mount: amortized O(1) per call), and a small pool of handles for
+//!   reads.
 //! - Small forward reads (cp skipping holes) are served from a read-ahead
 //!   window that is also pushed into the kernel's page cache.
 //! - The image never changes under the mount, so attributes, entries,
@@ -57,6 +58,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
+use ubtrfs_engine::fs::seek::{SeekCache, Versions};
 use ubtrfs_engine::fs::view::View;
 use ubtrfs_engine::{Filesystem, InodeId};
 use ubtrfs_format::consts::FIRST_INODE;
@@ -144,6 +146,20 @@ impl Mount for Inner {
     /// The committed filesystem, which is `Sync`: no lock.
     fn view<T>(&self, f: impl FnOnce(&dyn View) -> T) -> T {
         f(&*self.fs)
+    }
+
+    /// The image never changes: every counter stays 0.
+    fn versions(&self) -> &Versions {
+        static NONE: OnceLock<Versions> = OnceLock::new();
+        NONE.get_or_init(Versions::default)
+    }
+
+    /// The open file's own cache, under its lock.
+    fn with_seek_cache<T>(&self, fh: u64, _id: InodeId, f: impl FnOnce(&mut SeekCache) -> T) -> T {
+        match self.open_file(fh) {
+            Ok(file) => f(&mut file.seek.lock().unwrap_or_else(|e| e.into_inner())),
+            Err(_) => f(&mut SeekCache::default()),
+        }
     }
 
     /// Every request reads the image, the ones outside [`Mount::reading`]
@@ -289,8 +305,8 @@ impl crate::proto::FuseFs for BtrfsFuse {
         self.inner.access(req, node, mask, reply);
     }
 
-    fn lseek(&self, _: &Request, _node: INodeNo, a: args::Lseek, reply: ReplyLseek) {
-        self.lseek_request(a.fh.0, a.offset, a.whence, reply);
+    fn lseek(&self, _: &Request, node: INodeNo, a: args::Lseek, reply: ReplyLseek) {
+        self.lseek_request(node, a, reply);
     }
 
     /// Every request that would change the image is answered EROFS by

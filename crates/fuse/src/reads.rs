@@ -18,6 +18,7 @@ use std::ops::ControlFlow;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 use ubtrfs_engine::disk_io::FsInfo;
+use ubtrfs_engine::fs::seek::{SeekCache, Versions};
 use ubtrfs_engine::fs::view::View;
 use ubtrfs_engine::{InodeId, Stat};
 
@@ -75,6 +76,13 @@ pub(crate) trait Mount: Sized {
 
     /// `dir` was listed (before the answer: atime).
     fn listed(&self, _dir: InodeId) {}
+
+    /// The data change counters a seek cache is checked against.
+    fn versions(&self) -> &Versions;
+
+    /// Runs `f` on the SEEK_DATA/SEEK_HOLE cache of open file `fh` (of
+    /// inode `id`), or on a fresh one.
+    fn with_seek_cache<T>(&self, fh: u64, id: InodeId, f: impl FnOnce(&mut SeekCache) -> T) -> T;
 
     /// Answers request `op` with `res`: `ok` replies with the value, a
     /// failure becomes its errno (damage and I/O errors logged with the
@@ -149,6 +157,27 @@ pub(crate) trait Mount: Sized {
         self.answer("listxattr", reply, res, |reply, names| {
             reply.value(&names, size)
         });
+    }
+
+    /// lseek(2) with SEEK_DATA or SEEK_HOLE of open file `fh` (the kernel
+    /// answers SEEK_SET/CUR/END itself). A cache still current answers
+    /// without the filesystem (the read-write mount's walk does not wait
+    /// for a commit or another writer).
+    fn seek(&self, node: INodeNo, fh: u64, offset: i64, whence: i32) -> OpResult<u64> {
+        if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
+            return Err(Errno::EINVAL.into());
+        }
+        let Ok(off) = u64::try_from(offset) else {
+            return Err(Errno::ENXIO.into());
+        };
+        let id = self.core().inode(node);
+        let found = self.with_seek_cache(fh, id, |cache| {
+            match cache.cached(self.versions(), id, off, whence) {
+                Some(o) => Ok(o),
+                None => self.reading(|v| v.seek(id, cache, off, whence)),
+            }
+        });
+        found.on(id)?.ok_or(Errno::ENXIO.into())
     }
 
     fn statfs(&self, reply: ReplyStatfs) {

@@ -4,7 +4,8 @@
 //! - Node ids are the read-only mount's ([`crate::ino`]): a pure function
 //!   of (subvolume, inode).
 //! - Each open file keeps its SEEK_DATA/SEEK_HOLE cache (the engine's
-//!   [`SeekCache`]), so a walk of a file costs one map build per change.
+//!   [`SeekCache`], answered by [`Mount::seek`] as on the read-only
+//!   mount), so a walk of a file costs one map build per change.
 //! - The kernel checks permissions (`default_permissions`) from the
 //!   attributes we answer; what inode flags forbid (immutable,
 //!   append-only) is refused by the engine.
@@ -34,9 +35,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+use ubtrfs_engine::fs::seek::{SeekCache, Versions};
 use ubtrfs_engine::fs::view::View;
 use ubtrfs_engine::vfs::attr::{SetAttr, SetTime};
-use ubtrfs_engine::vfs::seek::{SeekCache, Versions};
 use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwStats, SyncStep};
 use ubtrfs_engine::{Error, InodeId, Stat};
 use ubtrfs_format::items::Timespec;
@@ -603,31 +604,9 @@ impl crate::proto::FuseFs for RwFuse {
     }
 
     fn lseek(&self, _: &Request, node: INodeNo, a: args::Lseek, reply: ReplyLseek) {
-        let args::Lseek { fh, offset, whence } = a;
-        if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
-            return reply.error(Errno::EINVAL);
-        }
-        if offset < 0 {
-            return reply.error(Errno::ENXIO);
-        }
-        let id = self.inode(node);
-        let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
-        let mut scratch = SeekCache::default();
-        let cache = match handles.get_mut(&fh.0) {
-            Some(h) if h.id == id => &mut h.seek,
-            _ => &mut scratch,
-        };
-        // A current cache answers without the filesystem's lock (seed
-        // 001: the walk does not wait for a commit or another writer).
-        let res = match cache.cached(&self.versions, id, offset as u64, whence) {
-            Some(o) => Ok(o),
-            None => self.fs_read().seek(id, cache, offset as u64, whence),
-        };
-        match res {
-            Ok(Some(o)) => reply.offset(o as i64),
-            Ok(None) => reply.error(Errno::ENXIO),
-            Err(e) => reply.error(errno("lseek", e)),
-        }
+        let res = self.0.seek(node, a.fh.0, a.offset, a.whence);
+        self.0
+            .answer("lseek", reply, res, |reply, o| reply.offset(o as i64));
     }
 
     fn copy_file_range(&self, _: &Request, ino: INodeNo, c: args::CopyFileRange, reply: ReplyCopy) {
@@ -673,5 +652,19 @@ impl Mount for RwInner {
     /// atime moves before the answer, as for READ.
     fn listed(&self, dir: InodeId) {
         self.accessed(dir, true);
+    }
+
+    fn versions(&self) -> &Versions {
+        &self.versions
+    }
+
+    /// The handles' lock is held throughout: the handle's cache is its
+    /// own.
+    fn with_seek_cache<T>(&self, fh: u64, id: InodeId, f: impl FnOnce(&mut SeekCache) -> T) -> T {
+        let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        match handles.get_mut(&fh) {
+            Some(h) if h.id == id => f(&mut h.seek),
+            _ => f(&mut SeekCache::default()),
+        }
     }
 }

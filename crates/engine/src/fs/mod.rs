@@ -2,6 +2,7 @@
 //! the root tree, subvolumes, inodes, directories, xattrs and symlinks.
 
 pub mod file;
+pub mod seek;
 pub mod view;
 
 use crate::ctree::{for_each_item, lookup, Cursor, Tree};

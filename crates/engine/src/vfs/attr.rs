@@ -6,6 +6,7 @@
 use super::namei::INODE_IMMUTABLE_FLAGS;
 use super::{RwFs, StatFs};
 use crate::error::{Error, Result};
+use crate::fs::seek::DataMap;
 use crate::fs::view::ListVisitor;
 use crate::fs::{InodeId, Stat};
 use crate::inode::namei::XATTR_COMPRESSION;
@@ -595,6 +596,16 @@ impl crate::fs::view::View for RwFs {
 
     fn statfs(&self) -> StatFs {
         RwFs::statfs(self)
+    }
+
+    fn data_version(&self, id: InodeId) -> u64 {
+        self.version(id)
+    }
+
+    /// The whole file: data extents (inline and regular, not
+    /// preallocated) and dirty ranges, below the size.
+    fn data_map(&self, id: InodeId, _off: u64, _ranges: usize) -> Result<DataMap> {
+        RwFs::data_map(self, id)
     }
 }
 

@@ -4,10 +4,10 @@
 //! inode.c do them over the page cache (fsync: [`super::fsync`]).
 
 use super::extent_io::InodeDirty;
-use super::seek::{cache_disabled, DataMap, SeekCache};
 use super::RwFs;
 use crate::data::extent::ExtentKind;
 use crate::error::{Error, Result};
+use crate::fs::seek::DataMap;
 use crate::fs::InodeId;
 use crate::inode::file::DataPolicy;
 use crate::inode::namei::XATTR_COMPRESSION;
@@ -713,7 +713,7 @@ impl RwFs {
 
     /// The data map of `id` now: data extents (inline and regular, not
     /// preallocated) and dirty ranges, below the size.
-    fn data_map(&self, id: InodeId) -> Result<DataMap> {
+    pub(crate) fn data_map(&self, id: InodeId) -> Result<DataMap> {
         let i = self.regular(id)?;
         let mut parts = Vec::new();
         for (_, e) in self.t.file_extents(id.subvol, id.ino, 0, i.size.max(1))? {
@@ -731,29 +731,6 @@ impl RwFs {
             parts.extend(d.spans());
         }
         Ok(DataMap::build(parts, i.size))
-    }
-
-    /// lseek(2) with SEEK_DATA (3) or SEEK_HOLE (4), answered from the
-    /// open file's cached map while the file has not changed. None is
-    /// ENXIO.
-    pub fn seek(
-        &self,
-        id: InodeId,
-        cache: &mut SeekCache,
-        off: u64,
-        whence: i32,
-    ) -> Result<Option<u64>> {
-        let v = self.version(id);
-        if cache.version != Some(v) || cache_disabled() {
-            cache.map = self.data_map(id)?;
-            cache.version = Some(v);
-            cache.builds += 1;
-        }
-        Ok(match whence {
-            3 => cache.map.seek_data(off),
-            4 => cache.map.seek_hole(off),
-            _ => return Err(Error::Invalid(format!("lseek whence {whence}"))),
-        })
     }
 
     /// The dirty ranges of `id` (tests).

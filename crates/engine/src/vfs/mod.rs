@@ -37,7 +37,6 @@ pub mod namei;
 pub mod nocow;
 pub mod ordered;
 pub mod orphan;
-pub mod seek;
 
 use crate::data::extent::ExtentKind;
 use crate::error::{Error, Result};
@@ -152,7 +151,7 @@ pub struct RwFs {
     ordered_in_flight: u64,
     /// Change counters of inodes' data (SEEK_DATA caches compare them),
     /// shared with callers that answer from a cache without the lock.
-    versions: std::sync::Arc<seek::Versions>,
+    versions: std::sync::Arc<crate::fs::seek::Versions>,
     /// Next free inode number per subvolume.
     next_ino: FreeObjectids,
     /// Read-only subvolumes (received, snapshots made read-only).
@@ -308,8 +307,8 @@ impl RwFs {
 
     /// The data change counters, for answering SEEK_DATA/SEEK_HOLE from
     /// an open file's cache without this filesystem
-    /// ([`seek::SeekCache::cached`]).
-    pub fn versions(&self) -> std::sync::Arc<seek::Versions> {
+    /// ([`crate::fs::seek::SeekCache::cached`]).
+    pub fn versions(&self) -> std::sync::Arc<crate::fs::seek::Versions> {
         self.versions.clone()
     }
 

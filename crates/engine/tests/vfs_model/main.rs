@@ -17,6 +17,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use ubtrfs_engine::fs::seek::{SeekCache, Versions};
+use ubtrfs_engine::fs::view::View;
 use ubtrfs_engine::fs::{Filesystem, InodeId};
 use ubtrfs_engine::io::dev::{BlockDev, MemDev};
 use ubtrfs_engine::io::device::Device;
@@ -25,7 +27,6 @@ use ubtrfs_engine::mkfs::{make, MkfsOptions};
 use ubtrfs_engine::tx::trim::TrimRange;
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_engine::vfs::attr::SetAttr;
-use ubtrfs_engine::vfs::seek::{SeekCache, Versions};
 use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwOptions};
 use ubtrfs_engine::FileHandle;
 use ubtrfs_format::consts::*;
