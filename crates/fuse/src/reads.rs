@@ -1,10 +1,13 @@
 //! The requests both mounts answer alike: lookup, getattr, readlink, the
-//! listings (READDIR and READDIRPLUS as one walk), getxattr, listxattr and
-//! statfs. Each is written once over the engine's [`View`], which the
-//! read-only mount's committed filesystem and the read-write mount's
-//! running one both implement; what differs between the mounts (how the
-//! filesystem is reached, where a listing stops, atime) is a [`Mount`]
-//! hook.
+//! listings (READDIR and READDIRPLUS as one walk), getxattr, listxattr,
+//! statfs and lseek's SEEK_DATA/SEEK_HOLE. Each is written once over the
+//! engine's [`View`], which the read-only mount's committed filesystem and
+//! the read-write mount's running one both implement; what differs
+//! between the mounts (how the filesystem is reached, where a listing
+//! stops, atime, where an open file keeps its seek cache) is a [`Mount`]
+//! hook. Data reads and every change stay with each mount: the read-only
+//! one reads on a worker pool with a read-ahead window it answers from
+//! (file.rs), the read-write one under its lock with pushes (rw/).
 
 use crate::attr::{birth_of, file_attr};
 use crate::dir::{dirent_type, DirReply, Entry};
