@@ -47,9 +47,10 @@ LARGE=$WORK/large
 if [[ ! -f $LARGE/.done ]]; then
   rm -rf "$LARGE"; mkdir -p "$LARGE"
   for i in $(seq -w 1 16); do
-    # Pseudo-random, incompressible-looking, fast: AES-CTR keystream.
-    openssl enc -aes-128-ctr -nosalt -pass pass:"$i" </dev/zero 2>/dev/null \
-      | head -c $((128 << 20)) >"$LARGE/f$i"
+    # Pseudo-random, incompressible-looking, fast: AES-CTR keystream of
+    # exactly 128 MiB of zeros (so no SIGPIPE fails the pipeline).
+    head -c $((128 << 20)) /dev/zero \
+      | openssl enc -aes-128-ctr -nosalt -pass pass:"$i" 2>/dev/null >"$LARGE/f$i"
   done
   touch "$LARGE/.done"
 fi
