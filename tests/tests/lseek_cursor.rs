@@ -24,21 +24,34 @@ fn kernel_map(f: &Fixture) -> Vec<(u64, u64)> {
     record_data(&v)
 }
 
-#[test]
-fn mount_lseek_maps_stretches_as_the_walk_moves() {
-    skip_unless!(kernel_available);
+/// The big fixture, opened, and its file of 8,192 data ranges.
+fn striped() -> (&'static Fixture, Filesystem, ubtrfs_engine::InodeId) {
     let f = kernel_fixture("big");
     let fs = Filesystem::open(&f.devices()[0], &OpenOptions::default()).expect("open");
     let id = fs.resolve(b"/big/striped-64m").expect("resolve");
-    let mut cache = SeekCache::default();
-    let (data, hole) = (libc::SEEK_DATA, libc::SEEK_HOLE);
+    (f, fs, id)
+}
+
+/// The data ranges a walk with `seek(offset, whence)` finds from 0, as
+/// cp and tar --sparse walk.
+fn walk(mut seek: impl FnMut(u64, i32) -> Option<u64>) -> Vec<(u64, u64)> {
     let mut ranges = Vec::new();
     let mut pos = 0;
-    while let Some(d) = fs.seek(id, &mut cache, pos, data).unwrap() {
-        let e = fs.seek(id, &mut cache, d, hole).unwrap().unwrap();
+    while let Some(d) = seek(pos, libc::SEEK_DATA) {
+        let e = seek(d, libc::SEEK_HOLE).expect("a hole after data");
         ranges.push((d, e));
         pos = e;
     }
+    ranges
+}
+
+#[test]
+fn mount_lseek_maps_stretches_as_the_walk_moves() {
+    skip_unless!(kernel_available);
+    let (f, fs, id) = striped();
+    let mut cache = SeekCache::default();
+    let (data, hole) = (libc::SEEK_DATA, libc::SEEK_HOLE);
+    let ranges = walk(|off, whence| fs.seek(id, &mut cache, off, whence).unwrap());
     assert_eq!(ranges, kernel_map(f), "the map differs from the kernel's");
     // Stretches of 256, 512, 1024, 2048, then 4096 ranges: 6 for 8192,
     // not one per call (16,385) nor a whole map before the first answer.
@@ -56,19 +69,17 @@ fn mount_lseek_maps_stretches_as_the_walk_moves() {
 #[test]
 fn sequential_lseek_walk_is_amortized_constant() {
     skip_unless!(kernel_available);
-    let f = kernel_fixture("big");
-    let fs = Filesystem::open(&f.devices()[0], &OpenOptions::default()).expect("open");
-    let id = fs.resolve(b"/big/striped-64m").expect("resolve");
+    let (f, fs, id) = striped();
     let mut h = FileHandle::open(&fs, id).unwrap();
-    let mut calls = 0u64;
-    let mut ranges = Vec::new();
-    let mut pos = 0;
-    while let Some(d) = h.seek_data(&fs, pos).unwrap() {
-        let e = h.seek_hole(&fs, d).unwrap().unwrap();
-        calls += 2;
-        ranges.push((d, e));
-        pos = e;
-    }
+    let ranges = walk(|off, whence| {
+        if whence == libc::SEEK_DATA {
+            h.seek_data(&fs, off).unwrap()
+        } else {
+            h.seek_hole(&fs, off).unwrap()
+        }
+    });
+    // The calls that found something (the last SEEK_DATA finds none).
+    let calls = 2 * ranges.len() as u64;
     assert_eq!(
         ranges,
         kernel_map(f),
