@@ -111,7 +111,15 @@ where
     let dots = [(1, b".".as_slice()), (2, b"..".as_slice())];
     for (cookie, name) in dots {
         if from < cookie {
-            let id = if cookie == 1 { dir } else { parent(src, dir)? };
+            // A parent the back references cannot give (damage) leaves
+            // ".." the directory itself: it only numbers the entry, and
+            // the names after it are still listed, as the kernel lists
+            // them without reading the parent.
+            let id = if cookie == 1 {
+                dir
+            } else {
+                parent(src, dir).unwrap_or(dir)
+            };
             let e = DirEnt {
                 cookie,
                 name: name.to_vec(),
