@@ -80,6 +80,28 @@ fn refused_update_leaves_the_item_alone() {
     check_dev(m.clone()).unwrap();
 }
 
+/// A tree the transaction has not loaded is read through the ROOT_ITEM
+/// its readers keep; a change of that item in the root tree must be seen
+/// at once, not the kept copy.
+#[test]
+fn kept_root_items_follow_the_root_tree() {
+    let (m, mut t) = mkfs_open(4096);
+    let before = t.root_view(FS_TREE_OBJECTID).unwrap().item.flags;
+    let key = Key::new(FS_TREE_OBJECTID, ROOT_ITEM, 0);
+    let changed = t
+        .update_item(ROOT_TREE_OBJECTID, &key, |d| {
+            let mut item = ubtrfs_format::items::RootItem::parse(d).unwrap();
+            item.flags ^= ROOT_SUBVOL_RDONLY;
+            *d = item.to_bytes();
+        })
+        .unwrap();
+    assert!(changed);
+    let after = t.root_view(FS_TREE_OBJECTID).unwrap().item.flags;
+    assert_eq!(after, before ^ ROOT_SUBVOL_RDONLY);
+    t.commit().unwrap();
+    check_dev(m.clone()).unwrap();
+}
+
 /// Tree blocks reachable from tree `id`'s root, and its ROOT_ITEM's
 /// bytes_used, as committed on `m`.
 fn blocks_and_bytes_used(m: &Arc<MemDev>, id: u64) -> (u64, u64) {

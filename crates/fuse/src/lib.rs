@@ -148,6 +148,12 @@ impl Mount for Inner {
         f(&*self.fs)
     }
 
+    /// Reads with `f`; the recovery reports are left to [`Mount::answer`],
+    /// which every request of this mount goes through.
+    fn reading<T>(&self, f: impl FnOnce(&dyn View) -> T) -> T {
+        f(&*self.fs)
+    }
+
     /// The image never changes: every counter stays 0.
     fn versions(&self) -> &Versions {
         static NONE: OnceLock<Versions> = OnceLock::new();
@@ -163,7 +169,8 @@ impl Mount for Inner {
     }
 
     /// Every request reads the image, the ones outside [`Mount::reading`]
-    /// too (open, read, lseek): their recovery reports are logged first.
+    /// too (open, read, access): their recovery reports are logged here,
+    /// once, before the answer.
     fn answer<R: reply::Reply, T>(
         &self,
         op: &str,

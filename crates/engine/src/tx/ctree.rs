@@ -12,7 +12,7 @@ use crate::items::{ItemSource, Visitor};
 use crate::tree::block::BlockExpect;
 use crate::tree::buf::{self, Content, Ptr};
 use crate::tree::leaf::Leaf;
-use ubtrfs_format::consts::{Csum, CSUM_SIZE_MAX};
+use ubtrfs_format::consts::{Csum, CSUM_SIZE_MAX, ROOT_TREE_OBJECTID};
 use ubtrfs_format::node::MAX_LEVEL;
 use ubtrfs_format::Key;
 
@@ -107,6 +107,9 @@ impl Trans {
     /// block on the way into the transaction.
     pub(crate) fn search_mut(&mut self, tree: u64, key: &Key) -> Result<(Path, bool)> {
         self.mutations += 1;
+        if tree == ROOT_TREE_OBJECTID {
+            self.root_tree_changing();
+        }
         // Loaded and kept: the copy below moves the root.
         self.root(tree)?;
         let (root, expect) = self.root_expect(tree)?;

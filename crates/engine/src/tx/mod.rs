@@ -100,6 +100,12 @@ pub struct Trans {
     /// of its own: readers sharing the mount's lock ([`Trans`]'s `&self`
     /// reads) decode and keep blocks side by side.
     decoded: std::sync::Mutex<BlockMap<std::sync::Arc<ExtentBuffer>>>,
+    /// ROOT_ITEMs that readers sharing the transaction read from the root
+    /// tree for trees it has not loaded ([`Trans::root_view`]), kept so
+    /// that every lookup in such a tree (a file's extents, its checksums)
+    /// is not two descents. Emptied when the root tree changes
+    /// ([`Trans::search_mut`] of it: every item change starts there).
+    root_items: std::sync::Mutex<HashMap<u64, Root>>,
     /// Largest file kept inline in its EXTENT_DATA item (the max_inline
     /// mount option; 0 keeps none).
     pub max_inline: u64,
@@ -223,10 +229,25 @@ impl Trans {
     /// root tree and not kept (a tree not loaded has not changed in this
     /// transaction, so its ROOT_ITEM there is current).
     pub fn root_view(&self, id: u64) -> Result<std::borrow::Cow<'_, Root>> {
-        match self.roots.get(&id) {
-            Some(r) => Ok(std::borrow::Cow::Borrowed(r)),
-            None => self.read_root(id).map(std::borrow::Cow::Owned),
+        if let Some(r) = self.roots.get(&id) {
+            return Ok(std::borrow::Cow::Borrowed(r));
         }
+        let kept = || self.root_items.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = kept().get(&id) {
+            return Ok(std::borrow::Cow::Owned(r.clone()));
+        }
+        let r = self.read_root(id)?;
+        kept().insert(id, r.clone());
+        Ok(std::borrow::Cow::Owned(r))
+    }
+
+    /// The root tree is about to change: the ROOT_ITEMs read from it
+    /// before may not be current any more.
+    pub(crate) fn root_tree_changing(&mut self) {
+        self.root_items
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// Tree `id`'s ROOT_ITEM, read from the root tree (always loaded).

@@ -213,6 +213,7 @@ impl Trans {
             data_kept: 0,
             mutations: 0,
             decoded: Default::default(),
+            root_items: Default::default(),
             max_inline: crate::tx::MAX_INLINE,
             dir_index_next: HashMap::new(),
             deferred: None,
