@@ -136,7 +136,12 @@ impl RwFs {
     /// stat(2) of `id`: the inode item, with dirty data counted in the
     /// allocated bytes as the kernel counts delalloc bytes.
     pub fn stat(&self, id: InodeId) -> Result<Stat> {
-        let mut st = self.inode_stat(id)?;
+        self.with_dirty_bytes(self.inode_stat(id)?)
+    }
+
+    /// `st` (of the inode item) with the dirty data counted.
+    fn with_dirty_bytes(&self, mut st: Stat) -> Result<Stat> {
+        let id = st.id;
         if !id.is_placeholder() {
             st.nbytes += self.new_dirty_bytes(id, self.dirty.get(&id).map(|d| d.spans()))?
                 + self.new_dirty_bytes(id, self.ordered.get(&id).map(|d| d.spans()))?;
@@ -207,9 +212,9 @@ impl RwFs {
     /// is refused here.
     pub fn setattr(&mut self, id: InodeId, a: &SetAttr) -> Result<Stat> {
         self.check_writable(id)?;
-        let size = self.t.inode_of(id.subvol, id.ino)?.size;
-        self.reserve_change(a.size.is_some_and(|n| n < size))?;
-        let flags = self.t.inode_of(id.subvol, id.ino)?.flags;
+        let mut i = self.t.inode_of(id.subvol, id.ino)?;
+        self.reserve_change(a.size.is_some_and(|n| n < i.size))?;
+        let flags = i.flags;
         if flags & INODE_IMMUTABLE != 0 {
             return Err(Error::Permission(format!("inode {} is immutable", id.ino)));
         }
@@ -234,8 +239,8 @@ impl RwFs {
         let time = now();
         if let Some(size) = a.size {
             self.truncate(id, size)?;
+            i = self.t.inode_of(id.subvol, id.ino)?;
         }
-        let mut i = self.t.inode_of(id.subvol, id.ino)?;
         if let Some(m) = a.mode {
             i.mode = (i.mode & 0o170000) | (m & 0o7777);
             // The access ACL follows the mode (the kernel leaves this to
@@ -268,7 +273,7 @@ impl RwFs {
         }
         let ctime = a.ctime.unwrap_or(time);
         self.t.put_changed(id.subvol, id.ino, &mut i, Some(ctime))?;
-        self.stat(id)
+        self.with_dirty_bytes(Stat::of_inode(id, &i))
     }
 
     /// Whether an access of `id` now moves its atime under `policy`: the
