@@ -130,6 +130,12 @@ rm -f c1 && echo a > c1 && setcap cap_net_raw+ep c1 && truncate -s 0 c1
 echo "capabilities after a truncate: $(caps c1)"
 rm -f c1 && echo a > c1 && setcap cap_net_raw+ep c1 && chown tests c1
 echo "capabilities after a chown: $(caps c1)"
+blocks() { echo "$1 blocks $(stat -c %b "$2")"; }
+head -c 10000 /dev/zero > b1 && blocks "new, dirty" b1
+fallocate -l 64K b2 && dd if=/dev/zero of=b2 bs=4K count=1 conv=notrunc status=none && blocks "preallocated, written" b2
+dd if=/dev/zero of=b3 bs=4K count=1 seek=256 status=none && blocks "sparse, dirty" b3
+truncate -s 1M b4 && blocks "truncated up" b4 && chmod 600 b4 && blocks "then chmod" b4
+sync && dd if=/dev/zero of=b1 bs=4K count=1 seek=16 conv=notrunc status=none && blocks "synced, one more block" b1
 "#;
 
 pub(super) fn kernel_semantics_case(w: Writer, base: &Path) -> Result<String, String> {
