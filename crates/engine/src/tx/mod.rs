@@ -225,9 +225,10 @@ impl Trans {
     }
 
     /// The tree `id` as it is now, for a reader that shares the
-    /// transaction (`&self`): the loaded root, or else one read from the
-    /// root tree and not kept (a tree not loaded has not changed in this
-    /// transaction, so its ROOT_ITEM there is current).
+    /// transaction (`&self`): the loaded root, or else its ROOT_ITEM in the
+    /// root tree (a tree not loaded has not changed in this transaction,
+    /// so that item is current), read once and kept in `root_items` until
+    /// the root tree changes.
     pub fn root_view(&self, id: u64) -> Result<std::borrow::Cow<'_, Root>> {
         if let Some(r) = self.roots.get(&id) {
             return Ok(std::borrow::Cow::Borrowed(r));
