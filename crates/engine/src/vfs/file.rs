@@ -3,12 +3,13 @@
 //! where aligned) and SEEK_DATA/SEEK_HOLE, as the kernel's file.c and
 //! inode.c do them over the page cache (fsync: [`super::fsync`]).
 
+use super::attr::AtimePolicy;
 use super::extent_io::InodeDirty;
 use super::RwFs;
 use crate::data::extent::ExtentKind;
 use crate::error::{Error, Result};
 use crate::fs::seek::DataMap;
-use crate::fs::InodeId;
+use crate::fs::{InodeId, Stat};
 use crate::inode::file::DataPolicy;
 use crate::inode::namei::XATTR_COMPRESSION;
 use crate::inode::now;
@@ -55,12 +56,25 @@ impl RwFs {
 
     /// read(2): up to `len` bytes at `off`, fewer at the end of file.
     pub fn read(&self, id: InodeId, off: u64, len: u32) -> Result<Vec<u8>> {
+        Ok(self.read_noting_atime(id, off, len, AtimePolicy::Never)?.0)
+    }
+
+    /// [`RwFs::read`], and whether the read moves atime under `atime`
+    /// ([`RwFs::atime_due`]), from the same look at the inode item.
+    pub fn read_noting_atime(
+        &self,
+        id: InodeId,
+        off: u64,
+        len: u32,
+        atime: AtimePolicy,
+    ) -> Result<(Vec<u8>, bool)> {
         let i = self.regular(id)?;
+        let due = atime != AtimePolicy::Never && atime.needs_update(&Stat::of_inode(id, &i), now());
         if off >= i.size {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), due));
         }
         let n = (len as u64).min(i.size - off);
-        self.read_view(id, off, n)
+        Ok((self.read_view(id, off, n)?, due))
     }
 
     /// Refuses writes the inode's flags forbid.

@@ -3,6 +3,7 @@
 //! ([`crate::rw_push`]); atime moves before the answer.
 
 use super::*;
+use ubtrfs_engine::vfs::attr::AtimePolicy;
 
 impl RwInner {
     /// A READ of `node`.
@@ -44,8 +45,16 @@ impl RwInner {
             .filter(|h| h.id == id)
             .map_or((None, false), |h| (h.reads.window(offset, size), h.noatime));
         let window = window.filter(|_| self.pushes.may_push(id));
+        // atime moves before the answer, as the kernel's read moves it
+        // before read(2) returns: a stat right after the read must see it.
+        // Whether it is due comes from the read's own look at the inode.
+        let atime = if noatime || self.remounted_ro.load(Ordering::Relaxed) {
+            AtimePolicy::Never
+        } else {
+            self.atime.policy(false)
+        };
         let fs = self.fs_read();
-        let res = fs.read(id, offset, size);
+        let res = fs.read_noting_atime(id, offset, size, atime);
         // A failure past the request is not this request's.
         let ahead = window
             .filter(|_| res.is_ok())
@@ -53,7 +62,7 @@ impl RwInner {
             .filter(|d| !d.is_empty());
         let push = ahead.is_some() && self.pushes.begin(id);
         drop(fs);
-        let n = res.as_ref().map_or(0, |d| d.len());
+        let n = res.as_ref().map_or(0, |(d, _)| d.len());
         if let Some(h) = self
             .handles
             .lock()
@@ -65,12 +74,9 @@ impl RwInner {
             h.atime_unseen = false;
         }
         match res {
-            Ok(d) => {
-                // atime moves before the answer, as the kernel's read moves
-                // it before read(2) returns: a stat right after the read
-                // must see it.
-                if !noatime {
-                    self.accessed(id, false);
+            Ok((d, atime_due)) => {
+                if atime_due {
+                    self.move_atime(id, false);
                 }
                 reply.data(&d);
                 if let (true, Some(w), Some(data)) = (push, window, ahead) {
