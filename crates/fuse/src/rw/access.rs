@@ -53,7 +53,7 @@ impl RwInner {
     /// Moves `id`'s atime now, as the mount's options say (the caller has
     /// found it due).
     pub(super) fn move_atime(&self, id: InodeId, dir: bool) {
-        if let Err(e) = self.fs().touch_atime(id, self.atime.policy(dir)) {
+        if let Err(e) = self.fs().touch_atime(id, self.atime_policy(dir)) {
             logging::warn(&format!("atime of inode {}: {e}", id.ino));
         }
     }
@@ -106,9 +106,17 @@ impl RwInner {
 
     /// Whether an access of `id` now would move its atime.
     pub(super) fn atime_due(&self, id: InodeId, dir: bool) -> bool {
-        let policy = self.atime.policy(dir);
-        policy != AtimePolicy::Never
-            && !self.remounted_ro.load(Ordering::Relaxed)
-            && self.fs_read().atime_due(id, policy)
+        let policy = self.atime_policy(dir);
+        policy != AtimePolicy::Never && self.fs_read().atime_due(id, policy)
+    }
+
+    /// How accesses move atime now: never once remounted read-only, else
+    /// as the mount's options say.
+    pub(super) fn atime_policy(&self, dir: bool) -> AtimePolicy {
+        if self.remounted_ro.load(Ordering::Relaxed) {
+            AtimePolicy::Never
+        } else {
+            self.atime.policy(dir)
+        }
     }
 }

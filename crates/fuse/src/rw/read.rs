@@ -48,10 +48,10 @@ impl RwInner {
         // atime moves before the answer, as the kernel's read moves it
         // before read(2) returns: a stat right after the read must see it.
         // Whether it is due comes from the read's own look at the inode.
-        let atime = if noatime || self.remounted_ro.load(Ordering::Relaxed) {
+        let atime = if noatime {
             AtimePolicy::Never
         } else {
-            self.atime.policy(false)
+            self.atime_policy(false)
         };
         let fs = self.fs_read();
         let res = fs.read_noting_atime(id, offset, size, atime);
