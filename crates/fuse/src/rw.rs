@@ -229,8 +229,12 @@ impl crate::proto::FuseFs for RwFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         use crate::proto::InitFlags;
         config.add_offered(
+            // Not FUSE_ATOMIC_O_TRUNC: with it an open(O_RDONLY|O_TRUNC)
+            // reaches us, and we truncate, before the kernel asks whether
+            // the file is being executed (ETXTBSY): a running program lost
+            // its text and died of SIGBUS. Without it the kernel makes that
+            // check, then truncates with a SETATTR.
             InitFlags::FUSE_PARALLEL_DIROPS
-                | InitFlags::FUSE_ATOMIC_O_TRUNC
                 // SETXATTR says when an ACL must clear S_ISGID (the kernel
                 // knows the caller's groups and capabilities; we do not).
                 | InitFlags::FUSE_SETXATTR_EXT
@@ -386,20 +390,18 @@ impl crate::proto::FuseFs for RwFuse {
         self.reply_entry("link", reply, res);
     }
 
-    fn open(&self, req: &Request, node: INodeNo, a: args::Open, reply: ReplyOpen) {
+    fn open(&self, _: &Request, node: INodeNo, a: args::Open, reply: ReplyOpen) {
         let id = self.inode(node);
         let f = a.flags.0;
-        let writing = f & libc::O_ACCMODE != libc::O_RDONLY || f & libc::O_TRUNC != 0;
-        let kill = self.kill_set_ids(id, req, a.kill_suidgid);
+        let writing = f & libc::O_ACCMODE != libc::O_RDONLY;
         if writing && !self.pushes.writer_begin(id) {
             // Read-ahead of this file is being pushed into the page
             // cache: the open waits for it to land, on a thread of its
             // own (see rw_push).
-            return self.after_pushes_land(id, "open", move |this| {
-                this.open_as(id, f, kill, true, reply)
-            });
+            return self
+                .after_pushes_land(id, "open", move |this| this.open_as(id, f, true, reply));
         }
-        self.open_as(id, f, kill, writing, reply);
+        self.open_as(id, f, writing, reply);
     }
 
     fn read(&self, _: &Request, node: INodeNo, a: args::Read, reply: ReplyData) {

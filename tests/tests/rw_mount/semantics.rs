@@ -48,6 +48,16 @@ py 'import ctypes, mmap; open("rr", "wb").write(os.urandom(1 << 20)); f = open("
 py 'import time; os.mkdir("ad"); open("ad/x", "w").close(); a = os.stat("ad").st_atime_ns; time.sleep(0.05); os.listdir("ad"); print("atime after listing", os.stat("ad").st_atime_ns > a)'
 py 'import time; open("c", "w").close(); a = os.stat("c").st_ctime_ns; time.sleep(0.05); os.system("chattr +A c"); print("ctime after chattr", os.stat("c").st_ctime_ns > a)'
 xfs_io -c 'chattr +x' c 2>&1 | sed 's/.*: //'
+python3 -c 'import os, shutil, subprocess, time
+shutil.copy("/usr/bin/sleep", "tx"); os.chmod("tx", 0o755)
+p = subprocess.Popen(["./tx", "5"]); time.sleep(0.3)
+try:
+    os.close(os.open("tx", os.O_RDONLY | os.O_TRUNC)); r = "opened"
+except OSError as e:
+    r = os.strerror(e.errno)
+time.sleep(0.2)
+print("O_TRUNC open of a running program:", r, "size kept", os.stat("tx").st_size == os.stat("/usr/bin/sleep").st_size, "running", p.poll() is None)
+p.kill(); p.wait()'
 remount() { mount -o remount,"$1" "$PWD"; }
 exec 3>>c
 r remount ro

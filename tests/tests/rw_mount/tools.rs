@@ -9,10 +9,6 @@ use super::*;
 /// (the parent's link count after moving a directory in) fails.
 const KERNEL_PJDFSTEST_FAILURES: &[&str] = &["rename::updates_link_parent"];
 
-/// The case that fails now and then on ubtrfs's mount alone (see
-/// `pjdfstest_on_ubtrfs_mount`).
-const FLAKY_ON_UBTRFS: &str = "open::etxtbsy";
-
 /// pjdfstest on `w`'s mount of a fresh image, in a directory every user
 /// can reach (under /tmp, mode 755). ubtrfs mounts with allow_other:
 /// pjdfstest runs cases as nobody and tests. Returns the result and, for
@@ -111,30 +107,9 @@ pub(super) fn pjdfstest_on_ubtrfs_mount() {
     let (ours, notes) =
         pjdfstest_on(Writer::Ubtrfs, &bin, &tmp, &[]).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{test}: ubtrfs: {} ({:.1?})", ours.counts(), ours.elapsed);
-    let mut worse = ours.regressions_from(&kernel);
-    // open::etxtbsy fails in about one pjdfstest run in seven on our mount
-    // (an open for writing right after the spawn of the copied binary
-    // succeeds), never on the kernel's; cause not found yet
-    // (docs/rw-tests.md). It must pass when run alone, within 3 tries.
-    let flaky = |w: &String| w.starts_with(&format!("{FLAKY_ON_UBTRFS} "));
-    let mut recovered = 0;
-    if worse.iter().any(flaky) {
-        let mut tries = Vec::new();
-        for _ in 0..3 {
-            let (again, _) = pjdfstest_on(Writer::Ubtrfs, &bin, &tmp, &[FLAKY_ON_UBTRFS])
-                .unwrap_or_else(|e| panic!("{e}"));
-            let ok = again.with(PjdStatus::Passed).contains(&FLAKY_ON_UBTRFS);
-            tries.push(ok);
-            if ok {
-                worse.retain(|w| !flaky(w));
-                recovered = 1;
-                break;
-            }
-        }
-        eprintln!("{test}: FLAKY: {FLAKY_ON_UBTRFS} failed in the full run; run alone: {tries:?}");
-    }
+    let worse = ours.regressions_from(&kernel);
     assert!(
-        worse.is_empty() && ours.passed + recovered >= kernel.passed,
+        worse.is_empty() && ours.passed >= kernel.passed,
         "{test}: {} cases pass on the kernel's mount and not on ubtrfs's (kernel: {}; ubtrfs: {}):\n  {}\nthe daemon's errors and warnings:\n{notes}",
         worse.len(),
         kernel.counts(),

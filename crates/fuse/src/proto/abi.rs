@@ -95,9 +95,6 @@ pub const FATTR_CTIME: u32 = 1 << 10;
 /// Drop the set-ID bits (FUSE_HANDLE_KILLPRIV_V2: a chown, or a truncate
 /// by a caller without CAP_FSETID).
 pub const FATTR_KILL_SUIDGID: u32 = 1 << 11;
-/// fuse_open_in.open_flags: an O_TRUNC open by a caller without
-/// CAP_FSETID drops the set-ID bits (FUSE_HANDLE_KILLPRIV_V2).
-pub const FUSE_OPEN_KILL_SUIDGID: u32 = 1 << 0;
 
 pub const FUSE_GETATTR_FH: u32 = 1 << 0;
 pub const FUSE_READ_LOCKOWNER: u32 = 1 << 1;

@@ -24,19 +24,16 @@ pub(crate) fn at(secs: u64, nsec: u32) -> SystemTime {
     })
 }
 
-/// OPEN: the open(2) flags, and whether an O_TRUNC open drops the set-ID
-/// bits (FUSE_OPEN_KILL_SUIDGID).
+/// OPEN: the open(2) flags.
 #[derive(Debug, Clone, Copy)]
 pub struct Open {
     pub flags: OpenFlags,
-    pub kill_suidgid: bool,
 }
 
 impl From<&abi::OpenIn> for Open {
     fn from(a: &abi::OpenIn) -> Open {
         Open {
             flags: OpenFlags(a.flags as i32),
-            kill_suidgid: a.open_flags & abi::FUSE_OPEN_KILL_SUIDGID != 0,
         }
     }
 }

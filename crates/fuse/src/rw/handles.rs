@@ -127,49 +127,21 @@ impl RwInner {
     }
 
     /// OPEN with flags `f`, a `writer` already counted by
-    /// [`Pushes::writer_begin`] (and uncounted here if the open fails);
-    /// an O_TRUNC open drops the set-ID bits as `kill` says
-    /// ([`SetAttr::kill_set_ids`]).
-    pub(super) fn open_as(
-        &self,
-        id: InodeId,
-        f: i32,
-        kill: Option<bool>,
-        writer: bool,
-        reply: ReplyOpen,
-    ) {
+    /// [`Pushes::writer_begin`] (and uncounted here if the open fails).
+    /// The kernel sends no O_TRUNC (no FUSE_ATOMIC_O_TRUNC): an open that
+    /// truncates comes as this OPEN and a SETATTR of the size.
+    pub(super) fn open_as(&self, id: InodeId, f: i32, writer: bool, reply: ReplyOpen) {
         let res = (|| {
-            if f & libc::O_TRUNC == 0 {
-                // Changes nothing but the open count: shared.
-                let fs = self.fs_read();
-                if writer {
-                    fs.check_open_write(id, f & libc::O_APPEND != 0)?;
-                }
-                fs.opened(id);
-                return Ok(());
-            }
-            let mut fs = self.fs();
+            // Changes nothing but the open count: shared.
+            let fs = self.fs_read();
             if writer {
                 fs.check_open_write(id, f & libc::O_APPEND != 0)?;
             }
-            let a = SetAttr {
-                size: Some(0),
-                kill_set_ids: kill,
-                ..Default::default()
-            };
-            fs.setattr(id, &a)?;
             fs.opened(id);
             Ok(())
         })();
         match res {
             Ok(()) => {
-                if kill.is_some() {
-                    // The kernel keeps the mode it cached over an open:
-                    // the set-ID bits just dropped must not show.
-                    if let Ok(node) = self.node_of(id) {
-                        self.inval_attr(INodeNo(node));
-                    }
-                }
                 let mut atime_due = f & libc::O_NOATIME == 0 && self.atime_due(id, false);
                 let moved = atime_due && f & libc::O_ACCMODE != libc::O_WRONLY;
                 if moved {
