@@ -4,16 +4,18 @@
     push_race.py FILE SECONDS READERS
 
 The read-write mount answers a small forward READ with a window of the
-file and pushes what lies past the request into the kernel's page cache
-(crates/fuse/src/rw_push.rs). A push landing after a write to the same
+file and pushes what lies past the request into the kernel's page cache,
+and pushes the next window once an lseek lands well into what was pushed
+(crates/fuse/src/readahead.rs, rw_push.rs). A push landing after a write to the same
 pages would put older bytes over newer ones. This provokes exactly that
 order: a writer rewrites the even 4 KiB blocks of FILE with a new
 generation (each block says (generation, index)), closes, and publishes
 the generation as complete; READERS processes drop the file's page cache
 (POSIX_FADV_DONTNEED, so their reads miss and READs reach the daemon) and
-walk every other block with small reads from a random place, each
-noting the complete generation before it reads a block and requiring the
-block to be at least that new, and the odd blocks zeros. Exit 0 with the
+walk every other block with small reads from a random place (the odd
+readers with SEEK_DATA before each read, as cp does), each noting the
+complete generation before it reads a block and requiring the block to
+be at least that new, and the odd blocks zeros. Exit 0 with the
 counts when every read was right, else the first wrong one and exit 1.
 """
 
@@ -73,6 +75,11 @@ def main():
                     # kernel's readahead takes for random ones.
                     start = rng.randrange(0, n // 2) * 2 + rng.randrange(2)
                     for i in range(start, n, 2):
+                        if r % 2:
+                            try:
+                                os.lseek(fd, i * BLOCK, os.SEEK_DATA)
+                            except OSError:
+                                pass  # ENXIO: no data after the last hole
                         want = struct.unpack("<Q", done[:8])[0]
                         got = os.pread(fd, 16, i * BLOCK)
                         if i % 2:

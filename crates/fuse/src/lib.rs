@@ -17,8 +17,8 @@
 //!   (`fs::seek`, answered by [`reads::Mount::seek`] as on the read-write
 //!   mount: amortized O(1) per call), and a small pool of handles for
 //!   reads.
-//! - Small forward reads (cp skipping holes) are served from a read-ahead
-//!   window that is also pushed into the kernel's page cache.
+//! - Small forward reads (cp skipping holes) push a read-ahead window into
+//!   the kernel's page cache ([`readahead`]).
 //! - The image never changes under the mount, so attributes, entries,
 //!   directory listings and file pages are cached by the kernel for long.
 //! - [`session`] mounts, runs in the background or foreground, and
@@ -37,6 +37,7 @@ pub mod options;
 pub mod pidfile;
 mod pool;
 pub mod proto;
+mod readahead;
 mod reads;
 pub mod remount;
 mod reply;

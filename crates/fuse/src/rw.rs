@@ -26,8 +26,9 @@ use crate::proto::{
     Request,
 };
 use crate::proto::{OpenFlags, WriteFlags};
+use crate::readahead::ReadAhead;
 use crate::reads::{Core, Mount};
-use crate::rw_push::{Pushes, ReadPattern};
+use crate::rw_push::Pushes;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -607,8 +608,10 @@ impl crate::proto::FuseFs for RwFuse {
 
     fn lseek(&self, _: &Request, node: INodeNo, a: args::Lseek, reply: ReplyLseek) {
         let res = self.0.seek(node, a.fh.0, a.offset, a.whence);
-        self.0
-            .answer("lseek", reply, res, |reply, o| reply.offset(o as i64));
+        self.0.answer("lseek", reply, res, |reply, o| {
+            reply.offset(o as i64);
+            self.0.seeked_to(node, a.fh.0, o);
+        });
     }
 
     fn copy_file_range(&self, _: &Request, ino: INodeNo, c: args::CopyFileRange, reply: ReplyCopy) {

@@ -1,16 +1,9 @@
-//! Read-ahead pushed into the kernel's page cache on the read-write mount,
-//! kept coherent with the writes.
-//!
-//! A reader that jumps over holes with SEEK_DATA (cp, tar --sparse) reads
-//! a page here and a page there: the kernel's readahead takes that for
-//! random reads, and each page cache miss is a READ round trip. As on the
-//! read-only mount ([`crate::file`]), a small READ that moves forward
-//! reads a window of the file (256 KiB, doubling to 4 MiB) and pushes
-//! what lies past the request into the page cache (FUSE_NOTIFY_STORE), so
-//! the reader's next pages need no request at all. It matters most right
-//! after a file was written: a truncate that changes the size drops the
-//! file's whole page cache (fuse_do_setattr), and cp of the file then
-//! read it a page per round trip.
+//! Read-ahead pushed into the kernel's page cache on the read-write mount
+//! ([`crate::readahead`] says when and where), kept coherent with the
+//! writes. It matters most right after a file was written: a truncate
+//! that changes the size drops the file's whole page cache
+//! (fuse_do_setattr), and cp of the file then read it a page per round
+//! trip.
 //!
 //! A push must never put older bytes over newer ones. The kernel's page
 //! cache only gets bytes the daemon has not seen through a handle that
@@ -38,87 +31,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use ubtrfs_engine::InodeId;
 
-/// Reads up to this size count as small (the kernel's readahead is not
-/// doing its work for them), and windows grow from and to these (both
-/// mounts).
-pub const SMALL_READ: u32 = 128 << 10;
-pub const WINDOW_MIN: usize = 256 << 10;
-pub const WINDOW_MAX: usize = 4 << 20;
-/// The kernel's page size: pushes begin on a page (a partial page is not
-/// marked up to date).
-pub const PAGE: u64 = 4096;
-
 /// Whether pushes are on (read once).
 pub fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("UBTRFS_NO_RW_PUSH").is_none_or(|v| v == "0"))
-}
-
-/// A handle's read pattern: where its last READ ended, its window's size
-/// (0: not moving forward), and the end of what has been pushed ahead of
-/// it (landed or not).
-#[derive(Default, Clone, Copy)]
-pub struct ReadPattern {
-    last_end: u64,
-    size: usize,
-    ahead: u64,
-}
-
-/// What a READ pushes beside its answer: `len` bytes from `start`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
-    pub start: u64,
-    pub len: usize,
-}
-
-impl ReadPattern {
-    /// For a READ of `size` bytes at `offset`: the window to push (None:
-    /// just the request).
-    ///
-    /// A READ inside what was pushed already finds a push that has not
-    /// landed yet (the reader outran the pushing thread): it is answered
-    /// alone, and the next window goes out only once the reader is within
-    /// half its last window of the end of the pushed part. Pushing from the
-    /// request again would copy the same window into the page cache
-    /// several times over (3.6 GiB pushed for a 1 GiB sparse file) and
-    /// slow the pushing thread further.
-    pub fn window(&self, offset: u64, size: u32) -> Option<Window> {
-        // Forward: at or after the last READ's end, and at most a window
-        // past it or past what was pushed (a window continued from the
-        // pushed end lands beyond the last READ by more than its size).
-        let gap = self.size.max(WINDOW_MIN) as u64;
-        let forward =
-            offset >= self.last_end && offset.saturating_sub(self.last_end.max(self.ahead)) <= gap;
-        if size > SMALL_READ || !forward {
-            return None;
-        }
-        let len = (self.size * 2).clamp(WINDOW_MIN, WINDOW_MAX);
-        let end = (offset + size as u64).next_multiple_of(PAGE);
-        if end <= self.ahead {
-            return (self.ahead - offset <= self.size as u64 / 2).then_some(Window {
-                start: self.ahead,
-                len,
-            });
-        }
-        Some(Window { start: end, len })
-    }
-
-    /// After a READ of `[offset, end)` that pushed `pushed`.
-    pub fn read_to(&mut self, offset: u64, end: u64, pushed: Option<Window>) {
-        let inside = offset >= self.last_end && end <= self.ahead;
-        self.last_end = end;
-        match pushed {
-            Some(w) => {
-                self.size = w.len;
-                self.ahead = w.start + w.len as u64;
-            }
-            None if inside => {}
-            None => {
-                self.size = 0;
-                self.ahead = 0;
-            }
-        }
-    }
 }
 
 #[derive(Default)]
@@ -180,8 +96,13 @@ pub struct Pushes {
     cached: CachedSet,
     /// The one thread that pushes (see the module).
     storer: Pool,
-    /// Pushes made, bytes pushed, writers that waited for pushes.
+    /// The one thread that reads windows ahead after an lseek (not a
+    /// request thread: the reader's next requests would wait for it).
+    reader: Pool,
+    /// Pushes made (of them, windows an lseek asked for), bytes pushed,
+    /// writers that waited for pushes.
     pub pushed: AtomicU64,
+    pub pushed_after_seek: AtomicU64,
     pub pushed_bytes: AtomicU64,
     pub writer_waits: AtomicU64,
 }
@@ -194,7 +115,9 @@ impl Default for Pushes {
             notifier: OnceLock::new(),
             cached: CachedSet::new(),
             storer: Pool::new("ubtrfs-store", 1),
+            reader: Pool::new("ubtrfs-readahead", 1),
             pushed: AtomicU64::new(0),
+            pushed_after_seek: AtomicU64::new(0),
             pushed_bytes: AtomicU64::new(0),
             writer_waits: AtomicU64::new(0),
         }
@@ -244,6 +167,12 @@ impl Pushes {
         }
         i.pushing += 1;
         true
+    }
+
+    /// Runs `read` on the read-ahead thread: it reads a window, counts its
+    /// push ([`Pushes::begin`]) and pushes it.
+    pub fn read_ahead(&self, read: impl FnOnce() + Send + 'static) {
+        self.reader.run(read);
     }
 
     /// Pushes `data`, the file's bytes at `start`, on the pushing
@@ -297,8 +226,9 @@ impl Pushes {
     /// One log line's worth: what was pushed, and who waited for it.
     pub fn summary(&self) -> String {
         format!(
-            "read-ahead pushed: {} windows, {} MiB; {} writers waited for a push to land",
+            "read-ahead pushed: {} windows ({} after an lseek), {} MiB; {} writers waited for a push to land",
             self.pushed.load(Ordering::Relaxed),
+            self.pushed_after_seek.load(Ordering::Relaxed),
             self.pushed_bytes.load(Ordering::Relaxed) >> 20,
             self.writer_waits.load(Ordering::Relaxed)
         )
@@ -404,77 +334,6 @@ mod tests {
             .filter(|&&i| c.may_hold(i))
             .count();
         assert!(false_hits < ids.len() / 20, "{false_hits} false hits");
-    }
-
-    #[test]
-    fn a_window_grows_while_reads_move_forward() {
-        let mut p = ReadPattern::default();
-        let w = p.window(0, 4096);
-        assert_eq!(
-            w,
-            Some(Window {
-                start: 4096,
-                len: WINDOW_MIN
-            })
-        );
-        p.read_to(0, 4096, w);
-        // Past what was pushed: the next window, twice the size.
-        let at = 4096 + WINDOW_MIN as u64;
-        let w = p.window(at, 4096);
-        assert_eq!(
-            w,
-            Some(Window {
-                start: at + 4096,
-                len: 2 * WINDOW_MIN
-            })
-        );
-        p.read_to(at, at + 4096, w);
-        // A jump back is not forward; a large read is not small.
-        assert_eq!(p.window(0, 4096), None);
-        assert_eq!(p.window(at + 8192, SMALL_READ + 1), None);
-        p.read_to(1 << 30, (1 << 30) + 4096, None);
-        assert_eq!(
-            p.window((1 << 30) + 8192, 4096),
-            Some(Window {
-                start: (1 << 30) + 12288,
-                len: WINDOW_MIN
-            })
-        );
-    }
-
-    #[test]
-    fn a_read_inside_a_push_in_flight_does_not_push_it_again() {
-        let mut p = ReadPattern::default();
-        let w = p.window(0, 4096);
-        p.read_to(0, 4096, w);
-        let ahead = 4096 + WINDOW_MIN as u64;
-        // The push has not landed: the reader misses at 8 KiB and 64 KiB.
-        assert_eq!(p.window(8192, 4096), None);
-        p.read_to(8192, 12288, None);
-        assert_eq!(p.window(65536, 4096), None);
-        p.read_to(65536, 69632, None);
-        // Within half the last window (128 KiB) of its end: the next
-        // window goes out from where the last one ended.
-        let w = p.window(ahead - 8192, 4096);
-        assert_eq!(
-            w,
-            Some(Window {
-                start: ahead,
-                len: 2 * WINDOW_MIN
-            })
-        );
-        p.read_to(ahead - 8192, ahead - 4096, w);
-        assert_eq!(p.window(ahead + 4096, 4096), None);
-        // That push landed: the next miss is where it ended, more than a
-        // window past the last READ, and still forward.
-        let end = ahead + 2 * WINDOW_MIN as u64;
-        assert_eq!(
-            p.window(end, 4096),
-            Some(Window {
-                start: end + 4096,
-                len: 4 * WINDOW_MIN
-            })
-        );
     }
 
     #[test]

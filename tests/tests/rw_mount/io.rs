@@ -34,7 +34,8 @@ pub(super) fn push_race_case(w: Writer, base: &Path) -> Result<String, String> {
     let mut note = String::from("push_race.py passed");
     if let Some(log) = log {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        // "read-ahead pushed: N windows, M MiB; K writers waited ..."
+        // "read-ahead pushed: N windows (S after an lseek), M MiB; K
+        // writers waited ..."
         let line = text
             .lines()
             .rev()
@@ -52,9 +53,10 @@ pub(super) fn push_race_case(w: Writer, base: &Path) -> Result<String, String> {
                 .unwrap_or(0)
         };
         let (pushed, waited) = (num(" windows"), num(" writers waited"));
-        if pushed == 0 || waited == 0 {
+        let after_seek = num(" after an lseek");
+        if pushed == 0 || waited == 0 || after_seek == 0 {
             return Err(format!(
-                "the race did not run ({pushed} pushes, {waited} writers waited): {line}"
+                "the race did not run ({pushed} pushes, {after_seek} after an lseek, {waited} writers waited): {line}"
             ));
         }
         note = format!("{note}; {line}");

@@ -17,7 +17,7 @@ pub(super) struct Handle {
     /// Reads through the page cache, not O_DIRECT (counted in
     /// [`RwInner::pushes`]).
     pub(super) buffered: bool,
-    pub(super) reads: ReadPattern,
+    pub(super) reads: ReadAhead,
     /// Its open moved atime, and no READ has reached us through it since:
     /// the kernel's cached atime is the old one until its attributes are
     /// dropped, which its close does. (A READ's end drops the cached
@@ -196,7 +196,7 @@ impl RwInner {
                     seek: SeekCache::default(),
                     writer,
                     buffered,
-                    reads: ReadPattern::default(),
+                    reads: ReadAhead::default(),
                     atime_unseen,
                 },
             );

@@ -1,9 +1,12 @@
 //! READ on the read-write mount: a small forward read reads a window
-//! and pushes what lies past the request into the page cache
-//! ([`crate::rw_push`]); atime moves before the answer.
+//! and pushes what lies past the request into the page cache, as does an
+//! lseek well into what was pushed ([`crate::readahead`], kept coherent
+//! with writes by [`crate::rw_push`]); atime moves before the answer.
 
 use super::*;
+use crate::readahead::Window;
 use ubtrfs_engine::vfs::attr::AtimePolicy;
+use ubtrfs_engine::vfs::RwFs;
 
 impl RwInner {
     /// A READ of `node`.
@@ -58,9 +61,8 @@ impl RwInner {
         // A failure past the request is not this request's.
         let ahead = window
             .filter(|_| res.is_ok())
-            .and_then(|w| fs.read(id, w.start, w.len as u32).ok())
-            .filter(|d| !d.is_empty());
-        let push = ahead.is_some() && self.pushes.begin(id);
+            .and_then(|w| self.window_bytes(&fs, id, w));
+        let push = ahead.is_some();
         drop(fs);
         let n = res.as_ref().map_or(0, |(d, _)| d.len());
         if let Some(h) = self
@@ -85,6 +87,47 @@ impl RwInner {
             }
             Err(e) => reply.error(errno("read", e)),
         }
+    }
+
+    /// The bytes of window `w` of `id`, read under `fs` (the mount's lock)
+    /// with their push counted ([`Pushes::begin`], in the same section):
+    /// None when there is nothing to push.
+    fn window_bytes(&self, fs: &RwFs, id: InodeId, w: Window) -> Option<Vec<u8>> {
+        let data = fs.read(id, w.start, w.len as u32).ok()?;
+        (!data.is_empty() && self.pushes.begin(id)).then_some(data)
+    }
+
+    /// An lseek took the reader of handle `fh` to `pos`: the next window,
+    /// if one is due, is read and pushed by the read-ahead thread.
+    pub(super) fn seeked_to(self: &Arc<Self>, node: INodeNo, fh: u64, pos: u64) {
+        let id = self.inode(node);
+        if !self.pushes.may_push(id) {
+            return;
+        }
+        // The file's size may change meanwhile: a window past its end
+        // reads nothing and pushes nothing.
+        let w = self
+            .handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&fh)
+            .filter(|h| h.id == id)
+            .and_then(|h| h.reads.seeked_to(pos, u64::MAX));
+        let Some(w) = w else {
+            return;
+        };
+        let this = self.clone();
+        self.pushes.read_ahead(move || {
+            let fs = this.fs_read();
+            let data = this.window_bytes(&fs, id, w);
+            drop(fs);
+            if let Some(d) = data {
+                this.pushes
+                    .pushed_after_seek
+                    .fetch_add(1, Ordering::Relaxed);
+                this.pushes.push(id, node.0, w.start, d);
+            }
+        });
     }
 }
 
