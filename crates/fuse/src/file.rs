@@ -107,13 +107,7 @@ impl Inner {
         };
         let notifier = notifier.clone();
         self.storer.run(move || {
-            let bytes = data.get(skip..).unwrap_or_default();
-            for (i, chunk) in bytes.chunks(1 << 20).enumerate() {
-                let off = start + (i << 20) as u64;
-                if notifier.store(INodeNo(n), off, chunk).is_err() {
-                    break;
-                }
-            }
+            notifier.store_all(INodeNo(n), start, data.get(skip..).unwrap_or_default())
         });
     }
 

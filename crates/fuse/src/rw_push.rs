@@ -185,12 +185,7 @@ impl Pushes {
                 this.pushed.fetch_add(1, Ordering::Relaxed);
                 this.pushed_bytes
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
-                for (i, chunk) in data.chunks(1 << 20).enumerate() {
-                    let off = start + (i << 20) as u64;
-                    if n.store(crate::proto::INodeNo(node), off, chunk).is_err() {
-                        break;
-                    }
-                }
+                n.store_all(crate::proto::INodeNo(node), start, &data);
             }
             this.end(id);
         });

@@ -81,6 +81,17 @@ impl Notifier {
             .write(0, abi::FUSE_NOTIFY_STORE, &[bytes(&out), data])
     }
 
+    /// [`Notifier::store`] of `data` in notifications of at most 1 MiB,
+    /// stopping at the first that fails (the kernel forgot the node: only
+    /// read-ahead is lost).
+    pub fn store_all(&self, node: INodeNo, offset: u64, data: &[u8]) {
+        for (i, piece) in data.chunks(1 << 20).enumerate() {
+            if self.store(node, offset + (i << 20) as u64, piece).is_err() {
+                break;
+            }
+        }
+    }
+
     /// Drops the kernel's cached pages of `node` over `[offset, offset +
     /// len)`, and its cached attributes. Waits for the page locks of
     /// READs in flight: never sent from a thread those READs need.
