@@ -20,8 +20,8 @@ export UBTRFS_LOG_WRITE_SEEDS=${UBTRFS_LOG_WRITE_SEEDS:-200}               # [8]
 export UBTRFS_LOG_WRITE_KERNEL_SEEDS=${UBTRFS_LOG_WRITE_KERNEL_SEEDS:-30}  # [3]
 export UBTRFS_LOGCRASH_KILLS=${UBTRFS_LOGCRASH_KILLS:-300}                 # [6]
 export UBTRFS_LOGCRASH_SEED=${UBTRFS_LOGCRASH_SEED:-1000}
-export UBTRFS_VFS_MODEL_SEEDS=${UBTRFS_VFS_MODEL_SEEDS:-300}                   # [40]
-SUITES=${SUITES:-"log_write log_crash vfs_model"}
+export UBTRFS_RWFS_MODEL_SEEDS=${UBTRFS_RWFS_MODEL_SEEDS:-300}                   # [40]
+SUITES=${SUITES:-"log_write log_crash rwfs_model"}
 
 cargo build --release --workspace --locked >/dev/null || exit 1
 run() { # NAME PACKAGE TEST
@@ -40,13 +40,13 @@ for s in $SUITES; do
   case $s in
     log_write) run log_write ubtrfs-engine log_write || status=1 ;;
     log_crash) run log_crash ubtrfs-oracle log_crash || status=1 ;;
-    vfs_model) run vfs_model ubtrfs-engine vfs_model || status=1 ;;
+    rwfs_model) run rwfs_model ubtrfs-engine rwfs_model || status=1 ;;
     *) echo "unknown suite $s" >&2; status=1 ;;
   esac
 done
 {
   echo "counts: log_write seeds $UBTRFS_LOG_WRITE_SEEDS (kernel $UBTRFS_LOG_WRITE_KERNEL_SEEDS)," \
     "log_crash kills $UBTRFS_LOGCRASH_KILLS from seed $UBTRFS_LOGCRASH_SEED," \
-    "vfs_model seeds $UBTRFS_VFS_MODEL_SEEDS; logs in $OUT"
+    "rwfs_model seeds $UBTRFS_RWFS_MODEL_SEEDS; logs in $OUT"
 } | tee -a "$OUT/summary.txt"
 exit $status

@@ -26,7 +26,9 @@
 //!   applying them;
 //! * [`tree_log`]: log trees, written at fsync and replayed (by writers,
 //!   and onto in-memory overlays by readers);
-//! * [`vfs`]: the read-write mount's operations, with delayed allocation;
+//! * [`rwfs`]: the read-write filesystem a mount serves ([`rwfs::RwFs`]:
+//!   the top half of the kernel's inode.c and file.c), with delayed
+//!   allocation;
 //! * [`tools`]: walk, extract, scrub, check.
 
 pub mod alloc;
@@ -41,13 +43,13 @@ pub mod io;
 pub mod items;
 pub mod mkfs;
 pub mod receive;
+pub mod rwfs;
 pub mod send;
 pub mod subvol;
 pub mod tools;
 pub mod tree;
 pub mod tree_log;
 pub mod tx;
-pub mod vfs;
 
 pub use error::{Error, ErrorKind, Result, ResultExt};
 pub use fs::file::{FileHandle, MapRange, RangeKind};

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use ubtrfs_engine::fs::InodeId;
 use ubtrfs_engine::io::dev::{BlockDev, MemDev};
 use ubtrfs_engine::mkfs::{build, make, MkfsOptions};
+use ubtrfs_engine::rwfs::{RwFs, RwOptions};
 use ubtrfs_engine::subvol::Place;
 use ubtrfs_engine::tools::check::check_dev;
 use ubtrfs_engine::tx::Trans;
-use ubtrfs_engine::vfs::{RwFs, RwOptions};
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::Timespec;
 

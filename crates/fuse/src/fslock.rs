@@ -1,7 +1,7 @@
 //! The read-write mount's lock on its filesystem, which lets direct
 //! writes run beside each other.
 //!
-//! A direct write ([`ubtrfs_engine::vfs::direct`]) takes the lock to
+//! A direct write ([`ubtrfs_engine::rwfs::direct`]) takes the lock to
 //! begin and to end, and writes its bytes to the devices in between with
 //! the lock released. While it is in flight its extents must stay as they
 //! were planned: allocated, this file's, unshared. So every request that
@@ -35,9 +35,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 use ubtrfs_engine::fs::InodeId;
-use ubtrfs_engine::vfs::direct::DirectWrite;
-use ubtrfs_engine::vfs::ordered::Ordered;
-use ubtrfs_engine::vfs::{LogSyncWrite, RwFs};
+use ubtrfs_engine::rwfs::direct::DirectWrite;
+use ubtrfs_engine::rwfs::ordered::Ordered;
+use ubtrfs_engine::rwfs::{LogSyncWrite, RwFs};
 use ubtrfs_engine::Error;
 
 /// The filesystem held alone, for a request that may change it. How long
@@ -340,7 +340,7 @@ impl FsLock {
     }
 
     /// Writes back every dirty inode, the bytes checksummed and written
-    /// with the lock let go (see [`ubtrfs_engine::vfs::ordered`]): reads
+    /// with the lock let go (see [`ubtrfs_engine::rwfs::ordered`]): reads
     /// and direct writes go on meanwhile, every other request waits for
     /// the end as it waits for direct writes to drain. `g` is the lock
     /// held alone, by the caller.

@@ -33,7 +33,7 @@ pub struct MountOptions {
     pub rw: Option<bool>,
     /// How the read-write mount writes data: compress=, compress-force=,
     /// nodatacow, nodatasum, commit=, max_inline=.
-    pub write: ubtrfs_engine::vfs::RwOptions,
+    pub write: ubtrfs_engine::rwfs::RwOptions,
     /// POSIX ACLs on the read-write mount (`acl`, the default, as the
     /// kernel's btrfs; `noacl`).
     pub acl: bool,
@@ -305,7 +305,7 @@ impl MountOptions {
                 "atime" | "relatime" | "noatime" | "strictatime" | "norelatime"
                     if value.is_none() =>
                 {
-                    use ubtrfs_engine::vfs::attr::AtimePolicy;
+                    use ubtrfs_engine::rwfs::attr::AtimePolicy;
                     self.atime.files = match key {
                         "noatime" => AtimePolicy::Never,
                         "strictatime" | "norelatime" => AtimePolicy::Strict,
@@ -384,7 +384,7 @@ mod tests {
 
     #[test]
     fn atime_options_take_the_last() {
-        use ubtrfs_engine::vfs::attr::AtimePolicy;
+        use ubtrfs_engine::rwfs::attr::AtimePolicy;
         let o = MountOptions::parse(&[]).unwrap();
         assert_eq!(o.atime.files, AtimePolicy::Relative);
         assert!(o.atime.dirs);

@@ -38,8 +38,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use ubtrfs_engine::fs::seek::{SeekCache, Versions};
 use ubtrfs_engine::fs::view::View;
-use ubtrfs_engine::vfs::attr::{SetAttr, SetTime};
-use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwStats, SyncStep};
+use ubtrfs_engine::rwfs::attr::{SetAttr, SetTime};
+use ubtrfs_engine::rwfs::{FsyncStage, RwFs, RwStats, SyncStep};
 use ubtrfs_engine::{Error, InodeId, Stat};
 use ubtrfs_format::items::Timespec;
 
@@ -74,7 +74,7 @@ pub struct RwInner {
     core: Core,
     handles: Mutex<HashMap<u64, Handle>>,
     /// Open directories: the cookie their listing stops at (set at offset
-    /// 0, [`ubtrfs_engine::vfs::RwFs::readdir_end`]).
+    /// 0, [`ubtrfs_engine::rwfs::RwFs::readdir_end`]).
     dirs: Mutex<HashMap<u64, u64>>,
     next_fh: AtomicU64,
     /// POSIX ACLs enforced by the kernel and inherited here (`acl`, the

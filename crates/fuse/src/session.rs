@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use ubtrfs_engine::vfs::RwFs;
+use ubtrfs_engine::rwfs::RwFs;
 use ubtrfs_engine::{ErrorKind, Filesystem, InodeId, OpenOptions};
 use ubtrfs_format::consts::{FIRST_INODE, FS_TREE_OBJECTID};
 

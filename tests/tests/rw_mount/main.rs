@@ -124,7 +124,7 @@ use workload::*;
 
 /// A dirty limit of 1 MiB for ubtrfs's mount in (a), (d) and (f): writes
 /// write everything back often, with the bytes written outside the lock
-/// while other processes' reads go on (vfs/ordered.rs).
+/// while other processes' reads go on (rwfs/ordered.rs).
 const SMALL_DIRTY_LIMIT: &[(&str, &str)] = &[("UBTRFS_DIRTY_LIMIT_KB", "1024")];
 
 /// UBTRFS_RW_SEEDS (a comma list), else 1, 2 and 3.

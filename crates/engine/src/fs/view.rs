@@ -1,6 +1,6 @@
 //! What a mount reads, written once for both of its sources: the
 //! committed trees ([`Filesystem`], the read-only mount) and the running
-//! transaction with its dirty data (`vfs::RwFs`, the read-write mount).
+//! transaction with its dirty data (`rwfs::RwFs`, the read-write mount).
 //! The kernel serves both from one set of inode operations; here the
 //! FUSE front end answers lookup, getattr, readlink, listings, xattrs and
 //! statfs through this trait, whichever source is behind it. The item

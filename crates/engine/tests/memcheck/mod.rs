@@ -42,7 +42,7 @@ pub fn write_sparse(path: &std::path::Path, bytes: &[u8]) {
 }
 
 /// `btrfs check --readonly` of the image in `dev` (written to a sparse
-/// scratch file) for the test file `suite` ("vfs_model"): Ok unchecked
+/// scratch file) for the test file `suite` ("rwfs_model"): Ok unchecked
 /// when btrfs-progs is missing ([`btrfs_available`]); on failure the image
 /// is copied to the path in $UBTRFS_<SUITE>_KEEP, if set.
 pub fn btrfs_check(dev: &MemDev, suite: &str) -> Result<(), String> {
@@ -64,7 +64,7 @@ pub fn btrfs_check(dev: &MemDev, suite: &str) -> Result<(), String> {
     r
 }
 
-/// File content for the model tests (file_model, vfs_model), as `rng`
+/// File content for the model tests (file_model, rwfs_model), as `rng`
 /// picks: zeros (still data when written), a compressible pattern (with
 /// `nonzero`, none of its bytes 0), or bytes from a seed.
 pub fn pattern(rng: &mut Rng, len: usize, nonzero: bool) -> Vec<u8> {
@@ -82,7 +82,7 @@ pub fn pattern(rng: &mut Rng, len: usize, nonzero: bool) -> Vec<u8> {
     }
 }
 
-/// A write's length for the model tests (file_model, vfs_model), as `rng`
+/// A write's length for the model tests (file_model, rwfs_model), as `rng`
 /// picks: up to 100 bytes, up to `mid`, whole sectors (up to 40), or up to
 /// `most`.
 pub fn write_len(rng: &mut Rng, mid: u64, most: u64) -> usize {
@@ -162,7 +162,7 @@ pub fn model_fallocate(m: &mut Vec<u8>, off: u64, len: u64, mode: i32) {
 /// of its default subvolume.
 pub fn zstd_mount(
     t: ubtrfs_engine::tx::Trans,
-) -> (ubtrfs_engine::vfs::RwFs, ubtrfs_engine::fs::InodeId) {
+) -> (ubtrfs_engine::rwfs::RwFs, ubtrfs_engine::fs::InodeId) {
     zstd_mount_forced(t, false)
 }
 
@@ -170,9 +170,9 @@ pub fn zstd_mount(
 pub fn zstd_mount_forced(
     t: ubtrfs_engine::tx::Trans,
     force: bool,
-) -> (ubtrfs_engine::vfs::RwFs, ubtrfs_engine::fs::InodeId) {
+) -> (ubtrfs_engine::rwfs::RwFs, ubtrfs_engine::fs::InodeId) {
     use ubtrfs_format::consts::{COMPRESS_ZSTD, FIRST_INODE, FS_TREE_OBJECTID};
-    let opts = ubtrfs_engine::vfs::RwOptions {
+    let opts = ubtrfs_engine::rwfs::RwOptions {
         compress: Some((COMPRESS_ZSTD, 1)),
         compress_force: force,
         ..Default::default()
@@ -181,7 +181,10 @@ pub fn zstd_mount_forced(
         subvol: FS_TREE_OBJECTID,
         ino: FIRST_INODE,
     };
-    (ubtrfs_engine::vfs::RwFs::with_trans(t, opts).unwrap(), root)
+    (
+        ubtrfs_engine::rwfs::RwFs::with_trans(t, opts).unwrap(),
+        root,
+    )
 }
 
 /// `len` bytes of `line` repeated, changed every `1 << shift` bytes:

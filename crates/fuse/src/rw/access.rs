@@ -8,7 +8,7 @@ use crate::logging;
 use crate::proto::INodeNo;
 use crate::proto::Request;
 use std::sync::atomic::Ordering;
-use ubtrfs_engine::vfs::attr::AtimePolicy;
+use ubtrfs_engine::rwfs::attr::AtimePolicy;
 use ubtrfs_engine::InodeId;
 
 /// The mount's atime options: `noatime`, `relatime` (the default) or

@@ -96,7 +96,7 @@ impl RwInner {
     }
 
     /// An O_DIRECT write: in place and outside the lock where the engine
-    /// can (see [`ubtrfs_engine::vfs::direct`]); None if it must be
+    /// can (see [`ubtrfs_engine::rwfs::direct`]); None if it must be
     /// written as a buffered write.
     pub(super) fn direct_write(
         &self,

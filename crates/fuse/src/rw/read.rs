@@ -5,8 +5,8 @@
 
 use super::*;
 use crate::readahead::Window;
-use ubtrfs_engine::vfs::attr::AtimePolicy;
-use ubtrfs_engine::vfs::RwFs;
+use ubtrfs_engine::rwfs::attr::AtimePolicy;
+use ubtrfs_engine::rwfs::RwFs;
 
 impl RwInner {
     /// A READ of `node`.

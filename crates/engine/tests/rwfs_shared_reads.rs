@@ -15,8 +15,8 @@ use std::sync::{Arc, RwLock};
 use ubtrfs_engine::fs::InodeId;
 use ubtrfs_engine::io::dev::MemDev;
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
-use ubtrfs_engine::vfs::attr::SetAttr;
-use ubtrfs_engine::vfs::{RwFs, RwOptions};
+use ubtrfs_engine::rwfs::attr::SetAttr;
+use ubtrfs_engine::rwfs::{RwFs, RwOptions};
 use ubtrfs_format::consts::*;
 
 mod memcheck;
@@ -224,7 +224,7 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
     let most = most_inside.load(Ordering::SeqCst);
     let in_flight = looks_in_flight.load(Ordering::SeqCst);
     eprintln!(
-        "vfs_shared_reads: {WRITES} writes, {total} bytes read, at most {most} readers at once, {in_flight} looks during {flights} writebacks in flight"
+        "rwfs_shared_reads: {WRITES} writes, {total} bytes read, at most {most} readers at once, {in_flight} looks during {flights} writebacks in flight"
     );
     assert!(
         flights > 0 && in_flight > 0,
@@ -237,7 +237,7 @@ fn readers_share_the_filesystem_and_see_whole_versions() {
     let mut g = fs.write().unwrap();
     g.unmount().unwrap();
     drop(g);
-    memcheck::btrfs_check(&dev, "vfs_shared_reads").unwrap_or_else(|e| panic!("{e}"));
+    memcheck::btrfs_check(&dev, "rwfs_shared_reads").unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// A close under the shared lock that was the last of an orphan leaves
@@ -262,5 +262,5 @@ fn last_close_of_an_orphan_deletes_it_unless_reopened() {
     fs.drop_orphan_if_closed(id).unwrap();
     assert!(fs.stat(id).is_err(), "the orphan outlived its last close");
     fs.unmount().unwrap();
-    memcheck::btrfs_check(&dev, "vfs_shared_reads").unwrap_or_else(|e| panic!("orphan: {e}"));
+    memcheck::btrfs_check(&dev, "rwfs_shared_reads").unwrap_or_else(|e| panic!("orphan: {e}"));
 }

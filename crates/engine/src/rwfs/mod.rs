@@ -1,4 +1,5 @@
-//! The read-write filesystem a mount serves: every POSIX operation on one
+//! `rwfs`, the read-write filesystem a mount serves ([`RwFs`]; not a VFS:
+//! the kernel's VFS is above the FUSE mount): every POSIX operation on one
 //! open transaction, as the kernel's entry points (inode.c btrfs_lookup,
 //! btrfs_create, btrfs_mkdir, btrfs_unlink, btrfs_rename2, btrfs_setattr;
 //! file.c btrfs_file_write_iter, btrfs_fallocate, btrfs_sync_file,

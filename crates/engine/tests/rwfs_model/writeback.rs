@@ -4,7 +4,7 @@
 use super::*;
 
 /// A writeback whose device writes fail while in flight (the mount's
-/// lock let go, [`ubtrfs_engine::vfs::ordered`]) loses nothing: reads see
+/// lock let go, [`ubtrfs_engine::rwfs::ordered`]) loses nothing: reads see
 /// the new bytes throughout, afterwards they are dirty again, the extents
 /// it allocated are free again, the next fsync reports the failure, and a
 /// later commit writes them; the image checks clean and reads back.
@@ -182,7 +182,7 @@ fn vfs_interval_commit_writes_disk_sizes() {
 }
 
 /// Under compress=zstd a writeback compresses outside the lock
-/// ([`ubtrfs_engine::vfs::ordered`]): each 128 KiB piece gets space for
+/// ([`ubtrfs_engine::rwfs::ordered`]): each 128 KiB piece gets space for
 /// its whole, and gives back what its compressed bytes did not take; the
 /// file reads back, takes a fraction of its size, and the image checks
 /// clean (block groups' used bytes equal to their extents).
@@ -350,7 +350,7 @@ fn vfs_reads_verify_data_checksums() {
     }
 }
 
-/// O_DIRECT writes of NOCOW files (vfs::direct): begun and ended under a
+/// O_DIRECT writes of NOCOW files (rwfs::direct): begun and ended under a
 /// lock, written without it by 4 threads at once into a preallocated
 /// NOCOW file (each thread in its own 64 KiB chunks, so the outcome does
 /// not depend on the interleaving), with buffered writes beside them.

@@ -11,7 +11,7 @@
 //! read-only engine (the reader the kernel tests judge) equal to the
 //! model.
 //!
-//! UBTRFS_VFS_MODEL_SEEDS=N (default 40), UBTRFS_VFS_MODEL_SEED=S.
+//! UBTRFS_RWFS_MODEL_SEEDS=N (default 40), UBTRFS_RWFS_MODEL_SEED=S.
 //!
 //! Beside the model, cases of their own: [`writeback`] and [`space`].
 
@@ -24,10 +24,10 @@ use ubtrfs_engine::io::dev::{BlockDev, MemDev};
 use ubtrfs_engine::io::device::Device;
 use ubtrfs_engine::io::fault::FaultDev;
 use ubtrfs_engine::mkfs::{make, MkfsOptions};
+use ubtrfs_engine::rwfs::attr::SetAttr;
+use ubtrfs_engine::rwfs::{FsyncStage, RwFs, RwOptions};
 use ubtrfs_engine::tx::trim::TrimRange;
 use ubtrfs_engine::tx::Trans;
-use ubtrfs_engine::vfs::attr::SetAttr;
-use ubtrfs_engine::vfs::{FsyncStage, RwFs, RwOptions};
 use ubtrfs_engine::FileHandle;
 use ubtrfs_format::consts::*;
 
@@ -39,8 +39,8 @@ mod space;
 mod writeback;
 use memcheck::{btrfs_check, offset, pattern, seeded_mkfs, write_len, Rng, TOP};
 
-/// For the btrfs check: its skip message, UBTRFS_VFS_MODEL_KEEP.
-const SUITE: &str = "vfs_model";
+/// For the btrfs check: its skip message, UBTRFS_RWFS_MODEL_KEEP.
+const SUITE: &str = "rwfs_model";
 
 /// The model: names per directory, and each file's bytes.
 #[derive(Default)]
@@ -423,8 +423,8 @@ impl Run {
             .and_then(|()| self.fs.wait_committed())
             .map_err(|e| format!("{what}: {e}"))?;
         // btrfs-progs checks the first of each seed
-        // (UBTRFS_VFS_MODEL_CHECK_ALL=1: every one).
-        let progs = self.commits == 0 || std::env::var_os("UBTRFS_VFS_MODEL_CHECK_ALL").is_some();
+        // (UBTRFS_RWFS_MODEL_CHECK_ALL=1: every one).
+        let progs = self.commits == 0 || std::env::var_os("UBTRFS_RWFS_MODEL_CHECK_ALL").is_some();
         check_committed(&self.dev, progs)
             .map_err(|e| format!("{what}: {e}\nlog:\n{}", self.log.join("\n")))?;
         self.commits += 1;
@@ -615,7 +615,11 @@ fn run_seed(seed: u64) -> Result<usize, String> {
 
 #[test]
 fn vfs_operations_match_a_model() {
-    let seeds = memcheck::seeds("UBTRFS_VFS_MODEL_SEED", Some("UBTRFS_VFS_MODEL_SEEDS"), 40);
+    let seeds = memcheck::seeds(
+        "UBTRFS_RWFS_MODEL_SEED",
+        Some("UBTRFS_RWFS_MODEL_SEEDS"),
+        40,
+    );
     let mut failed = Vec::new();
     let mut ops = 0;
     for s in &seeds {
@@ -628,7 +632,7 @@ fn vfs_operations_match_a_model() {
         }
     }
     assert!(failed.is_empty(), "seeds failed: {failed:?}");
-    eprintln!("vfs_model: {} seeds, {ops} operations", seeds.len());
+    eprintln!("rwfs_model: {} seeds, {ops} operations", seeds.len());
 }
 
 /// The image `dev` holds now, as a crash would leave it: the engine's
