@@ -187,9 +187,7 @@ impl Trans {
             )));
         }
         let index = self.next_dir_index(place.tree, place.dir)?;
-        self.add_dir_entry(
-            place.tree,
-            place.dir,
+        self.inode_mut(place.tree, place.dir).add_dir_entry(
             place.name,
             Key::new(id, ROOT_ITEM, u64::MAX),
             FT_DIR,
@@ -217,7 +215,7 @@ impl Trans {
         })?;
         d.mtime = time;
         d.ctime = time;
-        self.put_inode(place.tree, place.dir, &d)
+        self.inode_mut(place.tree, place.dir).put(&d)
     }
 
     /// Makes an empty subvolume at `place`; returns its id.
@@ -333,7 +331,8 @@ impl Trans {
             let r =
                 RootRef::parse(&d).map_err(|e| Error::format(format!("root tree key {k}"), e))?;
             let (parent, dir, name, seq) = (k.offset, r.dirid, r.name.to_vec(), r.sequence);
-            self.remove_dir_entry(parent, dir, &name, seq, time)?;
+            self.inode_mut(parent, dir)
+                .remove_dir_entry(&name, seq, time)?;
             self.delete_item(ROOT_TREE_OBJECTID, &k)?;
             self.delete_item(ROOT_TREE_OBJECTID, &Key::new(parent, ROOT_REF, id))?;
         }

@@ -53,7 +53,8 @@ impl Files {
         for i in 0..FILES {
             let ino = 257 + i as u64;
             let name = format!("f{i}");
-            t.create_inode(TREE, 256, name.as_bytes(), ino, 0o100644, 0, (0, 0), TIME)
+            t.inode_mut(TREE, 256)
+                .create_inode(name.as_bytes(), ino, 0o100644, 0, (0, 0), TIME)
                 .map_err(|e| e.to_string())?;
             inos.push(ino);
         }
@@ -84,20 +85,26 @@ impl Files {
                 let data = pattern(rng, len, false);
                 model_write(&mut self.model[f], off, &data);
                 let what = format!("write f{f} at {off} len {len} {policy:?}");
-                (what, self.t.file(TREE, ino).write_file(off, &data, policy))
+                (
+                    what,
+                    self.t.inode_mut(TREE, ino).write_file(off, &data, policy),
+                )
             }
             5 | 6 => {
                 let n = offset(rng, size);
                 self.model[f].resize(n as usize, 0);
                 let what = format!("truncate f{f} to {n}");
-                (what, self.t.file(TREE, ino).truncate_file(n, policy))
+                (what, self.t.inode_mut(TREE, ino).truncate_file(n, policy))
             }
             7 => {
                 let off = offset(rng, size);
                 let len = 1 + rng.below(size.max(SS));
                 model_fallocate(&mut self.model[f], off, len, FALLOC_PUNCH_KEEP);
                 let what = format!("punch f{f} at {off} len {len}");
-                (what, self.t.file(TREE, ino).punch_hole(off, len, policy))
+                (
+                    what,
+                    self.t.inode_mut(TREE, ino).punch_hole(off, len, policy),
+                )
             }
             8 => {
                 let off = offset(rng, size);
@@ -107,7 +114,7 @@ impl Files {
                 let what = format!("prealloc f{f} at {off} len {len} keep {keep}");
                 (
                     what,
-                    self.t.file(TREE, ino).prealloc(off, len, keep, policy),
+                    self.t.inode_mut(TREE, ino).prealloc(off, len, keep, policy),
                 )
             }
             _ => return self.clone_into(rng, f, policy),
@@ -216,7 +223,8 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
         let inode = inode.map_err(|e| format!("seed {seed} step {step} {what}: {e}"))?;
         files
             .t
-            .put_inode(TREE, files.inos[f], &inode)
+            .inode_mut(TREE, files.inos[f])
+            .put(&inode)
             .map_err(|e| e.to_string())?;
         files.reads_match().map_err(|e| {
             format!(
@@ -229,9 +237,11 @@ fn run_seed(seed: u64, no_holes: bool, check: bool) -> Result<usize, String> {
     let (t, inos) = (&mut files.t, &files.inos);
     t.link(TREE, inos[1], 256, b"f1-link", TIME)
         .map_err(|e| e.to_string())?;
-    t.unlink(TREE, 256, b"f0", TIME)
+    t.inode_mut(TREE, 256)
+        .unlink(b"f0", TIME)
         .map_err(|e| e.to_string())?;
-    t.unlink(TREE, 256, b"f1", TIME)
+    t.inode_mut(TREE, 256)
+        .unlink(b"f1", TIME)
         .map_err(|e| e.to_string())?;
     t.commit().map_err(|e| e.to_string())?;
     if check {
@@ -287,7 +297,8 @@ fn full_filesystem_leaves_files_as_they_were() {
         ..Default::default()
     };
     for (ino, name) in [(257, "f"), (258, "filler")] {
-        t.create_inode(tree, 256, name.as_bytes(), ino, 0o100644, 0, (0, 0), time)
+        t.inode_mut(tree, 256)
+            .create_inode(name.as_bytes(), ino, 0o100644, 0, (0, 0), time)
             .unwrap();
     }
     let bytes = |len: usize, seed: u64| -> Vec<u8> {
@@ -295,15 +306,18 @@ fn full_filesystem_leaves_files_as_they_were() {
         (0..len).map(|_| r.below(256) as u8).collect()
     };
     let data = bytes(3 * SS as usize, 7);
-    let i = t.file(tree, 257).write_file(0, &data, policy).unwrap();
-    t.put_inode(tree, 257, &i).unwrap();
+    let i = t.inode_mut(tree, 257).write_file(0, &data, policy).unwrap();
+    t.inode_mut(tree, 257).put(&i).unwrap();
     t.commit().unwrap();
     // Every byte of data space taken, down to the last sector.
     let (mut at, mut step) = (0u64, 8usize << 20);
     while step >= SS as usize {
-        match t.file(tree, 258).write_file(at, &bytes(step, at), policy) {
+        match t
+            .inode_mut(tree, 258)
+            .write_file(at, &bytes(step, at), policy)
+        {
             Ok(i) => {
-                t.put_inode(tree, 258, &i).unwrap();
+                t.inode_mut(tree, 258).put(&i).unwrap();
                 at += step as u64;
             }
             Err(ubtrfs_engine::Error::NoSpace(_)) => step /= 2,
@@ -313,10 +327,12 @@ fn full_filesystem_leaves_files_as_they_were() {
     let before = t.inode(tree, 257).unwrap().unwrap();
     for what in ["write", "punch", "prealloc", "truncate"] {
         let res = match what {
-            "write" => t.file(tree, 257).write_file(100, b"xyz", policy),
-            "punch" => t.file(tree, 257).punch_hole(100, 10, policy),
-            "truncate" => t.file(tree, 257).truncate_file(SS + 100, policy),
-            _ => t.file(tree, 257).prealloc(3 * SS, 4 * SS, true, policy),
+            "write" => t.inode_mut(tree, 257).write_file(100, b"xyz", policy),
+            "punch" => t.inode_mut(tree, 257).punch_hole(100, 10, policy),
+            "truncate" => t.inode_mut(tree, 257).truncate_file(SS + 100, policy),
+            _ => t
+                .inode_mut(tree, 257)
+                .prealloc(3 * SS, 4 * SS, true, policy),
         };
         match res {
             Err(ubtrfs_engine::Error::NoSpace(_)) => {}

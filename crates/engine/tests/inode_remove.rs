@@ -33,7 +33,7 @@ const DIR: u64 = 256;
 fn change_inode(t: &mut Trans, ino: u64, change: impl FnOnce(&mut InodeItem)) {
     let mut ii = t.inode(FS_TREE_OBJECTID, ino).unwrap().unwrap();
     change(&mut ii);
-    t.put_inode(FS_TREE_OBJECTID, ino, &ii).unwrap();
+    t.inode_mut(FS_TREE_OBJECTID, ino).put(&ii).unwrap();
 }
 
 /// Commits and checks the image.
@@ -51,8 +51,9 @@ fn new_file(t: &mut Trans, ino: u64, name: &[u8], index: u64) {
         mode: 0o100644,
         ..Default::default()
     };
-    t.put_inode(FS_TREE_OBJECTID, ino, &ii).unwrap();
-    t.link_inode(FS_TREE_OBJECTID, DIR, name, ino, FT_REG_FILE, index, None)
+    t.inode_mut(FS_TREE_OBJECTID, ino).put(&ii).unwrap();
+    t.inode_mut(FS_TREE_OBJECTID, DIR)
+        .link_inode(name, ino, FT_REG_FILE, index, None)
         .unwrap();
 }
 
@@ -87,14 +88,14 @@ fn drop_extents_every_overlap() {
     new_file(&mut t, 300, b"f", 2);
     // One 64 KiB extent at file offset 0, a hole item, one 16 KiB extent.
     let (a, alen) = t.write_data_extent(&[1u8; 65536], true).unwrap();
-    t.file(FS_TREE_OBJECTID, 300)
+    t.inode_mut(FS_TREE_OBJECTID, 300)
         .insert_file_extent(0, a, alen, 0, 65536, 65536, 0, false, true)
         .unwrap();
-    t.file(FS_TREE_OBJECTID, 300)
+    t.inode_mut(FS_TREE_OBJECTID, 300)
         .insert_file_extent(65536, 0, 0, 0, 8192, 8192, 0, false, false)
         .unwrap();
     let (b, blen) = t.write_data_extent(&[2u8; 16384], true).unwrap();
-    t.file(FS_TREE_OBJECTID, 300)
+    t.inode_mut(FS_TREE_OBJECTID, 300)
         .insert_file_extent(73728, b, blen, 0, 16384, 16384, 0, false, true)
         .unwrap();
     change_inode(&mut t, 300, |ii| {
@@ -105,13 +106,13 @@ fn drop_extents_every_overlap() {
 
     // Inside the first extent: split in two, one more reference.
     let found = t
-        .file(FS_TREE_OBJECTID, 300)
+        .inode_mut(FS_TREE_OBJECTID, 300)
         .drop_extents(8192, 16384)
         .unwrap();
     assert_eq!(found, 8192);
     // Over the tail of the first extent, the hole, and the head of the last.
     let found2 = t
-        .file(FS_TREE_OBJECTID, 300)
+        .inode_mut(FS_TREE_OBJECTID, 300)
         .drop_extents(57344, 77824)
         .unwrap();
     assert_eq!(found2, 8192 + 4096, "hole bytes are not data");
@@ -132,7 +133,7 @@ fn drop_extents_every_overlap() {
 
     // Everything: the extents lose their last references and go.
     let all = t
-        .file(FS_TREE_OBJECTID, 300)
+        .inode_mut(FS_TREE_OBJECTID, 300)
         .drop_extents(0, u64::MAX)
         .unwrap();
     assert_eq!(all, 8192 + 40960 + 12288);
@@ -150,7 +151,7 @@ fn drop_extents_every_overlap() {
 fn drop_extents_inline() {
     let (m, mut t) = fresh();
     new_file(&mut t, 300, b"small", 2);
-    t.file(FS_TREE_OBJECTID, 300)
+    t.inode_mut(FS_TREE_OBJECTID, 300)
         .insert_inline_extent(b"hello", 5, 0)
         .unwrap();
     change_inode(&mut t, 300, |ii| {
@@ -159,19 +160,21 @@ fn drop_extents_inline() {
     });
     // Past it: nothing; cutting into it: refused, not mangled; all of it.
     assert_eq!(
-        t.file(FS_TREE_OBJECTID, 300)
+        t.inode_mut(FS_TREE_OBJECTID, 300)
             .drop_extents(4096, u64::MAX)
             .unwrap(),
         0
     );
     let e = t
-        .file(FS_TREE_OBJECTID, 300)
+        .inode_mut(FS_TREE_OBJECTID, 300)
         .drop_extents(2, 4096)
         .unwrap_err();
     assert!(e.to_string().contains("inline"), "{e}");
     assert_eq!(extents(&mut t, 300), vec![(0, 0, 0, 5)]);
     assert_eq!(
-        t.file(FS_TREE_OBJECTID, 300).drop_extents(0, 4096).unwrap(),
+        t.inode_mut(FS_TREE_OBJECTID, 300)
+            .drop_extents(0, 4096)
+            .unwrap(),
         5
     );
     change_inode(&mut t, 300, |ii| {
@@ -186,7 +189,8 @@ fn unlink_removes_names_and_counts() {
     let (m, mut t) = fresh();
     new_file(&mut t, 300, b"a", 2);
     // A second name for the same inode.
-    t.link_inode(FS_TREE_OBJECTID, DIR, b"b", 300, FT_REG_FILE, 3, None)
+    t.inode_mut(FS_TREE_OBJECTID, DIR)
+        .link_inode(b"b", 300, FT_REG_FILE, 3, None)
         .unwrap();
     change_inode(&mut t, 300, |ii| {
         ii.nlink = 2;

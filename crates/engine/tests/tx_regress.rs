@@ -169,22 +169,21 @@ fn first_commit_with_files(nodesize: u32, files: u64) -> Arc<MemDev> {
     for i in 0..files {
         let ino = FIRST_INODE + 1 + i;
         let name = format!("f{i}");
-        t.create_inode(
-            FS_TREE_OBJECTID,
-            FIRST_INODE,
-            name.as_bytes(),
-            ino,
-            0o100644,
-            0,
-            (0, 0),
-            Timespec::default(),
-        )
-        .unwrap();
+        t.inode_mut(FS_TREE_OBJECTID, FIRST_INODE)
+            .create_inode(
+                name.as_bytes(),
+                ino,
+                0o100644,
+                0,
+                (0, 0),
+                Timespec::default(),
+            )
+            .unwrap();
         let inode = t
-            .file(FS_TREE_OBJECTID, ino)
+            .inode_mut(FS_TREE_OBJECTID, ino)
             .write_file(0, &[i as u8; 4096], policy)
             .unwrap();
-        t.put_inode(FS_TREE_OBJECTID, ino, &inode).unwrap();
+        t.inode_mut(FS_TREE_OBJECTID, ino).put(&inode).unwrap();
     }
     t.commit().unwrap();
     m

@@ -14,6 +14,7 @@
 //! `size`, `nbytes` and the item's transid.
 
 use super::file_item::{NewPiece, MAX_EXTENT_SIZE};
+use super::InodeMut;
 use crate::ctree::Tree;
 use crate::data::extent::{Extent, ExtentKind};
 use crate::data::read::DataReader;
@@ -188,37 +189,7 @@ impl Trans {
     }
 }
 
-/// The changes of one file's data in a transaction, on the inode
-/// `ino` of tree `tree` (the kernel's inode.c and file.c functions on a
-/// `struct btrfs_inode`). Everything else the transaction does is at
-/// hand through it ([`Trans`] by `Deref`).
-pub struct FileRef<'t> {
-    t: &'t mut Trans,
-    pub tree: u64,
-    pub ino: u64,
-}
-
-impl std::ops::Deref for FileRef<'_> {
-    type Target = Trans;
-    fn deref(&self) -> &Trans {
-        self.t
-    }
-}
-
-impl std::ops::DerefMut for FileRef<'_> {
-    fn deref_mut(&mut self) -> &mut Trans {
-        self.t
-    }
-}
-
-impl Trans {
-    /// The data of inode `ino` of tree `tree`, to change.
-    pub fn file(&mut self, tree: u64, ino: u64) -> FileRef<'_> {
-        FileRef { t: self, tree, ino }
-    }
-}
-
-impl FileRef<'_> {
+impl InodeMut<'_> {
     /// Inserts an EXTENT_DATA item for `[file_off, file_off + num)` taken
     /// from extent `e` at `offset` into it (a piece of an existing item,
     /// or a reflink), with a reference from this file.

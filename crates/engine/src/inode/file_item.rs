@@ -4,7 +4,8 @@
 //! for new data is taken before a file's old extents are dropped
 //! ([`Trans::take_space`]), so that a full filesystem changes nothing.
 
-use super::file::{round_up, DataPolicy, FileRef};
+use super::file::{round_up, DataPolicy};
+use super::InodeMut;
 use crate::alloc::SpaceKind;
 use crate::error::{Error, Result};
 use crate::tx::delayed_ref::Backref;
@@ -188,7 +189,7 @@ impl Trans {
     }
 }
 
-impl FileRef<'_> {
+impl InodeMut<'_> {
     /// Maps `[file_off, file_off + num_bytes)` of inode `ino` to `num_bytes`
     /// of the extent at `disk_bytenr` (made in this transaction, `disk_len`
     /// bytes on disk, `ram_bytes` uncompressed), from `offset` into it.

@@ -66,53 +66,82 @@ fn check_name(what: &str, name: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The changes of one inode of one tree in a transaction: its item, its
+/// xattrs, the names in it (a directory) and its data (the kernel's
+/// inode.c, dir-item.c and file.c functions on a `struct btrfs_inode`).
+/// What involves two inodes at once (link, rename, exchange, clone) and
+/// the reads stay on [`Trans`] itself, which is at hand through the
+/// handle (`Deref`).
+pub struct InodeMut<'t> {
+    t: &'t mut Trans,
+    pub tree: u64,
+    pub ino: u64,
+}
+
+impl std::ops::Deref for InodeMut<'_> {
+    type Target = Trans;
+    fn deref(&self) -> &Trans {
+        self.t
+    }
+}
+
+impl std::ops::DerefMut for InodeMut<'_> {
+    fn deref_mut(&mut self) -> &mut Trans {
+        self.t
+    }
+}
+
 impl Trans {
+    /// Inode `ino` of tree `tree` (a directory's number for the changes of
+    /// names in it), to change.
+    pub fn inode_mut(&mut self, tree: u64, ino: u64) -> InodeMut<'_> {
+        InodeMut { t: self, tree, ino }
+    }
+}
+
+impl Trans {
+    /// The inode item of `ino`, if any.
+    pub fn inode(&self, tree: u64, ino: u64) -> Result<Option<InodeItem>> {
+        crate::items::inode_item::inode_item(self, tree, ino)
+    }
+}
+
+impl InodeMut<'_> {
     /// Writes (or rewrites) an inode item.
-    pub fn put_inode(&mut self, tree: u64, ino: u64, inode: &InodeItem) -> Result<()> {
+    pub fn put(&mut self, inode: &InodeItem) -> Result<()> {
+        let (tree, ino) = (self.tree, self.ino);
         self.put_item(tree, InodeItem::key(ino), inode.to_bytes())
     }
 
     /// Writes `inode` as changed by this transaction: `ctime` (when given)
     /// its ctime, this transaction its transid, and one more change in its
     /// sequence (the kernel's i_version, which NFS and IMA watch).
-    pub fn put_changed(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        inode: &mut InodeItem,
-        ctime: Option<Timespec>,
-    ) -> Result<()> {
+    pub fn put_changed(&mut self, inode: &mut InodeItem, ctime: Option<Timespec>) -> Result<()> {
         if let Some(t) = ctime {
             inode.ctime = t;
         }
         inode.transid = self.transid;
         inode.sequence += 1;
-        self.put_inode(tree, ino, inode)
+        self.put(inode)
     }
 
-    /// The inode item of `ino`, if any.
-    pub fn inode(&self, tree: u64, ino: u64) -> Result<Option<InodeItem>> {
-        crate::items::inode_item::inode_item(self, tree, ino)
-    }
-
-    /// Links `name` in directory `dir` to `location` (an inode's
+    /// Links `name` in this directory to `location` (an inode's
     /// INODE_ITEM key, or a subvolume's ROOT_ITEM key) at dir index
     /// `index`: DIR_ITEM and DIR_INDEX, and the directory's size. The
     /// target's back reference (INODE_REF, or ROOT_REF for subvolumes) is
-    /// the caller's: see [`Trans::add_inode_ref`]. The directory's mtime
+    /// the caller's: see [`InodeMut::add_inode_ref`]. The directory's mtime
     /// and ctime become `time` when given (in the same update of its
     /// inode).
     #[allow(clippy::too_many_arguments)]
     pub fn add_dir_entry(
         &mut self,
-        tree: u64,
-        dir: u64,
         name: &[u8],
         location: Key,
         ftype: u8,
         index: u64,
         time: Option<Timespec>,
     ) -> Result<()> {
+        let (tree, dir) = (self.tree, self.ino);
         check_name("name", name)?;
         let transid = self.transid;
         let entry = DirEntry {
@@ -147,20 +176,14 @@ impl Trans {
             di.ctime = t;
             di.sequence += 1;
         }
-        self.put_inode(tree, dir, &di)
+        self.put(&di)
     }
 
-    /// Adds the back reference of inode `ino` named `name` in `parent` at
+    /// Adds the back reference of this inode named `name` in `parent` at
     /// `index`: appended to the INODE_REF item for that parent, or an
     /// INODE_EXTREF when that item would not fit a leaf.
-    pub fn add_inode_ref(
-        &mut self,
-        tree: u64,
-        ino: u64,
-        parent: u64,
-        name: &[u8],
-        index: u64,
-    ) -> Result<()> {
+    pub fn add_inode_ref(&mut self, parent: u64, name: &[u8], index: u64) -> Result<()> {
+        let (tree, ino) = (self.tree, self.ino);
         check_name("name", name)?;
         let r = InodeRef {
             parent,
@@ -184,28 +207,28 @@ impl Trans {
         self.append_item(tree, r.extref_key(ino), &v)
     }
 
-    /// Links inode `ino` (of type `ftype`) as `name` in directory `dir`
+    /// Links inode `ino` (of type `ftype`) as `name` in this directory
     /// at dir index `index`: the directory's entries and the inode's back
     /// reference (the kernel's btrfs_add_link). The inode's nlink is the
     /// caller's; the directory's times become `time` when given.
     #[allow(clippy::too_many_arguments)]
     pub fn link_inode(
         &mut self,
-        tree: u64,
-        dir: u64,
         name: &[u8],
         ino: u64,
         ftype: u8,
         index: u64,
         time: Option<Timespec>,
     ) -> Result<()> {
+        let (tree, dir) = (self.tree, self.ino);
         let loc = Key::new(ino, INODE_ITEM, 0);
-        self.add_dir_entry(tree, dir, name, loc, ftype, index, time)?;
-        self.add_inode_ref(tree, ino, dir, name, index)
+        self.add_dir_entry(name, loc, ftype, index, time)?;
+        self.inode_mut(tree, ino).add_inode_ref(dir, name, index)
     }
 
-    /// Sets xattr `name` of inode `ino` to `value` (replacing it).
-    pub fn set_xattr(&mut self, tree: u64, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
+    /// Sets xattr `name` of this inode to `value` (replacing it).
+    pub fn set_xattr(&mut self, name: &[u8], value: &[u8]) -> Result<()> {
+        let (tree, ino) = (self.tree, self.ino);
         check_name("xattr", name)?;
         // BTRFS_MAX_XATTR_SIZE: one item holds the entry and its header.
         let max = crate::tree::buf::max_item_data(self.nodesize())

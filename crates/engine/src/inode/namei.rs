@@ -6,6 +6,7 @@
 //! extents.
 
 use super::file::{INODE_COMPRESS, INODE_NOCOMPRESS};
+use super::InodeMut;
 use crate::error::{Error, Result};
 use crate::items::dir_item;
 use crate::tx::delayed_ref::Backref;
@@ -78,44 +79,7 @@ impl Trans {
         Ok(last.map_or(FIRST_INODE, |k| k.objectid.max(FIRST_INODE)))
     }
 
-    /// Makes inode `ino` (mode with its type bits) linked as `name` in
-    /// directory `dir`, owned by `uid`:`gid`, all times `time`; it
-    /// inherits the directory's NODATACOW (and for files NODATASUM),
-    /// COMPRESS / NOCOMPRESS flags and its compression property, as the
-    /// kernel's btrfs_inherit_iflags and btrfs_inode_inherit_props.
-    #[allow(clippy::too_many_arguments)]
-    pub fn create_inode(
-        &mut self,
-        tree: u64,
-        dir: u64,
-        name: &[u8],
-        ino: u64,
-        mode: u32,
-        rdev: u64,
-        owner: (u32, u32),
-        time: Timespec,
-    ) -> Result<InodeItem> {
-        if self.lookup_name(tree, dir, name)?.is_some() {
-            return Err(Error::Exists(format!(
-                "tree {tree} directory {dir}: {:?} exists",
-                name_str(name)
-            )));
-        }
-        let inode = self.new_inode(tree, dir, ino, mode, rdev, owner, time, 1)?;
-        let index = self.next_dir_index(tree, dir)?;
-        self.link_inode(
-            tree,
-            dir,
-            name,
-            ino,
-            super::file_type(mode),
-            index,
-            Some(time),
-        )?;
-        Ok(inode)
-    }
-
-    /// Makes inode `ino` as [`Trans::create_inode`] does, inheriting from
+    /// Makes inode `ino` as [`InodeMut::create_inode`] does, inheriting from
     /// directory `dir`, with `nlink` and no name (an O_TMPFILE file has
     /// none: nlink 0).
     #[allow(clippy::too_many_arguments)]
@@ -168,12 +132,12 @@ impl Trans {
             mtime: time,
             otime: time,
         };
-        self.put_inode(tree, ino, &inode)?;
+        self.inode_mut(tree, ino).put(&inode)?;
         // The compression property is inherited with the flag it sets.
         let prop = parent.flags & (INODE_COMPRESS | INODE_NOCOMPRESS) != 0;
         if prop && (is_reg || is_dir) && flags & INODE_NODATACOW == 0 {
             if let Some(v) = self.get_xattr(tree, dir, XATTR_COMPRESSION)? {
-                self.set_xattr(tree, ino, XATTR_COMPRESSION, &v)?;
+                self.inode_mut(tree, ino).set_xattr(XATTR_COMPRESSION, &v)?;
             }
         }
         Ok(inode)
@@ -182,40 +146,6 @@ impl Trans {
     /// The value of xattr `name` of `ino`.
     pub fn get_xattr(&self, tree: u64, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
         dir_item::xattr(self, tree, ino, name)
-    }
-
-    /// Removes xattr `name` of `ino`; NotFound (ENODATA) when it has none.
-    pub fn remove_xattr(&mut self, tree: u64, ino: u64, name: &[u8]) -> Result<()> {
-        let key = xattr_item_key(ino, name);
-        let removed = self.del_dir_name(tree, &key, name)?;
-        if !removed {
-            return Err(Error::NotFound(format!(
-                "tree {tree} inode {ino}: no xattr {:?}",
-                name_str(name)
-            )));
-        }
-        Ok(())
-    }
-
-    /// Removes the DIR_ITEM / DIR_INDEX `name` (index `index`) from `dir`
-    /// and shrinks the directory; its times become `time`.
-    pub fn remove_dir_entry(
-        &mut self,
-        tree: u64,
-        dir: u64,
-        name: &[u8],
-        index: u64,
-        time: Timespec,
-    ) -> Result<()> {
-        self.keep_dir_indexes(tree, dir)?;
-        self.del_dir_name(tree, &dir_item_key(dir, name), name)?;
-        self.delete_item(tree, &dir_index_key(dir, index))?;
-        if let Some(mut di) = self.inode(tree, dir)? {
-            di.size = di.size.saturating_sub(2 * name.len() as u64);
-            di.mtime = time;
-            self.put_changed(tree, dir, &mut di, Some(time))?;
-        }
-        Ok(())
     }
 
     /// Removes the back reference of `ino` named `name` in `parent`
@@ -251,54 +181,6 @@ impl Trans {
         Ok((ino, e))
     }
 
-    /// Removes name `name` from `dir` (unlink(2), or rmdir(2) of an empty
-    /// directory): the entry, the back reference and one link; the last
-    /// link takes the inode, its xattrs and its extents.
-    pub fn unlink(&mut self, tree: u64, dir: u64, name: &[u8], time: Timespec) -> Result<()> {
-        let (ino, e) = self.entry_ino(tree, dir, name)?;
-        let mut inode = self.inode_of(tree, ino)?;
-        if e.file_type == FT_DIR && inode.size != 0 {
-            return Err(Error::Invalid(format!(
-                "tree {tree}: directory {:?} (inode {ino}) is not empty",
-                name_str(name)
-            )));
-        }
-        let index = self.remove_inode_ref(tree, ino, dir, name)?;
-        self.remove_dir_entry(tree, dir, name, index, time)?;
-        inode.nlink = inode.nlink.saturating_sub(1);
-        if inode.nlink == 0 || e.file_type == FT_DIR {
-            return self.evict(tree, ino);
-        }
-        self.put_changed(tree, ino, &mut inode, Some(time))
-    }
-
-    /// Deletes every item of inode `ino` (its last link is gone): data
-    /// extents lose this file's references.
-    pub(crate) fn evict(&mut self, tree: u64, ino: u64) -> Result<()> {
-        let ss = self.sectorsize() as u64;
-        let t = crate::ctree::Tree {
-            id: tree,
-            bytenr: 0,
-            level: 0,
-            generation: 0,
-        };
-        let lo = Key::new(ino, EXTENT_DATA, 0);
-        let hi = Key::new(ino, EXTENT_DATA, u64::MAX);
-        for (k, d) in self.items_in(tree, &lo, &hi)? {
-            let e = crate::data::extent::Extent::decode(t, &k, &d, ss)?;
-            if let Some((disk, disk_len, offset)) = e.disk_extent() {
-                let backref = Backref::file_extent(tree, ino, k.offset, offset);
-                self.drop_data_ref(disk, disk_len, backref);
-            }
-        }
-        self.delete_range(
-            tree,
-            &Key::new(ino, 0, 0),
-            &Key::new(ino, u8::MAX, u64::MAX),
-        )?;
-        Ok(())
-    }
-
     /// Adds name `name` in `dir` for the existing inode `ino` (link(2)).
     pub fn link(
         &mut self,
@@ -322,9 +204,11 @@ impl Trans {
         }
         let index = self.next_dir_index(tree, dir)?;
         let ftype = super::file_type(inode.mode);
-        self.link_inode(tree, dir, name, ino, ftype, index, Some(time))?;
+        self.inode_mut(tree, dir)
+            .link_inode(name, ino, ftype, index, Some(time))?;
         inode.nlink += 1;
-        self.put_changed(tree, ino, &mut inode, Some(time))
+        self.inode_mut(tree, ino)
+            .put_changed(&mut inode, Some(time))
     }
 
     /// Moves `from_name` in `from_dir` to `to_name` in `to_dir`
@@ -356,7 +240,7 @@ impl Trans {
                     name_str(to_name)
                 )));
             }
-            self.unlink(tree, to_dir, to_name, time)?;
+            self.inode_mut(tree, to_dir).unlink(to_name, time)?;
         }
         if e.file_type == FT_DIR && to_dir != from_dir {
             // A directory may not move below itself.
@@ -372,11 +256,10 @@ impl Trans {
             }
         }
         let index = self.remove_inode_ref(tree, ino, from_dir, from_name)?;
-        self.remove_dir_entry(tree, from_dir, from_name, index, time)?;
+        self.inode_mut(tree, from_dir)
+            .remove_dir_entry(from_name, index, time)?;
         let new_index = self.next_dir_index(tree, to_dir)?;
-        self.link_inode(
-            tree,
-            to_dir,
+        self.inode_mut(tree, to_dir).link_inode(
             to_name,
             ino,
             e.file_type,
@@ -384,7 +267,8 @@ impl Trans {
             Some(time),
         )?;
         let mut inode = self.inode_of(tree, ino)?;
-        self.put_changed(tree, ino, &mut inode, Some(time))
+        self.inode_mut(tree, ino)
+            .put_changed(&mut inode, Some(time))
     }
 
     /// Swaps what `name_a` in `dir_a` and `name_b` in `dir_b` name
@@ -403,16 +287,21 @@ impl Trans {
         let (ino_a, ea) = self.entry_ino(tree, dir_a, name_a)?;
         let (ino_b, eb) = self.entry_ino(tree, dir_b, name_b)?;
         let ia = self.remove_inode_ref(tree, ino_a, dir_a, name_a)?;
-        self.remove_dir_entry(tree, dir_a, name_a, ia, time)?;
+        self.inode_mut(tree, dir_a)
+            .remove_dir_entry(name_a, ia, time)?;
         let ib = self.remove_inode_ref(tree, ino_b, dir_b, name_b)?;
-        self.remove_dir_entry(tree, dir_b, name_b, ib, time)?;
+        self.inode_mut(tree, dir_b)
+            .remove_dir_entry(name_b, ib, time)?;
         let na = self.next_dir_index(tree, dir_a)?;
-        self.link_inode(tree, dir_a, name_a, ino_b, eb.file_type, na, Some(time))?;
+        self.inode_mut(tree, dir_a)
+            .link_inode(name_a, ino_b, eb.file_type, na, Some(time))?;
         let nb = self.next_dir_index(tree, dir_b)?;
-        self.link_inode(tree, dir_b, name_b, ino_a, ea.file_type, nb, Some(time))?;
+        self.inode_mut(tree, dir_b)
+            .link_inode(name_b, ino_a, ea.file_type, nb, Some(time))?;
         for ino in [ino_a, ino_b] {
             let mut inode = self.inode_of(tree, ino)?;
-            self.put_changed(tree, ino, &mut inode, Some(time))?;
+            self.inode_mut(tree, ino)
+                .put_changed(&mut inode, Some(time))?;
         }
         Ok(())
     }
@@ -430,5 +319,115 @@ impl Trans {
                 "no INODE_REF to its parent",
             )),
         }
+    }
+}
+
+impl InodeMut<'_> {
+    /// Makes inode `ino` (mode with its type bits) linked as `name` in
+    /// this directory, owned by `uid`:`gid`, all times `time`; it
+    /// inherits the directory's NODATACOW (and for files NODATASUM),
+    /// COMPRESS / NOCOMPRESS flags and its compression property, as the
+    /// kernel's btrfs_inherit_iflags and btrfs_inode_inherit_props.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_inode(
+        &mut self,
+        name: &[u8],
+        ino: u64,
+        mode: u32,
+        rdev: u64,
+        owner: (u32, u32),
+        time: Timespec,
+    ) -> Result<InodeItem> {
+        let (tree, dir) = (self.tree, self.ino);
+        if self.lookup_name(tree, dir, name)?.is_some() {
+            return Err(Error::Exists(format!(
+                "tree {tree} directory {dir}: {:?} exists",
+                name_str(name)
+            )));
+        }
+        let inode = self.new_inode(tree, dir, ino, mode, rdev, owner, time, 1)?;
+        let index = self.next_dir_index(tree, dir)?;
+        self.link_inode(name, ino, super::file_type(mode), index, Some(time))?;
+        Ok(inode)
+    }
+
+    /// Removes xattr `name` of this inode; NotFound (ENODATA) when it has none.
+    pub fn remove_xattr(&mut self, name: &[u8]) -> Result<()> {
+        let (tree, ino) = (self.tree, self.ino);
+        let key = xattr_item_key(ino, name);
+        let removed = self.del_dir_name(tree, &key, name)?;
+        if !removed {
+            return Err(Error::NotFound(format!(
+                "tree {tree} inode {ino}: no xattr {:?}",
+                name_str(name)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Removes the DIR_ITEM / DIR_INDEX `name` (index `index`) from this
+    /// directory and shrinks the directory; its times become `time`.
+    pub fn remove_dir_entry(&mut self, name: &[u8], index: u64, time: Timespec) -> Result<()> {
+        let (tree, dir) = (self.tree, self.ino);
+        self.keep_dir_indexes(tree, dir)?;
+        self.del_dir_name(tree, &dir_item_key(dir, name), name)?;
+        self.delete_item(tree, &dir_index_key(dir, index))?;
+        if let Some(mut di) = self.inode(tree, dir)? {
+            di.size = di.size.saturating_sub(2 * name.len() as u64);
+            di.mtime = time;
+            self.put_changed(&mut di, Some(time))?;
+        }
+        Ok(())
+    }
+
+    /// Removes name `name` from this directory (unlink(2), or rmdir(2) of an empty
+    /// directory): the entry, the back reference and one link; the last
+    /// link takes the inode, its xattrs and its extents.
+    pub fn unlink(&mut self, name: &[u8], time: Timespec) -> Result<()> {
+        let (tree, dir) = (self.tree, self.ino);
+        let (ino, e) = self.entry_ino(tree, dir, name)?;
+        let mut inode = self.inode_of(tree, ino)?;
+        if e.file_type == FT_DIR && inode.size != 0 {
+            return Err(Error::Invalid(format!(
+                "tree {tree}: directory {:?} (inode {ino}) is not empty",
+                name_str(name)
+            )));
+        }
+        let index = self.remove_inode_ref(tree, ino, dir, name)?;
+        self.remove_dir_entry(name, index, time)?;
+        inode.nlink = inode.nlink.saturating_sub(1);
+        if inode.nlink == 0 || e.file_type == FT_DIR {
+            return self.inode_mut(tree, ino).evict();
+        }
+        self.inode_mut(tree, ino)
+            .put_changed(&mut inode, Some(time))
+    }
+
+    /// Deletes every item of this inode (its last link is gone): data
+    /// extents lose this file's references.
+    pub(crate) fn evict(&mut self) -> Result<()> {
+        let (tree, ino) = (self.tree, self.ino);
+        let ss = self.sectorsize() as u64;
+        let t = crate::ctree::Tree {
+            id: tree,
+            bytenr: 0,
+            level: 0,
+            generation: 0,
+        };
+        let lo = Key::new(ino, EXTENT_DATA, 0);
+        let hi = Key::new(ino, EXTENT_DATA, u64::MAX);
+        for (k, d) in self.items_in(tree, &lo, &hi)? {
+            let e = crate::data::extent::Extent::decode(t, &k, &d, ss)?;
+            if let Some((disk, disk_len, offset)) = e.disk_extent() {
+                let backref = Backref::file_extent(tree, ino, k.offset, offset);
+                self.drop_data_ref(disk, disk_len, backref);
+            }
+        }
+        self.delete_range(
+            tree,
+            &Key::new(ino, 0, 0),
+            &Key::new(ino, u8::MAX, u64::MAX),
+        )?;
+        Ok(())
     }
 }

@@ -77,10 +77,11 @@ impl Trans {
         }
         let new_size = dst.size.max(dst_off + len);
         if dst_off > 0 || pieces.iter().any(|(_, e)| !e.is_inline()) {
-            self.file(dst_tree, dst_ino).uninline(&mut dst, policy)?;
+            self.inode_mut(dst_tree, dst_ino)
+                .uninline(&mut dst, policy)?;
         }
         let removed = self
-            .file(dst_tree, dst_ino)
+            .inode_mut(dst_tree, dst_ino)
             .drop_extents(dst_off, dst_off + alen)?;
         dst.nbytes = dst.nbytes.saturating_sub(removed);
         let placed = self.place_pieces(
@@ -94,10 +95,10 @@ impl Trans {
         if let Err(e) = placed {
             // The destination's extents changed: its item must count
             // them (nbytes) even though the clone failed part way.
-            let _ = self.put_inode(dst_tree, dst_ino, &dst);
+            let _ = self.inode_mut(dst_tree, dst_ino).put(&dst);
             return Err(e);
         }
-        self.file(dst_tree, dst_ino)
+        self.inode_mut(dst_tree, dst_ino)
             .fill_holes(0, round_up(new_size, ss))?;
         dst.size = new_size;
         dst.transid = self.transid;
@@ -129,12 +130,16 @@ impl Trans {
                     let mut buf = inline_data.to_vec();
                     buf.resize(ss as usize, 0);
                     let isize = new_size.max(dst.size);
-                    self.file(dst_tree, dst_ino)
+                    self.inode_mut(dst_tree, dst_ino)
                         .rewrite(dst, at, &buf, isize, policy)?;
                 }
                 _ => {
-                    self.file(dst_tree, dst_ino)
-                        .insert_extent_piece(at, e, s - e.start, en - s)?;
+                    self.inode_mut(dst_tree, dst_ino).insert_extent_piece(
+                        at,
+                        e,
+                        s - e.start,
+                        en - s,
+                    )?;
                     dst.nbytes += en - s;
                 }
             }

@@ -156,12 +156,12 @@ impl Trans {
         if let Some(time) = time {
             di.mtime = time;
         }
-        self.put_changed(tree, dir, &mut di, time)?;
+        self.inode_mut(tree, dir).put_changed(&mut di, time)?;
         let mut ii = self
             .inode(tree, ino)?
             .ok_or_else(|| Error::corrupt(here(), "the inode has no inode item"))?;
         ii.nlink = ii.nlink.saturating_sub(1);
-        self.put_changed(tree, ino, &mut ii, time)
+        self.inode_mut(tree, ino).put_changed(&mut ii, time)
     }
 
     /// Every back reference of inode `ino`: (parent, name, index), from

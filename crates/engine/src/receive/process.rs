@@ -53,7 +53,7 @@ impl Receiver<'_> {
             cmd::REMOVE_XATTR => {
                 let name = c.bytes(attr::XATTR_NAME)?;
                 let (tree, ino) = self.target(c)?;
-                self.t.remove_xattr(tree, ino, name)?;
+                self.t.inode_mut(tree, ino).remove_xattr(name)?;
                 let mut i = self.inode(tree, ino)?;
                 if name == XATTR_COMPRESSION {
                     i.flags &= !(INODE_COMPRESS | INODE_NOCOMPRESS);
@@ -71,7 +71,7 @@ impl Receiver<'_> {
                 let size = c.u64(attr::SIZE)?;
                 let (tree, ino) = self.target(c)?;
                 let policy = self.policy(tree, ino)?;
-                let i = self.t.file(tree, ino).truncate_file(size, policy)?;
+                let i = self.t.inode_mut(tree, ino).truncate_file(size, policy)?;
                 self.put_changed(tree, ino, i, true)?;
             }
             cmd::CHMOD => {
@@ -157,7 +157,7 @@ impl Receiver<'_> {
             return Err(Error::NotDir(lossy(path)));
         }
         self.forget_path(path, is_dir);
-        self.t.unlink(tree, dir, name, now)?;
+        self.t.inode_mut(tree, dir).unlink(name, now)?;
         Ok(())
     }
 
@@ -188,12 +188,16 @@ impl Receiver<'_> {
                 .get_xattr(tree, ino, b"security.capability")?
                 .is_some()
             {
-                self.t.remove_xattr(tree, ino, b"security.capability")?;
+                self.t
+                    .inode_mut(tree, ino)
+                    .remove_xattr(b"security.capability")?;
             }
         }
         self.put_changed(tree, ino, i, false)?;
         if let Some(caps) = self.cached_caps.take() {
-            self.t.set_xattr(tree, ino, b"security.capability", &caps)?;
+            self.t
+                .inode_mut(tree, ino)
+                .set_xattr(b"security.capability", &caps)?;
         }
         Ok(())
     }
@@ -206,11 +210,13 @@ impl Receiver<'_> {
         let (tree, ino) = self.target(c)?;
         let i = if mode == FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE {
             let policy = self.policy(tree, ino)?;
-            self.t.file(tree, ino).punch_hole(off, len, policy)?
+            self.t.inode_mut(tree, ino).punch_hole(off, len, policy)?
         } else if mode & !FALLOC_FL_KEEP_SIZE == 0 {
             let policy = self.policy(tree, ino)?;
             let keep = mode & FALLOC_FL_KEEP_SIZE != 0;
-            self.t.file(tree, ino).prealloc(off, len, keep, policy)?
+            self.t
+                .inode_mut(tree, ino)
+                .prealloc(off, len, keep, policy)?
         } else {
             return Err(Error::Unsupported(format!("fallocate mode {mode:#x}")));
         };
@@ -256,14 +262,15 @@ impl Receiver<'_> {
         let now = self.opts.now;
         let mut i = self
             .t
-            .create_inode(tree, dir, name, ino, mode, rdev, (0, 0), now)?;
+            .inode_mut(tree, dir)
+            .create_inode(name, ino, mode, rdev, (0, 0), now)?;
         if let Some(t) = target {
             self.t
-                .file(tree, ino)
+                .inode_mut(tree, ino)
                 .insert_inline_extent(t, t.len() as u64, COMPRESS_NONE)?;
             i.size = t.len() as u64;
             i.nbytes = t.len() as u64;
-            self.t.put_inode(tree, ino, &i)?;
+            self.t.inode_mut(tree, ino).put(&i)?;
         }
         Ok(())
     }
@@ -282,7 +289,7 @@ impl Receiver<'_> {
             if value.is_empty() {
                 i.flags &= !(INODE_COMPRESS | INODE_NOCOMPRESS);
                 if self.t.get_xattr(tree, ino, name)?.is_some() {
-                    self.t.remove_xattr(tree, ino, name)?;
+                    self.t.inode_mut(tree, ino).remove_xattr(name)?;
                 }
                 return self.put_changed(tree, ino, i, false);
             }
@@ -301,7 +308,7 @@ impl Receiver<'_> {
                 }
             }
         }
-        self.t.set_xattr(tree, ino, name, value)?;
+        self.t.inode_mut(tree, ino).set_xattr(name, value)?;
         self.put_changed(tree, ino, i, false)
     }
 }

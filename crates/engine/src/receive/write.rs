@@ -35,7 +35,7 @@ impl Receiver<'_> {
         let policy = self.policy(p.tree, p.ino)?;
         let inode = self
             .t
-            .file(p.tree, p.ino)
+            .inode_mut(p.tree, p.ino)
             .write_file(p.off, &p.data, policy)?;
         self.put_changed(p.tree, p.ino, inode, true)
     }
@@ -51,7 +51,7 @@ impl Receiver<'_> {
     /// Writes the held inode item, if any.
     pub(super) fn write_held(&mut self) -> Result<()> {
         match self.held.take() {
-            Some(h) => self.t.put_inode(h.tree, h.ino, &h.item),
+            Some(h) => self.t.inode_mut(h.tree, h.ino).put(&h.item),
             None => Ok(()),
         }
     }
@@ -207,10 +207,10 @@ impl Receiver<'_> {
                 )));
             }
             let piece = &plain[offset as usize..(offset + num) as usize];
-            self.t.file(tree, ino).write_file(off, piece, policy)?
+            self.t.inode_mut(tree, ino).write_file(off, piece, policy)?
         } else {
             self.t
-                .file(tree, ino)
+                .inode_mut(tree, ino)
                 .encoded_write(off, num, ram, offset, algo, data, policy)?
         };
         self.put_changed(tree, ino, i, true)

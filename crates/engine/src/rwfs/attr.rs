@@ -257,7 +257,8 @@ impl RwFs {
             if let Some(old) = self.t.get_xattr(id.subvol, id.ino, super::acl::ACCESS)? {
                 if let Some(new) = super::acl::chmod(&old, m) {
                     self.t
-                        .set_xattr(id.subvol, id.ino, super::acl::ACCESS, &new)?;
+                        .inode_mut(id.subvol, id.ino)
+                        .set_xattr(super::acl::ACCESS, &new)?;
                 }
             }
         }
@@ -281,7 +282,9 @@ impl RwFs {
             i.mtime = time;
         }
         let ctime = a.ctime.unwrap_or(time);
-        self.t.put_changed(id.subvol, id.ino, &mut i, Some(ctime))?;
+        self.t
+            .inode_mut(id.subvol, id.ino)
+            .put_changed(&mut i, Some(ctime))?;
         self.with_dirty_bytes(Stat::of_inode(id, &i))
     }
 
@@ -317,7 +320,7 @@ impl RwFs {
         let mut i = self.t.inode_of(id.subvol, id.ino)?;
         i.atime = time;
         i.transid = self.t.transid;
-        self.t.put_inode(id.subvol, id.ino, &i)
+        self.t.inode_mut(id.subvol, id.ino).put(&i)
     }
 
     /// A change of the data of regular file `id` by a caller without
@@ -335,7 +338,9 @@ impl RwFs {
         }
         self.check_writable(id)?;
         i.mode &= !drop;
-        self.t.put_changed(id.subvol, id.ino, &mut i, Some(now()))?;
+        self.t
+            .inode_mut(id.subvol, id.ino)
+            .put_changed(&mut i, Some(now()))?;
         self.bump(id);
         Ok(())
     }
@@ -343,7 +348,9 @@ impl RwFs {
     /// Sets the change time of `id` to now (an xattr or flag change).
     fn touch_ctime(&mut self, id: InodeId) -> Result<()> {
         let mut i = self.t.inode_of(id.subvol, id.ino)?;
-        self.t.put_changed(id.subvol, id.ino, &mut i, Some(now()))
+        self.t
+            .inode_mut(id.subvol, id.ino)
+            .put_changed(&mut i, Some(now()))
     }
 
     /// getxattr(2): NoData when `id` has no xattr `name`.
@@ -402,16 +409,16 @@ impl RwFs {
             if kill_sgid {
                 i.mode &= !libc::S_ISGID;
             }
-            self.t.put_inode(id.subvol, id.ino, &i)?;
+            self.t.inode_mut(id.subvol, id.ino).put(&i)?;
             if equiv {
                 if exists {
-                    self.t.remove_xattr(id.subvol, id.ino, name)?;
+                    self.t.inode_mut(id.subvol, id.ino).remove_xattr(name)?;
                 }
             } else {
-                self.t.set_xattr(id.subvol, id.ino, name, value)?;
+                self.t.inode_mut(id.subvol, id.ino).set_xattr(name, value)?;
             }
         } else {
-            self.t.set_xattr(id.subvol, id.ino, name, value)?;
+            self.t.inode_mut(id.subvol, id.ino).set_xattr(name, value)?;
         }
         self.touch_ctime(id)
     }
@@ -425,15 +432,23 @@ impl RwFs {
         let algo = v.split(|&b| b == b':').next().unwrap_or_default();
         match algo {
             b"" => {
-                let _ = self.t.remove_xattr(id.subvol, id.ino, XATTR_COMPRESSION);
+                let _ = self
+                    .t
+                    .inode_mut(id.subvol, id.ino)
+                    .remove_xattr(XATTR_COMPRESSION);
             }
             b"no" | b"none" => {
                 i.flags |= INODE_NOCOMPRESS;
-                let _ = self.t.remove_xattr(id.subvol, id.ino, XATTR_COMPRESSION);
+                let _ = self
+                    .t
+                    .inode_mut(id.subvol, id.ino)
+                    .remove_xattr(XATTR_COMPRESSION);
             }
             b"zlib" | b"lzo" | b"zstd" => {
                 i.flags |= INODE_COMPRESS;
-                self.t.set_xattr(id.subvol, id.ino, XATTR_COMPRESSION, v)?;
+                self.t
+                    .inode_mut(id.subvol, id.ino)
+                    .set_xattr(XATTR_COMPRESSION, v)?;
             }
             _ => {
                 return Err(Error::Invalid(format!(
@@ -442,7 +457,7 @@ impl RwFs {
                 )))
             }
         }
-        self.t.put_inode(id.subvol, id.ino, &i)
+        self.t.inode_mut(id.subvol, id.ino).put(&i)
     }
 
     /// Whether xattr `name` of `id` may be set (or removed, `removes`),
@@ -469,13 +484,16 @@ impl RwFs {
         if name == XATTR_COMPRESSION {
             self.set_compression_prop(id, b"")?;
         } else {
-            self.t.remove_xattr(id.subvol, id.ino, name).map_err(|e| {
-                if e.is_not_found() {
-                    Error::NoData(String::from_utf8_lossy(name).into_owned())
-                } else {
-                    e
-                }
-            })?;
+            self.t
+                .inode_mut(id.subvol, id.ino)
+                .remove_xattr(name)
+                .map_err(|e| {
+                    if e.is_not_found() {
+                        Error::NoData(String::from_utf8_lossy(name).into_owned())
+                    } else {
+                        e
+                    }
+                })?;
         }
         self.touch_ctime(id)
     }
@@ -541,7 +559,9 @@ impl RwFs {
             }
         }
         i.flags = flags;
-        self.t.put_changed(id.subvol, id.ino, &mut i, Some(now()))
+        self.t
+            .inode_mut(id.subvol, id.ino)
+            .put_changed(&mut i, Some(now()))
     }
 }
 

@@ -193,7 +193,9 @@ impl RwFs {
         let t = now();
         i.size = i.size.max(end);
         i.mtime = t;
-        self.t.put_changed(id.subvol, id.ino, &mut i, Some(t))?;
+        self.t
+            .inode_mut(id.subvol, id.ino)
+            .put_changed(&mut i, Some(t))?;
         self.bump(id);
         Ok(data.len())
     }
@@ -386,7 +388,7 @@ impl RwFs {
         // at write(2) time, before these extents existed.
         let size = self.t.inode_of(id.subvol, id.ino)?.size;
         let end = round_up(size, self.sectorsize());
-        self.t.file(id.subvol, id.ino).fill_holes(0, end)?;
+        self.t.inode_mut(id.subvol, id.ino).fill_holes(0, end)?;
         self.disk_i_size.remove(&id);
         Ok(())
     }
@@ -436,9 +438,9 @@ impl RwFs {
     ) -> Result<()> {
         let inode = self
             .t
-            .file(id.subvol, id.ino)
+            .inode_mut(id.subvol, id.ino)
             .write_file(start, data, policy)?;
-        self.t.put_inode(id.subvol, id.ino, &inode)
+        self.t.inode_mut(id.subvol, id.ino).put(&inode)
     }
 
     /// Writes back every dirty inode.
@@ -468,9 +470,11 @@ impl RwFs {
             self.dirty_eof_block(id, i.size)?;
         }
         let policy = self.policy(id, &i)?;
-        let inode = self
-            .keeping_dirty_space(|fs| fs.t.file(id.subvol, id.ino).truncate_file(size, policy))?;
-        self.t.put_inode(id.subvol, id.ino, &inode)?;
+        let inode = self.keeping_dirty_space(|fs| {
+            fs.t.inode_mut(id.subvol, id.ino)
+                .truncate_file(size, policy)
+        })?;
+        self.t.inode_mut(id.subvol, id.ino).put(&inode)?;
         if size < i.size {
             // What is dirty past the new size is dropped, never written
             // (the kernel's truncate_pagecache); what is below stays
@@ -514,19 +518,21 @@ impl RwFs {
         // Partial sectors rewritten leave the dirty data its space.
         let mut inode = self.keeping_dirty_space(|fs| {
             if mode & FALLOC_FL_PUNCH_HOLE != 0 {
-                fs.t.file(tree, ino).punch_hole(off, len, policy)
+                fs.t.inode_mut(tree, ino).punch_hole(off, len, policy)
             } else if mode & FALLOC_FL_ZERO_RANGE != 0 {
                 fs.zero_range(id, off, len, keep, policy)
             } else {
                 fs.reserve(len)
-                    .and_then(|()| fs.t.file(tree, ino).prealloc(off, len, keep, policy))
+                    .and_then(|()| fs.t.inode_mut(tree, ino).prealloc(off, len, keep, policy))
             }
         })?;
         let t = now();
         if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 || !keep {
             inode.mtime = t;
         }
-        self.t.put_changed(tree, ino, &mut inode, Some(t))?;
+        self.t
+            .inode_mut(tree, ino)
+            .put_changed(&mut inode, Some(t))?;
         self.bump(id);
         Ok(())
     }
@@ -564,7 +570,7 @@ impl RwFs {
         if i.size > old {
             let ss = self.sectorsize();
             self.t
-                .file(id.subvol, id.ino)
+                .inode_mut(id.subvol, id.ino)
                 .fill_holes(round_up(old, ss), round_up(i.size, ss))?;
         }
         Ok(i)
@@ -607,7 +613,10 @@ impl RwFs {
                 return Ok(i);
             }
             if end - off < ss && k == 2 {
-                let mut i = self.t.file(tree, ino).punch_hole(off, end - off, policy)?;
+                let mut i = self
+                    .t
+                    .inode_mut(tree, ino)
+                    .punch_hole(off, end - off, policy)?;
                 size_after(&mut i);
                 return Ok(i);
             }
@@ -620,12 +629,12 @@ impl RwFs {
                 match self.sector_kind(id, off)? {
                     0 => alloc_start = off / ss * ss,
                     2 => {
-                        let zeroed = self.t.file(tree, ino).punch_hole(
+                        let zeroed = self.t.inode_mut(tree, ino).punch_hole(
                             off,
                             round_up(off, ss) - off,
                             policy,
                         )?;
-                        self.t.put_inode(tree, ino, &zeroed)?;
+                        self.t.inode_mut(tree, ino).put(&zeroed)?;
                     }
                     _ => {}
                 }
@@ -635,8 +644,8 @@ impl RwFs {
                     0 => alloc_end = round_up(end, ss),
                     2 => {
                         let s = end / ss * ss;
-                        let zeroed = self.t.file(tree, ino).punch_hole(s, end - s, policy)?;
-                        self.t.put_inode(tree, ino, &zeroed)?;
+                        let zeroed = self.t.inode_mut(tree, ino).punch_hole(s, end - s, policy)?;
+                        self.t.inode_mut(tree, ino).put(&zeroed)?;
                     }
                     _ => {}
                 }
@@ -647,11 +656,11 @@ impl RwFs {
             self.reserve(alloc_end - alloc_start)?;
             let removed = self
                 .t
-                .file(tree, ino)
+                .inode_mut(tree, ino)
                 .drop_extents(alloc_start, alloc_end)?;
             i.nbytes = i.nbytes.saturating_sub(removed);
-            self.t.put_inode(tree, ino, &i)?;
-            i = self.t.file(tree, ino).prealloc(
+            self.t.inode_mut(tree, ino).put(&i)?;
+            i = self.t.inode_mut(tree, ino).prealloc(
                 alloc_start,
                 alloc_end - alloc_start,
                 true,
@@ -710,7 +719,8 @@ impl RwFs {
             let t = now();
             inode.mtime = t;
             self.t
-                .put_changed(dst.subvol, dst.ino, &mut inode, Some(t))?;
+                .inode_mut(dst.subvol, dst.ino)
+                .put_changed(&mut inode, Some(t))?;
             self.bump(dst);
             return Ok(clone_len);
         }

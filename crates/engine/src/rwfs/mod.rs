@@ -527,12 +527,12 @@ impl RwFs {
             let ss = self.sectorsize();
             return self
                 .t
-                .file(id.subvol, id.ino)
+                .inode_mut(id.subvol, id.ino)
                 .fill_holes(0, inode.size.div_ceil(ss) * ss);
         }
         let mut short = inode;
         short.size = disk;
-        self.t.put_inode(id.subvol, id.ino, &short)?;
+        self.t.inode_mut(id.subvol, id.ino).put(&short)?;
         cut.push((id, inode));
         // Kept for the commit after this one, if it also leaves the data
         // dirty.
@@ -545,7 +545,7 @@ impl RwFs {
     fn put_back(&mut self, cut: Vec<(InodeId, InodeItem)>) -> Result<()> {
         let mut res = Ok(());
         for (id, inode) in cut {
-            let put = self.t.put_inode(id.subvol, id.ino, &inode);
+            let put = self.t.inode_mut(id.subvol, id.ino).put(&inode);
             if res.is_ok() {
                 res = put;
             }

@@ -216,10 +216,14 @@ impl RwFs {
             0
         };
         let mut inode = match name {
-            Some(name) => {
-                self.t
-                    .create_inode(dir.subvol, dir.ino, name, ino, mode, rdev, (uid, gid), time)?
-            }
+            Some(name) => self.t.inode_mut(dir.subvol, dir.ino).create_inode(
+                name,
+                ino,
+                mode,
+                rdev,
+                (uid, gid),
+                time,
+            )?,
             None => self
                 .t
                 .new_inode(dir.subvol, dir.ino, ino, mode, rdev, (uid, gid), time, 0)?,
@@ -229,10 +233,10 @@ impl RwFs {
                 inode.flags |= INODE_NODATACOW;
             }
             inode.flags |= INODE_NODATASUM;
-            self.t.put_inode(dir.subvol, ino, &inode)?;
+            self.t.inode_mut(dir.subvol, ino).put(&inode)?;
         }
         for (name, value) in acl_xattrs {
-            self.t.set_xattr(dir.subvol, ino, name, &value)?;
+            self.t.inode_mut(dir.subvol, ino).set_xattr(name, &value)?;
         }
         Ok(InodeId {
             subvol: dir.subvol,
@@ -258,12 +262,12 @@ impl RwFs {
         }
         let id = self.create(dir, name, 0o120777, 0, (uid, gid), None)?;
         self.t
-            .file(id.subvol, id.ino)
+            .inode_mut(id.subvol, id.ino)
             .insert_inline_extent(target, target.len() as u64, 0)?;
         let mut inode = self.t.inode_of(id.subvol, id.ino)?;
         inode.size = target.len() as u64;
         inode.nbytes = target.len() as u64;
-        self.t.put_inode(id.subvol, id.ino, &inode)?;
+        self.t.inode_mut(id.subvol, id.ino).put(&inode)?;
         Ok(id)
     }
 
@@ -348,13 +352,13 @@ impl RwFs {
             if dir_too && left > 0 {
                 let mut i = self.t.inode_of(id.subvol, id.ino)?;
                 i.nlink = 0;
-                self.t.put_inode(id.subvol, id.ino, &i)?;
+                self.t.inode_mut(id.subvol, id.ino).put(&i)?;
             }
             if self.is_open(id) {
                 self.make_orphan(id)?;
             } else {
                 self.forget_dirty(id);
-                self.t.evict(id.subvol, id.ino)?;
+                self.t.inode_mut(id.subvol, id.ino).evict()?;
             }
         }
         self.bump(dir);

@@ -263,8 +263,8 @@ impl RwFs {
     /// over the same extent; the parts around it stay preallocated.
     pub(crate) fn mark_written(&mut self, id: InodeId, p: &Piece) -> Result<()> {
         let (tree, ino) = (id.subvol, id.ino);
-        self.t.file(tree, ino).drop_extents(p.start, p.end)?;
-        self.t.file(tree, ino).insert_file_extent(
+        self.t.inode_mut(tree, ino).drop_extents(p.start, p.end)?;
+        self.t.inode_mut(tree, ino).insert_file_extent(
             p.start,
             p.disk,
             p.disk_len,

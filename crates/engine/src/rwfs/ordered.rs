@@ -281,7 +281,7 @@ impl RwFs {
         let policy = self.policy(id, inode)?;
         let deferred = inode.size >= self.sectorsize()
             && !disabled()
-            && !self.t.file(id.subvol, id.ino).has_inline()?;
+            && !self.t.inode_mut(id.subvol, id.ino).has_inline()?;
         Ok((policy, deferred))
     }
 
@@ -416,7 +416,7 @@ impl RwFs {
             // all did: a failed range is dirty again, and its next
             // writeback drops what this one inserted.
             inode.transid = self.t.transid;
-            let put = self.t.put_inode(id.subvol, id.ino, &inode);
+            let put = self.t.inode_mut(id.subvol, id.ino).put(&inode);
             self.bump(id);
             res?;
             put?;
@@ -440,12 +440,12 @@ impl RwFs {
                 let (pos, len) = (r.start + x.from as u64, x.len as u64);
                 match &x.place {
                     Place::New => {
-                        let removed = self.t.file(tree, ino).drop_extents(pos, pos + len)?;
+                        let removed = self.t.inode_mut(tree, ino).drop_extents(pos, pos + len)?;
                         inode.nbytes = inode.nbytes.saturating_sub(removed);
                         let (algo, on_disk) = x
                             .packed
                             .map_or((COMPRESS_NONE, len), |(a, n)| (a, n as u64));
-                        self.t.file(tree, ino).insert_file_extent(
+                        self.t.inode_mut(tree, ino).insert_file_extent(
                             pos, x.disk, on_disk, 0, len, len, algo, false, true,
                         )?;
                         if on_disk < len {
@@ -469,7 +469,7 @@ impl RwFs {
         // at write(2) time, before these extents existed.
         let ss = self.sectorsize();
         self.t
-            .file(tree, ino)
+            .inode_mut(tree, ino)
             .fill_holes(0, inode.size.div_ceil(ss) * ss)
     }
 

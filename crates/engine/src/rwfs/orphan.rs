@@ -80,7 +80,7 @@ impl RwFs {
     /// Deletes an orphan: its dirty data, its items, its extents.
     pub(super) fn drop_orphan(&mut self, id: InodeId) -> Result<()> {
         self.forget_dirty(id);
-        self.t.evict(id.subvol, id.ino)?;
+        self.t.inode_mut(id.subvol, id.ino).evict()?;
         self.t
             .delete_item(id.subvol, &Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, id.ino))?;
         Ok(())
@@ -112,7 +112,7 @@ impl RwFs {
             for (k, _) in found {
                 let ino = k.offset;
                 if self.t.inode(tree, ino)?.is_some_and(|i| i.nlink == 0) {
-                    self.t.evict(tree, ino)?;
+                    self.t.inode_mut(tree, ino).evict()?;
                 }
                 self.t.delete_item(tree, &k)?;
                 changed = true;

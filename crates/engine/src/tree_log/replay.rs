@@ -189,11 +189,14 @@ impl<'a> Replayer<'a> {
             let mut ii = self.need_inode(ino, "truncate to the logged size")?;
             let ss = self.t.sectorsize() as u64;
             let from = ii.size.next_multiple_of(ss);
-            let found = self.t.file(self.dest, ino).drop_extents(from, u64::MAX)?;
+            let found = self
+                .t
+                .inode_mut(self.dest, ino)
+                .drop_extents(from, u64::MAX)?;
             if found > 0 {
                 ii.nbytes = ii.nbytes.saturating_sub(found);
                 ii.transid = self.t.transid;
-                self.t.put_inode(self.dest, ino, &ii)?;
+                self.t.inode_mut(self.dest, ino).put(&ii)?;
             }
         }
         self.fixup(ino);
@@ -213,7 +216,7 @@ impl<'a> Replayer<'a> {
                 if src.generation == 0 {
                     if is_reg(src.mode) && is_reg(dst.mode) && src.size != 0 {
                         dst.size = src.size;
-                        self.t.put_inode(self.dest, ino, &dst)?;
+                        self.t.inode_mut(self.dest, ino).put(&dst)?;
                     }
                     return Ok(());
                 }
@@ -232,7 +235,7 @@ impl<'a> Replayer<'a> {
         if src.generation == 0 {
             src.generation = self.t.transid;
         }
-        self.t.put_inode(self.dest, ino, &src)
+        self.t.inode_mut(self.dest, ino).put(&src)
     }
 
     /// Xattrs of `ino` the log does not have go.
@@ -415,11 +418,11 @@ impl<'a> Replayer<'a> {
             {
                 return Ok(false);
             }
-            self.t.add_inode_ref(self.dest, ino, dir, name, index)?;
+            self.t
+                .inode_mut(self.dest, ino)
+                .add_inode_ref(dir, name, index)?;
         }
-        self.t.add_dir_entry(
-            self.dest,
-            dir,
+        self.t.inode_mut(self.dest, dir).add_dir_entry(
             name,
             InodeItem::key(ino),
             file_type(ii.mode),
@@ -569,7 +572,7 @@ impl<'a> Replayer<'a> {
         self.t.unlink_inode(self.dest, dir, ino, name, None)?;
         let mut ii = self.need_inode(ino, "unlink")?;
         ii.ctime = self.st.time;
-        self.t.put_inode(self.dest, ino, &ii)
+        self.t.inode_mut(self.dest, ino).put(&ii)
     }
 
     /// Unlinks `name` of `ino` from `dir`; false (nothing done) when `dir`
@@ -647,7 +650,7 @@ impl<'a> Replayer<'a> {
         }
         let found = self
             .t
-            .file(self.dest, ino)
+            .inode_mut(self.dest, ino)
             .drop_extents(start, extent_end)?;
         match fe.kind {
             FileExtentKind::Extent {
@@ -683,7 +686,7 @@ impl<'a> Replayer<'a> {
         let mut ii = self.need_inode(ino, "logged file extent")?;
         ii.nbytes = ii.nbytes.saturating_add(nbytes).saturating_sub(found);
         ii.transid = self.t.transid;
-        self.t.put_inode(self.dest, ino, &ii)
+        self.t.inode_mut(self.dest, ino).put(&ii)
     }
 
     /// A reference to data extent `bytenr` from the replayed item: an
@@ -752,7 +755,7 @@ impl<'a> Replayer<'a> {
     /// Deletes inode `ino` (no name left): its extents (their references),
     /// then every item it has, and an orphan item if there was one.
     fn evict(&mut self, ino: u64) -> Result<()> {
-        self.t.file(self.dest, ino).drop_extents(0, u64::MAX)?;
+        self.t.inode_mut(self.dest, ino).drop_extents(0, u64::MAX)?;
         self.t.delete_range(
             self.dest,
             &Key::new(ino, 0, 0),
@@ -784,7 +787,7 @@ impl<'a> Replayer<'a> {
             if nlink != ii.nlink || ii.transid != self.t.transid {
                 ii.nlink = nlink;
                 ii.transid = self.t.transid;
-                self.t.put_inode(self.dest, ino, &ii)?;
+                self.t.inode_mut(self.dest, ino).put(&ii)?;
             }
             if nlink == 0 {
                 if is_dir(ii.mode) {

@@ -293,11 +293,11 @@ fn vfs_commit_without_room_for_dirty_data_keeps_it_dirty() {
     let (mut at, mut step) = (0u64, 8usize << 20);
     while step >= SS as usize {
         match t
-            .file(thief.subvol, thief.ino)
+            .inode_mut(thief.subvol, thief.ino)
             .write_file(at, &vec![0x5a; step], policy)
         {
             Ok(i) => {
-                t.put_inode(thief.subvol, thief.ino, &i).unwrap();
+                t.inode_mut(thief.subvol, thief.ino).put(&i).unwrap();
                 at += step as u64;
             }
             Err(ubtrfs_engine::Error::NoSpace(_)) => step /= 2,

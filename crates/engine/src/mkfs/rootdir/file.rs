@@ -291,7 +291,7 @@ impl Walker<'_> {
         if let Some(slot) = plan.inline.take() {
             let piece = self.pipe.take(&slot)?;
             self.t
-                .file(tree, ino)
+                .inode_mut(tree, ino)
                 .insert_inline_extent(&piece.data, size, piece.algo)
                 .map_err(|e| in_path(path, e))?;
             self.stats.inline_files += 1;
@@ -305,7 +305,7 @@ impl Walker<'_> {
         let mut covered = 0u64;
         for (s, e) in plan.ranges.clone() {
             if !no_holes && s > covered {
-                self.t.file(tree, ino).insert_file_extent(
+                self.t.inode_mut(tree, ino).insert_file_extent(
                     covered,
                     0,
                     0,
@@ -336,7 +336,7 @@ impl Walker<'_> {
                 }
                 for (off, disk, len, k) in self.write_piece(&plan.file, &piece, path)? {
                     self.t
-                        .file(tree, ino)
+                        .inode_mut(tree, ino)
                         .insert_file_extent(at + off, disk, len, 0, k, k, piece.algo, false, true)
                         .map_err(|e| in_path(path, e))?;
                 }
@@ -350,7 +350,7 @@ impl Walker<'_> {
         if !no_holes && covered < end_aligned {
             let n = end_aligned - covered;
             self.t
-                .file(tree, ino)
+                .inode_mut(tree, ino)
                 .insert_file_extent(covered, 0, 0, 0, n, n, 0, false, false)?;
         }
         Ok((size, nbytes))

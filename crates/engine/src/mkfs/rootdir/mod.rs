@@ -189,7 +189,8 @@ impl Walker<'_> {
     fn set_xattrs(&mut self, tree: u64, ino: u64, path: &Path) -> Result<()> {
         for (name, value) in xattrs(path)? {
             self.t
-                .set_xattr(tree, ino, &name, &value)
+                .inode_mut(tree, ino)
+                .set_xattr(&name, &value)
                 .map_err(|e| in_path(path, e))?;
         }
         Ok(())
@@ -251,11 +252,12 @@ impl Walker<'_> {
                     self.discard(plan);
                 }
                 self.t
-                    .link_inode(tree, dir, name, ino, ftype, index, None)
+                    .inode_mut(tree, dir)
+                    .link_inode(name, ino, ftype, index, None)
                     .map_err(|e| in_path(path, e))?;
                 let mut it = self.t.inode(tree, ino)?.expect("linked inode was made");
                 it.nlink += 1;
-                self.t.put_inode(tree, ino, &it)?;
+                self.t.inode_mut(tree, ino).put(&it)?;
                 self.stats.hardlinks += 1;
                 return Ok(());
             }
@@ -263,9 +265,10 @@ impl Walker<'_> {
         let ino = self.take_ino(tree);
         let mut item = self.inode_item(&m);
         item.flags = self.flags_for(rel, at.flags);
-        self.t.put_inode(tree, ino, &item)?;
+        self.t.inode_mut(tree, ino).put(&item)?;
         self.t
-            .link_inode(tree, dir, name, ino, ftype, index, None)
+            .inode_mut(tree, dir)
+            .link_inode(name, ino, ftype, index, None)
             .map_err(|e| in_path(path, e))?;
         self.stats.inodes += 1;
         if !m.is_dir() && m.nlink() > 1 {
@@ -283,7 +286,7 @@ impl Walker<'_> {
             let target = std::fs::read_link(path).map_err(|e| io_err(path, "readlink", e))?;
             let target = target.as_os_str().as_bytes();
             self.t
-                .file(tree, ino)
+                .inode_mut(tree, ino)
                 .insert_inline_extent(target, target.len() as u64, 0)
                 .map_err(|e| in_path(path, e))?;
             item.size = target.len() as u64;
@@ -303,7 +306,7 @@ impl Walker<'_> {
             item.size = size;
             item.nbytes = nbytes;
         }
-        self.t.put_inode(tree, ino, &item)
+        self.t.inode_mut(tree, ino).put(&item)
     }
 
     fn take_ino(&mut self, tree: u64) -> u64 {
@@ -358,7 +361,7 @@ impl Walker<'_> {
         self.stats.dirs += 1;
         self.walk_dir(path, id, FIRST_INODE, rel, top.flags)?;
         top.size = self.t.inode(id, FIRST_INODE)?.expect("subvolume top").size;
-        self.t.put_inode(id, FIRST_INODE, &top)
+        self.t.inode_mut(id, FIRST_INODE).put(&top)
     }
 }
 
@@ -438,7 +441,7 @@ pub fn populate(
     w.set_xattrs(tree, FIRST_INODE, &o.dir)?;
     w.walk_dir(&o.dir, tree, FIRST_INODE, Path::new(""), top.flags)?;
     top.size = w.t.inode(tree, FIRST_INODE)?.expect("top directory").size;
-    w.t.put_inode(tree, FIRST_INODE, &top)?;
+    w.t.inode_mut(tree, FIRST_INODE).put(&top)?;
     let (made, stats) = (std::mem::take(&mut w.made), w.stats);
     for (id, kind) in made {
         if matches!(kind, SubvolKind::Ro | SubvolKind::DefaultRo) {
