@@ -220,9 +220,8 @@ impl InodeMut<'_> {
         index: u64,
         time: Option<Timespec>,
     ) -> Result<()> {
+        self.add_dir_entry(name, Key::new(ino, INODE_ITEM, 0), ftype, index, time)?;
         let (tree, dir) = (self.tree, self.ino);
-        let loc = Key::new(ino, INODE_ITEM, 0);
-        self.add_dir_entry(name, loc, ftype, index, time)?;
         self.inode_mut(tree, ino).add_inode_ref(dir, name, index)
     }
 

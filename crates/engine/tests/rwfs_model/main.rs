@@ -41,6 +41,9 @@ use memcheck::{btrfs_check, offset, pattern, seeded_mkfs, write_len, Rng, TOP};
 
 /// For the btrfs check: its skip message, UBTRFS_RWFS_MODEL_KEEP.
 const SUITE: &str = "rwfs_model";
+/// The seed switches (docs/environment.md).
+const SEED_VAR: &str = "UBTRFS_RWFS_MODEL_SEED";
+const SEEDS_VAR: &str = "UBTRFS_RWFS_MODEL_SEEDS";
 
 /// The model: names per directory, and each file's bytes.
 #[derive(Default)]
@@ -614,12 +617,8 @@ fn run_seed(seed: u64) -> Result<usize, String> {
 }
 
 #[test]
-fn vfs_operations_match_a_model() {
-    let seeds = memcheck::seeds(
-        "UBTRFS_RWFS_MODEL_SEED",
-        Some("UBTRFS_RWFS_MODEL_SEEDS"),
-        40,
-    );
+fn rwfs_operations_match_a_model() {
+    let seeds = memcheck::seeds(SEED_VAR, Some(SEEDS_VAR), 40);
     let mut failed = Vec::new();
     let mut ops = 0;
     for s in &seeds {
