@@ -52,11 +52,11 @@ impl BtrfsFuse {
         let res = self.inner.seek(node, a.fh.0, a.offset, a.whence);
         self.answer("lseek", reply, res, |reply, off| {
             reply.offset(off as i64);
-            let f = self.open_file(a.fh.0).ok();
-            if let Some((f, w)) = f.and_then(|f| {
-                let w = f.reads().seeked_to(off, f.size)?;
-                Some((f, w))
-            }) {
+            let Ok(f) = self.open_file(a.fh.0) else {
+                return;
+            };
+            let window = f.reads().seeked_to(off, f.size);
+            if let Some(w) = window {
                 let inner = self.inner.clone();
                 self.pool.run(move || inner.read_ahead(&f, w));
             }

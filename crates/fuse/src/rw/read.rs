@@ -101,6 +101,9 @@ impl RwInner {
     /// if one is due, is read and pushed by the read-ahead thread.
     pub(super) fn seeked_to(self: &Arc<Self>, node: INodeNo, fh: u64, pos: u64) {
         let id = self.inode(node);
+        // Asked before the handle's window: a window the handle gives is
+        // counted as pushed from then on, so it must not be given when it
+        // cannot be pushed.
         if !self.pushes.may_push(id) {
             return;
         }
