@@ -44,7 +44,8 @@
 #
 # WORKDIR defaults to /var/tmp/ubtrfs-everyday, RUNS to 3. Environment:
 # SRC, TARBALL, SIDES, SIZE (image size, default 4G), UBTRFS_OPTS (extra -o
-# options for both ubtrfs sides).
+# options for both ubtrfs sides), UBTRFS_BIN (the ubtrfs binary; default:
+# built here).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
@@ -58,8 +59,8 @@ SIDES=${SIDES:-kernel ubtrfs ubtrfs-plain}
 SIZE=${SIZE:-4G}
 WRITE_MIB=${WRITE_MIB:-1024}
 TARBALL=${TARBALL:-$repo/../shared/fstests/xfstests-63a29724.tar.gz}
-BIN=${CARGO_TARGET_DIR:-$repo/target}/release/ubtrfs
-cargo build --release --locked -q
+build_ubtrfs
+BIN=$UBTRFS_BIN
 cargo build --release --locked -q -p uring-floor --bin fuse_passthrough
 FLOOR=${CARGO_TARGET_DIR:-$repo/target}/release/fuse_passthrough
 floor_dir=/dev/shm/ubtrfs-everyday-floor
