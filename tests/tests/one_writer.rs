@@ -27,6 +27,11 @@
 //!     `fusermount3 -u` and mounts again at once: the new mount waits
 //!     for the old daemon's last commit and sees everything.
 //!
+//! (g) A loop device the kernel claims for a mount this process cannot
+//!     see (made in a mount namespace of its own): a writer waits while
+//!     the kernel lets go of it (as after the umount of a fuseblk mount:
+//!     fstests generic/604) and refuses once the wait is over.
+//!
 //! Needs root, the kernel's btrfs, loop devices, /dev/fuse, and the user
 //! `tests` for (f); under UBTRFS_REQUIRE_KERNEL=1 a missing one fails.
 
@@ -550,4 +555,82 @@ fn user_remount_waits_for_the_last_commit() {
             String::from_utf8_lossy(&remount.stderr).trim()
         ))
     });
+}
+
+// ------------------------------------------------------------------ (g)
+
+/// The kernel's mount of `dev` on `dir` in a mount namespace of its own,
+/// for `secs` seconds or until the file `stop` appears in `base`: nothing
+/// in this process's mount table or any process's open files shows it.
+/// Returns once it is mounted.
+fn hidden_mount(
+    base: &Path,
+    dev: &str,
+    dir: &Path,
+    secs: u32,
+) -> Result<std::process::Child, String> {
+    let ready = base.join("mounted");
+    let stop = base.join("stop");
+    let _ = std::fs::remove_file(&ready);
+    let _ = std::fs::remove_file(&stop);
+    let child = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount {dev} {0} && touch {1} && i=0 && \
+             while [ ! -e {2} ] && [ $i -lt {3} ]; do sleep 0.1; i=$((i + 1)); done; \
+             umount {0}",
+            s(dir),
+            s(&ready),
+            s(&stop),
+            secs * 10
+        ))
+        .spawn()
+        .map_err(|e| format!("unshare: {e}"))?;
+    let t = Instant::now();
+    while !ready.exists() {
+        if t.elapsed() > Duration::from_secs(20) {
+            return Err(format!("the hidden mount of {dev} did not come up"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(child)
+}
+
+#[test]
+fn a_claim_the_kernel_lets_go_is_waited_for() {
+    one_case(
+        "a_claim_the_kernel_lets_go_is_waited_for",
+        Writer::Kernel,
+        |base| {
+            let img = base.join("k.img");
+            sh(&format!(
+                "truncate -s 256M {0} && mkfs.btrfs -q {0}",
+                s(&img)
+            ))?;
+            let lo = LoopDev::attach(&img, false);
+            let dir = base.join("hidden");
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            // Let go after a second: mkfs of the device waits, then writes.
+            let mut child = hidden_mount(base, &lo.dev, &dir, 1)?;
+            let o = ubtrfs(&["mkfs", "-q", "-f", &lo.dev]);
+            let _ = child.wait();
+            if !o.status.success() {
+                return Err(format!(
+                    "mkfs while the kernel let go of the device: {}",
+                    out_text(&o)
+                ));
+            }
+            check(&img, "after mkfs")?;
+            // Kept: refused once the wait is over.
+            let mut child = hidden_mount(base, &lo.dev, &dir, 30)?;
+            let res = refused(
+                &["mkfs", "-q", "-f", &lo.dev],
+                &["claimed by another process or the kernel".into()],
+            );
+            std::fs::write(base.join("stop"), b"").map_err(|e| e.to_string())?;
+            let _ = child.wait();
+            res?;
+            Ok(String::new())
+        },
+    );
 }

@@ -41,6 +41,11 @@ const MAIN_LEN: i64 = 1 << 62;
 const LIVE_BYTE: i64 = 1 << 62;
 /// How long a writer waits for a writer that is ending to let go.
 const ENDING_WAIT: Duration = Duration::from_secs(120);
+/// How long a writer waits for a block device that the kernel claims for
+/// nothing it shows: no mount, no holder in sysfs, no process that has it
+/// open. That is a superblock being torn down (a fuseblk mount's, after
+/// its daemon let go of the device), or a mount in another namespace.
+const LETTING_GO_WAIT: Duration = Duration::from_secs(3);
 
 /// Whether readers read an image that a writer holds (`--force`).
 static READ_LIVE: AtomicBool = AtomicBool::new(false);
@@ -99,19 +104,33 @@ pub fn open_claimed(path: &Path, access: Access) -> io::Result<File> {
     if block && write && !own {
         o.custom_flags(libc::O_EXCL);
     }
-    let mut wait = EndingWait::new(path);
+    let mut wait = EndingWait::new(path, ENDING_WAIT);
+    let mut letting_go = EndingWait::new(path, LETTING_GO_WAIT);
     let file = loop {
         match o.open(path) {
             Ok(f) => break f,
-            // Claimed: by a ubtrfs mount that is ending (waited for), or
-            // by anyone else (refused).
+            // Claimed: by a ubtrfs mount that is ending (waited for), by
+            // nothing the kernel shows (waited for briefly: `umount` of a
+            // fuseblk mount, then `mount` at once, finds the kernel still
+            // letting go of the device after the daemon did; fstests
+            // generic/604), or by anyone else (refused).
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                 let pids = meta
                     .as_ref()
                     .map(|m| holder_pids(m, false))
                     .unwrap_or_default();
-                let ending = meta.as_ref().is_some_and(|m| unmounted_daemons(m, &pids));
-                if !ending || !wait.wait(&describe(&pids)) {
+                let waited = if meta.as_ref().is_some_and(|m| unmounted_daemons(m, &pids)) {
+                    wait.wait(&format!(
+                        "{} to make its last commit and let the image go",
+                        describe(&pids)
+                    ))
+                } else if block && pids.is_empty() && unseen_claim(path) {
+                    letting_go
+                        .wait("the kernel to let the device go (no mount or process holds it)")
+                } else {
+                    false
+                };
+                if !waited {
                     return Err(busy(block_holder(path)));
                 }
             }
@@ -122,34 +141,38 @@ pub fn open_claimed(path: &Path, access: Access) -> io::Result<File> {
     Ok(file)
 }
 
-/// A bounded wait for a ubtrfs writer that is ending: its mount is gone,
-/// its last commit being made.
+/// A bounded wait for a claim that is going away: a ubtrfs writer that is
+/// ending (its mount is gone, its last commit being made), or the kernel
+/// letting go of a device.
 struct EndingWait<'a> {
     path: &'a Path,
-    start: Instant,
+    /// When the first wait began: a claim may change hands (an ending
+    /// daemon lets go, then the kernel), each wait timed from its own
+    /// start.
+    start: Option<Instant>,
+    limit: Duration,
     told: bool,
 }
 
 impl<'a> EndingWait<'a> {
-    fn new(path: &'a Path) -> Self {
+    fn new(path: &'a Path, limit: Duration) -> Self {
         EndingWait {
             path,
-            start: Instant::now(),
+            start: None,
+            limit,
             told: false,
         }
     }
 
     /// Sleeps a little before the next try; false once the wait is over
-    /// ([`ENDING_WAIT`]). Says on stderr, once, what it waits for.
-    fn wait(&mut self, holder: &str) -> bool {
-        if self.start.elapsed() > ENDING_WAIT {
+    /// (its limit). Says on stderr, once, what it waits for.
+    fn wait(&mut self, what: &str) -> bool {
+        let waited = self.start.get_or_insert_with(Instant::now).elapsed();
+        if waited > self.limit {
             return false;
         }
-        if !self.told && self.start.elapsed() > Duration::from_millis(500) {
-            eprintln!(
-                "{}: waiting for {holder} to make its last commit and let the image go",
-                self.path.display()
-            );
+        if !self.told && waited > Duration::from_millis(500) {
+            eprintln!("{}: waiting for {what}", self.path.display());
             self.told = true;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -164,7 +187,7 @@ fn claim(file: &File, path: &Path, access: Access, block: bool) -> io::Result<()
         Access::Read => libc::F_RDLCK,
         Access::Write => libc::F_WRLCK,
     };
-    let mut wait = EndingWait::new(path);
+    let mut wait = EndingWait::new(path, ENDING_WAIT);
     let meta = file.metadata()?;
     loop {
         match lock(file, kind, 0, MAIN_LEN) {
@@ -181,7 +204,9 @@ fn claim(file: &File, path: &Path, access: Access, block: bool) -> io::Result<()
         if !ending {
             return Err(busy(holder));
         }
-        if !wait.wait(&holder) {
+        if !wait.wait(&format!(
+            "{holder} to make its last commit and let the image go"
+        )) {
             return Err(busy(format!("{holder} (still ending after 120 s)")));
         }
     }
@@ -547,18 +572,9 @@ fn block_holder(path: &Path) -> String {
     if let Some(m) = mounted_at(rdev) {
         return m;
     }
-    let name = sys_name(rdev);
-    if let Some(n) = &name {
-        let holders: Vec<String> = std::fs::read_dir(format!("/sys/class/block/{n}/holders"))
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        if !holders.is_empty() {
-            return format!("held by the kernel's {}", holders.join(", "));
-        }
+    let holders = sys_holders(rdev);
+    if !holders.is_empty() {
+        return format!("held by the kernel's {}", holders.join(", "));
     }
     if let Ok(m) = std::fs::metadata(path) {
         let pids = holder_pids(&m, false);
@@ -567,6 +583,29 @@ fn block_holder(path: &Path) -> String {
         }
     }
     "claimed by another process or the kernel (EBUSY)".into()
+}
+
+/// The devices the kernel stacks on block device `rdev` (md, dm, loop:
+/// its sysfs holders).
+fn sys_holders(rdev: u64) -> Vec<String> {
+    let Some(n) = sys_name(rdev) else {
+        return Vec::new();
+    };
+    std::fs::read_dir(format!("/sys/class/block/{n}/holders"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether the block device at `path` is claimed for nothing this process
+/// can see: not mounted here and no device stacked on it (the caller has
+/// found no process with it open).
+fn unseen_claim(path: &Path) -> bool {
+    let rdev = dev_of_block(path);
+    mounted_at(rdev).is_none() && sys_holders(rdev).is_empty()
 }
 
 /// The kernel's name of a block device (loop0, sda1) from its number.
