@@ -4,6 +4,11 @@
 //! extents (shared by clones) and data checksums. Callers (mkfs, receive,
 //! the mount) decide what to make; this module makes the items exactly
 //! as the kernel lays them out.
+//!
+//! The changes of one inode go through its handle, [`InodeMut`]
+//! (`t.inode_mut(tree, ino)`); what involves two inodes (link, rename,
+//! exchange, clone, a new inode under its directory) and every read are
+//! [`Trans`] methods with the tree and inode numbers as arguments.
 
 pub mod file;
 pub mod file_item;
