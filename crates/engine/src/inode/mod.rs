@@ -137,7 +137,6 @@ impl InodeMut<'_> {
     /// the caller's: see [`InodeMut::add_inode_ref`]. The directory's mtime
     /// and ctime become `time` when given (in the same update of its
     /// inode).
-    #[allow(clippy::too_many_arguments)]
     pub fn add_dir_entry(
         &mut self,
         name: &[u8],
@@ -216,7 +215,6 @@ impl InodeMut<'_> {
     /// at dir index `index`: the directory's entries and the inode's back
     /// reference (the kernel's btrfs_add_link). The inode's nlink is the
     /// caller's; the directory's times become `time` when given.
-    #[allow(clippy::too_many_arguments)]
     pub fn link_inode(
         &mut self,
         name: &[u8],

@@ -328,7 +328,6 @@ impl InodeMut<'_> {
     /// inherits the directory's NODATACOW (and for files NODATASUM),
     /// COMPRESS / NOCOMPRESS flags and its compression property, as the
     /// kernel's btrfs_inherit_iflags and btrfs_inode_inherit_props.
-    #[allow(clippy::too_many_arguments)]
     pub fn create_inode(
         &mut self,
         name: &[u8],

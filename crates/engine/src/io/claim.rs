@@ -120,13 +120,11 @@ pub fn open_claimed(path: &Path, access: Access) -> io::Result<File> {
                     .map(|m| holder_pids(m, false))
                     .unwrap_or_default();
                 let waited = if meta.as_ref().is_some_and(|m| unmounted_daemons(m, &pids)) {
-                    wait.wait(&format!(
-                        "{} to make its last commit and let the image go",
-                        describe(&pids)
-                    ))
+                    wait.wait_ending(&describe(&pids))
                 } else if block && pids.is_empty() && unseen_claim(path) {
-                    letting_go
-                        .wait("the kernel to let the device go (no mount or process holds it)")
+                    letting_go.wait(|| {
+                        "the kernel to let the device go (no mount or process holds it)".into()
+                    })
                 } else {
                     false
                 };
@@ -165,18 +163,24 @@ impl<'a> EndingWait<'a> {
     }
 
     /// Sleeps a little before the next try; false once the wait is over
-    /// (its limit). Says on stderr, once, what it waits for.
-    fn wait(&mut self, what: &str) -> bool {
+    /// (its limit). Says on stderr, once, what it waits for (`what`, only
+    /// formatted then).
+    fn wait(&mut self, what: impl FnOnce() -> String) -> bool {
         let waited = self.start.get_or_insert_with(Instant::now).elapsed();
         if waited > self.limit {
             return false;
         }
         if !self.told && waited > Duration::from_millis(500) {
-            eprintln!("{}: waiting for {what}", self.path.display());
+            eprintln!("{}: waiting for {}", self.path.display(), what());
             self.told = true;
         }
         std::thread::sleep(Duration::from_millis(20));
         true
+    }
+
+    /// [`EndingWait::wait`] for a ubtrfs writer that is ending, `holder`.
+    fn wait_ending(&mut self, holder: &str) -> bool {
+        self.wait(|| format!("{holder} to make its last commit and let the image go"))
     }
 }
 
@@ -204,9 +208,7 @@ fn claim(file: &File, path: &Path, access: Access, block: bool) -> io::Result<()
         if !ending {
             return Err(busy(holder));
         }
-        if !wait.wait(&format!(
-            "{holder} to make its last commit and let the image go"
-        )) {
+        if !wait.wait_ending(&holder) {
             return Err(busy(format!("{holder} (still ending after 120 s)")));
         }
     }

@@ -256,9 +256,7 @@ impl RwFs {
             // a FUSE filesystem that has ACLs).
             if let Some(old) = self.t.get_xattr(id.subvol, id.ino, super::acl::ACCESS)? {
                 if let Some(new) = super::acl::chmod(&old, m) {
-                    self.t
-                        .inode_mut(id.subvol, id.ino)
-                        .set_xattr(super::acl::ACCESS, &new)?;
+                    self.inode_mut(id).set_xattr(super::acl::ACCESS, &new)?;
                 }
             }
         }
@@ -282,9 +280,7 @@ impl RwFs {
             i.mtime = time;
         }
         let ctime = a.ctime.unwrap_or(time);
-        self.t
-            .inode_mut(id.subvol, id.ino)
-            .put_changed(&mut i, Some(ctime))?;
+        self.inode_mut(id).put_changed(&mut i, Some(ctime))?;
         self.with_dirty_bytes(Stat::of_inode(id, &i))
     }
 
@@ -320,7 +316,7 @@ impl RwFs {
         let mut i = self.t.inode_of(id.subvol, id.ino)?;
         i.atime = time;
         i.transid = self.t.transid;
-        self.t.inode_mut(id.subvol, id.ino).put(&i)
+        self.inode_mut(id).put(&i)
     }
 
     /// A change of the data of regular file `id` by a caller without
@@ -338,9 +334,7 @@ impl RwFs {
         }
         self.check_writable(id)?;
         i.mode &= !drop;
-        self.t
-            .inode_mut(id.subvol, id.ino)
-            .put_changed(&mut i, Some(now()))?;
+        self.inode_mut(id).put_changed(&mut i, Some(now()))?;
         self.bump(id);
         Ok(())
     }
@@ -348,9 +342,7 @@ impl RwFs {
     /// Sets the change time of `id` to now (an xattr or flag change).
     fn touch_ctime(&mut self, id: InodeId) -> Result<()> {
         let mut i = self.t.inode_of(id.subvol, id.ino)?;
-        self.t
-            .inode_mut(id.subvol, id.ino)
-            .put_changed(&mut i, Some(now()))
+        self.inode_mut(id).put_changed(&mut i, Some(now()))
     }
 
     /// getxattr(2): NoData when `id` has no xattr `name`.
@@ -409,16 +401,16 @@ impl RwFs {
             if kill_sgid {
                 i.mode &= !libc::S_ISGID;
             }
-            self.t.inode_mut(id.subvol, id.ino).put(&i)?;
+            self.inode_mut(id).put(&i)?;
             if equiv {
                 if exists {
-                    self.t.inode_mut(id.subvol, id.ino).remove_xattr(name)?;
+                    self.inode_mut(id).remove_xattr(name)?;
                 }
             } else {
-                self.t.inode_mut(id.subvol, id.ino).set_xattr(name, value)?;
+                self.inode_mut(id).set_xattr(name, value)?;
             }
         } else {
-            self.t.inode_mut(id.subvol, id.ino).set_xattr(name, value)?;
+            self.inode_mut(id).set_xattr(name, value)?;
         }
         self.touch_ctime(id)
     }
@@ -432,23 +424,15 @@ impl RwFs {
         let algo = v.split(|&b| b == b':').next().unwrap_or_default();
         match algo {
             b"" => {
-                let _ = self
-                    .t
-                    .inode_mut(id.subvol, id.ino)
-                    .remove_xattr(XATTR_COMPRESSION);
+                let _ = self.inode_mut(id).remove_xattr(XATTR_COMPRESSION);
             }
             b"no" | b"none" => {
                 i.flags |= INODE_NOCOMPRESS;
-                let _ = self
-                    .t
-                    .inode_mut(id.subvol, id.ino)
-                    .remove_xattr(XATTR_COMPRESSION);
+                let _ = self.inode_mut(id).remove_xattr(XATTR_COMPRESSION);
             }
             b"zlib" | b"lzo" | b"zstd" => {
                 i.flags |= INODE_COMPRESS;
-                self.t
-                    .inode_mut(id.subvol, id.ino)
-                    .set_xattr(XATTR_COMPRESSION, v)?;
+                self.inode_mut(id).set_xattr(XATTR_COMPRESSION, v)?;
             }
             _ => {
                 return Err(Error::Invalid(format!(
@@ -457,7 +441,7 @@ impl RwFs {
                 )))
             }
         }
-        self.t.inode_mut(id.subvol, id.ino).put(&i)
+        self.inode_mut(id).put(&i)
     }
 
     /// Whether xattr `name` of `id` may be set (or removed, `removes`),
@@ -484,16 +468,13 @@ impl RwFs {
         if name == XATTR_COMPRESSION {
             self.set_compression_prop(id, b"")?;
         } else {
-            self.t
-                .inode_mut(id.subvol, id.ino)
-                .remove_xattr(name)
-                .map_err(|e| {
-                    if e.is_not_found() {
-                        Error::NoData(String::from_utf8_lossy(name).into_owned())
-                    } else {
-                        e
-                    }
-                })?;
+            self.inode_mut(id).remove_xattr(name).map_err(|e| {
+                if e.is_not_found() {
+                    Error::NoData(String::from_utf8_lossy(name).into_owned())
+                } else {
+                    e
+                }
+            })?;
         }
         self.touch_ctime(id)
     }
@@ -559,9 +540,7 @@ impl RwFs {
             }
         }
         i.flags = flags;
-        self.t
-            .inode_mut(id.subvol, id.ino)
-            .put_changed(&mut i, Some(now()))
+        self.inode_mut(id).put_changed(&mut i, Some(now()))
     }
 }
 

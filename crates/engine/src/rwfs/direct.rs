@@ -103,9 +103,7 @@ impl RwFs {
         }
         let t = crate::inode::now();
         i.mtime = t;
-        self.t
-            .inode_mut(id.subvol, id.ino)
-            .put_changed(&mut i, Some(t))?;
+        self.inode_mut(id).put_changed(&mut i, Some(t))?;
         self.direct_in_flight += 1;
         self.stats.direct_writes += 1;
         self.stats.direct_max_in_flight =

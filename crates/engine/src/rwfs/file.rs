@@ -193,9 +193,7 @@ impl RwFs {
         let t = now();
         i.size = i.size.max(end);
         i.mtime = t;
-        self.t
-            .inode_mut(id.subvol, id.ino)
-            .put_changed(&mut i, Some(t))?;
+        self.inode_mut(id).put_changed(&mut i, Some(t))?;
         self.bump(id);
         Ok(data.len())
     }
@@ -388,7 +386,7 @@ impl RwFs {
         // at write(2) time, before these extents existed.
         let size = self.t.inode_of(id.subvol, id.ino)?.size;
         let end = round_up(size, self.sectorsize());
-        self.t.inode_mut(id.subvol, id.ino).fill_holes(0, end)?;
+        self.inode_mut(id).fill_holes(0, end)?;
         self.disk_i_size.remove(&id);
         Ok(())
     }
@@ -436,11 +434,8 @@ impl RwFs {
         data: &[u8],
         policy: DataPolicy,
     ) -> Result<()> {
-        let inode = self
-            .t
-            .inode_mut(id.subvol, id.ino)
-            .write_file(start, data, policy)?;
-        self.t.inode_mut(id.subvol, id.ino).put(&inode)
+        let inode = self.inode_mut(id).write_file(start, data, policy)?;
+        self.inode_mut(id).put(&inode)
     }
 
     /// Writes back every dirty inode.
@@ -470,11 +465,8 @@ impl RwFs {
             self.dirty_eof_block(id, i.size)?;
         }
         let policy = self.policy(id, &i)?;
-        let inode = self.keeping_dirty_space(|fs| {
-            fs.t.inode_mut(id.subvol, id.ino)
-                .truncate_file(size, policy)
-        })?;
-        self.t.inode_mut(id.subvol, id.ino).put(&inode)?;
+        let inode = self.keeping_dirty_space(|fs| fs.inode_mut(id).truncate_file(size, policy))?;
+        self.inode_mut(id).put(&inode)?;
         if size < i.size {
             // What is dirty past the new size is dropped, never written
             // (the kernel's truncate_pagecache); what is below stays
@@ -569,8 +561,7 @@ impl RwFs {
         let i = self.zero_range_extents(id, off..off + len, keep, policy)?;
         if i.size > old {
             let ss = self.sectorsize();
-            self.t
-                .inode_mut(id.subvol, id.ino)
+            self.inode_mut(id)
                 .fill_holes(round_up(old, ss), round_up(i.size, ss))?;
         }
         Ok(i)

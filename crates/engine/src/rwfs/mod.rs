@@ -526,13 +526,12 @@ impl RwFs {
         if settle {
             let ss = self.sectorsize();
             return self
-                .t
-                .inode_mut(id.subvol, id.ino)
+                .inode_mut(id)
                 .fill_holes(0, inode.size.div_ceil(ss) * ss);
         }
         let mut short = inode;
         short.size = disk;
-        self.t.inode_mut(id.subvol, id.ino).put(&short)?;
+        self.inode_mut(id).put(&short)?;
         cut.push((id, inode));
         // Kept for the commit after this one, if it also leaves the data
         // dirty.
@@ -545,7 +544,7 @@ impl RwFs {
     fn put_back(&mut self, cut: Vec<(InodeId, InodeItem)>) -> Result<()> {
         let mut res = Ok(());
         for (id, inode) in cut {
-            let put = self.t.inode_mut(id.subvol, id.ino).put(&inode);
+            let put = self.inode_mut(id).put(&inode);
             if res.is_ok() {
                 res = put;
             }
@@ -694,6 +693,11 @@ impl RwFs {
     /// Why the filesystem is read-only after a failed commit, if it is.
     pub fn aborted(&self) -> Option<&str> {
         self.aborted.as_deref()
+    }
+
+    /// The running transaction's handle of inode `id`, for its changes.
+    pub(crate) fn inode_mut(&mut self, id: InodeId) -> crate::inode::InodeMut<'_> {
+        self.t.inode_mut(id.subvol, id.ino)
     }
 
     /// Whether the final commit was made ([`RwFs::unmount`]).

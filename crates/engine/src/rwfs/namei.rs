@@ -261,13 +261,12 @@ impl RwFs {
             )));
         }
         let id = self.create(dir, name, 0o120777, 0, (uid, gid), None)?;
-        self.t
-            .inode_mut(id.subvol, id.ino)
+        self.inode_mut(id)
             .insert_inline_extent(target, target.len() as u64, 0)?;
         let mut inode = self.t.inode_of(id.subvol, id.ino)?;
         inode.size = target.len() as u64;
         inode.nbytes = target.len() as u64;
-        self.t.inode_mut(id.subvol, id.ino).put(&inode)?;
+        self.inode_mut(id).put(&inode)?;
         Ok(id)
     }
 
@@ -352,13 +351,13 @@ impl RwFs {
             if dir_too && left > 0 {
                 let mut i = self.t.inode_of(id.subvol, id.ino)?;
                 i.nlink = 0;
-                self.t.inode_mut(id.subvol, id.ino).put(&i)?;
+                self.inode_mut(id).put(&i)?;
             }
             if self.is_open(id) {
                 self.make_orphan(id)?;
             } else {
                 self.forget_dirty(id);
-                self.t.inode_mut(id.subvol, id.ino).evict()?;
+                self.inode_mut(id).evict()?;
             }
         }
         self.bump(dir);

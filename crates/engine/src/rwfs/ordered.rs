@@ -279,9 +279,8 @@ impl RwFs {
     /// the lock, nor with the benchmark's switch).
     fn how_to_write_back(&mut self, id: InodeId, inode: &InodeItem) -> Result<(DataPolicy, bool)> {
         let policy = self.policy(id, inode)?;
-        let deferred = inode.size >= self.sectorsize()
-            && !disabled()
-            && !self.t.inode_mut(id.subvol, id.ino).has_inline()?;
+        let deferred =
+            inode.size >= self.sectorsize() && !disabled() && !self.inode_mut(id).has_inline()?;
         Ok((policy, deferred))
     }
 
@@ -416,7 +415,7 @@ impl RwFs {
             // all did: a failed range is dirty again, and its next
             // writeback drops what this one inserted.
             inode.transid = self.t.transid;
-            let put = self.t.inode_mut(id.subvol, id.ino).put(&inode);
+            let put = self.inode_mut(id).put(&inode);
             self.bump(id);
             res?;
             put?;

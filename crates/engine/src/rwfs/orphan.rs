@@ -80,7 +80,7 @@ impl RwFs {
     /// Deletes an orphan: its dirty data, its items, its extents.
     pub(super) fn drop_orphan(&mut self, id: InodeId) -> Result<()> {
         self.forget_dirty(id);
-        self.t.inode_mut(id.subvol, id.ino).evict()?;
+        self.inode_mut(id).evict()?;
         self.t
             .delete_item(id.subvol, &Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, id.ino))?;
         Ok(())
