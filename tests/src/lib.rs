@@ -3,13 +3,13 @@
 //! the fuzz crate's stable tests (which use [`rng`] only).
 //!
 //! * [`paths`]: the repository, scratch directories;
-//! * [`run`]: the `ubtrfs` binary, running commands (with a timeout and an
+//! * [`mod@run`]: the `ubtrfs` binary, running commands (with a timeout and an
 //!   address-space limit when asked) and judging how they ended;
 //! * [`require`]: whether root/kernel/FUSE tests can run (they fail, never
 //!   skip, under UBTRFS_REQUIRE_KERNEL=1);
 //! * [`fixtures`]: committed and kernel-made fixtures, private copies;
 //! * [`manifest`]: manifest.py, and comparing manifests;
-//! * [`check`]: `btrfs check --readonly` of a device or image (the
+//! * [`mod@check`]: `btrfs check --readonly` of a device or image (the
 //!   engine's tests include it by path);
 //! * [`mkfs_support`]: the `ubtrfs mkfs` tests' source tree, loop devices
 //!   and mounts (not re-exported: its names are its own);

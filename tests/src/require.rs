@@ -104,7 +104,7 @@ pub fn geteuid() -> u32 {
 }
 
 /// A test tool scripts/setup.sh installs with `cargo install` (pjdfstest,
-/// fsx): $UBTRFS_<NAME> (upper case), else on PATH, else in
+/// fsx): `$UBTRFS_<NAME>` (upper case), else on PATH, else in
 /// $CARGO_HOME/bin or ~/.cargo/bin. None (after failing under
 /// UBTRFS_REQUIRE_KERNEL=1, or saying the test is skipped) when missing.
 pub fn cargo_tool(test: &str, name: &str) -> Option<std::path::PathBuf> {

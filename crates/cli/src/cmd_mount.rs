@@ -15,7 +15,7 @@ use ubtrfs_fuse::MountOptions;
 pub struct MountArgs {
     /// Mount options, comma-separated (repeatable): ro, rw (the default
     /// when the image can be written), subvol=PATH, subvolid=N,
-    /// compress=ALGO[:LEVEL], compress-force=ALGO[:LEVEL], nodatacow,
+    /// `compress=ALGO[:LEVEL]`, `compress-force=ALGO[:LEVEL]`, nodatacow,
     /// nodatasum, notreelog, commit=SECS, max_inline=BYTES, allow_other, allow_root,
     /// threads=N, log=FILE, device=PATH, fsname=NAME, timeout=SECS, nodev,
     /// nosuid, noexec, ...

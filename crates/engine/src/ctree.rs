@@ -148,7 +148,7 @@ pub struct Cursor<'f> {
     fs: &'f FsInfo,
     tree: Tree,
     readahead: Readahead,
-    /// path[0] is the leaf; path[level] the node at that level.
+    /// `path[0]` is the leaf; `path[level]` the node at that level.
     path: Vec<(Arc<TreeBlock>, usize)>,
     /// False once the cursor has moved past the last (or before the first) item.
     valid: bool,

@@ -76,7 +76,7 @@ pub enum Error {
     TooLarge(String),
 }
 
-/// What an [`Error`] is, without its text: what callers decide on.
+/// What an [`enum@Error`] is, without its text: what callers decide on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
     /// A read or write of the host's device or file failed.

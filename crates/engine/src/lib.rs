@@ -31,6 +31,10 @@
 //!   allocation;
 //! * [`tools`]: walk, extract, scrub, check.
 
+// The docs are written for those who work on the code and link private
+// items: `cargo doc --document-private-items` renders them whole.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod alloc;
 pub mod cache;
 pub mod ctree;

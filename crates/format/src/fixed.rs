@@ -1,4 +1,4 @@
-//! Items of a fixed layout, described once: [`fixed_item!`] takes the
+//! Items of a fixed layout, described once: [`crate::fixed_item!`] takes the
 //! struct's fields in their on-disk order and makes the struct, its
 //! `ENCODED_LEN`, `parse` and `encode` from that one list, so that the
 //! reader and the writer of an item cannot disagree on an offset. Each

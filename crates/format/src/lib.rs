@@ -4,6 +4,10 @@
 //! Parsing is zero-copy where it matters (tree blocks are borrowed, items are
 //! decoded on demand from slices of the block) and every accessor is bounds
 //! checked: a hostile image yields a [`FormatError`], never a panic.
+
+// The docs are written for those who work on the code and link private
+// items: `cargo doc --document-private-items` renders them whole.
+#![allow(rustdoc::private_intra_doc_links)]
 #![forbid(unsafe_code)]
 
 pub mod bytes;

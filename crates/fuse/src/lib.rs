@@ -9,7 +9,7 @@
 //!   lookup counts or inode tables are kept.
 //! - Lookup, getattr, readlink, listings, xattrs and statfs are answered
 //!   as on the read-write mount ([`reads`], over the engine's `View`);
-//!   this mount adds [`attr`] (access), [`dir`] (opendir) and [`file`]
+//!   this mount adds [`attr`] (access), [`dir`] (opendir) and [`mod@file`]
 //!   (open, read, lseek). Every answer logs the engine's recovery reports
 //!   first and turns engine errors into their errno ([`reply`]), logged
 //!   with the inode's path.
@@ -23,6 +23,10 @@
 //!   directory listings and file pages are cached by the kernel for long.
 //! - [`session`] mounts, runs in the background or foreground, and
 //!   unmounts cleanly on a signal.
+
+// The docs are written for those who work on the code and link private
+// items: `cargo doc --document-private-items` renders them whole.
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod attr;
 pub mod bind;
@@ -224,7 +228,8 @@ impl Mount for Inner {
     }
 }
 
-/// Requests go to the op groups: [`attr`], [`dir`], [`file`], [`xattr`];
+/// Requests go to the op groups: [`attr`], [`dir`], [`mod@file`], and
+/// [`reads`] (what both mounts answer alike, xattrs among it);
 /// each answers through [`Inner::answer`]. Reads and listings run on the
 /// worker pool.
 impl crate::proto::FuseFs for BtrfsFuse {

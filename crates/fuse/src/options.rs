@@ -165,7 +165,7 @@ pub const MS_FLAGS: [(&str, libc::c_ulong); 8] = [
     ("dirsync", libc::MS_DIRSYNC),
 ];
 
-/// compress=ALGO[:LEVEL] as the kernel takes it (no, none: off).
+/// `compress=ALGO[:LEVEL]` as the kernel takes it (no, none: off).
 fn parse_compress(v: &str) -> Result<Option<(u8, i32)>, String> {
     use ubtrfs_format::consts::{COMPRESS_LZO, COMPRESS_ZLIB, COMPRESS_ZSTD};
     let (algo, level) = match v.split_once(':') {

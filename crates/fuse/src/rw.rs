@@ -56,7 +56,7 @@ use attr::{set_time, timespec};
 use handles::{async_direct, Handle};
 
 /// The read-write FUSE filesystem (shared with the threads a request may
-/// finish on: see [`RwFuse::open`]).
+/// finish on: see `open` in its [`crate::proto::FuseFs`] impl).
 pub struct RwFuse(Arc<RwInner>);
 
 impl std::ops::Deref for RwFuse {
@@ -88,7 +88,7 @@ pub struct RwInner {
     /// Read-ahead pushed into the kernel's page cache ([`crate::rw_push`]).
     pushes: Arc<Pushes>,
     /// fsyncs waiting for the filesystem lock, and the signal that a log
-    /// sync finished: see [`RwFuse::fsync_grouped`].
+    /// sync finished: see [`RwInner::fsync_grouped`].
     fsyncs_waiting: AtomicU64,
     log_synced: Condvar,
 }

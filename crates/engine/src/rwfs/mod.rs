@@ -19,8 +19,8 @@
 //!
 //! * [`namei`]: lookup, directory listings, create, link, unlink, rename;
 //! * [`attr`]: stat, setattr, xattrs, inode flags;
-//! * [`file`]: read, write, writeback, truncate, fallocate, copy ranges,
-//!   SEEK_DATA/SEEK_HOLE ([`seek`]), fsync;
+//! * [`mod@file`]: read, write, writeback, truncate, fallocate, copy ranges,
+//!   SEEK_DATA/SEEK_HOLE ([`crate::fs::seek`]), fsync;
 //! * [`nocow`]: in-place overwrites of NOCOW extents;
 //! * [`direct`]: O_DIRECT overwrites of NOCOW extents, written outside
 //!   the mount's lock;
@@ -60,7 +60,7 @@ pub(crate) fn env_on(name: &str) -> bool {
 /// Mount options that change how data is written (the kernel's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RwOptions {
-    /// compress=ALGO[:LEVEL] (algorithm code, level; 0 the default).
+    /// `compress=ALGO[:LEVEL]` (algorithm code, level; 0 the default).
     pub compress: Option<(u8, i32)>,
     /// compress-force: compress even files marked NOCOMPRESS.
     pub compress_force: bool,

@@ -99,7 +99,7 @@ impl Sender<'_, '_> {
     }
 
     /// An orphan name for (ino, gen) that neither snapshot has in its top
-    /// directory: o<ino>-<gen>-<idx>.
+    /// directory: `o<ino>-<gen>-<idx>`.
     pub fn orphan_name(&mut self, ino: u64, gen: u64) -> Result<Vec<u8>> {
         for idx in 0u64.. {
             let name = format!("o{ino}-{gen}-{idx}").into_bytes();

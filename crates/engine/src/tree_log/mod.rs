@@ -11,7 +11,7 @@
 //! extent items, and everything else is free again once the replay
 //! commits.
 //!
-//! Replay, per stage over every log tree ([`replay`]): inode items (with
+//! Replay, per stage over every log tree ([`fn@replay`]): inode items (with
 //! the deletions of xattrs and, for logged ranges of directories, of
 //! names the log no longer has, and extents past the new size), then
 //! directory index entries, then everything else (xattrs, back

@@ -23,7 +23,7 @@
 //! set from the first file logged), and the commit writes a superblock
 //! without a log.
 //!
-//! Replay (the kernel's, or [`super::replay`]) adds names but removes only
+//! Replay (the kernel's, or [`fn@super::replay`]) adds names but removes only
 //! names of the same (inode, parent) pair, so an inode renamed, linked or
 //! unlinked since the last commit, or below a directory renamed since,
 //! is not logged: the caller commits instead, as the kernel falls back to

@@ -495,9 +495,9 @@ pod! {
     }
 }
 
-/// fuse_uring_req_header: iov[0] of a REGISTER. `in_out` holds the
+/// fuse_uring_req_header: `iov[0]` of a REGISTER. `in_out` holds the
 /// fuse_in_header on fetch and our fuse_out_header on commit; `op_in` the
-/// opcode's fixed argument struct (the kernel's in_args[0]); anything else
+/// opcode's fixed argument struct (the kernel's `in_args[0]`); anything else
 /// (names, write data) lands in the separate payload buffer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -574,7 +574,7 @@ const _: () = {
 /// `in_args[0]`, which precedes any variable data in a /dev/fuse request
 /// and arrives separately (in `op_in`) over io_uring. Splitting a /dev/fuse
 /// body here gives the dispatcher the same (arg, data) pair from either
-/// transport. 0 where the kernel sends a zero-size in_args[0]
+/// transport. 0 where the kernel sends a zero-size `in_args[0]`
 /// (fuse_set_zero_arg0: LOOKUP, SYMLINK, UNLINK, RMDIR, REMOVEXATTR) or no
 /// argument at all (READLINK, STATFS, DESTROY).
 pub fn op_arg_size(opcode: u32) -> usize {

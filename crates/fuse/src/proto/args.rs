@@ -1,7 +1,7 @@
 //! The arguments of the requests that carry more than a node, a name and
 //! one value, decoded from their fuse_*_in ([`super::abi`]) into the
 //! types of [`super::types`]: one struct a request, named after it. A
-//! method of [`super::FuseFs`] then takes (request, node, [name,]
+//! method of [`super::FuseFs`] then takes (request, node, \[name,\]
 //! arguments, reply), and an implementation names only the fields it
 //! uses; the bit tests that turn the wire's flags into options are made
 //! here, once, rather than at every call.

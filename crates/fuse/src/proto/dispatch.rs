@@ -88,7 +88,7 @@ pub(crate) fn guarded(f: impl FnOnce()) {
     }
 }
 
-/// Serves one request. `arg` is the fixed argument (in_args[0]), `data`
+/// Serves one request. `arg` is the fixed argument (`in_args[0]`), `data`
 /// the rest. A malformed request is answered EINVAL (EIO for one we
 /// cannot read at all) and logged.
 pub(crate) fn dispatch<F: FuseFs>(

@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// `UBTRFS_TRACE_FSYNC=1` (read once): [`RwFuse::sync_node`] logs each
+/// `UBTRFS_TRACE_FSYNC=1` (read once): [`RwInner::sync_node`] logs each
 /// fsync.
 pub(super) fn trace_fsync() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

@@ -71,7 +71,7 @@ pub(super) fn parallel_direct() -> bool {
 }
 
 /// FUSE_ASYNC_DIO unless `UBTRFS_NO_ASYNC_DIO=1` (the benchmark's switch):
-/// see [`RwFuse::init`]; bench/rw.sh's bssplit measures both.
+/// see `init` in [`RwFuse`]'s [`crate::proto::FuseFs`] impl; bench/rw.sh's bssplit measures both.
 pub(super) fn async_direct() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     env_switch_on(&ON, "UBTRFS_NO_ASYNC_DIO")

@@ -23,8 +23,8 @@ const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
 /// BTRFS_IOC_START_SYNC = _IOR(0x94, 24, u64) (the transaction id out),
 /// BTRFS_IOC_WAIT_SYNC = _IOW(0x94, 22, u64) (a transaction id in).
 const BTRFS_IOC_SYNC: u32 = 0x0000_9408;
-/// FS_IOC_GETFSLABEL = _IOR(0x94, 49, char[256]), FS_IOC_SETFSLABEL =
-/// _IOW(0x94, 50, char[256]).
+/// FS_IOC_GETFSLABEL = `_IOR(0x94, 49, char[256])`, FS_IOC_SETFSLABEL =
+/// `_IOW(0x94, 50, char[256])`.
 const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
 const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
 const BTRFS_IOC_START_SYNC: u32 = 0x8008_9418;
