@@ -369,7 +369,7 @@ impl InodeMut<'_> {
     }
 
     /// Replaces the extents of `[at, at + buf.len())` with `buf` (whole
-    /// sectors), whose space [`InodeMut::take_space`](crate::inode::InodeMut::take_space) took first, so that a
+    /// sectors), whose space [`InodeMut::take_space`] took first, so that a
     /// full filesystem leaves the range as it was (ENOSPC), not a hole:
     /// the old extents dropped, the pieces written into their space with
     /// their checksums and mapped at `at` + their offset; nbytes follows.

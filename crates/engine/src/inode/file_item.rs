@@ -2,7 +2,7 @@
 //! items and back references, and inline extents (the kernel's
 //! file-item.c); their checksums go to [`crate::tx::csum_tree`]. Space
 //! for new data is taken before a file's old extents are dropped
-//! ([`InodeMut::take_space`](crate::inode::InodeMut::take_space)), so that a full filesystem changes nothing.
+//! ([`InodeMut::take_space`]), so that a full filesystem changes nothing.
 
 use super::file::{round_up, DataPolicy};
 use super::InodeMut;
@@ -22,7 +22,7 @@ pub const MAX_EXTENT_SIZE: u64 = 128 << 20;
 /// (BTRFS_MAX_UNCOMPRESSED).
 pub const COMPRESSED_CHUNK: u64 = 128 << 10;
 
-/// New data given space and not yet written ([`InodeMut::take_space`](crate::inode::InodeMut::take_space)).
+/// New data given space and not yet written ([`InodeMut::take_space`]).
 pub(super) struct NewPiece {
     /// Where it starts: in the data being written, or (a preallocation)
     /// in the file.
@@ -180,7 +180,7 @@ impl Trans {
         }
     }
 
-    /// Returns the space of pieces [`InodeMut::take_space`](crate::inode::InodeMut::take_space) took and that were
+    /// Returns the space of pieces [`InodeMut::take_space`] took and that were
     /// never written.
     pub(super) fn give_back(&mut self, pieces: &[NewPiece]) {
         for p in pieces {

@@ -89,8 +89,9 @@ pub struct Trans {
     /// Data checksums not yet in the csum tree.
     pub(crate) csum_run: csum_tree::CsumRun,
     /// Data space that changes taking space at once (a partial sector
-    /// rewritten, [`InodeMut::take_space`](crate::inode::InodeMut::take_space)) leave free: the mount's dirty
-    /// data, which its writeback will need (the kernel's bytes_may_use).
+    /// rewritten, [`crate::inode::InodeMut::take_space`]) leave free: the
+    /// mount's dirty data, which its writeback will need (the kernel's
+    /// bytes_may_use).
     /// Set by the mount around such a change; 0 otherwise.
     pub(crate) data_kept: u64,
     /// Tree changes made so far (callers tell whether a failed

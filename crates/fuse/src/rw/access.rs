@@ -71,10 +71,10 @@ impl RwInner {
     }
 
     /// For a change the kernel says drops `id`'s set-ID bits
-    /// (FATTR_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID; `kill`): whether
-    /// `req`'s caller is in the file's group or has CAP_FSETID, as
-    /// [`ubtrfs_engine::rwfs::attr::SetAttr::kill_set_ids`] takes it. None when there is nothing to
-    /// drop (the file has no set-ID bits).
+    /// (FATTR_KILL_SUIDGID; `kill`): whether `req`'s caller is in the
+    /// file's group or has CAP_FSETID, as
+    /// [`ubtrfs_engine::rwfs::attr::SetAttr::kill_set_ids`] takes it. None
+    /// when there is nothing to drop (the file has no set-ID bits).
     pub(super) fn kill_set_ids(&self, id: InodeId, req: &Request, kill: bool) -> Option<bool> {
         if !kill {
             return None;
@@ -89,7 +89,8 @@ impl RwInner {
 
     /// A change of `id`'s data by `req`'s caller, who lacks CAP_FSETID:
     /// its set-ID bits go as the VFS drops them
-    /// ([`ubtrfs_engine::rwfs::RwFs::drop_suid_sgid`]), and the kernel's cached mode with them.
+    /// ([`ubtrfs_engine::rwfs::RwFs::drop_suid_sgid`]), and the kernel's
+    /// cached mode with them.
     pub(super) fn drop_set_ids(&self, id: InodeId, req: &Request) {
         let Some(in_group) = self.kill_set_ids(id, req, true) else {
             return;
