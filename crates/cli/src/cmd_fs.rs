@@ -21,35 +21,43 @@ pub enum SubvolumeCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Create an empty subvolume at PATH (unmounted image, written in place).
+    /// Create empty subvolumes: `create IMAGE PATH...` on an unmounted
+    /// image (written in place), or `create PATH...` inside a live mount
+    /// (made by the mount, as `btrfs subvolume create`).
     Create {
-        /// The image (every device of it with -d).
+        /// The image (every device of it with -d), or the first path
+        /// inside a mount.
         image: PathBuf,
         #[arg(short = 'd', long = "device", value_name = "PATH")]
         devices: Vec<PathBuf>,
-        /// Paths inside the image, from the top level (/dir/name).
-        #[arg(required = true)]
+        /// Paths inside the image, from the top level (/dir/name), or
+        /// more paths inside the mount.
         paths: Vec<String>,
     },
-    /// Snapshot subvolume SOURCE as DEST (unmounted image, written in place).
+    /// Snapshot a subvolume: `snapshot [-r] IMAGE SOURCE DEST` on an
+    /// unmounted image (written in place), or `snapshot [-r] SOURCE DEST`
+    /// inside a live mount (DEST a new name, or a directory to put it in).
     Snapshot {
         /// Make the snapshot read-only.
         #[arg(short = 'r')]
         readonly: bool,
+        /// The image, or SOURCE inside a mount.
         image: PathBuf,
         #[arg(short = 'd', long = "device", value_name = "PATH")]
         devices: Vec<PathBuf>,
-        /// The subvolume to snapshot (a path inside the image).
+        /// The subvolume to snapshot (a path inside the image), or DEST
+        /// inside a mount.
         source: String,
         /// Where the snapshot goes (a path inside the image).
-        dest: String,
+        dest: Option<String>,
     },
-    /// Delete subvolumes (unmounted image, written in place).
+    /// Delete subvolumes: `delete IMAGE PATH...` on an unmounted image
+    /// (written in place), or `delete PATH...` inside a live mount.
     Delete {
+        /// The image, or the first path inside a mount.
         image: PathBuf,
         #[arg(short = 'd', long = "device", value_name = "PATH")]
         devices: Vec<PathBuf>,
-        #[arg(required = true)]
         paths: Vec<String>,
     },
 }

@@ -1,8 +1,10 @@
-//! `ubtrfs subvolume create|snapshot|delete` on an unmounted image: one
-//! transaction per command, committed at the end; nothing is written when
-//! a command fails.
+//! `ubtrfs subvolume create|snapshot|delete`: on an unmounted image, one
+//! transaction per command, committed at the end (nothing is written when
+//! a command fails); on a path inside a live mount, requests to the mount
+//! ([`crate::mounted`]), which carries them out in its transaction.
 
 use crate::cmd_fs::SubvolumeCmd;
+use crate::mounted::Target;
 use crate::CmdResult;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,6 +44,30 @@ fn new_uuid() -> Result<[u8; 16], ubtrfs_engine::Error> {
     ubtrfs_engine::inode::root::random_uuid()
 }
 
+/// The mount's form of a command: every path given (IMAGE first) is
+/// inside a live mount, and no -d was given.
+fn mounted_paths(
+    image: &Path,
+    devices: &[PathBuf],
+    rest: &[String],
+) -> Result<Option<Vec<PathBuf>>, Box<dyn std::error::Error>> {
+    match crate::mounted::classify(image)? {
+        Target::Image => Ok(None),
+        Target::Mounted => {
+            if !devices.is_empty() {
+                return Err(format!(
+                    "{}: -d names devices of an image; a mount has its own",
+                    image.display()
+                )
+                .into());
+            }
+            let mut all = vec![image.to_path_buf()];
+            all.extend(rest.iter().map(PathBuf::from));
+            Ok(Some(all))
+        }
+    }
+}
+
 pub fn run(cmd: SubvolumeCmd) -> CmdResult {
     match cmd {
         SubvolumeCmd::List { .. } => unreachable!("listed by cmd_fs"),
@@ -49,12 +75,27 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
             image,
             devices,
             paths,
-        } => each_path(&image, &devices, &paths, |t, p| {
-            let place = place_of(t, p)?;
-            let id = t.create_subvolume(&place, new_uuid()?, false, now())?;
-            println!("Create subvolume '{p}' (id {id})");
-            Ok(())
-        })?,
+        } => {
+            if let Some(all) = mounted_paths(&image, &devices, &paths)? {
+                for p in all {
+                    crate::mounted::create(&p)?;
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            if paths.is_empty() {
+                return Err(format!(
+                    "{}: which PATH inside the image to create?",
+                    image.display()
+                )
+                .into());
+            }
+            each_path(&image, &devices, &paths, |t, p| {
+                let place = place_of(t, p)?;
+                let id = t.create_subvolume(&place, new_uuid()?, false, now())?;
+                println!("Create subvolume '{p}' (id {id})");
+                Ok(())
+            })?
+        }
         SubvolumeCmd::Snapshot {
             readonly,
             image,
@@ -62,6 +103,16 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
             source,
             dest,
         } => {
+            if let Some(all) = mounted_paths(&image, &devices, &[])? {
+                let Some(dest) = dest.is_none().then_some(&source) else {
+                    return Err("inside a mount: snapshot [-r] SOURCE DEST".into());
+                };
+                crate::mounted::snapshot(&all[0], Path::new(dest), readonly)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let Some(dest) = dest else {
+                return Err(format!("{}: snapshot [-r] IMAGE SOURCE DEST", image.display()).into());
+            };
             let mut t = open(&image, &devices)?;
             let (src_tree, src_ino) = t.resolve_path(source.as_bytes())?;
             if src_ino != t.root(src_tree)?.item.root_dirid {
@@ -79,17 +130,32 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
             image,
             devices,
             paths,
-        } => each_path(&image, &devices, &paths, |t, p| {
-            let (tree, ino) = t.resolve_path(p.as_bytes())?;
-            if tree == ubtrfs_format::consts::FS_TREE_OBJECTID
-                || ino != t.root(tree)?.item.root_dirid
-            {
-                return Err(format!("{p}: not a subvolume").into());
+        } => {
+            if let Some(all) = mounted_paths(&image, &devices, &paths)? {
+                for p in all {
+                    crate::mounted::delete(&p)?;
+                }
+                return Ok(ExitCode::SUCCESS);
             }
-            t.delete_subvolume(tree, now())?;
-            println!("Delete subvolume (commit): '{p}'");
-            Ok(())
-        })?,
+            if paths.is_empty() {
+                return Err(format!(
+                    "{}: which PATH inside the image to delete?",
+                    image.display()
+                )
+                .into());
+            }
+            each_path(&image, &devices, &paths, |t, p| {
+                let (tree, ino) = t.resolve_path(p.as_bytes())?;
+                if tree == ubtrfs_format::consts::FS_TREE_OBJECTID
+                    || ino != t.root(tree)?.item.root_dirid
+                {
+                    return Err(format!("{p}: not a subvolume").into());
+                }
+                t.delete_subvolume(tree, now())?;
+                println!("Delete subvolume (commit): '{p}'");
+                Ok(())
+            })?
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

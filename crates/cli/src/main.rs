@@ -14,6 +14,7 @@ mod cmd_send;
 mod cmd_subvol;
 mod gen_docs;
 mod manifest;
+mod mounted;
 mod output;
 mod readahead;
 

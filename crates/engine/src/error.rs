@@ -74,6 +74,10 @@ pub enum Error {
     /// A read or write beyond what the file allows (EFBIG).
     #[error("{0}: file too large")]
     TooLarge(String),
+    /// In use in a way that forbids the change (EBUSY): the mount's own
+    /// root, the default subvolume.
+    #[error("{0}: in use")]
+    Busy(String),
 }
 
 /// What an [`enum@Error`] is, without its text: what callers decide on.
@@ -188,6 +192,7 @@ impl Error {
             Error::CrossDevice(_) => ErrorKind::CrossDevice,
             Error::NoData(_) => ErrorKind::NoData,
             Error::TooLarge(_) => ErrorKind::TooLarge,
+            Error::Busy(_) => ErrorKind::Busy,
         }
     }
 

@@ -25,6 +25,12 @@ use ubtrfs_format::items::{
 };
 use ubtrfs_format::Key;
 
+/// The root tree's ORPHAN_ITEM of subvolume `id`: deleted, its tree not
+/// yet dropped.
+fn orphan_root_key(id: u64) -> Key {
+    Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, id)
+}
+
 /// Where a new subvolume or snapshot is linked: directory `dir` of
 /// subvolume `tree`, under `name`.
 #[derive(Debug, Clone)]
@@ -64,15 +70,24 @@ impl Trans {
         Ok((tree, ino))
     }
 
-    /// The next free subvolume id (above every tree in the root tree).
+    /// The next free subvolume id: above every tree in the root tree,
+    /// and above every id this writer handed out before (a subvolume
+    /// deleted and dropped leaves no item, and a mount must not give its
+    /// id, and so its inode numbers, to another).
     fn new_subvol_id(&mut self) -> Result<u64> {
         let last = self.search_last_le(
             ROOT_TREE_OBJECTID,
             &Key::new(LAST_FREE_OBJECTID, u8::MAX, u64::MAX),
         )?;
-        Ok(last.map_or(FIRST_FREE_OBJECTID, |(k, _)| {
+        let next = last.map_or(FIRST_FREE_OBJECTID, |(k, _)| {
             k.objectid.max(FIRST_FREE_OBJECTID - 1) + 1
-        }))
+        });
+        let id = next.max(self.next_subvol_id);
+        if id > LAST_FREE_OBJECTID {
+            return Err(Error::NoSpace("no subvolume id left".into()));
+        }
+        self.next_subvol_id = id + 1;
+        Ok(id)
     }
 
     /// The next DIR_INDEX of directory `dir` in `tree`.
@@ -162,6 +177,37 @@ impl Trans {
             }
         }
         Ok(None)
+    }
+
+    /// The subvolume mounted by default: the root tree directory's
+    /// "default" entry (the top level when it has none).
+    pub fn default_subvol(&mut self) -> Result<u64> {
+        let key = dir_item_key(ROOT_TREE_DIR_OBJECTID, b"default");
+        let Some(d) = self.lookup(ROOT_TREE_OBJECTID, &key)? else {
+            return Ok(FS_TREE_OBJECTID);
+        };
+        let entries =
+            parse_dir_entries(&d).map_err(|e| Error::format(format!("root tree key {key}"), e))?;
+        Ok(entries
+            .iter()
+            .find(|e| e.name == b"default")
+            .map_or(FS_TREE_OBJECTID, |e| e.location.objectid))
+    }
+
+    /// Makes subvolume `id` the one mounted by default
+    /// (BTRFS_IOC_DEFAULT_SUBVOL, `subvolume set-default`).
+    pub fn set_default_subvol(&mut self, id: u64) -> Result<()> {
+        let key = dir_item_key(ROOT_TREE_DIR_OBJECTID, b"default");
+        let entry = ubtrfs_format::items::DirEntry {
+            location: Key::new(id, ROOT_ITEM, u64::MAX),
+            transid: self.transid,
+            file_type: FT_DIR,
+            name: b"default",
+            data: &[],
+        };
+        self.put_item(ROOT_TREE_OBJECTID, key, entry.to_bytes())?;
+        self.info.sb.incompat_flags |= INCOMPAT_DEFAULT_SUBVOL;
+        Ok(())
     }
 
     /// Refuses a place inside a read-only subvolume (before anything is
@@ -315,14 +361,59 @@ impl Trans {
         Ok(id)
     }
 
-    /// Deletes subvolume `id` (not the top level): unlinks it and drops
-    /// its tree.
-    pub fn delete_subvolume(&mut self, id: u64, time: Timespec) -> Result<()> {
+    /// The directories that link subvolume `id` (its ROOT_BACKREFs).
+    pub fn subvol_parents(&mut self, id: u64) -> Result<Vec<crate::fs::InodeId>> {
+        let lo = Key::new(id, ROOT_BACKREF, 0);
+        let hi = Key::new(id, ROOT_BACKREF, u64::MAX);
+        let mut out = Vec::new();
+        for (k, d) in self.items_in(ROOT_TREE_OBJECTID, &lo, &hi)? {
+            let r =
+                RootRef::parse(&d).map_err(|e| Error::format(format!("root tree key {k}"), e))?;
+            out.push(crate::fs::InodeId {
+                subvol: k.offset,
+                ino: r.dirid,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Refuses to delete subvolume `id` before anything changes: the top
+    /// level and trees that are not subvolumes (EINVAL), a subvolume with
+    /// subvolumes linked inside it (ENOTEMPTY, as the kernel's
+    /// may_destroy_subvol).
+    pub fn check_deletable(&mut self, id: u64) -> Result<()> {
         if id == FS_TREE_OBJECTID || !(FIRST_FREE_OBJECTID..=LAST_FREE_OBJECTID).contains(&id) {
             return Err(Error::Invalid(format!(
                 "tree {id} is not a deletable subvolume"
             )));
         }
+        self.root(id)?;
+        let lo = Key::new(id, ROOT_REF, 0);
+        let hi = Key::new(id, ROOT_REF, u64::MAX);
+        if !self.items_in(ROOT_TREE_OBJECTID, &lo, &hi)?.is_empty() {
+            return Err(Error::NotEmpty(format!(
+                "subvolume {id} has subvolumes inside it; delete them first"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Deletes subvolume `id` (not the top level): unlinks it and drops
+    /// its tree.
+    pub fn delete_subvolume(&mut self, id: u64, time: Timespec) -> Result<()> {
+        self.check_deletable(id)?;
+        self.unlink_subvolume(id, time)?;
+        self.drop_subvolume(id)
+    }
+
+    /// The first half of a delete (the kernel's btrfs_delete_subvolume):
+    /// the subvolume's names and UUID entries go, its ROOT_ITEM keeps 0
+    /// references and an ORPHAN_ITEM in the root tree says it is to be
+    /// dropped. The tree itself stays readable (files open in it on a
+    /// mount) until [`Trans::drop_subvolume`]; a crash in between leaves
+    /// what the kernel's cleaner finishes at its next mount.
+    pub fn unlink_subvolume(&mut self, id: u64, time: Timespec) -> Result<()> {
+        self.check_deletable(id)?;
         let item = self.root(id)?.item.clone();
         // Its links: the ROOT_BACKREF names the parent tree and directory.
         let lo = Key::new(id, ROOT_BACKREF, 0);
@@ -336,18 +427,44 @@ impl Trans {
             self.delete_item(ROOT_TREE_OBJECTID, &k)?;
             self.delete_item(ROOT_TREE_OBJECTID, &Key::new(parent, ROOT_REF, id))?;
         }
-        // Subvolumes linked inside it lose their parent: refuse, as the
-        // kernel does (ENOTEMPTY).
-        let lo = Key::new(id, ROOT_REF, 0);
-        let hi = Key::new(id, ROOT_REF, u64::MAX);
-        if !self.items_in(ROOT_TREE_OBJECTID, &lo, &hi)?.is_empty() {
-            return Err(Error::Invalid(format!(
-                "subvolume {id} has subvolumes inside it; delete them first"
-            )));
-        }
         self.remove_uuid_entry(&item.uuid, UUID_KEY_SUBVOL, id)?;
         self.remove_uuid_entry(&item.received_uuid, UUID_KEY_RECEIVED_SUBVOL, id)?;
-        self.drop_tree(id)
+        self.root_item_mut(id)?.refs = 0;
+        self.put_item(ROOT_TREE_OBJECTID, orphan_root_key(id), Vec::new())
+    }
+
+    /// The second half of a delete (the kernel's cleaner): drops the tree
+    /// of subvolume `id`, unlinked by [`Trans::unlink_subvolume`], and
+    /// its ORPHAN_ITEM.
+    pub fn drop_subvolume(&mut self, id: u64) -> Result<()> {
+        if self.root(id)?.item.refs != 0 {
+            return Err(Error::Invalid(format!(
+                "subvolume {id} is still linked; unlink it first"
+            )));
+        }
+        self.drop_tree(id)?;
+        if self
+            .lookup(ROOT_TREE_OBJECTID, &orphan_root_key(id))?
+            .is_some()
+        {
+            self.delete_item(ROOT_TREE_OBJECTID, &orphan_root_key(id))?;
+        }
+        Ok(())
+    }
+
+    /// Subvolumes unlinked and not yet dropped (an ORPHAN_ITEM in the
+    /// root tree names each, and its ROOT_ITEM has 0 references): what a
+    /// delete left for the cleaner, or a crash left half done.
+    pub fn unlinked_subvolumes(&mut self) -> Result<Vec<u64>> {
+        let lo = orphan_root_key(FIRST_FREE_OBJECTID);
+        let hi = orphan_root_key(LAST_FREE_OBJECTID);
+        let mut out = Vec::new();
+        for (k, _) in self.items_in(ROOT_TREE_OBJECTID, &lo, &hi)? {
+            if self.has_tree(k.offset)? && self.root(k.offset)?.item.refs == 0 {
+                out.push(k.offset);
+            }
+        }
+        Ok(out)
     }
 
     /// Drops tree `id` (btrfs_drop_snapshot, in one transaction): walks

@@ -16,6 +16,7 @@ pub mod compress;
 pub mod consts;
 pub mod error;
 pub mod fixed;
+pub mod ioctl;
 pub mod items;
 pub mod key;
 pub mod node;

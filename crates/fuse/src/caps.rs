@@ -5,6 +5,8 @@
 //! idmapped mount it is FUSE_INVALID_UIDGID, and root without the
 //! capability is not enough.
 
+pub const CAP_DAC_OVERRIDE: u32 = 1;
+pub const CAP_FOWNER: u32 = 3;
 pub const CAP_FSETID: u32 = 4;
 pub const CAP_SYS_ADMIN: u32 = 21;
 
@@ -32,6 +34,28 @@ pub fn lacks(pid: u32, cap: u32) -> bool {
     status_line(pid, "CapEff:")
         .and_then(|hex| u64::from_str_radix(&hex, 16).ok())
         .is_some_and(|eff| eff >> cap & 1 == 0)
+}
+
+/// Process `pid`'s filesystem uid and gid (the fourth of its /proc
+/// status "Uid:" and "Gid:"): who an ioctl's caller is, which the
+/// request's own ids do not say (the kernel sends them only for requests
+/// that make inodes when the mount allows idmapping).
+pub fn fs_ids(pid: u32) -> Option<(u32, u32)> {
+    let fourth = |key: &str| {
+        status_line(pid, key)?
+            .split_whitespace()
+            .nth(3)?
+            .parse::<u32>()
+            .ok()
+    };
+    Some((fourth("Uid:")?, fourth("Gid:")?))
+}
+
+/// Process `pid`'s umask (its /proc status line Umask), for what an
+/// ioctl makes (a subvolume's top directory, as the kernel's
+/// inode_init_owner applies current_umask).
+pub fn umask(pid: u32) -> Option<u32> {
+    status_line(pid, "Umask:").and_then(|o| u32::from_str_radix(&o, 8).ok())
 }
 
 /// Whether process `pid` is in group `gid`: its filesystem gid (the
@@ -69,5 +93,11 @@ mod tests {
         let gid = unsafe { libc::getegid() };
         assert!(in_group(me, gid));
         assert!(!in_group(u32::MAX, gid));
+        // SAFETY: as above.
+        assert_eq!(fs_ids(me), Some((unsafe { libc::geteuid() }, gid)));
+        // SAFETY: umask has no preconditions; set back at once.
+        let mine = unsafe { libc::umask(0o027) };
+        assert_eq!(umask(me), Some(0o027));
+        unsafe { libc::umask(mine) };
     }
 }

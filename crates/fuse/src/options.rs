@@ -34,6 +34,9 @@ pub struct MountOptions {
     /// How the read-write mount writes data: compress=, compress-force=,
     /// nodatacow, nodatasum, commit=, max_inline=.
     pub write: ubtrfs_engine::rwfs::RwOptions,
+    /// `user_subvol_rm_allowed`: users without CAP_SYS_ADMIN may delete
+    /// subvolumes they could remove as directories (the kernel's option).
+    pub user_subvol_rm_allowed: bool,
     /// POSIX ACLs on the read-write mount (`acl`, the default, as the
     /// kernel's btrfs; `noacl`).
     pub acl: bool,
@@ -107,6 +110,7 @@ impl Default for MountOptions {
             remount: false,
             write: Default::default(),
             acl: true,
+            user_subvol_rm_allowed: false,
         }
     }
 }
@@ -263,6 +267,7 @@ impl MountOptions {
                     self.write.compress = parse_compress(v)?;
                     self.write.compress_force = key == "compress-force";
                 }
+                "user_subvol_rm_allowed" if value.is_none() => self.user_subvol_rm_allowed = true,
                 "acl" => self.acl = true,
                 "noacl" => self.acl = false,
                 "nodatacow" => {

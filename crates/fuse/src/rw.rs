@@ -50,10 +50,12 @@ mod fsync;
 mod handles;
 mod ioctl;
 mod read;
+mod subvol;
 
 pub use access::Atime;
 use attr::{set_time, timespec};
 use handles::{async_direct, Handle};
+pub use subvol::Admin;
 
 /// The read-write FUSE filesystem (shared with the threads a request may
 /// finish on: see `open` in its [`crate::proto::FuseFs`] impl).
@@ -91,6 +93,8 @@ pub struct RwInner {
     /// sync finished: see [`RwInner::fsync_grouped`].
     fsyncs_waiting: AtomicU64,
     log_synced: Condvar,
+    /// What the subvolume ioctls need of the mount ([`subvol`]).
+    admin: Admin,
 }
 
 /// A mechanism that `VAR=1` (any value but 0) in the daemon's environment
@@ -119,7 +123,14 @@ fn errno(op: &str, e: Error) -> Errno {
 }
 
 impl RwFuse {
-    pub fn new(fs: Arc<FsLock>, root: InodeId, ttl: Duration, acl: bool, atime: Atime) -> RwFuse {
+    pub fn new(
+        fs: Arc<FsLock>,
+        root: InodeId,
+        ttl: Duration,
+        acl: bool,
+        atime: Atime,
+        admin: Admin,
+    ) -> RwFuse {
         let (sectorsize, versions) = {
             let g = fs.lock_shared();
             (g.sectorsize() as u32, g.versions())
@@ -142,6 +153,7 @@ impl RwFuse {
             pushes: Arc::new(Pushes::default()),
             fsyncs_waiting: AtomicU64::new(0),
             log_synced: Condvar::new(),
+            admin,
         }))
     }
 

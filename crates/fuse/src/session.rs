@@ -325,7 +325,9 @@ fn serve_rw(
     // Attributes change only through this mount, but briefly cached all
     // the same: what the kernel caches it also updates from our replies.
     let ttl = Duration::from_secs(o.timeout_secs.min(1));
-    let handler = RwFuse::new(rw.clone(), root, ttl, o.acl, o.atime);
+    let admin = crate::rw::Admin::new(req.mountpoint.clone(), o.user_subvol_rm_allowed);
+    rw.lock_commit().set_shown_subvol(root.subvol);
+    let handler = RwFuse::new(rw.clone(), root, ttl, o.acl, o.atime, admin);
     let stop = Arc::new(AtomicBool::new(false));
     crate::remount::follow_ro(req.mountpoint.clone(), handler.remounted_ro(), stop.clone());
     let committer = {

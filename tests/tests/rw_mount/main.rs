@@ -91,6 +91,13 @@
 //!     a user and by root, after an O_TRUNC open, a truncate and a chown;
 //!     security.capability after a write, a truncate and a chown. Then
 //!     `btrfs check`.
+//! (p) Subvolumes on a live mount (rw_mount/subvols.rs): one script with
+//!     btrfs-progs on the kernel's mount and `ubtrfs subvolume` on
+//!     ubtrfs's (create, snapshot of dirty data, `-r`, a snapshot of a
+//!     snapshot, EROFS, the new root's mode under a umask, a deleted
+//!     subvolume's open file, rmdir of an empty subvolume, ENOTEMPTY, a
+//!     user's EPERM), answers equal; then the kernel lists the same
+//!     subvolumes and files on both images; `btrfs check` clean.
 //!
 //! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
 //! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
@@ -113,6 +120,7 @@ use ubtrfs_oracle::*;
 mod io;
 mod semantics;
 mod space;
+mod subvols;
 mod tools;
 mod unmount;
 mod workload;

@@ -38,6 +38,7 @@ pub mod namei;
 pub mod nocow;
 pub mod ordered;
 pub mod orphan;
+pub mod subvol;
 
 use crate::data::extent::ExtentKind;
 use crate::error::{Error, Result};
@@ -165,6 +166,12 @@ pub struct RwFs {
     /// filesystem alone.
     open: std::sync::Mutex<HashMap<InodeId, u32>>,
     orphans: HashSet<InodeId>,
+    /// Subvolumes deleted while files in them were open: dropped at the
+    /// last close ([`subvol`]).
+    dead_subvols: HashSet<u64>,
+    /// The subvolume the mount shows as its root: not deleted under it
+    /// (EBUSY, [`RwFs::set_shown_subvol`]).
+    shown_subvol: u64,
     last_commit: Instant,
     /// A commit failed: the transaction is gone, nothing more is written
     /// (the kernel's transaction abort turns the filesystem read-only).
@@ -267,6 +274,8 @@ impl RwFs {
             readonly: HashMap::new(),
             open: Default::default(),
             orphans: HashSet::new(),
+            dead_subvols: HashSet::new(),
+            shown_subvol: FS_TREE_OBJECTID,
             last_commit: Instant::now(),
             aborted: None,
             unmounted: false,
@@ -282,7 +291,7 @@ impl RwFs {
             durable_seq: 0,
         };
         fs.committed_mutations = fs.t.mutations();
-        if fs.cleanup_orphans()? {
+        if fs.cleanup_orphans()? | fs.cleanup_dead_subvols()? {
             fs.commit()?;
         }
         Ok(fs)
@@ -459,6 +468,15 @@ impl RwFs {
                 self.committed_mutations = committed;
                 self.durable_seq = self.log_seq;
                 self.commit_owed = None;
+                // Deleted subvolumes are dropped in the next transaction,
+                // as the kernel's cleaner does: their blocks have extent
+                // items now. A drop that fails half way leaves the
+                // transaction unfit to commit: read-only, as a failed
+                // commit.
+                if let Err(e) = self.drop_dead_subvols() {
+                    self.aborted = Some(format!("dropping a deleted subvolume: {e}"));
+                    return Err(e);
+                }
                 match no_room {
                     None => Ok(()),
                     Some(why) => Err(Error::NoSpace(format!(

@@ -105,7 +105,7 @@ impl RwFs {
     /// POSIX refuses. An append-only directory takes new names but gives
     /// none up (`removes`: a name goes or is replaced), as the kernel's
     /// may_delete; an immutable one takes no change.
-    fn dir_for_change(&mut self, dir: InodeId, removes: bool) -> Result<InodeItem> {
+    pub(super) fn dir_for_change(&mut self, dir: InodeId, removes: bool) -> Result<InodeItem> {
         self.check_writable(dir)?;
         self.reserve_change(removes)?;
         let di = self.t.inode_of(dir.subvol, dir.ino)?;
@@ -384,6 +384,25 @@ impl RwFs {
             return Err(Error::NotEmpty("rmdir of \"..\"".into()));
         }
         self.dir_for_change(dir, true)?;
+        if let Some(e) = self.t.lookup_name(dir.subvol, dir.ino, name)? {
+            if e.location.item_type == ROOT_ITEM {
+                // An empty subvolume goes as a directory would (the
+                // kernel's btrfs_rmdir of a subvolume's root).
+                let sub = e.location.objectid;
+                let linked_here = self.t.has_tree(sub)?
+                    && self.t.subvol_parents(sub)?.contains(&dir)
+                    && self.t.root(sub)?.item.refs != 0;
+                if !linked_here {
+                    // The placeholder a snapshot holds for a subvolume
+                    // it does not contain: only the name goes.
+                    return self.remove_placeholder(dir, name);
+                }
+                if self.t.inode_of(sub, FIRST_INODE)?.size != 0 {
+                    return Err(Error::NotEmpty(format!("{:?}", show(name))));
+                }
+                return self.delete_subvolume(dir, name).map(|_| ());
+            }
+        }
         let (id, inode) = self.entry_to_remove(dir, name)?;
         if !is_dir(inode.mode) {
             return Err(Error::NotDir(format!("{:?}", show(name))));

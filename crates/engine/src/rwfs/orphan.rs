@@ -11,7 +11,7 @@ use ubtrfs_format::consts::*;
 use ubtrfs_format::Key;
 
 impl RwFs {
-    fn open_counts(&self) -> std::sync::MutexGuard<'_, HashMap<InodeId, u32>> {
+    pub(super) fn open_counts(&self) -> std::sync::MutexGuard<'_, HashMap<InodeId, u32>> {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 

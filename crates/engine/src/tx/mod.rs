@@ -116,6 +116,9 @@ pub struct Trans {
     /// index, which the committed trees (and a log replayed over them)
     /// still have.
     pub(crate) dir_index_next: HashMap<(u64, u64), u64>,
+    /// The lowest subvolume id this writer may hand out next
+    /// (`Trans::new_subvol_id`): ids are never given twice in one run.
+    pub(crate) next_subvol_id: u64,
     /// A commit whose superblock is still to write.
     pub(crate) deferred: Option<DeferredSuper>,
     /// How descents read ahead committed leaves ([`Trans::set_readahead`]).

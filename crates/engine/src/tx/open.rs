@@ -216,6 +216,7 @@ impl Trans {
             root_items: Default::default(),
             max_inline: crate::tx::MAX_INLINE,
             dir_index_next: HashMap::new(),
+            next_subvol_id: 0,
             deferred: None,
             readahead: Default::default(),
             chunk_cap: None,

@@ -61,6 +61,7 @@ pub const FUSE_COPY_FILE_RANGE_64: u32 = 53;
 
 // Notification codes (the `error` field of an unsolicited message).
 pub const FUSE_NOTIFY_INVAL_INODE: i32 = 2;
+pub const FUSE_NOTIFY_INVAL_ENTRY: i32 = 3;
 pub const FUSE_NOTIFY_STORE: i32 = 4;
 
 // INIT flags (flags | flags2 << 32).
@@ -467,6 +468,12 @@ pod! {
         pub ino: u64,
         pub off: i64,
         pub len: i64,
+    }
+    /// fuse_notify_inval_entry_out; the name and a NUL follow.
+    pub struct NotifyInvalEntryOut {
+        pub parent: u64,
+        pub namelen: u32,
+        pub flags: u32,
     }
     pub struct NotifyStoreOut {
         pub nodeid: u64,

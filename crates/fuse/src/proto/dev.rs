@@ -120,6 +120,23 @@ impl Notifier {
     }
 }
 
+impl Notifier {
+    /// Drops the kernel's cached entry `name` of directory `parent` (and
+    /// what is mounted on it): after a name the kernel did not change
+    /// itself came or went, such as a subvolume an ioctl deleted. Takes
+    /// the directory's lock in the kernel: never sent while a request
+    /// that holds it waits for this thread.
+    pub fn inval_entry(&self, parent: INodeNo, name: &[u8]) -> io::Result<()> {
+        let out = abi::NotifyInvalEntryOut {
+            parent: parent.0,
+            namelen: name.len() as u32,
+            flags: 0,
+        };
+        self.0
+            .write(0, abi::FUSE_NOTIFY_INVAL_ENTRY, &[bytes(&out), name, &[0]])
+    }
+}
+
 /// What to do after INIT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Negotiated {

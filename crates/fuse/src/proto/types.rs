@@ -52,6 +52,8 @@ impl Errno {
     pub const ENODATA: Errno = Errno(libc::ENODATA);
     pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
+    pub const EXDEV: Errno = Errno(libc::EXDEV);
+    pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
 
     /// The errno `code` (a value the kernel would refuse is made EIO when
     /// it is answered).

@@ -34,7 +34,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{InodeItem, Timespec};
-use ubtrfs_format::Key;
 
 /// Bytes of file data handed to the worker threads at a time (read,
 /// compressed and checksummed, waiting to be written).
@@ -448,23 +447,8 @@ pub fn populate(
             t.root_item_mut(id)?.flags |= ROOT_SUBVOL_RDONLY;
         }
         if matches!(kind, SubvolKind::Default | SubvolKind::DefaultRo) {
-            set_default_subvol(t, id)?;
+            t.set_default_subvol(id)?;
         }
     }
     Ok(stats)
-}
-
-/// Makes subvolume `id` the one mounted by default.
-pub fn set_default_subvol(t: &mut Trans, id: u64) -> Result<()> {
-    let key = ubtrfs_format::items::dir_item_key(ROOT_TREE_DIR_OBJECTID, b"default");
-    let entry = ubtrfs_format::items::DirEntry {
-        location: Key::new(id, ROOT_ITEM, u64::MAX),
-        transid: t.transid,
-        file_type: FT_DIR,
-        name: b"default",
-        data: &[],
-    };
-    t.put_item(ROOT_TREE_OBJECTID, key, entry.to_bytes())?;
-    t.info.sb.incompat_flags |= INCOMPAT_DEFAULT_SUBVOL;
-    Ok(())
 }

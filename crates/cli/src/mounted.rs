@@ -1,0 +1,188 @@
+//! Commands on a path inside a live mount: the command line as a client of
+//! btrfs's ioctl ABI ([`ubtrfs_format::ioctl`]), which a ubtrfs mount's
+//! daemon serves and the kernel's btrfs serves alike. The daemon carries
+//! each request out in its running transaction; nothing here opens the
+//! image (the daemon is its one writer).
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use ubtrfs_format::ioctl::{self as abi, VolArgs};
+
+/// statfs f_type of a FUSE mount and of the kernel's btrfs.
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+const BTRFS_SUPER_MAGIC: i64 = 0x9123_683e;
+
+/// What a command-line path names.
+pub enum Target {
+    /// An image file or block device: the offline command opens it.
+    Image,
+    /// A path inside a mount that serves btrfs's ioctls.
+    Mounted,
+}
+
+/// The filesystem type of the mount holding `dir`.
+fn fs_type(dir: &Path) -> io::Result<i64> {
+    let c = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+    // SAFETY: statfs writes a struct statfs into `st`; `c` is a C string.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.f_type as i64)
+}
+
+/// The directory a new or removed name `path` lives in ("." for a bare
+/// name).
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Whether `path` is an image (an existing file or block device) or a
+/// path inside a mount that takes btrfs's ioctls (it, or for a name to
+/// make, its directory). Anything else is refused with what it is.
+pub fn classify(path: &Path) -> Result<Target, String> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(m) = std::fs::metadata(path) {
+        if m.is_file() || m.file_type().is_block_device() {
+            return Ok(Target::Image);
+        }
+    }
+    let dir = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        parent_of(path)
+    };
+    match fs_type(&dir) {
+        Ok(FUSE_SUPER_MAGIC) | Ok(BTRFS_SUPER_MAGIC) => Ok(Target::Mounted),
+        Ok(_) => Err(format!(
+            "{}: neither an image nor a path inside a ubtrfs (or btrfs) mount",
+            path.display()
+        )),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+fn open_dir(dir: &Path) -> Result<File, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)
+        .map_err(|e| format!("cannot open {}: {e}", dir.display()))
+}
+
+/// ioctl `cmd` on `f` with the argument `arg` (in and out).
+fn ioctl(f: &File, cmd: u32, arg: &mut [u8]) -> io::Result<()> {
+    // SAFETY: `arg` is as large as `cmd` encodes (each caller sizes it
+    // from the same constants), and lives across the call.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), cmd as _, arg.as_mut_ptr()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The last component of `path`, which a request names in its directory.
+fn name_of(path: &Path) -> Result<Vec<u8>, String> {
+    match path.file_name() {
+        Some(n) if n != "." && n != ".." => Ok(n.as_bytes().to_vec()),
+        _ => Err(format!(
+            "{}: not a name to create or delete",
+            path.display()
+        )),
+    }
+}
+
+/// `subvolume create PATH`: an empty subvolume, made by the mount.
+pub fn create(path: &Path) -> Result<(), String> {
+    let name = name_of(path)?;
+    let dir = parent_of(path);
+    let d = open_dir(&dir)?;
+    let mut arg = VolArgs {
+        fd: 0,
+        flags: 0,
+        name,
+        subvolid: 0,
+    }
+    .to_v2_bytes();
+    ioctl(&d, abi::SUBVOL_CREATE_V2, &mut arg)
+        .map_err(|e| format!("cannot create subvolume {}: {e}", path.display()))?;
+    println!("Create subvolume '{}'", shown(path));
+    Ok(())
+}
+
+/// `subvolume snapshot [-r] SOURCE DEST`: DEST is the new name, or an
+/// existing directory to put a snapshot named as SOURCE in (as btrfs-progs).
+pub fn snapshot(source: &Path, dest: &Path, readonly: bool) -> Result<(), String> {
+    let src = open_dir(source)?;
+    let (dir, name) = if dest.is_dir() {
+        (
+            dest.to_path_buf(),
+            name_of(
+                &std::fs::canonicalize(source).map_err(|e| format!("{}: {e}", source.display()))?,
+            )?,
+        )
+    } else {
+        (parent_of(dest), name_of(dest)?)
+    };
+    let d = open_dir(&dir)?;
+    let mut arg = VolArgs {
+        fd: src.as_raw_fd() as i64,
+        flags: if readonly { abi::SUBVOL_RDONLY } else { 0 },
+        name: name.clone(),
+        subvolid: 0,
+    }
+    .to_v2_bytes();
+    ioctl(&d, abi::SNAP_CREATE_V2, &mut arg).map_err(|e| {
+        format!(
+            "cannot snapshot {} as {}: {e}",
+            source.display(),
+            dest.display()
+        )
+    })?;
+    println!(
+        "Create {}snapshot of '{}' in '{}/{}'",
+        if readonly { "a readonly " } else { "a " },
+        source.display(),
+        dir.display(),
+        String::from_utf8_lossy(&name)
+    );
+    Ok(())
+}
+
+/// `subvolume delete PATH`.
+pub fn delete(path: &Path) -> Result<(), String> {
+    let name = name_of(path)?;
+    let dir = parent_of(path);
+    let d = open_dir(&dir)?;
+    let mut arg = VolArgs {
+        fd: 0,
+        flags: 0,
+        name,
+        subvolid: 0,
+    }
+    .to_v2_bytes();
+    ioctl(&d, abi::SNAP_DESTROY_V2, &mut arg)
+        .map_err(|e| format!("cannot delete {}: {e}", path.display()))?;
+    println!("Delete subvolume (no-commit): '{}'", shown(path));
+    Ok(())
+}
+
+/// A path as btrfs-progs prints a new name: with its directory ("./a"
+/// for a bare name).
+fn shown(path: &Path) -> String {
+    let dir = parent_of(path);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    format!("{}/{}", dir.display(), name)
+}

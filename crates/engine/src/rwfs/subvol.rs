@@ -1,0 +1,340 @@
+//! Subvolumes on the mount (the kernel's ioctl.c subvolume ioctls, and
+//! inode.c btrfs_delete_subvolume), carried out in the mount's running
+//! transaction by the same [`Trans`](crate::tx::Trans) operations the
+//! offline commands use ([`crate::subvol`]). What this adds is the mount's
+//! part:
+//!
+//! - every error is decided before anything changes (the running
+//!   transaction cannot be rolled back);
+//! - a snapshot holds every write that returned before it: dirty data is
+//!   written back and committed first, as the kernel flushes delalloc and
+//!   snapshots in the commit;
+//! - a new or deleted subvolume and its parent directory cannot be logged
+//!   (replay only adds names, and the new tree has no committed root):
+//!   an fsync under them commits;
+//! - a deleted subvolume is unlinked at once and its tree dropped after
+//!   the next commit, once nothing in it is open (its ROOT_ITEM with 0
+//!   references and an ORPHAN_ITEM meanwhile, as the kernel leaves it for
+//!   its cleaner); a mount drops what an earlier one left.
+
+use super::namei::check_name;
+use super::RwFs;
+use crate::error::{Error, Result};
+use crate::fs::InodeId;
+use crate::inode::now;
+use crate::subvol::Place;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::ioctl::SUBVOL_RDONLY;
+use ubtrfs_format::items::parse_dir_entries;
+use ubtrfs_format::Key;
+
+fn show(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+/// The root directory of subvolume `subvol`.
+fn top(subvol: u64) -> InodeId {
+    InodeId {
+        subvol,
+        ino: FIRST_INODE,
+    }
+}
+
+impl RwFs {
+    /// Names the subvolume the mount shows as its root (the top level
+    /// unless `subvol=` or the default chose another).
+    pub fn set_shown_subvol(&mut self, id: u64) {
+        self.shown_subvol = id;
+    }
+
+    /// Where a new subvolume `name` goes in `dir`: a writable directory
+    /// without that name.
+    fn new_place<'n>(&mut self, dir: InodeId, name: &'n [u8]) -> Result<Place<'n>> {
+        check_name(name)?;
+        if name == b"." || name == b".." {
+            return Err(Error::Exists(show(name)));
+        }
+        self.dir_for_change(dir, false)?;
+        if self.t.lookup_name(dir.subvol, dir.ino, name)?.is_some() {
+            return Err(Error::Exists(show(name)));
+        }
+        Ok(Place {
+            tree: dir.subvol,
+            dir: dir.ino,
+            name,
+        })
+    }
+
+    /// What a new subvolume at `dir` changed: neither can be logged until
+    /// the next commit, and listings of `dir` changed.
+    fn linked_subvol(&mut self, dir: InodeId, id: u64) {
+        self.renamed.insert(dir);
+        self.renamed.insert(top(id));
+        self.readonly.remove(&id);
+        self.bump(dir);
+    }
+
+    /// BTRFS_IOC_SUBVOL_CREATE(_V2): an empty subvolume `name` in `dir`,
+    /// its top directory owned by `owner` (uid, gid) with `mode`'s
+    /// permission bits (the caller's umask applied). Returns its id.
+    pub fn create_subvolume(
+        &mut self,
+        dir: InodeId,
+        name: &[u8],
+        owner: (u32, u32),
+        mode: u32,
+    ) -> Result<u64> {
+        let place = self.new_place(dir, name)?;
+        let parent = self.t.inode_of(dir.subvol, dir.ino)?;
+        let uuid = crate::inode::root::random_uuid()?;
+        let id = self.t.create_subvolume(&place, uuid, false, now())?;
+        let mut i = self.t.inode_of(id, FIRST_INODE)?;
+        (i.uid, i.gid) = owner;
+        i.mode = 0o040000 | (mode & 0o7777);
+        // A set-group-ID directory passes its group and the bit on, as
+        // the kernel's inode_init_owner.
+        if parent.mode & 0o2000 != 0 {
+            i.gid = parent.gid;
+            i.mode |= 0o2000;
+        }
+        self.inode_mut(top(id)).put(&i)?;
+        self.linked_subvol(dir, id);
+        Ok(id)
+    }
+
+    /// BTRFS_IOC_SNAP_CREATE_V2: a snapshot of subvolume `src` as `name`
+    /// in `dir`, read-only when asked. Everything written before it is
+    /// in it: dirty data is written back and the transaction committed
+    /// first (the caller holds the filesystem as a commit needs). Returns
+    /// the new id.
+    pub fn snapshot(&mut self, src: u64, dir: InodeId, name: &[u8], readonly: bool) -> Result<u64> {
+        self.new_place(dir, name)?;
+        if !self.t.has_tree(src)? || self.t.root(src)?.item.refs == 0 && src != FS_TREE_OBJECTID {
+            return Err(Error::NotFound(format!("subvolume {src}")));
+        }
+        self.commit()?;
+        let place = Place {
+            tree: dir.subvol,
+            dir: dir.ino,
+            name,
+        };
+        let uuid = crate::inode::root::random_uuid()?;
+        let id = self.t.snapshot(src, &place, uuid, readonly, now())?;
+        self.linked_subvol(dir, id);
+        Ok(id)
+    }
+
+    /// BTRFS_IOC_SNAP_DESTROY(_V2): deletes subvolume `name` of `dir`.
+    /// Refused before anything changes: a name that is not a subvolume
+    /// (EINVAL), the default subvolume (EPERM, as the kernel's
+    /// may_destroy_subvol), the subvolume the mount shows as its root
+    /// (EBUSY), one with subvolumes inside (ENOTEMPTY). Returns the
+    /// deleted id.
+    pub fn delete_subvolume(&mut self, dir: InodeId, name: &[u8]) -> Result<u64> {
+        self.dir_for_change(dir, true)?;
+        let e = self
+            .t
+            .lookup_name(dir.subvol, dir.ino, name)?
+            .ok_or_else(|| Error::NotFound(show(name)))?;
+        if e.location.item_type != ROOT_ITEM {
+            return Err(Error::Invalid(format!("{:?}: not a subvolume", show(name))));
+        }
+        let id = e.location.objectid;
+        self.delete_subvolume_id(id)?;
+        self.renamed.insert(dir);
+        self.bump(dir);
+        Ok(id)
+    }
+
+    /// [`RwFs::delete_subvolume`] by id (SNAP_DESTROY_V2 with
+    /// BTRFS_SUBVOL_SPEC_BY_ID).
+    pub fn delete_subvolume_id(&mut self, id: u64) -> Result<()> {
+        self.t.check_deletable(id)?;
+        if self.t.root(id)?.item.refs == 0 {
+            return Err(Error::NotFound(format!("subvolume {id} is deleted")));
+        }
+        if id == self.shown_subvol {
+            return Err(Error::Busy(format!("subvolume {id} is the mount's root")));
+        }
+        if id == self.t.default_subvol()? {
+            return Err(Error::Permission(format!(
+                "subvolume {id} is the default subvolume"
+            )));
+        }
+        // Its names go from these directories, which cannot be logged
+        // until the commit.
+        let parents = self.t.subvol_parents(id)?;
+        for &p in &parents {
+            self.dir_for_change(p, true)?;
+        }
+        self.t.unlink_subvolume(id, now())?;
+        for p in parents {
+            self.renamed.insert(p);
+        }
+        self.renamed.insert(top(id));
+        self.readonly.remove(&id);
+        self.dead_subvols.insert(id);
+        Ok(())
+    }
+
+    /// rmdir of the placeholder a snapshot holds where its source had a
+    /// subvolume (the kernel's btrfs_unlink_subvol for
+    /// BTRFS_EMPTY_SUBVOL_DIR_OBJECTID): its DIR_ITEM and DIR_INDEX go.
+    pub(super) fn remove_placeholder(&mut self, dir: InodeId, name: &[u8]) -> Result<()> {
+        let lo = Key::new(dir.ino, DIR_INDEX, 0);
+        let hi = Key::new(dir.ino, DIR_INDEX, u64::MAX);
+        let mut index = None;
+        for (k, d) in self.t.items_in(dir.subvol, &lo, &hi)? {
+            let entries = parse_dir_entries(&d)
+                .map_err(|e| Error::format(format!("tree {} key {k}", dir.subvol), e))?;
+            if entries.iter().any(|e| e.name == name) {
+                index = Some(k.offset);
+                break;
+            }
+        }
+        let index = index.ok_or_else(|| {
+            Error::corrupt(
+                format!("tree {} directory {}", dir.subvol, dir.ino),
+                format!("{:?} has a DIR_ITEM and no DIR_INDEX", show(name)),
+            )
+        })?;
+        self.inode_mut(dir).remove_dir_entry(name, index, now())?;
+        self.renamed.insert(dir);
+        self.bump(dir);
+        Ok(())
+    }
+
+    /// Whether a handle is open on an inode of subvolume `id`.
+    fn open_in(&self, id: u64) -> bool {
+        self.open_counts().keys().any(|i| i.subvol == id)
+    }
+
+    /// Drops the trees of deleted subvolumes that have nothing open
+    /// (after a commit: a subvolume made in the transaction that deleted
+    /// it has no extent items before). One whose files are still open
+    /// waits for a commit after their last close; at unmount it is left,
+    /// unlinked, for the next mount (or the kernel's cleaner) to drop.
+    pub(super) fn drop_dead_subvols(&mut self) -> Result<()> {
+        let ready: Vec<u64> = self
+            .dead_subvols
+            .iter()
+            .copied()
+            .filter(|&id| !self.open_in(id))
+            .collect();
+        for id in ready {
+            self.dead_subvols.remove(&id);
+            self.drop_dead_subvol(id)?;
+        }
+        Ok(())
+    }
+
+    /// Drops deleted subvolume `id`'s tree and what the mount holds of
+    /// it (dirty data, orphans).
+    fn drop_dead_subvol(&mut self, id: u64) -> Result<()> {
+        let dirty: Vec<InodeId> = self
+            .dirty
+            .keys()
+            .chain(self.disk_i_size.keys())
+            .filter(|i| i.subvol == id)
+            .copied()
+            .collect();
+        for i in dirty {
+            self.forget_dirty(i);
+        }
+        self.orphans.retain(|i| i.subvol != id);
+        self.t.drop_subvolume(id)
+    }
+
+    /// Drops the subvolumes an earlier mount deleted and did not drop
+    /// (the kernel's cleaner, at mount). Returns whether any was.
+    pub(super) fn cleanup_dead_subvols(&mut self) -> Result<bool> {
+        let dead = self.t.unlinked_subvolumes()?;
+        for &id in &dead {
+            self.t.drop_subvolume(id)?;
+        }
+        Ok(!dead.is_empty())
+    }
+
+    /// BTRFS_IOC_SUBVOL_GETFLAGS: BTRFS_SUBVOL_RDONLY when subvolume
+    /// `id` is read-only.
+    pub fn subvol_flags(&self, id: u64) -> Result<u64> {
+        let ro = self.t.root_view(id)?.item.flags & ROOT_SUBVOL_RDONLY != 0;
+        Ok(if ro { SUBVOL_RDONLY } else { 0 })
+    }
+
+    /// BTRFS_IOC_SUBVOL_SETFLAGS: read-only or writable (the only flag).
+    /// Dirty data goes in before a subvolume turns read-only; the change
+    /// is committed, as the kernel's btrfs_ioctl_subvol_setflags does.
+    pub fn set_subvol_flags(&mut self, id: u64, flags: u64) -> Result<()> {
+        if flags & !SUBVOL_RDONLY != 0 {
+            return Err(Error::Unsupported(format!("subvolume flags {flags:#x}")));
+        }
+        self.check_mounted()?;
+        let ro = flags & SUBVOL_RDONLY != 0;
+        if (self.t.root(id)?.item.flags & ROOT_SUBVOL_RDONLY != 0) == ro {
+            return Ok(());
+        }
+        if ro {
+            self.commit()?;
+        }
+        let r = self.t.root_item_mut(id)?;
+        if ro {
+            r.flags |= ROOT_SUBVOL_RDONLY;
+        } else {
+            r.flags &= !ROOT_SUBVOL_RDONLY;
+        }
+        self.readonly.insert(id, ro);
+        self.t.mutations += 1;
+        self.commit()
+    }
+
+    /// BTRFS_IOC_DEFAULT_SUBVOL: subvolume `id` (0: the top level) is
+    /// mounted by default from now on.
+    pub fn set_default_subvol(&mut self, id: u64) -> Result<()> {
+        self.check_mounted()?;
+        let id = if id == 0 { FS_TREE_OBJECTID } else { id };
+        if id != FS_TREE_OBJECTID
+            && (!(FIRST_FREE_OBJECTID..=LAST_FREE_OBJECTID).contains(&id)
+                || !self.t.has_tree(id)?
+                || self.t.root(id)?.item.refs == 0)
+        {
+            return Err(Error::NotFound(format!("subvolume {id}")));
+        }
+        self.t.set_default_subvol(id)
+    }
+
+    /// The default subvolume's id.
+    pub fn default_subvol(&mut self) -> Result<u64> {
+        self.t.default_subvol()
+    }
+
+    /// The path of inode `ino` of tree `tree` from the tree's top
+    /// (BTRFS_IOC_INO_LOOKUP), by its first name at each level; empty
+    /// for the top directory.
+    pub fn path_in_tree(&self, tree: u64, ino: u64) -> Result<Vec<u8>> {
+        let mut parts = Vec::new();
+        let mut cur = ino;
+        // Bounded: a loop of names in a damaged tree ends here.
+        for _ in 0..4096 {
+            if cur == FIRST_INODE {
+                parts.reverse();
+                return Ok(parts.join(&b'/'));
+            }
+            let refs = self.t.inode_refs(tree, cur)?;
+            let Some((parent, name, _)) = refs.into_iter().next() else {
+                return Err(Error::NotFound(format!("tree {tree} inode {cur}: no name")));
+            };
+            parts.push(name);
+            cur = parent;
+        }
+        Err(Error::corrupt(
+            format!("tree {tree} inode {ino}"),
+            "more than 4096 directories above it",
+        ))
+    }
+
+    /// The superblock as the running transaction holds it.
+    pub fn superblock(&self) -> &ubtrfs_format::Superblock {
+        &self.t.info.sb
+    }
+}

@@ -1,0 +1,287 @@
+//! btrfs's ioctl ABI (include/uapi/linux/btrfs.h): command numbers and
+//! argument layouts, decoded and encoded as bytes. The mount's daemon
+//! serves these ioctls (FUSE forwards an ioctl whose argument size its
+//! command encodes) and the command line sends them to a path inside a
+//! mount, ubtrfs's or the kernel's: both sides read the same layouts from
+//! here. Every argument is little-endian, as on the machines FUSE and
+//! btrfs run on together.
+
+/// The ioctl type byte of btrfs's commands.
+pub const BTRFS_IOCTL_MAGIC: u32 = 0x94;
+
+const IOC_WRITE: u32 = 1;
+const IOC_READ: u32 = 2;
+
+/// The command number of `_IOC(dir, 0x94, nr, size)`.
+const fn ioc(dir: u32, nr: u32, size: usize) -> u32 {
+    (dir << 30) | ((size as u32) << 16) | (BTRFS_IOCTL_MAGIC << 8) | nr
+}
+
+/// struct btrfs_ioctl_vol_args: fd, then a name of up to 4087 bytes.
+pub const VOL_ARGS_SIZE: usize = 4096;
+/// struct btrfs_ioctl_vol_args_v2: fd, transid, flags, 32 unused bytes,
+/// then a name of up to 4039 bytes (or a subvolume or device id).
+pub const VOL_ARGS_V2_SIZE: usize = 4096;
+const V2_NAME_AT: usize = 56;
+/// struct btrfs_ioctl_ino_lookup_args: tree id, inode, a path of up to
+/// 4080 bytes.
+pub const INO_LOOKUP_SIZE: usize = 4096;
+/// struct btrfs_ioctl_fs_info_args.
+pub const FS_INFO_SIZE: usize = 1024;
+
+pub const SUBVOL_CREATE: u32 = ioc(IOC_WRITE, 14, VOL_ARGS_SIZE);
+pub const SNAP_DESTROY: u32 = ioc(IOC_WRITE, 15, VOL_ARGS_SIZE);
+pub const INO_LOOKUP: u32 = ioc(IOC_READ | IOC_WRITE, 18, INO_LOOKUP_SIZE);
+pub const DEFAULT_SUBVOL: u32 = ioc(IOC_WRITE, 19, 8);
+pub const SNAP_CREATE_V2: u32 = ioc(IOC_WRITE, 23, VOL_ARGS_V2_SIZE);
+pub const SUBVOL_CREATE_V2: u32 = ioc(IOC_WRITE, 24, VOL_ARGS_V2_SIZE);
+pub const SUBVOL_GETFLAGS: u32 = ioc(IOC_READ, 25, 8);
+pub const SUBVOL_SETFLAGS: u32 = ioc(IOC_WRITE, 26, 8);
+pub const FS_INFO: u32 = ioc(IOC_READ, 31, FS_INFO_SIZE);
+pub const SNAP_DESTROY_V2: u32 = ioc(IOC_WRITE, 63, VOL_ARGS_V2_SIZE);
+
+/// vol_args_v2 flags.
+pub const SUBVOL_RDONLY: u64 = 1 << 1;
+pub const SUBVOL_QGROUP_INHERIT: u64 = 1 << 2;
+pub const SUBVOL_SPEC_BY_ID: u64 = 1 << 4;
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    if let Some(s) = b.get(at..at + 8) {
+        w.copy_from_slice(s);
+    }
+    u64::from_le_bytes(w)
+}
+
+/// The NUL-terminated name in `b` (all of `b` without a NUL).
+fn c_name(b: &[u8]) -> &[u8] {
+    &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())]
+}
+
+/// A subvolume ioctl's argument, v1 or v2 as its command says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolArgs {
+    /// A file descriptor of the caller (a snapshot's source).
+    pub fd: i64,
+    /// v2 only.
+    pub flags: u64,
+    /// The name, or empty when `flags` has SUBVOL_SPEC_BY_ID.
+    pub name: Vec<u8>,
+    /// With SUBVOL_SPEC_BY_ID: the subvolume's id.
+    pub subvolid: u64,
+}
+
+impl VolArgs {
+    /// Decodes the argument of `cmd` (a v2 command when `v2`); None when
+    /// it is shorter than its struct.
+    pub fn parse(b: &[u8], v2: bool) -> Option<VolArgs> {
+        let size = if v2 { VOL_ARGS_V2_SIZE } else { VOL_ARGS_SIZE };
+        let b = b.get(..size)?;
+        let fd = u64_at(b, 0) as i64;
+        if !v2 {
+            return Some(VolArgs {
+                fd,
+                flags: 0,
+                name: c_name(&b[8..size - 1]).to_vec(),
+                subvolid: 0,
+            });
+        }
+        let flags = u64_at(b, 16);
+        let by_id = flags & SUBVOL_SPEC_BY_ID != 0;
+        Some(VolArgs {
+            fd,
+            flags,
+            name: if by_id {
+                Vec::new()
+            } else {
+                c_name(&b[V2_NAME_AT..size - 1]).to_vec()
+            },
+            subvolid: if by_id { u64_at(b, V2_NAME_AT) } else { 0 },
+        })
+    }
+
+    /// The v2 argument bytes (the command line's request).
+    pub fn to_v2_bytes(&self) -> Vec<u8> {
+        let mut b = vec![0u8; VOL_ARGS_V2_SIZE];
+        b[..8].copy_from_slice(&self.fd.to_le_bytes());
+        b[16..24].copy_from_slice(&self.flags.to_le_bytes());
+        if self.flags & SUBVOL_SPEC_BY_ID != 0 {
+            b[V2_NAME_AT..V2_NAME_AT + 8].copy_from_slice(&self.subvolid.to_le_bytes());
+        } else {
+            let n = self.name.len().min(VOL_ARGS_V2_SIZE - V2_NAME_AT - 1);
+            b[V2_NAME_AT..V2_NAME_AT + n].copy_from_slice(&self.name[..n]);
+        }
+        b
+    }
+}
+
+/// BTRFS_IOC_INO_LOOKUP's argument: which tree and inode in; the tree
+/// (when 0 was asked: the one the file is in) and the inode's path from
+/// that tree's top, ending in '/', out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InoLookup {
+    pub treeid: u64,
+    pub objectid: u64,
+    pub name: Vec<u8>,
+}
+
+impl InoLookup {
+    pub fn parse(b: &[u8]) -> Option<InoLookup> {
+        let b = b.get(..INO_LOOKUP_SIZE)?;
+        Some(InoLookup {
+            treeid: u64_at(b, 0),
+            objectid: u64_at(b, 8),
+            name: c_name(&b[16..INO_LOOKUP_SIZE - 1]).to_vec(),
+        })
+    }
+
+    /// The argument bytes; None when the name does not fit.
+    pub fn to_bytes(&self) -> Option<Vec<u8>> {
+        if self.name.len() >= INO_LOOKUP_SIZE - 16 {
+            return None;
+        }
+        let mut b = vec![0u8; INO_LOOKUP_SIZE];
+        b[..8].copy_from_slice(&self.treeid.to_le_bytes());
+        b[8..16].copy_from_slice(&self.objectid.to_le_bytes());
+        b[16..16 + self.name.len()].copy_from_slice(&self.name);
+        Some(b)
+    }
+}
+
+/// BTRFS_IOC_FS_INFO's answer (the fields ubtrfs fills; the rest stay 0).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FsInfo {
+    pub max_id: u64,
+    pub num_devices: u64,
+    pub fsid: [u8; 16],
+    pub nodesize: u32,
+    pub sectorsize: u32,
+    pub clone_alignment: u32,
+    pub csum_type: u16,
+    pub csum_size: u16,
+    /// BTRFS_FS_INFO_FLAG_*: which of the fields below were asked for.
+    pub flags: u64,
+    pub generation: u64,
+    pub metadata_uuid: [u8; 16],
+}
+
+/// FS_INFO flags: the checksum, generation and metadata UUID fields.
+pub const FS_INFO_FLAG_CSUM_INFO: u64 = 1 << 0;
+pub const FS_INFO_FLAG_GENERATION: u64 = 1 << 1;
+pub const FS_INFO_FLAG_METADATA_UUID: u64 = 1 << 2;
+
+impl FsInfo {
+    /// The flags a caller asked for in its argument.
+    pub fn asked_flags(b: &[u8]) -> u64 {
+        u64_at(b, 48)
+    }
+
+    pub fn parse(b: &[u8]) -> Option<FsInfo> {
+        let b = b.get(..FS_INFO_SIZE)?;
+        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or([0; 4]));
+        let u16_at = |at: usize| u16::from_le_bytes(b[at..at + 2].try_into().unwrap_or([0; 2]));
+        Some(FsInfo {
+            max_id: u64_at(b, 0),
+            num_devices: u64_at(b, 8),
+            fsid: b[16..32].try_into().unwrap_or([0; 16]),
+            nodesize: u32_at(32),
+            sectorsize: u32_at(36),
+            clone_alignment: u32_at(40),
+            csum_type: u16_at(44),
+            csum_size: u16_at(46),
+            flags: u64_at(b, 48),
+            generation: u64_at(b, 56),
+            metadata_uuid: b[64..80].try_into().unwrap_or([0; 16]),
+        })
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = vec![0u8; FS_INFO_SIZE];
+        b[0..8].copy_from_slice(&self.max_id.to_le_bytes());
+        b[8..16].copy_from_slice(&self.num_devices.to_le_bytes());
+        b[16..32].copy_from_slice(&self.fsid);
+        b[32..36].copy_from_slice(&self.nodesize.to_le_bytes());
+        b[36..40].copy_from_slice(&self.sectorsize.to_le_bytes());
+        b[40..44].copy_from_slice(&self.clone_alignment.to_le_bytes());
+        b[44..46].copy_from_slice(&self.csum_type.to_le_bytes());
+        b[46..48].copy_from_slice(&self.csum_size.to_le_bytes());
+        b[48..56].copy_from_slice(&self.flags.to_le_bytes());
+        b[56..64].copy_from_slice(&self.generation.to_le_bytes());
+        b[64..80].copy_from_slice(&self.metadata_uuid);
+        b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The numbers uapi/linux/btrfs.h gives (printed by a C program with
+    /// the kernel's header on 2026-12-01).
+    #[test]
+    fn command_numbers_are_the_kernels() {
+        assert_eq!(SUBVOL_CREATE, 0x5000_940e);
+        assert_eq!(SNAP_DESTROY, 0x5000_940f);
+        assert_eq!(INO_LOOKUP, 0xd000_9412);
+        assert_eq!(DEFAULT_SUBVOL, 0x4008_9413);
+        assert_eq!(SNAP_CREATE_V2, 0x5000_9417);
+        assert_eq!(SUBVOL_CREATE_V2, 0x5000_9418);
+        assert_eq!(SUBVOL_GETFLAGS, 0x8008_9419);
+        assert_eq!(SUBVOL_SETFLAGS, 0x4008_941a);
+        assert_eq!(FS_INFO, 0x8400_941f);
+        assert_eq!(SNAP_DESTROY_V2, 0x5000_943f);
+    }
+
+    #[test]
+    fn vol_args_round_trip_and_short_input_is_refused() {
+        let a = VolArgs {
+            fd: 7,
+            flags: SUBVOL_RDONLY,
+            name: b"snap".to_vec(),
+            subvolid: 0,
+        };
+        assert_eq!(VolArgs::parse(&a.to_v2_bytes(), true), Some(a));
+        let by_id = VolArgs {
+            fd: 0,
+            flags: SUBVOL_SPEC_BY_ID,
+            name: Vec::new(),
+            subvolid: 300,
+        };
+        assert_eq!(VolArgs::parse(&by_id.to_v2_bytes(), true), Some(by_id));
+        assert_eq!(VolArgs::parse(&[0; 100], true), None);
+        // A name without its NUL stops at the struct's end.
+        let v1 = [b'x'; VOL_ARGS_SIZE];
+        assert_eq!(VolArgs::parse(&v1, false).unwrap().name.len(), 4087);
+    }
+
+    #[test]
+    fn fs_info_and_ino_lookup_round_trip() {
+        let f = FsInfo {
+            max_id: 1,
+            num_devices: 1,
+            fsid: [3; 16],
+            nodesize: 16384,
+            sectorsize: 4096,
+            clone_alignment: 4096,
+            csum_type: 0,
+            csum_size: 4,
+            flags: FS_INFO_FLAG_CSUM_INFO | FS_INFO_FLAG_GENERATION,
+            generation: 9,
+            metadata_uuid: [3; 16],
+        };
+        assert_eq!(FsInfo::parse(&f.to_bytes()), Some(f));
+        let l = InoLookup {
+            treeid: 256,
+            objectid: 257,
+            name: b"a/b/".to_vec(),
+        };
+        assert_eq!(InoLookup::parse(&l.to_bytes().unwrap()), Some(l));
+        assert!(InoLookup {
+            treeid: 0,
+            objectid: 0,
+            name: vec![b'a'; 5000]
+        }
+        .to_bytes()
+        .is_none());
+    }
+}

@@ -1,0 +1,485 @@
+//! btrfs's subvolume ioctls on the read-write mount: create, snapshot,
+//! delete, read-only flag, default subvolume, and the lookups a client
+//! needs to find its way (INO_LOOKUP, FS_INFO). The engine carries each
+//! out in the running transaction ([`ubtrfs_engine::rwfs::subvol`]);
+//! here are the kernel's checks that FUSE leaves to the daemon (it checks
+//! no permission for an ioctl), the caller's file descriptor of a
+//! snapshot's source, and the kernel's caches of the names that changed.
+//!
+//! The channel is btrfs's own ioctl ABI, so the same client works on the
+//! kernel's btrfs: FUSE forwards an ioctl whose argument size is in its
+//! command ("restricted" ioctls, fs/fuse/ioctl.c), and every one served
+//! here has a fixed size of at most 4 KiB.
+
+use super::{errno, RwInner};
+use crate::caps;
+use crate::ino;
+use crate::logging;
+use crate::proto::{Errno, INodeNo, ReplyIoctl, Request};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+use ubtrfs_engine::InodeId;
+use ubtrfs_format::consts::FIRST_INODE;
+use ubtrfs_format::ioctl::{self as abi, FsInfo, InoLookup, VolArgs};
+
+/// What the subvolume ioctls need of the mount beyond the filesystem.
+#[derive(Debug, Default)]
+pub struct Admin {
+    /// Where the mount is: a snapshot's source must be on it.
+    pub mountpoint: PathBuf,
+    /// `user_subvol_rm_allowed`: callers without CAP_SYS_ADMIN may delete
+    /// subvolumes they could remove as directories.
+    pub user_subvol_rm_allowed: bool,
+    /// The mount's device number (major, minor), from the mount table.
+    dev: OnceLock<Option<(u32, u32)>>,
+}
+
+impl Admin {
+    pub fn new(mountpoint: PathBuf, user_subvol_rm_allowed: bool) -> Admin {
+        Admin {
+            mountpoint,
+            user_subvol_rm_allowed,
+            dev: OnceLock::new(),
+        }
+    }
+
+    /// The mount's device number, read once from /proc/self/mountinfo
+    /// (no request to this mount is made: the daemon must not ask itself).
+    fn dev(&self) -> Option<(u32, u32)> {
+        *self.dev.get_or_init(|| mount_dev(&self.mountpoint))
+    }
+}
+
+/// The device number of the FUSE mount at `mountpoint`, from this
+/// process's mount table (the last one mounted there).
+fn mount_dev(mountpoint: &Path) -> Option<(u32, u32)> {
+    let want = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    table.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let sep = f.iter().position(|&x| x == "-")?;
+        let fstype = f.get(sep + 1)?;
+        if !fstype.starts_with("fuse") || unescape(f.get(4)?) != want.as_os_str().as_encoded_bytes()
+        {
+            return None;
+        }
+        let (ma, mi) = f.get(2)?.split_once(':')?;
+        Some((ma.parse().ok()?, mi.parse().ok()?))
+    })
+}
+
+/// A mount table field with its octal escapes (`\040` for a space) undone.
+fn unescape(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        if let (b'\\', Some(d)) = (b[i], oct) {
+            let v = d.iter().fold(0u32, |a, c| a * 8 + (c - b'0') as u32);
+            out.push(v as u8);
+            i += 4;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+/// Whether `cmd` is one of the ioctls served here.
+pub(super) fn handles(cmd: u32) -> bool {
+    matches!(
+        cmd,
+        abi::SUBVOL_CREATE
+            | abi::SUBVOL_CREATE_V2
+            | abi::SNAP_CREATE_V2
+            | abi::SNAP_DESTROY
+            | abi::SNAP_DESTROY_V2
+            | abi::SUBVOL_GETFLAGS
+            | abi::SUBVOL_SETFLAGS
+            | abi::DEFAULT_SUBVOL
+            | abi::INO_LOOKUP
+            | abi::FS_INFO
+    )
+}
+
+/// Whether mode bits `mode` of a file owned by (`uid`, `gid`) let the
+/// caller of `req` write and search it (the kernel's may_create and
+/// may_delete ask MAY_WRITE | MAY_EXEC of the directory). POSIX ACLs are
+/// not consulted: the owner, group and other bits, and CAP_DAC_OVERRIDE.
+fn may_write_exec(req: &Request, mode: u32, uid: u32, gid: u32) -> bool {
+    if caps::capable(req.pid(), caps::CAP_DAC_OVERRIDE) {
+        return true;
+    }
+    let bits = if caller(req).0 == uid {
+        mode >> 6
+    } else if caps::in_group(req.pid(), gid) {
+        mode >> 3
+    } else {
+        mode
+    };
+    bits & 0o3 == 0o3
+}
+
+/// The caller's filesystem uid and gid, from its /proc status (the
+/// request's ids are not sent for an ioctl on a mount that allows
+/// idmapping); nobody's when the process is gone.
+fn caller(req: &Request) -> (u32, u32) {
+    caps::fs_ids(req.pid()).unwrap_or((65534, 65534))
+}
+
+impl RwInner {
+    /// One of the ioctls [`handles`] says are served here, on `node`.
+    pub(super) fn subvol_ioctl(
+        &self,
+        req: &Request,
+        node: INodeNo,
+        cmd: u32,
+        in_data: &[u8],
+        reply: ReplyIoctl,
+    ) {
+        let id = self.inode(node);
+        let res = match cmd {
+            abi::SUBVOL_CREATE | abi::SUBVOL_CREATE_V2 => {
+                self.ioctl_create(req, node, id, in_data, cmd == abi::SUBVOL_CREATE_V2)
+            }
+            abi::SNAP_CREATE_V2 => self.ioctl_snapshot(req, node, id, in_data),
+            abi::SNAP_DESTROY | abi::SNAP_DESTROY_V2 => {
+                self.ioctl_destroy(req, node, id, in_data, cmd == abi::SNAP_DESTROY_V2)
+            }
+            abi::SUBVOL_GETFLAGS => self
+                .fs_read()
+                .subvol_flags(id.subvol)
+                .map(|f| f.to_le_bytes().to_vec())
+                .map_err(|e| errno("ioctl SUBVOL_GETFLAGS", e)),
+            abi::SUBVOL_SETFLAGS => self.ioctl_setflags(req, id, in_data),
+            abi::DEFAULT_SUBVOL => self.ioctl_default(req, in_data),
+            abi::INO_LOOKUP => self.ioctl_ino_lookup(req, id, in_data),
+            abi::FS_INFO => Ok(self.fs_info(in_data)),
+            _ => Err(Errno::ENOTTY),
+        };
+        match res {
+            Ok(out) => reply.ioctl(0, &out),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// EROFS when the mount was remounted read-only (the kernel's
+    /// mnt_want_write_file).
+    fn writable_mount(&self) -> Result<(), Errno> {
+        if self.remounted_ro.load(Ordering::Relaxed) {
+            return Err(Errno::EROFS);
+        }
+        Ok(())
+    }
+
+    /// The caller may make a name in directory `dir` (may_create).
+    fn may_create_in(&self, req: &Request, dir: InodeId) -> Result<(), Errno> {
+        let st = self.fs_read().stat(dir).map_err(|e| errno("ioctl", e))?;
+        if st.mode & 0o170000 != 0o040000 {
+            return Err(Errno::ENOTDIR);
+        }
+        if !may_write_exec(req, st.mode, st.uid, st.gid) {
+            return Err(Errno::EACCES);
+        }
+        Ok(())
+    }
+
+    /// The kernel's caches after `name` came or went in `parent`: the
+    /// entry, and the directory's attributes and listing.
+    fn names_changed(&self, parent: INodeNo, name: &[u8]) {
+        if let Some(n) = self.pushes.notifier() {
+            if let Err(e) = n.inval_entry(parent, name) {
+                logging::warn(&format!(
+                    "entry {:?} of node {}: {e}",
+                    String::from_utf8_lossy(name),
+                    parent.0
+                ));
+            }
+            if let Err(e) = n.inval_range(parent, 0, 0) {
+                logging::warn(&format!("listing of node {}: {e}", parent.0));
+            }
+        }
+    }
+
+    fn ioctl_create(
+        &self,
+        req: &Request,
+        node: INodeNo,
+        dir: InodeId,
+        arg: &[u8],
+        v2: bool,
+    ) -> Result<Vec<u8>, Errno> {
+        let a = VolArgs::parse(arg, v2).ok_or(Errno::EINVAL)?;
+        if a.flags & !(abi::SUBVOL_RDONLY | abi::SUBVOL_QGROUP_INHERIT) != 0
+            || a.flags & abi::SUBVOL_QGROUP_INHERIT != 0
+        {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        self.writable_mount()?;
+        self.may_create_in(req, dir)?;
+        let umask = caps::umask(req.pid()).unwrap_or(0o022);
+        let mode = 0o777 & !umask;
+        let id = self
+            .fs()
+            .create_subvolume(dir, &a.name, caller(req), mode)
+            .map_err(|e| errno("ioctl SUBVOL_CREATE", e))?;
+        if a.flags & abi::SUBVOL_RDONLY != 0 {
+            self.fs
+                .lock_commit()
+                .set_subvol_flags(id, abi::SUBVOL_RDONLY)
+                .map_err(|e| errno("ioctl SUBVOL_CREATE", e))?;
+        }
+        self.names_changed(node, &a.name);
+        Ok(Vec::new())
+    }
+
+    /// The subvolume a caller's file descriptor `fd` is the root of: a
+    /// directory of this mount, resolved through /proc/PID/fd without
+    /// asking this mount anything (AT_STATX_DONT_SYNC: the kernel answers
+    /// from its cache). EXDEV when it is elsewhere, EINVAL when it is not
+    /// a subvolume's root, EBADF when the caller has no such descriptor.
+    fn caller_subvol(&self, req: &Request, fd: i64) -> Result<InodeId, Errno> {
+        if fd < 0 || fd > i32::MAX as i64 {
+            return Err(Errno::EBADF);
+        }
+        let path = format!("/proc/{}/fd/{fd}\0", req.pid());
+        // SAFETY: statx writes a struct statx into `st`; `path` is
+        // NUL-terminated.
+        let mut st: libc::statx = unsafe { std::mem::zeroed() };
+        let r = unsafe {
+            libc::statx(
+                libc::AT_FDCWD,
+                path.as_ptr().cast(),
+                libc::AT_STATX_DONT_SYNC,
+                libc::STATX_TYPE | libc::STATX_INO,
+                &mut st,
+            )
+        };
+        if r != 0 {
+            return Err(Errno::EBADF);
+        }
+        if self.admin.dev() != Some((st.stx_dev_major, st.stx_dev_minor)) {
+            return Err(Errno::EXDEV);
+        }
+        if st.stx_mode as u32 & libc::S_IFMT != libc::S_IFDIR {
+            return Err(Errno::ENOTDIR);
+        }
+        let id = ino::decode(st.stx_ino);
+        if id.ino != FIRST_INODE {
+            return Err(Errno::EINVAL);
+        }
+        Ok(id)
+    }
+
+    fn ioctl_snapshot(
+        &self,
+        req: &Request,
+        node: INodeNo,
+        dir: InodeId,
+        arg: &[u8],
+    ) -> Result<Vec<u8>, Errno> {
+        let a = VolArgs::parse(arg, true).ok_or(Errno::EINVAL)?;
+        if a.flags & !(abi::SUBVOL_RDONLY | abi::SUBVOL_QGROUP_INHERIT) != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if a.flags & abi::SUBVOL_QGROUP_INHERIT != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        self.writable_mount()?;
+        let src = self.caller_subvol(req, a.fd)?;
+        self.may_create_in(req, dir)?;
+        // Snapshots are limited to the source's owner and CAP_FOWNER, as
+        // the kernel's btrfs_ioctl_snap_create_transid.
+        let owner = self.fs_read().stat(src).map_err(|e| errno("ioctl", e))?.uid;
+        if owner != caller(req).0 && !caps::capable(req.pid(), caps::CAP_FOWNER) {
+            return Err(Errno::EPERM);
+        }
+        let readonly = a.flags & abi::SUBVOL_RDONLY != 0;
+        self.fs
+            .lock_commit()
+            .snapshot(src.subvol, dir, &a.name, readonly)
+            .map_err(|e| errno("ioctl SNAP_CREATE_V2", e))?;
+        self.names_changed(node, &a.name);
+        Ok(Vec::new())
+    }
+
+    fn ioctl_destroy(
+        &self,
+        req: &Request,
+        node: INodeNo,
+        dir: InodeId,
+        arg: &[u8],
+        v2: bool,
+    ) -> Result<Vec<u8>, Errno> {
+        let a = VolArgs::parse(arg, v2).ok_or(Errno::EINVAL)?;
+        if a.flags & !abi::SUBVOL_SPEC_BY_ID != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        self.writable_mount()?;
+        let admin = caps::capable(req.pid(), caps::CAP_SYS_ADMIN);
+        if a.flags & abi::SUBVOL_SPEC_BY_ID != 0 {
+            // By id: CAP_SYS_ADMIN only, as the kernel asks.
+            if !admin {
+                return Err(Errno::EPERM);
+            }
+            let parents = {
+                let mut fs = self.fs();
+                let parents = fs
+                    .trans()
+                    .subvol_parents(a.subvolid)
+                    .map_err(|e| errno("ioctl SNAP_DESTROY_V2", e))?;
+                fs.delete_subvolume_id(a.subvolid)
+                    .map_err(|e| errno("ioctl SNAP_DESTROY_V2", e))?;
+                parents
+            };
+            // The names went from these directories: the kernel forgets
+            // their listings and attributes (the entries time out).
+            for p in parents {
+                if let (Some(n), Ok(node)) = (self.pushes.notifier(), self.node_of(p)) {
+                    let _ = n.inval_range(INodeNo(node), 0, 0);
+                }
+            }
+            return Ok(Vec::new());
+        }
+        if a.name.is_empty() || a.name.contains(&b'/') || a.name == b".." || a.name == b"." {
+            return Err(Errno::EINVAL);
+        }
+        if !admin {
+            if !self.admin.user_subvol_rm_allowed {
+                return Err(Errno::EPERM);
+            }
+            // As rmdir(2) would need, and write and search of the
+            // subvolume's root (the kernel's btrfs_ioctl_snap_destroy).
+            self.may_create_in(req, dir)?;
+            let sub = self
+                .fs_read()
+                .lookup(dir, &a.name)
+                .map_err(|e| errno("ioctl", e))?;
+            let sub = sub.ok_or(Errno::ENOENT)?;
+            let st = self.fs_read().stat(sub).map_err(|e| errno("ioctl", e))?;
+            if !may_write_exec(req, st.mode, st.uid, st.gid) {
+                return Err(Errno::EACCES);
+            }
+        }
+        self.fs()
+            .delete_subvolume(dir, &a.name)
+            .map_err(|e| errno("ioctl SNAP_DESTROY", e))?;
+        self.names_changed(node, &a.name);
+        Ok(Vec::new())
+    }
+
+    fn ioctl_setflags(&self, req: &Request, id: InodeId, arg: &[u8]) -> Result<Vec<u8>, Errno> {
+        let flags = u64::from_le_bytes(
+            arg.get(..8)
+                .ok_or(Errno::EINVAL)?
+                .try_into()
+                .unwrap_or([0; 8]),
+        );
+        self.writable_mount()?;
+        // The owner of the subvolume's root, or CAP_FOWNER
+        // (inode_owner_or_capable), and only on that root.
+        let st = self.fs_read().stat(id).map_err(|e| errno("ioctl", e))?;
+        if id.ino != FIRST_INODE {
+            return Err(Errno::EINVAL);
+        }
+        if st.uid != caller(req).0 && !caps::capable(req.pid(), caps::CAP_FOWNER) {
+            return Err(Errno::EPERM);
+        }
+        self.fs
+            .lock_commit()
+            .set_subvol_flags(id.subvol, flags)
+            .map_err(|e| errno("ioctl SUBVOL_SETFLAGS", e))?;
+        Ok(Vec::new())
+    }
+
+    fn ioctl_default(&self, req: &Request, arg: &[u8]) -> Result<Vec<u8>, Errno> {
+        let sub = u64::from_le_bytes(
+            arg.get(..8)
+                .ok_or(Errno::EINVAL)?
+                .try_into()
+                .unwrap_or([0; 8]),
+        );
+        if !caps::capable(req.pid(), caps::CAP_SYS_ADMIN) {
+            return Err(Errno::EPERM);
+        }
+        self.writable_mount()?;
+        let mut fs = self.fs.lock_commit();
+        fs.set_default_subvol(sub)
+            .and_then(|()| fs.sync_fs().map(|_| ()))
+            .map_err(|e| errno("ioctl DEFAULT_SUBVOL", e))?;
+        Ok(Vec::new())
+    }
+
+    /// INO_LOOKUP: the tree of the file the ioctl was sent to (when 0 is
+    /// asked), and the path of inode `objectid` in that tree from its top
+    /// (`a/b/`; empty for the top directory). CAP_SYS_ADMIN for another
+    /// tree or inode, as the kernel asks.
+    fn ioctl_ino_lookup(&self, req: &Request, id: InodeId, arg: &[u8]) -> Result<Vec<u8>, Errno> {
+        let mut a = InoLookup::parse(arg).ok_or(Errno::EINVAL)?;
+        if a.treeid == 0 {
+            a.treeid = id.subvol;
+        }
+        let plain = a.treeid == id.subvol && a.objectid == FIRST_INODE;
+        if !plain && !caps::capable(req.pid(), caps::CAP_SYS_ADMIN) {
+            return Err(Errno::EPERM);
+        }
+        a.name = if a.objectid == FIRST_INODE {
+            Vec::new()
+        } else {
+            let mut p = self
+                .fs_read()
+                .path_in_tree(a.treeid, a.objectid)
+                .map_err(|e| errno("ioctl INO_LOOKUP", e))?;
+            p.push(b'/');
+            p
+        };
+        a.to_bytes().ok_or(Errno::ENAMETOOLONG)
+    }
+
+    /// FS_INFO: the superblock's figures.
+    fn fs_info(&self, arg: &[u8]) -> Vec<u8> {
+        let asked = FsInfo::asked_flags(arg);
+        let fs = self.fs_read();
+        let sb = fs.superblock();
+        let mut f = FsInfo {
+            max_id: sb.num_devices,
+            num_devices: sb.num_devices,
+            fsid: sb.fsid,
+            nodesize: sb.nodesize,
+            sectorsize: sb.sectorsize,
+            clone_alignment: sb.sectorsize,
+            ..FsInfo::default()
+        };
+        if asked & abi::FS_INFO_FLAG_CSUM_INFO != 0 {
+            f.csum_type = sb.csum_type.to_raw();
+            f.csum_size = sb.csum_type.size() as u16;
+            f.flags |= abi::FS_INFO_FLAG_CSUM_INFO;
+        }
+        if asked & abi::FS_INFO_FLAG_GENERATION != 0 {
+            f.generation = sb.generation;
+            f.flags |= abi::FS_INFO_FLAG_GENERATION;
+        }
+        if asked & abi::FS_INFO_FLAG_METADATA_UUID != 0 {
+            f.metadata_uuid = sb.metadata_uuid;
+            f.flags |= abi::FS_INFO_FLAG_METADATA_UUID;
+        }
+        f.to_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unescape;
+
+    #[test]
+    fn mount_table_escapes_are_undone() {
+        assert_eq!(unescape("/mnt/a\\040b"), b"/mnt/a b");
+        assert_eq!(unescape("/mnt/x\\"), b"/mnt/x\\");
+        assert_eq!(unescape("/plain"), b"/plain");
+    }
+}

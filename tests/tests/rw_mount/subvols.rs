@@ -1,0 +1,142 @@
+//! (p) Subvolumes on a live mount: one script, run with btrfs-progs on the
+//! kernel's mount and with `ubtrfs subvolume` on ubtrfs's mount (the
+//! daemon carries each request out through btrfs's ioctls), answers
+//! equal step for step; then the kernel mounts each image and lists the
+//! same subvolumes (ids, parents, paths, read-only flags) holding the same
+//! files; `btrfs check` clean.
+
+use super::*;
+
+/// The steps, run with the mount as the working directory and `SV` the
+/// subvolume command; one line per step ("ok: STEP" / "fail: STEP"), and
+/// what stat shows.
+const SUBVOL_STEPS: &str = r#"
+r() { if "$@" >/dev/null 2>&1; then echo "ok: $*"; else echo "fail: $*"; fi; }
+sv() { $SV "$@"; }
+mkdir -p d && echo top > d/f && seq 100000 > d/big
+r sv create a
+r sv create a
+r sv create d/b
+echo x > a/x
+# A snapshot holds every write that returned before it (dirty data).
+seq 200000 300000 > d/late
+r sv snapshot . snap
+r cmp snap/d/late d/late
+r cmp snap/d/big d/big
+r test -d snap/a
+r rmdir snap/a
+r sv snapshot -r a ro
+r sv snapshot ro snapofro
+r sv snapshot -r snap snapro
+r sv snapshot a d
+r cat ro/x
+r touch ro/y
+r touch snapofro/y
+r touch snapro/d/y
+stat -c '%n %a %U %G %F' a ro snap d/b
+(umask 027; sv create m027 >/dev/null 2>&1); stat -c '%n %a' m027
+# A deleted subvolume's open file reads on until it is closed.
+echo inside > d/b/in
+exec 3<d/b/in
+r sv delete d/b
+r test -e d/b
+cat <&3
+exec 3<&-
+r sv create e
+r rmdir e
+r sv create e2
+touch e2/z
+r rmdir e2
+r sv create n
+r sv create n/inner
+r sv delete n
+r sv delete n/inner
+r sv delete n
+r sv delete d
+r sv delete nothere
+r setpriv --reuid=tests --regid=tests --clear-groups sh -c "\$SV delete snapofro"
+r sv delete snapofro
+ls -a | sort | tr '\n' ' '; echo
+sync
+"#;
+
+/// What the kernel shows of the image after (p): the subvolumes (id,
+/// parent, path, ro) and every file (path, type, size, mode, content).
+fn kernel_view(image: &Path, mnt: &Path) -> Result<String, String> {
+    let k = RwMount::start(Writer::Kernel, image, mnt, "")?;
+    let script = r#"
+btrfs subvolume list . | awk '{print $2, $7, $9}' | while read id top p; do
+  echo "subvolume $id top $top $p ro=$(btrfs property get -ts "$p" ro | cut -d= -f2)"
+done
+find . -printf '%P %y %s %m\n' | sort
+find . -type f -print0 | sort -z | xargs -0 md5sum
+"#;
+    let out = run(Command::new("sh").args(["-c", script]).current_dir(mnt));
+    let fin = k.finish();
+    let out = out.map_err(|e| format!("the kernel's view: {e}"))?;
+    fin.map_err(|e| format!("kernel unmount: {e}"))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+pub(super) fn live_subvol_case(w: Writer, base: &Path) -> Result<(String, String), String> {
+    let (_dir, image, mnt, m) = fresh_512m(w, base)?;
+    let sv = match w {
+        Writer::Kernel => "btrfs subvolume".to_string(),
+        Writer::Ubtrfs => format!("{} subvolume", ubtrfs_bin().display()),
+    };
+    let out = run(Command::new("sh")
+        .args(["-c", SUBVOL_STEPS])
+        .env("SV", sv)
+        .current_dir(&mnt));
+    let fin = m.finish();
+    let out = out.map_err(|e| format!("the script on the {} mount: {e}", w.name()))?;
+    fin.map_err(|e| format!("unmount: {e}"))?;
+    check(
+        &image,
+        &format!("after the script on the {} mount", w.name()),
+    )?;
+    let view = kernel_view(&image, &mnt)?;
+    check(
+        &image,
+        &format!("after the kernel read the {} image", w.name()),
+    )?;
+    Ok((String::from_utf8_lossy(&out.stdout).into_owned(), view))
+}
+
+#[test]
+pub(super) fn subvolumes_on_a_live_mount_as_the_kernels() {
+    let test = fn_name!();
+    skip_unless!(user_available, "tests");
+    one_case(test, Writer::Ubtrfs, |base| {
+        if !ready(test, Writer::Kernel) {
+            return Ok(String::new());
+        }
+        let (kernel, kview) = live_subvol_case(Writer::Kernel, base)?;
+        let (ours, oview) = live_subvol_case(Writer::Ubtrfs, base)?;
+        if kernel != ours {
+            return Err(format!(
+                "the kernel's answers:\n{kernel}\nubtrfs's:\n{ours}"
+            ));
+        }
+        if kview != oview {
+            return Err(format!(
+                "the kernel's view of its image:\n{kview}\nof ubtrfs's:\n{oview}"
+            ));
+        }
+        let subvols = kview
+            .lines()
+            .filter(|l| l.starts_with("subvolume "))
+            .count();
+        let files = kview
+            .lines()
+            .filter(|l| l.len() > 34 && l.as_bytes()[32] == b' ')
+            .count();
+        if subvols < 5 || files < 5 {
+            return Err(format!("the kernel's view lists too little:\n{kview}"));
+        }
+        Ok(format!(
+            "{} steps answered as the kernel's; the kernel lists the same {subvols} subvolumes and {files} files on both images",
+            kernel.lines().count()
+        ))
+    });
+}
