@@ -45,13 +45,15 @@ fn new_uuid() -> Result<[u8; 16], ubtrfs_engine::Error> {
 }
 
 /// The mount's form of a command: every path given (IMAGE first) is
-/// inside a live mount, and no -d was given.
+/// inside a live mount, and no -d was given. `alone`: IMAGE is the only
+/// path the image's form would have.
 fn mounted_paths(
     image: &Path,
     devices: &[PathBuf],
     rest: &[String],
+    alone: bool,
 ) -> Result<Option<Vec<PathBuf>>, Box<dyn std::error::Error>> {
-    match crate::mounted::classify(image)? {
+    match crate::mounted::classify(image, alone)? {
         Target::Image => Ok(None),
         Target::Mounted => {
             if !devices.is_empty() {
@@ -76,7 +78,7 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
             devices,
             paths,
         } => {
-            if let Some(all) = mounted_paths(&image, &devices, &paths)? {
+            if let Some(all) = mounted_paths(&image, &devices, &paths, paths.is_empty())? {
                 for p in all {
                     crate::mounted::create(&p)?;
                 }
@@ -103,7 +105,7 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
             source,
             dest,
         } => {
-            if let Some(all) = mounted_paths(&image, &devices, &[])? {
+            if let Some(all) = mounted_paths(&image, &devices, &[], dest.is_none())? {
                 let Some(dest) = dest.is_none().then_some(&source) else {
                     return Err("inside a mount: snapshot [-r] SOURCE DEST".into());
                 };
@@ -131,7 +133,7 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
             devices,
             paths,
         } => {
-            if let Some(all) = mounted_paths(&image, &devices, &paths)? {
+            if let Some(all) = mounted_paths(&image, &devices, &paths, paths.is_empty())? {
                 for p in all {
                     crate::mounted::delete(&p)?;
                 }

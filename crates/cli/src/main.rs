@@ -75,6 +75,11 @@ impl ImageArgs {
     /// (fsyncs after the last commit, then a crash) is replayed in memory,
     /// nothing is written to the image.
     pub fn open(&self) -> Result<Filesystem, ubtrfs_engine::Error> {
+        if self.image.is_dir() {
+            return Err(ubtrfs_engine::Error::Invalid(mounted::not_an_image(
+                &self.image,
+            )));
+        }
         if self.no_log_replay {
             return self.open_raw();
         }

@@ -47,11 +47,20 @@ fn parent_of(path: &Path) -> PathBuf {
 
 /// Whether `path` is an image (an existing file or block device) or a
 /// path inside a mount that takes btrfs's ioctls (it, or for a name to
-/// make, its directory). Anything else is refused with what it is.
-pub fn classify(path: &Path) -> Result<Target, String> {
+/// make, its directory). A lone path (`alone`: no PATH inside an image
+/// follows) that is a file inside such a mount is the mount's: its
+/// request then says what is wrong with it. Anything else is refused
+/// with what it is.
+pub fn classify(path: &Path, alone: bool) -> Result<Target, String> {
     use std::os::unix::fs::FileTypeExt;
     if let Ok(m) = std::fs::metadata(path) {
-        if m.is_file() || m.file_type().is_block_device() {
+        let in_mount = || {
+            matches!(
+                fs_type(&parent_of(path)),
+                Ok(FUSE_SUPER_MAGIC) | Ok(BTRFS_SUPER_MAGIC)
+            )
+        };
+        if m.file_type().is_block_device() || m.is_file() && !(alone && in_mount()) {
             return Ok(Target::Image);
         }
     }
@@ -67,6 +76,22 @@ pub fn classify(path: &Path) -> Result<Target, String> {
             path.display()
         )),
         Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// Why directory `dir` is no image: inside a ubtrfs mount, where this
+/// command is not served yet, or elsewhere.
+pub fn not_an_image(dir: &Path) -> String {
+    match fs_type(dir) {
+        Ok(FUSE_SUPER_MAGIC) | Ok(BTRFS_SUPER_MAGIC) => format!(
+            "{}: a directory inside a mount; this command takes the image (unmounted), \
+             and only `subvolume create|snapshot|delete` are served on a live mount so far",
+            dir.display()
+        ),
+        _ => format!(
+            "{}: a directory, not a btrfs image or device",
+            dir.display()
+        ),
     }
 }
 
