@@ -1,6 +1,7 @@
 //! `ubtrfs send`: a btrfs send stream of read-only snapshots, straight from
 //! an image, that `btrfs receive` applies.
 
+use crate::mounted::Target;
 use crate::{print_reports, CmdResult, ImageArgs};
 use clap::{Args, ValueEnum};
 use std::io::{BufWriter, Write};
@@ -23,8 +24,10 @@ pub enum ReadaArg {
 pub struct SendArgs {
     #[command(flatten)]
     image: ImageArgs,
-    /// Read-only subvolumes (snapshots) to send, by path from the top level.
-    #[arg(required = true, value_name = "PATH")]
+    /// Read-only subvolumes (snapshots) to send, by path from the top
+    /// level; on a live mount, IMAGE is the first snapshot's path in the
+    /// mount and these are more.
+    #[arg(value_name = "PATH")]
     paths: Vec<PathBuf>,
     /// Send an incremental stream from this parent snapshot.
     #[arg(short = 'p', long = "parent", value_name = "PARENT")]
@@ -110,7 +113,6 @@ impl Output {
 }
 
 pub fn run(a: SendArgs) -> CmdResult {
-    let fs = a.image.open()?;
     let proto = match (a.proto, a.compressed_data) {
         (Some(1), true) => {
             return Err("--compressed-data requires protocol version >= 2 (requested 1)".into())
@@ -119,6 +121,19 @@ pub fn run(a: SendArgs) -> CmdResult {
         (None, true) => 2,
         (None, false) => 1,
     };
+    if a.image.image.is_dir() {
+        if let Target::Mounted = crate::mounted::classify(&a.image.image, true)? {
+            return send_mounted(&a, proto);
+        }
+    }
+    if a.paths.is_empty() {
+        return Err(format!(
+            "{}: which snapshot PATH inside the image to send?",
+            a.image.image.display()
+        )
+        .into());
+    }
+    let fs = a.image.open()?;
     let readahead = match a.reada {
         ReadaArg::None => Readahead::None,
         ReadaArg::Back => Readahead::Back,
@@ -208,6 +223,74 @@ pub fn run(a: SendArgs) -> CmdResult {
             o.discard();
         }
         return Err(e);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `send` of snapshots inside a live mount: the mount makes each stream
+/// (BTRFS_IOC_SEND, one per snapshot as btrfs-progs sends them: a later
+/// one without the stream header, an earlier one without the end).
+fn send_mounted(a: &SendArgs, proto: u32) -> CmdResult {
+    if !a.clone_sources.is_empty() {
+        return Err("send -c on a live mount: not yet (FUSE does not pass the ioctl's list of clone sources); unmount, or give -p".into());
+    }
+    if !a.image.devices.is_empty() {
+        return Err(
+            "send on a live mount: -d names devices of an image; a mount has its own".into(),
+        );
+    }
+    let parent = match &a.parent {
+        Some(p) => crate::mounted::subvol_id(p)?,
+        None => 0,
+    };
+    let snaps: Vec<PathBuf> = std::iter::once(a.image.image.clone())
+        .chain(a.paths.iter().cloned())
+        .collect();
+    let output = match &a.outfile {
+        Some(f) => Some(Output::open(f)?),
+        None => None,
+    };
+    let stdout = std::io::stdout();
+    let res = (|| -> Result<(), String> {
+        for (i, snap) in snaps.iter().enumerate() {
+            if !a.quiet {
+                eprintln!("At subvol {}", snap.display());
+            }
+            let mut flags = 0;
+            if proto != 1 {
+                flags |= ubtrfs_format::ioctl::SEND_FLAG_VERSION;
+            }
+            if a.compressed_data {
+                flags |= ubtrfs_format::ioctl::SEND_FLAG_COMPRESSED;
+            }
+            if a.no_data {
+                flags |= ubtrfs_format::ioctl::SEND_FLAG_NO_FILE_DATA;
+            }
+            if i > 0 {
+                flags |= ubtrfs_format::ioctl::SEND_FLAG_OMIT_STREAM_HEADER;
+            }
+            if i + 1 < snaps.len() {
+                flags |= ubtrfs_format::ioctl::SEND_FLAG_OMIT_END_CMD;
+            }
+            let args = ubtrfs_format::ioctl::SendArgs {
+                send_fd: 0,
+                clone_sources_count: 0,
+                parent_root: parent,
+                flags,
+                version: proto,
+            };
+            match &output {
+                Some(o) => crate::mounted::send_one(snap, &args, &o.file)?,
+                None => crate::mounted::send_one(snap, &args, &stdout)?,
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = res {
+        if let Some(o) = output {
+            o.discard();
+        }
+        return Err(e.into());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -201,6 +201,35 @@ pub fn delete(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The subvolume id of directory `dir` (INO_LOOKUP of its tree's top:
+/// the kernel and the daemon answer with the tree the file is in).
+pub fn subvol_id(dir: &Path) -> Result<u64, String> {
+    let d = open_dir(dir)?;
+    let mut arg = ubtrfs_format::ioctl::InoLookup {
+        treeid: 0,
+        objectid: ubtrfs_format::consts::FIRST_INODE,
+        name: Vec::new(),
+    }
+    .to_bytes()
+    .unwrap_or_default();
+    ioctl(&d, abi::INO_LOOKUP, &mut arg).map_err(|e| format!("{}: {e}", dir.display()))?;
+    ubtrfs_format::ioctl::InoLookup::parse(&arg)
+        .map(|l| l.treeid)
+        .ok_or_else(|| format!("{}: a short INO_LOOKUP answer", dir.display()))
+}
+
+/// One BTRFS_IOC_SEND of read-only snapshot `snap` into `out` (the mount
+/// writes the stream itself, into this process's descriptor).
+pub fn send_one(snap: &Path, args: &abi::SendArgs, out: &impl AsRawFd) -> Result<(), String> {
+    let d = open_dir(snap)?;
+    let mut arg = abi::SendArgs {
+        send_fd: out.as_raw_fd() as i64,
+        ..args.clone()
+    }
+    .to_bytes();
+    ioctl(&d, abi::SEND, &mut arg).map_err(|e| format!("send {}: {e}", snap.display()))
+}
+
 /// A path as btrfs-progs prints a new name: with its directory ("./a"
 /// for a bare name).
 fn shown(path: &Path) -> String {

@@ -28,6 +28,8 @@ const V2_NAME_AT: usize = 56;
 pub const INO_LOOKUP_SIZE: usize = 4096;
 /// struct btrfs_ioctl_fs_info_args.
 pub const FS_INFO_SIZE: usize = 1024;
+/// struct btrfs_ioctl_send_args.
+pub const SEND_ARGS_SIZE: usize = 72;
 
 pub const SUBVOL_CREATE: u32 = ioc(IOC_WRITE, 14, VOL_ARGS_SIZE);
 pub const SNAP_DESTROY: u32 = ioc(IOC_WRITE, 15, VOL_ARGS_SIZE);
@@ -39,6 +41,14 @@ pub const SUBVOL_GETFLAGS: u32 = ioc(IOC_READ, 25, 8);
 pub const SUBVOL_SETFLAGS: u32 = ioc(IOC_WRITE, 26, 8);
 pub const FS_INFO: u32 = ioc(IOC_READ, 31, FS_INFO_SIZE);
 pub const SNAP_DESTROY_V2: u32 = ioc(IOC_WRITE, 63, VOL_ARGS_V2_SIZE);
+pub const SEND: u32 = ioc(IOC_WRITE, 38, SEND_ARGS_SIZE);
+
+/// BTRFS_SEND_FLAG_*.
+pub const SEND_FLAG_NO_FILE_DATA: u64 = 0x1;
+pub const SEND_FLAG_OMIT_STREAM_HEADER: u64 = 0x2;
+pub const SEND_FLAG_OMIT_END_CMD: u64 = 0x4;
+pub const SEND_FLAG_VERSION: u64 = 0x8;
+pub const SEND_FLAG_COMPRESSED: u64 = 0x10;
 
 /// vol_args_v2 flags.
 pub const SUBVOL_RDONLY: u64 = 1 << 1;
@@ -111,6 +121,43 @@ impl VolArgs {
             let n = self.name.len().min(VOL_ARGS_V2_SIZE - V2_NAME_AT - 1);
             b[V2_NAME_AT..V2_NAME_AT + n].copy_from_slice(&self.name[..n]);
         }
+        b
+    }
+}
+
+/// BTRFS_IOC_SEND's argument: where the stream goes (a descriptor of
+/// the caller), the parent snapshot, flags and protocol version. The
+/// clone sources are a pointer to the caller's memory, which a FUSE
+/// daemon cannot follow: `clone_sources_count` must be 0 on a ubtrfs
+/// mount (the parent is a clone source all the same, as in the kernel).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SendArgs {
+    pub send_fd: i64,
+    pub clone_sources_count: u64,
+    pub parent_root: u64,
+    pub flags: u64,
+    pub version: u32,
+}
+
+impl SendArgs {
+    pub fn parse(b: &[u8]) -> Option<SendArgs> {
+        let b = b.get(..SEND_ARGS_SIZE)?;
+        Some(SendArgs {
+            send_fd: u64_at(b, 0) as i64,
+            clone_sources_count: u64_at(b, 8),
+            parent_root: u64_at(b, 24),
+            flags: u64_at(b, 32),
+            version: u64_at(b, 40) as u32,
+        })
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = vec![0u8; SEND_ARGS_SIZE];
+        b[0..8].copy_from_slice(&self.send_fd.to_le_bytes());
+        b[8..16].copy_from_slice(&self.clone_sources_count.to_le_bytes());
+        b[24..32].copy_from_slice(&self.parent_root.to_le_bytes());
+        b[32..40].copy_from_slice(&self.flags.to_le_bytes());
+        b[40..44].copy_from_slice(&self.version.to_le_bytes());
         b
     }
 }
@@ -230,6 +277,7 @@ mod tests {
         assert_eq!(SUBVOL_SETFLAGS, 0x4008_941a);
         assert_eq!(FS_INFO, 0x8400_941f);
         assert_eq!(SNAP_DESTROY_V2, 0x5000_943f);
+        assert_eq!(SEND, 0x4048_9426);
     }
 
     #[test]
@@ -252,6 +300,19 @@ mod tests {
         // A name without its NUL stops at the struct's end.
         let v1 = [b'x'; VOL_ARGS_SIZE];
         assert_eq!(VolArgs::parse(&v1, false).unwrap().name.len(), 4087);
+    }
+
+    #[test]
+    fn send_args_round_trip() {
+        let a = SendArgs {
+            send_fd: 1,
+            clone_sources_count: 0,
+            parent_root: 257,
+            flags: SEND_FLAG_VERSION | SEND_FLAG_COMPRESSED,
+            version: 2,
+        };
+        assert_eq!(SendArgs::parse(&a.to_bytes()), Some(a));
+        assert_eq!(SendArgs::parse(&[0; 71]), None);
     }
 
     #[test]

@@ -98,6 +98,15 @@
 //!     subvolume's open file, rmdir of an empty subvolume, ENOTEMPTY, a
 //!     user's EPERM), answers equal; then the kernel lists the same
 //!     subvolumes and files on both images; `btrfs check` clean.
+//! (q) A backup loop on a live mount (rw_mount/subvols.rs): while a
+//!     writer copies and removes trees in another subvolume, five rounds
+//!     of write, `snapshot -r`, `ubtrfs send` (incremental from the round
+//!     before) from the mount into the kernel's `btrfs receive`, and
+//!     delete of the oldest snapshot; the kept snapshots equal what was
+//!     received (paths, types, modes, sizes, times, owners, content); the
+//!     full stream sent from the mount equals an offline send of the same
+//!     snapshot; `btrfs check` clean on both; the kernel lists the
+//!     subvolumes left.
 //!
 //! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
 //! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
@@ -253,4 +262,6 @@ scenarios! {
     once space_after_unlink_reference_on_kernel(Kernel) = space_after_unlink_case;
     once space_after_unlink_on_ubtrfs_mount(Ubtrfs) = space_after_unlink_case;
     once metadata_enospc_loses_nothing_on_ubtrfs_mount(Ubtrfs) = metadata_enospc_case;
+    // (q)
+    once send_from_a_live_mount_to_the_kernels_receive(Ubtrfs) = subvols::live_send_case;
 }

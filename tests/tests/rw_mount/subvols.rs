@@ -140,3 +140,92 @@ pub(super) fn subvolumes_on_a_live_mount_as_the_kernels() {
         ))
     });
 }
+
+/// (q): the backup loop, run in the ubtrfs mount with `KM` a kernel
+/// mount to receive into and `UB` the ubtrfs binary.
+const BACKUP_LOOP: &str = r#"
+set -e
+$UB subvolume create data >/dev/null
+$UB subvolume create w >/dev/null
+mkdir -p data/d && seq 100000 > data/d/big && cp -a /usr/include/linux data/
+( while [ ! -e "$STOP" ]; do cp -a /usr/include/linux w/x; rm -rf w/x; done ) &
+writer=$!
+prev=
+for i in 1 2 3 4 5; do
+  echo "round $i" >> data/d/big
+  mkdir -p data/r$i && cp /usr/include/stdio.h data/r$i/ && rm -rf data/r$((i - 2)) data/linux/netfilter$i
+  $UB subvolume snapshot -r data snap$i >/dev/null
+  if [ -z "$prev" ]; then $UB send -q snap$i; else $UB send -q -p $prev snap$i; fi | btrfs receive -q "$KM"
+  if [ $i -gt 2 ]; then $UB subvolume delete snap$((i - 2)) >/dev/null; fi
+  prev=snap$i
+done
+$UB send -q -f "$FULL" snap5
+touch "$STOP"
+wait $writer
+for s in snap4 snap5; do
+  for root in "$s" "$KM/$s"; do
+    (cd "$root" && find . -printf '%P %y %m %s %T@ %U %G\n' | sort && find . -type f -print0 | sort -z | xargs -0 md5sum) > "$root.manifest.$(echo "$root" | tr / _)"
+  done
+  cmp "$s.manifest.$(echo "$s" | tr / _)" "$KM/$s.manifest.$(echo "$KM/$s" | tr / _)"
+  echo "$s received whole"
+done
+"#;
+
+pub(super) fn live_send_case(_w: Writer, base: &Path) -> Result<String, String> {
+    let (dir, image, mnt, m) = fresh_512m(Writer::Ubtrfs, base)?;
+    let kdir = base.join("receiver");
+    let (kimage, kmnt) = fresh_image(&kdir, "512M")?;
+    let k = RwMount::start(Writer::Kernel, &kimage, &kmnt, "")?;
+    let full = dir.join("full5.live");
+    let out = run(Command::new("sh")
+        .args(["-c", BACKUP_LOOP])
+        .env("UB", ubtrfs_bin())
+        .env("KM", &kmnt)
+        .env("STOP", dir.join("stop"))
+        .env("FULL", &full)
+        .current_dir(&mnt));
+    let kfin = k.finish();
+    let fin = m.finish();
+    let out = out.map_err(|e| format!("the backup loop: {e}"))?;
+    fin.map_err(|e| format!("unmount: {e}"))?;
+    kfin.map_err(|e| format!("kernel unmount: {e}"))?;
+    check(&image, "the sender's image after the backup loop")?;
+    check(&kimage, "the receiver's image after the backup loop")?;
+    // The full stream sent from the live mount is the one an offline
+    // send of the same snapshot gives.
+    let offline = dir.join("full5.offline");
+    run(Command::new(ubtrfs_bin())
+        .args(["send", "-q", "-f"])
+        .arg(&offline)
+        .arg(&image)
+        .arg("/snap5"))
+    .map_err(|e| format!("offline send: {e}"))?;
+    let (a, b) = (std::fs::read(&full), std::fs::read(&offline));
+    match (a, b) {
+        (Ok(a), Ok(b)) if a == b && !a.is_empty() => {}
+        (a, b) => {
+            return Err(format!(
+                "the live full stream ({:?} bytes) differs from the offline one ({:?} bytes)",
+                a.map(|v| v.len()),
+                b.map(|v| v.len())
+            ))
+        }
+    }
+    // The kernel lists what the loop left.
+    let k = RwMount::start(Writer::Kernel, &image, &mnt, "")?;
+    let list = run(Command::new("btrfs").args(["subvolume", "list"]).arg(&mnt));
+    let kfin = k.finish();
+    let list = String::from_utf8_lossy(&list?.stdout).into_owned();
+    kfin.map_err(|e| format!("kernel unmount: {e}"))?;
+    let paths: Vec<&str> = list.lines().filter_map(|l| l.rsplit(' ').next()).collect();
+    if paths != ["data", "w", "snap4", "snap5"] {
+        return Err(format!("the kernel lists {paths:?}:\n{list}"));
+    }
+    Ok(format!(
+        "{}; the full stream equals the offline send ({} bytes)",
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .replace('\n', ", "),
+        std::fs::metadata(&full).map(|m| m.len()).unwrap_or(0)
+    ))
+}

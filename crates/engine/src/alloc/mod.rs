@@ -182,6 +182,10 @@ pub struct Allocator {
     /// instead of being handed out again (the kernel pins every freed
     /// extent until commit).
     pub log_holds_items: bool,
+    /// Readers of an older commit ([`Allocator::hold_freed`]), and the
+    /// space freed and committed meanwhile, held for them.
+    readers: u32,
+    held: Vec<(u64, u64)>,
 }
 
 impl Allocator {
@@ -383,12 +387,35 @@ impl Allocator {
         std::mem::take(&mut self.pinned)
     }
 
-    /// Pinned space of a commit now on disk becomes free space.
+    /// Pinned space of a commit now on disk becomes free space, unless a
+    /// reader of an older commit holds freed space ([`Allocator::hold_freed`]).
     pub fn unpin(&mut self, pinned: Vec<(u64, u64)>) {
+        if self.readers > 0 {
+            self.held.extend(pinned);
+            return;
+        }
         for (s, l) in pinned {
             if let Some(g) = self.group_of(s) {
                 g.add_free(s, l);
             }
+        }
+    }
+
+    /// A reader of the last commit begins (a send from the mount reads
+    /// the trees of the superblock on disk while the mount commits on):
+    /// space freed from now on stays pinned until every such reader has
+    /// ended, so that no block a reader may still reach is written over.
+    pub fn hold_freed(&mut self) {
+        self.readers += 1;
+    }
+
+    /// A reader of [`Allocator::hold_freed`] ended; the last one gives
+    /// the space held back.
+    pub fn release_freed(&mut self) {
+        self.readers = self.readers.saturating_sub(1);
+        if self.readers == 0 {
+            let held = std::mem::take(&mut self.held);
+            self.unpin(held);
         }
     }
 

@@ -35,6 +35,13 @@ impl Device {
         Device::from_dev(path, Arc::new(dev))
     }
 
+    /// A second handle of this device over the same open file, its
+    /// superblock read anew: a reader of what a writer of this process
+    /// has committed (a send from the mount), without a claim of its own.
+    pub fn reopen(&self) -> Result<Device> {
+        Device::from_dev(&self.path, self.dev.clone())
+    }
+
     /// Reads the superblock copies of an already opened device; `path`
     /// names it in messages.
     pub fn from_dev(path: &Path, dev: Arc<dyn BlockDev>) -> Result<Device> {

@@ -38,6 +38,7 @@ pub mod namei;
 pub mod nocow;
 pub mod ordered;
 pub mod orphan;
+pub mod send;
 pub mod subvol;
 
 use crate::data::extent::ExtentKind;
@@ -169,6 +170,9 @@ pub struct RwFs {
     /// Subvolumes deleted while files in them were open: dropped at the
     /// last close ([`subvol`]).
     dead_subvols: HashSet<u64>,
+    /// Subvolumes being sent from the mount, with how many sends
+    /// ([`send`]).
+    sending: HashMap<u64, u32>,
     /// The subvolume the mount shows as its root: not deleted under it
     /// (EBUSY, [`RwFs::set_shown_subvol`]).
     shown_subvol: u64,
@@ -275,6 +279,7 @@ impl RwFs {
             open: Default::default(),
             orphans: HashSet::new(),
             dead_subvols: HashSet::new(),
+            sending: HashMap::new(),
             shown_subvol: FS_TREE_OBJECTID,
             last_commit: Instant::now(),
             aborted: None,

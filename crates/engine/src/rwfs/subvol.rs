@@ -156,6 +156,9 @@ impl RwFs {
         if id == self.shown_subvol {
             return Err(Error::Busy(format!("subvolume {id} is the mount's root")));
         }
+        if self.is_sending(id) {
+            return Err(Error::Permission(format!("subvolume {id} is being sent")));
+        }
         if id == self.t.default_subvol()? {
             return Err(Error::Permission(format!(
                 "subvolume {id} is the default subvolume"

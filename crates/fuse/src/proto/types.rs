@@ -53,6 +53,7 @@ impl Errno {
     pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
     pub const EXDEV: Errno = Errno(libc::EXDEV);
+    pub const ESRCH: Errno = Errno(libc::ESRCH);
     pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
 
     /// The errno `code` (a value the kernel would refuse is made EIO when

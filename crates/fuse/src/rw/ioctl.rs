@@ -1,7 +1,7 @@
 //! The ioctls the read-write mount answers (FUSE forwards those whose
 //! argument size the command encodes): inode flags (`chattr`, the
 //! fileattr xflags), the filesystem label, btrfs's sync ioctls, FITRIM,
-//! and the subvolume ioctls ([`super::subvol`]).
+//! the subvolume ioctls ([`super::subvol`]) and send ([`super::send`]).
 
 use super::{errno, RwInner};
 use crate::proto::{Errno, INodeNo};
@@ -186,6 +186,7 @@ impl RwInner {
                     Err(e) => reply.error(errno("ioctl BTRFS_IOC_WAIT_SYNC", e)),
                 }
             }
+            ubtrfs_format::ioctl::SEND => self.send_ioctl(req, node, in_data, reply),
             c if super::subvol::handles(c) => self.subvol_ioctl(req, node, c, in_data, reply),
             _ => reply.error(Errno::ENOTTY),
         }
