@@ -125,8 +125,16 @@ pub fn run_subvolume(cmd: SubvolumeCmd) -> CmdResult {
         SubvolumeCmd::List { image, json } => (image, json),
         other => return crate::cmd_subvol::run(other),
     };
-    let fs = image.open()?;
-    let subs = fs.subvolumes()?;
+    let mounted = image.image.is_dir()
+        && matches!(
+            crate::mounted::classify(&image.image, true)?,
+            crate::mounted::Target::Mounted
+        );
+    let fs = if mounted { None } else { Some(image.open()?) };
+    let subs = match &fs {
+        Some(fs) => fs.subvolumes()?,
+        None => crate::mounted::subvolumes(&image.image)?,
+    };
     let mut out = std::io::stdout().lock();
     if json {
         let v: Vec<_> = subs
@@ -166,7 +174,9 @@ pub fn run_subvolume(cmd: SubvolumeCmd) -> CmdResult {
             out.write_all(b"\n")?;
         }
     }
-    print_reports(&fs);
+    if let Some(fs) = &fs {
+        print_reports(fs);
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -230,6 +230,92 @@ pub fn send_one(snap: &Path, args: &abi::SendArgs, out: &impl AsRawFd) -> Result
     ioctl(&d, abi::SEND, &mut arg).map_err(|e| format!("send {}: {e}", snap.display()))
 }
 
+/// Every item of tree `tree` from `lo` to `hi`, by TREE_SEARCH on `dir`
+/// (CAP_SYS_ADMIN), a batch at a time.
+pub fn search_items(
+    dir: &Path,
+    tree: u64,
+    lo: ubtrfs_format::Key,
+    hi: ubtrfs_format::Key,
+) -> Result<Vec<(ubtrfs_format::Key, Vec<u8>)>, String> {
+    let d = open_dir(dir)?;
+    let mut out = Vec::new();
+    let mut from = lo;
+    loop {
+        let key = abi::SearchKey {
+            tree_id: tree,
+            min_objectid: from.objectid,
+            max_objectid: hi.objectid,
+            min_type: from.item_type as u32,
+            max_type: hi.item_type as u32,
+            min_offset: from.offset,
+            max_offset: hi.offset,
+            min_transid: 0,
+            max_transid: u64::MAX,
+            nr_items: 4096,
+        };
+        let mut arg = key.to_args();
+        ioctl(&d, abi::TREE_SEARCH, &mut arg)
+            .map_err(|e| format!("tree search on {}: {e}", dir.display()))?;
+        let n = abi::SearchKey::parse(&arg).map_or(0, |k| k.nr_items);
+        let found = abi::search_results(&arg[abi::SEARCH_KEY_SIZE..], n);
+        let Some(&(_, last, _)) = found.last() else {
+            return Ok(out);
+        };
+        out.extend(found.into_iter().map(|(_, k, d)| (k, d.to_vec())));
+        // The key after the last one found.
+        from = match (last.offset.checked_add(1), last.item_type.checked_add(1)) {
+            (Some(o), _) => ubtrfs_format::Key::new(last.objectid, last.item_type, o),
+            (None, Some(t)) => ubtrfs_format::Key::new(last.objectid, t, 0),
+            (None, None) => match last.objectid.checked_add(1) {
+                Some(o) => ubtrfs_format::Key::new(o, 0, 0),
+                None => return Ok(out),
+            },
+        };
+        if from > hi {
+            return Ok(out);
+        }
+    }
+}
+
+/// The path of directory `dirid` inside subvolume `tree` (relative, no
+/// trailing '/'), by INO_LOOKUP on `dir`.
+pub fn dir_path(dir: &Path, tree: u64, dirid: u64) -> Result<Vec<u8>, String> {
+    let d = open_dir(dir)?;
+    let mut arg = ubtrfs_format::ioctl::InoLookup {
+        treeid: tree,
+        objectid: dirid,
+        name: Vec::new(),
+    }
+    .to_bytes()
+    .unwrap_or_default();
+    ioctl(&d, abi::INO_LOOKUP, &mut arg)
+        .map_err(|e| format!("inode lookup on {}: {e}", dir.display()))?;
+    let mut name = ubtrfs_format::ioctl::InoLookup::parse(&arg)
+        .map(|l| l.name)
+        .unwrap_or_default();
+    if name.last() == Some(&b'/') {
+        name.pop();
+    }
+    Ok(name)
+}
+
+/// The subvolumes of the filesystem `dir` is in, as an image's reader
+/// lists them (the root tree's items through TREE_SEARCH).
+pub fn subvolumes(dir: &Path) -> Result<Vec<ubtrfs_engine::Subvolume>, String> {
+    use ubtrfs_format::consts::*;
+    let items = search_items(
+        dir,
+        ROOT_TREE_OBJECTID,
+        ubtrfs_format::Key::new(FS_TREE_OBJECTID, ROOT_ITEM, 0),
+        ubtrfs_format::Key::new(LAST_FREE_OBJECTID, ROOT_BACKREF, u64::MAX),
+    )?;
+    ubtrfs_engine::fs::subvolumes_of(&items, |tree, dirid| {
+        dir_path(dir, tree, dirid).map_err(ubtrfs_engine::Error::Invalid)
+    })
+    .map_err(|e| format!("{}: {e}", dir.display()))
+}
+
 /// A path as btrfs-progs prints a new name: with its directory ("./a"
 /// for a bare name).
 fn shown(path: &Path) -> String {

@@ -28,6 +28,12 @@ const V2_NAME_AT: usize = 56;
 pub const INO_LOOKUP_SIZE: usize = 4096;
 /// struct btrfs_ioctl_fs_info_args.
 pub const FS_INFO_SIZE: usize = 1024;
+/// struct btrfs_ioctl_search_args: the key (104 bytes), then the
+/// results.
+pub const SEARCH_ARGS_SIZE: usize = 4096;
+pub const SEARCH_KEY_SIZE: usize = 104;
+/// struct btrfs_ioctl_search_header, before each item's data.
+pub const SEARCH_HEADER_SIZE: usize = 32;
 /// struct btrfs_ioctl_send_args.
 pub const SEND_ARGS_SIZE: usize = 72;
 
@@ -42,6 +48,7 @@ pub const SUBVOL_SETFLAGS: u32 = ioc(IOC_WRITE, 26, 8);
 pub const FS_INFO: u32 = ioc(IOC_READ, 31, FS_INFO_SIZE);
 pub const SNAP_DESTROY_V2: u32 = ioc(IOC_WRITE, 63, VOL_ARGS_V2_SIZE);
 pub const SEND: u32 = ioc(IOC_WRITE, 38, SEND_ARGS_SIZE);
+pub const TREE_SEARCH: u32 = ioc(IOC_READ | IOC_WRITE, 17, SEARCH_ARGS_SIZE);
 
 /// BTRFS_SEND_FLAG_*.
 pub const SEND_FLAG_NO_FILE_DATA: u64 = 0x1;
@@ -162,6 +169,126 @@ impl SendArgs {
     }
 }
 
+/// BTRFS_IOC_TREE_SEARCH's key: the tree (0: the file's), the range of
+/// keys as (objectid, type, offset) triples compared whole, the leaves'
+/// generations, and how many items at most (in) or were found (out).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SearchKey {
+    pub tree_id: u64,
+    pub min_objectid: u64,
+    pub max_objectid: u64,
+    pub min_offset: u64,
+    pub max_offset: u64,
+    pub min_transid: u64,
+    pub max_transid: u64,
+    pub min_type: u32,
+    pub max_type: u32,
+    pub nr_items: u32,
+}
+
+impl SearchKey {
+    pub fn parse(b: &[u8]) -> Option<SearchKey> {
+        let b = b.get(..SEARCH_KEY_SIZE)?;
+        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or([0; 4]));
+        Some(SearchKey {
+            tree_id: u64_at(b, 0),
+            min_objectid: u64_at(b, 8),
+            max_objectid: u64_at(b, 16),
+            min_offset: u64_at(b, 24),
+            max_offset: u64_at(b, 32),
+            min_transid: u64_at(b, 40),
+            max_transid: u64_at(b, 48),
+            min_type: u32_at(56),
+            max_type: u32_at(60),
+            nr_items: u32_at(64),
+        })
+    }
+
+    /// The whole argument: this key and an empty result area.
+    pub fn to_args(&self) -> Vec<u8> {
+        let mut b = vec![0u8; SEARCH_ARGS_SIZE];
+        for (i, v) in [
+            self.tree_id,
+            self.min_objectid,
+            self.max_objectid,
+            self.min_offset,
+            self.max_offset,
+            self.min_transid,
+            self.max_transid,
+        ]
+        .iter()
+        .enumerate()
+        {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b[56..60].copy_from_slice(&self.min_type.to_le_bytes());
+        b[60..64].copy_from_slice(&self.max_type.to_le_bytes());
+        b[64..68].copy_from_slice(&self.nr_items.to_le_bytes());
+        b
+    }
+
+    /// The lowest and highest keys of the range.
+    pub fn range(&self) -> (crate::Key, crate::Key) {
+        (
+            crate::Key::new(
+                self.min_objectid,
+                self.min_type.min(255) as u8,
+                self.min_offset,
+            ),
+            crate::Key::new(
+                self.max_objectid,
+                self.max_type.min(255) as u8,
+                self.max_offset,
+            ),
+        )
+    }
+}
+
+/// Appends one search result (header and item data) to `out`, the result
+/// area; false (nothing appended) when it does not fit in `room` bytes.
+pub fn push_search_result(
+    out: &mut Vec<u8>,
+    room: usize,
+    transid: u64,
+    key: &crate::Key,
+    data: &[u8],
+) -> bool {
+    if out.len() + SEARCH_HEADER_SIZE + data.len() > room {
+        return false;
+    }
+    out.extend_from_slice(&transid.to_le_bytes());
+    out.extend_from_slice(&key.objectid.to_le_bytes());
+    out.extend_from_slice(&key.offset.to_le_bytes());
+    out.extend_from_slice(&(key.item_type as u32).to_le_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out.extend_from_slice(data);
+    true
+}
+
+/// The `n` results in a TREE_SEARCH answer's result area `buf`: (leaf
+/// generation, key, data); stops at the first that does not fit.
+pub fn search_results(buf: &[u8], n: u32) -> Vec<(u64, crate::Key, &[u8])> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for _ in 0..n {
+        let Some(h) = buf.get(at..at + SEARCH_HEADER_SIZE) else {
+            break;
+        };
+        let len = u32::from_le_bytes(h[28..32].try_into().unwrap_or([0; 4])) as usize;
+        let Some(data) = buf.get(at + SEARCH_HEADER_SIZE..at + SEARCH_HEADER_SIZE + len) else {
+            break;
+        };
+        let typ = u32::from_le_bytes(h[24..28].try_into().unwrap_or([0; 4]));
+        out.push((
+            u64_at(h, 0),
+            crate::Key::new(u64_at(h, 8), typ.min(255) as u8, u64_at(h, 16)),
+            data,
+        ));
+        at += SEARCH_HEADER_SIZE + len;
+    }
+    out
+}
+
 /// BTRFS_IOC_INO_LOOKUP's argument: which tree and inode in; the tree
 /// (when 0 was asked: the one the file is in) and the inode's path from
 /// that tree's top, ending in '/', out.
@@ -278,6 +405,7 @@ mod tests {
         assert_eq!(FS_INFO, 0x8400_941f);
         assert_eq!(SNAP_DESTROY_V2, 0x5000_943f);
         assert_eq!(SEND, 0x4048_9426);
+        assert_eq!(TREE_SEARCH, 0xd000_9411);
     }
 
     #[test]
@@ -300,6 +428,29 @@ mod tests {
         // A name without its NUL stops at the struct's end.
         let v1 = [b'x'; VOL_ARGS_SIZE];
         assert_eq!(VolArgs::parse(&v1, false).unwrap().name.len(), 4087);
+    }
+
+    #[test]
+    fn search_key_and_results_round_trip() {
+        let k = SearchKey {
+            tree_id: 1,
+            min_objectid: 256,
+            max_objectid: u64::MAX,
+            min_type: 132,
+            max_type: 144,
+            max_offset: u64::MAX,
+            max_transid: u64::MAX,
+            nr_items: 4096,
+            ..SearchKey::default()
+        };
+        assert_eq!(SearchKey::parse(&k.to_args()), Some(k));
+        let mut buf = Vec::new();
+        let key = crate::Key::new(256, 132, 0);
+        assert!(push_search_result(&mut buf, 100, 7, &key, b"abc"));
+        assert!(!push_search_result(&mut buf, 100, 7, &key, &[0; 60]));
+        assert_eq!(search_results(&buf, 1), vec![(7, key, &b"abc"[..])]);
+        // A count past what the area holds stops at its end.
+        assert_eq!(search_results(&buf, 5).len(), 1);
     }
 
     #[test]

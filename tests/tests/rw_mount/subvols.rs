@@ -57,6 +57,8 @@ r sv delete nothere
 r setpriv --reuid=tests --regid=tests --clear-groups sh -c "\$SV delete snapofro"
 r sv delete snapofro
 ls -a | sort | tr '\n' ' '; echo
+sv list . | awk '{print "listed:", $2, $7, $NF}'
+sv list d | awk '{print "listed from d:", $2, $7, $NF}' 
 sync
 "#;
 

@@ -346,84 +346,20 @@ impl Filesystem {
 
     /// Every subvolume and snapshot, with paths from the top level.
     pub fn subvolumes(&self) -> Result<Vec<Subvolume>> {
-        let mut roots = Vec::new();
-        let mut backrefs: BTreeMap<u64, (u64, u64, Vec<u8>)> = BTreeMap::new();
+        let mut items = Vec::new();
         for_each_item(
             &self.info,
             self.root_tree,
             Key::new(FS_TREE_OBJECTID, 0, 0),
             Key::new(LAST_FREE_OBJECTID, u8::MAX, u64::MAX),
             |k, d| {
-                let is_subvol = k.objectid == FS_TREE_OBJECTID || k.objectid >= FIRST_FREE_OBJECTID;
-                if !is_subvol {
-                    return Ok(ControlFlow::Continue(()));
-                }
-                match k.item_type {
-                    ROOT_ITEM => roots.push((
-                        k.objectid,
-                        RootItem::parse(d).at(|| format!("root tree key {k}"))?,
-                    )),
-                    ROOT_BACKREF => {
-                        let r = RootRef::parse(d).at(|| format!("root tree key {k}"))?;
-                        backrefs
-                            .entry(k.objectid)
-                            .or_insert((k.offset, r.dirid, r.name.to_vec()));
-                    }
-                    _ => {}
+                if matches!(k.item_type, ROOT_ITEM | ROOT_BACKREF) {
+                    items.push((k, d.to_vec()));
                 }
                 Ok(ControlFlow::Continue(()))
             },
         )?;
-        let mut out = Vec::new();
-        let mut paths: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-        paths.insert(FS_TREE_OBJECTID, Vec::new());
-        for (id, root) in roots {
-            // Deleted subvolumes keep a ROOT_ITEM with refs 0 until cleaned.
-            if id != FS_TREE_OBJECTID && root.refs == 0 {
-                continue;
-            }
-            let (parent_id, dirid, name) = backrefs.get(&id).cloned().unwrap_or((0, 0, Vec::new()));
-            out.push(Subvolume {
-                id,
-                parent_id,
-                dirid,
-                name,
-                path: Vec::new(),
-                root,
-            });
-        }
-        // Resolve paths; parents may have higher ids than children (moved
-        // subvolumes), so iterate until stable, bounded by the count.
-        for _ in 0..=out.len() {
-            let mut progress = false;
-            for s in out.iter_mut() {
-                if paths.contains_key(&s.id) || s.parent_id == 0 {
-                    continue;
-                }
-                if let Some(pp) = paths.get(&s.parent_id).cloned() {
-                    let dir = self.dir_path(s.parent_id, s.dirid)?;
-                    let mut p = pp;
-                    for part in [dir, s.name.clone()] {
-                        if part.is_empty() {
-                            continue;
-                        }
-                        if !p.is_empty() {
-                            p.push(b'/');
-                        }
-                        p.extend_from_slice(&part);
-                    }
-                    paths.insert(s.id, p);
-                    progress = true;
-                }
-            }
-            if !progress {
-                break;
-            }
-        }
-        for s in out.iter_mut() {
-            s.path = paths.get(&s.id).cloned().unwrap_or_default();
-        }
-        Ok(out)
+        subvolumes_of(&items, |subvol, dir| self.dir_path(subvol, dir))
     }
 
     /// Path of directory `dir` inside subvolume `subvol` (relative, no
@@ -647,4 +583,86 @@ impl Filesystem {
         }
         Ok(*stack.last().unwrap())
     }
+}
+
+/// The subvolumes the root tree's ROOT_ITEM and ROOT_BACKREF `items`
+/// describe (in key order), with paths from the top level; `dir_path`
+/// gives the path of a directory inside a subvolume (relative). One
+/// builder for an image's reader and for a client of a mount, which
+/// reads the same items through TREE_SEARCH.
+pub fn subvolumes_of(
+    items: &[(Key, Vec<u8>)],
+    dir_path: impl Fn(u64, u64) -> Result<Vec<u8>>,
+) -> Result<Vec<Subvolume>> {
+    let mut roots = Vec::new();
+    let mut backrefs: BTreeMap<u64, (u64, u64, Vec<u8>)> = BTreeMap::new();
+    for (k, d) in items {
+        let is_subvol = k.objectid == FS_TREE_OBJECTID || k.objectid >= FIRST_FREE_OBJECTID;
+        if !is_subvol || k.objectid > LAST_FREE_OBJECTID {
+            continue;
+        }
+        match k.item_type {
+            ROOT_ITEM => roots.push((
+                k.objectid,
+                RootItem::parse(d).at(|| format!("root tree key {k}"))?,
+            )),
+            ROOT_BACKREF => {
+                let r = RootRef::parse(d).at(|| format!("root tree key {k}"))?;
+                backrefs
+                    .entry(k.objectid)
+                    .or_insert((k.offset, r.dirid, r.name.to_vec()));
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    let mut paths: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    paths.insert(FS_TREE_OBJECTID, Vec::new());
+    for (id, root) in roots {
+        // Deleted subvolumes keep a ROOT_ITEM with refs 0 until cleaned.
+        if id != FS_TREE_OBJECTID && root.refs == 0 {
+            continue;
+        }
+        let (parent_id, dirid, name) = backrefs.get(&id).cloned().unwrap_or((0, 0, Vec::new()));
+        out.push(Subvolume {
+            id,
+            parent_id,
+            dirid,
+            name,
+            path: Vec::new(),
+            root,
+        });
+    }
+    // Resolve paths; parents may have higher ids than children (moved
+    // subvolumes), so iterate until stable, bounded by the count.
+    for _ in 0..=out.len() {
+        let mut progress = false;
+        for s in out.iter_mut() {
+            if paths.contains_key(&s.id) || s.parent_id == 0 {
+                continue;
+            }
+            if let Some(pp) = paths.get(&s.parent_id).cloned() {
+                let dir = dir_path(s.parent_id, s.dirid)?;
+                let mut p = pp;
+                for part in [dir, s.name.clone()] {
+                    if part.is_empty() {
+                        continue;
+                    }
+                    if !p.is_empty() {
+                        p.push(b'/');
+                    }
+                    p.extend_from_slice(&part);
+                }
+                paths.insert(s.id, p);
+                progress = true;
+            }
+        }
+        if !progress {
+            break;
+        }
+    }
+    for s in out.iter_mut() {
+        s.path = paths.get(&s.id).cloned().unwrap_or_default();
+    }
+    Ok(out)
 }

@@ -340,4 +340,91 @@ impl RwFs {
     pub fn superblock(&self) -> &ubtrfs_format::Superblock {
         &self.t.info.sb
     }
+
+    /// BTRFS_IOC_TREE_SEARCH over the running transaction's trees: the
+    /// items of tree `key.tree_id` in its key range (whole keys compared)
+    /// whose leaf generation is in its transid range, at most
+    /// `key.nr_items` of them and as many as fit in `room` bytes, encoded
+    /// as the ioctl answers. Returns the result area and the count.
+    pub fn tree_search(
+        &self,
+        key: &ubtrfs_format::ioctl::SearchKey,
+        room: usize,
+    ) -> Result<(Vec<u8>, u32)> {
+        let (lo, hi) = key.range();
+        let mut out = Vec::new();
+        let mut n = 0u32;
+        let mut too_big = false;
+        if lo > hi || key.nr_items == 0 {
+            return Ok((out, 0));
+        }
+        // The root tree's ROOT_ITEMs of trees changed in this transaction
+        // are written at its commit: the newer copies held in memory are
+        // answered in their place.
+        let mut pending: std::collections::BTreeMap<Key, Vec<u8>> =
+            if key.tree_id == ROOT_TREE_OBJECTID {
+                self.t
+                    .pending_root_items()
+                    .into_iter()
+                    .filter(|(k, _)| *k >= lo && *k <= hi)
+                    .collect()
+            } else {
+                Default::default()
+            };
+        let transid = self.t.transid;
+        let mut emit = |generation: u64, k: &Key, d: &[u8]| -> bool {
+            if n >= key.nr_items {
+                return false;
+            }
+            if generation < key.min_transid || generation > key.max_transid {
+                return true;
+            }
+            if !ubtrfs_format::ioctl::push_search_result(&mut out, room, generation, k, d) {
+                too_big = n == 0;
+                return false;
+            }
+            n += 1;
+            true
+        };
+        let mut stopped = false;
+        self.t.scan_leaves(key.tree_id, &lo, |generation, k, d| {
+            if *k > hi {
+                return false;
+            }
+            // Pending items that sort before this one go first.
+            while let Some((pk, _)) = pending.first_key_value() {
+                if pk > k {
+                    break;
+                }
+                let (pk, pd) = pending.pop_first().expect("a first entry");
+                if !emit(transid, &pk, &pd) {
+                    stopped = true;
+                    return false;
+                }
+                if pk == *k {
+                    return true;
+                }
+            }
+            if !emit(generation, k, d) {
+                stopped = true;
+                return false;
+            }
+            true
+        })?;
+        if !stopped {
+            for (pk, pd) in pending {
+                if !emit(transid, &pk, &pd) {
+                    break;
+                }
+            }
+        }
+        if too_big {
+            // As the kernel: an item larger than the whole result area.
+            return Err(Error::TooLarge(format!(
+                "tree {} item {lo}: larger than the search's {room} bytes",
+                key.tree_id
+            )));
+        }
+        Ok((out, n))
+    }
 }

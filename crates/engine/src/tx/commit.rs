@@ -44,6 +44,26 @@ impl Trans {
         Ok(changed)
     }
 
+    /// The ROOT_ITEMs this transaction holds in memory and writes at its
+    /// commit (new trees, moved roots, changed items), as they would be
+    /// written now: a reader of the running root tree (TREE_SEARCH on the
+    /// mount) sees them in place of the root tree's older copies.
+    pub fn pending_root_items(&self) -> Vec<(ubtrfs_format::Key, Vec<u8>)> {
+        self.roots
+            .values()
+            .filter(|r| r.dirty && r.id != ROOT_TREE_OBJECTID && r.id != CHUNK_TREE_OBJECTID)
+            .map(|r| {
+                let mut item = r.item.clone();
+                item.bytenr = r.bytenr;
+                item.level = r.level;
+                (
+                    ubtrfs_format::Key::new(r.id, ROOT_ITEM, r.key_offset),
+                    item.to_bytes(),
+                )
+            })
+            .collect()
+    }
+
     /// Brings the bookkeeping trees up to date with this transaction's
     /// changes.
     fn settle(&mut self) -> Result<()> {

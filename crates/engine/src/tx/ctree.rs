@@ -400,6 +400,17 @@ impl Trans {
         from: &Key,
         mut f: impl FnMut(&Key, &[u8]) -> bool,
     ) -> Result<()> {
+        self.scan_leaves(tree, from, |_, k, d| f(k, d))
+    }
+
+    /// [`Trans::scan`], with the generation of the leaf each item is in
+    /// (TREE_SEARCH reports it).
+    pub fn scan_leaves(
+        &self,
+        tree: u64,
+        from: &Key,
+        mut f: impl FnMut(u64, &Key, &[u8]) -> bool,
+    ) -> Result<()> {
         let (root, expect) = self.root_expect(tree)?;
         let this = self;
         // Stack of (node, next slot to visit) above the current block.
@@ -414,8 +425,9 @@ impl Trans {
                     0
                 };
                 first = false;
+                let generation = cur.generation;
                 for (k, d) in cur.items().iter_from(start) {
-                    if !f(&k, d) {
+                    if !f(generation, &k, d) {
                         return Ok(());
                     }
                 }

@@ -104,6 +104,7 @@ pub(super) fn handles(cmd: u32) -> bool {
             | abi::DEFAULT_SUBVOL
             | abi::INO_LOOKUP
             | abi::FS_INFO
+            | abi::TREE_SEARCH
     )
 }
 
@@ -160,6 +161,7 @@ impl RwInner {
             abi::DEFAULT_SUBVOL => self.ioctl_default(req, in_data),
             abi::INO_LOOKUP => self.ioctl_ino_lookup(req, id, in_data),
             abi::FS_INFO => Ok(self.fs_info(in_data)),
+            abi::TREE_SEARCH => self.ioctl_tree_search(req, id, in_data),
             _ => Err(Errno::ENOTTY),
         };
         match res {
@@ -439,6 +441,27 @@ impl RwInner {
             p
         };
         a.to_bytes().ok_or(Errno::ENAMETOOLONG)
+    }
+
+    /// TREE_SEARCH (v1): the key is answered with the count found, the
+    /// results after it. CAP_SYS_ADMIN, as the kernel asks.
+    fn ioctl_tree_search(&self, req: &Request, id: InodeId, arg: &[u8]) -> Result<Vec<u8>, Errno> {
+        if !caps::capable(req.pid(), caps::CAP_SYS_ADMIN) {
+            return Err(Errno::EPERM);
+        }
+        let mut key = abi::SearchKey::parse(arg).ok_or(Errno::EINVAL)?;
+        if key.tree_id == 0 {
+            key.tree_id = id.subvol;
+        }
+        let room = abi::SEARCH_ARGS_SIZE - abi::SEARCH_KEY_SIZE;
+        let (results, n) = self
+            .fs_read()
+            .tree_search(&key, room)
+            .map_err(|e| errno("ioctl TREE_SEARCH", e))?;
+        key.nr_items = n;
+        let mut out = key.to_args();
+        out[abi::SEARCH_KEY_SIZE..abi::SEARCH_KEY_SIZE + results.len()].copy_from_slice(&results);
+        Ok(out)
     }
 
     /// FS_INFO: the superblock's figures.
