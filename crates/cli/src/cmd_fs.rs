@@ -51,6 +51,26 @@ pub enum SubvolumeCmd {
         /// Where the snapshot goes (a path inside the image).
         dest: Option<String>,
     },
+    /// Show the subvolume mounted by default (`get-default IMAGE`, or a
+    /// path inside a live mount).
+    GetDefault {
+        /// The image, or a path inside a mount.
+        image: PathBuf,
+        #[arg(short = 'd', long = "device", value_name = "PATH")]
+        devices: Vec<PathBuf>,
+    },
+    /// Make a subvolume the one mounted by default: `set-default ID
+    /// IMAGE` on an unmounted image, `set-default ID PATH` or
+    /// `set-default SUBVOL_PATH` inside a live mount (0 or 5: the top
+    /// level).
+    SetDefault {
+        /// The subvolume id, or the subvolume's path inside a mount.
+        id_or_path: String,
+        /// The image, or a path inside the mount.
+        image: Option<PathBuf>,
+        #[arg(short = 'd', long = "device", value_name = "PATH")]
+        devices: Vec<PathBuf>,
+    },
     /// Delete subvolumes: `delete IMAGE PATH...` on an unmounted image
     /// (written in place), or `delete PATH...` inside a live mount.
     Delete {

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use ubtrfs_engine::subvol::Place;
 use ubtrfs_engine::tx::Trans;
+use ubtrfs_engine::{Filesystem, OpenOptions};
+use ubtrfs_format::consts::FS_TREE_OBJECTID;
 
 use ubtrfs_engine::inode::now;
 
@@ -128,6 +130,67 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
             );
             t.commit()?;
         }
+        SubvolumeCmd::GetDefault { image, devices } => {
+            let (id, subs) = match mounted_paths(&image, &devices, &[], true)? {
+                Some(_) => (
+                    crate::mounted::default_subvol(&image)?,
+                    crate::mounted::subvolumes(&image)?,
+                ),
+                None => {
+                    let o = OpenOptions {
+                        devices,
+                        ..Default::default()
+                    };
+                    let fs = Filesystem::open(&image, &o)?;
+                    (fs.default_subvol()?, fs.subvolumes()?)
+                }
+            };
+            if id == FS_TREE_OBJECTID {
+                println!("ID 5 (FS_TREE)");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let s = subs
+                .iter()
+                .find(|s| s.id == id)
+                .ok_or_else(|| format!("the default subvolume {id} is not in the filesystem"))?;
+            println!(
+                "ID {} gen {} top level {} path {}",
+                s.id,
+                s.root.generation,
+                s.parent_id,
+                String::from_utf8_lossy(&s.path)
+            );
+        }
+        SubvolumeCmd::SetDefault {
+            id_or_path,
+            image,
+            devices,
+        } => match image {
+            Some(image) => {
+                let id: u64 = id_or_path
+                    .parse()
+                    .map_err(|_| format!("{id_or_path}: not a subvolume id"))?;
+                if mounted_paths(&image, &devices, &[], true)?.is_some() {
+                    crate::mounted::set_default(&image, id)?;
+                } else {
+                    let mut t = open(&image, &devices)?;
+                    let id = if id == 0 { FS_TREE_OBJECTID } else { id };
+                    if id != FS_TREE_OBJECTID && t.root(id)?.item.refs == 0 {
+                        return Err(format!("subvolume {id} is deleted").into());
+                    }
+                    t.set_default_subvol(id)?;
+                    t.commit()?;
+                }
+            }
+            None => {
+                let path = PathBuf::from(&id_or_path);
+                if mounted_paths(&path, &devices, &[], true)?.is_none() {
+                    return Err(format!("{id_or_path}: set-default SUBVOL_PATH takes a subvolume inside a mount; on an image: set-default ID IMAGE").into());
+                }
+                let id = crate::mounted::subvol_id(&path)?;
+                crate::mounted::set_default(&path, id)?;
+            }
+        },
         SubvolumeCmd::Delete {
             image,
             devices,

@@ -316,6 +316,30 @@ pub fn subvolumes(dir: &Path) -> Result<Vec<ubtrfs_engine::Subvolume>, String> {
     .map_err(|e| format!("{}: {e}", dir.display()))
 }
 
+/// The default subvolume of the filesystem `dir` is in: the root tree
+/// directory's "default" entry, by TREE_SEARCH.
+pub fn default_subvol(dir: &Path) -> Result<u64, String> {
+    use ubtrfs_format::consts::*;
+    let key = ubtrfs_format::items::dir_item_key(ROOT_TREE_DIR_OBJECTID, b"default");
+    let items = search_items(dir, ROOT_TREE_OBJECTID, key, key)?;
+    for (k, d) in &items {
+        let entries = ubtrfs_format::items::parse_dir_entries(d)
+            .map_err(|e| format!("{}: root tree key {k}: {e}", dir.display()))?;
+        if let Some(e) = entries.iter().find(|e| e.name == b"default") {
+            return Ok(e.location.objectid);
+        }
+    }
+    Ok(FS_TREE_OBJECTID)
+}
+
+/// DEFAULT_SUBVOL: subvolume `id` mounted by default from now on.
+pub fn set_default(dir: &Path, id: u64) -> Result<(), String> {
+    let d = open_dir(dir)?;
+    let mut arg = id.to_le_bytes();
+    ioctl(&d, abi::DEFAULT_SUBVOL, &mut arg)
+        .map_err(|e| format!("set-default {id} on {}: {e}", dir.display()))
+}
+
 /// A path as btrfs-progs prints a new name: with its directory ("./a"
 /// for a bare name).
 fn shown(path: &Path) -> String {

@@ -44,8 +44,10 @@ fn canonical(p: &Path, what: &str) -> Result<PathBuf, String> {
         .map_err(|e| format!("{what} {}: {e}", p.display()))
 }
 
-/// The root directory the mount shows: the top level, or the subvolume
-/// chosen with `subvol=` / `subvolid=` (both must agree when both given).
+/// The root directory the mount shows: the subvolume chosen with
+/// `subvol=` / `subvolid=` (both must agree when both given), else the
+/// default subvolume (the top level unless `subvolume set-default` chose
+/// another), as the kernel's btrfs.
 pub fn mount_root(fs: &Filesystem, o: &MountOptions) -> Result<InodeId, String> {
     let by_path = match &o.subvol {
         None => None,
@@ -84,7 +86,10 @@ pub fn mount_root(fs: &Filesystem, o: &MountOptions) -> Result<InodeId, String> 
             ))
         }
         (Some(a), _) | (None, Some(a)) => a,
-        (None, None) => FS_TREE_OBJECTID,
+        // As the kernel: the default subvolume (`subvolume set-default`).
+        (None, None) => fs
+            .default_subvol()
+            .map_err(|e| format!("the default subvolume: {e}"))?,
     };
     Ok(InodeId {
         subvol,

@@ -1,9 +1,10 @@
 //! (p) Subvolumes on a live mount: one script, run with btrfs-progs on the
 //! kernel's mount and with `ubtrfs subvolume` on ubtrfs's mount (the
 //! daemon carries each request out through btrfs's ioctls), answers
-//! equal step for step; then the kernel mounts each image and lists the
-//! same subvolumes (ids, parents, paths, read-only flags) holding the same
-//! files; `btrfs check` clean.
+//! equal step for step; then the kernel mounts each image (its default
+//! subvolume, set by the script) and lists the same subvolumes (ids,
+//! parents, paths, read-only flags) holding the same files; `btrfs check`
+//! clean.
 
 use super::*;
 
@@ -58,14 +59,32 @@ r setpriv --reuid=tests --regid=tests --clear-groups sh -c "\$SV delete snapofro
 r sv delete snapofro
 ls -a | sort | tr '\n' ' '; echo
 sv list . | awk '{print "listed:", $2, $7, $NF}'
-sv list d | awk '{print "listed from d:", $2, $7, $NF}' 
+sv list d | awk '{print "listed from d:", $2, $7, $NF}'
+# The default subvolume: kept from deletion, and what the kernel mounts.
+r sv set-default snapro
+sv get-default . | awk '{print "default:", $2, $NF}'
+r sv delete snapro
+r sv set-default 5 .
+sv get-default . | awk '{print "default:", $2, $NF}'
+r sv set-default snapro
 sync
 "#;
 
 /// What the kernel shows of the image after (p): the subvolumes (id,
 /// parent, path, ro) and every file (path, type, size, mode, content).
 fn kernel_view(image: &Path, mnt: &Path) -> Result<String, String> {
+    // What a mount without options shows: the default subvolume.
     let k = RwMount::start(Writer::Kernel, image, mnt, "")?;
+    let default = run(Command::new("sh")
+        .args([
+            "-c",
+            "find . -printf 'default mount: %P %y %s %m\\n' | sort",
+        ])
+        .current_dir(mnt));
+    let fin = k.finish();
+    let default = default.map_err(|e| format!("the kernel's default mount: {e}"))?;
+    fin.map_err(|e| format!("kernel unmount: {e}"))?;
+    let k = RwMount::start(Writer::Kernel, image, mnt, "subvolid=5")?;
     let script = r#"
 btrfs subvolume list . | awk '{print $2, $7, $9}' | while read id top p; do
   echo "subvolume $id top $top $p ro=$(btrfs property get -ts "$p" ro | cut -d= -f2)"
@@ -77,7 +96,11 @@ find . -type f -print0 | sort -z | xargs -0 md5sum
     let fin = k.finish();
     let out = out.map_err(|e| format!("the kernel's view: {e}"))?;
     fin.map_err(|e| format!("kernel unmount: {e}"))?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(format!(
+        "{}{}",
+        String::from_utf8_lossy(&default.stdout),
+        String::from_utf8_lossy(&out.stdout)
+    ))
 }
 
 pub(super) fn live_subvol_case(w: Writer, base: &Path) -> Result<(String, String), String> {
@@ -97,11 +120,26 @@ pub(super) fn live_subvol_case(w: Writer, base: &Path) -> Result<(String, String
         &image,
         &format!("after the script on the {} mount", w.name()),
     )?;
-    let view = kernel_view(&image, &mnt)?;
+    let mut view = kernel_view(&image, &mnt)?;
     check(
         &image,
         &format!("after the kernel read the {} image", w.name()),
     )?;
+    // The writer's own mount without options shows the default too.
+    let own = RwMount::start(w, &image, &mnt, "")?;
+    let listing = run(Command::new("sh")
+        .args([
+            "-c",
+            "find . -printf 'own default mount: %P %y %s %m\\n' | sort",
+        ])
+        .current_dir(&mnt));
+    let fin = own.finish();
+    view.push_str(&String::from_utf8_lossy(
+        &listing
+            .map_err(|e| format!("the {} mount's default: {e}", w.name()))?
+            .stdout,
+    ));
+    fin.map_err(|e| format!("unmount: {e}"))?;
     Ok((String::from_utf8_lossy(&out.stdout).into_owned(), view))
 }
 
@@ -135,6 +173,24 @@ pub(super) fn subvolumes_on_a_live_mount_as_the_kernels() {
             .count();
         if subvols < 5 || files < 5 {
             return Err(format!("the kernel's view lists too little:\n{kview}"));
+        }
+        // The default mount is snapro's tree (a snapshot of a snapshot of
+        // the top level taken after d/late was written), not the top.
+        let default: Vec<&str> = kview
+            .lines()
+            .filter_map(|l| l.strip_prefix("default mount: "))
+            .collect();
+        let own = kview
+            .lines()
+            .filter(|l| l.starts_with("own default mount: d/late "))
+            .count();
+        if own != 1
+            || !default.contains(&"d/late f 700007 644")
+            || default.iter().any(|l| l.starts_with("snapro "))
+        {
+            return Err(format!(
+                "the kernel's default mount is not snapro:\n{kview}"
+            ));
         }
         Ok(format!(
             "{} steps answered as the kernel's; the kernel lists the same {subvols} subvolumes and {files} files on both images",

@@ -344,6 +344,14 @@ impl Filesystem {
         self.tree(id)
     }
 
+    /// The subvolume mounted by default: the root tree directory's
+    /// "default" entry (the top level when it has none).
+    pub fn default_subvol(&self) -> Result<u64> {
+        Ok(self
+            .dir_lookup_in(self.root_tree, ROOT_TREE_DIR_OBJECTID, b"default")?
+            .map_or(FS_TREE_OBJECTID, |k| k.objectid))
+    }
+
     /// Every subvolume and snapshot, with paths from the top level.
     pub fn subvolumes(&self) -> Result<Vec<Subvolume>> {
         let mut items = Vec::new();
