@@ -7,6 +7,7 @@ mod cmd_fs;
 mod cmd_inspect;
 mod cmd_mkfs;
 mod cmd_mount;
+mod cmd_property;
 mod cmd_receive;
 mod cmd_rescue;
 mod cmd_scrub;
@@ -108,6 +109,10 @@ enum Command {
     /// Low-level views of the image (superblock, trees).
     #[command(subcommand)]
     Inspect(cmd_inspect::InspectCmd),
+    /// Properties of subvolumes (ro), the filesystem (label) and files
+    /// (compression), on a live mount or an unmounted image.
+    #[command(subcommand)]
+    Property(cmd_property::PropertyCmd),
     /// Subvolume commands.
     #[command(subcommand)]
     Subvolume(cmd_fs::SubvolumeCmd),
@@ -152,6 +157,7 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Command::Inspect(c) => cmd_inspect::run(c),
         Command::Subvolume(c) => cmd_fs::run_subvolume(c),
+        Command::Property(c) => cmd_property::run(c),
         Command::Ls(a) => cmd_fs::ls(a),
         Command::Stat(a) => cmd_fs::stat(a),
         Command::Cat(a) => cmd_fs::cat(a),

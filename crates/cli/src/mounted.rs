@@ -340,6 +340,118 @@ pub fn set_default(dir: &Path, id: u64) -> Result<(), String> {
         .map_err(|e| format!("set-default {id} on {}: {e}", dir.display()))
 }
 
+/// Whether directory `path` is a subvolume's root (its inode number in
+/// its tree is 256: the kernel shows 256, a ubtrfs mount keeps the low 40
+/// bits).
+pub fn is_subvol_root(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_dir() && m.ino() & ((1 << 40) - 1) == 256)
+}
+
+/// FS_IOC_GETFSLABEL / SETFSLABEL (char[256]).
+const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
+const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
+
+/// Property `name` of `path` inside a mount: None when the object has
+/// none (compression not set).
+pub fn property(path: &Path, name: &str) -> Result<Option<String>, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    match name {
+        "ro" => {
+            let mut arg = [0u8; 8];
+            ioctl(&f, abi::SUBVOL_GETFLAGS, &mut arg)
+                .map_err(|e| format!("{}: subvolume flags: {e}", path.display()))?;
+            Ok(Some(
+                (u64::from_le_bytes(arg) & abi::SUBVOL_RDONLY != 0).to_string(),
+            ))
+        }
+        "label" => {
+            let mut arg = [0u8; 256];
+            ioctl(&f, FS_IOC_GETFSLABEL, &mut arg)
+                .map_err(|e| format!("{}: label: {e}", path.display()))?;
+            let n = arg.iter().position(|&b| b == 0).unwrap_or(255);
+            Ok(Some(String::from_utf8_lossy(&arg[..n]).into_owned()))
+        }
+        _ => match xattr_get(path, "btrfs.compression")? {
+            Some(v) => Ok(Some(String::from_utf8_lossy(&v).into_owned())),
+            None => Ok(None),
+        },
+    }
+}
+
+/// Sets property `name` of `path` inside a mount.
+pub fn set_property(path: &Path, name: &str, value: &str) -> Result<(), String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    match name {
+        "ro" => {
+            let ro = crate::cmd_property::parse_bool(value)?;
+            let mut arg = (if ro { abi::SUBVOL_RDONLY } else { 0 }).to_le_bytes();
+            ioctl(&f, abi::SUBVOL_SETFLAGS, &mut arg)
+                .map_err(|e| format!("{}: set ro: {e}", path.display()))
+        }
+        "label" => {
+            if value.len() >= 256 {
+                return Err(format!("a label of {} bytes: at most 255", value.len()));
+            }
+            let mut arg = [0u8; 256];
+            arg[..value.len()].copy_from_slice(value.as_bytes());
+            ioctl(&f, FS_IOC_SETFSLABEL, &mut arg)
+                .map_err(|e| format!("{}: set label: {e}", path.display()))
+        }
+        _ => xattr_set(path, "btrfs.compression", value.as_bytes()),
+    }
+}
+
+fn c_path(path: &Path) -> Result<CString, String> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("{}: NUL in path", path.display()))
+}
+
+/// The value of xattr `name` of `path`, None when it has none.
+fn xattr_get(path: &Path, name: &str) -> Result<Option<Vec<u8>>, String> {
+    let (p, n) = (c_path(path)?, CString::new(name).unwrap_or_default());
+    let mut buf = vec![0u8; 256];
+    // SAFETY: `buf` has the length passed; both strings are C strings.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENODATA) {
+            return Ok(None);
+        }
+        return Err(format!("{}: {name}: {e}", path.display()));
+    }
+    buf.truncate(r as usize);
+    Ok(Some(buf))
+}
+
+/// Sets xattr `name` of `path` (an empty value removes it, as
+/// btrfs-progs' property set compression "").
+fn xattr_set(path: &Path, name: &str, value: &[u8]) -> Result<(), String> {
+    let (p, n) = (c_path(path)?, CString::new(name).unwrap_or_default());
+    // SAFETY: `value` has the length passed; both strings are C strings.
+    let r = if value.is_empty() {
+        unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) }
+    } else {
+        unsafe {
+            libc::setxattr(
+                p.as_ptr(),
+                n.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        }
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if value.is_empty() && e.raw_os_error() == Some(libc::ENODATA) {
+            return Ok(());
+        }
+        return Err(format!("{}: {name}: {e}", path.display()));
+    }
+    Ok(())
+}
+
 /// A path as btrfs-progs prints a new name: with its directory ("./a"
 /// for a bare name).
 fn shown(path: &Path) -> String {

@@ -94,7 +94,8 @@
 //! (p) Subvolumes on a live mount (rw_mount/subvols.rs): one script with
 //!     btrfs-progs on the kernel's mount and `ubtrfs subvolume` on
 //!     ubtrfs's (create, snapshot of dirty data, `-r`, a snapshot of a
-//!     snapshot, EROFS, the new root's mode under a umask, a deleted
+//!     snapshot, EROFS, `property` ro both ways, list, get-default and
+//!     set-default, the new root's mode under a umask, a deleted
 //!     subvolume's open file, rmdir of an empty subvolume, ENOTEMPTY, a
 //!     user's EPERM), answers equal; then the kernel lists the same
 //!     subvolumes and files on both images; `btrfs check` clean.

@@ -34,6 +34,14 @@ r cat ro/x
 r touch ro/y
 r touch snapofro/y
 r touch snapro/d/y
+# The ro property both ways, as btrfs-progs' property set.
+prop() { $PROP "$@"; }
+prop get -ts ro ro
+r prop set -ts ro ro false
+r touch ro/y2
+r prop set -ts ro ro true
+r touch ro/y3
+prop get -ts ro ro
 stat -c '%n %a %U %G %F' a ro snap d/b
 (umask 027; sv create m027 >/dev/null 2>&1); stat -c '%n %a' m027
 # A deleted subvolume's open file reads on until it is closed.
@@ -105,13 +113,17 @@ find . -type f -print0 | sort -z | xargs -0 md5sum
 
 pub(super) fn live_subvol_case(w: Writer, base: &Path) -> Result<(String, String), String> {
     let (_dir, image, mnt, m) = fresh_512m(w, base)?;
-    let sv = match w {
-        Writer::Kernel => "btrfs subvolume".to_string(),
-        Writer::Ubtrfs => format!("{} subvolume", ubtrfs_bin().display()),
+    let (sv, prop) = match w {
+        Writer::Kernel => ("btrfs subvolume".to_string(), "btrfs property".to_string()),
+        Writer::Ubtrfs => (
+            format!("{} subvolume", ubtrfs_bin().display()),
+            format!("{} property", ubtrfs_bin().display()),
+        ),
     };
     let out = run(Command::new("sh")
         .args(["-c", SUBVOL_STEPS])
         .env("SV", sv)
+        .env("PROP", prop)
         .current_dir(&mnt));
     let fin = m.finish();
     let out = out.map_err(|e| format!("the script on the {} mount: {e}", w.name()))?;

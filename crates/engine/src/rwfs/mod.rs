@@ -811,20 +811,12 @@ impl RwFs {
     /// FS_IOC_SETFSLABEL: at most 255 bytes, on disk when this returns
     /// (the kernel's btrfs_ioctl_set_fslabel commits).
     pub fn set_label(&mut self, label: &[u8]) -> Result<()> {
-        if label.len() >= 256 || label.contains(&0) {
-            return Err(Error::Invalid(format!(
-                "a label of {} bytes: at most 255, without NUL",
-                label.len()
-            )));
-        }
         self.check_mounted()?;
         self.writable(InodeId {
             subvol: FS_TREE_OBJECTID,
             ino: FIRST_INODE,
         })?;
-        self.t.info.sb.label = label.to_vec();
-        // The superblock alone changed: the commit must still be made.
-        self.t.mutations += 1;
+        self.t.set_label(label)?;
         self.sync_fs().map(|_| ())
     }
 

@@ -282,6 +282,21 @@ impl Trans {
         Ok(&mut r.item)
     }
 
+    /// The filesystem's label, in the superblock this transaction writes
+    /// (at most 255 bytes, no NUL).
+    pub fn set_label(&mut self, label: &[u8]) -> Result<()> {
+        if label.len() >= 256 || label.contains(&0) {
+            return Err(Error::Invalid(format!(
+                "a label of {} bytes: at most 255, without NUL",
+                label.len()
+            )));
+        }
+        self.info.sb.label = label.to_vec();
+        // The superblock alone changed: the commit must still be made.
+        self.mutations += 1;
+        Ok(())
+    }
+
     /// Whether tree `id` exists.
     pub fn has_tree(&self, id: u64) -> Result<bool> {
         match self.root_view(id) {
