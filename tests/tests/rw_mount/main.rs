@@ -108,6 +108,11 @@
 //!     full stream sent from the mount equals an offline send of the same
 //!     snapshot; `btrfs check` clean on both; the kernel lists the
 //!     subvolumes left.
+//! (r) rw_ops (4 workers) in a subvolume while `ubtrfs subvolume
+//!     snapshot -r` of it is taken every second (rw_mount/subvols.rs):
+//!     the workload's reads all match its model, `btrfs check` clean, the
+//!     kernel reads every snapshot whole (bench/snapshot_stress.sh: the
+//!     same with fstests' fsstress for 60 s).
 //!
 //! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
 //! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
@@ -265,4 +270,6 @@ scenarios! {
     once metadata_enospc_loses_nothing_on_ubtrfs_mount(Ubtrfs) = metadata_enospc_case;
     // (q)
     once send_from_a_live_mount_to_the_kernels_receive(Ubtrfs) = subvols::live_send_case;
+    // (r)
+    once snapshot_every_second_beside_a_workload(Ubtrfs) = subvols::snapshot_every_second_case;
 }

@@ -299,3 +299,87 @@ pub(super) fn live_send_case(_w: Writer, base: &Path) -> Result<String, String> 
         std::fs::metadata(&full).map(|m| m.len()).unwrap_or(0)
     ))
 }
+
+/// (r): rw_ops (4 workers, seed after seed) in one subvolume of ubtrfs's
+/// mount while ten read-only snapshots of it are taken a second apart;
+/// every read of the workload matches its model, then `btrfs check`
+/// clean, and the kernel reads every snapshot whole (each file's bytes,
+/// each listing).
+pub(super) fn snapshot_every_second_case(_w: Writer, base: &Path) -> Result<String, String> {
+    let (dir, image, mnt, m) = fresh_512m(Writer::Ubtrfs, base)?;
+    let ub = ubtrfs_bin();
+    run(Command::new(ub)
+        .args(["subvolume", "create"])
+        .arg(mnt.join("w")))
+    .map_err(|e| format!("subvolume create: {e}"))?;
+    // Ten snapshots a second apart; the workload runs seed after seed
+    // (each in a directory of its own) until they are taken.
+    const SNAPS: u32 = 10;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (runs, snaps) = std::thread::scope(|s| {
+        let taker = s.spawn(|| -> Result<u32, String> {
+            let r = (1..=SNAPS).try_for_each(|n| {
+                std::thread::sleep(Duration::from_secs(1));
+                run(Command::new(ub)
+                    .args(["subvolume", "snapshot", "-r"])
+                    .arg(mnt.join("w"))
+                    .arg(mnt.join(format!("snap{n}"))))
+                .map(|_| ())
+                .map_err(|e| format!("snapshot {n} during the workload: {e}"))
+            });
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            r.map(|()| SNAPS)
+        });
+        let mut runs = Vec::new();
+        for seed in 1.. {
+            if done.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            let d = mnt.join("w").join(format!("run{seed}"));
+            if let Err(e) = std::fs::create_dir(&d) {
+                runs.push(Err(format!("mkdir {}: {e}", d.display())));
+                break;
+            }
+            let r = RwOps::new(seed, ops(), procs()).run(&d, &dir);
+            let failed = !r.ok();
+            runs.push(if failed {
+                Err(format!("rw_ops seed {seed}: {}", r.describe()))
+            } else {
+                Ok(())
+            });
+            if failed {
+                break;
+            }
+        }
+        (runs, taker.join().expect("the snapshot thread"))
+    });
+    let fin = m.finish();
+    let workloads = runs.len();
+    runs.into_iter().collect::<Result<Vec<()>, String>>()?;
+    fin.map_err(|e| format!("unmount: {e}"))?;
+    let snaps = snaps?;
+    check(&image, "after snapshots every second")?;
+    let k = RwMount::start(Writer::Kernel, &image, &mnt, "")?;
+    let read = run(Command::new("sh")
+        .args([
+            "-c",
+            "for s in snap*; do tar cf - \"$s\" | wc -c >/dev/null || exit 1; done; ls -d snap* | wc -l",
+        ])
+        .current_dir(&mnt));
+    let fin = k.finish();
+    let read = read.map_err(|e| format!("the kernel reading the snapshots: {e}"))?;
+    fin.map_err(|e| format!("kernel unmount: {e}"))?;
+    let listed: u32 = String::from_utf8_lossy(&read.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    if listed != snaps {
+        return Err(format!(
+            "{snaps} snapshots taken, the kernel lists {listed}"
+        ));
+    }
+    check(&image, "after the kernel read every snapshot")?;
+    Ok(format!(
+        "{snaps} snapshots during {workloads} rw_ops runs, each read whole by the kernel"
+    ))
+}
