@@ -113,6 +113,11 @@
 //!     the workload's reads all match its model, `btrfs check` clean, the
 //!     kernel reads every snapshot whole (bench/snapshot_stress.sh: the
 //!     same with fstests' fsstress for 60 s).
+//! (s) SIGKILL of ubtrfs's mount at seeded moments while a loop creates
+//!     subvolumes, snapshots them and the top level and deletes snapshots
+//!     (one with a file open in it): `btrfs check` clean; the kernel
+//!     mounts it (its cleaner drops what a delete left unlinked), lists
+//!     and writes; ubtrfs's mount does the same; check clean after each.
 //!
 //! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
 //! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
@@ -272,4 +277,6 @@ scenarios! {
     once send_from_a_live_mount_to_the_kernels_receive(Ubtrfs) = subvols::live_send_case;
     // (r)
     once snapshot_every_second_beside_a_workload(Ubtrfs) = subvols::snapshot_every_second_case;
+    // (s)
+    seeded kill9_during_subvolume_work(Ubtrfs, "subkill") = subvols::kill9_subvol_work_case;
 }

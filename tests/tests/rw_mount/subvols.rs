@@ -383,3 +383,100 @@ pub(super) fn snapshot_every_second_case(_w: Writer, base: &Path) -> Result<Stri
         "{snaps} snapshots during {workloads} rw_ops runs, each read whole by the kernel"
     ))
 }
+
+/// (s): what SIGKILL leaves of subvolume work on the live mount. The
+/// loop makes subvolumes, snapshots them and the top level, deletes
+/// snapshots (one with a file open in it); killed at seeded moments.
+const SUBVOL_WORK: &str = r#"
+fail() { echo "$1" >"$FAILED"; exit 1; }
+i=0
+while :; do
+  i=$((i + 1))
+  $UB subvolume create s$i >/dev/null || fail "create s$i"
+  head -c 300000 /dev/urandom >s$i/f && mkdir s$i/d && echo x >s$i/d/g || fail "write s$i"
+  $UB subvolume snapshot s$i s$i.snap >/dev/null || fail "snapshot s$i"
+  $UB subvolume snapshot -r . top$i >/dev/null || fail "snapshot -r . top$i"
+  echo y >>s$i/f || fail "append s$i/f"
+  exec 3<s$i.snap/f
+  $UB subvolume delete s$i.snap >/dev/null || fail "delete s$i.snap"
+  exec 3<&-
+  if [ $i -gt 2 ]; then
+    $UB subvolume delete top$((i - 2)) >/dev/null || fail "delete top$((i - 2))"
+    rm -rf s$((i - 2))/d s$((i - 2))/f && rmdir s$((i - 2)) || fail "rmdir s$((i - 2))"
+  fi
+done
+"#;
+
+pub(super) fn kill9_subvol_work_case(_w: Writer, seed: u64, base: &Path) -> Result<String, String> {
+    let dir = base.join(format!("kill-{seed}"));
+    let (image, mnt) = fresh_image(&dir, "512M")?;
+    let mut rng = Rng::new(seed);
+    let mut notes = Vec::new();
+    for k in 0..kills() {
+        let delay = Duration::from_millis(500 + rng.below(3000));
+        let when = format!("kill {k} after {delay:?}");
+        let mut m = RwMount::start(Writer::Ubtrfs, &image, &mnt, "commit=1")?;
+        let t = mnt.join(format!("k{k}"));
+        run(Command::new(ubtrfs_bin())
+            .args(["subvolume", "create"])
+            .arg(&t))
+        .map_err(|e| format!("subvolume create: {e}"))?;
+        let failed = dir.join(format!("failed-{k}"));
+        let mut c = Command::new("sh");
+        c.args(["-c", SUBVOL_WORK])
+            .env("UB", ubtrfs_bin())
+            .env("FAILED", &failed)
+            .current_dir(&t);
+        let work = spawn_limited(
+            c,
+            &dir,
+            Limits {
+                timeout: Duration::from_secs(300),
+                address_space: None,
+                file_size: None,
+            },
+        );
+        std::thread::sleep(delay);
+        let RwMount::Ubtrfs(u) = &mut m else {
+            return Err("not ubtrfs's mount".into());
+        };
+        // A step that failed before the kill (after it, every step
+        // fails: the mount is gone).
+        let before = std::fs::read_to_string(&failed);
+        let killed = u.kill9();
+        kill_group(work);
+        killed.map_err(|e| format!("{when}: {e}"))?;
+        if let Ok(step) = before {
+            return Err(format!("{when}: the loop failed before the kill: {step}"));
+        }
+        check(&image, &format!("after {when}"))?;
+        // The kernel mounts it (its cleaner drops what a delete left
+        // unlinked), lists it, writes; then ubtrfs's mount does the same
+        // (it drops them itself).
+        for w in [Writer::Kernel, Writer::Ubtrfs] {
+            let m = RwMount::start(w, &image, &mnt, "")
+                .map_err(|e| format!("{when}: the {} cannot mount it: {e}", w.name()))?;
+            let listed = run(Command::new(ubtrfs_bin())
+                .args(["subvolume", "list"])
+                .arg(&mnt));
+            let wrote = std::fs::write(
+                mnt.join(format!("{}-{k}", w.name())),
+                vec![k as u8; 100_000],
+            );
+            let fin = m.finish();
+            let listed =
+                listed.map_err(|e| format!("{when}: list on the {} mount: {e}", w.name()))?;
+            fin.map_err(|e| format!("{when}: {} unmount: {e}", w.name()))?;
+            wrote.map_err(|e| format!("{when}: {} write: {e}", w.name()))?;
+            check(&image, &format!("after {when} and a {} mount", w.name()))?;
+            if w == Writer::Ubtrfs {
+                notes.push(format!(
+                    "{delay:?}: {} subvolumes",
+                    String::from_utf8_lossy(&listed.stdout).lines().count()
+                ));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(notes.join(", "))
+}
