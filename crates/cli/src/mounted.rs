@@ -126,11 +126,11 @@ fn name_of(path: &Path) -> Result<Vec<u8>, String> {
     }
 }
 
-/// `subvolume create PATH`: an empty subvolume, made by the mount.
-pub fn create(path: &Path) -> Result<(), String> {
-    let name = name_of(path)?;
-    let dir = parent_of(path);
-    let d = open_dir(&dir)?;
+/// A request that names `path` in its directory (create, delete): the
+/// v2 argument with that name, on the directory.
+fn name_request(path: &Path, cmd: u32) -> io::Result<()> {
+    let name = name_of(path).map_err(io::Error::other)?;
+    let d = open_dir(&parent_of(path)).map_err(io::Error::other)?;
     let mut arg = VolArgs {
         fd: 0,
         flags: 0,
@@ -138,7 +138,12 @@ pub fn create(path: &Path) -> Result<(), String> {
         subvolid: 0,
     }
     .to_v2_bytes();
-    ioctl(&d, abi::SUBVOL_CREATE_V2, &mut arg)
+    ioctl(&d, cmd, &mut arg)
+}
+
+/// `subvolume create PATH`: an empty subvolume, made by the mount.
+pub fn create(path: &Path) -> Result<(), String> {
+    name_request(path, abi::SUBVOL_CREATE_V2)
         .map_err(|e| format!("cannot create subvolume {}: {e}", path.display()))?;
     println!("Create subvolume '{}'", shown(path));
     Ok(())
@@ -185,17 +190,7 @@ pub fn snapshot(source: &Path, dest: &Path, readonly: bool) -> Result<(), String
 
 /// `subvolume delete PATH`.
 pub fn delete(path: &Path) -> Result<(), String> {
-    let name = name_of(path)?;
-    let dir = parent_of(path);
-    let d = open_dir(&dir)?;
-    let mut arg = VolArgs {
-        fd: 0,
-        flags: 0,
-        name,
-        subvolid: 0,
-    }
-    .to_v2_bytes();
-    ioctl(&d, abi::SNAP_DESTROY_V2, &mut arg)
+    name_request(path, abi::SNAP_DESTROY_V2)
         .map_err(|e| format!("cannot delete {}: {e}", path.display()))?;
     println!("Delete subvolume (no-commit): '{}'", shown(path));
     Ok(())

@@ -126,6 +126,16 @@ fn may_write_exec(req: &Request, mode: u32, uid: u32, gid: u32) -> bool {
     bits & 0o3 == 0o3
 }
 
+/// The argument of a request that makes a subvolume (create, snapshot):
+/// read-only is the one flag served (qgroup inheritance: EOPNOTSUPP).
+fn new_subvol_args(arg: &[u8], v2: bool) -> Result<VolArgs, Errno> {
+    let a = VolArgs::parse(arg, v2).ok_or(Errno::EINVAL)?;
+    if a.flags & !abi::SUBVOL_RDONLY != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok(a)
+}
+
 /// The caller's filesystem uid and gid, from its /proc status (the
 /// request's ids are not sent for an ioctl on a mount that allows
 /// idmapping); nobody's when the process is gone.
@@ -216,12 +226,7 @@ impl RwInner {
         arg: &[u8],
         v2: bool,
     ) -> Result<Vec<u8>, Errno> {
-        let a = VolArgs::parse(arg, v2).ok_or(Errno::EINVAL)?;
-        if a.flags & !(abi::SUBVOL_RDONLY | abi::SUBVOL_QGROUP_INHERIT) != 0
-            || a.flags & abi::SUBVOL_QGROUP_INHERIT != 0
-        {
-            return Err(Errno::EOPNOTSUPP);
-        }
+        let a = new_subvol_args(arg, v2)?;
         self.writable_mount()?;
         self.may_create_in(req, dir)?;
         let umask = caps::umask(req.pid()).unwrap_or(0o022);
@@ -285,13 +290,7 @@ impl RwInner {
         dir: InodeId,
         arg: &[u8],
     ) -> Result<Vec<u8>, Errno> {
-        let a = VolArgs::parse(arg, true).ok_or(Errno::EINVAL)?;
-        if a.flags & !(abi::SUBVOL_RDONLY | abi::SUBVOL_QGROUP_INHERIT) != 0 {
-            return Err(Errno::EOPNOTSUPP);
-        }
-        if a.flags & abi::SUBVOL_QGROUP_INHERIT != 0 {
-            return Err(Errno::EOPNOTSUPP);
-        }
+        let a = new_subvol_args(arg, true)?;
         self.writable_mount()?;
         let src = self.caller_subvol(req, a.fd)?;
         self.may_create_in(req, dir)?;
