@@ -3,6 +3,7 @@
 //! without the kernel's btrfs driver. A thin front end over
 //! `ubtrfs-engine`; each subcommand lives in its own module.
 
+mod cmd_filesystem;
 mod cmd_fs;
 mod cmd_inspect;
 mod cmd_mkfs;
@@ -109,6 +110,10 @@ enum Command {
     /// Low-level views of the image (superblock, trees).
     #[command(subcommand)]
     Inspect(cmd_inspect::InspectCmd),
+    /// Filesystem-wide figures and settings: df, sync, label (an image,
+    /// or a path inside a live mount).
+    #[command(subcommand)]
+    Filesystem(cmd_filesystem::FilesystemCmd),
     /// Properties of subvolumes (ro), the filesystem (label) and files
     /// (compression), on a live mount or an unmounted image.
     #[command(subcommand)]
@@ -158,6 +163,7 @@ fn main() -> ExitCode {
         Command::Inspect(c) => cmd_inspect::run(c),
         Command::Subvolume(c) => cmd_fs::run_subvolume(c),
         Command::Property(c) => cmd_property::run(c),
+        Command::Filesystem(c) => cmd_filesystem::run(c),
         Command::Ls(a) => cmd_fs::ls(a),
         Command::Stat(a) => cmd_fs::stat(a),
         Command::Cat(a) => cmd_fs::cat(a),

@@ -447,6 +447,61 @@ fn xattr_set(path: &Path, name: &str, value: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// The space by kind and profile of the filesystem `dir` is in: the
+/// kernel's SPACE_INFO (asked twice: the count, then the slots) on the
+/// kernel's btrfs, ubtrfs's fixed-size one on a FUSE mount.
+pub fn space(dir: &Path) -> Result<Vec<ubtrfs_engine::fs::space::SpaceInfo>, String> {
+    let d = open_dir(dir)?;
+    let err = |e: io::Error| format!("space of {}: {e}", dir.display());
+    let slots = if fs_type(dir).map_err(err)? == BTRFS_SUPER_MAGIC {
+        let mut head = [0u8; abi::SPACE_HEAD_SIZE];
+        ioctl(&d, abi::SPACE_INFO, &mut head).map_err(err)?;
+        let n = u64::from_le_bytes(head[8..16].try_into().unwrap_or([0; 8])) as usize;
+        // As many as the kernel counted, and some room for one made
+        // between the two calls (bounded: a count is not an allocation).
+        let room = (n + 4).min(1024);
+        let mut b = vec![0u8; abi::SPACE_HEAD_SIZE + room * 24];
+        b[..8].copy_from_slice(&(room as u64).to_le_bytes());
+        // SAFETY: `b` holds the head and `room` slots, as the head says.
+        let r = unsafe { libc::ioctl(d.as_raw_fd(), abi::SPACE_INFO as _, b.as_mut_ptr()) };
+        if r < 0 {
+            return Err(err(io::Error::last_os_error()));
+        }
+        abi::decode_space(&b)
+    } else {
+        let mut b = vec![0u8; abi::SPACE_FIXED_SIZE];
+        b[..8].copy_from_slice(&(abi::SPACE_SLOTS as u64).to_le_bytes());
+        ioctl(&d, abi::SPACE_INFO_FIXED, &mut b).map_err(err)?;
+        abi::decode_space(&b)
+    };
+    Ok(slots
+        .into_iter()
+        .filter(|s| s.0 & abi::SPACE_INFO_GLOBAL_RSV == 0)
+        .map(
+            |(flags, total_bytes, used_bytes)| ubtrfs_engine::fs::space::SpaceInfo {
+                flags,
+                total_bytes,
+                used_bytes,
+            },
+        )
+        .collect())
+}
+
+/// BTRFS_IOC_SYNC: everything written back and committed.
+pub fn sync(dir: &Path) -> Result<(), String> {
+    let d = open_dir(dir)?;
+    // SAFETY: BTRFS_IOC_SYNC takes no argument.
+    let r = unsafe { libc::ioctl(d.as_raw_fd(), 0x9408 as _, 0) };
+    if r < 0 {
+        return Err(format!(
+            "sync {}: {}",
+            dir.display(),
+            io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
 /// A path as btrfs-progs prints a new name: with its directory ("./a"
 /// for a bare name).
 fn shown(path: &Path) -> String {

@@ -49,6 +49,19 @@ pub const FS_INFO: u32 = ioc(IOC_READ, 31, FS_INFO_SIZE);
 pub const SNAP_DESTROY_V2: u32 = ioc(IOC_WRITE, 63, VOL_ARGS_V2_SIZE);
 pub const SEND: u32 = ioc(IOC_WRITE, 38, SEND_ARGS_SIZE);
 pub const TREE_SEARCH: u32 = ioc(IOC_READ | IOC_WRITE, 17, SEARCH_ARGS_SIZE);
+/// BTRFS_IOC_SPACE_INFO: a 16-byte head (slots given, spaces found); the
+/// kernel writes the slots past it, which FUSE does not pass.
+pub const SPACE_INFO: u32 = ioc(IOC_READ | IOC_WRITE, 20, SPACE_HEAD_SIZE);
+/// ubtrfs's SPACE_INFO of a fixed size, with room for [`SPACE_SLOTS`]
+/// slots: the same number with the size of that struct, which the kernel's
+/// btrfs does not answer (ENOTTY) and a ubtrfs mount does.
+pub const SPACE_INFO_FIXED: u32 = ioc(IOC_READ | IOC_WRITE, 20, SPACE_FIXED_SIZE);
+pub const SPACE_SLOTS: usize = 16;
+pub const SPACE_HEAD_SIZE: usize = 16;
+const SPACE_SLOT_SIZE: usize = 24;
+pub const SPACE_FIXED_SIZE: usize = SPACE_HEAD_SIZE + SPACE_SLOTS * SPACE_SLOT_SIZE;
+/// The flag of the global reserve's slot.
+pub const SPACE_INFO_GLOBAL_RSV: u64 = 1 << 49;
 
 /// BTRFS_SEND_FLAG_*.
 pub const SEND_FLAG_NO_FILE_DATA: u64 = 0x1;
@@ -289,6 +302,37 @@ pub fn search_results(buf: &[u8], n: u32) -> Vec<(u64, crate::Key, &[u8])> {
     out
 }
 
+/// One slot of a SPACE_INFO answer: (flags, total bytes, used bytes).
+pub type SpaceSlot = (u64, u64, u64);
+
+/// A SPACE_INFO answer of `slots` (at most `room` of them written; the
+/// count of all in the head).
+pub fn encode_space(slots: &[SpaceSlot], room: usize) -> Vec<u8> {
+    let n = slots.len().min(room);
+    let mut b = Vec::with_capacity(SPACE_HEAD_SIZE + n * SPACE_SLOT_SIZE);
+    b.extend_from_slice(&(room as u64).to_le_bytes());
+    b.extend_from_slice(&(slots.len() as u64).to_le_bytes());
+    for &(f, t, u) in &slots[..n] {
+        for v in [f, t, u] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    b
+}
+
+/// The slots of a SPACE_INFO answer `b` (as many as it holds and counts).
+pub fn decode_space(b: &[u8]) -> Vec<SpaceSlot> {
+    let given = u64_at(b, 0) as usize;
+    let total = u64_at(b, 8) as usize;
+    (0..given.min(total))
+        .map_while(|i| {
+            let at = SPACE_HEAD_SIZE + i * SPACE_SLOT_SIZE;
+            b.get(at..at + SPACE_SLOT_SIZE)
+                .map(|s| (u64_at(s, 0), u64_at(s, 8), u64_at(s, 16)))
+        })
+        .collect()
+}
+
 /// BTRFS_IOC_INO_LOOKUP's argument: which tree and inode in; the tree
 /// (when 0 was asked: the one the file is in) and the inode's path from
 /// that tree's top, ending in '/', out.
@@ -406,6 +450,7 @@ mod tests {
         assert_eq!(SNAP_DESTROY_V2, 0x5000_943f);
         assert_eq!(SEND, 0x4048_9426);
         assert_eq!(TREE_SEARCH, 0xd000_9411);
+        assert_eq!(SPACE_INFO, 0xc010_9414);
     }
 
     #[test]
@@ -451,6 +496,15 @@ mod tests {
         assert_eq!(search_results(&buf, 1), vec![(7, key, &b"abc"[..])]);
         // A count past what the area holds stops at its end.
         assert_eq!(search_results(&buf, 5).len(), 1);
+    }
+
+    #[test]
+    fn space_answers_round_trip_within_their_room() {
+        let slots = [(1, 100, 10), (4 | 32, 50, 5), (2 | 32, 8, 1)];
+        assert_eq!(decode_space(&encode_space(&slots, 16)), slots);
+        assert_eq!(decode_space(&encode_space(&slots, 2)), slots[..2]);
+        assert_eq!(encode_space(&slots, 16).len(), SPACE_HEAD_SIZE + 3 * 24);
+        assert!(decode_space(&[0xff; 20]).is_empty());
     }
 
     #[test]

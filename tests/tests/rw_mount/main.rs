@@ -118,6 +118,10 @@
 //!     (one with a file open in it): `btrfs check` clean; the kernel
 //!     mounts it (its cleaner drops what a delete left unlinked), lists
 //!     and writes; ubtrfs's mount does the same; check clean after each.
+//! (t) `ubtrfs filesystem df` on the live mount (after `filesystem
+//!     sync`), on the image and on the kernel's mount of it (SPACE_INFO)
+//!     prints `btrfs filesystem df`'s lines but the global reserve; a
+//!     label set on the live mount is the kernel's.
 //!
 //! Environment: UBTRFS_RW_SEEDS (comma list, default 1,2,3),
 //! UBTRFS_RW_OPS (operations per worker, default 2000), UBTRFS_RW_PROCS
@@ -279,4 +283,6 @@ scenarios! {
     once snapshot_every_second_beside_a_workload(Ubtrfs) = subvols::snapshot_every_second_case;
     // (s)
     seeded kill9_during_subvolume_work(Ubtrfs, "subkill") = subvols::kill9_subvol_work_case;
+    // (t)
+    once filesystem_df_as_the_kernels(Ubtrfs) = subvols::filesystem_df_case;
 }

@@ -480,3 +480,65 @@ pub(super) fn kill9_subvol_work_case(_w: Writer, seed: u64, base: &Path) -> Resu
     let _ = std::fs::remove_dir_all(&dir);
     Ok(notes.join(", "))
 }
+
+/// (t): `ubtrfs filesystem df` on ubtrfs's live mount (after `ubtrfs
+/// filesystem sync`), offline on the image, and on the kernel's mount of
+/// it (the kernel's own SPACE_INFO) print what `btrfs filesystem df`
+/// prints there, but for the kernel's global reserve; a label set on the
+/// live mount is the kernel's.
+pub(super) fn filesystem_df_case(_w: Writer, base: &Path) -> Result<String, String> {
+    let (_dir, image, mnt, m) = fresh_512m(Writer::Ubtrfs, base)?;
+    let ub = |args: &[&str], path: &Path| -> Result<String, String> {
+        run(Command::new(ubtrfs_bin()).args(args).arg(path))
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let live = (|| {
+        run(Command::new("cp")
+            .args(["-a", "/usr/include/linux"])
+            .arg(mnt.join("linux")))?;
+        run(Command::new(ubtrfs_bin())
+            .args(["filesystem", "label"])
+            .arg(&mnt)
+            .arg("live-label"))?;
+        ub(&["filesystem", "sync"], &mnt)?;
+        ub(&["filesystem", "df"], &mnt)
+    })();
+    let fin = m.finish();
+    let live = live.map_err(|e| format!("on the live mount: {e}"))?;
+    fin.map_err(|e| format!("unmount: {e}"))?;
+    let offline = ub(&["filesystem", "df"], &image)?;
+    let k = RwMount::start(Writer::Kernel, &image, &mnt, "ro")?;
+    let kernel = run(Command::new("btrfs").args(["filesystem", "df"]).arg(&mnt));
+    let through_kernel = ub(&["filesystem", "df"], &mnt);
+    let label = run(Command::new("btrfs")
+        .args(["filesystem", "label"])
+        .arg(&mnt));
+    let fin = k.finish();
+    let kernel = String::from_utf8_lossy(&kernel?.stdout)
+        .lines()
+        .filter(|l| !l.starts_with("GlobalReserve"))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>();
+    let through_kernel = through_kernel?;
+    let label = String::from_utf8_lossy(&label?.stdout).trim().to_string();
+    fin.map_err(|e| format!("kernel unmount: {e}"))?;
+    if kernel.lines().count() < 3 {
+        return Err(format!("the kernel's df:\n{kernel}"));
+    }
+    for (what, ours) in [
+        ("the live mount", &live),
+        ("the image", &offline),
+        ("the kernel's mount", &through_kernel),
+    ] {
+        if *ours != kernel {
+            return Err(format!("df of {what}:\n{ours}\nthe kernel's:\n{kernel}"));
+        }
+    }
+    if label != "live-label" {
+        return Err(format!("the kernel reads the label {label:?}"));
+    }
+    Ok(format!(
+        "{} lines as the kernel's, three ways",
+        kernel.lines().count()
+    ))
+}

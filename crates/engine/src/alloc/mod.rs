@@ -185,7 +185,7 @@ pub struct Allocator {
     /// Readers of an older commit ([`Allocator::hold_freed`]), and the
     /// space freed and committed meanwhile, held for them.
     readers: u32,
-    held: Vec<(u64, u64)>,
+    held_for_readers: Vec<(u64, u64)>,
 }
 
 impl Allocator {
@@ -391,7 +391,7 @@ impl Allocator {
     /// reader of an older commit holds freed space ([`Allocator::hold_freed`]).
     pub fn unpin(&mut self, pinned: Vec<(u64, u64)>) {
         if self.readers > 0 {
-            self.held.extend(pinned);
+            self.held_for_readers.extend(pinned);
             return;
         }
         for (s, l) in pinned {
@@ -414,7 +414,7 @@ impl Allocator {
     pub fn release_freed(&mut self) {
         self.readers = self.readers.saturating_sub(1);
         if self.readers == 0 {
-            let held = std::mem::take(&mut self.held);
+            let held = std::mem::take(&mut self.held_for_readers);
             self.unpin(held);
         }
     }

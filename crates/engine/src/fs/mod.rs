@@ -3,6 +3,7 @@
 
 pub mod file;
 pub mod seek;
+pub mod space;
 pub mod view;
 
 use crate::ctree::{for_each_item, lookup, Cursor, Tree};

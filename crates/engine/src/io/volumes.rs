@@ -150,6 +150,11 @@ impl ChunkMap {
         Ok(())
     }
 
+    /// Every chunk, by logical start.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &ChunkItem)> {
+        self.chunks.iter().map(|(&s, c)| (s, c))
+    }
+
     /// The chunk containing `logical`, with its start.
     pub fn lookup(&self, logical: u64) -> Option<(u64, &ChunkItem)> {
         let (&start, c) = self.chunks.range(..=logical).next_back()?;

@@ -427,4 +427,16 @@ impl RwFs {
         }
         Ok((out, n))
     }
+
+    /// BTRFS_IOC_SPACE_INFO: the allocator's block groups now (what the
+    /// next commit writes in their items).
+    pub fn space_info(&self) -> Vec<crate::fs::space::SpaceInfo> {
+        crate::fs::space::sum_space(
+            self.t
+                .alloc
+                .groups
+                .values()
+                .map(|g| (g.flags, g.len, g.used)),
+        )
+    }
 }

@@ -105,6 +105,8 @@ pub(super) fn handles(cmd: u32) -> bool {
             | abi::INO_LOOKUP
             | abi::FS_INFO
             | abi::TREE_SEARCH
+            | abi::SPACE_INFO
+            | abi::SPACE_INFO_FIXED
     )
 }
 
@@ -172,6 +174,7 @@ impl RwInner {
             abi::INO_LOOKUP => self.ioctl_ino_lookup(req, id, in_data),
             abi::FS_INFO => Ok(self.fs_info(in_data)),
             abi::TREE_SEARCH => self.ioctl_tree_search(req, id, in_data),
+            abi::SPACE_INFO | abi::SPACE_INFO_FIXED => Ok(self.ioctl_space(cmd, in_data)),
             _ => Err(Errno::ENOTTY),
         };
         match res {
@@ -461,6 +464,32 @@ impl RwInner {
         let mut out = key.to_args();
         out[abi::SEARCH_KEY_SIZE..abi::SEARCH_KEY_SIZE + results.len()].copy_from_slice(&results);
         Ok(out)
+    }
+
+    /// SPACE_INFO: the block groups' bytes per type and profile, as the
+    /// allocator has them now. The kernel's 16-byte command can carry the
+    /// count only (FUSE passes no slots past the head); the fixed one
+    /// carries up to [`abi::SPACE_SLOTS`]. No global reserve slot: the
+    /// kernel's is its own in-memory reservation, which ubtrfs does not
+    /// keep.
+    fn ioctl_space(&self, cmd: u32, arg: &[u8]) -> Vec<u8> {
+        let slots: Vec<abi::SpaceSlot> = self
+            .fs_read()
+            .space_info()
+            .iter()
+            .map(|s| (s.flags, s.total_bytes, s.used_bytes))
+            .collect();
+        let asked = arg.get(..8).map_or(0, |b| {
+            u64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as usize
+        });
+        let (room, size) = if cmd == abi::SPACE_INFO {
+            (0, abi::SPACE_HEAD_SIZE)
+        } else {
+            (asked.min(abi::SPACE_SLOTS), abi::SPACE_FIXED_SIZE)
+        };
+        let mut out = abi::encode_space(&slots, room);
+        out.resize(size, 0);
+        out
     }
 
     /// FS_INFO: the superblock's figures.
