@@ -51,10 +51,12 @@ impl Admin {
     }
 }
 
-/// The device number of the FUSE mount at `mountpoint`, from this
-/// process's mount table (the last one mounted there).
+/// The device number of the FUSE mount at `mountpoint` (canonical: the
+/// mount made it so before mounting; resolving it here would stat this
+/// mount's root, a request to the daemon itself), from this process's
+/// mount table (the last one mounted there).
 fn mount_dev(mountpoint: &Path) -> Option<(u32, u32)> {
-    let want = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    let want = mountpoint;
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     table.lines().rev().find_map(|l| {
         let f: Vec<&str> = l.split(' ').collect();
