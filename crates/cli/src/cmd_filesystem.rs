@@ -120,9 +120,8 @@ pub fn run(cmd: FilesystemCmd) -> CmdResult {
                             ..Default::default()
                         },
                     )?;
-                    let l = &fs.info.sb.label;
-                    let n = l.iter().position(|&b| b == 0).unwrap_or(l.len());
-                    println!("{}", String::from_utf8_lossy(&l[..n]));
+                    // The superblock's label ends at its NUL as parsed.
+                    println!("{}", String::from_utf8_lossy(&fs.info.sb.label));
                 }
             }
         }

@@ -86,7 +86,7 @@ pub fn run(cmd: PropertyCmd) -> CmdResult {
                     "ro" => fs
                         .root_item(id.subvol)?
                         .map(|r| (r.flags & ROOT_SUBVOL_RDONLY != 0).to_string()),
-                    "label" => Some(label_of(&fs.info.sb.label)),
+                    "label" => Some(String::from_utf8_lossy(&fs.info.sb.label).into_owned()),
                     _ => fs
                         .xattr(id, b"btrfs.compression")?
                         .map(|v| String::from_utf8_lossy(&v).into_owned()),
@@ -122,10 +122,6 @@ fn known(n: &str) -> Result<&'static str, String> {
         "compression" => Ok("compression"),
         _ => Err(format!("{n}: unknown property (ro, label, compression)")),
     }
-}
-
-fn label_of(l: &[u8]) -> String {
-    String::from_utf8_lossy(&l[..l.iter().position(|&b| b == 0).unwrap_or(l.len())]).into_owned()
 }
 
 /// `ro true|false` as btrfs-progs reads it.

@@ -84,8 +84,9 @@ pub fn classify(path: &Path, alone: bool) -> Result<Target, String> {
 pub fn not_an_image(dir: &Path) -> String {
     match fs_type(dir) {
         Ok(FUSE_SUPER_MAGIC) | Ok(BTRFS_SUPER_MAGIC) => format!(
-            "{}: a directory inside a mount; this command takes the image (unmounted), \
-             and only `subvolume create|snapshot|delete` are served on a live mount so far",
+            "{}: a directory inside a mount; this command reads an image (unmounted): \
+             on a live mount, read its files (subvolume, send, property and filesystem \
+             commands take a path inside it)",
             dir.display()
         ),
         _ => format!(
@@ -196,21 +197,27 @@ pub fn delete(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The subvolume id of directory `dir` (INO_LOOKUP of its tree's top:
-/// the kernel and the daemon answer with the tree the file is in).
-pub fn subvol_id(dir: &Path) -> Result<u64, String> {
+/// INO_LOOKUP on `dir` of inode `objectid` in tree `tree` (0: the tree
+/// `dir` is in): the tree, and the inode's path in it ("a/b/").
+fn ino_lookup(dir: &Path, tree: u64, objectid: u64) -> Result<abi::InoLookup, String> {
     let d = open_dir(dir)?;
-    let mut arg = ubtrfs_format::ioctl::InoLookup {
-        treeid: 0,
-        objectid: ubtrfs_format::consts::FIRST_INODE,
+    let mut arg = abi::InoLookup {
+        treeid: tree,
+        objectid,
         name: Vec::new(),
     }
     .to_bytes()
     .unwrap_or_default();
-    ioctl(&d, abi::INO_LOOKUP, &mut arg).map_err(|e| format!("{}: {e}", dir.display()))?;
-    ubtrfs_format::ioctl::InoLookup::parse(&arg)
-        .map(|l| l.treeid)
+    ioctl(&d, abi::INO_LOOKUP, &mut arg)
+        .map_err(|e| format!("inode lookup on {}: {e}", dir.display()))?;
+    abi::InoLookup::parse(&arg)
         .ok_or_else(|| format!("{}: a short INO_LOOKUP answer", dir.display()))
+}
+
+/// The subvolume id of directory `dir` (INO_LOOKUP of its tree's top:
+/// the kernel and the daemon answer with the tree the file is in).
+pub fn subvol_id(dir: &Path) -> Result<u64, String> {
+    Ok(ino_lookup(dir, 0, ubtrfs_format::consts::FIRST_INODE)?.treeid)
 }
 
 /// One BTRFS_IOC_SEND of read-only snapshot `snap` into `out` (the mount
@@ -259,13 +266,9 @@ pub fn search_items(
         };
         out.extend(found.into_iter().map(|(_, k, d)| (k, d.to_vec())));
         // The key after the last one found.
-        from = match (last.offset.checked_add(1), last.item_type.checked_add(1)) {
-            (Some(o), _) => ubtrfs_format::Key::new(last.objectid, last.item_type, o),
-            (None, Some(t)) => ubtrfs_format::Key::new(last.objectid, t, 0),
-            (None, None) => match last.objectid.checked_add(1) {
-                Some(o) => ubtrfs_format::Key::new(o, 0, 0),
-                None => return Ok(out),
-            },
+        from = match last.successor() {
+            Some(k) => k,
+            None => return Ok(out),
         };
         if from > hi {
             return Ok(out);
@@ -276,19 +279,7 @@ pub fn search_items(
 /// The path of directory `dirid` inside subvolume `tree` (relative, no
 /// trailing '/'), by INO_LOOKUP on `dir`.
 pub fn dir_path(dir: &Path, tree: u64, dirid: u64) -> Result<Vec<u8>, String> {
-    let d = open_dir(dir)?;
-    let mut arg = ubtrfs_format::ioctl::InoLookup {
-        treeid: tree,
-        objectid: dirid,
-        name: Vec::new(),
-    }
-    .to_bytes()
-    .unwrap_or_default();
-    ioctl(&d, abi::INO_LOOKUP, &mut arg)
-        .map_err(|e| format!("inode lookup on {}: {e}", dir.display()))?;
-    let mut name = ubtrfs_format::ioctl::InoLookup::parse(&arg)
-        .map(|l| l.name)
-        .unwrap_or_default();
+    let mut name = ino_lookup(dir, tree, dirid)?.name;
     if name.last() == Some(&b'/') {
         name.pop();
     }
@@ -343,10 +334,6 @@ pub fn is_subvol_root(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_dir() && m.ino() & ((1 << 40) - 1) == 256)
 }
 
-/// FS_IOC_GETFSLABEL / SETFSLABEL (char[256]).
-const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
-const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
-
 /// Property `name` of `path` inside a mount: None when the object has
 /// none (compression not set).
 pub fn property(path: &Path, name: &str) -> Result<Option<String>, String> {
@@ -361,8 +348,8 @@ pub fn property(path: &Path, name: &str) -> Result<Option<String>, String> {
             ))
         }
         "label" => {
-            let mut arg = [0u8; 256];
-            ioctl(&f, FS_IOC_GETFSLABEL, &mut arg)
+            let mut arg = [0u8; abi::LABEL_SIZE];
+            ioctl(&f, abi::GET_FSLABEL, &mut arg)
                 .map_err(|e| format!("{}: label: {e}", path.display()))?;
             let n = arg.iter().position(|&b| b == 0).unwrap_or(255);
             Ok(Some(String::from_utf8_lossy(&arg[..n]).into_owned()))
@@ -385,12 +372,12 @@ pub fn set_property(path: &Path, name: &str, value: &str) -> Result<(), String> 
                 .map_err(|e| format!("{}: set ro: {e}", path.display()))
         }
         "label" => {
-            if value.len() >= 256 {
+            if value.len() >= abi::LABEL_SIZE {
                 return Err(format!("a label of {} bytes: at most 255", value.len()));
             }
-            let mut arg = [0u8; 256];
+            let mut arg = [0u8; abi::LABEL_SIZE];
             arg[..value.len()].copy_from_slice(value.as_bytes());
-            ioctl(&f, FS_IOC_SETFSLABEL, &mut arg)
+            ioctl(&f, abi::SET_FSLABEL, &mut arg)
                 .map_err(|e| format!("{}: set label: {e}", path.display()))
         }
         _ => xattr_set(path, "btrfs.compression", value.as_bytes()),
@@ -462,11 +449,9 @@ pub fn space(dir: &Path) -> Result<Vec<ubtrfs_engine::fs::space::SpaceInfo>, Str
         let room = (n + 4).min(1024);
         let mut b = vec![0u8; abi::SPACE_HEAD_SIZE + room * 24];
         b[..8].copy_from_slice(&(room as u64).to_le_bytes());
-        // SAFETY: `b` holds the head and `room` slots, as the head says.
-        let r = unsafe { libc::ioctl(d.as_raw_fd(), abi::SPACE_INFO as _, b.as_mut_ptr()) };
-        if r < 0 {
-            return Err(err(io::Error::last_os_error()));
-        }
+        // `b` holds the head and `room` slots, as the head says: the
+        // kernel writes past the 16 bytes its command encodes.
+        ioctl(&d, abi::SPACE_INFO, &mut b).map_err(err)?;
         abi::decode_space(&b)
     } else {
         let mut b = vec![0u8; abi::SPACE_FIXED_SIZE];
@@ -490,16 +475,8 @@ pub fn space(dir: &Path) -> Result<Vec<ubtrfs_engine::fs::space::SpaceInfo>, Str
 /// BTRFS_IOC_SYNC: everything written back and committed.
 pub fn sync(dir: &Path) -> Result<(), String> {
     let d = open_dir(dir)?;
-    // SAFETY: BTRFS_IOC_SYNC takes no argument.
-    let r = unsafe { libc::ioctl(d.as_raw_fd(), 0x9408 as _, 0) };
-    if r < 0 {
-        return Err(format!(
-            "sync {}: {}",
-            dir.display(),
-            io::Error::last_os_error()
-        ));
-    }
-    Ok(())
+    // BTRFS_IOC_SYNC takes no argument: an empty one is passed.
+    ioctl(&d, abi::SYNC, &mut []).map_err(|e| format!("sync {}: {e}", dir.display()))
 }
 
 /// A path as btrfs-progs prints a new name: with its directory ("./a"

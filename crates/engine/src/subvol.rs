@@ -181,17 +181,8 @@ impl Trans {
 
     /// The subvolume mounted by default: the root tree directory's
     /// "default" entry (the top level when it has none).
-    pub fn default_subvol(&mut self) -> Result<u64> {
-        let key = dir_item_key(ROOT_TREE_DIR_OBJECTID, b"default");
-        let Some(d) = self.lookup(ROOT_TREE_OBJECTID, &key)? else {
-            return Ok(FS_TREE_OBJECTID);
-        };
-        let entries =
-            parse_dir_entries(&d).map_err(|e| Error::format(format!("root tree key {key}"), e))?;
-        Ok(entries
-            .iter()
-            .find(|e| e.name == b"default")
-            .map_or(FS_TREE_OBJECTID, |e| e.location.objectid))
+    pub fn default_subvol(&self) -> Result<u64> {
+        crate::items::dir_item::default_subvol(self)
     }
 
     /// Makes subvolume `id` the one mounted by default
@@ -401,7 +392,6 @@ impl Trans {
     /// Deletes subvolume `id` (not the top level): unlinks it and drops
     /// its tree.
     pub fn delete_subvolume(&mut self, id: u64, time: Timespec) -> Result<()> {
-        self.check_deletable(id)?;
         self.unlink_subvolume(id, time)?;
         self.drop_subvolume(id)
     }

@@ -37,6 +37,12 @@ pub const SEARCH_HEADER_SIZE: usize = 32;
 /// struct btrfs_ioctl_send_args.
 pub const SEND_ARGS_SIZE: usize = 72;
 
+/// BTRFS_IOC_SYNC = _IO(0x94, 8): write back and commit.
+pub const SYNC: u32 = ioc(0, 8, 0);
+/// FS_IOC_GETFSLABEL / FS_IOC_SETFSLABEL: the label, char[256].
+pub const GET_FSLABEL: u32 = ioc(IOC_READ, 49, LABEL_SIZE);
+pub const SET_FSLABEL: u32 = ioc(IOC_WRITE, 50, LABEL_SIZE);
+pub const LABEL_SIZE: usize = 256;
 pub const SUBVOL_CREATE: u32 = ioc(IOC_WRITE, 14, VOL_ARGS_SIZE);
 pub const SNAP_DESTROY: u32 = ioc(IOC_WRITE, 15, VOL_ARGS_SIZE);
 pub const INO_LOOKUP: u32 = ioc(IOC_READ | IOC_WRITE, 18, INO_LOOKUP_SIZE);
@@ -438,6 +444,9 @@ mod tests {
     /// the kernel's header on 2026-12-01).
     #[test]
     fn command_numbers_are_the_kernels() {
+        assert_eq!(SYNC, 0x0000_9408);
+        assert_eq!(GET_FSLABEL, 0x8100_9431);
+        assert_eq!(SET_FSLABEL, 0x4100_9432);
         assert_eq!(SUBVOL_CREATE, 0x5000_940e);
         assert_eq!(SNAP_DESTROY, 0x5000_940f);
         assert_eq!(INO_LOOKUP, 0xd000_9412);

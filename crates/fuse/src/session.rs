@@ -5,8 +5,9 @@
 
 mod mount;
 
+pub(crate) use mount::mount_dev;
 pub use mount::unmount;
-use mount::{is_root, mount_dev, mount_fuse, set_readahead, Mounted, ENABLE_URING};
+use mount::{is_root, mount_fuse, set_readahead, Mounted, ENABLE_URING};
 
 use crate::fslock::FsLock;
 use crate::logging;

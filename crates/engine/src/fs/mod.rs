@@ -348,9 +348,7 @@ impl Filesystem {
     /// The subvolume mounted by default: the root tree directory's
     /// "default" entry (the top level when it has none).
     pub fn default_subvol(&self) -> Result<u64> {
-        Ok(self
-            .dir_lookup_in(self.root_tree, ROOT_TREE_DIR_OBJECTID, b"default")?
-            .map_or(FS_TREE_OBJECTID, |k| k.objectid))
+        crate::items::dir_item::default_subvol(self)
     }
 
     /// Every subvolume and snapshot, with paths from the top level.

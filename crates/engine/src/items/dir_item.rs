@@ -56,6 +56,16 @@ pub fn lookup<S: ItemSource + ?Sized>(
     hashed_entry(src, tree, dir, DIR_ITEM, name)
 }
 
+/// The subvolume mounted by default: the root tree directory's "default"
+/// entry (the top level when it has none), for an image's reader and a
+/// running transaction alike.
+pub fn default_subvol<S: ItemSource + ?Sized>(src: &S) -> Result<u64> {
+    Ok(
+        lookup(src, ROOT_TREE_OBJECTID, ROOT_TREE_DIR_OBJECTID, b"default")?
+            .map_or(FS_TREE_OBJECTID, |e| e.location.objectid),
+    )
+}
+
 /// Calls `f(index, entry)` for each DIR_INDEX entry of directory `dir`
 /// with index >= `from_index`, in index order, until it breaks; a name
 /// that is not one path component is an error naming the tree, inode and

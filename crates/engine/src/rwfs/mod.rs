@@ -167,8 +167,8 @@ pub struct RwFs {
     /// filesystem alone.
     open: std::sync::Mutex<HashMap<InodeId, u32>>,
     orphans: HashSet<InodeId>,
-    /// Subvolumes deleted while files in them were open: dropped at the
-    /// last close ([`subvol`]).
+    /// Subvolumes deleted and not yet dropped: each is dropped after a
+    /// commit once nothing in it is open ([`subvol`]).
     dead_subvols: HashSet<u64>,
     /// Subvolumes being sent from the mount, with how many sends
     /// ([`send`]).

@@ -25,7 +25,6 @@ use crate::inode::now;
 use crate::subvol::Place;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::ioctl::SUBVOL_RDONLY;
-use ubtrfs_format::items::parse_dir_entries;
 use ubtrfs_format::Key;
 
 fn show(name: &[u8]) -> String {
@@ -184,17 +183,15 @@ impl RwFs {
     /// subvolume (the kernel's btrfs_unlink_subvol for
     /// BTRFS_EMPTY_SUBVOL_DIR_OBJECTID): its DIR_ITEM and DIR_INDEX go.
     pub(super) fn remove_placeholder(&mut self, dir: InodeId, name: &[u8]) -> Result<()> {
-        let lo = Key::new(dir.ino, DIR_INDEX, 0);
-        let hi = Key::new(dir.ino, DIR_INDEX, u64::MAX);
         let mut index = None;
-        for (k, d) in self.t.items_in(dir.subvol, &lo, &hi)? {
-            let entries = parse_dir_entries(&d)
-                .map_err(|e| Error::format(format!("tree {} key {k}", dir.subvol), e))?;
-            if entries.iter().any(|e| e.name == name) {
-                index = Some(k.offset);
-                break;
-            }
-        }
+        crate::items::dir_item::for_each_dir_index(&self.t, dir.subvol, dir.ino, 0, |i, e| {
+            Ok(if e.name == name {
+                index = Some(i);
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            })
+        })?;
         let index = index.ok_or_else(|| {
             Error::corrupt(
                 format!("tree {} directory {}", dir.subvol, dir.ino),
@@ -306,34 +303,15 @@ impl RwFs {
         self.t.set_default_subvol(id)
     }
 
-    /// The default subvolume's id.
-    pub fn default_subvol(&mut self) -> Result<u64> {
-        self.t.default_subvol()
-    }
-
     /// The path of inode `ino` of tree `tree` from the tree's top
-    /// (BTRFS_IOC_INO_LOOKUP), by its first name at each level; empty
-    /// for the top directory.
+    /// (BTRFS_IOC_INO_LOOKUP), by its first name at each level
+    /// ([`crate::items::inode_item::path`]); empty for the top directory.
+    /// An inode that is not there is NotFound (ENOENT), as the kernel's.
     pub fn path_in_tree(&self, tree: u64, ino: u64) -> Result<Vec<u8>> {
-        let mut parts = Vec::new();
-        let mut cur = ino;
-        // Bounded: a loop of names in a damaged tree ends here.
-        for _ in 0..4096 {
-            if cur == FIRST_INODE {
-                parts.reverse();
-                return Ok(parts.join(&b'/'));
-            }
-            let refs = self.t.inode_refs(tree, cur)?;
-            let Some((parent, name, _)) = refs.into_iter().next() else {
-                return Err(Error::NotFound(format!("tree {tree} inode {cur}: no name")));
-            };
-            parts.push(name);
-            cur = parent;
+        if self.t.inode(tree, ino)?.is_none() {
+            return Err(Error::NotFound(format!("tree {tree} inode {ino}")));
         }
-        Err(Error::corrupt(
-            format!("tree {tree} inode {ino}"),
-            "more than 4096 directories above it",
-        ))
+        crate::items::inode_item::path(&self.t, tree, ino)
     }
 
     /// The superblock as the running transaction holds it.

@@ -23,11 +23,11 @@ const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
 /// (fs/fuse/inode.c fuse_sync_fs): root's read-write mount is fuseblk. BTRFS_IOC_SYNC = _IO(0x94, 8) (`btrfs filesystem sync`),
 /// BTRFS_IOC_START_SYNC = _IOR(0x94, 24, u64) (the transaction id out),
 /// BTRFS_IOC_WAIT_SYNC = _IOW(0x94, 22, u64) (a transaction id in).
-const BTRFS_IOC_SYNC: u32 = 0x0000_9408;
+const BTRFS_IOC_SYNC: u32 = ubtrfs_format::ioctl::SYNC;
 /// FS_IOC_GETFSLABEL = `_IOR(0x94, 49, char[256])`, FS_IOC_SETFSLABEL =
 /// `_IOW(0x94, 50, char[256])`.
-const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
-const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
+const FS_IOC_GETFSLABEL: u32 = ubtrfs_format::ioctl::GET_FSLABEL;
+const FS_IOC_SETFSLABEL: u32 = ubtrfs_format::ioctl::SET_FSLABEL;
 const BTRFS_IOC_START_SYNC: u32 = 0x8008_9418;
 /// FITRIM = _IOWR('X', 121, struct fstrim_range): start, len, minlen (u64
 /// each) in; len out, the bytes trimmed. fstrim(8) sends it to the mount's

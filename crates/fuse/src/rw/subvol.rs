@@ -16,7 +16,7 @@ use crate::caps;
 use crate::ino;
 use crate::logging;
 use crate::proto::{Errno, INodeNo, ReplyIoctl, Request};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 use ubtrfs_engine::InodeId;
@@ -31,8 +31,8 @@ pub struct Admin {
     /// `user_subvol_rm_allowed`: callers without CAP_SYS_ADMIN may delete
     /// subvolumes they could remove as directories.
     pub user_subvol_rm_allowed: bool,
-    /// The mount's device number (major, minor), from the mount table.
-    dev: OnceLock<Option<(u32, u32)>>,
+    /// The mount's device number ("MAJOR:MINOR"), from the mount table.
+    dev: OnceLock<Option<String>>,
 }
 
 impl Admin {
@@ -45,51 +45,13 @@ impl Admin {
     }
 
     /// The mount's device number, read once from /proc/self/mountinfo
-    /// (no request to this mount is made: the daemon must not ask itself).
-    fn dev(&self) -> Option<(u32, u32)> {
-        *self.dev.get_or_init(|| mount_dev(&self.mountpoint))
+    /// (no request to this mount is made: the daemon must not ask itself;
+    /// the mount point is canonical from the mount).
+    fn dev(&self) -> Option<&str> {
+        self.dev
+            .get_or_init(|| crate::session::mount_dev(&self.mountpoint))
+            .as_deref()
     }
-}
-
-/// The device number of the FUSE mount at `mountpoint` (canonical: the
-/// mount made it so before mounting; resolving it here would stat this
-/// mount's root, a request to the daemon itself), from this process's
-/// mount table (the last one mounted there).
-fn mount_dev(mountpoint: &Path) -> Option<(u32, u32)> {
-    let want = mountpoint;
-    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    table.lines().rev().find_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        let sep = f.iter().position(|&x| x == "-")?;
-        let fstype = f.get(sep + 1)?;
-        if !fstype.starts_with("fuse") || unescape(f.get(4)?) != want.as_os_str().as_encoded_bytes()
-        {
-            return None;
-        }
-        let (ma, mi) = f.get(2)?.split_once(':')?;
-        Some((ma.parse().ok()?, mi.parse().ok()?))
-    })
-}
-
-/// A mount table field with its octal escapes (`\040` for a space) undone.
-fn unescape(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let oct = b
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        if let (b'\\', Some(d)) = (b[i], oct) {
-            let v = d.iter().fold(0u32, |a, c| a * 8 + (c - b'0') as u32);
-            out.push(v as u8);
-            i += 4;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    out
 }
 
 /// Whether `cmd` is one of the ioctls served here.
@@ -275,7 +237,8 @@ impl RwInner {
         if r != 0 {
             return Err(Errno::EBADF);
         }
-        if self.admin.dev() != Some((st.stx_dev_major, st.stx_dev_minor)) {
+        let dev = format!("{}:{}", st.stx_dev_major, st.stx_dev_minor);
+        if self.admin.dev() != Some(dev.as_str()) {
             return Err(Errno::EXDEV);
         }
         if st.stx_mode as u32 & libc::S_IFMT != libc::S_IFDIR {
@@ -522,17 +485,5 @@ impl RwInner {
             f.flags |= abi::FS_INFO_FLAG_METADATA_UUID;
         }
         f.to_bytes()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::unescape;
-
-    #[test]
-    fn mount_table_escapes_are_undone() {
-        assert_eq!(unescape("/mnt/a\\040b"), b"/mnt/a b");
-        assert_eq!(unescape("/mnt/x\\"), b"/mnt/x\\");
-        assert_eq!(unescape("/plain"), b"/plain");
     }
 }

@@ -381,7 +381,7 @@ pub(super) fn set_readahead(mnt: &Path, kb: u32) -> Result<(), String> {
 
 /// The device field ("MAJOR:MINOR") of the last mount on `mnt` in
 /// mountinfo (read without a request to the mount).
-pub(super) fn mount_dev(mnt: &Path) -> Option<String> {
+pub(crate) fn mount_dev(mnt: &Path) -> Option<String> {
     ubtrfs_engine::io::claim::mounts()
         .into_iter()
         .rfind(|m| m.point == mnt)
