@@ -71,6 +71,29 @@ pub enum SubvolumeCmd {
         #[arg(short = 'd', long = "device", value_name = "PATH")]
         devices: Vec<PathBuf>,
     },
+    /// Show a subvolume (as `btrfs subvolume show`): `show IMAGE [PATH]`
+    /// on an image (PATH from the top level, default /), `show PATH`
+    /// inside a live mount; `-r ID` or `-u UUID` pick another subvolume
+    /// of the same filesystem.
+    Show {
+        /// The subvolume with this id.
+        #[arg(short = 'r', long = "rootid", value_name = "ID")]
+        rootid: Option<u64>,
+        /// The subvolume with this UUID.
+        #[arg(
+            short = 'u',
+            long = "uuid",
+            value_name = "UUID",
+            conflicts_with = "rootid"
+        )]
+        uuid: Option<String>,
+        /// The image, or a path inside a mount.
+        image: PathBuf,
+        #[arg(short = 'd', long = "device", value_name = "PATH")]
+        devices: Vec<PathBuf>,
+        /// The subvolume's path inside the image.
+        path: Option<String>,
+    },
     /// Delete subvolumes: `delete IMAGE PATH...` on an unmounted image
     /// (written in place), or `delete PATH...` inside a live mount.
     Delete {

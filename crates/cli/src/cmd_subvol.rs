@@ -130,6 +130,31 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
             );
             t.commit()?;
         }
+        SubvolumeCmd::Show {
+            rootid,
+            uuid,
+            image,
+            devices,
+            path,
+        } => {
+            use crate::cmd_subvol_show::{show, Which};
+            let mounted = mounted_paths(&image, &devices, &[], path.is_none())?.is_some();
+            let which = match (rootid, uuid) {
+                (Some(id), _) => Which::Id(id),
+                (None, Some(u)) => Which::Uuid(crate::cmd_mkfs::parse_uuid(&u)?),
+                (None, None) => Which::Path(path.clone().unwrap_or_else(|| {
+                    if mounted {
+                        image.display().to_string()
+                    } else {
+                        "/".into()
+                    }
+                })),
+            };
+            if mounted && path.is_some() {
+                return Err("inside a mount: show [-r ID | -u UUID] PATH".into());
+            }
+            print!("{}", show(&image, &devices, mounted, which)?);
+        }
         SubvolumeCmd::GetDefault { image, devices } => {
             let (id, subs) = match mounted_paths(&image, &devices, &[], true)? {
                 Some(_) => (

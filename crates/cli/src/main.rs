@@ -14,6 +14,7 @@ mod cmd_rescue;
 mod cmd_scrub;
 mod cmd_send;
 mod cmd_subvol;
+mod cmd_subvol_show;
 mod gen_docs;
 mod manifest;
 mod mounted;

@@ -94,6 +94,30 @@ pub fn mode_string(mode: u32) -> String {
     s
 }
 
+/// "YYYY-MM-DD HH:MM:SS +hhmm" in the local time zone, as btrfs-progs
+/// prints a subvolume's times (strftime "%Y-%m-%d %X %z").
+pub fn ts_local(sec: i64) -> String {
+    // SAFETY: localtime_r fills `tm` from `t`; both live on this stack.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let t: libc::time_t = sec;
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return format!("@{sec}");
+    }
+    let off = tm.tm_gmtoff / 60;
+    let sign = if off < 0 { '-' } else { '+' };
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} {sign}{:02}{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        off.abs() / 60,
+        off.abs() % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -43,6 +43,12 @@ r prop set -ts ro ro true
 r touch ro/y3
 prop get -ts ro ro
 stat -c '%n %a %U %G %F' a ro snap d/b
+# show, as btrfs subvolume show prints it; UUIDs, times and generations
+# are the image's own.
+show() {
+  sv show "$@" | sed -E 's/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}/UUID/; s/[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} [+-][0-9]{4}/TIME/; s/^(.Gen[a-z ]*:).*/\1 G/'
+}
+show a; show ro; show -r 5 .; show -r 261 d; show snapro
 (umask 027; sv create m027 >/dev/null 2>&1); stat -c '%n %a' m027
 # A deleted subvolume's open file reads on until it is closed.
 echo inside > d/b/in
