@@ -1,22 +1,44 @@
-//! `ubtrfs filesystem df|sync|label`: on an unmounted image (the reader,
-//! or a transaction for a new label) or on a path inside a live mount
-//! (btrfs's ioctls, served by a ubtrfs mount and by the kernel's btrfs).
+//! `ubtrfs filesystem df|usage|show|sync|label`: on an unmounted image
+//! (the reader, or a transaction for a new label) or on a path inside a
+//! live mount (btrfs's ioctls, served by a ubtrfs mount and by the
+//! kernel's btrfs). What df, usage and show print is btrfs-progs' text
+//! (cmds/filesystem.c, cmds/filesystem-usage.c), from one set of figures
+//! ([`Figures`]) that an image and a mount both give.
 
 use crate::mounted::Target;
 use crate::CmdResult;
 use clap::Subcommand;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use ubtrfs_engine::fs::space::{space_info, SpaceInfo};
+use ubtrfs_engine::fs::usage::{chunk_uses, global_reserve, progs_order, statfs_avail, ChunkUse};
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_engine::{Filesystem, OpenOptions};
+use ubtrfs_format::bytes::format_uuid;
+use ubtrfs_format::ioctl::SPACE_INFO_GLOBAL_RSV;
 use ubtrfs_format::items::{block_group_kind, profile_name};
 
 #[derive(Subcommand)]
 pub enum FilesystemCmd {
     /// Space by kind and profile, as `btrfs filesystem df` prints it
-    /// (without the kernel's global reserve, which ubtrfs does not keep).
+    /// (the global reserve is the size the kernel would reserve).
     Df {
+        /// The image, or a path inside a mount.
+        target: PathBuf,
+        #[arg(short = 'd', long = "device", value_name = "PATH")]
+        devices: Vec<PathBuf>,
+    },
+    /// Space overall, per kind and profile, and per device, as `btrfs
+    /// filesystem usage` prints it.
+    Usage {
+        /// The image, or a path inside a mount.
+        target: PathBuf,
+        #[arg(short = 'd', long = "device", value_name = "PATH")]
+        devices: Vec<PathBuf>,
+    },
+    /// The label, UUID and devices, as `btrfs filesystem show` prints
+    /// them.
+    Show {
         /// The image, or a path inside a mount.
         target: PathBuf,
         #[arg(short = 'd', long = "device", value_name = "PATH")]
@@ -50,6 +72,352 @@ pub fn pretty_size(n: u64) -> String {
     format!("{:.2}{}", last as f64 / 1024.0, UNITS[divs])
 }
 
+fn open(target: &Path, devices: Vec<PathBuf>) -> Result<Filesystem, ubtrfs_engine::Error> {
+    Filesystem::open(
+        target,
+        &OpenOptions {
+            devices,
+            ..Default::default()
+        },
+    )
+}
+
+fn global_reserve_slot(size: u64) -> SpaceInfo {
+    SpaceInfo {
+        flags: SPACE_INFO_GLOBAL_RSV,
+        total_bytes: size,
+        used_bytes: 0,
+    }
+}
+
+/// A device as usage and show print it.
+struct Dev {
+    devid: u64,
+    /// The path it was opened by ("missing" when it was not).
+    path: String,
+    /// Its size in the filesystem, and the bytes of it in chunks.
+    total_bytes: u64,
+    bytes_used: u64,
+    /// The size of what `path` names (0: missing).
+    device_size: u64,
+}
+
+/// What usage and show print, from an image or a mount.
+struct Figures {
+    label: String,
+    fsid: [u8; 16],
+    /// Bytes used: the superblock's (an image), the space's (a mount).
+    bytes_used: u64,
+    /// Space per kind and profile, the global reserve last.
+    spaces: Vec<SpaceInfo>,
+    chunks: Vec<ChunkUse>,
+    devices: Vec<Dev>,
+    /// What statfs(2) says is free: the mount's, or for an image what the
+    /// kernel's statfs would say of it mounted.
+    statfs_avail: u64,
+}
+
+/// The size of the file or block device at `path` (0 when it cannot be
+/// opened), as progs' device_get_partition_size.
+fn device_size(path: &Path) -> u64 {
+    std::fs::File::open(path)
+        .and_then(|f| ubtrfs_engine::io::dev::file_size(&f))
+        .unwrap_or(0)
+}
+
+impl Figures {
+    fn of(target: &Path, devices: Vec<PathBuf>) -> Result<Figures, Box<dyn std::error::Error>> {
+        if mounted(target)? {
+            let spaces = crate::mounted::space(target)?;
+            let (fs, devs) = crate::mounted::devices(target)?;
+            let chunks = crate::mounted::chunks(target)?;
+            let label = crate::mounted::property(target, "label")?.unwrap_or_default();
+            let devices = devs
+                .into_iter()
+                .map(|d| {
+                    let path = String::from_utf8_lossy(&d.path).into_owned();
+                    Dev {
+                        devid: d.devid,
+                        device_size: if path.is_empty() {
+                            0
+                        } else {
+                            device_size(Path::new(&path))
+                        },
+                        path: if path.is_empty() {
+                            "missing".into()
+                        } else {
+                            path
+                        },
+                        total_bytes: d.total_bytes,
+                        bytes_used: d.bytes_used,
+                    }
+                })
+                .collect();
+            return Ok(Figures {
+                label,
+                fsid: fs.fsid,
+                bytes_used: spaces
+                    .iter()
+                    .filter(|s| s.flags & SPACE_INFO_GLOBAL_RSV == 0)
+                    .map(|s| s.used_bytes)
+                    .sum(),
+                chunks: chunk_uses(&chunks),
+                statfs_avail: crate::mounted::statfs_avail(target)?,
+                spaces,
+                devices,
+            });
+        }
+        let fs = open(target, devices)?;
+        let mut spaces = space_info(&fs)?;
+        spaces.push(global_reserve_slot(global_reserve(&fs)?));
+        let items = &fs.dev_items;
+        let free: Vec<u64> = items
+            .iter()
+            .map(|d| d.total_bytes.saturating_sub(d.bytes_used))
+            .collect();
+        let devices = items
+            .iter()
+            .map(|d| match fs.info.devices.get(&d.devid) {
+                Some(dev) => Dev {
+                    devid: d.devid,
+                    path: dev.path.display().to_string(),
+                    total_bytes: d.total_bytes,
+                    bytes_used: d.bytes_used,
+                    device_size: device_size(&dev.path),
+                },
+                None => Dev {
+                    devid: d.devid,
+                    path: "missing".into(),
+                    total_bytes: d.total_bytes,
+                    bytes_used: d.bytes_used,
+                    device_size: 0,
+                },
+            })
+            .collect();
+        Ok(Figures {
+            label: String::from_utf8_lossy(&fs.info.sb.label).into_owned(),
+            fsid: fs.info.sb.fsid,
+            bytes_used: fs.info.sb.bytes_used,
+            chunks: chunk_uses(fs.info.chunks.iter().map(|(_, c)| c)),
+            statfs_avail: statfs_avail(&spaces, &free, fs.info.sectorsize),
+            spaces,
+            devices,
+        })
+    }
+}
+
+/// Copies of each byte, as progs counts them (btrfs_bg_type_to_ncopies).
+fn ncopies(flags: u64) -> u64 {
+    use ubtrfs_format::consts::*;
+    match flags & BG_PROFILE_MASK {
+        BG_DUP | BG_RAID1 | BG_RAID10 => 2,
+        BG_RAID1C3 => 3,
+        BG_RAID1C4 => 4,
+        _ => 1,
+    }
+}
+
+/// `btrfs filesystem usage`'s text (its default form: human units, the
+/// overall figures, then each kind and profile with its devices).
+/// RAID5/6 chunks are counted as progs counts every other profile.
+fn usage_text(f: &Figures) -> String {
+    use std::fmt::Write as _;
+    use ubtrfs_format::consts::*;
+    let mut spaces: Vec<&SpaceInfo> = f.spaces.iter().collect();
+    spaces.sort_by_key(|s| progs_order(s.flags));
+    let (mut r_data_used, mut r_data_chunks, mut l_data_chunks) = (0u64, 0u64, 0u64);
+    let (mut r_meta_used, mut r_meta_chunks, mut l_meta_chunks) = (0u64, 0u64, 0u64);
+    let (mut r_sys_used, mut r_sys_chunks) = (0u64, 0u64);
+    let (mut rsv, mut rsv_used) = (0, 0);
+    let mut max_ratio = 1u64;
+    let mut mixed = false;
+    for s in &spaces {
+        let ratio = ncopies(s.flags);
+        max_ratio = max_ratio.max(ratio);
+        if s.flags & SPACE_INFO_GLOBAL_RSV != 0 {
+            rsv = s.total_bytes;
+            rsv_used = s.used_bytes;
+            continue;
+        }
+        if s.flags & BG_DATA != 0 && s.flags & BG_METADATA != 0 {
+            mixed = true;
+        }
+        if s.flags & BG_DATA != 0 {
+            r_data_used += s.used_bytes * ratio;
+            r_data_chunks += s.total_bytes * ratio;
+            l_data_chunks += s.total_bytes;
+        }
+        if s.flags & BG_METADATA != 0 {
+            r_meta_used += s.used_bytes * ratio;
+            r_meta_chunks += s.total_bytes * ratio;
+            l_meta_chunks += s.total_bytes;
+        }
+        if s.flags & BG_SYSTEM != 0 {
+            r_sys_used += s.used_bytes * ratio;
+            r_sys_chunks += s.total_bytes * ratio;
+        }
+    }
+    let size: u64 = f.devices.iter().map(|d| d.total_bytes).sum();
+    let slack: u64 = f
+        .devices
+        .iter()
+        .filter(|d| d.device_size > 0)
+        .map(|d| d.device_size.saturating_sub(d.total_bytes))
+        .sum();
+    let missing: u64 = f
+        .devices
+        .iter()
+        .filter(|d| d.device_size == 0)
+        .map(|d| d.total_bytes)
+        .sum();
+    let mut chunks = r_data_chunks + r_sys_chunks;
+    let mut used = r_data_used + r_sys_used;
+    if !mixed {
+        chunks += r_meta_chunks;
+        used += r_meta_used;
+    }
+    let unused = size.saturating_sub(chunks);
+    let data_ratio = r_data_chunks as f64 / l_data_chunks.max(1) as f64;
+    let meta_ratio = if mixed {
+        data_ratio
+    } else {
+        r_meta_chunks as f64 / l_meta_chunks.max(1) as f64
+    };
+    let mut free_est =
+        ((r_data_chunks - r_data_used.min(r_data_chunks)) as f64 / data_ratio) as u64;
+    if mixed {
+        free_est = free_est.saturating_sub(rsv - rsv_used.min(rsv));
+    }
+    let mut free_min = free_est;
+    if unused >= 16 << 20 {
+        free_est += (unused as f64 / data_ratio) as u64;
+        free_min += unused / max_ratio;
+    }
+    let mut multiple = Vec::new();
+    for (bit, name) in [
+        (BG_DATA, "data"),
+        (BG_METADATA, "metadata"),
+        (BG_SYSTEM, "system"),
+    ] {
+        let n = spaces
+            .iter()
+            .filter(|s| s.flags & SPACE_INFO_GLOBAL_RSV == 0 && s.flags & bit != 0)
+            .count();
+        if n > 1 {
+            multiple.push(name);
+        }
+    }
+    let p = pretty_size;
+    let mut o = String::new();
+    let _ = writeln!(o, "Overall:");
+    let _ = writeln!(o, "    Device size:\t\t{:>10}", p(size));
+    let _ = writeln!(o, "    Device allocated:\t\t{:>10}", p(chunks));
+    let _ = writeln!(o, "    Device unallocated:\t\t{:>10}", p(unused));
+    let _ = writeln!(o, "    Device missing:\t\t{:>10}", p(missing));
+    let _ = writeln!(o, "    Device slack:\t\t{:>10}", p(slack));
+    let _ = writeln!(o, "    Used:\t\t\t{:>10}", p(used));
+    let _ = writeln!(
+        o,
+        "    Free (estimated):\t\t{:>10}\t(min: {})",
+        p(free_est),
+        p(free_min)
+    );
+    let _ = writeln!(o, "    Free (statfs, df):\t\t{:>10}", p(f.statfs_avail));
+    let _ = writeln!(o, "    Data ratio:\t\t\t{data_ratio:>10.2}");
+    let _ = writeln!(o, "    Metadata ratio:\t\t{meta_ratio:>10.2}");
+    let _ = writeln!(
+        o,
+        "    Global reserve:\t\t{:>10}\t(used: {})",
+        p(rsv),
+        p(rsv_used)
+    );
+    if multiple.is_empty() {
+        let _ = writeln!(o, "    Multiple profiles:\t\t{:>10}", "no");
+    } else {
+        let _ = writeln!(
+            o,
+            "    Multiple profiles:\t\t{:>10}\t({})",
+            "yes",
+            multiple.join(", ")
+        );
+    }
+    let _ = writeln!(o);
+    for s in spaces
+        .iter()
+        .filter(|s| s.flags & SPACE_INFO_GLOBAL_RSV == 0)
+    {
+        let _ = writeln!(
+            o,
+            "{},{}: Size:{}, Used:{} ({:.2}%)",
+            block_group_kind(s.flags),
+            profile_name(s.flags),
+            p(s.total_bytes),
+            p(s.used_bytes),
+            100.0 * s.used_bytes as f32 / (s.total_bytes as f32 + 1.0)
+        );
+        for d in &f.devices {
+            let on: u64 = f
+                .chunks
+                .iter()
+                .filter(|c| c.flags == s.flags && c.devid == d.devid)
+                .map(|c| c.on_device())
+                .sum();
+            if on > 0 {
+                let _ = writeln!(o, "   {}\t{:>10}", d.path, p(on));
+            }
+        }
+        let _ = writeln!(o);
+    }
+    if !f.chunks.is_empty() {
+        let _ = writeln!(o, "Unallocated:");
+        for d in &f.devices {
+            let on: u64 = f
+                .chunks
+                .iter()
+                .filter(|c| c.devid == d.devid)
+                .map(|c| c.on_device())
+                .sum();
+            let _ = writeln!(
+                o,
+                "   {}\t{:>10}",
+                d.path,
+                p(d.total_bytes.saturating_sub(on))
+            );
+        }
+    }
+    o
+}
+
+/// `btrfs filesystem show`'s text for one filesystem.
+fn show_text(f: &Figures) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let label = if f.label.is_empty() {
+        "none".to_string()
+    } else {
+        format!("'{}'", f.label)
+    };
+    let _ = writeln!(o, "Label: {label}  uuid: {}", format_uuid(&f.fsid));
+    let _ = writeln!(
+        o,
+        "\tTotal devices {} FS bytes used {}",
+        f.devices.len(),
+        pretty_size(f.bytes_used)
+    );
+    for d in &f.devices {
+        let _ = writeln!(
+            o,
+            "\tdevid {:>4} size {} used {} path {}",
+            d.devid,
+            pretty_size(d.total_bytes),
+            pretty_size(d.bytes_used),
+            d.path
+        );
+    }
+    let _ = writeln!(o);
+    o
+}
+
 fn mounted(target: &std::path::Path) -> Result<bool, String> {
     Ok(target.is_dir() && matches!(crate::mounted::classify(target, true)?, Target::Mounted))
 }
@@ -60,24 +428,29 @@ pub fn run(cmd: FilesystemCmd) -> CmdResult {
             let spaces: Vec<SpaceInfo> = if mounted(&target)? {
                 crate::mounted::space(&target)?
             } else {
-                let fs = Filesystem::open(
-                    &target,
-                    &OpenOptions {
-                        devices,
-                        ..Default::default()
-                    },
-                )?;
-                space_info(&fs)?
+                let fs = open(&target, devices)?;
+                let mut s = space_info(&fs)?;
+                s.push(global_reserve_slot(global_reserve(&fs)?));
+                s
             };
             for s in spaces {
+                let (kind, profile) = if s.flags & SPACE_INFO_GLOBAL_RSV != 0 {
+                    ("GlobalReserve", "single")
+                } else {
+                    (block_group_kind(s.flags), profile_name(s.flags))
+                };
                 println!(
-                    "{}, {}: total={}, used={}",
-                    block_group_kind(s.flags),
-                    profile_name(s.flags),
+                    "{kind}, {profile}: total={}, used={}",
                     pretty_size(s.total_bytes),
                     pretty_size(s.used_bytes)
                 );
             }
+        }
+        FilesystemCmd::Usage { target, devices } => {
+            print!("{}", usage_text(&Figures::of(&target, devices)?));
+        }
+        FilesystemCmd::Show { target, devices } => {
+            print!("{}", show_text(&Figures::of(&target, devices)?));
         }
         FilesystemCmd::Sync { path } => {
             if !mounted(&path)? {

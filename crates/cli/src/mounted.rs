@@ -434,8 +434,9 @@ fn xattr_set(path: &Path, name: &str, value: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// The space by kind and profile of the filesystem `dir` is in: the
-/// kernel's SPACE_INFO (asked twice: the count, then the slots) on the
+/// The space by kind and profile of the filesystem `dir` is in, and last
+/// the global reserve (flags SPACE_INFO_GLOBAL_RSV): the kernel's
+/// SPACE_INFO (asked twice: the count, then the slots) on the
 /// kernel's btrfs, ubtrfs's fixed-size one on a FUSE mount.
 pub fn space(dir: &Path) -> Result<Vec<ubtrfs_engine::fs::space::SpaceInfo>, String> {
     let d = open_dir(dir)?;
@@ -461,7 +462,6 @@ pub fn space(dir: &Path) -> Result<Vec<ubtrfs_engine::fs::space::SpaceInfo>, Str
     };
     Ok(slots
         .into_iter()
-        .filter(|s| s.0 & abi::SPACE_INFO_GLOBAL_RSV == 0)
         .map(
             |(flags, total_bytes, used_bytes)| ubtrfs_engine::fs::space::SpaceInfo {
                 flags,
@@ -470,6 +470,70 @@ pub fn space(dir: &Path) -> Result<Vec<ubtrfs_engine::fs::space::SpaceInfo>, Str
             },
         )
         .collect())
+}
+
+/// The devices of the filesystem `dir` is in (FS_INFO's highest devid,
+/// then DEV_INFO for each id up to it; the ids not in use answer ENODEV).
+pub fn devices(dir: &Path) -> Result<(abi::FsInfo, Vec<abi::DevInfo>), String> {
+    let d = open_dir(dir)?;
+    let mut arg = abi::FsInfo::default().to_bytes();
+    ioctl(&d, abi::FS_INFO, &mut arg)
+        .map_err(|e| format!("filesystem info of {}: {e}", dir.display()))?;
+    let fs = abi::FsInfo::parse(&arg)
+        .ok_or_else(|| format!("{}: a short FS_INFO answer", dir.display()))?;
+    let mut out = Vec::new();
+    // Bounded by the device count: max_id comes from the mount.
+    for devid in 0..=fs.max_id {
+        if out.len() as u64 >= fs.num_devices {
+            break;
+        }
+        let mut arg = abi::DevInfo {
+            devid,
+            ..Default::default()
+        }
+        .to_bytes();
+        match ioctl(&d, abi::DEV_INFO, &mut arg) {
+            Ok(()) => out.extend(abi::DevInfo::parse(&arg)),
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {}
+            Err(e) => return Err(format!("device {devid} of {}: {e}", dir.display())),
+        }
+    }
+    Ok((fs, out))
+}
+
+/// The chunks of the filesystem `dir` is in (the chunk tree's
+/// CHUNK_ITEMs, by TREE_SEARCH: CAP_SYS_ADMIN).
+pub fn chunks(dir: &Path) -> Result<Vec<ubtrfs_format::items::ChunkItem>, String> {
+    use ubtrfs_format::consts::*;
+    let items = search_items(
+        dir,
+        CHUNK_TREE_OBJECTID,
+        ubtrfs_format::Key::new(FIRST_CHUNK_TREE_OBJECTID, CHUNK_ITEM, 0),
+        ubtrfs_format::Key::new(FIRST_CHUNK_TREE_OBJECTID, CHUNK_ITEM, u64::MAX),
+    )?;
+    items
+        .iter()
+        .map(|(k, d)| {
+            ubtrfs_format::items::ChunkItem::parse(d)
+                .map_err(|e| format!("{}: chunk tree key {k}: {e}", dir.display()))
+        })
+        .collect()
+}
+
+/// What statfs(2) says is available on the mount `dir` is in, in bytes
+/// (f_bavail times f_bsize, as `df` shows it).
+pub fn statfs_avail(dir: &Path) -> Result<u64, String> {
+    let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| "NUL in path".to_string())?;
+    // SAFETY: statfs writes a struct statfs into `st`; `c` is a C string.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(format!(
+            "statfs {}: {}",
+            dir.display(),
+            io::Error::last_os_error()
+        ));
+    }
+    Ok(st.f_bavail as u64 * st.f_bsize as u64)
 }
 
 /// BTRFS_IOC_SYNC: everything written back and committed.

@@ -28,6 +28,10 @@ const V2_NAME_AT: usize = 56;
 pub const INO_LOOKUP_SIZE: usize = 4096;
 /// struct btrfs_ioctl_fs_info_args.
 pub const FS_INFO_SIZE: usize = 1024;
+/// struct btrfs_ioctl_dev_info_args: devid, uuid, bytes used and total,
+/// the filesystem's id, then the device's path at 3072 (1024 bytes).
+pub const DEV_INFO_SIZE: usize = 4096;
+const DEV_INFO_PATH_AT: usize = 3072;
 /// struct btrfs_ioctl_search_args: the key (104 bytes), then the
 /// results.
 pub const SEARCH_ARGS_SIZE: usize = 4096;
@@ -52,6 +56,7 @@ pub const SUBVOL_CREATE_V2: u32 = ioc(IOC_WRITE, 24, VOL_ARGS_V2_SIZE);
 pub const SUBVOL_GETFLAGS: u32 = ioc(IOC_READ, 25, 8);
 pub const SUBVOL_SETFLAGS: u32 = ioc(IOC_WRITE, 26, 8);
 pub const FS_INFO: u32 = ioc(IOC_READ, 31, FS_INFO_SIZE);
+pub const DEV_INFO: u32 = ioc(IOC_READ | IOC_WRITE, 30, DEV_INFO_SIZE);
 pub const SNAP_DESTROY_V2: u32 = ioc(IOC_WRITE, 63, VOL_ARGS_V2_SIZE);
 pub const SEND: u32 = ioc(IOC_WRITE, 38, SEND_ARGS_SIZE);
 pub const TREE_SEARCH: u32 = ioc(IOC_READ | IOC_WRITE, 17, SEARCH_ARGS_SIZE);
@@ -436,6 +441,49 @@ impl FsInfo {
     }
 }
 
+/// BTRFS_IOC_DEV_INFO: the device `devid` asks for (or, when `uuid` is
+/// not zero, the device with that UUID), and what the mount knows of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DevInfo {
+    pub devid: u64,
+    pub uuid: [u8; 16],
+    /// Bytes of the device in chunks (its DEV_ITEM's bytes_used).
+    pub bytes_used: u64,
+    /// The device's size in the filesystem (its DEV_ITEM's total_bytes).
+    pub total_bytes: u64,
+    pub fsid: [u8; 16],
+    /// The path the mount opened it by (empty: missing).
+    pub path: Vec<u8>,
+}
+
+impl DevInfo {
+    pub fn parse(b: &[u8]) -> Option<DevInfo> {
+        let b = b.get(..DEV_INFO_SIZE)?;
+        Some(DevInfo {
+            devid: u64_at(b, 0),
+            uuid: b[8..24].try_into().unwrap_or([0; 16]),
+            bytes_used: u64_at(b, 24),
+            total_bytes: u64_at(b, 32),
+            fsid: b[40..56].try_into().unwrap_or([0; 16]),
+            path: c_name(&b[DEV_INFO_PATH_AT..DEV_INFO_SIZE - 1]).to_vec(),
+        })
+    }
+
+    /// The argument bytes (a path too long is cut, as the kernel's
+    /// strscpy cuts it).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = vec![0u8; DEV_INFO_SIZE];
+        b[0..8].copy_from_slice(&self.devid.to_le_bytes());
+        b[8..24].copy_from_slice(&self.uuid);
+        b[24..32].copy_from_slice(&self.bytes_used.to_le_bytes());
+        b[32..40].copy_from_slice(&self.total_bytes.to_le_bytes());
+        b[40..56].copy_from_slice(&self.fsid);
+        let n = self.path.len().min(DEV_INFO_SIZE - DEV_INFO_PATH_AT - 1);
+        b[DEV_INFO_PATH_AT..DEV_INFO_PATH_AT + n].copy_from_slice(&self.path[..n]);
+        b
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,6 +504,7 @@ mod tests {
         assert_eq!(SUBVOL_GETFLAGS, 0x8008_9419);
         assert_eq!(SUBVOL_SETFLAGS, 0x4008_941a);
         assert_eq!(FS_INFO, 0x8400_941f);
+        assert_eq!(DEV_INFO, 0xd000_941e);
         assert_eq!(SNAP_DESTROY_V2, 0x5000_943f);
         assert_eq!(SEND, 0x4048_9426);
         assert_eq!(TREE_SEARCH, 0xd000_9411);

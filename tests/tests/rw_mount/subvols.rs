@@ -487,16 +487,24 @@ pub(super) fn kill9_subvol_work_case(_w: Writer, seed: u64, base: &Path) -> Resu
     Ok(notes.join(", "))
 }
 
-/// (t): `ubtrfs filesystem df` on ubtrfs's live mount (after `ubtrfs
-/// filesystem sync`), offline on the image, and on the kernel's mount of
-/// it (the kernel's own SPACE_INFO) print what `btrfs filesystem df`
-/// prints there, but for the kernel's global reserve; a label set on the
-/// live mount is the kernel's.
+/// (t): `ubtrfs filesystem df`, `usage` and `show` on ubtrfs's live mount
+/// (after `ubtrfs filesystem sync`), offline on the image, and on the
+/// kernel's mount of it (the kernel's own ioctls) print what btrfs-progs
+/// prints there (the devices' paths aside: the kernel's is its loop
+/// device); a label set on the live mount is the kernel's.
 pub(super) fn filesystem_df_case(_w: Writer, base: &Path) -> Result<String, String> {
     let (_dir, image, mnt, m) = fresh_512m(Writer::Ubtrfs, base)?;
     let ub = |args: &[&str], path: &Path| -> Result<String, String> {
         run(Command::new(ubtrfs_bin()).args(args).arg(path))
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    const WHAT: [&str; 3] = ["df", "usage", "show"];
+    let all = |path: &Path| -> Result<String, String> {
+        let mut out = String::new();
+        for w in WHAT {
+            out.push_str(&ub(&["filesystem", w], path)?);
+        }
+        Ok(out)
     };
     let live = (|| {
         run(Command::new("cp")
@@ -507,37 +515,60 @@ pub(super) fn filesystem_df_case(_w: Writer, base: &Path) -> Result<String, Stri
             .arg(&mnt)
             .arg("live-label"))?;
         ub(&["filesystem", "sync"], &mnt)?;
-        ub(&["filesystem", "df"], &mnt)
+        all(&mnt)
     })();
     let fin = m.finish();
     let live = live.map_err(|e| format!("on the live mount: {e}"))?;
     fin.map_err(|e| format!("unmount: {e}"))?;
-    let offline = ub(&["filesystem", "df"], &image)?;
-    let k = RwMount::start(Writer::Kernel, &image, &mnt, "ro")?;
-    let kernel = run(Command::new("btrfs").args(["filesystem", "df"]).arg(&mnt));
-    let through_kernel = ub(&["filesystem", "df"], &mnt);
+    let offline = all(&image)?;
+    // Read-write, as statfs counts free space on a writable mount.
+    let k = RwMount::start(Writer::Kernel, &image, &mnt, "")?;
+    let kernel = (|| {
+        let mut out = String::new();
+        for w in WHAT {
+            let o = run(Command::new("btrfs").args(["filesystem", w]).arg(&mnt))?;
+            out.push_str(&String::from_utf8_lossy(&o.stdout));
+        }
+        Ok::<_, String>(out)
+    })();
+    let through_kernel = all(&mnt);
     let label = run(Command::new("btrfs")
         .args(["filesystem", "label"])
         .arg(&mnt));
     let fin = k.finish();
-    let kernel = String::from_utf8_lossy(&kernel?.stdout)
-        .lines()
-        .filter(|l| !l.starts_with("GlobalReserve"))
-        .map(|l| format!("{l}\n"))
-        .collect::<String>();
     let through_kernel = through_kernel?;
+    let kernel = kernel?;
     let label = String::from_utf8_lossy(&label?.stdout).trim().to_string();
     fin.map_err(|e| format!("kernel unmount: {e}"))?;
-    if kernel.lines().count() < 3 {
-        return Err(format!("the kernel's df:\n{kernel}"));
+    // The device's path: the image's, or the kernel's loop device.
+    let masked = |s: &str| -> String {
+        s.lines()
+            .map(|l| {
+                let l = match l.split_once(" path ") {
+                    Some((a, _)) => format!("{a} path DEV"),
+                    None => l.to_string(),
+                };
+                match l.strip_prefix("   ").and_then(|r| r.split_once('\t')) {
+                    Some((_, size)) => format!("   DEV\t{size}\n"),
+                    None => format!("{l}\n"),
+                }
+            })
+            .collect()
+    };
+    let kernel = masked(&kernel);
+    if kernel.lines().count() < 20 || !kernel.contains("GlobalReserve") {
+        return Err(format!("the kernel's df, usage and show:\n{kernel}"));
     }
     for (what, ours) in [
         ("the live mount", &live),
         ("the image", &offline),
         ("the kernel's mount", &through_kernel),
     ] {
-        if *ours != kernel {
-            return Err(format!("df of {what}:\n{ours}\nthe kernel's:\n{kernel}"));
+        let ours = masked(ours);
+        if ours != kernel {
+            return Err(format!(
+                "df, usage and show of {what}:\n{ours}\nthe kernel's:\n{kernel}"
+            ));
         }
     }
     if label != "live-label" {

@@ -4,6 +4,7 @@
 pub mod file;
 pub mod seek;
 pub mod space;
+pub mod usage;
 pub mod view;
 
 use crate::ctree::{for_each_item, lookup, Cursor, Tree};
@@ -159,6 +160,8 @@ pub struct Filesystem {
     pub root_tree: Tree,
     /// Devices the chunk tree lists that were not given.
     pub missing_devices: Vec<u64>,
+    /// The chunk tree's DEV_ITEMs, by devid.
+    pub dev_items: Vec<DevItem>,
     /// Trees already looked up in the root tree (read-only: never stale).
     trees: Mutex<HashMap<u64, Option<Tree>>>,
 }
@@ -258,6 +261,7 @@ impl Filesystem {
             info,
             root_tree,
             missing_devices,
+            dev_items,
             trees: Mutex::new(HashMap::new()),
         })
     }

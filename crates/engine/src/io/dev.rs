@@ -363,7 +363,7 @@ impl BlockDev for FileDev {
 }
 
 /// Size of a regular file or block device.
-fn file_size(file: &File) -> io::Result<u64> {
+pub fn file_size(file: &File) -> io::Result<u64> {
     use std::io::{Seek, SeekFrom};
     let meta = file.metadata()?;
     if meta.is_file() {

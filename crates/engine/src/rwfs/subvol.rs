@@ -406,6 +406,31 @@ impl RwFs {
         Ok((out, n))
     }
 
+    /// The kernel's global block reserve for this filesystem now
+    /// ([`crate::fs::usage::global_reserve`]): SPACE_INFO's last slot.
+    pub fn global_reserve(&self) -> Result<u64> {
+        crate::fs::usage::global_reserve(&self.t)
+    }
+
+    /// BTRFS_IOC_DEV_INFO: the device `devid` (or, when `uuid` is not all
+    /// zero, the one with that UUID): its item as this transaction has it,
+    /// and the path it was opened by (None: missing).
+    pub fn dev_info(
+        &self,
+        devid: u64,
+        uuid: &[u8; 16],
+    ) -> Option<(ubtrfs_format::items::DevItem, Option<std::path::PathBuf>)> {
+        let item = self.t.dev_items().values().find(|d| {
+            if *uuid == [0; 16] {
+                d.devid == devid
+            } else {
+                d.uuid == *uuid
+            }
+        })?;
+        let path = self.t.info.devices.get(&item.devid).map(|d| d.path.clone());
+        Some((*item, path))
+    }
+
     /// BTRFS_IOC_SPACE_INFO: the allocator's block groups now (what the
     /// next commit writes in their items).
     pub fn space_info(&self) -> Vec<crate::fs::space::SpaceInfo> {

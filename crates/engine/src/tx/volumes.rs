@@ -14,10 +14,8 @@ use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{ChunkItem, DevExtent, Stripe};
 use ubtrfs_format::Key;
 
-/// Stripe length of every chunk (BTRFS_STRIPE_LEN).
-pub const STRIPE_LEN: u64 = 64 << 10;
-/// Device space below this is never allocated (superblock, boot loaders).
-pub const DEV_RESERVED: u64 = 1 << 20;
+use crate::io::volumes::layout;
+pub use crate::io::volumes::{DEV_RESERVED, STRIPE_LEN};
 
 /// Device space already given to chunks: (devid, physical) -> length.
 #[derive(Debug, Default, Clone)]
@@ -67,63 +65,6 @@ impl DevSpace {
         self.usable(devid, size)
             .find_map(|(a, l)| (len <= l).then_some(a))
     }
-}
-
-/// How a profile lays out stripes: (copies, minimum devices, stripes per
-/// device for DUP, sub-stripes).
-struct Layout {
-    /// Devices used (0: all that have room).
-    devs: usize,
-    min_devs: usize,
-    dup: bool,
-    sub_stripes: u16,
-    /// Copies of each byte.
-    copies: u64,
-    /// Parity strips of each row (RAID5: 1, RAID6: 2).
-    nparity: u64,
-}
-
-impl Layout {
-    /// Stripes holding distinct data, of `num_stripes`.
-    fn data_stripes(&self, num_stripes: u64) -> u64 {
-        (num_stripes.saturating_sub(self.nparity) / self.copies).max(1)
-    }
-}
-
-fn layout(profile: u64) -> Result<Layout> {
-    let l = |devs, min_devs, dup, sub_stripes, copies| Layout {
-        devs,
-        min_devs,
-        dup,
-        sub_stripes,
-        copies,
-        nparity: 0,
-    };
-    Ok(match profile & BG_PROFILE_MASK {
-        0 => l(1, 1, false, 1, 1),
-        BG_DUP => l(1, 1, true, 1, 2),
-        BG_RAID0 => l(0, 1, false, 1, 1),
-        BG_RAID1 => l(2, 2, false, 1, 2),
-        BG_RAID1C3 => l(3, 3, false, 1, 3),
-        BG_RAID1C4 => l(4, 4, false, 1, 4),
-        BG_RAID10 => l(0, 2, false, 2, 2),
-        // The kernel's btrfs_raid_array: every device with room, at least
-        // two (RAID5) or three (RAID6).
-        BG_RAID5 => Layout {
-            nparity: 1,
-            ..l(0, 2, false, 1, 1)
-        },
-        BG_RAID6 => Layout {
-            nparity: 2,
-            ..l(0, 3, false, 1, 1)
-        },
-        _ => {
-            return Err(Error::Unsupported(format!(
-                "writing {} block groups",
-                ubtrfs_format::items::profile_name(profile)
-            )))
-        }
-    })
 }
 
 impl Trans {

@@ -55,6 +55,7 @@ impl Errno {
     pub const EXDEV: Errno = Errno(libc::EXDEV);
     pub const ESRCH: Errno = Errno(libc::ESRCH);
     pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
+    pub const ENODEV: Errno = Errno(libc::ENODEV);
 
     /// The errno `code` (a value the kernel would refuse is made EIO when
     /// it is answered).

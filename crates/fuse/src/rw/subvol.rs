@@ -68,6 +68,7 @@ pub(super) fn handles(cmd: u32) -> bool {
             | abi::DEFAULT_SUBVOL
             | abi::INO_LOOKUP
             | abi::FS_INFO
+            | abi::DEV_INFO
             | abi::TREE_SEARCH
             | abi::SPACE_INFO
             | abi::SPACE_INFO_FIXED
@@ -137,8 +138,9 @@ impl RwInner {
             abi::DEFAULT_SUBVOL => self.ioctl_default(req, in_data),
             abi::INO_LOOKUP => self.ioctl_ino_lookup(req, id, in_data),
             abi::FS_INFO => Ok(self.fs_info(in_data)),
+            abi::DEV_INFO => self.ioctl_dev_info(in_data),
             abi::TREE_SEARCH => self.ioctl_tree_search(req, id, in_data),
-            abi::SPACE_INFO | abi::SPACE_INFO_FIXED => Ok(self.ioctl_space(cmd, in_data)),
+            abi::SPACE_INFO | abi::SPACE_INFO_FIXED => self.ioctl_space(cmd, in_data),
             _ => Err(Errno::ENOTTY),
         };
         match res {
@@ -432,18 +434,23 @@ impl RwInner {
     }
 
     /// SPACE_INFO: the block groups' bytes per type and profile, as the
-    /// allocator has them now. The kernel's 16-byte command can carry the
-    /// count only (FUSE passes no slots past the head); the fixed one
-    /// carries up to [`abi::SPACE_SLOTS`]. No global reserve slot: the
-    /// kernel's is its own in-memory reservation, which ubtrfs does not
-    /// keep.
-    fn ioctl_space(&self, cmd: u32, arg: &[u8]) -> Vec<u8> {
-        let slots: Vec<abi::SpaceSlot> = self
-            .fs_read()
+    /// allocator has them now, and last the global reserve the kernel
+    /// would keep for this filesystem (ubtrfs reserves no such space; its
+    /// size is the kernel's formula, none of it in use). The kernel's
+    /// 16-byte command can carry the count only (FUSE passes no slots
+    /// past the head); the fixed one carries up to [`abi::SPACE_SLOTS`].
+    fn ioctl_space(&self, cmd: u32, arg: &[u8]) -> Result<Vec<u8>, Errno> {
+        let fs = self.fs_read();
+        let mut slots: Vec<abi::SpaceSlot> = fs
             .space_info()
             .iter()
             .map(|s| (s.flags, s.total_bytes, s.used_bytes))
             .collect();
+        let rsv = fs
+            .global_reserve()
+            .map_err(|e| errno("ioctl SPACE_INFO", e))?;
+        drop(fs);
+        slots.push((abi::SPACE_INFO_GLOBAL_RSV, rsv, 0));
         let asked = arg.get(..8).map_or(0, |b| {
             u64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as usize
         });
@@ -454,7 +461,28 @@ impl RwInner {
         };
         let mut out = abi::encode_space(&slots, room);
         out.resize(size, 0);
-        out
+        Ok(out)
+    }
+
+    /// DEV_INFO: a device's item and the path the mount opened it by;
+    /// ENODEV when there is no such device.
+    fn ioctl_dev_info(&self, arg: &[u8]) -> Result<Vec<u8>, Errno> {
+        let asked = abi::DevInfo::parse(arg).ok_or(Errno::EINVAL)?;
+        let fs = self.fs_read();
+        let (item, path) = fs.dev_info(asked.devid, &asked.uuid).ok_or(Errno::ENODEV)?;
+        let fsid = fs.superblock().fsid;
+        drop(fs);
+        Ok(abi::DevInfo {
+            devid: item.devid,
+            uuid: item.uuid,
+            bytes_used: item.bytes_used,
+            total_bytes: item.total_bytes,
+            fsid,
+            path: path
+                .map(|p| std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str()).to_vec())
+                .unwrap_or_default(),
+        }
+        .to_bytes())
     }
 
     /// FS_INFO: the superblock's figures.
