@@ -58,6 +58,11 @@ pub struct SendArgs {
     /// Print no messages ("At subvol ..."), only errors.
     #[arg(short, long)]
     quiet: bool,
+    /// With several subvolumes, one stream: no end marker between them
+    /// and one header (as btrfs send -e; `btrfs receive -e` ends at its
+    /// end). Without it each subvolume's stream is whole, back to back.
+    #[arg(short = 'e')]
+    one_stream: bool,
 }
 
 /// Where the stream goes. A file this send created is removed if the send
@@ -167,7 +172,7 @@ pub fn run(a: SendArgs) -> CmdResult {
     let full_send = parent.is_none() && clones.is_empty();
     let all = fs.subvolumes()?;
     let res = (|| -> Result<(), Box<dyn std::error::Error>> {
-        for sub in subs.iter() {
+        for (i, sub) in subs.iter().enumerate() {
             if !a.quiet {
                 eprintln!("At subvol {}", String::from_utf8_lossy(&sub.path));
             }
@@ -188,8 +193,8 @@ pub fn run(a: SendArgs) -> CmdResult {
                 readahead,
                 parent: this_parent,
                 clone_sources: clones.clone(),
-                omit_header: false,
-                omit_end: false,
+                omit_header: a.one_stream && i > 0,
+                omit_end: a.one_stream && i + 1 < subs.len(),
             };
             let stats = send(&fs, sub.id, &opts, Box::new(&mut out))?;
             if a.verbose {
@@ -228,12 +233,10 @@ pub fn run(a: SendArgs) -> CmdResult {
 }
 
 /// `send` of snapshots inside a live mount: the mount makes each stream
-/// (BTRFS_IOC_SEND, one per snapshot as btrfs-progs sends them: a later
-/// one without the stream header, an earlier one without the end).
+/// (BTRFS_IOC_SEND, one per snapshot as btrfs-progs sends them: whole,
+/// or with -e a later one without the stream header, an earlier one
+/// without the end).
 fn send_mounted(a: &SendArgs, proto: u32) -> CmdResult {
-    if !a.clone_sources.is_empty() {
-        return Err("send -c on a live mount: not yet (FUSE does not pass the ioctl's list of clone sources); unmount, or give -p".into());
-    }
     if !a.image.devices.is_empty() {
         return Err(
             "send on a live mount: -d names devices of an image; a mount has its own".into(),
@@ -246,6 +249,17 @@ fn send_mounted(a: &SendArgs, proto: u32) -> CmdResult {
     let snaps: Vec<PathBuf> = std::iter::once(a.image.image.clone())
         .chain(a.paths.iter().cloned())
         .collect();
+    let mut clones = Vec::new();
+    for c in &a.clone_sources {
+        clones.push(crate::mounted::subvol_id(c)?);
+    }
+    // The parent of each, as for an image (see `run`).
+    let full_send = parent == 0 && clones.is_empty();
+    let all = if full_send || parent != 0 {
+        Vec::new()
+    } else {
+        crate::mounted::subvolumes(&a.image.image)?
+    };
     let output = match &a.outfile {
         Some(f) => Some(Output::open(f)?),
         None => None,
@@ -266,22 +280,39 @@ fn send_mounted(a: &SendArgs, proto: u32) -> CmdResult {
             if a.no_data {
                 flags |= ubtrfs_format::ioctl::SEND_FLAG_NO_FILE_DATA;
             }
-            if i > 0 {
+            if a.one_stream && i > 0 {
                 flags |= ubtrfs_format::ioctl::SEND_FLAG_OMIT_STREAM_HEADER;
             }
-            if i + 1 < snaps.len() {
+            if a.one_stream && i + 1 < snaps.len() {
                 flags |= ubtrfs_format::ioctl::SEND_FLAG_OMIT_END_CMD;
             }
+            let id = crate::mounted::subvol_id(snap)?;
+            let this_parent = if parent != 0 || full_send {
+                parent
+            } else {
+                all.iter()
+                    .find(|s| s.id == id)
+                    .and_then(|sub| find_good_parent(&all, sub, &clones))
+                    .ok_or_else(|| {
+                        format!(
+                            "parent determination failed for {}: no clone source is, or shares the origin of, this snapshot (give -p)",
+                            snap.display()
+                        )
+                    })?
+            };
             let args = ubtrfs_format::ioctl::SendArgs {
-                send_fd: 0,
-                clone_sources_count: 0,
-                parent_root: parent,
+                parent_root: this_parent,
+                clone_sources: clones.clone(),
                 flags,
                 version: proto,
+                ..Default::default()
             };
             match &output {
                 Some(o) => crate::mounted::send_one(snap, &args, &o.file)?,
                 None => crate::mounted::send_one(snap, &args, &stdout)?,
+            }
+            if !full_send && parent == 0 {
+                clones.push(id);
             }
         }
         Ok(())

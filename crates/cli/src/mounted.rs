@@ -221,15 +221,33 @@ pub fn subvol_id(dir: &Path) -> Result<u64, String> {
 }
 
 /// One BTRFS_IOC_SEND of read-only snapshot `snap` into `out` (the mount
-/// writes the stream itself, into this process's descriptor).
+/// writes the stream itself, into this process's descriptor). Clone
+/// sources go as the kernel takes them (a pointer to their ids) to the
+/// kernel's btrfs, and inline (SEND_CLONES) to a ubtrfs mount.
 pub fn send_one(snap: &Path, args: &abi::SendArgs, out: &impl AsRawFd) -> Result<(), String> {
     let d = open_dir(snap)?;
-    let mut arg = abi::SendArgs {
+    let err = |e: io::Error| format!("send {}: {e}", snap.display());
+    let mut a = abi::SendArgs {
         send_fd: out.as_raw_fd() as i64,
+        clone_sources_count: args.clone_sources.len() as u64,
         ..args.clone()
+    };
+    if a.clone_sources.is_empty() {
+        return ioctl(&d, abi::SEND, &mut a.to_bytes()).map_err(err);
     }
-    .to_bytes();
-    ioctl(&d, abi::SEND, &mut arg).map_err(|e| format!("send {}: {e}", snap.display()))
+    if fs_type(snap).map_err(err)? == BTRFS_SUPER_MAGIC {
+        // The ids live in `a` across the call.
+        a.clone_sources_ptr = a.clone_sources.as_ptr() as u64;
+        return ioctl(&d, abi::SEND, &mut a.to_bytes()).map_err(err);
+    }
+    let mut b = a.to_clones_bytes().ok_or_else(|| {
+        format!(
+            "send {}: at most {} clone sources on a ubtrfs mount",
+            snap.display(),
+            abi::SEND_CLONES_MAX
+        )
+    })?;
+    ioctl(&d, abi::SEND_CLONES, &mut b).map_err(err)
 }
 
 /// Every item of tree `tree` from `lo` to `hi`, by TREE_SEARCH on `dir`

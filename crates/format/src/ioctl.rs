@@ -40,6 +40,12 @@ pub const SEARCH_KEY_SIZE: usize = 104;
 pub const SEARCH_HEADER_SIZE: usize = 32;
 /// struct btrfs_ioctl_send_args.
 pub const SEND_ARGS_SIZE: usize = 72;
+/// ubtrfs's send with its clone sources inline: the kernel's argument,
+/// then up to [`SEND_CLONES_MAX`] subvolume ids in place of the pointer
+/// FUSE cannot follow (same number as SEND, another size: served by a
+/// ubtrfs mount only, as SPACE_INFO_FIXED).
+pub const SEND_CLONES_SIZE: usize = 1024;
+pub const SEND_CLONES_MAX: usize = (SEND_CLONES_SIZE - SEND_ARGS_SIZE) / 8;
 
 /// BTRFS_IOC_SYNC = _IO(0x94, 8): write back and commit.
 pub const SYNC: u32 = ioc(0, 8, 0);
@@ -59,6 +65,7 @@ pub const FS_INFO: u32 = ioc(IOC_READ, 31, FS_INFO_SIZE);
 pub const DEV_INFO: u32 = ioc(IOC_READ | IOC_WRITE, 30, DEV_INFO_SIZE);
 pub const SNAP_DESTROY_V2: u32 = ioc(IOC_WRITE, 63, VOL_ARGS_V2_SIZE);
 pub const SEND: u32 = ioc(IOC_WRITE, 38, SEND_ARGS_SIZE);
+pub const SEND_CLONES: u32 = ioc(IOC_WRITE, 38, SEND_CLONES_SIZE);
 pub const TREE_SEARCH: u32 = ioc(IOC_READ | IOC_WRITE, 17, SEARCH_ARGS_SIZE);
 /// BTRFS_IOC_SPACE_INFO: a 16-byte head (slots given, spaces found); the
 /// kernel writes the slots past it, which FUSE does not pass.
@@ -158,34 +165,74 @@ impl VolArgs {
 
 /// BTRFS_IOC_SEND's argument: where the stream goes (a descriptor of
 /// the caller), the parent snapshot, flags and protocol version. The
-/// clone sources are a pointer to the caller's memory, which a FUSE
-/// daemon cannot follow: `clone_sources_count` must be 0 on a ubtrfs
-/// mount (the parent is a clone source all the same, as in the kernel).
+/// kernel's clone sources are a pointer to the caller's memory, which a
+/// FUSE daemon cannot follow: on a ubtrfs mount `clone_sources_count` is
+/// 0 in SEND, and SEND_CLONES carries the ids inline (the parent is a
+/// clone source all the same, as in the kernel).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SendArgs {
     pub send_fd: i64,
     pub clone_sources_count: u64,
+    /// The kernel's pointer to the clone sources (SEND to the kernel).
+    pub clone_sources_ptr: u64,
+    /// The clone sources inline (SEND_CLONES).
+    pub clone_sources: Vec<u64>,
     pub parent_root: u64,
     pub flags: u64,
     pub version: u32,
 }
 
 impl SendArgs {
+    /// SEND's argument, or SEND_CLONES' (its ids read as far as its count
+    /// says, at most [`SEND_CLONES_MAX`]; None past that).
     pub fn parse(b: &[u8]) -> Option<SendArgs> {
-        let b = b.get(..SEND_ARGS_SIZE)?;
+        let head = b.get(..SEND_ARGS_SIZE)?;
+        let count = u64_at(head, 8);
+        let clone_sources = if b.len() >= SEND_CLONES_SIZE && count > 0 {
+            if count > SEND_CLONES_MAX as u64 {
+                return None;
+            }
+            (0..count as usize)
+                .map(|i| u64_at(b, SEND_ARGS_SIZE + 8 * i))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Some(SendArgs {
-            send_fd: u64_at(b, 0) as i64,
-            clone_sources_count: u64_at(b, 8),
-            parent_root: u64_at(b, 24),
-            flags: u64_at(b, 32),
-            version: u64_at(b, 40) as u32,
+            send_fd: u64_at(head, 0) as i64,
+            clone_sources_count: count,
+            clone_sources_ptr: u64_at(head, 16),
+            clone_sources,
+            parent_root: u64_at(head, 24),
+            flags: u64_at(head, 32),
+            version: u64_at(head, 40) as u32,
         })
+    }
+
+    /// SEND_CLONES' argument; None with more clone sources than fit.
+    pub fn to_clones_bytes(&self) -> Option<Vec<u8>> {
+        if self.clone_sources.len() > SEND_CLONES_MAX {
+            return None;
+        }
+        let mut b = SendArgs {
+            clone_sources_count: self.clone_sources.len() as u64,
+            clone_sources_ptr: 0,
+            ..self.clone()
+        }
+        .to_bytes();
+        b.resize(SEND_CLONES_SIZE, 0);
+        for (i, id) in self.clone_sources.iter().enumerate() {
+            let at = SEND_ARGS_SIZE + 8 * i;
+            b[at..at + 8].copy_from_slice(&id.to_le_bytes());
+        }
+        Some(b)
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut b = vec![0u8; SEND_ARGS_SIZE];
         b[0..8].copy_from_slice(&self.send_fd.to_le_bytes());
         b[8..16].copy_from_slice(&self.clone_sources_count.to_le_bytes());
+        b[16..24].copy_from_slice(&self.clone_sources_ptr.to_le_bytes());
         b[24..32].copy_from_slice(&self.parent_root.to_le_bytes());
         b[32..40].copy_from_slice(&self.flags.to_le_bytes());
         b[40..44].copy_from_slice(&self.version.to_le_bytes());
@@ -505,6 +552,7 @@ mod tests {
         assert_eq!(SUBVOL_SETFLAGS, 0x4008_941a);
         assert_eq!(FS_INFO, 0x8400_941f);
         assert_eq!(DEV_INFO, 0xd000_941e);
+        assert_eq!(SEND_CLONES & 0xffff, SEND & 0xffff);
         assert_eq!(SNAP_DESTROY_V2, 0x5000_943f);
         assert_eq!(SEND, 0x4048_9426);
         assert_eq!(TREE_SEARCH, 0xd000_9411);
@@ -573,6 +621,7 @@ mod tests {
             parent_root: 257,
             flags: SEND_FLAG_VERSION | SEND_FLAG_COMPRESSED,
             version: 2,
+            ..Default::default()
         };
         assert_eq!(SendArgs::parse(&a.to_bytes()), Some(a));
         assert_eq!(SendArgs::parse(&[0; 71]), None);
@@ -607,5 +656,28 @@ mod tests {
         }
         .to_bytes()
         .is_none());
+    }
+
+    #[test]
+    fn send_clones_carry_their_ids_inline() {
+        let a = SendArgs {
+            send_fd: 3,
+            clone_sources: vec![257, 260],
+            parent_root: 258,
+            flags: SEND_FLAG_VERSION,
+            version: 2,
+            ..Default::default()
+        };
+        let b = a.to_clones_bytes().unwrap();
+        assert_eq!(b.len(), SEND_CLONES_SIZE);
+        let back = SendArgs::parse(&b).unwrap();
+        assert_eq!(back.clone_sources, [257, 260]);
+        assert_eq!((back.parent_root, back.version), (258, 2));
+        // The kernel's form carries no ids; a count past the room is no
+        // argument.
+        assert!(SendArgs::parse(&a.to_bytes()).unwrap().clone_sources.is_empty());
+        let mut bad = b.clone();
+        bad[8..16].copy_from_slice(&(SEND_CLONES_MAX as u64 + 1).to_le_bytes());
+        assert!(SendArgs::parse(&bad).is_none());
     }
 }

@@ -236,6 +236,7 @@ for i in 1 2 3 4 5; do
   prev=snap$i
 done
 $UB send -q -f "$FULL" snap5
+$UB send -q -c snap4 -f "$FULL.c" snap4 snap5
 touch "$STOP"
 wait $writer
 for s in snap4 snap5; do
@@ -267,24 +268,32 @@ pub(super) fn live_send_case(_w: Writer, base: &Path) -> Result<String, String> 
     kfin.map_err(|e| format!("kernel unmount: {e}"))?;
     check(&image, "the sender's image after the backup loop")?;
     check(&kimage, "the receiver's image after the backup loop")?;
-    // The full stream sent from the live mount is the one an offline
-    // send of the same snapshot gives.
-    let offline = dir.join("full5.offline");
-    run(Command::new(ubtrfs_bin())
-        .args(["send", "-q", "-f"])
-        .arg(&offline)
-        .arg(&image)
-        .arg("/snap5"))
-    .map_err(|e| format!("offline send: {e}"))?;
-    let (a, b) = (std::fs::read(&full), std::fs::read(&offline));
-    match (a, b) {
-        (Ok(a), Ok(b)) if a == b && !a.is_empty() => {}
-        (a, b) => {
-            return Err(format!(
-                "the live full stream ({:?} bytes) differs from the offline one ({:?} bytes)",
-                a.map(|v| v.len()),
-                b.map(|v| v.len())
-            ))
+    // The streams sent from the live mount (full; with a clone source,
+    // two snapshots) are the ones an offline send of the same snapshots
+    // gives.
+    for (live, opts, paths) in [
+        (full.clone(), &[][..], &["/snap5"][..]),
+        (
+            dir.join("full5.live.c"),
+            &["-c", "/snap4"][..],
+            &["/snap4", "/snap5"][..],
+        ),
+    ] {
+        let offline = live.with_extension("offline");
+        let args = [opts, paths].concat();
+        let mut cmd = Command::new(ubtrfs_bin());
+        cmd.args(["send", "-q", "-f"]).arg(&offline);
+        cmd.args(opts).arg(&image).args(paths);
+        run(&mut cmd).map_err(|e| format!("offline send {args:?}: {e}"))?;
+        match (std::fs::read(&live), std::fs::read(&offline)) {
+            (Ok(a), Ok(b)) if a == b && !a.is_empty() => {}
+            (a, b) => {
+                return Err(format!(
+                    "the live stream of {args:?} ({:?} bytes) differs from the offline one ({:?} bytes)",
+                    a.map(|v| v.len()),
+                    b.map(|v| v.len())
+                ))
+            }
         }
     }
     // The kernel lists what the loop left.
@@ -298,7 +307,7 @@ pub(super) fn live_send_case(_w: Writer, base: &Path) -> Result<String, String> 
         return Err(format!("the kernel lists {paths:?}:\n{list}"));
     }
     Ok(format!(
-        "{}; the full stream equals the offline send ({} bytes)",
+        "{}; the full stream and one with -c equal the offline sends ({} bytes)",
         String::from_utf8_lossy(&out.stdout)
             .trim()
             .replace('\n', ", "),

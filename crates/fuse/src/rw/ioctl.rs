@@ -186,7 +186,9 @@ impl RwInner {
                     Err(e) => reply.error(errno("ioctl BTRFS_IOC_WAIT_SYNC", e)),
                 }
             }
-            ubtrfs_format::ioctl::SEND => self.send_ioctl(req, node, in_data, reply),
+            ubtrfs_format::ioctl::SEND | ubtrfs_format::ioctl::SEND_CLONES => {
+                self.send_ioctl(req, node, in_data, reply)
+            }
             c if super::subvol::handles(c) => self.subvol_ioctl(req, node, c, in_data, reply),
             _ => reply.error(Errno::ENOTTY),
         }

@@ -1,4 +1,5 @@
-//! BTRFS_IOC_SEND on the read-write mount: the caller's descriptor takes
+//! BTRFS_IOC_SEND on the read-write mount, and ubtrfs's SEND_CLONES (the
+//! same with its clone sources inline): the caller's descriptor takes
 //! the stream of the read-only snapshot the ioctl was sent to
 //! ([`ubtrfs_engine::rwfs::send`] holds what the sender reads while the
 //! mount goes on). The request's thread makes the whole stream, as the
@@ -79,8 +80,9 @@ impl RwInner {
         if a.flags & !known != 0 {
             return Err(Errno::EOPNOTSUPP);
         }
-        if a.clone_sources_count != 0 {
-            // A pointer into the caller's memory: not passed by FUSE.
+        if a.clone_sources_count != a.clone_sources.len() as u64 {
+            // SEND's list is a pointer into the caller's memory, which
+            // FUSE does not pass: SEND_CLONES carries it.
             return Err(Errno::EOPNOTSUPP);
         }
         let proto = if a.flags & abi::SEND_FLAG_VERSION != 0 {
@@ -95,7 +97,10 @@ impl RwInner {
         let out = caller_writer(req, a.send_fd)?;
         let id = self.inode(node).subvol;
         let parent = (a.parent_root != 0).then_some(a.parent_root);
-        let subvols: Vec<u64> = std::iter::once(id).chain(parent).collect();
+        let subvols: Vec<u64> = std::iter::once(id)
+            .chain(parent)
+            .chain(a.clone_sources.iter().copied())
+            .collect();
         let fs = self
             .fs
             .lock_commit()
@@ -107,7 +112,7 @@ impl RwInner {
             no_data: a.flags & abi::SEND_FLAG_NO_FILE_DATA != 0,
             readahead: Readahead::ForwardAlways,
             parent,
-            clone_sources: Vec::new(),
+            clone_sources: a.clone_sources.clone(),
             omit_header: a.flags & abi::SEND_FLAG_OMIT_STREAM_HEADER != 0,
             omit_end: a.flags & abi::SEND_FLAG_OMIT_END_CMD != 0,
         };
