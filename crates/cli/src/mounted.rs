@@ -554,6 +554,42 @@ pub fn statfs_avail(dir: &Path) -> Result<u64, String> {
     Ok(st.f_bavail as u64 * st.f_bsize as u64)
 }
 
+/// A read-only scrub of the filesystem `dir` is in (BTRFS_IOC_SCRUB): one
+/// request on a ubtrfs mount (any device names the whole filesystem);
+/// one per device on the kernel's btrfs, the counts summed.
+pub fn scrub(dir: &Path) -> Result<ubtrfs_engine::tools::scrub::ScrubReport, String> {
+    let (fs, devs) = devices(dir)?;
+    let d = open_dir(dir)?;
+    let kernel = fs_type(dir).map_err(|e| format!("{}: {e}", dir.display()))? == BTRFS_SUPER_MAGIC;
+    let mut r = ubtrfs_engine::tools::scrub::ScrubReport::default();
+    for dev in devs.iter().take(if kernel { devs.len() } else { 1 }) {
+        let mut arg = abi::ScrubArgs {
+            devid: dev.devid,
+            end: u64::MAX,
+            flags: abi::SCRUB_READONLY,
+            ..Default::default()
+        }
+        .to_bytes();
+        ioctl(&d, abi::SCRUB, &mut arg)
+            .map_err(|e| format!("scrub of {} (device {}): {e}", dir.display(), dev.devid))?;
+        let a = abi::ScrubArgs::parse(&arg)
+            .ok_or_else(|| format!("{}: a short SCRUB answer", dir.display()))?;
+        let [supers, skipped, sectors] = a.ubtrfs;
+        r.superblocks_checked += if kernel { 1 } else { supers };
+        r.skipped_copies += skipped;
+        r.data_sectors_checked += if kernel {
+            a.counter("data_bytes_scrubbed") / fs.sectorsize.max(1) as u64
+        } else {
+            sectors
+        };
+        r.tree_blocks_checked += a.counter("tree_extents_scrubbed");
+        r.tree_block_errors += a.counter("verify_errors");
+        r.data_errors += a.counter("csum_errors");
+        r.unreadable += a.counter("read_errors");
+    }
+    Ok(r)
+}
+
 /// BTRFS_IOC_SYNC: everything written back and committed.
 pub fn sync(dir: &Path) -> Result<(), String> {
     let d = open_dir(dir)?;

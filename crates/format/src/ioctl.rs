@@ -28,6 +28,11 @@ const V2_NAME_AT: usize = 56;
 pub const INO_LOOKUP_SIZE: usize = 4096;
 /// struct btrfs_ioctl_fs_info_args.
 pub const FS_INFO_SIZE: usize = 1024;
+/// struct btrfs_ioctl_scrub_args: devid, range and flags in, the
+/// progress (15 counters) out, padded to 1 KiB.
+pub const SCRUB_ARGS_SIZE: usize = 1024;
+/// BTRFS_SCRUB_READONLY: verify, repair nothing.
+pub const SCRUB_READONLY: u64 = 1;
 /// struct btrfs_ioctl_dev_info_args: devid, uuid, bytes used and total,
 /// the filesystem's id, then the device's path at 3072 (1024 bytes).
 pub const DEV_INFO_SIZE: usize = 4096;
@@ -63,6 +68,7 @@ pub const SUBVOL_GETFLAGS: u32 = ioc(IOC_READ, 25, 8);
 pub const SUBVOL_SETFLAGS: u32 = ioc(IOC_WRITE, 26, 8);
 pub const FS_INFO: u32 = ioc(IOC_READ, 31, FS_INFO_SIZE);
 pub const DEV_INFO: u32 = ioc(IOC_READ | IOC_WRITE, 30, DEV_INFO_SIZE);
+pub const SCRUB: u32 = ioc(IOC_READ | IOC_WRITE, 27, SCRUB_ARGS_SIZE);
 pub const SNAP_DESTROY_V2: u32 = ioc(IOC_WRITE, 63, VOL_ARGS_V2_SIZE);
 pub const SEND: u32 = ioc(IOC_WRITE, 38, SEND_ARGS_SIZE);
 pub const SEND_CLONES: u32 = ioc(IOC_WRITE, 38, SEND_CLONES_SIZE);
@@ -488,6 +494,86 @@ impl FsInfo {
     }
 }
 
+/// BTRFS_IOC_SCRUB's argument: which device and range, flags, and what
+/// the scrub found (struct btrfs_scrub_progress, in its order). Past the
+/// kernel's counters, in its padding, a ubtrfs mount also answers the
+/// superblock copies checked, the copies it could not verify and the
+/// data sectors checked (the kernel leaves these 0).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScrubArgs {
+    pub devid: u64,
+    pub start: u64,
+    pub end: u64,
+    pub flags: u64,
+    /// data_extents_scrubbed .. unverified_errors: see [`ScrubArgs::COUNTERS`].
+    pub progress: [u64; 15],
+    /// ubtrfs's: superblocks checked, copies not verifiable, data sectors
+    /// checked.
+    pub ubtrfs: [u64; 3],
+}
+
+impl ScrubArgs {
+    /// The names of the kernel's counters, in their order.
+    pub const COUNTERS: [&'static str; 15] = [
+        "data_extents_scrubbed",
+        "tree_extents_scrubbed",
+        "data_bytes_scrubbed",
+        "tree_bytes_scrubbed",
+        "read_errors",
+        "csum_errors",
+        "verify_errors",
+        "no_csum",
+        "csum_discards",
+        "super_errors",
+        "malloc_errors",
+        "uncorrectable_errors",
+        "corrected_errors",
+        "last_physical",
+        "unverified_errors",
+    ];
+    const PROGRESS_AT: usize = 32;
+    const UBTRFS_AT: usize = 32 + 15 * 8;
+
+    /// The counter named `name` (one of [`ScrubArgs::COUNTERS`]).
+    pub fn counter(&self, name: &str) -> u64 {
+        Self::COUNTERS
+            .iter()
+            .position(|&n| n == name)
+            .map_or(0, |i| self.progress[i])
+    }
+
+    pub fn set(&mut self, name: &str, v: u64) {
+        if let Some(i) = Self::COUNTERS.iter().position(|&n| n == name) {
+            self.progress[i] = v;
+        }
+    }
+
+    pub fn parse(b: &[u8]) -> Option<ScrubArgs> {
+        let b = b.get(..SCRUB_ARGS_SIZE)?;
+        Some(ScrubArgs {
+            devid: u64_at(b, 0),
+            start: u64_at(b, 8),
+            end: u64_at(b, 16),
+            flags: u64_at(b, 24),
+            progress: std::array::from_fn(|i| u64_at(b, Self::PROGRESS_AT + 8 * i)),
+            ubtrfs: std::array::from_fn(|i| u64_at(b, Self::UBTRFS_AT + 8 * i)),
+        })
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = vec![0u8; SCRUB_ARGS_SIZE];
+        for (i, v) in [self.devid, self.start, self.end, self.flags]
+            .iter()
+            .chain(&self.progress)
+            .chain(&self.ubtrfs)
+            .enumerate()
+        {
+            b[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+}
+
 /// BTRFS_IOC_DEV_INFO: the device `devid` asks for (or, when `uuid` is
 /// not zero, the device with that UUID), and what the mount knows of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -552,6 +638,7 @@ mod tests {
         assert_eq!(SUBVOL_SETFLAGS, 0x4008_941a);
         assert_eq!(FS_INFO, 0x8400_941f);
         assert_eq!(DEV_INFO, 0xd000_941e);
+        assert_eq!(SCRUB, 0xc400_941b);
         assert_eq!(SEND_CLONES & 0xffff, SEND & 0xffff);
         assert_eq!(SNAP_DESTROY_V2, 0x5000_943f);
         assert_eq!(SEND, 0x4048_9426);
@@ -675,7 +762,10 @@ mod tests {
         assert_eq!((back.parent_root, back.version), (258, 2));
         // The kernel's form carries no ids; a count past the room is no
         // argument.
-        assert!(SendArgs::parse(&a.to_bytes()).unwrap().clone_sources.is_empty());
+        assert!(SendArgs::parse(&a.to_bytes())
+            .unwrap()
+            .clone_sources
+            .is_empty());
         let mut bad = b.clone();
         bad[8..16].copy_from_slice(&(SEND_CLONES_MAX as u64 + 1).to_le_bytes());
         assert!(SendArgs::parse(&bad).is_none());

@@ -50,6 +50,7 @@ mod fsync;
 mod handles;
 mod ioctl;
 mod read;
+mod scrub;
 mod send;
 mod subvol;
 

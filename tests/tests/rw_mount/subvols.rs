@@ -496,8 +496,54 @@ pub(super) fn kill9_subvol_work_case(_w: Writer, seed: u64, base: &Path) -> Resu
     Ok(notes.join(", "))
 }
 
-/// (t): `ubtrfs filesystem df`, `usage` and `show` on ubtrfs's live mount
-/// (after `ubtrfs filesystem sync`), offline on the image, and on the
+/// `ubtrfs scrub` on the live mount at `mnt` of `image`: clean, then a
+/// data sector changed behind the mount's back (in the image file) is
+/// one bad copy, and the scrub fails.
+fn scrub_finds_a_bad_copy(image: &Path, mnt: &Path) -> Result<(), String> {
+    let scrub = |want_ok: bool| -> Result<String, String> {
+        let o = Command::new(ubtrfs_bin())
+            .args(["scrub"])
+            .arg(mnt)
+            .output()
+            .map_err(|e| format!("scrub: {e}"))?;
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        if o.status.success() != want_ok {
+            return Err(format!("scrub ended {} : {text}", o.status));
+        }
+        Ok(text)
+    };
+    let clean = scrub(true)?;
+    let pattern = b"scrub-me:".repeat(1000);
+    std::fs::write(mnt.join("scrubbed"), &pattern).map_err(|e| format!("write: {e}"))?;
+    run(Command::new(ubtrfs_bin())
+        .args(["filesystem", "sync"])
+        .arg(mnt))?;
+    let mut img = std::fs::read(image).map_err(|e| format!("read {}: {e}", image.display()))?;
+    let at = img
+        .windows(pattern.len())
+        .position(|w| w == &pattern[..])
+        .ok_or("the file's data is not in the image")?;
+    img[at] ^= 0xff;
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(image)
+            .map_err(|e| format!("open {}: {e}", image.display()))?;
+        f.seek(SeekFrom::Start(at as u64))
+            .and_then(|_| f.write_all(&img[at..at + 1]))
+            .map_err(|e| format!("corrupt {}: {e}", image.display()))?;
+    }
+    let bad = scrub(false)?;
+    if !clean.contains("(0 bad), 0 unreadable") || !bad.contains("data sector copies (1 bad)") {
+        return Err(format!("scrub before: {clean}\nafter: {bad}"));
+    }
+    std::fs::remove_file(mnt.join("scrubbed")).map_err(|e| format!("rm: {e}"))
+}
+
+/// (t): `ubtrfs scrub` of the live mount finds a bad copy; `ubtrfs
+/// filesystem df`, `usage` and `show` on ubtrfs's live mount (after
+/// `ubtrfs filesystem sync`), offline on the image, and on the
 /// kernel's mount of it (the kernel's own ioctls) print what btrfs-progs
 /// prints there (the devices' paths aside: the kernel's is its loop
 /// device); a label set on the live mount is the kernel's.
@@ -519,6 +565,7 @@ pub(super) fn filesystem_df_case(_w: Writer, base: &Path) -> Result<String, Stri
         run(Command::new("cp")
             .args(["-a", "/usr/include/linux"])
             .arg(mnt.join("linux")))?;
+        scrub_finds_a_bad_copy(&image, &mnt)?;
         run(Command::new(ubtrfs_bin())
             .args(["filesystem", "label"])
             .arg(&mnt)

@@ -1,4 +1,5 @@
-//! A send from the mount (BTRFS_IOC_SEND): the stream is made by the
+//! A send from the mount (BTRFS_IOC_SEND), and the reader of the last
+//! commit it reads (a scrub of the mount reads it too): the stream is made by the
 //! same sender as `ubtrfs send` of an unmounted image ([`crate::send`]),
 //! reading the trees of the commit on disk while the mount goes on
 //! writing and committing:
@@ -19,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use ubtrfs_format::consts::*;
 
-/// Tree block cache of a send's reader.
+/// Tree block cache of a send's (or a scrub's) reader.
 const SEND_CACHE_BYTES: u64 = 64 << 20;
 
 impl RwFs {
@@ -40,6 +41,18 @@ impl RwFs {
                 )));
             }
         }
+        let fs = self.begin_commit_reader()?;
+        for &id in subvols {
+            *self.sending.entry(id).or_insert(0) += 1;
+        }
+        Ok(fs)
+    }
+
+    /// A reader of the commit on disk, made now (a commit first when the
+    /// transaction changed anything), through the mount's open files;
+    /// until [`RwFs::end_commit_reader`], space freed stays pinned so that
+    /// nothing it may reach is written over. A send and a scrub read so.
+    pub fn begin_commit_reader(&mut self) -> Result<Filesystem> {
         self.sync_fs()?;
         let devs = self
             .t
@@ -50,10 +63,12 @@ impl RwFs {
             .collect::<Result<Vec<_>>>()?;
         let fs = Filesystem::from_devices(devs, SEND_CACHE_BYTES)?;
         self.t.alloc.hold_freed();
-        for &id in subvols {
-            *self.sending.entry(id).or_insert(0) += 1;
-        }
         Ok(fs)
+    }
+
+    /// Ends a reader of [`RwFs::begin_commit_reader`].
+    pub fn end_commit_reader(&mut self) {
+        self.t.alloc.release_freed();
     }
 
     /// Ends a send begun by [`RwFs::begin_send`].
@@ -66,7 +81,7 @@ impl RwFs {
                 }
             }
         }
-        self.t.alloc.release_freed();
+        self.end_commit_reader();
     }
 
     /// Whether subvolume `id` is being sent.

@@ -1,7 +1,8 @@
 //! The ioctls the read-write mount answers (FUSE forwards those whose
 //! argument size the command encodes): inode flags (`chattr`, the
 //! fileattr xflags), the filesystem label, btrfs's sync ioctls, FITRIM,
-//! the subvolume ioctls ([`super::subvol`]) and send ([`super::send`]).
+//! the subvolume ioctls ([`super::subvol`]), send ([`super::send`]) and
+//! scrub ([`super::scrub`]).
 
 use super::{errno, RwInner};
 use crate::proto::{Errno, INodeNo};
@@ -186,6 +187,7 @@ impl RwInner {
                     Err(e) => reply.error(errno("ioctl BTRFS_IOC_WAIT_SYNC", e)),
                 }
             }
+            ubtrfs_format::ioctl::SCRUB => self.scrub_ioctl(req, in_data, reply),
             ubtrfs_format::ioctl::SEND | ubtrfs_format::ioctl::SEND_CLONES => {
                 self.send_ioctl(req, node, in_data, reply)
             }
