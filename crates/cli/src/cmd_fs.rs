@@ -95,8 +95,16 @@ pub enum SubvolumeCmd {
         path: Option<String>,
     },
     /// Delete subvolumes: `delete IMAGE PATH...` on an unmounted image
-    /// (written in place), or `delete PATH...` inside a live mount.
+    /// (written in place, committed at the end), or `delete [-c|-C]
+    /// PATH...` inside a live mount (on disk at the mount's next commit,
+    /// or at once with -c or -C).
     Delete {
+        /// Inside a mount: commit once at the end (as btrfs-progs' -c).
+        #[arg(short = 'c', long = "commit-after")]
+        commit_after: bool,
+        /// Inside a mount: commit after each deletion (as btrfs-progs' -C).
+        #[arg(short = 'C', long = "commit-each")]
+        commit_each: bool,
         /// The image, or the first path inside a mount.
         image: PathBuf,
         #[arg(short = 'd', long = "device", value_name = "PATH")]

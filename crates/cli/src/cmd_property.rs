@@ -8,7 +8,7 @@
 use crate::mounted::Target;
 use crate::CmdResult;
 use clap::Subcommand;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_engine::{Filesystem, OpenOptions};
@@ -27,6 +27,9 @@ pub enum PropertyCmd {
         target: PathBuf,
         /// On an image: the path inside it, then the name.
         rest: Vec<String>,
+        /// Another device of the image (repeatable).
+        #[arg(short = 'd', long = "device", value_name = "PATH")]
+        devices: Vec<PathBuf>,
     },
     /// Set a property: `set [-t TYPE] PATH NAME VALUE` inside a live
     /// mount, or `set [-t TYPE] IMAGE PATH NAME VALUE` on an unmounted
@@ -36,6 +39,9 @@ pub enum PropertyCmd {
         kind: Option<String>,
         target: PathBuf,
         rest: Vec<String>,
+        /// Another device of the image (repeatable).
+        #[arg(short = 'd', long = "device", value_name = "PATH")]
+        devices: Vec<PathBuf>,
     },
 }
 
@@ -53,9 +59,15 @@ fn names_for(kind: Option<&str>, is_subvol: bool) -> Result<Vec<&'static str>, S
 
 pub fn run(cmd: PropertyCmd) -> CmdResult {
     match cmd {
-        PropertyCmd::Get { kind, target, rest } => {
+        PropertyCmd::Get {
+            kind,
+            target,
+            rest,
+            devices,
+        } => {
             let mounted = matches!(crate::mounted::classify(&target, true)?, Target::Mounted);
             if mounted {
+                no_devices(&devices)?;
                 let is_subvol = crate::mounted::is_subvol_root(&target);
                 let names = match rest.as_slice() {
                     [] => names_for(kind.as_deref(), is_subvol)?,
@@ -74,7 +86,13 @@ pub fn run(cmd: PropertyCmd) -> CmdResult {
                 [p, n] => (p.clone(), Some(known(n)?)),
                 _ => return Err("get [-t TYPE] IMAGE PATH [NAME]".into()),
             };
-            let fs = Filesystem::open(&target, &OpenOptions::default())?;
+            let fs = Filesystem::open(
+                &target,
+                &OpenOptions {
+                    devices,
+                    ..Default::default()
+                },
+            )?;
             let id = fs.resolve(path.as_bytes())?;
             let is_subvol = id.ino == ubtrfs_format::consts::FIRST_INODE;
             let names = match names {
@@ -96,10 +114,18 @@ pub fn run(cmd: PropertyCmd) -> CmdResult {
                 }
             }
         }
-        PropertyCmd::Set { kind, target, rest } => {
+        PropertyCmd::Set {
+            kind,
+            target,
+            rest,
+            devices,
+        } => {
             let mounted = matches!(crate::mounted::classify(&target, true)?, Target::Mounted);
+            // -t only says which object a name belongs to: each name here
+            // belongs to one type.
             let _ = kind;
             if mounted {
+                no_devices(&devices)?;
                 let [n, v] = rest.as_slice() else {
                     return Err("set [-t TYPE] PATH NAME VALUE".into());
                 };
@@ -109,7 +135,9 @@ pub fn run(cmd: PropertyCmd) -> CmdResult {
             let [path, n, v] = rest.as_slice() else {
                 return Err("set [-t TYPE] IMAGE PATH NAME VALUE".into());
             };
-            set_offline(&target, path, known(n)?, v)?;
+            let mut all = vec![target];
+            all.extend(devices);
+            set_offline(&all, path, known(n)?, v)?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -133,8 +161,17 @@ pub fn parse_bool(v: &str) -> Result<bool, String> {
     }
 }
 
-fn set_offline(image: &Path, path: &str, name: &str, value: &str) -> CmdResult {
-    let mut t = Trans::open(&[image.to_path_buf()], 64 << 20)?;
+fn no_devices(devices: &[PathBuf]) -> Result<(), String> {
+    if devices.is_empty() {
+        Ok(())
+    } else {
+        Err("-d names devices of an image; a mount has its own".into())
+    }
+}
+
+/// Sets a property of `path` in the image on `devices` (the image first).
+fn set_offline(devices: &[PathBuf], path: &str, name: &str, value: &str) -> CmdResult {
+    let mut t = Trans::open(devices, 64 << 20)?;
     let (tree, ino) = t.resolve_path(path.as_bytes())?;
     match name {
         "ro" => {

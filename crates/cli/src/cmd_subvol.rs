@@ -217,13 +217,21 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
             }
         },
         SubvolumeCmd::Delete {
+            commit_after,
+            commit_each,
             image,
             devices,
             paths,
         } => {
             if let Some(all) = mounted_paths(&image, &devices, &paths, paths.is_empty())? {
-                for p in all {
-                    crate::mounted::delete(&p)?;
+                for p in &all {
+                    crate::mounted::delete(p, commit_after || commit_each)?;
+                    if commit_each {
+                        crate::mounted::sync(&crate::mounted::parent_of(p))?;
+                    }
+                }
+                if commit_after && !commit_each {
+                    crate::mounted::sync(&crate::mounted::parent_of(&all[0]))?;
                 }
                 return Ok(ExitCode::SUCCESS);
             }

@@ -36,9 +36,27 @@ fn fs_type(dir: &Path) -> io::Result<i64> {
     Ok(st.f_type as i64)
 }
 
+/// Whether the mount holding `dir` serves btrfs's ioctls: the kernel's
+/// btrfs, or a FUSE mount of ubtrfs's (type fuse.ubtrfs or
+/// fuseblk.ubtrfs in the mount table: another FUSE filesystem's is not).
+fn serves_btrfs_ioctls(dir: &Path) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(match fs_type(dir)? {
+        BTRFS_SUPER_MAGIC => true,
+        FUSE_SUPER_MAGIC => {
+            let dev = std::fs::metadata(dir)?.dev();
+            let st_dev = format!("{}:{}", libc::major(dev), libc::minor(dev));
+            ubtrfs_engine::io::claim::mounts()
+                .iter()
+                .any(|m| m.st_dev == st_dev && m.fstype.ends_with(".ubtrfs"))
+        }
+        _ => false,
+    })
+}
+
 /// The directory a new or removed name `path` lives in ("." for a bare
 /// name).
-fn parent_of(path: &Path) -> PathBuf {
+pub fn parent_of(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -54,12 +72,7 @@ fn parent_of(path: &Path) -> PathBuf {
 pub fn classify(path: &Path, alone: bool) -> Result<Target, String> {
     use std::os::unix::fs::FileTypeExt;
     if let Ok(m) = std::fs::metadata(path) {
-        let in_mount = || {
-            matches!(
-                fs_type(&parent_of(path)),
-                Ok(FUSE_SUPER_MAGIC) | Ok(BTRFS_SUPER_MAGIC)
-            )
-        };
+        let in_mount = || matches!(serves_btrfs_ioctls(&parent_of(path)), Ok(true));
         if m.file_type().is_block_device() || m.is_file() && !(alone && in_mount()) {
             return Ok(Target::Image);
         }
@@ -69,9 +82,9 @@ pub fn classify(path: &Path, alone: bool) -> Result<Target, String> {
     } else {
         parent_of(path)
     };
-    match fs_type(&dir) {
-        Ok(FUSE_SUPER_MAGIC) | Ok(BTRFS_SUPER_MAGIC) => Ok(Target::Mounted),
-        Ok(_) => Err(format!(
+    match serves_btrfs_ioctls(&dir) {
+        Ok(true) => Ok(Target::Mounted),
+        Ok(false) => Err(format!(
             "{}: neither an image nor a path inside a ubtrfs (or btrfs) mount",
             path.display()
         )),
@@ -82,8 +95,8 @@ pub fn classify(path: &Path, alone: bool) -> Result<Target, String> {
 /// Why directory `dir` is no image: inside a ubtrfs mount, where this
 /// command is not served yet, or elsewhere.
 pub fn not_an_image(dir: &Path) -> String {
-    match fs_type(dir) {
-        Ok(FUSE_SUPER_MAGIC) | Ok(BTRFS_SUPER_MAGIC) => format!(
+    match serves_btrfs_ioctls(dir) {
+        Ok(true) => format!(
             "{}: a directory inside a mount; this command reads an image (unmounted): \
              on a live mount, read its files (subvolume, send, property and filesystem \
              commands take a path inside it)",
@@ -111,7 +124,16 @@ fn ioctl(f: &File, cmd: u32, arg: &mut [u8]) -> io::Result<()> {
     // from the same constants), and lives across the call.
     let r = unsafe { libc::ioctl(f.as_raw_fd(), cmd as _, arg.as_mut_ptr()) };
     if r < 0 {
-        return Err(io::Error::last_os_error());
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOTTY) {
+            // A read-only ubtrfs mount reads the image as committed and
+            // serves none of these.
+            return Err(io::Error::other(
+                "not served by this mount (a read-only ubtrfs mount serves no btrfs ioctls: \
+                 give the command its image instead)",
+            ));
+        }
+        return Err(e);
     }
     Ok(())
 }
@@ -189,11 +211,17 @@ pub fn snapshot(source: &Path, dest: &Path, readonly: bool) -> Result<(), String
     Ok(())
 }
 
-/// `subvolume delete PATH`.
-pub fn delete(path: &Path) -> Result<(), String> {
+/// `subvolume delete PATH`, printed as btrfs-progs prints it: the full
+/// path, and whether a commit follows.
+pub fn delete(path: &Path, commit: bool) -> Result<(), String> {
+    let full = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
     name_request(path, abi::SNAP_DESTROY_V2)
         .map_err(|e| format!("cannot delete {}: {e}", path.display()))?;
-    println!("Delete subvolume (no-commit): '{}'", shown(path));
+    println!(
+        "Delete subvolume ({}): '{}'",
+        if commit { "commit" } else { "no-commit" },
+        full.display()
+    );
     Ok(())
 }
 

@@ -61,19 +61,9 @@ pub fn umask(pid: u32) -> Option<u32> {
 /// Whether process `pid` is in group `gid`: its filesystem gid (the
 /// fourth of its /proc status "Gid:") or a supplementary one.
 pub fn in_group(pid: u32, gid: u32) -> bool {
-    let has = |key: &str, skip: usize| {
-        status_line(pid, key).is_some_and(|g| {
-            g.split_whitespace()
-                .skip(skip)
-                .any(|x| x.parse() == Ok(gid))
-        })
-    };
-    let fsgid = status_line(pid, "Gid:").and_then(|g| {
-        g.split_whitespace()
-            .nth(3)
-            .and_then(|x| x.parse::<u32>().ok())
-    });
-    fsgid == Some(gid) || has("Groups:", 0)
+    fs_ids(pid).is_some_and(|(_, g)| g == gid)
+        || status_line(pid, "Groups:")
+            .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
 }
 
 #[cfg(test)]

@@ -146,8 +146,9 @@ impl RwFs {
     }
 
     /// [`RwFs::delete_subvolume`] by id (SNAP_DESTROY_V2 with
-    /// BTRFS_SUBVOL_SPEC_BY_ID).
-    pub fn delete_subvolume_id(&mut self, id: u64) -> Result<()> {
+    /// BTRFS_SUBVOL_SPEC_BY_ID). Returns the directories its names went
+    /// from.
+    pub fn delete_subvolume_id(&mut self, id: u64) -> Result<Vec<InodeId>> {
         self.t.check_deletable(id)?;
         if self.t.root(id)?.item.refs == 0 {
             return Err(Error::NotFound(format!("subvolume {id} is deleted")));
@@ -170,13 +171,13 @@ impl RwFs {
             self.dir_for_change(p, true)?;
         }
         self.t.unlink_subvolume(id, now())?;
-        for p in parents {
+        for &p in &parents {
             self.renamed.insert(p);
         }
         self.renamed.insert(top(id));
         self.readonly.remove(&id);
         self.dead_subvols.insert(id);
-        Ok(())
+        Ok(parents)
     }
 
     /// rmdir of the placeholder a snapshot holds where its source had a

@@ -200,16 +200,11 @@ impl RwInner {
         self.may_create_in(req, dir)?;
         let umask = caps::umask(req.pid()).unwrap_or(0o022);
         let mode = 0o777 & !umask;
-        let id = self
-            .fs()
+        // A read-only flag is taken and not used, as the kernel's
+        // btrfs_mksubvol uses it for snapshots only.
+        self.fs()
             .create_subvolume(dir, &a.name, caller(req), mode)
             .map_err(|e| errno("ioctl SUBVOL_CREATE", e))?;
-        if a.flags & abi::SUBVOL_RDONLY != 0 {
-            self.fs
-                .lock_commit()
-                .set_subvol_flags(id, abi::SUBVOL_RDONLY)
-                .map_err(|e| errno("ioctl SUBVOL_CREATE", e))?;
-        }
         self.names_changed(node, &a.name);
         Ok(Vec::new())
     }
@@ -298,16 +293,10 @@ impl RwInner {
             if !admin {
                 return Err(Errno::EPERM);
             }
-            let parents = {
-                let mut fs = self.fs();
-                let parents = fs
-                    .trans()
-                    .subvol_parents(a.subvolid)
-                    .map_err(|e| errno("ioctl SNAP_DESTROY_V2", e))?;
-                fs.delete_subvolume_id(a.subvolid)
-                    .map_err(|e| errno("ioctl SNAP_DESTROY_V2", e))?;
-                parents
-            };
+            let parents = self
+                .fs()
+                .delete_subvolume_id(a.subvolid)
+                .map_err(|e| errno("ioctl SNAP_DESTROY_V2", e))?;
             // The names went from these directories: the kernel forgets
             // their listings and attributes (the entries time out).
             for p in parents {
