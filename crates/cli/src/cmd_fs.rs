@@ -190,7 +190,7 @@ pub fn run_subvolume(cmd: SubvolumeCmd) -> CmdResult {
     if json {
         let v: Vec<_> = subs
             .iter()
-            .filter(|s| s.id != 5)
+            .filter(|s| !s.path.is_empty())
             .map(|s| {
                 json!({
                     "id": s.id, "parent_id": s.parent_id, "top_level": s.parent_id,
@@ -207,7 +207,7 @@ pub fn run_subvolume(cmd: SubvolumeCmd) -> CmdResult {
             .collect();
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
-        for s in subs.iter().filter(|s| s.id != 5) {
+        for s in subs.iter().filter(|s| !s.path.is_empty()) {
             out.write_all(
                 format!(
                     "ID {} gen {} top level {} parent_uuid {} received_uuid {} uuid {} flags {} path ",

@@ -44,8 +44,12 @@ pub fn render(s: &Subvolume, subs: &[Subvolume]) -> String {
         "-".into()
     };
     let mut o = String::new();
+    // Without CAP_SYS_ADMIN a subvolume's path from the top is not known
+    // (the listing starts at it): its name stands in.
     let path = if s.id == FS_TREE_OBJECTID {
         "/".into()
+    } else if s.path.is_empty() {
+        String::from_utf8_lossy(&s.name).into_owned()
     } else {
         String::from_utf8_lossy(&s.path).into_owned()
     };

@@ -110,12 +110,15 @@ pub fn not_an_image(dir: &Path) -> String {
 }
 
 fn open_dir(dir: &Path) -> Result<File, String> {
+    open_dir_io(dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))
+}
+
+fn open_dir_io(dir: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY)
         .open(dir)
-        .map_err(|e| format!("cannot open {}: {e}", dir.display()))
 }
 
 /// ioctl `cmd` on `f` with the argument `arg` (in and out).
@@ -286,7 +289,16 @@ pub fn search_items(
     lo: ubtrfs_format::Key,
     hi: ubtrfs_format::Key,
 ) -> Result<Vec<(ubtrfs_format::Key, Vec<u8>)>, String> {
-    let d = open_dir(dir)?;
+    search_items_io(dir, tree, lo, hi).map_err(|e| format!("tree search on {}: {e}", dir.display()))
+}
+
+fn search_items_io(
+    dir: &Path,
+    tree: u64,
+    lo: ubtrfs_format::Key,
+    hi: ubtrfs_format::Key,
+) -> io::Result<Vec<(ubtrfs_format::Key, Vec<u8>)>> {
+    let d = open_dir(dir).map_err(io::Error::other)?;
     let mut out = Vec::new();
     let mut from = lo;
     loop {
@@ -303,8 +315,7 @@ pub fn search_items(
             nr_items: 4096,
         };
         let mut arg = key.to_args();
-        ioctl(&d, abi::TREE_SEARCH, &mut arg)
-            .map_err(|e| format!("tree search on {}: {e}", dir.display()))?;
+        ioctl(&d, abi::TREE_SEARCH, &mut arg)?;
         let n = abi::SearchKey::parse(&arg).map_or(0, |k| k.nr_items);
         let found = abi::search_results(&arg[abi::SEARCH_KEY_SIZE..], n);
         let Some(&(_, last, _)) = found.last() else {
@@ -333,19 +344,146 @@ pub fn dir_path(dir: &Path, tree: u64, dirid: u64) -> Result<Vec<u8>, String> {
 }
 
 /// The subvolumes of the filesystem `dir` is in, as an image's reader
-/// lists them (the root tree's items through TREE_SEARCH).
+/// lists them (the root tree's items through TREE_SEARCH). A caller
+/// without CAP_SYS_ADMIN gets those it can reach under the subvolume
+/// `dir` is the root of, with paths from it ([`subvolumes_below`]).
 pub fn subvolumes(dir: &Path) -> Result<Vec<ubtrfs_engine::Subvolume>, String> {
     use ubtrfs_format::consts::*;
-    let items = search_items(
+    let items = match search_items_io(
         dir,
         ROOT_TREE_OBJECTID,
         ubtrfs_format::Key::new(FS_TREE_OBJECTID, ROOT_ITEM, 0),
         ubtrfs_format::Key::new(LAST_FREE_OBJECTID, ROOT_BACKREF, u64::MAX),
-    )?;
+    ) {
+        Ok(items) => items,
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => return subvolumes_below(dir),
+        Err(e) => return Err(format!("tree search on {}: {e}", dir.display())),
+    };
     ubtrfs_engine::fs::subvolumes_of(&items, |tree, dirid| {
         dir_path(dir, tree, dirid).map_err(ubtrfs_engine::Error::Invalid)
     })
     .map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+/// GET_SUBVOL_INFO on `dir`: the subvolume it is in, with no path.
+fn subvol_info(dir: &Path) -> io::Result<ubtrfs_engine::Subvolume> {
+    let d = open_dir_io(dir)?;
+    let mut arg = vec![0u8; abi::SUBVOL_INFO_SIZE];
+    ioctl(&d, abi::GET_SUBVOL_INFO, &mut arg)?;
+    let i = abi::SubvolInfo::parse(&arg)
+        .ok_or_else(|| io::Error::other("a short GET_SUBVOL_INFO answer"))?;
+    let root = ubtrfs_format::items::RootItem {
+        generation: i.generation,
+        flags: i.flags,
+        uuid: i.uuid,
+        parent_uuid: i.parent_uuid,
+        received_uuid: i.received_uuid,
+        ctransid: i.ctransid,
+        otransid: i.otransid,
+        stransid: i.stransid,
+        rtransid: i.rtransid,
+        ctime: i.ctime,
+        otime: i.otime,
+        stime: i.stime,
+        rtime: i.rtime,
+        refs: 1,
+        ..Default::default()
+    };
+    Ok(ubtrfs_engine::Subvolume {
+        id: i.treeid,
+        parent_id: i.parent_id,
+        dirid: i.dirid,
+        name: i.name,
+        path: Vec::new(),
+        root,
+    })
+}
+
+/// The subvolumes directly inside the one `root` is the root of: (id,
+/// directory), GET_SUBVOL_ROOTREF a batch at a time.
+fn root_refs(root: &File) -> io::Result<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    loop {
+        let mut arg = abi::Rootrefs {
+            min_treeid: from,
+            refs: Vec::new(),
+        }
+        .to_bytes();
+        let more = match ioctl(root, abi::GET_SUBVOL_ROOTREF, &mut arg) {
+            Ok(()) => false,
+            Err(e) if e.raw_os_error() == Some(libc::EOVERFLOW) => true,
+            Err(e) => return Err(e),
+        };
+        let r = abi::Rootrefs::parse(&arg)
+            .ok_or_else(|| io::Error::other("a short GET_SUBVOL_ROOTREF answer"))?;
+        // An answer that does not move on ends the walk (a count is not
+        // trusted to end it).
+        if !more || r.refs.is_empty() || r.min_treeid <= from {
+            out.extend(r.refs);
+            return Ok(out);
+        }
+        from = r.min_treeid;
+        out.extend(r.refs);
+    }
+}
+
+/// The subvolumes a caller without CAP_SYS_ADMIN reaches under the one
+/// whose root is `dir` (as libbtrfsutil's iterator walks them):
+/// GET_SUBVOL_ROOTREF for the subvolumes inside each, INO_LOOKUP_USER for
+/// the path to each (every directory on the way readable and searchable),
+/// GET_SUBVOL_INFO of each; paths from `dir`'s subvolume, which comes
+/// first with an empty path. Subvolumes the caller may not reach are left
+/// out.
+fn subvolumes_below(dir: &Path) -> Result<Vec<ubtrfs_engine::Subvolume>, String> {
+    let err = |what: &str, e: io::Error| format!("{what} on {}: {e}", dir.display());
+    if !is_subvol_root(dir) {
+        return Err(format!(
+            "{}: listing without CAP_SYS_ADMIN starts at a subvolume's root",
+            dir.display()
+        ));
+    }
+    let mut out = vec![subvol_info(dir).map_err(|e| err("subvolume info", e))?];
+    // (a root's path on this machine, its path in the listing).
+    let mut todo = vec![(dir.to_path_buf(), Vec::new())];
+    while let Some((at, prefix)) = todo.pop() {
+        let root = open_dir(&at)?;
+        let mut refs = root_refs(&root).map_err(|e| err("subvolume references", e))?;
+        refs.sort_unstable();
+        for (child, dirid) in refs.into_iter().rev() {
+            let mut arg = abi::InoLookupUser {
+                dirid,
+                treeid: child,
+                ..Default::default()
+            }
+            .to_bytes()
+            .unwrap_or_default();
+            match ioctl(&root, abi::INO_LOOKUP_USER, &mut arg) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => continue,
+                Err(e) => return Err(err("user inode lookup", e)),
+            }
+            let Some(l) = abi::InoLookupUser::parse(&arg) else {
+                continue;
+            };
+            let mut rel = l.path.clone();
+            rel.extend_from_slice(&l.name);
+            let host = at.join(std::ffi::OsStr::from_bytes(&rel));
+            let mut s = match subvol_info(&host) {
+                Ok(s) => s,
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => continue,
+                Err(e) => return Err(err("subvolume info", e)),
+            };
+            let mut path = prefix.clone();
+            path.extend_from_slice(&rel);
+            s.path = path.clone();
+            path.push(b'/');
+            todo.push((host, path));
+            out.push(s);
+        }
+    }
+    out[1..].sort_by_key(|s| s.id);
+    Ok(out)
 }
 
 /// The default subvolume of the filesystem `dir` is in: the root tree

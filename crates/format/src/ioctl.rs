@@ -28,6 +28,17 @@ const V2_NAME_AT: usize = 56;
 pub const INO_LOOKUP_SIZE: usize = 4096;
 /// struct btrfs_ioctl_fs_info_args.
 pub const FS_INFO_SIZE: usize = 1024;
+/// struct btrfs_ioctl_get_subvol_info_args.
+pub const SUBVOL_INFO_SIZE: usize = 504;
+/// struct btrfs_ioctl_get_subvol_rootref_args: min_treeid, 255 (treeid,
+/// dirid) pairs, the count at 4088.
+pub const ROOTREF_ARGS_SIZE: usize = 4096;
+pub const ROOTREF_MAX: usize = 255;
+/// struct btrfs_ioctl_ino_lookup_user_args: dirid, treeid, the
+/// subvolume's name (256 bytes), the path (3824 bytes).
+pub const INO_LOOKUP_USER_SIZE: usize = 4096;
+const LOOKUP_USER_NAME_AT: usize = 16;
+const LOOKUP_USER_PATH_AT: usize = 272;
 /// struct btrfs_ioctl_scrub_args: devid, range and flags in, the
 /// progress (15 counters) out, padded to 1 KiB.
 pub const SCRUB_ARGS_SIZE: usize = 1024;
@@ -69,6 +80,9 @@ pub const SUBVOL_SETFLAGS: u32 = ioc(IOC_WRITE, 26, 8);
 pub const FS_INFO: u32 = ioc(IOC_READ, 31, FS_INFO_SIZE);
 pub const DEV_INFO: u32 = ioc(IOC_READ | IOC_WRITE, 30, DEV_INFO_SIZE);
 pub const SCRUB: u32 = ioc(IOC_READ | IOC_WRITE, 27, SCRUB_ARGS_SIZE);
+pub const GET_SUBVOL_INFO: u32 = ioc(IOC_READ, 60, SUBVOL_INFO_SIZE);
+pub const GET_SUBVOL_ROOTREF: u32 = ioc(IOC_READ | IOC_WRITE, 61, ROOTREF_ARGS_SIZE);
+pub const INO_LOOKUP_USER: u32 = ioc(IOC_READ | IOC_WRITE, 62, INO_LOOKUP_USER_SIZE);
 pub const SNAP_DESTROY_V2: u32 = ioc(IOC_WRITE, 63, VOL_ARGS_V2_SIZE);
 pub const SEND: u32 = ioc(IOC_WRITE, 38, SEND_ARGS_SIZE);
 pub const SEND_CLONES: u32 = ioc(IOC_WRITE, 38, SEND_CLONES_SIZE);
@@ -494,6 +508,172 @@ impl FsInfo {
     }
 }
 
+/// A time as the ioctls carry it (struct btrfs_ioctl_timespec: seconds,
+/// nanoseconds, 16 bytes with its padding).
+fn put_time(b: &mut [u8], at: usize, t: &crate::items::Timespec) {
+    b[at..at + 8].copy_from_slice(&t.sec.to_le_bytes());
+    b[at + 8..at + 12].copy_from_slice(&t.nsec.to_le_bytes());
+}
+
+fn time_at(b: &[u8], at: usize) -> crate::items::Timespec {
+    crate::items::Timespec {
+        sec: u64_at(b, at) as i64,
+        nsec: u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap_or([0; 4])),
+    }
+}
+
+/// BTRFS_IOC_GET_SUBVOL_INFO's answer: the root item of the subvolume the
+/// file is in, and its back reference (parent, directory, name; none for
+/// the top level).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubvolInfo {
+    pub treeid: u64,
+    pub name: Vec<u8>,
+    pub parent_id: u64,
+    pub dirid: u64,
+    pub generation: u64,
+    pub flags: u64,
+    pub uuid: [u8; 16],
+    pub parent_uuid: [u8; 16],
+    pub received_uuid: [u8; 16],
+    pub ctransid: u64,
+    pub otransid: u64,
+    pub stransid: u64,
+    pub rtransid: u64,
+    pub ctime: crate::items::Timespec,
+    pub otime: crate::items::Timespec,
+    pub stime: crate::items::Timespec,
+    pub rtime: crate::items::Timespec,
+}
+
+impl SubvolInfo {
+    pub fn parse(b: &[u8]) -> Option<SubvolInfo> {
+        let b = b.get(..SUBVOL_INFO_SIZE)?;
+        let uuid = |at: usize| b[at..at + 16].try_into().unwrap_or([0; 16]);
+        Some(SubvolInfo {
+            treeid: u64_at(b, 0),
+            name: c_name(&b[8..8 + 255]).to_vec(),
+            parent_id: u64_at(b, 264),
+            dirid: u64_at(b, 272),
+            generation: u64_at(b, 280),
+            flags: u64_at(b, 288),
+            uuid: uuid(296),
+            parent_uuid: uuid(312),
+            received_uuid: uuid(328),
+            ctransid: u64_at(b, 344),
+            otransid: u64_at(b, 352),
+            stransid: u64_at(b, 360),
+            rtransid: u64_at(b, 368),
+            ctime: time_at(b, 376),
+            otime: time_at(b, 392),
+            stime: time_at(b, 408),
+            rtime: time_at(b, 424),
+        })
+    }
+
+    /// The answer's bytes (a name past 255 bytes is cut).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = vec![0u8; SUBVOL_INFO_SIZE];
+        b[0..8].copy_from_slice(&self.treeid.to_le_bytes());
+        let n = self.name.len().min(255);
+        b[8..8 + n].copy_from_slice(&self.name[..n]);
+        for (at, v) in [
+            (264, self.parent_id),
+            (272, self.dirid),
+            (280, self.generation),
+            (288, self.flags),
+            (344, self.ctransid),
+            (352, self.otransid),
+            (360, self.stransid),
+            (368, self.rtransid),
+        ] {
+            b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b[296..312].copy_from_slice(&self.uuid);
+        b[312..328].copy_from_slice(&self.parent_uuid);
+        b[328..344].copy_from_slice(&self.received_uuid);
+        put_time(&mut b, 376, &self.ctime);
+        put_time(&mut b, 392, &self.otime);
+        put_time(&mut b, 408, &self.stime);
+        put_time(&mut b, 424, &self.rtime);
+        b
+    }
+}
+
+/// BTRFS_IOC_GET_SUBVOL_ROOTREF: from `min_treeid` on, the subvolumes
+/// directly inside the file's subvolume (id, directory), at most
+/// [`ROOTREF_MAX`] a call; `min_treeid` out is where the next call starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rootrefs {
+    pub min_treeid: u64,
+    pub refs: Vec<(u64, u64)>,
+}
+
+impl Rootrefs {
+    pub fn parse(b: &[u8]) -> Option<Rootrefs> {
+        let b = b.get(..ROOTREF_ARGS_SIZE)?;
+        let n = (b[4088] as usize).min(ROOTREF_MAX);
+        Some(Rootrefs {
+            min_treeid: u64_at(b, 0),
+            refs: (0..n)
+                .map(|i| (u64_at(b, 8 + 16 * i), u64_at(b, 16 + 16 * i)))
+                .collect(),
+        })
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = vec![0u8; ROOTREF_ARGS_SIZE];
+        b[0..8].copy_from_slice(&self.min_treeid.to_le_bytes());
+        let n = self.refs.len().min(ROOTREF_MAX);
+        for (i, (t, d)) in self.refs[..n].iter().enumerate() {
+            b[8 + 16 * i..16 + 16 * i].copy_from_slice(&t.to_le_bytes());
+            b[16 + 16 * i..24 + 16 * i].copy_from_slice(&d.to_le_bytes());
+        }
+        b[4088] = n as u8;
+        b
+    }
+}
+
+/// BTRFS_IOC_INO_LOOKUP_USER: for subvolume `treeid` whose entry is in
+/// directory `dirid` of the file's subvolume, the directory's path from
+/// the file (ending in '/'; empty when `dirid` is the file) and the
+/// subvolume's name, for callers who may read and search each directory
+/// on the way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InoLookupUser {
+    pub dirid: u64,
+    pub treeid: u64,
+    pub name: Vec<u8>,
+    pub path: Vec<u8>,
+}
+
+impl InoLookupUser {
+    pub fn parse(b: &[u8]) -> Option<InoLookupUser> {
+        let b = b.get(..INO_LOOKUP_USER_SIZE)?;
+        Some(InoLookupUser {
+            dirid: u64_at(b, 0),
+            treeid: u64_at(b, 8),
+            name: c_name(&b[LOOKUP_USER_NAME_AT..LOOKUP_USER_PATH_AT - 1]).to_vec(),
+            path: c_name(&b[LOOKUP_USER_PATH_AT..INO_LOOKUP_USER_SIZE - 1]).to_vec(),
+        })
+    }
+
+    /// The argument's bytes; None when the name or the path does not fit.
+    pub fn to_bytes(&self) -> Option<Vec<u8>> {
+        if self.name.len() >= LOOKUP_USER_PATH_AT - LOOKUP_USER_NAME_AT
+            || self.path.len() >= INO_LOOKUP_USER_SIZE - LOOKUP_USER_PATH_AT
+        {
+            return None;
+        }
+        let mut b = vec![0u8; INO_LOOKUP_USER_SIZE];
+        b[0..8].copy_from_slice(&self.dirid.to_le_bytes());
+        b[8..16].copy_from_slice(&self.treeid.to_le_bytes());
+        b[LOOKUP_USER_NAME_AT..LOOKUP_USER_NAME_AT + self.name.len()].copy_from_slice(&self.name);
+        b[LOOKUP_USER_PATH_AT..LOOKUP_USER_PATH_AT + self.path.len()].copy_from_slice(&self.path);
+        Some(b)
+    }
+}
+
 /// BTRFS_IOC_SCRUB's argument: which device and range, flags, and what
 /// the scrub found (struct btrfs_scrub_progress, in its order). Past the
 /// kernel's counters, in its padding, a ubtrfs mount also answers the
@@ -639,6 +819,9 @@ mod tests {
         assert_eq!(FS_INFO, 0x8400_941f);
         assert_eq!(DEV_INFO, 0xd000_941e);
         assert_eq!(SCRUB, 0xc400_941b);
+        assert_eq!(GET_SUBVOL_INFO, 0x81f8_943c);
+        assert_eq!(GET_SUBVOL_ROOTREF, 0xd000_943d);
+        assert_eq!(INO_LOOKUP_USER, 0xd000_943e);
         assert_eq!(SEND_CLONES & 0xffff, SEND & 0xffff);
         assert_eq!(SNAP_DESTROY_V2, 0x5000_943f);
         assert_eq!(SEND, 0x4048_9426);
@@ -769,5 +952,45 @@ mod tests {
         let mut bad = b.clone();
         bad[8..16].copy_from_slice(&(SEND_CLONES_MAX as u64 + 1).to_le_bytes());
         assert!(SendArgs::parse(&bad).is_none());
+    }
+
+    #[test]
+    fn subvol_info_rootrefs_and_user_lookup_round_trip() {
+        let t = |sec, nsec| crate::items::Timespec { sec, nsec };
+        let i = SubvolInfo {
+            treeid: 257,
+            name: b"snap".to_vec(),
+            parent_id: 5,
+            dirid: 256,
+            generation: 9,
+            flags: 1,
+            uuid: [1; 16],
+            parent_uuid: [2; 16],
+            received_uuid: [3; 16],
+            ctransid: 9,
+            otransid: 8,
+            stransid: 0,
+            rtransid: 0,
+            ctime: t(100, 5),
+            otime: t(90, 6),
+            stime: t(0, 0),
+            rtime: t(0, 0),
+        };
+        assert_eq!(SubvolInfo::parse(&i.to_bytes()), Some(i));
+        let r = Rootrefs {
+            min_treeid: 300,
+            refs: vec![(257, 256), (299, 260)],
+        };
+        assert_eq!(Rootrefs::parse(&r.to_bytes()), Some(r));
+        let mut bad = vec![0u8; ROOTREF_ARGS_SIZE];
+        bad[4088] = 255;
+        assert_eq!(Rootrefs::parse(&bad).unwrap().refs.len(), 255);
+        let u = InoLookupUser {
+            dirid: 260,
+            treeid: 258,
+            name: b"inner".to_vec(),
+            path: b"a/b/".to_vec(),
+        };
+        assert_eq!(InoLookupUser::parse(&u.to_bytes().unwrap()), Some(u));
     }
 }

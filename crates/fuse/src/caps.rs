@@ -6,6 +6,7 @@
 //! capability is not enough.
 
 pub const CAP_DAC_OVERRIDE: u32 = 1;
+pub const CAP_DAC_READ_SEARCH: u32 = 2;
 pub const CAP_FOWNER: u32 = 3;
 pub const CAP_FSETID: u32 = 4;
 pub const CAP_SYS_ADMIN: u32 = 21;

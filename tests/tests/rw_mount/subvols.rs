@@ -74,6 +74,11 @@ r sv delete snapofro
 ls -a | sort | tr '\n' ' '; echo
 sv list . | awk '{print "listed:", $2, $7, $NF}'
 sv list d | awk '{print "listed from d:", $2, $7, $NF}'
+# Without CAP_SYS_ADMIN, through the ioctls libbtrfsutil uses
+# (GET_SUBVOL_ROOTREF, INO_LOOKUP_USER, GET_SUBVOL_INFO): ubtrfs's client
+# on both mounts.
+setpriv --reuid=tests --regid=tests --clear-groups $UB subvolume list . | awk '{print "listed by tests:", $2, $7, $NF}'
+setpriv --reuid=tests --regid=tests --clear-groups $UB subvolume show snap | sed -E 's/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}/UUID/; s/[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} [+-][0-9]{4}/TIME/; s/^(.Gen[a-z ]*:).*/\1 G/'
 # The default subvolume: kept from deletion, and what the kernel mounts.
 r sv set-default snapro
 sv get-default . | awk '{print "default:", $2, $NF}'
@@ -130,6 +135,7 @@ pub(super) fn live_subvol_case(w: Writer, base: &Path) -> Result<(String, String
         .args(["-c", SUBVOL_STEPS])
         .env("SV", sv)
         .env("PROP", prop)
+        .env("UB", ubtrfs_bin())
         .current_dir(&mnt));
     let fin = m.finish();
     let out = out.map_err(|e| format!("the script on the {} mount: {e}", w.name()))?;

@@ -22,9 +22,12 @@ use super::RwFs;
 use crate::error::{Error, Result};
 use crate::fs::InodeId;
 use crate::inode::now;
+use crate::items::ItemSource;
 use crate::subvol::Place;
+use std::ops::ControlFlow;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::ioctl::SUBVOL_RDONLY;
+use ubtrfs_format::items::RootRef;
 use ubtrfs_format::Key;
 
 fn show(name: &[u8]) -> String {
@@ -405,6 +408,132 @@ impl RwFs {
             )));
         }
         Ok((out, n))
+    }
+
+    /// BTRFS_IOC_GET_SUBVOL_INFO: subvolume `id`'s root item as this
+    /// transaction has it, and its back reference (parent, directory,
+    /// name; none for the top level), with no path. A subvolume without
+    /// one is NotFound, as the kernel's ENOENT.
+    pub fn subvol_info(&self, id: u64) -> Result<crate::fs::Subvolume> {
+        let mut s = crate::fs::Subvolume {
+            id,
+            parent_id: 0,
+            dirid: 0,
+            name: Vec::new(),
+            path: Vec::new(),
+            root: self.t.root_view(id)?.item.clone(),
+        };
+        if id == FS_TREE_OBJECTID {
+            return Ok(s);
+        }
+        let mut found = false;
+        self.t.visit(
+            ROOT_TREE_OBJECTID,
+            &Key::new(id, ROOT_BACKREF, 0),
+            &Key::new(id, ROOT_BACKREF, u64::MAX),
+            &mut |k, d| {
+                let r = RootRef::parse(d)
+                    .map_err(|e| Error::format(format!("root tree key {k}"), e))?;
+                (s.parent_id, s.dirid, s.name) = (k.offset, r.dirid, r.name.to_vec());
+                found = true;
+                Ok(ControlFlow::Break(()))
+            },
+        )?;
+        if !found {
+            return Err(Error::NotFound(format!("subvolume {id}'s back reference")));
+        }
+        Ok(s)
+    }
+
+    /// BTRFS_IOC_GET_SUBVOL_ROOTREF: the subvolumes directly inside
+    /// subvolume `id` from id `min` on, (id, directory), at most `max`.
+    pub fn root_refs(&self, id: u64, min: u64, max: usize) -> Result<Vec<(u64, u64)>> {
+        let mut out = Vec::new();
+        self.t.visit(
+            ROOT_TREE_OBJECTID,
+            &Key::new(id, ROOT_REF, min),
+            &Key::new(id, ROOT_REF, u64::MAX),
+            &mut |k, d| {
+                if out.len() == max {
+                    return Ok(ControlFlow::Break(()));
+                }
+                let r = RootRef::parse(d)
+                    .map_err(|e| Error::format(format!("root tree key {k}"), e))?;
+                out.push((k.offset, r.dirid));
+                Ok(ControlFlow::Continue(()))
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// BTRFS_IOC_INO_LOOKUP_USER in subvolume `tree`, asked on its
+    /// directory `from`: the path from `from` to directory `dirid` (each
+    /// name and '/'; empty when they are one), the directories on the way
+    /// (from `dirid` up, each of which the caller must be able to read
+    /// and search), and the name subvolume `child` has in `dirid`. A path
+    /// that reaches the top without passing `from` is Permission (the
+    /// kernel's EACCES); a `child` whose entry is in another directory,
+    /// Invalid.
+    pub fn lookup_user(
+        &self,
+        tree: u64,
+        from: u64,
+        dirid: u64,
+        child: u64,
+    ) -> Result<(Vec<u8>, Vec<InodeId>, Vec<u8>)> {
+        let mut parts: Vec<Vec<u8>> = Vec::new();
+        let mut dirs = Vec::new();
+        let mut cur = dirid;
+        // A directory has one parent; a loop in a corrupt image is cut off.
+        for _ in 0..4096 {
+            if cur == from {
+                break;
+            }
+            if cur == FIRST_INODE {
+                return Err(Error::Permission(format!(
+                    "directory {dirid} is not under directory {from}"
+                )));
+            }
+            let (parent, name) = crate::items::inode_item::first_ref(&self.t, tree, cur)?
+                .ok_or_else(|| Error::NotFound(format!("tree {tree} inode {cur}")))?;
+            dirs.push(InodeId {
+                subvol: tree,
+                ino: cur,
+            });
+            parts.push(name);
+            cur = parent;
+        }
+        if cur != from {
+            return Err(Error::corrupt(
+                format!("tree {tree} inode {dirid}"),
+                "parent chain does not reach the root directory",
+            ));
+        }
+        let mut path = Vec::new();
+        for p in parts.iter().rev() {
+            path.extend_from_slice(p);
+            path.push(b'/');
+        }
+        let mut name = None;
+        self.t.visit(
+            ROOT_TREE_OBJECTID,
+            &Key::new(tree, ROOT_REF, child),
+            &Key::new(tree, ROOT_REF, child),
+            &mut |k, d| {
+                let r = RootRef::parse(d)
+                    .map_err(|e| Error::format(format!("root tree key {k}"), e))?;
+                name = Some((r.dirid, r.name.to_vec()));
+                Ok(ControlFlow::Break(()))
+            },
+        )?;
+        let (in_dir, name) =
+            name.ok_or_else(|| Error::NotFound(format!("subvolume {child} in tree {tree}")))?;
+        if in_dir != dirid {
+            return Err(Error::Invalid(format!(
+                "subvolume {child} is in directory {in_dir}, not {dirid}"
+            )));
+        }
+        Ok((path, dirs, name))
     }
 
     /// The kernel's global block reserve for this filesystem now

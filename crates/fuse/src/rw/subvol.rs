@@ -69,18 +69,28 @@ pub(super) fn handles(cmd: u32) -> bool {
             | abi::INO_LOOKUP
             | abi::FS_INFO
             | abi::DEV_INFO
+            | abi::GET_SUBVOL_INFO
+            | abi::GET_SUBVOL_ROOTREF
+            | abi::INO_LOOKUP_USER
             | abi::TREE_SEARCH
             | abi::SPACE_INFO
             | abi::SPACE_INFO_FIXED
     )
 }
 
-/// Whether mode bits `mode` of a file owned by (`uid`, `gid`) let the
-/// caller of `req` write and search it (the kernel's may_create and
-/// may_delete ask MAY_WRITE | MAY_EXEC of the directory). POSIX ACLs are
-/// not consulted: the owner, group and other bits, and CAP_DAC_OVERRIDE.
-fn may_write_exec(req: &Request, mode: u32, uid: u32, gid: u32) -> bool {
-    if caps::capable(req.pid(), caps::CAP_DAC_OVERRIDE) {
+/// MAY_WRITE | MAY_EXEC, as the kernel's may_create and may_delete ask
+/// of a directory, and MAY_READ | MAY_EXEC, as INO_LOOKUP_USER asks.
+const WRITE_EXEC: u32 = 0o3;
+const READ_EXEC: u32 = 0o5;
+
+/// Whether mode bits `mode` of a file owned by (`uid`, `gid`) grant the
+/// caller of `req` the access `want` (WRITE_EXEC, READ_EXEC): by the
+/// owner, group and other bits, or CAP_DAC_OVERRIDE (and for reading and
+/// searching, CAP_DAC_READ_SEARCH). POSIX ACLs are not consulted.
+fn may(req: &Request, mode: u32, uid: u32, gid: u32, want: u32) -> bool {
+    if caps::capable(req.pid(), caps::CAP_DAC_OVERRIDE)
+        || want == READ_EXEC && caps::capable(req.pid(), caps::CAP_DAC_READ_SEARCH)
+    {
         return true;
     }
     let bits = if caller(req).0 == uid {
@@ -90,7 +100,7 @@ fn may_write_exec(req: &Request, mode: u32, uid: u32, gid: u32) -> bool {
     } else {
         mode
     };
-    bits & 0o3 == 0o3
+    bits & want == want
 }
 
 /// The argument of a request that makes a subvolume (create, snapshot):
@@ -121,6 +131,9 @@ impl RwInner {
         reply: ReplyIoctl,
     ) {
         let id = self.inode(node);
+        if cmd == abi::GET_SUBVOL_ROOTREF {
+            return self.ioctl_rootref(id, in_data, reply);
+        }
         let res = match cmd {
             abi::SUBVOL_CREATE | abi::SUBVOL_CREATE_V2 => {
                 self.ioctl_create(req, node, id, in_data, cmd == abi::SUBVOL_CREATE_V2)
@@ -139,6 +152,8 @@ impl RwInner {
             abi::INO_LOOKUP => self.ioctl_ino_lookup(req, id, in_data),
             abi::FS_INFO => Ok(self.fs_info(in_data)),
             abi::DEV_INFO => self.ioctl_dev_info(in_data),
+            abi::GET_SUBVOL_INFO => self.ioctl_subvol_info(id),
+            abi::INO_LOOKUP_USER => self.ioctl_lookup_user(req, id, in_data),
             abi::TREE_SEARCH => self.ioctl_tree_search(req, id, in_data),
             abi::SPACE_INFO | abi::SPACE_INFO_FIXED => self.ioctl_space(cmd, in_data),
             _ => Err(Errno::ENOTTY),
@@ -164,7 +179,7 @@ impl RwInner {
         if st.mode & 0o170000 != 0o040000 {
             return Err(Errno::ENOTDIR);
         }
-        if !may_write_exec(req, st.mode, st.uid, st.gid) {
+        if !may(req, st.mode, st.uid, st.gid, WRITE_EXEC) {
             return Err(Errno::EACCES);
         }
         Ok(())
@@ -322,7 +337,7 @@ impl RwInner {
                 .map_err(|e| errno("ioctl", e))?;
             let sub = sub.ok_or(Errno::ENOENT)?;
             let st = self.fs_read().stat(sub).map_err(|e| errno("ioctl", e))?;
-            if !may_write_exec(req, st.mode, st.uid, st.gid) {
+            if !may(req, st.mode, st.uid, st.gid, WRITE_EXEC) {
                 return Err(Errno::EACCES);
             }
         }
@@ -451,6 +466,83 @@ impl RwInner {
         let mut out = abi::encode_space(&slots, room);
         out.resize(size, 0);
         Ok(out)
+    }
+
+    /// GET_SUBVOL_INFO: the subvolume the file is in (anyone may ask).
+    fn ioctl_subvol_info(&self, id: InodeId) -> Result<Vec<u8>, Errno> {
+        let s = self
+            .fs_read()
+            .subvol_info(id.subvol)
+            .map_err(|e| errno("ioctl GET_SUBVOL_INFO", e))?;
+        let r = &s.root;
+        Ok(abi::SubvolInfo {
+            treeid: id.subvol,
+            name: s.name.clone(),
+            parent_id: s.parent_id,
+            dirid: s.dirid,
+            generation: r.generation,
+            flags: r.flags,
+            uuid: r.uuid,
+            parent_uuid: r.parent_uuid,
+            received_uuid: r.received_uuid,
+            ctransid: r.ctransid,
+            otransid: r.otransid,
+            stransid: r.stransid,
+            rtransid: r.rtransid,
+            ctime: r.ctime,
+            otime: r.otime,
+            stime: r.stime,
+            rtime: r.rtime,
+        }
+        .to_bytes())
+    }
+
+    /// GET_SUBVOL_ROOTREF: the subvolumes directly inside the file's,
+    /// from the id asked on, [`abi::ROOTREF_MAX`] at most; with more,
+    /// EOVERFLOW and those found (FUSE returns an ioctl's result with its
+    /// data, as the kernel copies them out with EOVERFLOW), so the caller
+    /// asks again from the next id.
+    fn ioctl_rootref(&self, id: InodeId, arg: &[u8], reply: ReplyIoctl) {
+        let Some(asked) = abi::Rootrefs::parse(arg) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let found = self
+            .fs_read()
+            .root_refs(id.subvol, asked.min_treeid, abi::ROOTREF_MAX + 1);
+        let mut refs = match found {
+            Ok(r) => r,
+            Err(e) => return reply.error(errno("ioctl GET_SUBVOL_ROOTREF", e)),
+        };
+        let more = refs.len() > abi::ROOTREF_MAX;
+        refs.truncate(abi::ROOTREF_MAX);
+        let min_treeid = refs.last().map_or(asked.min_treeid, |r| r.0 + 1);
+        let out = abi::Rootrefs { min_treeid, refs }.to_bytes();
+        reply.ioctl(if more { -libc::EOVERFLOW } else { 0 }, &out)
+    }
+
+    /// INO_LOOKUP_USER: the path from the file (a subvolume's root, when
+    /// `dirid` is one) to directory `dirid`, each directory on the way
+    /// readable and searchable by the caller (else EACCES), and the name
+    /// subvolume `treeid` has there.
+    fn ioctl_lookup_user(&self, req: &Request, id: InodeId, arg: &[u8]) -> Result<Vec<u8>, Errno> {
+        let mut a = abi::InoLookupUser::parse(arg).ok_or(Errno::EINVAL)?;
+        if a.dirid == FIRST_INODE && id.ino != FIRST_INODE {
+            return Err(Errno::EACCES);
+        }
+        let fs = self.fs_read();
+        let (path, dirs, name) = fs
+            .lookup_user(id.subvol, id.ino, a.dirid, a.treeid)
+            .map_err(|e| errno("ioctl INO_LOOKUP_USER", e))?;
+        for d in dirs {
+            let st = fs.stat(d).map_err(|e| errno("ioctl INO_LOOKUP_USER", e))?;
+            if !may(req, st.mode, st.uid, st.gid, READ_EXEC) {
+                return Err(Errno::EACCES);
+            }
+        }
+        drop(fs);
+        a.path = path;
+        a.name = name;
+        a.to_bytes().ok_or(Errno::ENAMETOOLONG)
     }
 
     /// DEV_INFO: a device's item and the path the mount opened it by;
