@@ -13,7 +13,6 @@ use std::process::ExitCode;
 use ubtrfs_engine::fs::space::{space_info, SpaceInfo};
 use ubtrfs_engine::fs::usage::{chunk_uses, global_reserve, progs_order, statfs_avail, ChunkUse};
 use ubtrfs_engine::tx::Trans;
-use ubtrfs_engine::{Filesystem, OpenOptions};
 use ubtrfs_format::bytes::format_uuid;
 use ubtrfs_format::ioctl::SPACE_INFO_GLOBAL_RSV;
 use ubtrfs_format::items::{block_group_kind, profile_name};
@@ -70,16 +69,6 @@ pub fn pretty_size(n: u64) -> String {
         divs += 1;
     }
     format!("{:.2}{}", last as f64 / 1024.0, UNITS[divs])
-}
-
-fn open(target: &Path, devices: Vec<PathBuf>) -> Result<Filesystem, ubtrfs_engine::Error> {
-    Filesystem::open(
-        target,
-        &OpenOptions {
-            devices,
-            ..Default::default()
-        },
-    )
 }
 
 fn global_reserve_slot(size: u64) -> SpaceInfo {
@@ -167,7 +156,7 @@ impl Figures {
                 devices,
             });
         }
-        let fs = open(target, devices)?;
+        let fs = crate::open_image(target, devices)?;
         let mut spaces = space_info(&fs)?;
         spaces.push(global_reserve_slot(global_reserve(&fs)?));
         let items = &fs.dev_items;
@@ -428,7 +417,7 @@ pub fn run(cmd: FilesystemCmd) -> CmdResult {
             let spaces: Vec<SpaceInfo> = if mounted(&target)? {
                 crate::mounted::space(&target)?
             } else {
-                let fs = open(&target, devices)?;
+                let fs = crate::open_image(&target, devices)?;
                 let mut s = space_info(&fs)?;
                 s.push(global_reserve_slot(global_reserve(&fs)?));
                 s
@@ -486,13 +475,7 @@ pub fn run(cmd: FilesystemCmd) -> CmdResult {
                     t.commit()?;
                 }
                 None => {
-                    let fs = Filesystem::open(
-                        &target,
-                        &OpenOptions {
-                            devices,
-                            ..Default::default()
-                        },
-                    )?;
+                    let fs = crate::open_image(&target, devices)?;
                     // The superblock's label ends at its NUL as parsed.
                     println!("{}", String::from_utf8_lossy(&fs.info.sb.label));
                 }

@@ -11,7 +11,6 @@ use clap::Subcommand;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use ubtrfs_engine::tx::Trans;
-use ubtrfs_engine::{Filesystem, OpenOptions};
 use ubtrfs_format::consts::ROOT_SUBVOL_RDONLY;
 
 #[derive(Subcommand)]
@@ -86,13 +85,7 @@ pub fn run(cmd: PropertyCmd) -> CmdResult {
                 [p, n] => (p.clone(), Some(known(n)?)),
                 _ => return Err("get [-t TYPE] IMAGE PATH [NAME]".into()),
             };
-            let fs = Filesystem::open(
-                &target,
-                &OpenOptions {
-                    devices,
-                    ..Default::default()
-                },
-            )?;
+            let fs = crate::open_image(&target, devices)?;
             let id = fs.resolve(path.as_bytes())?;
             let is_subvol = id.ino == ubtrfs_format::consts::FIRST_INODE;
             let names = match names {

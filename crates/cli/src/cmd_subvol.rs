@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use ubtrfs_engine::subvol::Place;
 use ubtrfs_engine::tx::Trans;
-use ubtrfs_engine::{Filesystem, OpenOptions};
 use ubtrfs_format::consts::FS_TREE_OBJECTID;
 
 use ubtrfs_engine::inode::now;
@@ -162,11 +161,7 @@ pub fn run(cmd: SubvolumeCmd) -> CmdResult {
                     crate::mounted::subvolumes(&image)?,
                 ),
                 None => {
-                    let o = OpenOptions {
-                        devices,
-                        ..Default::default()
-                    };
-                    let fs = Filesystem::open(&image, &o)?;
+                    let fs = crate::open_image(&image, devices)?;
                     (fs.default_subvol()?, fs.subvolumes()?)
                 }
             };

@@ -7,7 +7,7 @@
 use crate::output::ts_local;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use ubtrfs_engine::{Filesystem, OpenOptions, Subvolume};
+use ubtrfs_engine::Subvolume;
 use ubtrfs_format::bytes::format_uuid;
 use ubtrfs_format::consts::{FIRST_INODE, FS_TREE_OBJECTID};
 
@@ -126,11 +126,7 @@ pub fn show(
         };
         (subs, id)
     } else {
-        let o = OpenOptions {
-            devices: devices.to_vec(),
-            ..Default::default()
-        };
-        let fs = Filesystem::open(image, &o)?;
+        let fs = crate::open_image(image, devices.to_vec())?;
         let id = match &which {
             Which::Path(p) => {
                 let at = fs.resolve(p.as_bytes())?;

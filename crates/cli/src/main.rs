@@ -22,7 +22,7 @@ mod output;
 mod readahead;
 
 use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use ubtrfs_engine::{Filesystem, OpenOptions};
 
@@ -63,6 +63,18 @@ pub struct ImageArgs {
     /// never write an image in use.
     #[arg(long)]
     pub force: bool,
+}
+
+/// The image `image` (and its other `devices`) opened read-only, for the
+/// commands that take IMAGE and -d without the rest of [`ImageArgs`].
+pub fn open_image(image: &Path, devices: Vec<PathBuf>) -> Result<Filesystem, ubtrfs_engine::Error> {
+    Filesystem::open(
+        image,
+        &OpenOptions {
+            devices,
+            ..Default::default()
+        },
+    )
 }
 
 impl ImageArgs {
