@@ -4,7 +4,10 @@
 //!   (never a device node, a fifo or a file that was there before);
 //! - `send -q` prints nothing, `send` prints "At subvol NAME";
 //! - `extract` onto a filesystem that refuses btrfs.* xattrs (ext4) carries
-//!   on and says once which xattrs were not kept.
+//!   on and says once which xattrs were not kept;
+//! - `mkfs` on a path that is not there makes the image file with -b,
+//!   refuses without it, and leaves no file behind when it fails;
+//!   `--root-owner` gives the top directory its owner (issue 51).
 //!
 //! Needs root, the kernel's btrfs, btrfs-progs, e2fsprogs and loop devices.
 //! In CI (UBTRFS_REQUIRE_KERNEL=1) a missing prerequisite fails the run.
@@ -355,4 +358,50 @@ fn extract_to_ext4_skips_btrfs_xattrs_and_says_so() {
         )
         .collect();
     assert!(diff.is_empty(), "{}", diff.join("\n"));
+}
+
+#[test]
+fn mkfs_on_a_new_path_and_the_top_directory_owner() {
+    skip_unless!(kernel_available);
+    let base = scratch_dir("cli-bugs-mkfs-new");
+    let img = base.join("new.img");
+    let mkfs = |args: &[&str]| {
+        Command::new(ubtrfs_bin())
+            .arg("mkfs")
+            .args(args)
+            .arg(&img)
+            .output()
+            .unwrap()
+    };
+    // Not there, no size: refused, nothing made.
+    let o = mkfs(&["-q"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("give -b SIZE"));
+    assert!(!img.exists(), "a refused mkfs left {}", img.display());
+    // Too small for a filesystem: refused, the file it made removed.
+    let o = mkfs(&["-q", "-b", "10M"]);
+    assert!(!o.status.success());
+    assert!(!img.exists(), "a failed mkfs left {}", img.display());
+    // Made of the size asked, the top directory owned as asked.
+    let o = mkfs(&["-b", "300M", "--root-owner", "1234:5678"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("owned by 1234:5678"));
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 300 << 20);
+    run_ok(
+        Command::new("btrfs")
+            .args(["check", "--readonly"])
+            .arg(&img),
+        "btrfs check",
+    );
+    let mnt = base.join("mnt");
+    let m = Mounted::new(&img, &mnt, &["-o", "ro"]);
+    let top = std::fs::metadata(&m.0).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((top.uid(), top.gid()), (1234, 5678));
+    drop(m);
+    // An owner that is not UID:GID is a usage error.
+    let _ = std::fs::remove_file(&img);
+    let o = mkfs(&["-b", "300M", "--root-owner", "me"]);
+    assert!(!o.status.success());
+    assert!(!img.exists());
 }

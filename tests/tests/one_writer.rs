@@ -36,7 +36,7 @@
 //! `tests` for (f); under UBTRFS_REQUIRE_KERNEL=1 a missing one fails.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -502,17 +502,17 @@ fn user_remount_waits_for_the_last_commit() {
         let bin = dir.join("ubtrfs");
         std::fs::copy(ubtrfs_bin(), &bin).map_err(|e| e.to_string())?;
         let img = dir.join("u.img");
-        // The image's top directory is the user's (mkfs --rootdir copies
-        // the owner of an empty directory of theirs).
         let mnt = dir.join("mnt");
         std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
         sh(&format!("chown -R {uid}:{uid} {}", s(&dir)))?;
-        let o = ubtrfs(&["mkfs", "-q", "-b", "512M", "--rootdir", &s(&mnt), &s(&img)]);
-        if !o.status.success() {
-            return Err(format!("mkfs: {}", out_text(&o)));
-        }
-        sh(&format!("chown {uid}:{uid} {}", s(&img)))?;
         let (b, i, m) = (s(&bin), s(&img), s(&mnt));
+        // The user's mkfs makes the image file (-b) and gives the user
+        // the top directory, and says so.
+        let made = as_user(uid, &format!("{b} mkfs -b 512M {i}"))?;
+        let said = String::from_utf8_lossy(&made.stdout);
+        if !said.contains(&format!("owned by {uid}:{uid} (the user running mkfs")) {
+            return Err(format!("mkfs as the user said:\n{said}"));
+        }
         let mount = format!("{b} mount -o rw {i} {m}");
         as_user(uid, &mount)?;
         if mount_source(&mnt).is_none() {
@@ -549,6 +549,14 @@ fn user_remount_waits_for_the_last_commit() {
         let r = kernel_ro(&img, &base.join("k"));
         if sha256_file(&r.path("big")) != want {
             return Err("the kernel reads big other than written".into());
+        }
+        let top = std::fs::metadata(r.path("")).map_err(|e| e.to_string())?;
+        if (top.uid(), top.gid()) != (uid, uid) {
+            return Err(format!(
+                "the kernel shows the top directory owned by {}:{}",
+                top.uid(),
+                top.gid()
+            ));
         }
         Ok(format!(
             "remount at once took {took:.1?}; {}",

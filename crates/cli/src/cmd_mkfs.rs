@@ -67,6 +67,10 @@ pub struct MkfsArgs {
     /// Fill the top-level subvolume from this directory (no root needed).
     #[arg(short = 'r', long = "rootdir", value_name = "DIR")]
     rootdir: Option<PathBuf>,
+    /// Owner of the top directory (as mke2fs's root_owner); without it,
+    /// the user running mkfs (with --rootdir: DIR's owner).
+    #[arg(long = "root-owner", value_name = "UID:GID", value_parser = parse_owner, conflicts_with = "rootdir")]
+    root_owner: Option<(u32, u32)>,
     /// Make SUBDIR of the rootdir a subvolume: [rw|ro|default|default-ro:]SUBDIR
     /// (repeatable; "./" escapes a colon in the name).
     #[arg(short = 'u', long = "subvol", value_name = "[TYPE:]SUBDIR")]
@@ -145,6 +149,18 @@ fn parse_csum(s: &str) -> Result<CsumType, String> {
         "blake2" | "blake2b" => CsumType::Blake2b,
         _ => return Err(format!("unknown checksum algorithm {s:?}")),
     })
+}
+
+/// `UID:GID`, numbers.
+fn parse_owner(s: &str) -> Result<(u32, u32), String> {
+    let (u, g) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s}: UID:GID (numbers)"))?;
+    let n = |x: &str| {
+        x.parse::<u32>()
+            .map_err(|_| format!("{s}: UID:GID (numbers)"))
+    };
+    Ok((n(u)?, n(g)?))
 }
 
 pub fn parse_uuid(s: &str) -> Result<[u8; 16], String> {
@@ -246,10 +262,13 @@ fn parse_compress(s: &str) -> Result<(u8, i32), String> {
 }
 
 fn options(a: &MkfsArgs) -> Result<MkfsOptions, String> {
+    // SAFETY: geteuid and getegid have no preconditions.
+    let me = unsafe { (libc::geteuid(), libc::getegid()) };
     let mut o = MkfsOptions {
         csum: parse_csum(&a.csum)?,
         label: a.label.clone(),
         time: mkfs_time()?,
+        root_owner: a.root_owner.unwrap_or(me),
         ..Default::default()
     };
     if a.label.len() >= 256 {
@@ -413,12 +432,14 @@ fn reflink_dev(dir: &std::path::Path, devices: &[PathBuf]) -> Result<u64, String
 /// `force` (as mkfs.btrfs, through libblkid), then grows an image file to
 /// `size` when given. Nothing is written before both checks.
 /// The device at `path`, claimed for writing and probed: an image file
-/// grown to `size`; seen as its first `limit` bytes (-b).
+/// grown to `size`; seen as its first `limit` bytes (-b). A file made
+/// here is added to `made`.
 fn open_target(
     path: &PathBuf,
     size: Option<u64>,
     limit: Option<u64>,
     force: bool,
+    made: &mut Vec<PathBuf>,
 ) -> Result<Arc<dyn BlockDev>, String> {
     let err = |op: &str, e: std::io::Error| format!("{}: {op}: {e}", path.display());
     if !path.exists() {
@@ -427,6 +448,7 @@ fn open_target(
             .create_new(true)
             .open(path)
             .map_err(|e| err("create", e))?;
+        made.push(path.clone());
     }
     let f = claim::open_claimed(path, claim::Access::Write).map_err(|e| err("open", e))?;
     if !force {
@@ -513,9 +535,52 @@ pub fn run(a: MkfsArgs) -> CmdResult {
         (None, Some(dir)) => Some(estimate_size(dir)?.max(mkfs::MIN_DEVICE_SIZE)),
         (b, _) => b,
     };
+    // An image file that is not there is made of the size asked (or, for
+    // a rootdir, the size its files need), and removed again when mkfs
+    // fails.
+    if size.is_none() {
+        if let Some(p) = a.devices.iter().find(|p| p.symlink_metadata().is_err()) {
+            return Err(format!(
+                "{}: no such file; give -b SIZE to make an image file of that size",
+                p.display()
+            )
+            .into());
+        }
+    }
+    let mut made = Made(Vec::new());
+    let res = make(&a, o, size, reflink, &mut made.0);
+    if res.is_ok() {
+        made.0.clear();
+    }
+    res
+}
+
+/// Image files this mkfs made, removed when it fails (dropped unemptied).
+struct Made(Vec<PathBuf>);
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// mkfs after its arguments are checked: the devices opened (image files
+/// made), the trees built and filled, the summary printed.
+fn make(
+    a: &MkfsArgs,
+    o: MkfsOptions,
+    size: Option<u64>,
+    reflink: Option<u64>,
+    made: &mut Vec<PathBuf>,
+) -> CmdResult {
     let mut devs = Vec::new();
     for p in &a.devices {
-        devs.push((p.clone(), open_target(p, size, a.byte_count, a.force)?));
+        devs.push((
+            p.clone(),
+            open_target(p, size, a.byte_count, a.force, made)?,
+        ));
     }
     let mut t = mkfs::build(devs, &o)?;
     let mut stats = None;
@@ -574,6 +639,7 @@ pub fn run(a: MkfsArgs) -> CmdResult {
                 "total_bytes": sb.total_bytes,
                 "generation": sb.generation,
                 "mixed": o.mixed,
+                "root_owner": a.rootdir.is_none().then(|| format!("{}:{}", o.root_owner.0, o.root_owner.1)),
                 "inodes": stats.map(|s| s.inodes),
                 "data_bytes": stats.map(|s| s.data_bytes),
             })
@@ -592,6 +658,18 @@ pub fn run(a: MkfsArgs) -> CmdResult {
         println!("Sector size:        {}", o.sectorsize);
         println!("Filesystem size:    {}", sb.total_bytes);
         println!("Checksum:           {}", o.csum.name());
+        if a.rootdir.is_none() {
+            println!(
+                "Top directory:      owned by {}:{}{}",
+                o.root_owner.0,
+                o.root_owner.1,
+                if a.root_owner.is_none() {
+                    " (the user running mkfs; --root-owner to choose)"
+                } else {
+                    ""
+                }
+            );
+        }
         if o.mixed {
             println!(
                 "Profiles:           data+metadata {} (mixed block groups)",

@@ -19,7 +19,7 @@ use crate::tx::Trans;
 use std::path::PathBuf;
 use std::sync::Arc;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{encode_uuid_item, uuid_key, DevItem, DirEntry, Timespec};
+use ubtrfs_format::items::{encode_uuid_item, uuid_key, DevItem, DirEntry, InodeItem, Timespec};
 use ubtrfs_format::{CsumType, Key, Superblock};
 
 /// compat_ro flags: the free-space tree, and that it is valid.
@@ -57,6 +57,8 @@ pub struct MkfsOptions {
     /// DATA|METADATA block groups. Needs nodesize == sectorsize and equal
     /// data and metadata profiles.
     pub mixed: bool,
+    /// Owner (uid, gid) of the top directory (mke2fs's root_owner).
+    pub root_owner: (u32, u32),
 }
 
 impl Default for MkfsOptions {
@@ -75,6 +77,7 @@ impl Default for MkfsOptions {
             time: Timespec::default(),
             small_chunks: false,
             mixed: false,
+            root_owner: (0, 0),
         }
     }
 }
@@ -302,7 +305,13 @@ fn first_trees(t: &mut Trans, o: &MkfsOptions, fsid: [u8; 16], transid: u64) -> 
         item.otime = o.time;
     }
     let top = dir_inode(transid, o.time, 0o40755);
-    top_dir_items(t, FS_TREE_OBJECTID, FIRST_INODE, &top)?;
+    let (uid, gid) = o.root_owner;
+    top_dir_items(
+        t,
+        FS_TREE_OBJECTID,
+        FIRST_INODE,
+        &InodeItem { uid, gid, ..top },
+    )?;
     top_dir_items(t, DATA_RELOC_TREE_OBJECTID, FIRST_INODE, &top)?;
     // The root tree's directory, with "default" naming the default
     // subvolume (the top level).
