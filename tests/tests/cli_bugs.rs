@@ -7,7 +7,10 @@
 //!   on and says once which xattrs were not kept;
 //! - `mkfs` on a path that is not there makes the image file with -b,
 //!   refuses without it, and leaves no file behind when it fails;
-//!   `--root-owner` gives the top directory its owner (issue 51).
+//!   `--root-owner` gives the top directory its owner (issue 51);
+//! - `tune -m` gives a clone of an image a UUID of its own, which the
+//!   kernel mounts beside the original, and `tune -M` gives the old one
+//!   back (issue 51).
 //!
 //! Needs root, the kernel's btrfs, btrfs-progs, e2fsprogs and loop devices.
 //! In CI (UBTRFS_REQUIRE_KERNEL=1) a missing prerequisite fails the run.
@@ -404,4 +407,89 @@ fn mkfs_on_a_new_path_and_the_top_directory_owner() {
     let o = mkfs(&["-b", "300M", "--root-owner", "me"]);
     assert!(!o.status.success());
     assert!(!img.exists());
+}
+
+/// The fsid and metadata_uuid `btrfs inspect-internal dump-super` reads.
+fn super_uuids(image: &Path) -> (String, String) {
+    let o = Command::new("btrfs")
+        .args(["inspect-internal", "dump-super"])
+        .arg(image)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    (field("fsid"), field("metadata_uuid"))
+}
+
+#[test]
+fn tune_gives_a_clone_its_own_uuid() {
+    skip_unless!(kernel_available);
+    let base = scratch_dir("cli-bugs-tune");
+    let a = btrfs_image(&base, |m| {
+        sh(m, "cp -a /usr/include/linux . && echo one > f")
+    });
+    let b = base.join("clone.img");
+    std::fs::copy(&a, &b).unwrap();
+    let (old, _) = super_uuids(&a);
+    let o = Command::new(ubtrfs_bin())
+        .args(["tune", "-m"])
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (new, meta) = super_uuids(&b);
+    assert!(
+        new != old && meta == old,
+        "fsid {new}, metadata_uuid {meta}, was {old}"
+    );
+    run_ok(
+        Command::new("btrfs").args(["check", "--readonly"]).arg(&b),
+        "btrfs check",
+    );
+    // Both at once: the clone is its own filesystem to the kernel (its
+    // sysfs directory is the new UUID's), with the same files.
+    {
+        let ma = Mounted::new(&a, &base.join("a"), &[]);
+        let mb = Mounted::new(&b, &base.join("b"), &[]);
+        let sys = std::fs::read_to_string(format!("/sys/fs/btrfs/{new}/metadata_uuid")).unwrap();
+        assert_eq!(sys.trim(), old);
+        sh(
+            &base,
+            &format!("diff -r {}/linux {}/linux", ma.0.display(), mb.0.display()),
+        );
+        sh(&mb.0, "echo two > g");
+    }
+    run_ok(
+        Command::new("btrfs").args(["check", "--readonly"]).arg(&b),
+        "btrfs check",
+    );
+    // -M with the UUID the tree blocks carry: the flag goes.
+    let o = Command::new(ubtrfs_bin())
+        .args(["tune", "-M", &old])
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new("btrfs")
+        .args(["inspect-internal", "dump-super"])
+        .arg(&b)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let flags = text
+        .lines()
+        .find_map(|l| l.strip_prefix("incompat_flags"))
+        .and_then(|v| u64::from_str_radix(v.trim().trim_start_matches("0x"), 16).ok())
+        .unwrap();
+    assert_eq!(flags & (1 << 10), 0, "METADATA_UUID still set: {flags:#x}");
+    assert_eq!(super_uuids(&b).0, old);
+    run_ok(
+        Command::new("btrfs").args(["check", "--readonly"]).arg(&b),
+        "btrfs check",
+    );
 }

@@ -15,6 +15,7 @@ mod cmd_scrub;
 mod cmd_send;
 mod cmd_subvol;
 mod cmd_subvol_show;
+mod cmd_tune;
 mod gen_docs;
 mod manifest;
 mod mounted;
@@ -123,8 +124,8 @@ enum Command {
     /// Low-level views of the image (superblock, trees).
     #[command(subcommand)]
     Inspect(cmd_inspect::InspectCmd),
-    /// Filesystem-wide figures and settings: df, sync, label (an image,
-    /// or a path inside a live mount).
+    /// Filesystem-wide figures and settings: df, usage, show, sync, label
+    /// (an image, or a path inside a live mount).
     #[command(subcommand)]
     Filesystem(cmd_filesystem::FilesystemCmd),
     /// Properties of subvolumes (ro), the filesystem (label) and files
@@ -142,7 +143,8 @@ enum Command {
     Cat(cmd_fs::CatArgs),
     /// Copy a file or tree out of the image, like `cp -a`.
     Extract(cmd_fs::ExtractArgs),
-    /// Verify every metadata and data checksum on every copy, offline.
+    /// Verify every metadata and data checksum on every copy (an image, or
+    /// a live mount's last commit, by the mount).
     Scrub(cmd_scrub::ScrubArgs),
     /// Write a btrfs send stream (full or incremental) of read-only snapshots.
     Send(cmd_send::SendArgs),
@@ -161,6 +163,10 @@ enum Command {
     /// Repair commands on an unmounted image (log trees).
     #[command(subcommand)]
     Rescue(cmd_rescue::RescueCmd),
+    /// Change an unmounted image's identity (as btrfstune): -M UUID or -m
+    /// sets the filesystem UUID the kernel sees, the tree blocks keep
+    /// theirs (metadata_uuid).
+    Tune(cmd_tune::TuneArgs),
     /// Writes the man pages and shell completions made from this command
     /// line's definition (the setup installs them).
     #[command(hide = true)]
@@ -188,6 +194,7 @@ fn main() -> ExitCode {
         Command::Mkfs(a) => cmd_mkfs::run(a),
         Command::Receive(a) => cmd_receive::run(a),
         Command::Rescue(c) => cmd_rescue::run(c),
+        Command::Tune(a) => cmd_tune::run(a),
         Command::GenDocs(a) => gen_docs::run::<Cli>(a),
     };
     match res {

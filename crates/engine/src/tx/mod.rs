@@ -297,6 +297,27 @@ impl Trans {
         Ok(())
     }
 
+    /// A new filesystem UUID (btrfstune -M): the superblock's fsid is
+    /// `fsid`, and the tree blocks keep the UUID they carry, named by the
+    /// superblock's metadata_uuid (INCOMPAT_METADATA_UUID), or by the fsid
+    /// itself again when `fsid` is that UUID (the flag goes). The device
+    /// items keep it too, as the kernel checks.
+    pub fn set_fsid(&mut self, fsid: [u8; 16]) -> Result<()> {
+        let sb = &mut self.info.sb;
+        if fsid == [0; 16] {
+            return Err(Error::Invalid("a filesystem UUID of zeros".into()));
+        }
+        if fsid == sb.metadata_uuid {
+            sb.incompat_flags &= !INCOMPAT_METADATA_UUID;
+        } else {
+            sb.incompat_flags |= INCOMPAT_METADATA_UUID;
+        }
+        sb.fsid = fsid;
+        // The superblock alone changed: the commit must still be made.
+        self.mutations += 1;
+        Ok(())
+    }
+
     /// Whether tree `id` exists.
     pub fn has_tree(&self, id: u64) -> Result<bool> {
         match self.root_view(id) {
