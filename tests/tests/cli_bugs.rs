@@ -10,7 +10,12 @@
 //!   `--root-owner` gives the top directory its owner (issue 51);
 //! - `tune -m` gives a clone of an image a UUID of its own, which the
 //!   kernel mounts beside the original, and `tune -M` gives the old one
-//!   back (issue 51).
+//!   back (issue 51);
+//! - `filesystem resize` on an unmounted image: btrfs-progs misc-tests
+//!   070's cases (grow by, to, with a devid; a wrong devid, `cancel`, a
+//!   bad suffix and a mounted image refused), and more: a shrink down to
+//!   the last chunk (refused below it, with that size), two devices
+//!   (issue 51).
 //!
 //! Needs root, the kernel's btrfs, btrfs-progs, e2fsprogs and loop devices.
 //! In CI (UBTRFS_REQUIRE_KERNEL=1) a missing prerequisite fails the run.
@@ -491,5 +496,162 @@ fn tune_gives_a_clone_its_own_uuid() {
     run_ok(
         Command::new("btrfs").args(["check", "--readonly"]).arg(&b),
         "btrfs check",
+    );
+}
+
+/// The "Device size" `btrfs filesystem usage -b` shows with the kernel's
+/// mount of `images` (the first mounted, the rest scanned).
+fn kernel_device_size(base: &Path, images: &[&Path]) -> u64 {
+    let mut loops = Vec::new();
+    for i in images {
+        let o = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(i)
+            .output()
+            .unwrap();
+        loops.push(String::from_utf8_lossy(&o.stdout).trim().to_string());
+    }
+    for l in &loops {
+        let _ = Command::new("btrfs").args(["device", "scan", l]).output();
+    }
+    let mnt = base.join("resize-mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    run_ok(Command::new("mount").arg(&loops[0]).arg(&mnt), "mount");
+    let o = Command::new("btrfs")
+        .args(["filesystem", "usage", "-b"])
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    let _ = Command::new("umount").arg(&mnt).status();
+    for l in &loops {
+        let _ = Command::new("losetup").args(["-d", l]).status();
+    }
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Device size:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn offline_resize_as_btrfs_progs_misc_070_and_more() {
+    skip_unless!(kernel_available);
+    let base = scratch_dir("cli-bugs-resize");
+    let img = base.join("r.img");
+    let fresh = |devs: &[&Path]| {
+        for d in devs {
+            let f = std::fs::File::create(d).unwrap();
+            f.set_len(1 << 30).unwrap();
+        }
+        run_ok(
+            Command::new("mkfs.btrfs").args(["-q", "-f"]).args(devs),
+            "mkfs.btrfs",
+        );
+    };
+    let resize = |amount: &str, extra: &[&Path]| {
+        let mut c = Command::new(ubtrfs_bin());
+        c.args(["filesystem", "resize", amount]).arg(&img);
+        for d in extra {
+            c.arg("-d").arg(d);
+        }
+        c.output().unwrap()
+    };
+    let g = 1u64 << 30;
+    for (amount, size) in [
+        ("+1G", 2 * g),
+        ("1:+1G", 2 * g),
+        ("2G", 2 * g),
+        ("-10M", g - (10 << 20)),
+    ] {
+        fresh(&[&img]);
+        let o = resize(amount, &[]);
+        assert!(
+            o.status.success(),
+            "{amount}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(
+            std::fs::metadata(&img).unwrap().len(),
+            size,
+            "{amount}: the file"
+        );
+        run_ok(
+            Command::new("btrfs")
+                .args(["check", "--readonly"])
+                .arg(&img),
+            "btrfs check",
+        );
+        assert_eq!(
+            kernel_device_size(&base, &[&img]),
+            size,
+            "{amount}: the kernel's size"
+        );
+    }
+    for amount in ["2:+1G", "cancel", "1:+1a", "100M"] {
+        fresh(&[&img]);
+        let o = resize(amount, &[]);
+        assert!(!o.status.success(), "{amount} was taken");
+        assert_eq!(
+            std::fs::metadata(&img).unwrap().len(),
+            g,
+            "{amount} changed the file"
+        );
+    }
+    // In use by the kernel: refused, naming it.
+    fresh(&[&img]);
+    {
+        let m = Mounted::new(&img, &base.join("busy"), &[]);
+        let o = resize("+1G", &[]);
+        assert!(!o.status.success());
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("in use"),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        drop(m);
+    }
+    // Chunks written far in: a shrink below the last one is refused with
+    // the least size, which is then taken.
+    fresh(&[&img]);
+    {
+        let m = Mounted::new(&img, &base.join("fill"), &[]);
+        sh(&m.0, "fallocate -l 600M big && sync");
+    }
+    let o = resize("300M", &[]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    let least: u64 = err
+        .split("the least size now is ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no least size in: {err}"));
+    let o = resize(&format!("{least}M"), &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    run_ok(
+        Command::new("btrfs")
+            .args(["check", "--readonly"])
+            .arg(&img),
+        "btrfs check",
+    );
+    assert_eq!(kernel_device_size(&base, &[&img]), least << 20);
+    // Two devices (RAID1): the second grows.
+    let img2 = base.join("r2.img");
+    fresh(&[&img, &img2]);
+    let _ = Command::new("btrfs")
+        .args(["device", "scan", "--forget"])
+        .status();
+    let o = resize("2:+512M", &[&img2]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::metadata(&img2).unwrap().len(), g + (512 << 20));
+    run_ok(
+        Command::new("btrfs")
+            .args(["check", "--readonly"])
+            .arg(&img),
+        "btrfs check",
+    );
+    assert_eq!(
+        kernel_device_size(&base, &[&img, &img2]),
+        2 * g + (512 << 20)
     );
 }

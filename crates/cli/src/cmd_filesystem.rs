@@ -1,4 +1,4 @@
-//! `ubtrfs filesystem df|usage|show|sync|label`: on an unmounted image
+//! `ubtrfs filesystem df|usage|show|sync|label|resize`: on an unmounted image
 //! (the reader, or a transaction for a new label) or on a path inside a
 //! live mount (btrfs's ioctls, served by a ubtrfs mount and by the
 //! kernel's btrfs). What df, usage and show print is btrfs-progs' text
@@ -43,6 +43,19 @@ pub enum FilesystemCmd {
         #[arg(short = 'd', long = "device", value_name = "PATH")]
         devices: Vec<PathBuf>,
     },
+    /// Resize a device of an unmounted image: `resize [DEVID:][+|-]SIZE|max
+    /// IMAGE` (SIZE with k, m, g, t suffixes; max: the device's size). An
+    /// image file grows to the new size, and is cut to it after a shrink.
+    /// Shrinking stops at the device's last chunk (chunks are not moved).
+    Resize {
+        /// [DEVID:][+|-]SIZE[kKmMgGtT] or [DEVID:]max (devid 1 by default).
+        #[arg(allow_hyphen_values = true)]
+        amount: String,
+        /// The image.
+        image: PathBuf,
+        #[arg(short = 'd', long = "device", value_name = "PATH")]
+        devices: Vec<PathBuf>,
+    },
     /// Write everything back and commit (a path inside a mount).
     Sync { path: PathBuf },
     /// Print the label, or set it to NEW.
@@ -77,6 +90,103 @@ fn global_reserve_slot(size: u64) -> SpaceInfo {
         total_bytes: size,
         used_bytes: 0,
     }
+}
+
+/// A resize's amount: `[DEVID:][+|-]SIZE` or `[DEVID:]max`.
+#[derive(Debug, PartialEq, Eq)]
+struct Amount {
+    devid: u64,
+    /// +1 grow by, -1 shrink by, 0 set to.
+    sign: i8,
+    /// None: max.
+    bytes: Option<u64>,
+}
+
+fn parse_amount(s: &str) -> Result<Amount, String> {
+    let bad = || format!("{s:?}: [DEVID:][+|-]SIZE[kKmMgGtT] or [DEVID:]max");
+    let (devid, rest) = match s.split_once(':') {
+        Some((d, r)) => (d.parse::<u64>().map_err(|_| bad())?, r),
+        None => (1, s),
+    };
+    if rest == "max" {
+        return Ok(Amount {
+            devid,
+            sign: 0,
+            bytes: None,
+        });
+    }
+    let (sign, size) = match rest.as_bytes().first() {
+        Some(b'+') => (1, &rest[1..]),
+        Some(b'-') => (-1, &rest[1..]),
+        _ => (0, rest),
+    };
+    let bytes = crate::cmd_mkfs::parse_size(size).map_err(|_| bad())?;
+    Ok(Amount {
+        devid,
+        sign,
+        bytes: Some(bytes),
+    })
+}
+
+/// `filesystem resize`: the device's new size worked out from what the
+/// image says now, the file grown first when it must, the transaction
+/// committed, the file cut after a shrink.
+fn resize(
+    amount: &str,
+    image: PathBuf,
+    devices: Vec<PathBuf>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let a = parse_amount(amount)?;
+    let mut all = vec![image];
+    all.extend(devices);
+    let mut t = Trans::open(&all, 64 << 20)?;
+    let Some(di) = t.dev_items().get(&a.devid).copied() else {
+        return Err(format!("devid {}: no such device in {}", a.devid, all[0].display()).into());
+    };
+    let path = t
+        .info
+        .devices
+        .get(&a.devid)
+        .map(|d| d.path.clone())
+        .ok_or_else(|| format!("devid {}: missing (give it with -d)", a.devid))?;
+    let old = di.total_bytes;
+    let new = match (a.sign, a.bytes) {
+        (_, None) => device_size(&path),
+        (0, Some(b)) => b,
+        (1, Some(b)) => old.checked_add(b).ok_or("size overflows")?,
+        (_, Some(b)) => old
+            .checked_sub(b)
+            .ok_or_else(|| format!("devid {}: {old} bytes, not {b} to take", a.devid))?,
+    };
+    let is_file = std::fs::metadata(&path)?.is_file();
+    if is_file && new > device_size(&path) {
+        // The file grows before the transaction sees the device: reopen
+        // it so that its size is the new one.
+        drop(t);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)?
+            .set_len(new)?;
+        t = Trans::open(&all, 64 << 20)?;
+    }
+    t.resize_device(a.devid, new)?;
+    t.commit()?;
+    let now = t.dev_items().get(&a.devid).map_or(new, |d| d.total_bytes);
+    drop(t);
+    if is_file && now < device_size(&path) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)?
+            .set_len(now)?;
+    }
+    println!(
+        "Resize device id {} ({}) from {} to {}",
+        a.devid,
+        path.display(),
+        pretty_size(old),
+        pretty_size(now)
+    );
+    Ok(())
 }
 
 /// A device as usage and show print it.
@@ -441,6 +551,11 @@ pub fn run(cmd: FilesystemCmd) -> CmdResult {
         FilesystemCmd::Show { target, devices } => {
             print!("{}", show_text(&Figures::of(&target, devices)?));
         }
+        FilesystemCmd::Resize {
+            amount,
+            image,
+            devices,
+        } => resize(&amount, image, devices)?,
         FilesystemCmd::Sync { path } => {
             if !mounted(&path)? {
                 return Err(format!(

@@ -404,13 +404,7 @@ impl Trans {
     /// Shrinks device `devid` to the end of its last chunk (mkfs
     /// --shrink); returns the new size. Written at the next commit.
     pub fn shrink_device(&mut self, devid: u64) -> Result<u64> {
-        let end = self
-            .dev_space
-            .extents
-            .range((devid, 0)..=(devid, u64::MAX))
-            .map(|(&(_, s), &l)| s + l)
-            .max()
-            .unwrap_or(DEV_RESERVED);
+        let end = self.device_in_use(devid);
         let di = self
             .dev_items
             .get_mut(&devid)
@@ -422,6 +416,64 @@ impl Trans {
             self.dev_items_dirty = true;
         }
         Ok(end.min(old))
+    }
+
+    /// The end of the last device extent on device `devid` (the first
+    /// MiB when it has none): the least size it can have without moving
+    /// a chunk.
+    pub fn device_in_use(&self, devid: u64) -> u64 {
+        self.dev_space
+            .extents
+            .range((devid, 0)..=(devid, u64::MAX))
+            .map(|(&(_, s), &l)| s + l)
+            .max()
+            .unwrap_or(DEV_RESERVED)
+    }
+
+    /// Resizes device `devid` to `size` bytes (rounded down to a sector),
+    /// as the kernel's btrfs_ioctl_resize: its item and the superblock's
+    /// total, written at the next commit. Refused: a size under 256 MiB
+    /// (the kernel's least), past the end of the device, or below its
+    /// last chunk (moving chunks, relocation, is not done here; the
+    /// message gives the least size that needs none). Returns the old size.
+    pub fn resize_device(&mut self, devid: u64, size: u64) -> Result<u64> {
+        let ss = self.info.sectorsize as u64;
+        let size = size / ss * ss;
+        let in_use = self.device_in_use(devid);
+        let dev_size = self
+            .info
+            .devices
+            .get(&devid)
+            .map(|d| d.size)
+            .ok_or_else(|| Error::NotFound(format!("devid {devid}: no such device")))?;
+        let di = self
+            .dev_items
+            .get_mut(&devid)
+            .ok_or_else(|| Error::NotFound(format!("devid {devid}: no such device")))?;
+        let old = di.total_bytes;
+        if size < 256 << 20 {
+            return Err(Error::Invalid(format!(
+                "devid {devid}: {size} bytes is below the least size of a device (256 MiB)"
+            )));
+        }
+        if size > dev_size {
+            return Err(Error::NoSpace(format!(
+                "devid {devid}: {size} bytes is past the end of the device ({dev_size} bytes)"
+            )));
+        }
+        if size < in_use {
+            return Err(Error::NoSpace(format!(
+                "devid {devid}: chunks lie up to byte {in_use}; shrinking below that moves \
+                 them (relocation), which is not done yet: the least size now is {} MiB",
+                in_use.div_ceil(1 << 20).max(256)
+            )));
+        }
+        if size != old {
+            di.total_bytes = size;
+            self.info.sb.total_bytes = self.info.sb.total_bytes - old + size;
+            self.dev_items_dirty = true;
+        }
+        Ok(old)
     }
 
     /// Device extents from the dev tree (opening a committed image).
