@@ -125,7 +125,7 @@ enum Command {
     #[command(subcommand)]
     Inspect(cmd_inspect::InspectCmd),
     /// Filesystem-wide figures and settings: df, usage, show, sync, label
-    /// (an image, or a path inside a live mount).
+    /// (an image, or a path inside a live mount), resize (an image).
     #[command(subcommand)]
     Filesystem(cmd_filesystem::FilesystemCmd),
     /// Properties of subvolumes (ro), the filesystem (label) and files
