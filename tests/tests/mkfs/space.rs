@@ -46,6 +46,15 @@ fn enospc_case_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> bool {
+    // An image file that is there already: a failed mkfs removes only a
+    // file it made itself (mkfs_enospc checks that), and this one is to
+    // be looked at afterwards.
+    if !img.exists() {
+        std::fs::File::create(img)
+            .unwrap()
+            .set_len(150 * MIB)
+            .unwrap();
+    }
     let mut cmd = Command::new(ubtrfs_bin());
     cmd.args(["mkfs", "-q", "-b", "150M"])
         .args(extra)
@@ -91,6 +100,16 @@ fn mkfs_enospc() {
     let base = scratch_dir("mkfs-enospc");
     let src = base.join("src");
     enospc_source(&src);
+    // On a path that was not there, the file mkfs made goes again.
+    let fresh = base.join("fresh");
+    let out = Command::new(ubtrfs_bin())
+        .args(["mkfs", "-q", "-b", "150M", "-r"])
+        .arg(&src)
+        .arg(&fresh)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!fresh.exists(), "a failed mkfs left the file it made");
     enospc_case(&base, &src, &base.join("img"), false, &[]);
     // Mixed block groups: data and metadata run out together; the
     // metadata reserve keeps the commits possible. With frequent commits
