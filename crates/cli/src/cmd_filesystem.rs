@@ -11,7 +11,9 @@ use clap::Subcommand;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use ubtrfs_engine::fs::space::{space_info, SpaceInfo};
-use ubtrfs_engine::fs::usage::{chunk_uses, global_reserve, progs_order, statfs_avail, ChunkUse};
+use ubtrfs_engine::fs::usage::{
+    chunk_uses, global_reserve, ncopies, progs_order, statfs_avail, ChunkUse,
+};
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_format::bytes::format_uuid;
 use ubtrfs_format::ioctl::SPACE_INFO_GLOBAL_RSV;
@@ -302,17 +304,6 @@ impl Figures {
             spaces,
             devices,
         })
-    }
-}
-
-/// Copies of each byte, as progs counts them (btrfs_bg_type_to_ncopies).
-fn ncopies(flags: u64) -> u64 {
-    use ubtrfs_format::consts::*;
-    match flags & BG_PROFILE_MASK {
-        BG_DUP | BG_RAID1 | BG_RAID10 => 2,
-        BG_RAID1C3 => 3,
-        BG_RAID1C4 => 4,
-        _ => 1,
     }
 }
 

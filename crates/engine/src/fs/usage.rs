@@ -136,9 +136,11 @@ fn data_profile(spaces: &[SpaceInfo]) -> u64 {
     PRIORITY.into_iter().find(|p| have & p != 0).unwrap_or(0)
 }
 
-/// Copies of each byte (btrfs_bg_type_to_factor).
-fn factor(profile: u64) -> u64 {
-    layout(profile).map_or(1, |l| l.copies)
+/// Copies of each byte of a block group of `flags` (the kernel's
+/// btrfs_bg_type_to_factor, progs' btrfs_bg_type_to_ncopies: 1 for
+/// RAID5/6 and for no profile known).
+pub fn ncopies(flags: u64) -> u64 {
+    layout(flags).map_or(1, |l| l.copies)
 }
 
 /// The bytes statfs(2) reports available (f_bavail times f_bsize) on the
@@ -152,7 +154,7 @@ pub fn statfs_avail(spaces: &[SpaceInfo], free: &[u64], sectorsize: u32) -> u64 
     let Ok(l) = layout(profile) else {
         return 0;
     };
-    let f = factor(profile);
+    let f = ncopies(profile);
     let data_free: u64 = spaces
         .iter()
         .filter(|s| s.flags & BG_DATA != 0)

@@ -20,6 +20,8 @@ const DATA_CHUNK: u64 = 1 << 20;
 #[derive(Debug, Default)]
 pub struct ScrubReport {
     pub superblocks_checked: u64,
+    /// Superblock copies that were bad (each also in `errors`).
+    pub superblock_errors: u64,
     pub tree_blocks_checked: u64,
     pub tree_block_errors: u64,
     pub data_sectors_checked: u64,
@@ -90,6 +92,7 @@ pub fn scrub(fs: &Filesystem, progress: &mut dyn FnMut(u64)) -> Result<ScrubRepo
     for d in info.devices.values() {
         r.superblocks_checked += 1;
         for (off, why) in &d.bad_supers {
+            r.superblock_errors += 1;
             r.errors.push(format!(
                 "superblock copy at {off} on {}: {why}",
                 d.path.display()

@@ -49,18 +49,13 @@ impl RwInner {
             logging::warn(&format!("scrub: {e}"));
         }
         logging::info(&r.summary());
-        let bad_supers = r
-            .errors
-            .iter()
-            .filter(|e| e.starts_with("superblock"))
-            .count() as u64;
         a.set("tree_extents_scrubbed", r.tree_blocks_checked);
         a.set("tree_bytes_scrubbed", r.tree_blocks_checked * nodesize);
         a.set("data_bytes_scrubbed", r.data_sectors_checked * sectorsize);
         a.set("read_errors", r.unreadable);
         a.set("csum_errors", r.data_errors);
         a.set("verify_errors", r.tree_block_errors);
-        a.set("super_errors", bad_supers);
+        a.set("super_errors", r.superblock_errors);
         a.set(
             "uncorrectable_errors",
             r.data_errors + r.tree_block_errors + r.unreadable,
