@@ -9,8 +9,9 @@
 //!   skip, under UBTRFS_REQUIRE_KERNEL=1);
 //! * [`fixtures`]: committed and kernel-made fixtures, private copies;
 //! * [`manifest`]: manifest.py, and comparing manifests;
-//! * [`mod@check`]: `btrfs check --readonly` of a device or image (the
-//!   engine's tests include it by path);
+//! * [`mod@check`]: `btrfs check --readonly` of a device or image, and
+//!   `ubtrfs check` beside it (the engine's tests include it by path);
+//! * [`corrupt`]: seeded damage to one tree block, its checksum redone;
 //! * [`mkfs_support`]: the `ubtrfs mkfs` tests' source tree, loop devices
 //!   and mounts (not re-exported: its names are its own);
 //! * [`loops`], [`mounts`]: loop devices, kernel and FUSE mounts, released
@@ -26,6 +27,7 @@
 //! Everything is re-exported at the top, so tests `use ubtrfs_oracle::*`.
 
 pub mod check;
+pub mod corrupt;
 pub mod fixtures;
 pub mod loops;
 pub mod manifest;
@@ -41,6 +43,12 @@ pub mod suites;
 pub mod trees;
 
 pub use check::*;
+
+/// The `ubtrfs` binary that [`check::btrfs_check`] runs `ubtrfs check`
+/// with, beside btrfs-progs.
+fn ubtrfs_checker() -> Option<std::path::PathBuf> {
+    Some(run::ubtrfs_bin().to_path_buf())
+}
 pub use fixtures::*;
 pub use loops::*;
 pub use manifest::*;

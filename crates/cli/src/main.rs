@@ -3,6 +3,7 @@
 //! without the kernel's btrfs driver. A thin front end over
 //! `ubtrfs-engine`; each subcommand lives in its own module.
 
+mod cmd_check;
 mod cmd_filesystem;
 mod cmd_fs;
 mod cmd_inspect;
@@ -146,6 +147,10 @@ enum Command {
     /// Verify every metadata and data checksum on every copy (an image, or
     /// a live mount's last commit, by the mount).
     Scrub(cmd_scrub::ScrubArgs),
+    /// Check an unmounted image as btrfs check does (read-only): trees,
+    /// extent references with snapshots and reflinks, chunks and devices,
+    /// free space, every inode and name, subvolume links, checksums.
+    Check(cmd_check::CheckArgs),
     /// Write a btrfs send stream (full or incremental) of read-only snapshots.
     Send(cmd_send::SendArgs),
     /// Mount the image through FUSE: read-write when the image can be
@@ -188,6 +193,7 @@ fn main() -> ExitCode {
         Command::Cat(a) => cmd_fs::cat(a),
         Command::Extract(a) => cmd_fs::extract(a),
         Command::Scrub(a) => cmd_scrub::run(a),
+        Command::Check(a) => cmd_check::run(a),
         Command::Send(a) => cmd_send::run(a),
         Command::Mount(a) => cmd_mount::run_mount(a),
         Command::Umount(a) => cmd_mount::run_umount(a),

@@ -10,6 +10,12 @@ use ubtrfs_engine::io::dev::MemDev;
 
 #[path = "../../../../tests/src/check.rs"]
 pub mod check;
+
+/// The engine's tests run the checker in-process ([`btrfs_check`]), not
+/// the binary.
+fn ubtrfs_checker() -> Option<std::path::PathBuf> {
+    None
+}
 #[path = "../../../../tests/src/rng.rs"]
 mod rng;
 #[allow(unused_imports)]
@@ -55,7 +61,11 @@ pub fn btrfs_check(dev: &MemDev, suite: &str) -> Result<(), String> {
     std::fs::create_dir_all(&dir).unwrap();
     let img = dir.join("img");
     write_sparse(&img, &dev.snapshot());
-    let r = check::btrfs_check(&img, &[]);
+    let r = check::btrfs_check(&img, &[]).and_then(|()| {
+        ubtrfs_engine::tools::check::check_consistency(&dev.snapshot())
+            .map(|_| ())
+            .map_err(|e| format!("ubtrfs check: {e}"))
+    });
     let keep_var = format!("UBTRFS_{}_KEEP", suite.to_uppercase());
     if let (true, Ok(keep)) = (r.is_err(), std::env::var(keep_var)) {
         let _ = std::fs::copy(&img, keep);

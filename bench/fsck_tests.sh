@@ -1,0 +1,118 @@
+#!/bin/bash
+# ubtrfs check beside btrfs check on btrfs-progs' own test images: the
+# fixtures of tests/fsck-tests (each directory's expectation is in
+# bench/fsck/expect.tsv) and the images of tests/fuzz-tests, from the
+# pinned tarball (../shared/btrfs-progs-tests beside the repository, or
+# PROGS_TESTS_TARBALL), unpacked and restored under WORK.
+#
+#   bash bench/fsck_tests.sh            every fixture and fuzz image
+#   bash bench/fsck_tests.sh --sample   those of bench/fsck/sample.txt (CI)
+#
+# Prints a table (markdown) per fixture: progs' expectation, btrfs check's
+# exit code, ubtrfs check's, and ubtrfs's first problem line. Exits 1 when
+# ubtrfs misses an expectation that is not in KNOWN below, or when any
+# image makes it crash or hang (exit code other than 0 or 1, or 60 s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+. bench/lib.sh
+build_ubtrfs
+WORK=${WORK:-/var/tmp/ubtrfs-fsck-tests}
+PROGS_TESTS_TARBALL=${PROGS_TESTS_TARBALL:-$repo/../shared/btrfs-progs-tests/btrfs-progs-tests-10717dd7.tar.gz}
+[[ -e $PROGS_TESTS_TARBALL ]] || PROGS_TESTS_TARBALL=/work/shared/btrfs-progs-tests/btrfs-progs-tests-10717dd7.tar.gz
+# Expectations ubtrfs check does not meet yet, with why.
+declare -A KNOWN=(
+  [032-corrupted-qgroup]="quota groups are not checked yet"
+  [063-log-missing-csum]="a log tree's checksums are not checked yet"
+)
+sample=0
+[[ ${1:-} == --sample ]] && sample=1
+for t in btrfs btrfs-image xz tar; do
+  command -v $t >/dev/null || { echo "bench/fsck_tests.sh: needs $t" >&2; exit 1; }
+done
+mkdir -p "$WORK"
+src=$WORK/src/btrfs-progs-tests/tests
+if [[ ! -d $src/fsck-tests ]]; then
+  mkdir -p "$WORK/src"
+  tar -xzf "$PROGS_TESTS_TARBALL" -C "$WORK/src"
+fi
+
+# restore FIXTURE OUT: the plain image of a fixture in any of its forms.
+restore() {
+  local f=$1 out=$2 tmp
+  [[ -s $out ]] && return 0
+  tmp=$(mktemp -d "$WORK/tmp.XXXXXX")
+  case $f in
+    *.img) btrfs-image -r "$f" "$out" >/dev/null 2>&1 ;;
+    *.img.xz) xz -dc "$f" >"$tmp/i.img" && btrfs-image -r "$tmp/i.img" "$out" >/dev/null 2>&1 ;;
+    *.raw.xz) xz -dc "$f" >"$out" ;;
+    *.tar.xz) tar -xJf "$f" -C "$tmp" && mv "$tmp/$(ls "$tmp" | grep -v '^i.img$' | head -1)" "$out" ;;
+    *) return 1 ;;
+  esac
+  local rc=$?
+  rm -rf "$tmp"
+  return $rc
+}
+
+selected() { # selected NAME: in the sample (or no sample asked for)
+  [[ $sample == 0 ]] || grep -qx -- "$1" bench/fsck/sample.txt
+}
+
+fail=0
+printf '| directory | fixture | progs expects | btrfs check | ubtrfs check | ubtrfs says first |\n'
+printf '|---|---|---|---|---|---|\n'
+while IFS=$'\t' read -r dir expect note; do
+  [[ $dir == \#* || -z $dir || $expect == built ]] && continue
+  selected "$dir" || continue
+  for f in "$src/fsck-tests/$dir"/*.img "$src/fsck-tests/$dir"/*.img.xz "$src/fsck-tests/$dir"/*.raw.xz "$src/fsck-tests/$dir"/*.tar.xz; do
+    [[ -e $f ]] || continue
+    name=$(basename "$f"); base=${name%%.*}
+    img=$WORK/img/$dir/$base.raw
+    mkdir -p "$WORK/img/$dir"
+    if ! restore "$f" "$img"; then
+      printf '| %s | %s | %s | - | - | could not restore |\n' "$dir" "$name" "$expect"
+      continue
+    fi
+    if [[ $dir == 012-leaf-corruption ]]; then # the test damages its good image first
+      cp --sparse=always "$img" "$img.damaged"
+      for off in 4206592 20905984; do
+        dd if=/dev/zero of="$img.damaged" bs=1 count=32 seek=$off conv=notrunc status=none
+      done
+      img=$img.damaged
+    fi
+    set +e
+    timeout 60 btrfs check --readonly "$img" >/dev/null 2>&1; prc=$?
+    out=$(timeout 60 "$UBTRFS_BIN" check "$img" 2>&1); urc=$?
+    set -e
+    first=$(grep -m1 -E '^ERROR|^ubtrfs: error' <<<"$out" | cut -c1-160 | tr '|' '/' || true)
+    ok=1
+    case $expect in
+      pass) [[ $urc == 0 ]] || ok=0 ;;
+      fail*) [[ $urc == 1 ]] || ok=0 ;;
+    esac
+    mark=""
+    if [[ $ok == 0 ]]; then
+      if [[ -n ${KNOWN[$dir]:-} ]]; then mark=" (known: ${KNOWN[$dir]})"; else mark=" **MISSED**"; fail=1; fi
+    fi
+    printf '| %s | %s | %s | %s | %s%s | %s |\n' "$dir" "$name" "$expect" "$prc" "$urc" "$mark" "${first:-}"
+  done
+done < bench/fsck/expect.tsv
+
+printf '\n| fuzz image | btrfs check | ubtrfs check | ubtrfs says first |\n|---|---|---|---|\n'
+for f in "$src"/fuzz-tests/images/*.xz "$src"/fuzz-tests/images/*.img; do
+  [[ -e $f ]] || continue
+  name=$(basename "$f"); base=${name%%.*}
+  selected "fuzz:$base" || continue
+  img=$WORK/img/fuzz/$base.raw
+  mkdir -p "$WORK/img/fuzz"
+  restore "$f" "$img" || { printf '| %s | - | - | could not restore |\n' "$name"; continue; }
+  set +e
+  timeout 60 btrfs check --readonly "$img" >/dev/null 2>&1; prc=$?
+  out=$(timeout 60 "$UBTRFS_BIN" check "$img" 2>&1); urc=$?
+  set -e
+  first=$(grep -m1 -E '^ERROR|^ubtrfs: error' <<<"$out" | cut -c1-160 | tr '|' '/' || true)
+  mark=""
+  if [[ $urc != 0 && $urc != 1 ]]; then mark=" **CRASH OR HANG**"; fail=1; fi
+  printf '| %s | %s | %s%s | %s |\n' "$name" "$prc" "$urc" "$mark" "${first:-}"
+done
+exit $fail

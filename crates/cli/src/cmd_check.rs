@@ -1,0 +1,261 @@
+//! `ubtrfs check`: btrfs check's original mode, read-only, on an unmounted
+//! image (options as btrfs-progs' `btrfs check`). One line per problem,
+//! then a summary; exit 1 when there is any.
+
+use crate::{print_reports, CmdResult};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+use ubtrfs_engine::fs::Filesystem;
+use ubtrfs_engine::io::device::Device;
+use ubtrfs_engine::tools::check::{check, CheckOptions, CheckReport};
+use ubtrfs_format::bytes::format_uuid;
+use ubtrfs_format::consts::{SUPER_OFFSETS, SUPER_SIZE};
+use ubtrfs_format::Superblock;
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// The image file or block device.
+    image: PathBuf,
+    /// Another device of a multi-device filesystem (repeatable).
+    #[arg(short = 'd', long = "device", value_name = "PATH")]
+    devices: Vec<PathBuf>,
+    /// Check without writing (the default; accepted as btrfs check takes it).
+    #[arg(long)]
+    readonly: bool,
+    /// Repair what is found. Not built yet: refused, nothing is written.
+    #[arg(long, conflicts_with = "readonly")]
+    repair: bool,
+    /// Also read all data and verify it against its checksums.
+    #[arg(long = "check-data-csum")]
+    check_data_csum: bool,
+    /// Use superblock copy N (0, 1 or 2) instead of the newest.
+    #[arg(short = 's', long = "super", value_name = "N")]
+    super_copy: Option<usize>,
+    /// Use the newest backup root that can be read instead of the
+    /// superblock's roots.
+    #[arg(short = 'b', long = "backup")]
+    backup: bool,
+    /// Show progress (on by default when stderr is a terminal).
+    #[arg(short = 'p', long)]
+    progress: bool,
+    /// Output as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Check an image that a writer has in use (what is read may change
+    /// under the check).
+    #[arg(long)]
+    force: bool,
+    /// Memory budget of the tree block cache, in MiB.
+    #[arg(long = "cache-mb", default_value_t = 256)]
+    cache_mb: u64,
+}
+
+pub fn run(a: CheckArgs) -> CmdResult {
+    if a.repair {
+        return Err("check --repair is not available yet; nothing was written".into());
+    }
+    if a.image.is_dir() {
+        return Err(crate::mounted::not_an_image(&a.image).into());
+    }
+    ubtrfs_engine::io::claim::set_read_live(a.force);
+    let fs = open(&a)?;
+    let sb = &fs.info.sb;
+    if !a.json {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "Checking filesystem on {}", a.image.display())?;
+        writeln!(out, "UUID: {}", format_uuid(&sb.fsid))?;
+    }
+    let bar = (a.progress || std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new_spinner();
+        b.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        b.enable_steady_tick(Duration::from_millis(200));
+        b
+    });
+    let opts = CheckOptions {
+        check_data_csum: a.check_data_csum,
+    };
+    let report = check(&fs, &opts, &mut |phase, n| {
+        if let Some(b) = &bar {
+            b.set_message(format!("{phase}: {n}"));
+        }
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    print_reports(&fs);
+    if a.json {
+        writeln!(
+            std::io::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&to_json(&report, &a.image))?
+        )?;
+    } else {
+        print_text(&report)?;
+    }
+    Ok(if report.clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Opens the filesystem as asked: a chosen superblock copy, or a backup
+/// root.
+fn open(a: &CheckArgs) -> Result<Filesystem, Box<dyn std::error::Error>> {
+    let mut devs = vec![Device::open(&a.image)?];
+    for p in &a.devices {
+        devs.push(Device::open(p)?);
+    }
+    if let Some(n) = a.super_copy {
+        let off = *SUPER_OFFSETS
+            .get(n)
+            .ok_or_else(|| format!("-s {n}: superblock copies are 0, 1 and 2"))?;
+        let sb = read_super(&devs[0], off)
+            .map_err(|e| format!("{}: superblock copy {n} at {off}: {e}", a.image.display()))?;
+        for d in devs.iter_mut() {
+            d.superblock = sb.clone();
+        }
+    }
+    if !a.backup {
+        return Ok(Filesystem::from_devices(devs, a.cache_mb << 20)?);
+    }
+    let sb = devs[0].superblock.clone();
+    let mut backups: Vec<_> = sb
+        .backups
+        .iter()
+        .filter(|b| b.tree_root != 0)
+        .cloned()
+        .collect();
+    backups.sort_by_key(|b| std::cmp::Reverse(b.tree_root_gen));
+    let mut why = Vec::new();
+    for b in backups {
+        let mut s = sb.clone();
+        s.root = b.tree_root;
+        s.root_level = b.tree_root_level;
+        s.generation = b.tree_root_gen;
+        s.chunk_root = b.chunk_root;
+        s.chunk_root_level = b.chunk_root_level;
+        s.chunk_root_generation = b.chunk_root_gen;
+        s.bytes_used = b.bytes_used;
+        s.log_root = 0;
+        let mut ds = Vec::new();
+        for d in &devs {
+            let mut nd = d.reopen()?;
+            nd.superblock = s.clone();
+            ds.push(nd);
+        }
+        match Filesystem::from_devices(ds, a.cache_mb << 20) {
+            Ok(fs)
+                if fs
+                    .tree_opt(ubtrfs_format::consts::EXTENT_TREE_OBJECTID)
+                    .is_ok() =>
+            {
+                println!("Using the backup root of generation {}", b.tree_root_gen);
+                return Ok(fs);
+            }
+            Ok(_) => why.push(format!(
+                "generation {}: root tree unreadable",
+                b.tree_root_gen
+            )),
+            Err(e) => why.push(format!("generation {}: {e}", b.tree_root_gen)),
+        }
+    }
+    Err(format!(
+        "{}: no backup root can be read ({})",
+        a.image.display(),
+        why.join("; ")
+    )
+    .into())
+}
+
+fn read_super(d: &Device, off: u64) -> Result<Superblock, Box<dyn std::error::Error>> {
+    let mut buf = vec![0u8; SUPER_SIZE];
+    d.read_at(&mut buf, off)?;
+    let sb = Superblock::parse(&buf)?;
+    if sb.bytenr != off {
+        return Err(format!("records bytenr {}", sb.bytenr).into());
+    }
+    Ok(sb)
+}
+
+fn print_text(r: &CheckReport) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    for w in &r.warnings {
+        writeln!(out, "WARNING: {w}")?;
+    }
+    for p in &r.problems {
+        writeln!(out, "ERROR: {p}")?;
+    }
+    if r.problem_count > r.problems.len() {
+        writeln!(
+            out,
+            "ERROR: ... and {} more",
+            r.problem_count - r.problems.len()
+        )?;
+    }
+    if r.clean() {
+        writeln!(
+            out,
+            "found {} bytes used, no error found",
+            r.tree_bytes + r.data_bytes_allocated
+        )?;
+    } else {
+        writeln!(
+            out,
+            "found {} bytes used, error(s) found: {} problems",
+            r.tree_bytes + r.data_bytes_allocated,
+            r.problem_count
+        )?;
+    }
+    writeln!(out, "total csum bytes: {}", r.csum_bytes)?;
+    writeln!(out, "total tree bytes: {}", r.tree_bytes)?;
+    writeln!(out, "total fs tree bytes: {}", r.fs_tree_bytes)?;
+    writeln!(out, "total extent tree bytes: {}", r.extent_tree_bytes)?;
+    writeln!(
+        out,
+        "file data blocks allocated: {}",
+        r.data_bytes_allocated
+    )?;
+    writeln!(out, " referenced {}", r.data_bytes_referenced)?;
+    writeln!(
+        out,
+        "inodes checked: {}, tree blocks: {}",
+        r.inodes, r.blocks
+    )?;
+    if r.data_verified > 0 {
+        writeln!(out, "data verified: {} bytes", r.data_verified)?;
+    }
+    Ok(())
+}
+
+fn to_json(r: &CheckReport, image: &Path) -> serde_json::Value {
+    let problems: Vec<serde_json::Value> = r
+        .problems
+        .iter()
+        .map(|p| serde_json::json!({"where": p.place, "what": p.what}))
+        .collect();
+    serde_json::json!({
+        "image": image.display().to_string(),
+        "generation": r.generation,
+        "clean": r.clean(),
+        "problem_count": r.problem_count,
+        "problems": problems,
+        "warnings": r.warnings.iter().map(|w| serde_json::json!({"where": w.place, "what": w.what})).collect::<Vec<_>>(),
+        "tree_blocks": r.blocks,
+        "tree_bytes": r.tree_bytes,
+        "fs_tree_bytes": r.fs_tree_bytes,
+        "extent_tree_bytes": r.extent_tree_bytes,
+        "csum_bytes": r.csum_bytes,
+        "data_bytes_allocated": r.data_bytes_allocated,
+        "data_bytes_referenced": r.data_bytes_referenced,
+        "inodes": r.inodes,
+        "data_verified": r.data_verified,
+    })
+}

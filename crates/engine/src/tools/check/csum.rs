@@ -1,0 +1,237 @@
+//! Data checksums (progs' `check_csums` and the csum part of
+//! `process_file_extent`): every written sector of a file with checksums
+//! has one (a read of it gets EIO otherwise), no file without checksums
+//! has any, every checksum lies in a data extent, and with
+//! `check_data_csum` every sector's data matches its checksum on every
+//! copy.
+
+use super::extents::ExtentIndex;
+use super::{CheckOptions, Problems};
+use crate::ctree::{for_each_item, Tree};
+use crate::fs::Filesystem;
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{FileExtent, FileExtentKind, RootItem};
+use ubtrfs_format::Key;
+
+/// The data sectors files want checksums for, and those they want none
+/// for, from the inode checks: start -> (end, where).
+#[derive(Default)]
+pub(crate) struct CsumWant {
+    pub with: BTreeMap<u64, (u64, String)>,
+    pub without: BTreeMap<u64, (u64, String)>,
+}
+
+impl CsumWant {
+    pub(crate) fn add(&mut self, start: u64, end: u64, sums: bool, here: impl FnOnce() -> String) {
+        let m = if sums {
+            &mut self.with
+        } else {
+            &mut self.without
+        };
+        let w = m.entry(start).or_insert_with(|| (end, here()));
+        w.0 = w.0.max(end);
+    }
+}
+
+/// Most data read at once when verifying (one csum item covers less).
+const VERIFY_CHUNK: u64 = 16 << 20;
+
+/// Checks the csum tree against what files want; returns the bytes of
+/// checksums. Verified data bytes are added to `verified`.
+pub(crate) fn check(
+    fs: &Filesystem,
+    ix: &ExtentIndex,
+    want: &CsumWant,
+    opts: &CheckOptions,
+    p: &mut Problems,
+    verified: &mut u64,
+) -> u64 {
+    let info = &fs.info;
+    let ss = info.sectorsize as u64;
+    let cs = info.csum_type.size() as u64;
+    let Ok(Some(t)) = fs.tree_opt(CSUM_TREE_OBJECTID) else {
+        if !want.with.is_empty() {
+            p.add(
+                "root tree",
+                "no csum tree, but files have data with checksums",
+            );
+        }
+        return 0;
+    };
+    // Runs of sectors with checksums, merged: start -> end.
+    let mut have: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut run: Option<(u64, u64)> = None;
+    let mut bytes = 0u64;
+    let lo = Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, 0);
+    let hi = Key::new(EXTENT_CSUM_OBJECTID, EXTENT_CSUM, u64::MAX);
+    let mut done = 0u64;
+    let r = for_each_item(info, t, lo, hi, |k, d| {
+        let here = || format!("csum tree key {k}");
+        if !(d.len() as u64).is_multiple_of(cs) {
+            p.add(
+                here(),
+                format!("{} bytes, not a whole number of checksums", d.len()),
+            );
+        }
+        if k.offset % ss != 0 {
+            p.add(here(), "not at a sector boundary");
+        }
+        bytes += d.len() as u64;
+        let end = k.offset.saturating_add(d.len() as u64 / cs * ss);
+        run = match run {
+            Some((s, e)) if k.offset < e => {
+                p.add(
+                    here(),
+                    format!("overlaps the item before, which ends at {e}"),
+                );
+                Some((s, e.max(end)))
+            }
+            Some((s, e)) if k.offset == e => Some((s, end)),
+            Some((s, e)) => {
+                have.insert(s, e);
+                Some((k.offset, end))
+            }
+            None => Some((k.offset, end)),
+        };
+        if opts.check_data_csum {
+            *verified += verify_item(fs, k.offset, d, p);
+            done += d.len() as u64 / cs * ss;
+            p.progress("data verified (bytes)", done);
+        }
+        Ok(ControlFlow::Continue(()))
+    });
+    if let Some((s, e)) = run {
+        have.insert(s, e);
+    }
+    if let Err(e) = r {
+        p.add("csum tree", format!("not read whole: {e}"));
+        return bytes;
+    }
+    let covered = |s: u64, e: u64| have.range(..=s).next_back().is_some_and(|(_, &he)| he >= e);
+    for (&s, (e, here)) in &want.with {
+        if !covered(s, *e) {
+            p.add(
+                here,
+                format!("data [{s}, {e}) lacks checksums (some csum missing)"),
+            );
+        }
+    }
+    for (&s, (e, here)) in &want.without {
+        let any = have.range(..*e).next_back().is_some_and(|(_, &he)| he > s);
+        if any {
+            p.add(
+                here,
+                format!("a file without checksums has checksums in [{s}, {e})"),
+            );
+        }
+    }
+    // Every run of checksums lies in data extents: those of the extent
+    // tree, and those an unreplayed log refers to (replay adds them).
+    let mut extents: BTreeMap<u64, u64> = ix
+        .extents
+        .iter()
+        .filter(|(_, x)| x.level.is_none())
+        .map(|(&s, x)| (s, x.len))
+        .collect();
+    extents.extend(log_extents(fs));
+    for (&s, &e) in &have {
+        let mut at = s;
+        while at < e {
+            let ext = extents
+                .range(..=at)
+                .next_back()
+                .filter(|(&es, &len)| es.saturating_add(len) > at);
+            match ext {
+                Some((&es, &len)) => at = es + len,
+                None => {
+                    let next = extents.range(at..).next().map_or(e, |(&n, _)| n.min(e));
+                    p.add(
+                        "csum tree",
+                        format!("checksums for [{at}, {next}) with no data extent there"),
+                    );
+                    at = next.max(at + ss);
+                }
+            }
+        }
+    }
+    bytes
+}
+
+/// The data extents file items of an unreplayed log tree refer to:
+/// start -> length.
+fn log_extents(fs: &Filesystem) -> Vec<(u64, u64)> {
+    let sb = &fs.info.sb;
+    let mut out = Vec::new();
+    if sb.log_root == 0 {
+        return out;
+    }
+    let mut logs = Vec::new();
+    let _ = for_each_item(&fs.info, Tree::log_root(sb), Key::MIN, Key::MAX, |k, d| {
+        if k.item_type == ROOT_ITEM {
+            if let Ok(r) = RootItem::parse(d) {
+                logs.push(Tree::of_root_item(TREE_LOG_OBJECTID, &r));
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    });
+    for t in logs {
+        let _ = for_each_item(&fs.info, t, Key::MIN, Key::MAX, |k, d| {
+            if k.item_type == EXTENT_DATA {
+                if let Ok(FileExtent {
+                    kind:
+                        FileExtentKind::Extent {
+                            disk_bytenr,
+                            disk_num_bytes,
+                            ..
+                        },
+                    ..
+                }) = FileExtent::parse(d)
+                {
+                    if disk_bytenr != 0 {
+                        out.push((disk_bytenr, disk_num_bytes));
+                    }
+                }
+            }
+            Ok(ControlFlow::Continue(()))
+        });
+    }
+    out
+}
+
+/// Reads every copy of the sectors a csum item covers and compares;
+/// returns the bytes read.
+fn verify_item(fs: &Filesystem, logical: u64, sums: &[u8], p: &mut Problems) -> u64 {
+    let info = &fs.info;
+    let ss = info.sectorsize as u64;
+    let cs = info.csum_type.size();
+    let n = (sums.len() / cs) as u64;
+    let mut read = 0u64;
+    let mut first = 0u64;
+    while first < n {
+        let count = (n - first).min(VERIFY_CHUNK / ss);
+        let at = logical + first * ss;
+        let mut buf = vec![0u8; (count * ss) as usize];
+        let copies = info.num_copies(at).unwrap_or(1);
+        for m in 0..copies {
+            if let Err(e) = info.read_copy(at, &mut buf, m) {
+                p.add(format!("data at {at}"), format!("copy {m}: {e}"));
+                continue;
+            }
+            read += buf.len() as u64;
+            for i in 0..count {
+                let sector = &buf[(i * ss) as usize..((i + 1) * ss) as usize];
+                let want = &sums[((first + i) as usize) * cs..((first + i + 1) as usize) * cs];
+                if info.csum_type.compute(sector)[..cs] != *want {
+                    p.add(
+                        format!("data sector {}", at + i * ss),
+                        format!("copy {m}: checksum does not match"),
+                    );
+                }
+            }
+        }
+        first += count;
+    }
+    read
+}

@@ -1,0 +1,330 @@
+//! The extent tree against what the trees refer to (progs'
+//! `check_extent_refs`), and block groups against the extents in them.
+
+use super::blocks::{RefKey, Walk};
+use super::{CheckReport, Problems};
+use crate::ctree::for_each_item;
+use crate::error::Result;
+use crate::fs::Filesystem;
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{
+    BlockGroupItem, ChunkItem, ExtentRecord, InlineRef, EXTENT_FLAG_DATA, EXTENT_FLAG_TREE_BLOCK,
+};
+use ubtrfs_format::{Key, Superblock};
+
+/// One extent item with its back references (inline and keyed).
+#[derive(Debug, Clone)]
+pub(crate) struct ExtentEntry {
+    pub key: Key,
+    pub len: u64,
+    pub flags: u64,
+    pub refs: u64,
+    /// A tree block's level (from the key or the tree block info).
+    pub level: Option<u8>,
+    pub listed: BTreeMap<RefKey, u64>,
+}
+
+/// The extent tree read whole: extents and block groups.
+#[derive(Default)]
+pub(crate) struct ExtentIndex {
+    pub extents: BTreeMap<u64, ExtentEntry>,
+    /// Block groups: start -> (length, item).
+    pub groups: BTreeMap<u64, (u64, BlockGroupItem)>,
+}
+
+impl ExtentIndex {
+    pub(crate) fn get(&self, bytenr: u64) -> Option<&ExtentEntry> {
+        self.extents.get(&bytenr)
+    }
+}
+
+/// Reads the extent tree (and the block group tree, when the filesystem
+/// has one).
+pub(crate) fn read_extent_tree(fs: &Filesystem, p: &mut Problems) -> Result<ExtentIndex> {
+    let info = &fs.info;
+    let mut ix = ExtentIndex::default();
+    let Some(extent_tree) = fs.tree_opt(EXTENT_TREE_OBJECTID)? else {
+        p.add("root tree", "no extent tree");
+        return Ok(ix);
+    };
+    let ns = info.nodesize as u64;
+    let sb_gen = info.sb.generation;
+    let mut n = 0u64;
+    let mut read = |k: Key, d: &[u8], ix: &mut ExtentIndex, p: &mut Problems| {
+        let here = || format!("extent tree key {k}");
+        n += 1;
+        if n.is_multiple_of(16384) {
+            p.progress("extent items", n);
+        }
+        match k.item_type {
+            BLOCK_GROUP_ITEM => match BlockGroupItem::parse(d) {
+                Ok(bg) => {
+                    ix.groups.insert(k.objectid, (k.offset, bg));
+                }
+                Err(e) => p.add(here(), format!("BLOCK_GROUP_ITEM: {e}")),
+            },
+            EXTENT_ITEM | METADATA_ITEM => {
+                let rec = match ExtentRecord::parse(&k, d) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        p.add(here(), format!("extent item: {e}"));
+                        return;
+                    }
+                };
+                let tree = rec.item.flags & EXTENT_FLAG_TREE_BLOCK != 0;
+                if rec.item.generation == 0 || rec.item.generation > sb_gen {
+                    p.add(
+                        here(),
+                        format!("generation {} not in (0, {sb_gen}]", rec.item.generation),
+                    );
+                }
+                if tree == (rec.item.flags & EXTENT_FLAG_DATA != 0) {
+                    p.add(
+                        here(),
+                        format!(
+                            "flags {:#x}: neither data nor tree block, or both",
+                            rec.item.flags
+                        ),
+                    );
+                }
+                let (len, level) = if k.item_type == METADATA_ITEM {
+                    if !tree {
+                        p.add(here(), "METADATA_ITEM of a data extent");
+                    }
+                    (ns, Some(k.offset.min(255) as u8))
+                } else {
+                    (
+                        k.offset,
+                        rec.tree_block.map(|t| t.level).or(tree.then_some(0)),
+                    )
+                };
+                let mut listed = BTreeMap::new();
+                for r in &rec.refs {
+                    if let Some((rk, c)) = RefKey::of(r) {
+                        *listed.entry(rk).or_default() += c;
+                    }
+                }
+                let e = ExtentEntry {
+                    key: k,
+                    len,
+                    flags: rec.item.flags,
+                    refs: rec.item.refs,
+                    level,
+                    listed,
+                };
+                if let Some(old) = ix.extents.insert(k.objectid, e) {
+                    p.add(
+                        here(),
+                        format!("a second extent item at {} (first {})", k.objectid, old.key),
+                    );
+                }
+            }
+            TREE_BLOCK_REF | SHARED_BLOCK_REF | EXTENT_DATA_REF | SHARED_DATA_REF => {
+                let r = match InlineRef::from_keyed(&k, d) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        p.add(here(), format!("back reference: {e}"));
+                        return;
+                    }
+                };
+                match (ix.extents.get_mut(&k.objectid), RefKey::of(&r)) {
+                    (Some(e), Some((rk, c))) => *e.listed.entry(rk).or_default() += c,
+                    _ => p.add(here(), "back reference without an extent item"),
+                }
+            }
+            _ => {}
+        }
+    };
+    let r = for_each_item(info, extent_tree, Key::MIN, Key::MAX, |k, d| {
+        read(k, d, &mut ix, p);
+        Ok(ControlFlow::Continue(()))
+    });
+    if let Err(e) = r {
+        p.add("extent tree", format!("not read whole: {e}"));
+    }
+    if fs.info.sb.compat_ro_flags & COMPAT_RO_BLOCK_GROUP_TREE != 0 {
+        match fs.tree_opt(BLOCK_GROUP_TREE_OBJECTID)? {
+            Some(t) => {
+                let r = for_each_item(info, t, Key::MIN, Key::MAX, |k, d| {
+                    read(k, d, &mut ix, p);
+                    Ok(ControlFlow::Continue(()))
+                });
+                if let Err(e) = r {
+                    p.add("block group tree", format!("not read whole: {e}"));
+                }
+            }
+            None => p.add(
+                "root tree",
+                "block-group-tree feature but no block group tree",
+            ),
+        }
+    }
+    Ok(ix)
+}
+
+/// Every extent referred to has its item with exactly those references,
+/// and every extent item is referred to.
+pub(crate) fn check_refs(
+    _fs: &Filesystem,
+    ix: &ExtentIndex,
+    w: &Walk,
+    p: &mut Problems,
+    report: &mut CheckReport,
+) {
+    let mut found: Vec<_> = w.found.iter().collect();
+    found.sort_by_key(|(b, _)| **b);
+    for (&b, f) in found {
+        let kind = |l: Option<u8>| {
+            if l.is_some() {
+                "tree block"
+            } else {
+                "data extent"
+            }
+        };
+        let Some(e) = ix.get(b) else {
+            let refs: Vec<String> = f.refs.keys().take(3).map(|r| r.to_string()).collect();
+            p.add(
+                format!("extent {b}"),
+                format!(
+                    "{} referred to by {} ({}) has no extent item",
+                    kind(f.level),
+                    f.first,
+                    refs.join(", ")
+                ),
+            );
+            continue;
+        };
+        let here = || format!("extent item {}", e.key);
+        if e.level.is_some() != f.level.is_some() {
+            p.add(
+                here(),
+                format!(
+                    "is a {} but {} refers to it as a {}",
+                    kind(e.level),
+                    f.first,
+                    kind(f.level)
+                ),
+            );
+            continue;
+        }
+        if e.level != f.level {
+            p.add(
+                here(),
+                format!(
+                    "level {:?} but the block is at level {:?}",
+                    e.level, f.level
+                ),
+            );
+        }
+        if e.len != f.len {
+            p.add(
+                here(),
+                format!("{} bytes but {} refers to {} bytes", e.len, f.first, f.len),
+            );
+        }
+        for (rk, &have) in &f.refs {
+            let listed = e.listed.get(rk).copied().unwrap_or(0);
+            if listed != have {
+                p.add(here(), format!("{rk}: {listed} listed but {have} found"));
+            }
+        }
+        for (rk, &listed) in &e.listed {
+            if !f.refs.contains_key(rk) {
+                p.add(here(), format!("{rk}: {listed} listed but none found"));
+            }
+        }
+        let sum: u64 = e.listed.values().sum();
+        if sum != e.refs {
+            p.add(
+                here(),
+                format!("refs {} but its back references count {sum}", e.refs),
+            );
+        }
+    }
+    for (b, e) in &ix.extents {
+        if e.level.is_none() {
+            report.data_bytes_allocated += e.len;
+        }
+        if !w.found.contains_key(b) {
+            p.add(format!("extent item {}", e.key), "nothing refers to it");
+        }
+    }
+}
+
+/// Extents within block groups of their kind, not overlapping; each
+/// group's used bytes, its chunk, and the superblock's bytes_used.
+pub(crate) fn check_block_groups(
+    sb: &Superblock,
+    ix: &ExtentIndex,
+    chunks: &BTreeMap<u64, ChunkItem>,
+    p: &mut Problems,
+) {
+    let groups = &ix.groups;
+    let mut used: BTreeMap<u64, u64> = groups.keys().map(|&s| (s, 0)).collect();
+    let mut last_end = 0u64;
+    for (&s, e) in &ix.extents {
+        let len = e.len;
+        let kind = if e.level.is_none() {
+            BG_DATA
+        } else if e.listed.contains_key(&RefKey::Tree(CHUNK_TREE_OBJECTID)) {
+            BG_SYSTEM
+        } else {
+            BG_METADATA | BG_SYSTEM
+        };
+        if s < last_end {
+            p.add(
+                format!("extent item {}", e.key),
+                format!("overlaps the extent before, which ends at {last_end}"),
+            );
+        }
+        last_end = last_end.max(s.saturating_add(len));
+        match groups.range(..=s).next_back() {
+            Some((&gs, (glen, bg))) if s.saturating_add(len) <= gs.saturating_add(*glen) => {
+                if bg.flags & kind == 0 {
+                    p.add(
+                        format!("extent item {}", e.key),
+                        format!("in block group {gs} of type {:#x}", bg.flags),
+                    );
+                }
+                if let Some(u) = used.get_mut(&gs) {
+                    *u += len;
+                }
+            }
+            _ => p.add(format!("extent item {}", e.key), "in no block group"),
+        }
+    }
+    let mut total = 0u64;
+    for (&gs, (glen, bg)) in groups {
+        total = total.saturating_add(bg.used);
+        if used[&gs] != bg.used {
+            p.add(
+                format!("block group {gs}"),
+                format!("used {} but its extents make {}", bg.used, used[&gs]),
+            );
+        }
+        match chunks.get(&gs) {
+            Some(c) if c.length == *glen && c.chunk_type == bg.flags => {}
+            Some(c) => p.add(
+                format!("block group {gs}"),
+                format!(
+                    "{glen} bytes of type {:#x} but its chunk has {} bytes of type {:#x}",
+                    bg.flags, c.length, c.chunk_type
+                ),
+            ),
+            None => p.add(format!("block group {gs}"), "no chunk"),
+        }
+    }
+    for &cs in chunks.keys() {
+        if !groups.contains_key(&cs) {
+            p.add(format!("chunk {cs}"), "no block group");
+        }
+    }
+    if total != sb.bytes_used {
+        p.add(
+            "superblock",
+            format!("bytes_used {} but block groups use {total}", sb.bytes_used),
+        );
+    }
+}

@@ -1,0 +1,540 @@
+//! The inodes of one subvolume tree (btrfs-progs' `check_fs_root` and
+//! `check_inode_recs`): every inode's items read in key order, then the
+//! names checked across inodes.
+//!
+//! Per inode: an INODE_ITEM for every inode with items; a valid mode and
+//! generations; nlink equal to its names (INODE_REF and INODE_EXTREF),
+//! an inode without names or with nlink 0 only as an orphan; a directory's
+//! size the sum of its entries' name lengths, a directory never with file
+//! extents or more than one link; a file's extents not overlapping, well
+//! formed, with no hole below its size unless the filesystem has
+//! no-holes, and nbytes equal to what they hold. Across inodes: every name
+//! in INODE_REF has its DIR_ITEM and DIR_INDEX in the parent, each
+//! pointing back, with the type of the inode's mode; every entry of a
+//! directory has its INODE_REF. Names hash to their keys. Entries naming
+//! a subvolume are handed to [`super::roots`].
+
+use super::csum::CsumWant;
+use super::Problems;
+use crate::ctree::{for_each_item, Tree};
+use crate::fs::Filesystem;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::ControlFlow;
+use ubtrfs_format::checksum::{extref_hash, name_hash};
+use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{
+    parse_dir_entries, parse_inode_extrefs, parse_inode_refs, FileExtent, FileExtentKind, InodeItem,
+};
+use ubtrfs_format::Key;
+
+/// A directory entry naming a subvolume: (tree, directory, name,
+/// DIR_INDEX index or None for the DIR_ITEM, subvolume id).
+pub(crate) type SubvolEntry = (u64, u64, Vec<u8>, Option<u64>, u64);
+
+/// What the items of one inode said.
+#[derive(Default)]
+struct Ino {
+    ino: u64,
+    item: Option<InodeItem>,
+    names: u32,
+    /// Directory: name bytes of its DIR_ITEMs and DIR_INDEXes.
+    entry_bytes: u64,
+    has_entries: bool,
+    has_extents: bool,
+    extent_start: Option<u64>,
+    extent_end: u64,
+    first_gap: Option<u64>,
+    found_bytes: u64,
+}
+
+/// An inode and the DIR_INDEX index of one of its names.
+type InoIndex = (u64, u64);
+
+/// Names across inodes.
+#[derive(Default)]
+struct Names {
+    /// INODE_REF / INODE_EXTREF: (parent, name) -> (inode, index).
+    refs: BTreeMap<(u64, Vec<u8>), Vec<InoIndex>>,
+    /// DIR_ITEM: (dir, name) -> (target, file type).
+    items: HashMap<(u64, Vec<u8>), (u64, u8)>,
+    /// DIR_INDEX: (dir, index) -> (name, target, file type).
+    index: HashMap<(u64, u64), (Vec<u8>, u64, u8)>,
+    /// Inode -> mode, for the entries' types.
+    modes: HashMap<u64, u32>,
+    /// Inodes with nlink 0, and the orphan items.
+    unlinked: BTreeSet<u64>,
+    orphans: BTreeSet<u64>,
+}
+
+/// Checks the inodes of `t`; returns how many there were. Entries naming
+/// subvolumes are added to `subvols`.
+pub(crate) fn check(
+    fs: &Filesystem,
+    t: Tree,
+    no_holes: bool,
+    subvols: &mut Vec<SubvolEntry>,
+    want: &mut CsumWant,
+    p: &mut Problems,
+) -> u64 {
+    let tname = t.describe();
+    let ss = fs.info.sectorsize as u64;
+    let sb_gen = fs.info.sb.generation;
+    let mut names = Names::default();
+    let mut cur = Ino::default();
+    let mut count = 0u64;
+    let finish = |cur: &mut Ino, names: &mut Names, p: &mut Problems, count: &mut u64| {
+        if cur.ino != 0 {
+            finish_inode(&tname, cur, no_holes, sb_gen, names, p);
+            *count += 1;
+            if (*count).is_multiple_of(4096) {
+                p.progress("inodes", *count);
+            }
+        }
+    };
+    let r = for_each_item(&fs.info, t, Key::MIN, Key::MAX, |k, d| {
+        let here = || format!("{tname} key {k}");
+        if k.objectid == ORPHAN_OBJECTID && k.item_type == ORPHAN_ITEM {
+            names.orphans.insert(k.offset);
+            return Ok(ControlFlow::Continue(()));
+        }
+        if !(FIRST_FREE_OBJECTID..=LAST_FREE_OBJECTID).contains(&k.objectid) {
+            return Ok(ControlFlow::Continue(()));
+        }
+        if k.objectid != cur.ino {
+            finish(&mut cur, &mut names, p, &mut count);
+            cur = Ino {
+                ino: k.objectid,
+                ..Default::default()
+            };
+        }
+        match k.item_type {
+            INODE_ITEM => match InodeItem::parse(d) {
+                Ok(i) if cur.item.is_some() => {
+                    let _ = i;
+                    p.add(here(), "a second INODE_ITEM");
+                }
+                Ok(i) => {
+                    if k.offset != 0 {
+                        p.add(here(), "INODE_ITEM with a non-zero offset");
+                    }
+                    cur.item = Some(i);
+                }
+                Err(e) => p.add(here(), format!("INODE_ITEM: {e}")),
+            },
+            INODE_REF => match parse_inode_refs(&k, d) {
+                Ok(refs) => {
+                    for r in refs {
+                        cur.names += 1;
+                        names
+                            .refs
+                            .entry((r.parent, r.name.to_vec()))
+                            .or_default()
+                            .push((k.objectid, r.index));
+                    }
+                }
+                Err(e) => p.add(here(), format!("INODE_REF: {e}")),
+            },
+            INODE_EXTREF => match parse_inode_extrefs(d) {
+                Ok(refs) => {
+                    for r in refs {
+                        if extref_hash(r.parent, r.name) != k.offset {
+                            p.add(
+                                here(),
+                                format!("INODE_EXTREF name {:?} hashes elsewhere", lossy(r.name)),
+                            );
+                        }
+                        cur.names += 1;
+                        names
+                            .refs
+                            .entry((r.parent, r.name.to_vec()))
+                            .or_default()
+                            .push((k.objectid, r.index));
+                    }
+                }
+                Err(e) => p.add(here(), format!("INODE_EXTREF: {e}")),
+            },
+            DIR_ITEM | DIR_INDEX | XATTR_ITEM => match parse_dir_entries(d) {
+                Ok(entries) => {
+                    if k.item_type == DIR_INDEX && entries.len() != 1 {
+                        p.add(here(), format!("DIR_INDEX with {} entries", entries.len()));
+                    }
+                    for e in entries {
+                        if k.item_type != DIR_INDEX && name_hash(e.name) != k.offset {
+                            p.add(here(), format!("name {:?} hashes elsewhere", lossy(e.name)));
+                        }
+                        if k.item_type == XATTR_ITEM {
+                            continue;
+                        }
+                        cur.has_entries = true;
+                        cur.entry_bytes += e.name.len() as u64;
+                        let loc = e.location;
+                        if loc.item_type == ROOT_ITEM {
+                            let idx = (k.item_type == DIR_INDEX).then_some(k.offset);
+                            subvols.push((t.id, k.objectid, e.name.to_vec(), idx, loc.objectid));
+                            continue;
+                        }
+                        if loc.item_type != INODE_ITEM || loc.offset != 0 {
+                            p.add(
+                                here(),
+                                format!("entry {:?} points at key {loc}", lossy(e.name)),
+                            );
+                            continue;
+                        }
+                        if k.item_type == DIR_ITEM {
+                            names
+                                .items
+                                .insert((k.objectid, e.name.to_vec()), (loc.objectid, e.file_type));
+                        } else {
+                            names.index.insert(
+                                (k.objectid, k.offset),
+                                (e.name.to_vec(), loc.objectid, e.file_type),
+                            );
+                        }
+                    }
+                }
+                Err(e) => p.add(here(), format!("entry: {e}")),
+            },
+            VERITY_DESC_ITEM | VERITY_MERKLE_ITEM | DIR_LOG_ITEM | DIR_LOG_INDEX => {}
+            t if k.item_type != EXTENT_DATA => {
+                p.add(
+                    here(),
+                    format!("item type {t} does not belong in a subvolume tree"),
+                );
+            }
+            _ => {
+                file_extent(&mut cur, &k, d, ss, p, &tname);
+                nodatasum_compressed(&cur, &k, d, p, &tname);
+                if t.id != DATA_RELOC_TREE_OBJECTID {
+                    wanted_csums(&cur, &k, d, want, &tname);
+                }
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    });
+    finish(&mut cur, &mut names, p, &mut count);
+    if let Err(e) = r {
+        p.add(&tname, format!("inodes not all checked: {e}"));
+        return count;
+    }
+    check_names(&tname, t, fs, &mut names, p);
+    count
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A compressed extent in a file without checksums: the kernel never
+/// writes one (compression needs checksums), and reads of it fail.
+fn nodatasum_compressed(cur: &Ino, k: &Key, d: &[u8], p: &mut Problems, tname: &str) {
+    let Ok(fe) = FileExtent::parse(d) else { return };
+    let nodatasum = cur
+        .item
+        .as_ref()
+        .is_some_and(|i| i.flags & INODE_NODATASUM != 0);
+    if nodatasum && fe.compression != 0 && matches!(fe.kind, FileExtentKind::Extent { .. }) {
+        p.add(
+            format!("{tname} key {k}"),
+            "compressed extent in a file without checksums (NODATASUM)",
+        );
+    }
+}
+
+/// The sectors a written regular extent wants checksums for, or wants
+/// none for (an inode with NODATASUM).
+fn wanted_csums(cur: &Ino, k: &Key, d: &[u8], want: &mut CsumWant, tname: &str) {
+    let Ok(fe) = FileExtent::parse(d) else { return };
+    if !matches!(
+        fe.kind,
+        FileExtentKind::Extent {
+            prealloc: false,
+            ..
+        }
+    ) {
+        return;
+    }
+    if let Ok(Some((s, e))) = fe.csum_range() {
+        let sums = cur
+            .item
+            .as_ref()
+            .is_none_or(|i| i.flags & INODE_NODATASUM == 0);
+        want.add(s, e, sums, || {
+            format!("{tname} inode {} offset {}", k.objectid, k.offset)
+        });
+    }
+}
+
+/// One EXTENT_DATA item of the current inode (progs' process_file_extent).
+fn file_extent(cur: &mut Ino, k: &Key, d: &[u8], ss: u64, p: &mut Problems, tname: &str) {
+    let here = || format!("{tname} key {k}");
+    cur.has_extents = true;
+    if cur.extent_start.is_none() {
+        cur.extent_start = Some(k.offset);
+        cur.extent_end = k.offset;
+    }
+    if cur.extent_end > k.offset {
+        p.add(
+            here(),
+            format!(
+                "overlaps the extent before, which ends at {}",
+                cur.extent_end
+            ),
+        );
+    } else if cur.extent_end < k.offset && cur.first_gap.is_none() {
+        cur.first_gap = Some(cur.extent_end);
+    }
+    let fe = match FileExtent::parse(d) {
+        Ok(f) => f,
+        Err(e) => {
+            p.add(here(), format!("EXTENT_DATA: {e}"));
+            return;
+        }
+    };
+    let len = match fe.kind {
+        FileExtentKind::Inline { data } => {
+            if fe.ram_bytes == 0 {
+                p.add(here(), "inline extent of 0 bytes");
+            }
+            if fe.compression == 0 && data.len() as u64 != fe.ram_bytes {
+                p.add(
+                    here(),
+                    format!(
+                        "inline extent holds {} bytes, ram_bytes {}",
+                        data.len(),
+                        fe.ram_bytes
+                    ),
+                );
+            }
+            cur.found_bytes += fe.ram_bytes;
+            fe.ram_bytes.div_ceil(ss) * ss
+        }
+        FileExtentKind::Extent {
+            prealloc,
+            disk_bytenr,
+            offset,
+            num_bytes,
+            ..
+        } => {
+            if num_bytes == 0 || num_bytes % ss != 0 {
+                p.add(
+                    here(),
+                    format!("num_bytes {num_bytes} not a positive multiple of the sector size"),
+                );
+            }
+            if num_bytes.saturating_add(offset) > fe.ram_bytes {
+                p.add(
+                    here(),
+                    format!(
+                        "offset {offset} + num_bytes {num_bytes} beyond ram_bytes {}",
+                        fe.ram_bytes
+                    ),
+                );
+            }
+            if prealloc && (fe.compression != 0 || fe.encryption != 0 || fe.other_encoding != 0) {
+                p.add(here(), "preallocated extent with an encoding");
+            }
+            if disk_bytenr != 0 {
+                cur.found_bytes += num_bytes;
+            }
+            num_bytes
+        }
+    };
+    cur.extent_end = k.offset.saturating_add(len);
+}
+
+/// The checks of one inode once all its items are read.
+fn finish_inode(
+    tname: &str,
+    cur: &Ino,
+    no_holes: bool,
+    sb_gen: u64,
+    names: &mut Names,
+    p: &mut Problems,
+) {
+    let here = || format!("{tname} inode {}", cur.ino);
+    let Some(i) = &cur.item else {
+        p.add(here(), "has items but no INODE_ITEM");
+        return;
+    };
+    names.modes.insert(cur.ino, i.mode);
+    let fmt = i.mode & 0o170000;
+    let valid = matches!(
+        fmt,
+        0o100000 | 0o040000 | 0o120000 | 0o020000 | 0o060000 | 0o010000 | 0o140000
+    );
+    if !valid {
+        p.add(here(), format!("invalid mode {:o}", i.mode));
+    }
+    if i.generation > sb_gen + 1 || i.transid > sb_gen + 1 {
+        p.add(
+            here(),
+            format!(
+                "generation {} / transid {} after the superblock's {sb_gen}",
+                i.generation, i.transid
+            ),
+        );
+    }
+    if fmt == 0o120000 && i.flags & (INODE_IMMUTABLE | INODE_APPEND) != 0 {
+        p.add(
+            here(),
+            format!(
+                "symlink with flags {:#x} (immutable or append-only)",
+                i.flags
+            ),
+        );
+    }
+    if i.nlink == 0 {
+        names.unlinked.insert(cur.ino);
+    } else if i.nlink != cur.names {
+        p.add(here(), format!("nlink {} but {} names", i.nlink, cur.names));
+    }
+    if i.nlink == 0 {
+        // An orphan, half deleted: what it still holds is not checked
+        // (its orphan item is, below).
+        return;
+    }
+    if fmt == 0o040000 {
+        if i.nlink >= 2 {
+            p.add(here(), format!("directory with nlink {}", i.nlink));
+        }
+        if i.size != cur.entry_bytes {
+            p.add(
+                here(),
+                format!(
+                    "directory size {} but its entries make {}",
+                    i.size, cur.entry_bytes
+                ),
+            );
+        }
+        if cur.has_extents {
+            p.add(here(), "directory with file extents");
+        }
+    } else if fmt == 0o100000 || fmt == 0o120000 {
+        if cur.has_entries {
+            p.add(here(), "file with directory entries");
+        }
+        if i.nlink > 0 && cur.found_bytes != i.nbytes {
+            p.add(
+                here(),
+                format!(
+                    "nbytes {} but its extents hold {}",
+                    i.nbytes, cur.found_bytes
+                ),
+            );
+        }
+        if i.nlink > 0 && !no_holes && i.size > 0 {
+            let gap = cur.first_gap.is_some_and(|g| g < i.size);
+            if cur.extent_end < i.size || cur.extent_start.is_some_and(|s| s != 0) || gap {
+                let from = cur
+                    .first_gap
+                    .or(cur.extent_start.filter(|&s| s != 0).map(|_| 0));
+                p.add(
+                    here(),
+                    format!(
+                        "file extents do not cover its size {} (no hole extent from {}; the filesystem has no no-holes)",
+                        i.size,
+                        from.unwrap_or(cur.extent_end)
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// Names across inodes: every INODE_REF with its DIR_ITEM and DIR_INDEX,
+/// every entry with its INODE_REF; orphans.
+fn check_names(tname: &str, t: Tree, fs: &Filesystem, n: &mut Names, p: &mut Problems) {
+    let root_dir = fs
+        .root_item(t.id)
+        .ok()
+        .flatten()
+        .map_or(FIRST_FREE_OBJECTID, |r| r.root_dirid);
+    let type_of = |mode: u32| -> u8 {
+        match mode & 0o170000 {
+            0o100000 => FT_REG_FILE,
+            0o040000 => FT_DIR,
+            0o120000 => FT_SYMLINK,
+            0o020000 => FT_CHRDEV,
+            0o060000 => FT_BLKDEV,
+            0o010000 => FT_FIFO,
+            0o140000 => FT_SOCK,
+            _ => FT_UNKNOWN,
+        }
+    };
+    let refs = std::mem::take(&mut n.refs);
+    for ((parent, name), inos) in &refs {
+        for &(ino, index) in inos {
+            if ino == root_dir && *parent == ino {
+                continue; // the top directory's ".."
+            }
+            let here = || {
+                format!(
+                    "{tname} inode {ino} name {:?} in directory {parent}",
+                    lossy(name)
+                )
+            };
+            let mode = n.modes.get(&ino).copied();
+            let wrong_type = |ft: u8| mode.is_some_and(|m| type_of(m) != ft);
+            match n.items.remove(&(*parent, name.clone())) {
+                Some((target, ft)) if target == ino => {
+                    if wrong_type(ft) {
+                        p.add(
+                            here(),
+                            format!(
+                                "DIR_ITEM type {ft} but the inode's mode is {:o}",
+                                mode.unwrap_or(0)
+                            ),
+                        );
+                    }
+                }
+                Some((target, _)) => p.add(here(), format!("DIR_ITEM points at inode {target}")),
+                None => p.add(here(), "no DIR_ITEM"),
+            }
+            match n.index.remove(&(*parent, index)) {
+                Some((nm, target, _)) if target == ino && nm == *name => {}
+                Some((nm, target, _)) => p.add(
+                    here(),
+                    format!("DIR_INDEX {index} names {:?}, inode {target}", lossy(&nm)),
+                ),
+                None => p.add(here(), format!("no DIR_INDEX {index}")),
+            }
+        }
+    }
+    // What no name claimed.
+    let mut leftover: Vec<String> = Vec::new();
+    let orphan_dir = |d: &u64| n.unlinked.contains(d) && n.orphans.contains(d);
+    for ((dir, name), (target, _)) in &n.items {
+        if orphan_dir(dir) {
+            continue;
+        }
+        leftover.push(format!(
+            "{tname} directory {dir} DIR_ITEM {:?} -> inode {target}: no INODE_REF{}",
+            lossy(name),
+            if n.modes.contains_key(target) {
+                ""
+            } else {
+                " and no inode"
+            }
+        ));
+    }
+    for ((dir, index), (name, target, _)) in &n.index {
+        if orphan_dir(dir) {
+            continue;
+        }
+        leftover.push(format!(
+            "{tname} directory {dir} DIR_INDEX {index} {:?} -> inode {target}: no INODE_REF with that index{}",
+            lossy(name),
+            if n.modes.contains_key(target) { "" } else { " and no inode" }
+        ));
+    }
+    leftover.sort();
+    for l in leftover {
+        let (place, what) = l.split_once(": ").unwrap_or((&l, ""));
+        p.add(place, what);
+    }
+    for ino in &n.unlinked {
+        if !n.orphans.contains(ino) {
+            p.add(format!("{tname} inode {ino}"), "nlink 0 and no orphan item");
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! `ubtrfs check` against `btrfs check` on damage neither finds by a
+//! checksum: a kernel-made image (files, hard links, symlinks, xattrs,
+//! reflinks, a subvolume and snapshots, a compressed directory) gets one
+//! seeded change per case (tests/src/corrupt.rs: a field of an inode, an
+//! extent or block group item, a dropped item, a flipped bit, a file
+//! pointed at another's extent, a data reference count, a device's
+//! bytes_used), its block's checksum recomputed. Every case btrfs check
+//! flags, ubtrfs check must flag; it may flag more. The clean image passes
+//! both. Seeds per kind: UBTRFS_CORRUPT_SEEDS (CI: 2;
+//! bench/check_corrupt.sh runs more).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use ubtrfs_oracle::corrupt::{corrupt, KINDS};
+use ubtrfs_oracle::*;
+
+fn sh(dir: &Path, script: &str) {
+    let out = Command::new("bash")
+        .args(["-euc", script])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The base image: made and filled by the kernel.
+fn base_image(dir: &Path, features: &str) -> PathBuf {
+    let image = dir.join(format!("base{features}.img"));
+    std::fs::File::create(&image)
+        .unwrap()
+        .set_len(256 << 20)
+        .unwrap();
+    let mut mkfs = Command::new("mkfs.btrfs");
+    mkfs.args(["-q", "-f"]);
+    if !features.is_empty() {
+        mkfs.args(["-O", features]);
+    }
+    assert!(mkfs.arg(&image).status().unwrap().success());
+    let m = Mount::images(std::slice::from_ref(&image), "", false);
+    sh(
+        &m.dir,
+        r#"
+        mkdir -p d/e/f z
+        for i in $(seq 1 40); do head -c $((i * 3001)) /dev/urandom > d/file$i; done
+        for i in $(seq 1 30); do echo small $i > d/e/s$i; done
+        head -c 300000 /dev/urandom > d/e/f/big
+        ln d/file1 d/hard1; ln d/file1 d/e/hard2
+        ln -s ../file2 d/e/link
+        setfattr -n user.a -v 1 d/file3; setfattr -n user.b -v "$(head -c 200 /dev/zero | tr '\0' x)" d/e
+        cp --reflink=always d/file40 d/reflink40
+        truncate -s 1M d/sparse; dd if=/dev/urandom of=d/sparse bs=4k count=2 seek=100 conv=notrunc status=none
+        chattr +c z; for i in $(seq 1 10); do yes zzz | head -c 50000 > z/c$i; done
+        btrfs -q subvolume create sv
+        cp -a d sv/
+        btrfs -q subvolume snapshot sv snap1
+        btrfs -q subvolume snapshot -r . topsnap
+        echo changed >> sv/d/file5; rm sv/d/file6
+        sync
+        "#,
+    );
+    m.unmount();
+    image
+}
+
+fn run(cmd: &mut Command) -> (i32, String) {
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn check_flags_what_btrfs_check_flags() {
+    skip_unless!(kernel_available);
+    let seeds = env_u64("UBTRFS_CORRUPT_SEEDS").unwrap_or(2);
+    let dir = scratch_dir("check-corrupt");
+    let mut table = Vec::new();
+    let mut failures = Vec::new();
+    let (mut flagged_progs, mut flagged_both, mut more) = (0, 0, 0);
+    for features in ["", "^no-holes"] {
+        let base = base_image(&dir, features);
+        btrfs_check(&base, &["--check-data-csum"]).unwrap_or_else(|e| panic!("clean image: {e}"));
+        for kind in KINDS {
+            for seed in 0..seeds {
+                let img = dir.join("case.img");
+                assert!(Command::new("cp")
+                    .args(["--sparse=always"])
+                    .arg(&base)
+                    .arg(&img)
+                    .status()
+                    .unwrap()
+                    .success());
+                let Some(what) = corrupt(&img, kind, seed) else {
+                    continue;
+                };
+                let (prc, _) = run(Command::new("btrfs")
+                    .args(["check", "--readonly"])
+                    .arg(&img));
+                let (urc, text) = run(Command::new(ubtrfs_bin()).arg("check").arg(&img));
+                let first = text
+                    .lines()
+                    .find(|l| l.starts_with("ERROR") || l.starts_with("ubtrfs: error"))
+                    .unwrap_or("")
+                    .to_string();
+                if urc != 0 && urc != 1 {
+                    failures.push(format!(
+                        "{kind} seed {seed} ({what}): ubtrfs check exit {urc}:\n{text}"
+                    ));
+                }
+                if prc != 0 {
+                    flagged_progs += 1;
+                    if urc == 1 {
+                        flagged_both += 1;
+                    } else {
+                        failures.push(format!("{kind} seed {seed} ({what}): btrfs check flags it, ubtrfs check does not"));
+                    }
+                } else if urc == 1 {
+                    more += 1;
+                }
+                table.push(format!(
+                    "{features:10} {kind:16} {seed:3}  progs {prc}  ubtrfs {urc}  {what}  | {first}"
+                ));
+            }
+        }
+    }
+    eprintln!("{}", table.join("\n"));
+    eprintln!(
+        "btrfs check flagged {flagged_progs} cases, ubtrfs check {flagged_both} of them; \
+         ubtrfs check flagged {more} more"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1,0 +1,45 @@
+//! `ubtrfs check` against btrfs-progs' own fsck tests: a sample of their
+//! fixtures and fuzz images (bench/fsck/sample.txt), through
+//! bench/fsck_tests.sh, which restores them from the pinned tarball and
+//! judges each by what its test directory expects of `btrfs check`
+//! (bench/fsck/expect.tsv): reports errors where progs' test wants check
+//! to fail, passes where it wants a pass, and never crashes or hangs on a
+//! fuzz image. `bash bench/fsck_tests.sh` runs every fixture.
+
+use std::process::Command;
+use ubtrfs_oracle::*;
+
+#[test]
+fn progs_fsck_tests_sample() {
+    if !btrfs_progs_available("check_progs") {
+        return;
+    }
+    let work = scratch_dir("check-progs");
+    let out = Command::new("bash")
+        .arg(repo_root().join("bench/fsck_tests.sh"))
+        .arg("--sample")
+        .env("UBTRFS_BIN", ubtrfs_bin())
+        .env("WORK", &work)
+        .output()
+        .expect("run bench/fsck_tests.sh");
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}");
+    assert!(
+        out.status.success(),
+        "bench/fsck_tests.sh --sample: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The sample ran: every line of it has a row.
+    let sample = std::fs::read_to_string(repo_root().join("bench/fsck/sample.txt")).unwrap();
+    for name in sample
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let row = name.trim_start_matches("fuzz:");
+        assert!(
+            text.contains(&format!("| {row}")),
+            "no result for {name}:\n{text}"
+        );
+    }
+}
