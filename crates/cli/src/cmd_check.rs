@@ -49,8 +49,10 @@ pub struct CheckArgs {
     /// under the check).
     #[arg(long)]
     force: bool,
-    /// Memory budget of the tree block cache, in MiB.
-    #[arg(long = "cache-mb", default_value_t = 256)]
+    /// Memory budget of the tree block cache, in MiB. The check reads
+    /// each block about twice, once per pass, so a larger cache buys
+    /// little (measured: 16 MiB is faster than 256 on 250,000 files).
+    #[arg(long = "cache-mb", default_value_t = 16)]
     cache_mb: u64,
 }
 

@@ -27,6 +27,10 @@ fn mkfs(nodesize: u32) -> Arc<MemDev> {
     m
 }
 
+/// The objectid of the items of no meaning these tests put in the fs
+/// tree: below the first inode, where the checker looks for no inodes.
+const FILLER: u64 = 10;
+
 /// A new filesystem and a transaction on it.
 fn mkfs_open(nodesize: u32) -> (Arc<MemDev>, Trans) {
     let m = mkfs(nodesize);
@@ -41,10 +45,10 @@ fn mkfs_open(nodesize: u32) -> (Arc<MemDev>, Trans) {
 #[test]
 fn second_transaction_cows_committed_blocks() {
     let (m, mut t) = mkfs_open(4096);
-    t.insert_item(FS_TREE_OBJECTID, Key::new(1000, 250, 0), vec![1; 10])
+    t.insert_item(FS_TREE_OBJECTID, Key::new(FILLER, 250, 1000), vec![1; 10])
         .unwrap();
     t.commit().unwrap();
-    t.insert_item(FS_TREE_OBJECTID, Key::new(1001, 250, 0), vec![2; 10])
+    t.insert_item(FS_TREE_OBJECTID, Key::new(FILLER, 250, 1001), vec![2; 10])
         .unwrap();
     t.commit().unwrap();
     check_dev(m.clone()).unwrap();
@@ -68,7 +72,7 @@ fn empty_commit_still_opens() {
 #[test]
 fn refused_update_leaves_the_item_alone() {
     let (m, mut t) = mkfs_open(4096);
-    let key = Key::new(1000, 250, 0);
+    let key = Key::new(FILLER, 250, 1000);
     t.insert_item(FS_TREE_OBJECTID, key, vec![1; 10]).unwrap();
     let too_big = ubtrfs_engine::tree::buf::max_item_data(4096) + 1;
     assert!(t
@@ -135,7 +139,7 @@ fn root_items_count_their_blocks() {
         for i in 0..3000u64 {
             t.insert_item(
                 FS_TREE_OBJECTID,
-                Key::new(1000 + i, 250, 0),
+                Key::new(FILLER, 250, 1000 + i),
                 vec![i as u8; 200],
             )
             .unwrap();
@@ -145,7 +149,7 @@ fn root_items_count_their_blocks() {
         assert!(n > 10, "nodesize {ns}: {n} blocks");
         assert_eq!(used, n * ns as u64, "nodesize {ns}, after growing");
         for i in 0..2900u64 {
-            t.delete_item(FS_TREE_OBJECTID, &Key::new(1000 + i, 250, 0))
+            t.delete_item(FS_TREE_OBJECTID, &Key::new(FILLER, 250, 1000 + i))
                 .unwrap();
         }
         t.commit().unwrap();

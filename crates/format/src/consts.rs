@@ -121,6 +121,9 @@ pub const TREE_RELOC_OBJECTID: u64 = -8i64 as u64;
 pub const DATA_RELOC_TREE_OBJECTID: u64 = -9i64 as u64;
 pub const ORPHAN_OBJECTID: u64 = -5i64 as u64;
 pub const FREE_SPACE_OBJECTID: u64 = -11i64 as u64;
+/// The inode of the inode number cache (mount option inode_cache, removed
+/// from the kernel in 5.11), kept in each subvolume tree.
+pub const FREE_INO_OBJECTID: u64 = -12i64 as u64;
 /// The inode number the kernel gives the empty directory standing in for a
 /// subvolume that a snapshot does not contain.
 pub const EMPTY_SUBVOL_DIR_OBJECTID: u64 = 2;

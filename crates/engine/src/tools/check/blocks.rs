@@ -79,7 +79,28 @@ pub(crate) struct Found {
     pub len: u64,
     pub refs: BTreeMap<RefKey, u64>,
     /// Where it was first referred to, for messages.
-    pub first: String,
+    pub first: Referrer,
+}
+
+/// What refers to an extent: a tree's root, a node, or an item of a
+/// leaf (kept as numbers: named only in a message).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Referrer {
+    pub tree: u64,
+    /// The referring block; 0 for the tree's root pointer.
+    pub block: u64,
+    pub key: Option<Key>,
+}
+
+impl std::fmt::Display for Referrer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = crate::ctree::describe_tree(self.tree);
+        match (self.block, self.key) {
+            (0, _) => write!(f, "{t} root"),
+            (b, Some(k)) => write!(f, "{t}: key {k} in leaf {b}"),
+            (b, None) => write!(f, "{t}: block {b}"),
+        }
+    }
 }
 
 /// What the walk found.
@@ -87,8 +108,6 @@ pub(crate) struct Found {
 pub(crate) struct Walk {
     pub blocks: HashMap<u64, BlockInfo>,
     pub found: HashMap<u64, Found>,
-    /// Trees whose root block was read.
-    pub readable: HashSet<u64>,
     /// File bytes referring to data extents (num_bytes summed).
     pub data_referenced: u64,
 }
@@ -101,13 +120,13 @@ impl Walk {
         level: Option<u8>,
         len: u64,
         r: RefKey,
-        at: impl Fn() -> String,
+        at: Referrer,
     ) {
         let f = self.found.entry(bytenr).or_insert_with(|| Found {
             level,
             len,
             refs: BTreeMap::new(),
-            first: at(),
+            first: at,
         });
         if f.level != level || f.len != len {
             let what = |l: Option<u8>, n: u64| match l {
@@ -115,7 +134,7 @@ impl Walk {
                 None => format!("a data extent of {n} bytes"),
             };
             p.add(
-                at(),
+                at.to_string(),
                 format!(
                     "refers to {bytenr} as {}, but {} refers to it as {}",
                     what(level, len),
@@ -139,7 +158,6 @@ pub(crate) fn walk(
     let mut w = Walk::default();
     let ns = info.nodesize as u64;
     let mut bad: HashSet<u64> = HashSet::new();
-    let mut buf = vec![0u8; ns as usize];
     let mut visited = 0u64;
     for (t, item) in roots {
         let name = t.describe();
@@ -160,9 +178,11 @@ pub(crate) fn walk(
         } else {
             RefKey::Tree(t.id)
         };
-        w.add_ref(p, t.bytenr, Some(t.level), ns, root_ref, || {
-            format!("{name} root")
-        });
+        let at = Referrer {
+            tree: t.id,
+            ..Default::default()
+        };
+        w.add_ref(p, t.bytenr, Some(t.level), ns, root_ref, at);
         let mut stack = vec![(
             t.bytenr,
             BlockExpect {
@@ -187,22 +207,12 @@ pub(crate) fn walk(
                     continue;
                 }
             };
-            if is_root {
-                w.readable.insert(t.id);
-            }
             visited += 1;
             if visited.is_multiple_of(1024) {
                 p.progress("tree blocks", visited);
             }
             let h = tb.header;
-            let here = format!("{name}: block {bytenr} (level {})", h.level);
-            for m in 0..info.num_copies(bytenr).unwrap_or(1) {
-                match info.read_copy(bytenr, &mut buf, m) {
-                    Ok(()) if buf[..] == *tb.bytes() => {}
-                    Ok(()) => p.add(&here, format!("copy {m} differs from the copy read")),
-                    Err(e) => p.add(&here, format!("copy {m}: {e}")),
-                }
-            }
+            let here = || format!("{name}: block {bytenr} (level {})", h.level);
             w.blocks.insert(bytenr, BlockInfo { owner: h.owner });
             let owner_ok = if is_fs_tree(t.id) && !is_root {
                 is_fs_tree(h.owner)
@@ -210,11 +220,11 @@ pub(crate) fn walk(
                 h.owner == t.id || (t.id == TREE_RELOC_OBJECTID)
             };
             if !owner_ok {
-                p.add(&here, format!("owner {} in {name}", h.owner));
+                p.add(here(), format!("owner {} in {name}", h.owner));
             }
             if h.generation == 0 || h.generation > info.sb.generation {
                 p.add(
-                    &here,
+                    here(),
                     format!(
                         "generation {} (superblock {})",
                         h.generation, info.sb.generation
@@ -224,12 +234,12 @@ pub(crate) fn walk(
             let node = tb.node();
             let n = node.nritems();
             if n == 0 && !(is_root && h.level == 0) {
-                p.add(&here, "empty");
+                p.add(here(), "empty");
             }
             for i in 1..n {
                 if node.key(i - 1) >= node.key(i) {
                     p.add(
-                        &here,
+                        here(),
                         format!(
                             "key {} at slot {i} not above {}",
                             node.key(i),
@@ -256,9 +266,12 @@ pub(crate) fn walk(
                             continue;
                         }
                     }
-                    w.add_ref(p, kp.blockptr, Some(h.level - 1), ns, refkey, || {
-                        here.clone()
-                    });
+                    let at = Referrer {
+                        tree: t.id,
+                        block: bytenr,
+                        key: None,
+                    };
+                    w.add_ref(p, kp.blockptr, Some(h.level - 1), ns, refkey, at);
                     stack.push((
                         kp.blockptr,
                         BlockExpect {
@@ -299,10 +312,12 @@ pub(crate) fn walk(
                     } else {
                         RefKey::Data(h.owner, it.key.objectid, it.key.offset.wrapping_sub(offset))
                     };
-                    let k = it.key;
-                    w.add_ref(p, disk_bytenr, None, disk_num_bytes, refkey, || {
-                        format!("{name}: key {k} in leaf {bytenr}")
-                    });
+                    let at = Referrer {
+                        tree: t.id,
+                        block: bytenr,
+                        key: Some(it.key),
+                    };
+                    w.add_ref(p, disk_bytenr, None, disk_num_bytes, refkey, at);
                 }
             }
         }

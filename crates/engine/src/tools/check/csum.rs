@@ -24,6 +24,16 @@ pub(crate) struct CsumWant {
 }
 
 impl CsumWant {
+    /// Adds what another subvolume's files want.
+    pub(crate) fn merge(&mut self, other: CsumWant) {
+        for (s, (e, here)) in other.with {
+            self.add(s, e, true, || here);
+        }
+        for (s, (e, here)) in other.without {
+            self.add(s, e, false, || here);
+        }
+    }
+
     pub(crate) fn add(&mut self, start: u64, end: u64, sums: bool, here: impl FnOnce() -> String) {
         let m = if sums {
             &mut self.with

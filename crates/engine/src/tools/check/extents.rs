@@ -52,91 +52,109 @@ pub(crate) fn read_extent_tree(fs: &Filesystem, p: &mut Problems) -> Result<Exte
     let ns = info.nodesize as u64;
     let sb_gen = info.sb.generation;
     let mut n = 0u64;
-    let mut read = |k: Key, d: &[u8], ix: &mut ExtentIndex, p: &mut Problems| {
-        let here = || format!("extent tree key {k}");
-        n += 1;
-        if n.is_multiple_of(16384) {
-            p.progress("extent items", n);
-        }
-        match k.item_type {
-            BLOCK_GROUP_ITEM => match BlockGroupItem::parse(d) {
-                Ok(bg) => {
-                    ix.groups.insert(k.objectid, (k.offset, bg));
-                }
-                Err(e) => p.add(here(), format!("BLOCK_GROUP_ITEM: {e}")),
-            },
-            EXTENT_ITEM | METADATA_ITEM => {
-                let rec = match ExtentRecord::parse(&k, d) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        p.add(here(), format!("extent item: {e}"));
-                        return;
+    let mut read =
+        |k: Key, d: &[u8], ix: &mut ExtentIndex, p: &mut Problems| {
+            let here = || format!("extent tree key {k}");
+            n += 1;
+            if n.is_multiple_of(16384) {
+                p.progress("extent items", n);
+            }
+            match k.item_type {
+                BLOCK_GROUP_ITEM => match BlockGroupItem::parse(d) {
+                    Ok(bg) => {
+                        ix.groups.insert(k.objectid, (k.offset, bg));
                     }
-                };
-                let tree = rec.item.flags & EXTENT_FLAG_TREE_BLOCK != 0;
-                if rec.item.generation == 0 || rec.item.generation > sb_gen {
-                    p.add(
-                        here(),
-                        format!("generation {} not in (0, {sb_gen}]", rec.item.generation),
-                    );
-                }
-                if tree == (rec.item.flags & EXTENT_FLAG_DATA != 0) {
-                    p.add(
-                        here(),
-                        format!(
-                            "flags {:#x}: neither data nor tree block, or both",
-                            rec.item.flags
+                    Err(e) => p.add(here(), format!("BLOCK_GROUP_ITEM: {e}")),
+                },
+                EXTENT_ITEM | METADATA_ITEM => {
+                    let rec = match ExtentRecord::parse(&k, d) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            p.add(here(), format!("extent item: {e}"));
+                            return;
+                        }
+                    };
+                    let tree = rec.item.flags & EXTENT_FLAG_TREE_BLOCK != 0;
+                    if rec.item.generation == 0 || rec.item.generation > sb_gen {
+                        p.add(
+                            here(),
+                            format!("generation {} not in (0, {sb_gen}]", rec.item.generation),
+                        );
+                    }
+                    if tree == (rec.item.flags & EXTENT_FLAG_DATA != 0) {
+                        p.add(
+                            here(),
+                            format!(
+                                "flags {:#x}: neither data nor tree block, or both",
+                                rec.item.flags
+                            ),
+                        );
+                    }
+                    let (len, level) = if k.item_type == METADATA_ITEM {
+                        if !tree {
+                            p.add(here(), "METADATA_ITEM of a data extent");
+                        }
+                        (ns, Some(k.offset.min(255) as u8))
+                    } else {
+                        (
+                            k.offset,
+                            rec.tree_block.map(|t| t.level).or(tree.then_some(0)),
+                        )
+                    };
+                    // The kernel's tree-checker order: type ascending, then
+                    // seq descending (an owner ref first, outside the order).
+                    let ordered: Vec<_> = rec
+                        .refs
+                        .iter()
+                        .filter(|r| !matches!(r, InlineRef::ExtentOwner { .. }))
+                        .map(InlineRef::order_key)
+                        .collect();
+                    if let Some(w) = ordered.windows(2).find(|w| w[0] > w[1]) {
+                        p.add(
+                            here(),
+                            format!(
+                            "inline refs out of order: type {} seq {:#x} after type {} seq {:#x}",
+                            w[1].0, (w[1].1).0, w[0].0, (w[0].1).0
                         ),
-                    );
-                }
-                let (len, level) = if k.item_type == METADATA_ITEM {
-                    if !tree {
-                        p.add(here(), "METADATA_ITEM of a data extent");
+                        );
                     }
-                    (ns, Some(k.offset.min(255) as u8))
-                } else {
-                    (
-                        k.offset,
-                        rec.tree_block.map(|t| t.level).or(tree.then_some(0)),
-                    )
-                };
-                let mut listed = BTreeMap::new();
-                for r in &rec.refs {
-                    if let Some((rk, c)) = RefKey::of(r) {
-                        *listed.entry(rk).or_default() += c;
+                    let mut listed = BTreeMap::new();
+                    for r in &rec.refs {
+                        if let Some((rk, c)) = RefKey::of(r) {
+                            *listed.entry(rk).or_default() += c;
+                        }
+                    }
+                    let e = ExtentEntry {
+                        key: k,
+                        len,
+                        flags: rec.item.flags,
+                        refs: rec.item.refs,
+                        level,
+                        listed,
+                    };
+                    if let Some(old) = ix.extents.insert(k.objectid, e) {
+                        p.add(
+                            here(),
+                            format!("a second extent item at {} (first {})", k.objectid, old.key),
+                        );
                     }
                 }
-                let e = ExtentEntry {
-                    key: k,
-                    len,
-                    flags: rec.item.flags,
-                    refs: rec.item.refs,
-                    level,
-                    listed,
-                };
-                if let Some(old) = ix.extents.insert(k.objectid, e) {
-                    p.add(
-                        here(),
-                        format!("a second extent item at {} (first {})", k.objectid, old.key),
-                    );
+                TREE_BLOCK_REF | SHARED_BLOCK_REF | EXTENT_DATA_REF | SHARED_DATA_REF => {
+                    let r = match InlineRef::from_keyed(&k, d) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            p.add(here(), format!("back reference: {e}"));
+                            return;
+                        }
+                    };
+                    match (ix.extents.get_mut(&k.objectid), RefKey::of(&r)) {
+                        (Some(e), Some((rk, c))) => *e.listed.entry(rk).or_default() += c,
+                        _ => p.add(here(), "back reference without an extent item"),
+                    }
                 }
+                _ => {}
             }
-            TREE_BLOCK_REF | SHARED_BLOCK_REF | EXTENT_DATA_REF | SHARED_DATA_REF => {
-                let r = match InlineRef::from_keyed(&k, d) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        p.add(here(), format!("back reference: {e}"));
-                        return;
-                    }
-                };
-                match (ix.extents.get_mut(&k.objectid), RefKey::of(&r)) {
-                    (Some(e), Some((rk, c))) => *e.listed.entry(rk).or_default() += c,
-                    _ => p.add(here(), "back reference without an extent item"),
-                }
-            }
-            _ => {}
-        }
-    };
+        };
     let r = for_each_item(info, extent_tree, Key::MIN, Key::MAX, |k, d| {
         read(k, d, &mut ix, p);
         Ok(ControlFlow::Continue(()))

@@ -18,7 +18,7 @@ use super::csum::CsumWant;
 use super::Problems;
 use crate::ctree::{for_each_item, Tree};
 use crate::fs::Filesystem;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 use ubtrfs_format::checksum::{extref_hash, name_hash};
 use ubtrfs_format::consts::*;
@@ -47,23 +47,71 @@ struct Ino {
     found_bytes: u64,
 }
 
-/// An inode and the DIR_INDEX index of one of its names.
-type InoIndex = (u64, u64);
+/// Where a name's bytes are in [`Names::arena`].
+#[derive(Debug, Clone, Copy)]
+struct NameAt {
+    off: usize,
+    len: usize,
+}
 
-/// Names across inodes.
+/// One name of an inode (INODE_REF or INODE_EXTREF).
+struct Ref {
+    parent: u64,
+    hash: u64,
+    ino: u64,
+    index: u64,
+    name: NameAt,
+}
+
+/// One directory entry (DIR_ITEM: `key` is the name's hash; DIR_INDEX:
+/// the index).
+struct Entry {
+    dir: u64,
+    key: u64,
+    target: u64,
+    ftype: u8,
+    name: NameAt,
+    matched: bool,
+}
+
+/// Names across inodes. Kept in vectors in key order and joined by
+/// binary search: a tree of many files has as many names, and maps keyed
+/// by name bytes cost more than the rest of the check.
 #[derive(Default)]
 struct Names {
-    /// INODE_REF / INODE_EXTREF: (parent, name) -> (inode, index).
-    refs: BTreeMap<(u64, Vec<u8>), Vec<InoIndex>>,
-    /// DIR_ITEM: (dir, name) -> (target, file type).
-    items: HashMap<(u64, Vec<u8>), (u64, u8)>,
-    /// DIR_INDEX: (dir, index) -> (name, target, file type).
-    index: HashMap<(u64, u64), (Vec<u8>, u64, u8)>,
-    /// Inode -> mode, for the entries' types.
-    modes: HashMap<u64, u32>,
+    /// Every name's bytes, back to back.
+    arena: Vec<u8>,
+    refs: Vec<Ref>,
+    /// DIR_ITEM entries in (dir, hash) order, DIR_INDEX in (dir, index).
+    items: Vec<Entry>,
+    index: Vec<Entry>,
+    /// Inode -> mode, in inode order, for the entries' types.
+    modes: Vec<(u64, u32)>,
     /// Inodes with nlink 0, and the orphan items.
-    unlinked: BTreeSet<u64>,
+    unlinked: Vec<u64>,
     orphans: BTreeSet<u64>,
+}
+
+impl Names {
+    fn put(&mut self, name: &[u8]) -> NameAt {
+        let off = self.arena.len();
+        self.arena.extend_from_slice(name);
+        NameAt {
+            off,
+            len: name.len(),
+        }
+    }
+
+    fn name(&self, n: NameAt) -> &[u8] {
+        &self.arena[n.off..n.off + n.len]
+    }
+
+    fn mode(&self, ino: u64) -> Option<u32> {
+        self.modes
+            .binary_search_by_key(&ino, |m| m.0)
+            .ok()
+            .map(|i| self.modes[i].1)
+    }
 }
 
 /// Checks the inodes of `t`; returns how many there were. Entries naming
@@ -97,6 +145,16 @@ pub(crate) fn check(
             names.orphans.insert(k.offset);
             return Ok(ControlFlow::Continue(()));
         }
+        if k.objectid == FREE_INO_OBJECTID {
+            if k.item_type == INODE_ITEM {
+                p.add(
+                    here(),
+                    "the inode number cache (removed from the kernel in 5.11); \
+                     `btrfs rescue clear-ino-cache` removes it",
+                );
+            }
+            return Ok(ControlFlow::Continue(()));
+        }
         if !(FIRST_FREE_OBJECTID..=LAST_FREE_OBJECTID).contains(&k.objectid) {
             return Ok(ControlFlow::Continue(()));
         }
@@ -125,11 +183,14 @@ pub(crate) fn check(
                 Ok(refs) => {
                     for r in refs {
                         cur.names += 1;
-                        names
-                            .refs
-                            .entry((r.parent, r.name.to_vec()))
-                            .or_default()
-                            .push((k.objectid, r.index));
+                        let name = names.put(r.name);
+                        names.refs.push(Ref {
+                            parent: r.parent,
+                            hash: name_hash(r.name),
+                            ino: k.objectid,
+                            index: r.index,
+                            name,
+                        });
                     }
                 }
                 Err(e) => p.add(here(), format!("INODE_REF: {e}")),
@@ -144,11 +205,14 @@ pub(crate) fn check(
                             );
                         }
                         cur.names += 1;
-                        names
-                            .refs
-                            .entry((r.parent, r.name.to_vec()))
-                            .or_default()
-                            .push((k.objectid, r.index));
+                        let name = names.put(r.name);
+                        names.refs.push(Ref {
+                            parent: r.parent,
+                            hash: name_hash(r.name),
+                            ino: k.objectid,
+                            index: r.index,
+                            name,
+                        });
                     }
                 }
                 Err(e) => p.add(here(), format!("INODE_EXTREF: {e}")),
@@ -180,15 +244,18 @@ pub(crate) fn check(
                             );
                             continue;
                         }
+                        let entry = Entry {
+                            dir: k.objectid,
+                            key: k.offset,
+                            target: loc.objectid,
+                            ftype: e.file_type,
+                            name: names.put(e.name),
+                            matched: false,
+                        };
                         if k.item_type == DIR_ITEM {
-                            names
-                                .items
-                                .insert((k.objectid, e.name.to_vec()), (loc.objectid, e.file_type));
+                            names.items.push(entry);
                         } else {
-                            names.index.insert(
-                                (k.objectid, k.offset),
-                                (e.name.to_vec(), loc.objectid, e.file_type),
-                            );
+                            names.index.push(entry);
                         }
                     }
                 }
@@ -356,7 +423,7 @@ fn finish_inode(
         p.add(here(), "has items but no INODE_ITEM");
         return;
     };
-    names.modes.insert(cur.ino, i.mode);
+    names.modes.push((cur.ino, i.mode));
     let fmt = i.mode & 0o170000;
     let valid = matches!(
         fmt,
@@ -384,7 +451,7 @@ fn finish_inode(
         );
     }
     if i.nlink == 0 {
-        names.unlinked.insert(cur.ino);
+        names.unlinked.push(cur.ino);
     } else if i.nlink != cur.names {
         p.add(here(), format!("nlink {} but {} names", i.nlink, cur.names));
     }
@@ -441,6 +508,20 @@ fn finish_inode(
     }
 }
 
+/// The file type a directory entry of an inode of `mode` carries.
+fn type_of(mode: u32) -> u8 {
+    match mode & 0o170000 {
+        0o100000 => FT_REG_FILE,
+        0o040000 => FT_DIR,
+        0o120000 => FT_SYMLINK,
+        0o020000 => FT_CHRDEV,
+        0o060000 => FT_BLKDEV,
+        0o010000 => FT_FIFO,
+        0o140000 => FT_SOCK,
+        _ => FT_UNKNOWN,
+    }
+}
+
 /// Names across inodes: every INODE_REF with its DIR_ITEM and DIR_INDEX,
 /// every entry with its INODE_REF; orphans.
 fn check_names(tname: &str, t: Tree, fs: &Filesystem, n: &mut Names, p: &mut Problems) {
@@ -449,88 +530,92 @@ fn check_names(tname: &str, t: Tree, fs: &Filesystem, n: &mut Names, p: &mut Pro
         .ok()
         .flatten()
         .map_or(FIRST_FREE_OBJECTID, |r| r.root_dirid);
-    let type_of = |mode: u32| -> u8 {
-        match mode & 0o170000 {
-            0o100000 => FT_REG_FILE,
-            0o040000 => FT_DIR,
-            0o120000 => FT_SYMLINK,
-            0o020000 => FT_CHRDEV,
-            0o060000 => FT_BLKDEV,
-            0o010000 => FT_FIFO,
-            0o140000 => FT_SOCK,
-            _ => FT_UNKNOWN,
-        }
-    };
+    // In key order already, unless the tree is out of order (reported).
+    n.items.sort_by_key(|e| (e.dir, e.key));
+    n.index.sort_by_key(|e| (e.dir, e.key));
+    n.modes.sort_unstable_by_key(|m| m.0);
     let refs = std::mem::take(&mut n.refs);
-    for ((parent, name), inos) in &refs {
-        for &(ino, index) in inos {
-            if ino == root_dir && *parent == ino {
-                continue; // the top directory's ".."
-            }
-            let here = || {
-                format!(
-                    "{tname} inode {ino} name {:?} in directory {parent}",
-                    lossy(name)
-                )
-            };
-            let mode = n.modes.get(&ino).copied();
-            let wrong_type = |ft: u8| mode.is_some_and(|m| type_of(m) != ft);
-            match n.items.remove(&(*parent, name.clone())) {
-                Some((target, ft)) if target == ino => {
-                    if wrong_type(ft) {
-                        p.add(
-                            here(),
-                            format!(
-                                "DIR_ITEM type {ft} but the inode's mode is {:o}",
-                                mode.unwrap_or(0)
-                            ),
-                        );
-                    }
+    for r in &refs {
+        let (ino, parent, index) = (r.ino, r.parent, r.index);
+        if ino == root_dir && parent == ino {
+            continue; // the top directory's ".."
+        }
+        let here = |n: &Names| {
+            format!(
+                "{tname} inode {ino} name {:?} in directory {parent}",
+                lossy(n.name(r.name))
+            )
+        };
+        let mode = n.mode(ino);
+        let wrong_type = |ft: u8| mode.is_some_and(|m| type_of(m) != ft);
+        // DIR_ITEM: among the entries of (parent, hash), the one of this name.
+        let lo = n
+            .items
+            .partition_point(|e| (e.dir, e.key) < (parent, r.hash));
+        let hit = (lo..n.items.len())
+            .take_while(|&i| (n.items[i].dir, n.items[i].key) == (parent, r.hash))
+            .find(|&i| n.name(n.items[i].name) == n.name(r.name));
+        match hit {
+            Some(i) => {
+                n.items[i].matched = true;
+                let (target, ft) = (n.items[i].target, n.items[i].ftype);
+                if target != ino {
+                    p.add(here(n), format!("DIR_ITEM points at inode {target}"));
+                } else if wrong_type(ft) {
+                    p.add(
+                        here(n),
+                        format!(
+                            "DIR_ITEM type {ft} but the inode's mode is {:o}",
+                            mode.unwrap_or(0)
+                        ),
+                    );
                 }
-                Some((target, _)) => p.add(here(), format!("DIR_ITEM points at inode {target}")),
-                None => p.add(here(), "no DIR_ITEM"),
             }
-            match n.index.remove(&(*parent, index)) {
-                Some((nm, target, _)) if target == ino && nm == *name => {}
-                Some((nm, target, _)) => p.add(
-                    here(),
-                    format!("DIR_INDEX {index} names {:?}, inode {target}", lossy(&nm)),
-                ),
-                None => p.add(here(), format!("no DIR_INDEX {index}")),
+            None => p.add(here(n), "no DIR_ITEM"),
+        }
+        match n
+            .index
+            .binary_search_by_key(&(parent, index), |e| (e.dir, e.key))
+        {
+            Ok(i) => {
+                n.index[i].matched = true;
+                let (target, at) = (n.index[i].target, n.index[i].name);
+                if target != ino || n.name(at) != n.name(r.name) {
+                    p.add(
+                        here(n),
+                        format!(
+                            "DIR_INDEX {index} names {:?}, inode {target}",
+                            lossy(n.name(at))
+                        ),
+                    );
+                }
             }
+            Err(_) => p.add(here(n), format!("no DIR_INDEX {index}")),
         }
     }
-    // What no name claimed.
-    let mut leftover: Vec<String> = Vec::new();
-    let orphan_dir = |d: &u64| n.unlinked.contains(d) && n.orphans.contains(d);
-    for ((dir, name), (target, _)) in &n.items {
-        if orphan_dir(dir) {
-            continue;
-        }
-        leftover.push(format!(
-            "{tname} directory {dir} DIR_ITEM {:?} -> inode {target}: no INODE_REF{}",
-            lossy(name),
-            if n.modes.contains_key(target) {
-                ""
+    // What no name claimed, but in a directory being deleted.
+    let orphan_dir = |d: u64| n.unlinked.contains(&d) && n.orphans.contains(&d);
+    for (what, list) in [("DIR_ITEM", &n.items), ("DIR_INDEX", &n.index)] {
+        for e in list.iter().filter(|e| !e.matched && !orphan_dir(e.dir)) {
+            let which = if what == "DIR_INDEX" {
+                format!("DIR_INDEX {}", e.key)
             } else {
-                " and no inode"
-            }
-        ));
-    }
-    for ((dir, index), (name, target, _)) in &n.index {
-        if orphan_dir(dir) {
-            continue;
+                what.to_string()
+            };
+            p.add(
+                format!("{tname} directory {}", e.dir),
+                format!(
+                    "{which} {:?} -> inode {}: no INODE_REF{}",
+                    lossy(n.name(e.name)),
+                    e.target,
+                    if n.mode(e.target).is_some() {
+                        ""
+                    } else {
+                        " and no inode"
+                    }
+                ),
+            );
         }
-        leftover.push(format!(
-            "{tname} directory {dir} DIR_INDEX {index} {:?} -> inode {target}: no INODE_REF with that index{}",
-            lossy(name),
-            if n.modes.contains_key(target) { "" } else { " and no inode" }
-        ));
-    }
-    leftover.sort();
-    for l in leftover {
-        let (place, what) = l.split_once(": ").unwrap_or((&l, ""));
-        p.add(place, what);
     }
     for ino in &n.unlinked {
         if !n.orphans.contains(ino) {

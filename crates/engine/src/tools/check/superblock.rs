@@ -10,6 +10,7 @@ use ubtrfs_format::Superblock;
 
 pub(crate) fn check(fs: &Filesystem, p: &mut Problems) {
     let sb = &fs.info.sb;
+    fields(sb, p);
     let mut buf = vec![0u8; SUPER_SIZE];
     for (devid, d) in &fs.info.devices {
         for (i, &off) in SUPER_OFFSETS.iter().enumerate() {
@@ -44,5 +45,49 @@ pub(crate) fn check(fs: &Filesystem, p: &mut Problems) {
                 Err(e) => p.add(here, format!("{e}")),
             }
         }
+    }
+}
+
+/// The fields the kernel's `btrfs_validate_super` refuses a mount over.
+fn fields(sb: &Superblock, p: &mut Problems) {
+    let ss = sb.sectorsize as u64;
+    let ns = sb.nodesize as u64;
+    let pow2 = |v: u64| v.is_power_of_two();
+    if !pow2(ss) || !(4096..=65536).contains(&ss) {
+        p.add("superblock", format!("sectorsize {ss}"));
+        return;
+    }
+    if !pow2(ns) || ns < ss || ns > 65536 {
+        p.add("superblock", format!("nodesize {ns} (sectorsize {ss})"));
+    }
+    if sb.stripesize as u64 != ss {
+        p.add(
+            "superblock",
+            format!("stripesize {} but sectorsize {ss}", sb.stripesize),
+        );
+    }
+    for (what, v) in [
+        ("root", sb.root),
+        ("chunk_root", sb.chunk_root),
+        ("log_root", sb.log_root),
+    ] {
+        if !v.is_multiple_of(ss) {
+            p.add(
+                "superblock",
+                format!("{what} {v} not aligned to the sector size"),
+            );
+        }
+    }
+    for (what, l) in [
+        ("root_level", sb.root_level),
+        ("chunk_root_level", sb.chunk_root_level),
+        ("log_root_level", sb.log_root_level),
+    ] {
+        if l > ubtrfs_format::node::MAX_LEVEL {
+            p.add("superblock", format!("{what} {l}"));
+        }
+    }
+    if sb.num_devices == 0 {
+        p.add("superblock", "num_devices 0");
     }
 }
