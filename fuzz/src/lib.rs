@@ -17,6 +17,18 @@ use ubtrfs_format::Superblock;
 
 pub mod seeds;
 
+// The harness of `ubtrfs check` (target `check`): the oracle crate's, by
+// path, as its seeded test runs it (tests/tests/check_fuzz.rs).
+#[path = "../../tests/src/check_fuzz.rs"]
+mod check_fuzz;
+
+/// Target `check`: tree blocks of an image changed as `data` says (their
+/// checksums redone), then `ubtrfs check`: problems or an error, never a
+/// panic.
+pub fn check_image(data: &[u8]) {
+    let _ = check_fuzz::check_mutated(data);
+}
+
 /// Target `node`: [`Node::parse`] on arbitrary bytes; when it accepts them,
 /// walk every key, item and key pointer and decode every item with the
 /// decoder its key type calls for.

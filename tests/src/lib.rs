@@ -12,6 +12,8 @@
 //! * [`mod@check`]: `btrfs check --readonly` of a device or image, and
 //!   `ubtrfs check` beside it (the engine's tests include it by path);
 //! * [`corrupt`]: seeded damage to one tree block, its checksum redone;
+//! * [`check_fuzz`]: the fuzz harness of `ubtrfs check` (fuzz/ includes
+//!   it by path);
 //! * [`mkfs_support`]: the `ubtrfs mkfs` tests' source tree, loop devices
 //!   and mounts (not re-exported: its names are its own);
 //! * [`loops`], [`mounts`]: loop devices, kernel and FUSE mounts, released
@@ -27,6 +29,7 @@
 //! Everything is re-exported at the top, so tests `use ubtrfs_oracle::*`.
 
 pub mod check;
+pub mod check_fuzz;
 pub mod corrupt;
 pub mod fixtures;
 pub mod loops;
