@@ -9,9 +9,12 @@
 #   bash bench/fsck_tests.sh --sample   those of bench/fsck/sample.txt (CI)
 #
 # Prints a table (markdown) per fixture: progs' expectation, btrfs check's
-# exit code, ubtrfs check's, and ubtrfs's first problem line. Exits 1 when
-# ubtrfs misses an expectation that is not in KNOWN below, or when any
-# image makes it crash or hang (exit code other than 0 or 1, or 60 s).
+# exit code, ubtrfs check's, for fail+repair fixtures what `ubtrfs check
+# --repair` did to a copy (repaired with btrfs check clean after, or
+# refused writing nothing), and ubtrfs's first problem line. Exits 1 when
+# ubtrfs misses an expectation that is not in KNOWN below, when a repair
+# neither succeeds nor refuses, or when any image makes it crash or hang
+# (exit code other than 0 or 1, or 60 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -61,8 +64,8 @@ selected() { # selected NAME: in the sample (or no sample asked for)
 }
 
 fail=0
-printf '| directory | fixture | progs expects | btrfs check | ubtrfs check | ubtrfs says first |\n'
-printf '|---|---|---|---|---|---|\n'
+printf '| directory | fixture | progs expects | btrfs check | ubtrfs check | ubtrfs check --repair | ubtrfs says first |\n'
+printf '|---|---|---|---|---|---|---|\n'
 while IFS=$'\t' read -r dir expect note; do
   [[ $dir == \#* || -z $dir || $expect == built ]] && continue
   selected "$dir" || continue
@@ -72,7 +75,7 @@ while IFS=$'\t' read -r dir expect note; do
     img=$WORK/img/$dir/$base.raw
     mkdir -p "$WORK/img/$dir"
     if ! restore "$f" "$img"; then
-      printf '| %s | %s | %s | - | - | could not restore |\n' "$dir" "$name" "$expect"
+      printf '| %s | %s | %s | - | - | - | could not restore |\n' "$dir" "$name" "$expect"
       continue
     fi
     if [[ $dir == 012-leaf-corruption ]]; then # the test damages its good image first
@@ -92,12 +95,25 @@ while IFS=$'\t' read -r dir expect note; do
       pass) [[ $urc == 0 ]] || ok=0 ;;
       fail*) [[ $urc == 1 ]] || ok=0 ;;
     esac
+    # fail+repair: ubtrfs's repair on a copy, judged by btrfs check after.
+    rep=-
+    if [[ $expect == fail+repair && $urc == 1 ]]; then
+      cp --sparse=always "$img" "$WORK/repair.img"
+      set +e
+      rout=$(timeout 120 "$UBTRFS_BIN" check --repair "$WORK/repair.img" 2>&1); rrc=$?
+      timeout 60 btrfs check --readonly "$WORK/repair.img" >/dev/null 2>&1; arc=$?
+      set -e
+      if [[ $rrc == 0 && $arc == 0 ]]; then rep="repaired, btrfs check clean"
+      elif grep -q 'nothing was written' <<<"$rout"; then rep="refused (not repairable yet)"
+      else rep="**exit $rrc, btrfs check after: $arc**"; fail=1; fi
+      rm -f "$WORK/repair.img"
+    fi
     mark=""
     if [[ $ok == 0 ]]; then
       known=${KNOWN[$dir/$name]:-${KNOWN[$dir]:-}}
       if [[ -n $known ]]; then mark=" (known: $known)"; else mark=" **MISSED**"; fail=1; fi
     fi
-    printf '| %s | %s | %s | %s | %s%s | %s |\n' "$dir" "$name" "$expect" "$prc" "$urc" "$mark" "${first:-}"
+    printf '| %s | %s | %s | %s | %s%s | %s | %s |\n' "$dir" "$name" "$expect" "$prc" "$urc" "$mark" "$rep" "${first:-}"
   done
 done < bench/fsck/expect.tsv
 

@@ -11,7 +11,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 use ubtrfs_engine::fs::Filesystem;
 use ubtrfs_engine::io::device::Device;
-use ubtrfs_engine::tools::check::{check, CheckOptions, CheckReport};
+use ubtrfs_engine::tools::check::{check, repair, CheckOptions, CheckReport};
+use ubtrfs_engine::tx::Trans;
 use ubtrfs_format::bytes::format_uuid;
 use ubtrfs_format::consts::{SUPER_OFFSETS, SUPER_SIZE};
 use ubtrfs_format::Superblock;
@@ -26,7 +27,10 @@ pub struct CheckArgs {
     /// Check without writing (the default; accepted as btrfs check takes it).
     #[arg(long)]
     readonly: bool,
-    /// Repair what is found. Not built yet: refused, nothing is written.
+    /// Repair what is found, in one transaction, then check again. Only
+    /// counters are repaired yet (block group and device usage, an inode's
+    /// nbytes, size or link count); when anything else is wrong, the
+    /// problems that cannot be repaired are named and nothing is written.
     #[arg(long, conflicts_with = "readonly")]
     repair: bool,
     /// Also read all data and verify it against its checksums.
@@ -57,14 +61,68 @@ pub struct CheckArgs {
 }
 
 pub fn run(a: CheckArgs) -> CmdResult {
-    if a.repair {
-        return Err("check --repair is not available yet; nothing was written".into());
-    }
     if a.image.is_dir() {
         return Err(crate::mounted::not_an_image(&a.image).into());
     }
+    if a.repair && (a.backup || a.super_copy.is_some() || a.force) {
+        return Err("check --repair: not with -b, -s or --force (it repairs the filesystem as it is, unused)".into());
+    }
     ubtrfs_engine::io::claim::set_read_live(a.force);
-    let fs = open(&a)?;
+    let (report, clean, paths) = check_once(&a)?;
+    if !a.repair || clean {
+        if a.repair {
+            println!("no error found: nothing to repair");
+        }
+        return Ok(exit(clean));
+    }
+    let fixes = match report.fixes() {
+        Ok(f) => f,
+        Err(cannot) => {
+            let mut out = std::io::stdout().lock();
+            for p in &cannot {
+                writeln!(out, "cannot repair: {p}")?;
+            }
+            writeln!(
+                out,
+                "check --repair: {} of {} problems cannot be repaired yet; nothing was written",
+                (report.problem_count - report.problems.len()) + cannot.len(),
+                report.problem_count
+            )?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    // One transaction: a kill leaves the image as it was, or repaired.
+    let mut t = Trans::open(&paths, 64 << 20)?;
+    repair::apply(&mut t, &fixes)?;
+    t.commit()?;
+    drop(t);
+    println!("repaired {} problems; checking again", fixes.len());
+    let (_, clean, _) = check_once(&a)?;
+    Ok(exit(clean))
+}
+
+fn exit(clean: bool) -> ExitCode {
+    if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// One read-only check, printed; the report, whether it is clean, and
+/// the devices' paths (the image first).
+type Checked = (CheckReport, bool, Vec<PathBuf>);
+
+fn check_once(a: &CheckArgs) -> Result<Checked, Box<dyn std::error::Error>> {
+    let fs = open(a)?;
+    let mut paths = vec![a.image.clone()];
+    paths.extend(
+        fs.info
+            .devices
+            .values()
+            .map(|d| d.path.clone())
+            .filter(|p| *p != a.image),
+    );
     let sb = &fs.info.sb;
     if !a.json {
         let mut out = std::io::stdout().lock();
@@ -101,11 +159,8 @@ pub fn run(a: CheckArgs) -> CmdResult {
     } else {
         print_text(&report)?;
     }
-    Ok(if report.clean() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    let clean = report.clean();
+    Ok((report, clean, paths))
 }
 
 /// Opens the filesystem as asked: a chosen superblock copy, or a backup
@@ -114,6 +169,17 @@ fn open(a: &CheckArgs) -> Result<Filesystem, Box<dyn std::error::Error>> {
     let mut devs = vec![Device::open(&a.image)?];
     for p in &a.devices {
         devs.push(Device::open(p)?);
+    }
+    // The other devices of a multi-device filesystem that -d did not
+    // name, found among the machine's block devices as btrfs check finds
+    // them.
+    if (devs.len() as u64) < devs[0].superblock.num_devices {
+        let have: Vec<u64> = devs.iter().map(|d| d.devid).collect();
+        let fsid = devs[0].superblock.fsid;
+        for d in ubtrfs_engine::io::device::scan_for(&fsid, &have) {
+            eprintln!("ubtrfs check: devid {} is {}", d.devid, d.path.display());
+            devs.push(d);
+        }
     }
     if let Some(n) = a.super_copy {
         let off = *SUPER_OFFSETS

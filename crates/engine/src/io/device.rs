@@ -140,3 +140,30 @@ impl Device {
         format!("{} (devid {})", self.path.display(), self.devid)
     }
 }
+
+/// The block devices of this machine holding a device of filesystem
+/// `fsid` other than those in `have` (devids), as `btrfs device scan`
+/// finds them: every entry of /sys/class/block is opened read-only and its
+/// superblock read; devices that cannot be opened (in use, no permission)
+/// are passed over.
+pub fn scan_for(fsid: &[u8; 16], have: &[u64]) -> Vec<Device> {
+    let mut found: Vec<Device> = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/sys/class/block") else {
+        return found;
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    for name in names {
+        let path = Path::new("/dev").join(&name);
+        let Ok(d) = Device::open(&path) else { continue };
+        if d.superblock.fsid == *fsid
+            && !have.contains(&d.devid)
+            && !found.iter().any(|f| f.devid == d.devid)
+        {
+            found.push(d);
+        }
+    }
+    found
+}

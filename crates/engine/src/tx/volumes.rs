@@ -476,6 +476,18 @@ impl Trans {
         Ok(old)
     }
 
+    /// Sets device `devid`'s bytes_used (`check --repair`, from its device
+    /// extents as the check counted them).
+    pub fn set_device_bytes_used(&mut self, devid: u64, used: u64) -> Result<()> {
+        let di = self
+            .dev_items
+            .get_mut(&devid)
+            .ok_or_else(|| Error::NotFound(format!("devid {devid}: no such device")))?;
+        di.bytes_used = used;
+        self.dev_items_dirty = true;
+        Ok(())
+    }
+
     /// Device extents from the dev tree (opening a committed image).
     pub(crate) fn load_dev_space(&mut self) -> Result<()> {
         let mut ds = DevSpace::default();

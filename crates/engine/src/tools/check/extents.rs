@@ -2,7 +2,7 @@
 //! `check_extent_refs`), and block groups against the extents in them.
 
 use super::blocks::{RefKey, Walk};
-use super::{CheckReport, Problems};
+use super::{CheckReport, Fix, Problems};
 use crate::ctree::for_each_item;
 use crate::error::Result;
 use crate::fs::Filesystem;
@@ -317,9 +317,13 @@ pub(crate) fn check_block_groups(
     for (&gs, (glen, bg)) in groups {
         total = total.saturating_add(bg.used);
         if used[&gs] != bg.used {
-            p.add(
+            p.add_fix(
                 format!("block group {gs}"),
                 format!("used {} but its extents make {}", bg.used, used[&gs]),
+                Fix::BlockGroupUsed {
+                    start: gs,
+                    used: used[&gs],
+                },
             );
         }
         match chunks.get(&gs) {
@@ -340,9 +344,10 @@ pub(crate) fn check_block_groups(
         }
     }
     if total != sb.bytes_used {
-        p.add(
+        p.add_fix(
             "superblock",
             format!("bytes_used {} but block groups use {total}", sb.bytes_used),
+            Fix::SuperBytesUsed,
         );
     }
 }

@@ -15,7 +15,7 @@
 //! a subvolume are handed to [`super::roots`].
 
 use super::csum::CsumWant;
-use super::Problems;
+use super::{Fix, Problems};
 use crate::ctree::{for_each_item, Tree};
 use crate::fs::Filesystem;
 use std::collections::BTreeSet;
@@ -132,7 +132,7 @@ pub(crate) fn check(
     let mut count = 0u64;
     let finish = |cur: &mut Ino, names: &mut Names, p: &mut Problems, count: &mut u64| {
         if cur.ino != 0 {
-            finish_inode(&tname, cur, no_holes, sb_gen, names, p);
+            finish_inode(&tname, t.id, cur, no_holes, sb_gen, names, p);
             *count += 1;
             if (*count).is_multiple_of(4096) {
                 p.progress("inodes", *count);
@@ -412,6 +412,7 @@ fn file_extent(cur: &mut Ino, k: &Key, d: &[u8], ss: u64, p: &mut Problems, tnam
 /// The checks of one inode once all its items are read.
 fn finish_inode(
     tname: &str,
+    tree: u64,
     cur: &Ino,
     no_holes: bool,
     sb_gen: u64,
@@ -453,7 +454,21 @@ fn finish_inode(
     if i.nlink == 0 {
         names.unlinked.push(cur.ino);
     } else if i.nlink != cur.names {
-        p.add(here(), format!("nlink {} but {} names", i.nlink, cur.names));
+        let what = format!("nlink {} but {} names", i.nlink, cur.names);
+        if cur.names > 0 {
+            let nlink = cur.names;
+            p.add_fix(
+                here(),
+                what,
+                Fix::Nlink {
+                    tree,
+                    ino: cur.ino,
+                    nlink,
+                },
+            );
+        } else {
+            p.add(here(), what);
+        }
     }
     if i.nlink == 0 {
         // An orphan, half deleted: what it still holds is not checked
@@ -465,12 +480,17 @@ fn finish_inode(
             p.add(here(), format!("directory with nlink {}", i.nlink));
         }
         if i.size != cur.entry_bytes {
-            p.add(
+            p.add_fix(
                 here(),
                 format!(
                     "directory size {} but its entries make {}",
                     i.size, cur.entry_bytes
                 ),
+                Fix::DirSize {
+                    tree,
+                    ino: cur.ino,
+                    size: cur.entry_bytes,
+                },
             );
         }
         if cur.has_extents {
@@ -481,12 +501,17 @@ fn finish_inode(
             p.add(here(), "file with directory entries");
         }
         if i.nlink > 0 && cur.found_bytes != i.nbytes {
-            p.add(
+            p.add_fix(
                 here(),
                 format!(
                     "nbytes {} but its extents hold {}",
                     i.nbytes, cur.found_bytes
                 ),
+                Fix::InodeNbytes {
+                    tree,
+                    ino: cur.ino,
+                    nbytes: cur.found_bytes,
+                },
             );
         }
         if i.nlink > 0 && !no_holes && i.size > 0 {

@@ -33,6 +33,7 @@ mod csum;
 mod extents;
 mod free_space;
 mod fs_tree;
+pub mod repair;
 mod roots;
 mod superblock;
 mod volumes;
@@ -64,11 +65,31 @@ pub struct CheckOptions {
     pub check_data_csum: bool,
 }
 
-/// One problem: where (a tree, a key, a block) and what.
+/// One problem: where (a tree, a key, a block) and what; and how
+/// `--repair` mends it, when it can.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     pub place: String,
     pub what: String,
+    pub fix: Option<Fix>,
+}
+
+/// A repair: the value a counter must take, as the check counted it from
+/// what the trees hold ([`repair::apply`] writes it in a transaction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fix {
+    /// A block group item's `used`.
+    BlockGroupUsed { start: u64, used: u64 },
+    /// A device item's `bytes_used`.
+    DeviceBytesUsed { devid: u64, used: u64 },
+    /// The superblock's `bytes_used` (the commit sums the block groups).
+    SuperBytesUsed,
+    /// An inode's `nbytes`.
+    InodeNbytes { tree: u64, ino: u64, nbytes: u64 },
+    /// A directory's size.
+    DirSize { tree: u64, ino: u64, size: u64 },
+    /// An inode's link count.
+    Nlink { tree: u64, ino: u64, nlink: u32 },
 }
 
 impl fmt::Display for Problem {
@@ -111,6 +132,16 @@ impl CheckReport {
     pub fn clean(&self) -> bool {
         self.problem_count == 0
     }
+
+    /// The repairs of every problem, or the problems `--repair` cannot
+    /// mend (then nothing may be written).
+    pub fn fixes(&self) -> std::result::Result<Vec<Fix>, Vec<&Problem>> {
+        let cannot: Vec<&Problem> = self.problems.iter().filter(|p| p.fix.is_none()).collect();
+        if !cannot.is_empty() || self.problem_count > self.problems.len() {
+            return Err(cannot);
+        }
+        Ok(self.problems.iter().filter_map(|p| p.fix).collect())
+    }
 }
 
 /// The problems of one check, and the progress callback.
@@ -123,11 +154,19 @@ pub(crate) struct Problems<'p> {
 
 impl Problems<'_> {
     pub(crate) fn add(&mut self, place: impl Into<String>, what: impl Into<String>) {
+        self.push(place.into(), what.into(), None);
+    }
+
+    /// A problem `--repair` mends with `fix`.
+    pub(crate) fn add_fix(&mut self, place: impl Into<String>, what: impl Into<String>, fix: Fix) {
+        self.push(place.into(), what.into(), Some(fix));
+    }
+
+    fn push(&mut self, place: String, what: String, fix: Option<Fix>) {
+        // Past the list's size nothing is repaired: [`CheckReport::fixes`]
+        // refuses when problems were not kept.
         if self.kept.len() < MAX_KEPT {
-            self.kept.push(Problem {
-                place: place.into(),
-                what: what.into(),
-            });
+            self.kept.push(Problem { place, what, fix });
         }
         self.count += 1;
     }
@@ -137,6 +176,7 @@ impl Problems<'_> {
             self.warnings.push(Problem {
                 place: place.into(),
                 what: what.into(),
+                fix: None,
             });
         }
     }
@@ -416,5 +456,48 @@ mod tests {
         };
         let e = check_consistency(&bad).unwrap_err().to_string();
         assert!(e.contains("used"), "{e}");
+        repair_is_all_or_nothing(&bad);
+    }
+
+    /// The problems a check of `image` finds.
+    fn problems(image: &[u8]) -> Vec<Problem> {
+        let d = Device::from_dev(
+            Path::new("image"),
+            Arc::new(MemDev::from_bytes(image.to_vec())),
+        )
+        .unwrap();
+        let fs = Filesystem::from_devices(vec![d], 16 << 20).unwrap();
+        check(&fs, &CheckOptions::default(), &mut |_, _| {})
+            .unwrap()
+            .problems
+    }
+
+    /// A repair whose writes fail from any one of them on (as a crash or
+    /// a dying device cuts it) leaves the image as it was, with the same
+    /// problems, or repaired: never a third state.
+    fn repair_is_all_or_nothing(bad: &[u8]) {
+        use crate::io::fault::FaultDev;
+        let before = problems(bad);
+        let fixes: Vec<Fix> = before.iter().map(|p| p.fix.unwrap()).collect();
+        let run = |fail_at: Option<u64>| {
+            let m = Arc::new(MemDev::from_bytes(bad.to_vec()));
+            let f = Arc::new(FaultDev::new(m.clone(), fail_at));
+            let dev: Arc<dyn BlockDev> = f.clone();
+            let r = crate::tx::Trans::open_dev(vec![dev], 16 << 20).and_then(|mut t| {
+                repair::apply(&mut t, &fixes)?;
+                t.commit()
+            });
+            (r.is_ok(), f.ops(), m.snapshot())
+        };
+        let (ok, ops, _) = run(None);
+        assert!(ok && ops > 2, "{ops} writes");
+        for k in 0..ops {
+            let (_, _, img) = run(Some(k));
+            let after = problems(&img);
+            assert!(
+                after.is_empty() || after == before,
+                "writes failing from {k} of {ops}: {after:?}"
+            );
+        }
     }
 }

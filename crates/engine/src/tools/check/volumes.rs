@@ -4,7 +4,7 @@
 //! sum of its device extents, and the superblock's total the devices' sum.
 
 use super::extents::ExtentIndex;
-use super::Problems;
+use super::{Fix, Problems};
 use crate::ctree::{for_each_item, Tree};
 use crate::error::Result;
 use crate::fs::Filesystem;
@@ -177,12 +177,16 @@ fn check_dev_extents(
     for (devid, di) in dev_items {
         let u = per_dev.get(devid).copied().unwrap_or(0);
         if di.bytes_used != u {
-            p.add(
+            p.add_fix(
                 format!("device {devid}"),
                 format!(
                     "bytes_used {} but its device extents make {u}",
                     di.bytes_used
                 ),
+                Fix::DeviceBytesUsed {
+                    devid: *devid,
+                    used: u,
+                },
             );
         }
     }
