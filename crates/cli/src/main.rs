@@ -147,9 +147,10 @@ enum Command {
     /// Verify every metadata and data checksum on every copy (an image, or
     /// a live mount's last commit, by the mount).
     Scrub(cmd_scrub::ScrubArgs),
-    /// Check an unmounted image as btrfs check does (read-only): trees,
-    /// extent references with snapshots and reflinks, chunks and devices,
-    /// free space, every inode and name, subvolume links, checksums.
+    /// Check an unmounted image as btrfs check does: trees, extent
+    /// references with snapshots and reflinks, chunks and devices, free
+    /// space, every inode and name, subvolume links, checksums, the log;
+    /// --repair mends what it can in one transaction.
     Check(cmd_check::CheckArgs),
     /// Write a btrfs send stream (full or incremental) of read-only snapshots.
     Send(cmd_send::SendArgs),

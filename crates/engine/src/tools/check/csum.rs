@@ -1,7 +1,9 @@
 //! Data checksums (progs' `check_csums` and the csum part of
 //! `process_file_extent`): every written sector of a file with checksums
 //! has one (a read of it gets EIO otherwise), no file without checksums
-//! has any, every checksum lies in a data extent, and with
+//! has any, every checksum lies in a data extent (of the extent tree, or
+//! of an unreplayed log), the written extents a log holds have checksums
+//! for after its replay (in the log or the csum tree), and with
 //! `check_data_csum` every sector's data matches its checksum on every
 //! copy.
 
@@ -12,7 +14,7 @@ use crate::fs::Filesystem;
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{FileExtent, FileExtentKind, RootItem};
+use ubtrfs_format::items::{FileExtent, FileExtentKind, InodeItem, RootItem};
 use ubtrfs_format::Key;
 
 /// The data sectors files want checksums for, and those they want none
@@ -145,7 +147,37 @@ pub(crate) fn check(
         .filter(|(_, x)| x.level.is_none())
         .map(|(&s, x)| (s, x.len))
         .collect();
-    extents.extend(log_extents(fs));
+    let log = log_data(fs, p);
+    extents.extend(log.extents.iter().copied());
+    // What the log's files want: after replay their data must have
+    // checksums, from the log's own items or the csum tree's.
+    let log_covered = |s: u64, e: u64| {
+        let mut at = s;
+        while at < e {
+            let run = [&have, &log.sums]
+                .iter()
+                .filter_map(|m| {
+                    m.range(..=at)
+                        .next_back()
+                        .filter(|(_, &he)| he > at)
+                        .map(|(_, &he)| he)
+                })
+                .max();
+            match run {
+                Some(he) => at = he,
+                None => return false,
+            }
+        }
+        true
+    };
+    for (s, e, here) in &log.wanted {
+        if !log_covered(*s, *e) {
+            p.add(
+                here,
+                format!("data [{s}, {e}) has no checksums in the log or the csum tree (replay would leave it unreadable)"),
+            );
+        }
+    }
     for (&s, &e) in &have {
         let mut at = s;
         while at < e {
@@ -169,43 +201,82 @@ pub(crate) fn check(
     bytes
 }
 
-/// The data extents file items of an unreplayed log tree refer to:
-/// start -> length.
-fn log_extents(fs: &Filesystem) -> Vec<(u64, u64)> {
+/// What an unreplayed log holds of data: the extents its file items
+/// refer to (start -> length), the sectors its written extents of files
+/// with checksums want them for (start, end, where), and the runs its own
+/// checksum items cover (start -> end).
+#[derive(Default)]
+struct LogData {
+    extents: Vec<(u64, u64)>,
+    wanted: Vec<(u64, u64, String)>,
+    sums: BTreeMap<u64, u64>,
+}
+
+fn log_data(fs: &Filesystem, p: &mut Problems) -> LogData {
     let sb = &fs.info.sb;
-    let mut out = Vec::new();
+    let mut out = LogData::default();
     if sb.log_root == 0 {
         return out;
     }
+    let cs = fs.info.csum_type.size() as u64;
+    let ss = fs.info.sectorsize as u64;
     let mut logs = Vec::new();
-    let _ = for_each_item(&fs.info, Tree::log_root(sb), Key::MIN, Key::MAX, |k, d| {
+    let r = for_each_item(&fs.info, Tree::log_root(sb), Key::MIN, Key::MAX, |k, d| {
         if k.item_type == ROOT_ITEM {
-            if let Ok(r) = RootItem::parse(d) {
-                logs.push(Tree::of_root_item(TREE_LOG_OBJECTID, &r));
+            match RootItem::parse(d) {
+                Ok(r) => logs.push((k.offset, Tree::of_root_item(TREE_LOG_OBJECTID, &r))),
+                Err(e) => p.add(format!("log root tree key {k}"), format!("ROOT_ITEM: {e}")),
             }
         }
         Ok(ControlFlow::Continue(()))
     });
-    for t in logs {
-        let _ = for_each_item(&fs.info, t, Key::MIN, Key::MAX, |k, d| {
-            if k.item_type == EXTENT_DATA {
-                if let Ok(FileExtent {
-                    kind:
-                        FileExtentKind::Extent {
-                            disk_bytenr,
-                            disk_num_bytes,
-                            ..
-                        },
-                    ..
-                }) = FileExtent::parse(d)
-                {
-                    if disk_bytenr != 0 {
-                        out.push((disk_bytenr, disk_num_bytes));
+    if let Err(e) = r {
+        p.add("log root tree", format!("not read whole: {e}"));
+    }
+    for (subvol, t) in logs {
+        let mut nodatasum = (0u64, false);
+        let r = for_each_item(&fs.info, t, Key::MIN, Key::MAX, |k, d| {
+            match k.item_type {
+                INODE_ITEM => {
+                    let flags = InodeItem::parse(d).map_or(0, |i| i.flags);
+                    nodatasum = (k.objectid, flags & INODE_NODATASUM != 0);
+                }
+                EXTENT_CSUM if k.objectid == EXTENT_CSUM_OBJECTID => {
+                    let end = k.offset.saturating_add(d.len() as u64 / cs * ss);
+                    let e = out.sums.entry(k.offset).or_insert(end);
+                    *e = (*e).max(end);
+                }
+                EXTENT_DATA => {
+                    let Ok(fe) = FileExtent::parse(d) else {
+                        return Ok(ControlFlow::Continue(()));
+                    };
+                    if let FileExtentKind::Extent {
+                        prealloc,
+                        disk_bytenr,
+                        disk_num_bytes,
+                        ..
+                    } = fe.kind
+                    {
+                        if disk_bytenr != 0 {
+                            out.extents.push((disk_bytenr, disk_num_bytes));
+                        }
+                        let sums = nodatasum != (k.objectid, true);
+                        if let (false, true, Ok(Some((s, e)))) = (prealloc, sums, fe.csum_range()) {
+                            let here = format!("log tree of subvolume {subvol} key {k}");
+                            out.wanted.push((s, e, here));
+                        }
                     }
                 }
+                _ => {}
             }
             Ok(ControlFlow::Continue(()))
         });
+        if let Err(e) = r {
+            p.add(
+                format!("log tree of subvolume {subvol}"),
+                format!("not read whole: {e}"),
+            );
+        }
     }
     out
 }

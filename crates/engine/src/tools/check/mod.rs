@@ -23,7 +23,10 @@
 //! * [`roots`]: ROOT_REF / ROOT_BACKREF and the entries naming each
 //!   subvolume, orphaned subvolumes, the UUID tree;
 //! * [`csum`]: every written data sector has a checksum, and with
-//!   `check_data_csum` the data matches it.
+//!   `check_data_csum` the data matches it; an unreplayed log's extents
+//!   and the checksums their replay needs;
+//! * [`repair`]: `--repair`, for the problems whose [`Fix`] the checks
+//!   above gave.
 //!
 //! A problem is one line naming the tree, the key or block, and what is
 //! wrong; the check goes on past it. Nothing is written.
