@@ -26,7 +26,6 @@ PROGS_TESTS_TARBALL=${PROGS_TESTS_TARBALL:-$repo/../shared/btrfs-progs-tests/btr
 # Expectations ubtrfs check does not meet, with why (directory, or
 # directory/fixture).
 declare -A KNOWN=(
-  [032-corrupted-qgroup]="quota groups are not checked yet"
   [058-bad-free-space-tree-entry/corrupt-free-space-tree2.img.xz]="its only damage is mkfs.btrfs 6.2's leftover free-space entries below the first block group, which mkfs.btrfs on this machine writes on every image: a warning"
 )
 sample=0

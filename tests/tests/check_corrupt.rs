@@ -1,6 +1,7 @@
 //! `ubtrfs check` against `btrfs check` on damage neither finds by a
 //! checksum: a kernel-made image (files, hard links, symlinks, xattrs,
-//! reflinks, a subvolume and snapshots, a compressed directory) gets one
+//! reflinks, a subvolume and snapshots, a compressed directory, quota
+//! groups) gets one
 //! seeded change per case (tests/src/corrupt.rs: a field of an inode, an
 //! extent or block group item, a dropped item, a flipped bit, a file
 //! pointed at another's extent, a data reference count, a device's
@@ -44,6 +45,7 @@ fn base_image(dir: &Path, features: &str) -> PathBuf {
     sh(
         &m.dir,
         r#"
+        btrfs quota enable .
         mkdir -p d/e/f z
         for i in $(seq 1 40); do head -c $((i * 3001)) /dev/urandom > d/file$i; done
         for i in $(seq 1 30); do echo small $i > d/e/s$i; done
@@ -59,6 +61,7 @@ fn base_image(dir: &Path, features: &str) -> PathBuf {
         btrfs -q subvolume snapshot sv snap1
         btrfs -q subvolume snapshot -r . topsnap
         echo changed >> sv/d/file5; rm sv/d/file6
+        btrfs quota rescan -w . >/dev/null
         sync
         "#,
     );

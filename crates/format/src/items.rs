@@ -15,6 +15,7 @@ mod file;
 mod free_space;
 mod inode;
 mod misc;
+mod qgroup;
 mod root;
 mod volume;
 
@@ -24,5 +25,6 @@ pub use file::*;
 pub use free_space::*;
 pub use inode::*;
 pub use misc::*;
+pub use qgroup::*;
 pub use root::*;
 pub use volume::*;

@@ -426,6 +426,7 @@ impl Trans {
             };
             self.cow(ROOT_TREE_OBJECTID, bytenr, expect, None)?;
         }
+        self.mark_quotas_stale()?;
         self.settle()?;
         // The superblock first: it may look up root items, in the blocks
         // about to leave `bufs`.
@@ -456,6 +457,34 @@ impl Trans {
         self.keep_written_decoded(blocks);
         self.info.sb = sb;
         self.transid += 1;
+        Ok(())
+    }
+
+    /// On a filesystem with quota groups: this engine keeps no quota
+    /// counts, so the quota status says they are inconsistent, as the
+    /// kernel marks them when it cannot account for a change (the kernel
+    /// and btrfs check then expect differences; `btrfs quota rescan`
+    /// recounts them). Once set, the flag stays until such a rescan.
+    fn mark_quotas_stale(&mut self) -> Result<()> {
+        use ubtrfs_format::items::{QgroupStatus, QGROUP_STATUS_INCONSISTENT, QGROUP_STATUS_ON};
+        if !self.has_tree(QUOTA_TREE_OBJECTID)? {
+            return Ok(());
+        }
+        let key = ubtrfs_format::Key::new(0, QGROUP_STATUS, 0);
+        let Some(d) = self.lookup(QUOTA_TREE_OBJECTID, &key)? else {
+            return Ok(());
+        };
+        let Ok(mut st) = QgroupStatus::parse(&d) else {
+            return Ok(());
+        };
+        if st.flags & QGROUP_STATUS_ON == 0 || st.flags & QGROUP_STATUS_INCONSISTENT != 0 {
+            return Ok(());
+        }
+        st.flags |= QGROUP_STATUS_INCONSISTENT;
+        let bytes = st.to_bytes();
+        self.update_item(QUOTA_TREE_OBJECTID, &key, |d| {
+            d[..bytes.len()].copy_from_slice(&bytes)
+        })?;
         Ok(())
     }
 

@@ -22,6 +22,7 @@
 //!   directory and file sizes, nbytes, file extents, orphans, xattrs;
 //! * [`roots`]: ROOT_REF / ROOT_BACKREF and the entries naming each
 //!   subvolume, orphaned subvolumes, the UUID tree;
+//! * [`qgroups`]: each subvolume's quota group counts, when quotas are on;
 //! * [`csum`]: every written data sector has a checksum, and with
 //!   `check_data_csum` the data matches it; an unreplayed log's extents
 //!   and the checksums their replay needs;
@@ -36,6 +37,7 @@ mod csum;
 mod extents;
 mod free_space;
 mod fs_tree;
+mod qgroups;
 pub mod repair;
 mod roots;
 mod superblock;
@@ -306,6 +308,7 @@ pub fn check(
         want.merge(r.want);
     }
     roots::check(fs, &roots, &subvol_entries, &mut p);
+    qgroups::check(fs, &roots, &mut p);
     report.csum_bytes = csum::check(fs, &index, &want, opts, &mut p, &mut report.data_verified);
     let (reads, dropped) = fs.info.take_reports();
     for r in reads {
