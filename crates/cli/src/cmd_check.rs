@@ -28,8 +28,9 @@ pub struct CheckArgs {
     #[arg(long)]
     readonly: bool,
     /// Repair what is found, in one transaction, then check again. Only
-    /// counters are repaired yet (block group and device usage, an inode's
-    /// nbytes, size or link count); when anything else is wrong, the
+    /// counters and fields are repaired yet (block group, device and
+    /// superblock usage and sizes, an inode's nbytes, size, link count or
+    /// generations, a lost orphan item); when anything else is wrong, the
     /// problems that cannot be repaired are named and nothing is written.
     #[arg(long, conflicts_with = "readonly")]
     repair: bool,

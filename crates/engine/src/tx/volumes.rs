@@ -488,6 +488,23 @@ impl Trans {
         Ok(())
     }
 
+    /// Sets device `devid`'s total_bytes as it is (`check --repair`: an
+    /// unaligned size rounded down), without resize's limits.
+    pub fn set_device_total_bytes(&mut self, devid: u64, bytes: u64) -> Result<()> {
+        let di = self
+            .dev_items
+            .get_mut(&devid)
+            .ok_or_else(|| Error::NotFound(format!("devid {devid}: no such device")))?;
+        di.total_bytes = bytes;
+        self.dev_items_dirty = true;
+        Ok(())
+    }
+
+    /// The superblock's total_bytes made the device items' sum.
+    pub fn recount_total_bytes(&mut self) {
+        self.info.sb.total_bytes = self.dev_items.values().map(|d| d.total_bytes).sum();
+    }
+
     /// Device extents from the dev tree (opening a committed image).
     pub(crate) fn load_dev_space(&mut self) -> Result<()> {
         let mut ds = DevSpace::default();

@@ -76,9 +76,13 @@ pub(crate) fn read_extent_tree(fs: &Filesystem, p: &mut Problems) -> Result<Exte
                     };
                     let tree = rec.item.flags & EXTENT_FLAG_TREE_BLOCK != 0;
                     if rec.item.generation == 0 || rec.item.generation > sb_gen {
-                        p.add(
+                        p.add_fix(
                             here(),
                             format!("generation {} not in (0, {sb_gen}]", rec.item.generation),
+                            Fix::ExtentGeneration {
+                                key: k,
+                                generation: sb_gen,
+                            },
                         );
                     }
                     if tree == (rec.item.flags & EXTENT_FLAG_DATA != 0) {

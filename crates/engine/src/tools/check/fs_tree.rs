@@ -434,12 +434,19 @@ fn finish_inode(
         p.add(here(), format!("invalid mode {:o}", i.mode));
     }
     if i.generation > sb_gen + 1 || i.transid > sb_gen + 1 {
-        p.add(
+        let fix = |g: u64| if g > sb_gen + 1 { sb_gen } else { g };
+        p.add_fix(
             here(),
             format!(
                 "generation {} / transid {} after the superblock's {sb_gen}",
                 i.generation, i.transid
             ),
+            Fix::InodeGenerations {
+                tree,
+                ino: cur.ino,
+                generation: fix(i.generation),
+                transid: fix(i.transid),
+            },
         );
     }
     if fmt == 0o120000 && i.flags & (INODE_IMMUTABLE | INODE_APPEND) != 0 {

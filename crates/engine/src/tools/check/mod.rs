@@ -95,6 +95,28 @@ pub enum Fix {
     DirSize { tree: u64, ino: u64, size: u64 },
     /// An inode's link count.
     Nlink { tree: u64, ino: u64, nlink: u32 },
+    /// An inode's generation and transid (those past the superblock's
+    /// made the superblock's, as btrfs check repairs them).
+    InodeGenerations {
+        tree: u64,
+        ino: u64,
+        generation: u64,
+        transid: u64,
+    },
+    /// An extent item's generation (the superblock's, for one past it).
+    ExtentGeneration {
+        key: ubtrfs_format::Key,
+        generation: u64,
+    },
+    /// A device item's total_bytes (rounded down to the sector size).
+    DeviceTotalBytes { devid: u64, bytes: u64 },
+    /// The superblock's num_devices: the chunk tree's device items.
+    SuperNumDevices { n: u64 },
+    /// The superblock's total_bytes: the device items' sum.
+    SuperTotalBytes,
+    /// A deleted subvolume's orphan item, so that the kernel's cleaner
+    /// finishes deleting it.
+    RootOrphan { id: u64 },
 }
 
 impl fmt::Display for Problem {

@@ -1,17 +1,24 @@
 //! `ubtrfs check --repair`: the repairs [`super::Fix`] names, written in
 //! one transaction (copy-on-write, the superblock last), so a kill leaves
-//! the image as it was or repaired. Only counters the check recounted from
-//! what the trees hold are set; what needs items made or removed is not
-//! repaired yet, and a check with any such problem repairs nothing
+//! the image as it was or repaired. Counters the check recounted from what
+//! the trees hold, and fields past what they can be, are set; a lost
+//! orphan item is added. What needs items made or removed otherwise is
+//! not repaired yet, and a check with any such problem repairs nothing
 //! ([`super::CheckReport::fixes`]).
 
 use super::Fix;
 use crate::error::{Error, Result};
 use crate::tx::Trans;
+use ubtrfs_format::consts::*;
+use ubtrfs_format::Key;
 
 /// Applies `fixes` in `t` (the caller commits).
 pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
-    for f in fixes {
+    // The superblock's totals last: they sum what the others set.
+    let (last, first): (Vec<&Fix>, Vec<&Fix>) = fixes
+        .iter()
+        .partition(|f| matches!(f, Fix::SuperTotalBytes));
+    for f in first.into_iter().chain(last) {
         match *f {
             Fix::BlockGroupUsed { start, used } => {
                 let g = t.alloc.groups.get_mut(&start).ok_or_else(|| {
@@ -38,6 +45,38 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 i.nlink = nlink;
                 t.inode_mut(tree, ino).put(&i)?;
             }
+            Fix::InodeGenerations {
+                tree,
+                ino,
+                generation,
+                transid,
+            } => {
+                let mut i = inode(t, tree, ino)?;
+                i.generation = generation;
+                i.transid = transid;
+                t.inode_mut(tree, ino).put(&i)?;
+            }
+            Fix::ExtentGeneration { key, generation } => {
+                // The extent item's head: refs, then generation.
+                let found = t.update_item(EXTENT_TREE_OBJECTID, &key, |d| {
+                    if d.len() >= 16 {
+                        d[8..16].copy_from_slice(&generation.to_le_bytes());
+                    }
+                })?;
+                if !found {
+                    return Err(Error::NotFound(format!(
+                        "repair: extent item {key} is not there"
+                    )));
+                }
+            }
+            Fix::DeviceTotalBytes { devid, bytes } => t.set_device_total_bytes(devid, bytes)?,
+            Fix::SuperNumDevices { n } => t.info.sb.num_devices = n,
+            Fix::SuperTotalBytes => t.recount_total_bytes(),
+            Fix::RootOrphan { id } => t.insert_item(
+                ROOT_TREE_OBJECTID,
+                Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, id),
+                Vec::new(),
+            )?,
         }
     }
     Ok(())

@@ -6,7 +6,7 @@
 //! entries naming subvolumes that carry those UUIDs.
 
 use super::fs_tree::SubvolEntry;
-use super::{is_fs_tree, Problems};
+use super::{is_fs_tree, Fix, Problems};
 use crate::ctree::{for_each_item, Tree};
 use crate::fs::Filesystem;
 use std::collections::{BTreeMap, BTreeSet};
@@ -141,7 +141,11 @@ pub(crate) fn check(
                 p.add(here, "not linked anywhere (no ROOT_BACKREF)");
             }
         } else if !orphans.contains(&id) {
-            p.add(here, "deleted (refs 0) but no orphan item to finish it");
+            p.add_fix(
+                here,
+                "deleted (refs 0) but no orphan item to finish it",
+                Fix::RootOrphan { id },
+            );
         }
     }
     check_uuid_tree(fs, &items, p);

@@ -50,13 +50,17 @@ pub(crate) fn check(
     for (devid, di) in &dev_items {
         total = total.saturating_add(di.total_bytes);
         let here = format!("device {devid}");
-        if di.total_bytes % ss != 0 {
-            p.add(
+        if !di.total_bytes.is_multiple_of(ss) {
+            p.add_fix(
                 &here,
                 format!(
                     "total_bytes {} not a multiple of the sector size",
                     di.total_bytes
                 ),
+                Fix::DeviceTotalBytes {
+                    devid: *devid,
+                    bytes: di.total_bytes / ss * ss,
+                },
             );
         }
         if let Some(d) = info.devices.get(devid) {
@@ -74,22 +78,26 @@ pub(crate) fn check(
         }
     }
     if dev_items.len() as u64 != sb.num_devices {
-        p.add(
+        p.add_fix(
             "superblock",
             format!(
                 "num_devices {} but the chunk tree has {} devices",
                 sb.num_devices,
                 dev_items.len()
             ),
+            Fix::SuperNumDevices {
+                n: dev_items.len() as u64,
+            },
         );
     }
     if total != sb.total_bytes && !dev_items.is_empty() {
-        p.add(
+        p.add_fix(
             "superblock",
             format!(
                 "total_bytes {} but the devices hold {total}",
                 sb.total_bytes
             ),
+            Fix::SuperTotalBytes,
         );
     }
     check_dev_extents(fs, &chunks, &dev_items, p)?;
