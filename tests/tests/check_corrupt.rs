@@ -69,6 +69,18 @@ fn base_image(dir: &Path, features: &str) -> PathBuf {
     image
 }
 
+/// A sparse copy of image `from` at `to`.
+fn copy(from: &Path, to: &Path) {
+    let ok = Command::new("cp")
+        .arg("--sparse=always")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "cp {} {}", from.display(), to.display());
+}
+
 fn run(cmd: &mut Command) -> (i32, String) {
     let out = cmd.output().unwrap();
     let text = format!(
@@ -93,13 +105,7 @@ fn check_flags_what_btrfs_check_flags() {
         for kind in KINDS {
             for seed in 0..seeds {
                 let img = dir.join("case.img");
-                assert!(Command::new("cp")
-                    .args(["--sparse=always"])
-                    .arg(&base)
-                    .arg(&img)
-                    .status()
-                    .unwrap()
-                    .success());
+                copy(&base, &img);
                 let Some(what) = corrupt(&img, kind, seed) else {
                     continue;
                 };
@@ -183,13 +189,7 @@ fn repair_mends_counters_and_refuses_the_rest() {
     for kind in ["nlink", "dir-isize", "nbytes", "bg-used", "dev-bytes-used"] {
         for seed in 0..2 {
             let img = dir.join("case.img");
-            assert!(Command::new("cp")
-                .arg("--sparse=always")
-                .arg(&base)
-                .arg(&img)
-                .status()
-                .unwrap()
-                .success());
+            copy(&base, &img);
             let what = corrupt(&img, kind, seed).unwrap();
             let (rc, text) = run(Command::new(ubtrfs_bin())
                 .args(["check", "--repair"])
@@ -215,13 +215,7 @@ fn repair_mends_counters_and_refuses_the_rest() {
     }
     for kind in ["drop-fs-item", "dup-extent"] {
         let img = dir.join("case.img");
-        assert!(Command::new("cp")
-            .arg("--sparse=always")
-            .arg(&base)
-            .arg(&img)
-            .status()
-            .unwrap()
-            .success());
+        copy(&base, &img);
         let what = corrupt(&img, kind, 0).unwrap();
         let hash = sha256(&img);
         let (rc, text) = run(Command::new(ubtrfs_bin())

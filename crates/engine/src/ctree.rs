@@ -96,15 +96,18 @@ impl Tree {
                 format!("root level {}", self.level),
             ));
         }
-        fs.read_tree_block(
-            self.bytenr,
-            BlockExpect {
-                level: Some(self.level),
-                generation: Some(self.generation).filter(|&g| g != 0),
-                first_key: None,
-            },
-        )
-        .map_err(|e| self.context(e))
+        fs.read_tree_block(self.bytenr, self.root_expect())
+            .map_err(|e| self.context(e))
+    }
+
+    /// What the root block must be: the level, and the generation (unless
+    /// the root item records none).
+    pub fn root_expect(&self) -> BlockExpect {
+        BlockExpect {
+            level: Some(self.level),
+            generation: Some(self.generation).filter(|&g| g != 0),
+            first_key: None,
+        }
     }
 
     /// Reads and verifies child `slot` of node `parent` of this tree: what

@@ -183,15 +183,7 @@ pub(crate) fn walk(
             ..Default::default()
         };
         w.add_ref(p, t.bytenr, Some(t.level), ns, root_ref, at);
-        let mut stack = vec![(
-            t.bytenr,
-            BlockExpect {
-                level: Some(t.level),
-                generation: Some(t.generation),
-                first_key: None,
-            },
-            true,
-        )];
+        let mut stack = vec![(t.bytenr, t.root_expect(), true)];
         while let Some((bytenr, expect, is_root)) = stack.pop() {
             if w.blocks.contains_key(&bytenr) || bad.contains(&bytenr) {
                 continue;

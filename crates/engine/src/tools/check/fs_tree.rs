@@ -23,7 +23,8 @@ use std::ops::ControlFlow;
 use ubtrfs_format::checksum::{extref_hash, name_hash};
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{
-    parse_dir_entries, parse_inode_extrefs, parse_inode_refs, FileExtent, FileExtentKind, InodeItem,
+    parse_dir_entries, parse_inode_extrefs, parse_inode_refs, FileExtent, FileExtentKind,
+    InodeItem, InodeRef,
 };
 use ubtrfs_format::Key;
 
@@ -100,6 +101,18 @@ impl Names {
             off,
             len: name.len(),
         }
+    }
+
+    /// One name of inode `ino`, from INODE_REF or INODE_EXTREF.
+    fn add_ref(&mut self, ino: u64, r: &InodeRef<'_>) {
+        let name = self.put(r.name);
+        self.refs.push(Ref {
+            parent: r.parent,
+            hash: name_hash(r.name),
+            ino,
+            index: r.index,
+            name,
+        });
     }
 
     fn name(&self, n: NameAt) -> &[u8] {
@@ -183,14 +196,7 @@ pub(crate) fn check(
                 Ok(refs) => {
                     for r in refs {
                         cur.names += 1;
-                        let name = names.put(r.name);
-                        names.refs.push(Ref {
-                            parent: r.parent,
-                            hash: name_hash(r.name),
-                            ino: k.objectid,
-                            index: r.index,
-                            name,
-                        });
+                        names.add_ref(k.objectid, &r);
                     }
                 }
                 Err(e) => p.add(here(), format!("INODE_REF: {e}")),
@@ -205,14 +211,7 @@ pub(crate) fn check(
                             );
                         }
                         cur.names += 1;
-                        let name = names.put(r.name);
-                        names.refs.push(Ref {
-                            parent: r.parent,
-                            hash: name_hash(r.name),
-                            ino: k.objectid,
-                            index: r.index,
-                            name,
-                        });
+                        names.add_ref(k.objectid, &r);
                     }
                 }
                 Err(e) => p.add(here(), format!("INODE_EXTREF: {e}")),

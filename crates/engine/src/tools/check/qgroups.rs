@@ -72,14 +72,7 @@ pub(crate) fn check(fs: &Filesystem, roots: &[(Tree, Option<RootItem>)], p: &mut
             continue;
         }
         let mut seen: HashSet<u64> = HashSet::new();
-        let mut stack = vec![(
-            t.bytenr,
-            BlockExpect {
-                level: Some(t.level),
-                generation: Some(t.generation),
-                first_key: None,
-            },
-        )];
+        let mut stack = vec![(t.bytenr, t.root_expect())];
         while let Some((b, expect)) = stack.pop() {
             if !seen.insert(b) {
                 continue;
