@@ -3,7 +3,7 @@
 //! copies), and each FREE_SPACE_INFO's extent_count.
 
 use super::extents::ExtentIndex;
-use super::Problems;
+use super::{Fix, Problems};
 use crate::ctree::for_each_item;
 use crate::error::Result;
 use crate::fs::Filesystem;
@@ -53,7 +53,14 @@ pub(crate) fn check(fs: &Filesystem, ix: &ExtentIndex, p: &mut Problems) -> Resu
                     if k.objectid.saturating_add(k.offset) <= first_group {
                         p.warn(format!("free-space tree key {k}"), MKFS_LEFTOVER);
                     } else {
-                        p.add(format!("free-space tree key {k}"), "in no block group");
+                        p.add_fix(
+                            format!("free-space tree key {k}"),
+                            "in no block group",
+                            Fix::DeleteItem {
+                                tree: FREE_SPACE_TREE_OBJECTID,
+                                key: k,
+                            },
+                        );
                     }
                     return Ok(ControlFlow::Continue(()));
                 };
@@ -143,7 +150,14 @@ pub(crate) fn check(fs: &Filesystem, ix: &ExtentIndex, p: &mut Problems) -> Resu
         if gs.saturating_add(*l) <= first_group {
             p.warn(format!("FREE_SPACE_INFO {gs}"), MKFS_LEFTOVER);
         } else {
-            p.add(format!("FREE_SPACE_INFO {gs}"), "no block group");
+            p.add_fix(
+                format!("FREE_SPACE_INFO {gs}"),
+                "no block group",
+                Fix::DeleteItem {
+                    tree: FREE_SPACE_TREE_OBJECTID,
+                    key: Key::new(*gs, FREE_SPACE_INFO, *l),
+                },
+            );
         }
     }
     Ok(())

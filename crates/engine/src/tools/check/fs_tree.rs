@@ -268,7 +268,7 @@ pub(crate) fn check(
                 );
             }
             _ => {
-                file_extent(&mut cur, &k, d, ss, p, &tname);
+                file_extent(&mut cur, t.id, &k, d, ss, p, &tname);
                 nodatasum_compressed(&cur, &k, d, p, &tname);
                 if t.id != DATA_RELOC_TREE_OBJECTID {
                     wanted_csums(&cur, &k, d, want, &tname);
@@ -331,7 +331,15 @@ fn wanted_csums(cur: &Ino, k: &Key, d: &[u8], want: &mut CsumWant, tname: &str) 
 }
 
 /// One EXTENT_DATA item of the current inode (progs' process_file_extent).
-fn file_extent(cur: &mut Ino, k: &Key, d: &[u8], ss: u64, p: &mut Problems, tname: &str) {
+fn file_extent(
+    cur: &mut Ino,
+    tree: u64,
+    k: &Key,
+    d: &[u8],
+    ss: u64,
+    p: &mut Problems,
+    tname: &str,
+) {
     let here = || format!("{tname} key {k}");
     cur.has_extents = true;
     if cur.extent_start.is_none() {
@@ -362,16 +370,26 @@ fn file_extent(cur: &mut Ino, k: &Key, d: &[u8], ss: u64, p: &mut Problems, tnam
                 p.add(here(), "inline extent of 0 bytes");
             }
             if fe.compression == 0 && data.len() as u64 != fe.ram_bytes {
-                p.add(
+                p.add_fix(
                     here(),
                     format!(
                         "inline extent holds {} bytes, ram_bytes {}",
                         data.len(),
                         fe.ram_bytes
                     ),
+                    Fix::InlineRamBytes {
+                        tree,
+                        key: *k,
+                        ram: data.len() as u64,
+                    },
                 );
             }
-            cur.found_bytes += fe.ram_bytes;
+            // What the inode holds: the bytes stored, uncompressed.
+            cur.found_bytes += if fe.compression == 0 {
+                data.len() as u64
+            } else {
+                fe.ram_bytes
+            };
             fe.ram_bytes.div_ceil(ss) * ss
         }
         FileExtentKind::Extent {

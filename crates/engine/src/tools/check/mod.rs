@@ -117,6 +117,17 @@ pub enum Fix {
     /// A deleted subvolume's orphan item, so that the kernel's cleaner
     /// finishes deleting it.
     RootOrphan { id: u64 },
+    /// An item nothing may hold: a free-space entry of no block group, a
+    /// device extent of no chunk.
+    DeleteItem { tree: u64, key: ubtrfs_format::Key },
+    /// An uncompressed inline extent's ram_bytes: the bytes it holds.
+    InlineRamBytes {
+        tree: u64,
+        key: ubtrfs_format::Key,
+        ram: u64,
+    },
+    /// An inode's mode (the v1 space cache's inodes: a regular file).
+    InodeMode { tree: u64, ino: u64, mode: u32 },
 }
 
 impl fmt::Display for Problem {

@@ -72,6 +72,22 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
             Fix::DeviceTotalBytes { devid, bytes } => t.set_device_total_bytes(devid, bytes)?,
             Fix::SuperNumDevices { n } => t.info.sb.num_devices = n,
             Fix::SuperTotalBytes => t.recount_total_bytes(),
+            Fix::DeleteItem { tree, key } => {
+                t.delete_item(tree, &key)?;
+            }
+            Fix::InlineRamBytes { tree, key, ram } => {
+                // The file extent item's head: generation, then ram_bytes.
+                t.update_item(tree, &key, |d| {
+                    if d.len() >= 16 {
+                        d[8..16].copy_from_slice(&ram.to_le_bytes());
+                    }
+                })?;
+            }
+            Fix::InodeMode { tree, ino, mode } => {
+                let mut i = inode(t, tree, ino)?;
+                i.mode = mode;
+                t.inode_mut(tree, ino).put(&i)?;
+            }
             Fix::RootOrphan { id } => t.insert_item(
                 ROOT_TREE_OBJECTID,
                 Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, id),

@@ -72,9 +72,15 @@ pub(crate) fn check(
         let here = format!("root tree free space cache of block group {bg}");
         match root_inodes.get(&ino) {
             Some(&m) if m & 0o170000 == 0o100000 => {}
-            Some(&m) => p.add(
+            Some(&m) => p.add_fix(
                 here,
                 format!("inode {ino} has mode {m:o}, not a regular file"),
+                // What the kernel makes them.
+                Fix::InodeMode {
+                    tree: ROOT_TREE_OBJECTID,
+                    ino,
+                    mode: 0o100600,
+                },
             ),
             None => p.add(here, format!("inode {ino} does not exist")),
         }

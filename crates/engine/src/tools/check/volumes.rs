@@ -133,7 +133,6 @@ fn check_dev_extents(
     let mut per_dev: BTreeMap<u64, u64> = BTreeMap::new();
     let mut last: Option<(u64, u64)> = None;
     for (&(devid, phys), &(_, len)) in &have {
-        *per_dev.entry(devid).or_default() += len;
         let here = format!("device extent {devid}:{phys}");
         if let Some((ld, lend)) = last {
             if ld == devid && phys < lend {
@@ -177,9 +176,19 @@ fn check_dev_extents(
             }
         }
     }
-    for k in have.keys() {
-        if !want.contains(k) {
-            p.add(format!("device extent {}:{}", k.0, k.1), "no chunk stripe");
+    for (k, &(_, len)) in &have {
+        if want.contains(k) {
+            *per_dev.entry(k.0).or_default() += len;
+        } else {
+            // Not counted in its device's bytes_used: it goes.
+            p.add_fix(
+                format!("device extent {}:{}", k.0, k.1),
+                "no chunk stripe",
+                Fix::DeleteItem {
+                    tree: DEV_TREE_OBJECTID,
+                    key: Key::new(k.0, DEV_EXTENT, k.1),
+                },
+            );
         }
     }
     for (devid, di) in dev_items {
