@@ -48,7 +48,11 @@ pub enum FilesystemCmd {
     /// Resize a device of an unmounted image: `resize [DEVID:][+|-]SIZE|max
     /// IMAGE` (SIZE with k, m, g, t suffixes; max: the device's size). An
     /// image file grows to the new size, and is cut to it after a shrink.
-    /// Shrinking stops at the device's last chunk (chunks are not moved).
+    /// Shrinking moves the chunks past the new end below it first (their
+    /// logical addresses stay: sharing, checksums and compression are
+    /// kept), each in a transaction of its own, so a killed resize run
+    /// again goes on; a size that cannot hold them is refused with the
+    /// least that can.
     Resize {
         /// [DEVID:][+|-]SIZE[kKmMgGtT] or [DEVID:]max (devid 1 by default).
         #[arg(allow_hyphen_values = true)]
@@ -170,6 +174,21 @@ fn resize(
             .open(&path)?
             .set_len(new)?;
         t = Trans::open(&all, 64 << 20)?;
+    }
+    let ss = t.sectorsize() as u64;
+    t.check_device_size(a.devid, new / ss * ss)?;
+    if new / ss * ss < t.device_in_use(a.devid) {
+        // Chunks past the new end move below it first, each committed.
+        // Empty block groups on the device go rather than move (as the
+        // kernel's cleaner removes them); nothing is written unless the
+        // plan fits.
+        t.limit_device(a.devid, Some(new));
+        let devid = a.devid;
+        t.remove_empty_chunks(|_, c| c.stripes.iter().any(|s| s.devid == devid))?;
+        let moves = t.plan_shrink(a.devid, new)?;
+        t.commit()?;
+        let total = moves.iter().map(|m| m.bytes()).sum();
+        crate::cmd_scrub::with_progress(total, "relocating", |p| t.run_relocation(&moves, p))?;
     }
     t.resize_device(a.devid, new)?;
     t.commit()?;

@@ -212,6 +212,25 @@ impl ChunkMap {
         Ok(())
     }
 
+    /// Puts `chunk` in place of the chunk at `logical` (the same range,
+    /// moved stripes: relocation), after the checks [`ChunkMap::insert`]
+    /// makes.
+    pub fn replace(&mut self, logical: u64, chunk: ChunkItem) -> Result<()> {
+        let old = self.chunks.remove(&logical);
+        let res = self.insert(logical, chunk);
+        if res.is_err() {
+            if let Some(o) = old {
+                self.chunks.insert(logical, o);
+            }
+        }
+        res
+    }
+
+    /// Forgets the chunk at `logical` (removed with its block group).
+    pub fn remove(&mut self, logical: u64) -> Option<ChunkItem> {
+        self.chunks.remove(&logical)
+    }
+
     /// Every chunk, by logical start.
     pub fn iter(&self) -> impl Iterator<Item = (u64, &ChunkItem)> {
         self.chunks.iter().map(|(&s, c)| (s, c))

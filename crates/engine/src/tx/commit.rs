@@ -166,16 +166,28 @@ impl Trans {
     }
 
     fn write_logical_to(&self, logical: u64, data: &[u8], write_back: bool) -> Result<()> {
+        self.write_mapped(&self.info.chunks, logical, data, write_back)
+    }
+
+    /// Writes `data` at `logical` as `map` places it (a relocated chunk's
+    /// new stripes before the chunk map has them).
+    pub(crate) fn write_mapped(
+        &self,
+        map: &crate::io::volumes::ChunkMap,
+        logical: u64,
+        data: &[u8],
+        write_back: bool,
+    ) -> Result<()> {
         let mut done = 0usize;
         while done < data.len() {
             let at = logical + done as u64;
-            if let Some(row) = self.info.chunks.parity_row(at)? {
+            if let Some(row) = map.parity_row(at)? {
                 let n = ((row.logical + row.data_len() - at) as usize).min(data.len() - done);
                 self.write_parity_row(&row, at, &data[done..done + n], write_back)?;
                 done += n;
                 continue;
             }
-            let piece = self.info.chunks.map(at, (data.len() - done) as u64)?;
+            let piece = map.map(at, (data.len() - done) as u64)?;
             let n = piece.len as usize;
             let Placement::Mirrors(copies) = &piece.placement else {
                 unreachable!("parity placements are written by rows");
@@ -262,6 +274,12 @@ impl Trans {
     }
 
     /// Writes `buf` at a physical place (for logical `at`, named in errors).
+    /// Writes file-data-like bytes (sent to the disk at once) at one
+    /// physical place; `at` names the logical address in errors.
+    pub(crate) fn write_phys_to(&self, loc: PhysLoc, buf: &[u8], at: u64) -> Result<()> {
+        self.write_phys(loc, buf, true, at)
+    }
+
     fn write_phys(&self, loc: PhysLoc, buf: &[u8], write_back: bool, at: u64) -> Result<()> {
         let dev = self.writer_dev(loc.devid, at)?;
         if write_back {
@@ -527,6 +545,7 @@ impl Trans {
             durable::make_durable(&supers)?;
             // The new commit is on disk.
             self.alloc.unpin_all();
+            self.dev_space.release_pinned();
         } else {
             // The thread's blocks: pending until written, and read from
             // memory by the next transaction meanwhile.

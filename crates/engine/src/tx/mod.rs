@@ -25,6 +25,7 @@ pub mod delayed_ref;
 pub(crate) mod durable;
 pub mod free_space_tree;
 pub mod open;
+pub mod relocation;
 pub mod trim;
 pub mod volumes;
 

@@ -21,16 +21,32 @@ pub use crate::io::volumes::{DEV_RESERVED, STRIPE_LEN};
 #[derive(Debug, Default, Clone)]
 pub struct DevSpace {
     pub extents: BTreeMap<(u64, u64), u64>,
+    /// Stripes a relocation moved away from, by (devid, physical): the
+    /// committed chunk still has them until the next commit.
+    pub(crate) pinned: Vec<(u64, u64)>,
+    /// Where new chunks must end on a device, below its size (a shrink
+    /// or removal in progress: [`Trans::limit_device`]).
+    pub(crate) limits: BTreeMap<u64, u64>,
 }
 
 impl DevSpace {
+    /// Frees the pinned stripes' space (their chunk's new stripes are
+    /// committed).
+    pub(crate) fn release_pinned(&mut self) {
+        for k in std::mem::take(&mut self.pinned) {
+            self.extents.remove(&k);
+        }
+    }
+
     /// Holes on device `devid` of `size` bytes, in address order.
     fn holes(&self, devid: u64, size: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         let mut at = DEV_RESERVED;
         for (&(_, start), &len) in self.extents.range((devid, 0)..=(devid, u64::MAX)) {
-            if start > at {
-                out.push((at, start - at));
+            // Holes end at `size` (a device limited below where its
+            // chunks lie: a shrink in progress).
+            if start.min(size) > at {
+                out.push((at, start.min(size) - at));
             }
             at = at.max(start + len);
         }
@@ -43,7 +59,7 @@ impl DevSpace {
     /// Holes of a device as stripes can use them: (start, length) from
     /// each hole's first 1 MiB-aligned byte, as the kernel's allocator
     /// aligns stripes.
-    fn usable(&self, devid: u64, size: u64) -> impl Iterator<Item = (u64, u64)> {
+    pub(crate) fn usable(&self, devid: u64, size: u64) -> impl Iterator<Item = (u64, u64)> {
         self.holes(devid, size).into_iter().map(|(s, l)| {
             let a = s.next_multiple_of(DEV_RESERVED);
             (a, (s + l).saturating_sub(a))
@@ -179,7 +195,8 @@ impl Trans {
                 .dev_items
                 .get(&d.devid)
                 .map_or(d.size, |di| di.total_bytes.min(d.size));
-            (d.devid, size)
+            let limit = self.dev_space.limits.get(&d.devid).copied();
+            (d.devid, limit.map_or(size, |l| l.min(size)))
         })
     }
 
@@ -434,23 +451,45 @@ impl Trans {
     /// as the kernel's btrfs_ioctl_resize: its item and the superblock's
     /// total, written at the next commit. Refused: a size under 256 MiB
     /// (the kernel's least), past the end of the device, or below its
-    /// last chunk (moving chunks, relocation, is not done here; the
-    /// message gives the least size that needs none). Returns the old size.
+    /// last chunk (those move first: [`Trans::plan_shrink`]). Returns the
+    /// old size.
     pub fn resize_device(&mut self, devid: u64, size: u64) -> Result<u64> {
         let ss = self.info.sectorsize as u64;
         let size = size / ss * ss;
+        self.check_device_size(devid, size)?;
         let in_use = self.device_in_use(devid);
+        let di = self
+            .dev_items
+            .get_mut(&devid)
+            .ok_or_else(|| Error::NotFound(format!("devid {devid}: no such device")))?;
+        let old = di.total_bytes;
+        if size < in_use {
+            return Err(Error::NoSpace(format!(
+                "devid {devid}: chunks lie up to byte {in_use}; they move first \
+                 (relocation): without moves the least size is {} MiB",
+                in_use.div_ceil(1 << 20).max(256)
+            )));
+        }
+        if size != old {
+            di.total_bytes = size;
+            self.info.sb.total_bytes = self.info.sb.total_bytes - old + size;
+            self.dev_items_dirty = true;
+        }
+        Ok(old)
+    }
+
+    /// Whether device `devid` may have `size` bytes: at least 256 MiB
+    /// (the kernel's least) and no more than the device has.
+    pub fn check_device_size(&self, devid: u64, size: u64) -> Result<()> {
         let dev_size = self
             .info
             .devices
             .get(&devid)
             .map(|d| d.size)
             .ok_or_else(|| Error::NotFound(format!("devid {devid}: no such device")))?;
-        let di = self
-            .dev_items
-            .get_mut(&devid)
-            .ok_or_else(|| Error::NotFound(format!("devid {devid}: no such device")))?;
-        let old = di.total_bytes;
+        if !self.dev_items.contains_key(&devid) {
+            return Err(Error::NotFound(format!("devid {devid}: no such device")));
+        }
         if size < 256 << 20 {
             return Err(Error::Invalid(format!(
                 "devid {devid}: {size} bytes is below the least size of a device (256 MiB)"
@@ -461,19 +500,7 @@ impl Trans {
                 "devid {devid}: {size} bytes is past the end of the device ({dev_size} bytes)"
             )));
         }
-        if size < in_use {
-            return Err(Error::NoSpace(format!(
-                "devid {devid}: chunks lie up to byte {in_use}; shrinking below that moves \
-                 them (relocation), which is not done yet: the least size now is {} MiB",
-                in_use.div_ceil(1 << 20).max(256)
-            )));
-        }
-        if size != old {
-            di.total_bytes = size;
-            self.info.sb.total_bytes = self.info.sb.total_bytes - old + size;
-            self.dev_items_dirty = true;
-        }
-        Ok(old)
+        Ok(())
     }
 
     /// Sets device `devid`'s bytes_used (`check --repair`, from its device
@@ -507,7 +534,10 @@ impl Trans {
 
     /// Device extents from the dev tree (opening a committed image).
     pub(crate) fn load_dev_space(&mut self) -> Result<()> {
-        let mut ds = DevSpace::default();
+        let mut ds = DevSpace {
+            limits: std::mem::take(&mut self.dev_space.limits),
+            ..Default::default()
+        };
         self.scan(DEV_TREE_OBJECTID, &Key::MIN, |k, d| {
             if k.item_type == DEV_EXTENT {
                 if let Ok(de) = DevExtent::parse(d) {
