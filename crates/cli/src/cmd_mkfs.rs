@@ -126,7 +126,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size too large: {s:?}"))
 }
 
-fn parse_profile(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_profile(s: &str) -> Result<u64, String> {
     Ok(match s.to_ascii_lowercase().as_str() {
         "single" => 0,
         "dup" => BG_DUP,
@@ -434,7 +434,7 @@ fn reflink_dev(dir: &std::path::Path, devices: &[PathBuf]) -> Result<u64, String
 /// The device at `path`, claimed for writing and probed: an image file
 /// grown to `size`; seen as its first `limit` bytes (-b). A file made
 /// here is added to `made`.
-fn open_target(
+pub(crate) fn open_target(
     path: &PathBuf,
     size: Option<u64>,
     limit: Option<u64>,

@@ -3,7 +3,9 @@
 //! without the kernel's btrfs driver. A thin front end over
 //! `ubtrfs-engine`; each subcommand lives in its own module.
 
+mod cmd_balance;
 mod cmd_check;
+mod cmd_device;
 mod cmd_filesystem;
 mod cmd_fs;
 mod cmd_inspect;
@@ -133,6 +135,13 @@ enum Command {
     /// (compression), on a live mount or an unmounted image.
     #[command(subcommand)]
     Property(cmd_property::PropertyCmd),
+    /// Convert block groups to another profile on an unmounted image
+    /// (as btrfs balance start -dconvert/-mconvert).
+    #[command(subcommand)]
+    Balance(cmd_balance::BalanceCmd),
+    /// Add or remove devices of an unmounted filesystem.
+    #[command(subcommand)]
+    Device(cmd_device::DeviceCmd),
     /// Subvolume commands.
     #[command(subcommand)]
     Subvolume(cmd_fs::SubvolumeCmd),
@@ -189,6 +198,8 @@ fn main() -> ExitCode {
         Command::Subvolume(c) => cmd_fs::run_subvolume(c),
         Command::Property(c) => cmd_property::run(c),
         Command::Filesystem(c) => cmd_filesystem::run(c),
+        Command::Balance(c) => cmd_balance::run(c),
+        Command::Device(c) => cmd_device::run(c),
         Command::Ls(a) => cmd_fs::ls(a),
         Command::Stat(a) => cmd_fs::stat(a),
         Command::Cat(a) => cmd_fs::cat(a),

@@ -22,6 +22,7 @@ pub mod cow;
 pub mod csum_tree;
 pub mod ctree;
 pub mod delayed_ref;
+pub mod devices;
 pub(crate) mod durable;
 pub mod free_space_tree;
 pub mod open;

@@ -376,7 +376,7 @@ impl Trans {
     /// when one of them has no room.
     pub fn plan_relocation(
         &self,
-        pick: impl Fn(u64, &ChunkItem) -> Option<RelocTarget>,
+        mut pick: impl FnMut(u64, &ChunkItem) -> Option<RelocTarget>,
     ) -> Result<Vec<ChunkMove>> {
         // As after the next commit: what is pinned now is free then.
         let mut space = self.dev_space.clone();
@@ -778,6 +778,13 @@ impl Trans {
                 .sb
                 .set_sys_chunks(&sys)
                 .map_err(|e| Error::NoSpace(format!("system chunk array full: {e}")))?;
+        }
+        // Profiles that need a feature flag set it, as the kernel does
+        // when it first makes such a chunk.
+        match m.new.chunk_type & BG_PROFILE_MASK {
+            BG_RAID5 | BG_RAID6 => self.info.sb.incompat_flags |= INCOMPAT_RAID56,
+            BG_RAID1C3 | BG_RAID1C4 => self.info.sb.incompat_flags |= INCOMPAT_RAID1C34,
+            _ => {}
         }
         // New chunks of this kind follow the new profile.
         for kind in [
