@@ -95,9 +95,11 @@ fn parse_filters(what: &str, s: &str) -> Result<Filters, String> {
             }
             "devid" => f.devid = Some(num(v)?),
             "limit" => f.limit = Some(num(v)? as usize),
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "-{what}{s}: unknown filter {k:?} (convert, soft, usage, profiles, devid, limit)"
-            )),
+            ))
+            }
         }
     }
     Ok(f)
