@@ -38,12 +38,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 need_root "loop mounts, drop_caches"
 WORK=${1:-/var/tmp/bench-reloc}
 RUNS=${2:-3}
+[[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "bench/relocation.sh: RUNS must be 1 or more" >&2; exit 1; }
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/tmp/benchtarget}
 build_ubtrfs
 mkdir -p "$WORK"
 SHRINK_IMG=$WORK/shrink-8g.img
 BAL_IMG=$WORK/balance-6g.img
 COPY=$WORK/copy.img
+FILLER_MIB=${FILLER_MIB:-1792}
 GIB=$((1 << 30))
 MNT=$(mktemp -d)
 LOOP=""
@@ -58,9 +60,9 @@ attach() { LOOP=$(losetup -f --show "$1"); }
 detach() { losetup -d "$LOOP"; LOOP=""; }
 
 # gen_content DIR SEED BIG_MIB SMALL TEXT_MIB: deterministic files under
-# DIR: big/ random files of 100-300 MiB (BIG_MIB in all), small/ SMALL
-# random files of 4-64 KiB, text/ TEXT_MIB MiB of text in 16 MiB files
-# (text/ gets zstd compression first).
+# DIR: big/ random files of 100-300 MiB (BIG_MIB in all, each fsynced
+# whole), small/ SMALL random files of 4-64 KiB, text/ TEXT_MIB MiB of text
+# in 16 MiB files (text/ gets zstd compression first).
 gen_content() {
   mkdir -p "$1/big" "$1/small" "$1/text"
   btrfs property set "$1/text" compression zstd
@@ -74,6 +76,7 @@ while done < big_mib:
     with open(f"{root}/big/b{i:02d}", "wb") as f:
         for _ in range(0, mib, 4):
             f.write(r.randbytes(4 << 20))
+        os.fsync(f.fileno())  # written whole: extents of 128 MiB
     done += mib; i += 1
 for i in range(nsmall):
     d = f"{root}/small/d{i // 500:02d}"
@@ -91,11 +94,11 @@ for i in range(text_mib // 16):
 PY
 }
 
-# data_free: unused bytes of the allocated data block groups of $MNT.
-data_free() {
-  btrfs filesystem usage -b "$MNT" |
-    sed -n 's/^Data,[^:]*: *Size:\([0-9]*\), *Used:\([0-9]*\).*/\1 \2/p' |
-    awk '{print $1 - $2}'
+# data_bgs DEV: "LOGICAL LENGTH USED" of each data block group.
+data_bgs() {
+  [[ -b $1 ]] && blockdev --flushbufs "$1" # not what a past dump read
+  btrfs inspect-internal dump-tree -t extent "$1" |
+    awk '/BLOCK_GROUP_ITEM/ {gsub(/[()]/, ""); l = $4; len = $6} /block group used/ && $NF ~ /^DATA/ {print l, len, $4}'
 }
 
 # layout IMAGE: its data block groups (logical, device offset, length,
@@ -133,28 +136,37 @@ make_shrink_img() {
   mkfs.btrfs -q -f "$SHRINK_IMG" >/dev/null
   attach "$SHRINK_IMG"
   mount "$LOOP" "$MNT"
-  # The filler: 2 GiB in 128 MiB extents, which leaves 64 MiB at the end
-  # of each block group; 4 MiB pad files then fill every allocated data
-  # block group, so that no content lands in one the filler holds.
+  # The kernel (6.1 on) gives each data block group a size class by its
+  # first extent (small <= 128 KiB, medium <= 8 MiB, large) and makes a new
+  # block group rather than put an extent in one of another class. The
+  # filler: FILLER_MIB in 128 MiB extents, which leave 64 MiB free at the
+  # end of each block group, then pad files of 16 MiB (large too) until the
+  # filler's block groups are full. No content may land in one: deleting
+  # the filler would leave it half empty, which ubtrfs does not compact (it
+  # moves whole chunks).
   mkdir "$MNT/filler"
   python3 -c "
-import random
+import os, random
 r = random.Random(99)
 with open('$MNT/filler/big', 'wb') as f:
-    for _ in range(512): f.write(r.randbytes(4 << 20))"
+    for _ in range($FILLER_MIB // 4): f.write(r.randbytes(4 << 20))
+    os.fsync(f.fileno())"
   sync
-  local free n=0
-  for _ in 1 2 3 4; do
-    free=$(data_free)
-    ((free >= 4096)) || break
-    for (( ; free > 0; n++)); do
-      head -c $((free < 4 << 20 ? free : 4 << 20)) /dev/zero >"$MNT/filler/pad$n"
-      free=$((free - (4 << 20)))
+  local keep pad n=0 rounds=0 u=$((16 << 20))
+  keep=" $(data_bgs "$LOOP" | awk '{printf "%s ", $1}')"
+  while :; do
+    keep=" $(data_bgs "$LOOP" | awk -v k="$keep" 'index(k, " " $1 " ") || $3 > 0 {printf "%s ", $1}')"
+    pad=$(data_bgs "$LOOP" | awk -v k="$keep" -v u=$u 'index(k, " " $1 " ") {s += int(($2 - $3) / u) * u} END {print s + 0}')
+    ((pad > 0 && rounds < 8)) || break
+    ((++rounds))
+    for ((; pad > 0; pad -= u, n++)); do
+      head -c $u /dev/zero >"$MNT/filler/pad$n"
     done
     sync
   done
-  echo "  filler: 2048 MiB + $n pad files; data block groups left unused: $(data_free) bytes" >&2
-  gen_content "$MNT/data" 1 2450 4000 384
+  echo "  filler: $FILLER_MIB MiB + $n pad files of 16 MiB in $rounds rounds; its block groups:" >&2
+  data_bgs "$LOOP" | awk -v k="$keep" 'index(k, " " $1 " ") {printf "    %s len %d MiB used %d MiB\n", $1, $2 / 2^20, $3 / 2^20}' >&2
+  gen_content "$MNT/data" 1 2200 4000 768
   sync
   rm -r "$MNT/filler"
   sync

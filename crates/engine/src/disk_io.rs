@@ -63,7 +63,7 @@ impl FsInfo {
             devices: &self.devices,
             nodesize: self.nodesize,
             csum_type: self.csum_type,
-            fsid: self.sb.tree_fsid(),
+            fsid: self.sb.block_fsid(),
         }
     }
 
@@ -282,7 +282,13 @@ impl FsInfo {
     ) -> Result<TreeBlock> {
         let mut buf = vec![0u8; self.nodesize as usize].into_boxed_slice();
         self.read_copy(bytenr, &mut buf, mirror)?;
-        verify_tree_block(buf, bytenr, self.csum_type, &self.sb.tree_fsid(), expect)
+        verify_tree_block(
+            buf,
+            bytenr,
+            self.csum_type,
+            self.sb.block_fsid().as_ref(),
+            expect,
+        )
     }
 
     /// Reads `len` bytes of data at `logical`, verifying each sector against

@@ -166,6 +166,11 @@ pub const BG_PROFILE_MASK: u64 =
     BG_RAID0 | BG_RAID1 | BG_DUP | BG_RAID10 | BG_RAID5 | BG_RAID6 | BG_RAID1C3 | BG_RAID1C4;
 
 // Incompatible feature flags.
+/// Superblock flag: btrfstune -U/-u is rewriting the fsid of every tree
+/// block; the superblock's fsid is the new one, blocks carry the old or
+/// the new until it is done.
+pub const SUPER_FLAG_CHANGING_FSID: u64 = 1 << 35;
+
 pub const INCOMPAT_MIXED_BACKREF: u64 = 1 << 0;
 pub const INCOMPAT_DEFAULT_SUBVOL: u64 = 1 << 1;
 pub const INCOMPAT_MIXED_GROUPS: u64 = 1 << 2;

@@ -283,6 +283,12 @@ impl Superblock {
         self.metadata_uuid
     }
 
+    /// The fsid tree blocks must carry; None while an fsid change is
+    /// under way (SUPER_FLAG_CHANGING_FSID: some carry the old one).
+    pub fn block_fsid(&self) -> Option<[u8; 16]> {
+        (self.flags & crate::consts::SUPER_FLAG_CHANGING_FSID == 0).then_some(self.metadata_uuid)
+    }
+
     pub fn has_incompat(&self, flag: u64) -> bool {
         self.incompat_flags & flag != 0
     }

@@ -251,7 +251,7 @@ struct Shared {
     devs: HashMap<u64, Arc<dyn BlockDev>>,
     nodesize: u32,
     csum_type: CsumType,
-    fsid: [u8; 16],
+    fsid: Option<[u8; 16]>,
 }
 
 struct Pool {
@@ -267,7 +267,8 @@ pub struct Source<'a> {
     pub devices: &'a BTreeMap<u64, Device>,
     pub nodesize: u32,
     pub csum_type: CsumType,
-    pub fsid: [u8; 16],
+    /// The fsid blocks carry (None: not checked, an fsid change under way).
+    pub fsid: Option<[u8; 16]>,
 }
 
 /// The readahead engine of one filesystem; see the module documentation.
@@ -537,7 +538,7 @@ fn read_block(sh: &Shared, job: &Job) -> Option<crate::tree::block::TreeBlock> {
     let dev = sh.devs.get(&job.devid)?;
     let mut buf = vec![0u8; sh.nodesize as usize].into_boxed_slice();
     dev.read_at(&mut buf, job.physical).ok()?;
-    verify_tree_block(buf, job.bytenr, sh.csum_type, &sh.fsid, &job.expect).ok()
+    verify_tree_block(buf, job.bytenr, sh.csum_type, sh.fsid.as_ref(), &job.expect).ok()
 }
 
 #[cfg(test)]

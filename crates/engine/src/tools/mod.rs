@@ -2,6 +2,7 @@
 //! `extract` (the host side, with libc calls), `scrub`, and `check` (a
 //! small `btrfs check` for images the write engine made).
 
+pub mod change_fsid;
 pub mod check;
 pub mod extract;
 pub mod scrub;

@@ -157,7 +157,7 @@ impl Scrub<'_> {
             }
             Ok(ControlFlow::Continue(()))
         })?;
-        let fsid = info.sb.tree_fsid();
+        let fsid = info.sb.block_fsid();
         for bytenr in blocks {
             let copies = info.num_copies(bytenr)?;
             for m in 0..copies {
@@ -169,7 +169,7 @@ impl Scrub<'_> {
                         // pointer's expectations.
                         let expect = BlockExpect::default();
                         if let Err(why) =
-                            verify_tree_block(buf, bytenr, info.csum_type, &fsid, &expect)
+                            verify_tree_block(buf, bytenr, info.csum_type, fsid.as_ref(), &expect)
                         {
                             self.r.tree_block_errors += 1;
                             self.r.errors.push(format!(

@@ -41,14 +41,15 @@ pub struct BlockExpect {
     pub first_key: Option<Key>,
 }
 
-/// Verifies a tree block read from `bytenr`: checksum, bytenr, fsid,
-/// structure, and what the parent pointer promised. Every tree block read,
+/// Verifies a tree block read from `bytenr`: checksum, bytenr, fsid (when
+/// given: not while an fsid change is under way), structure, and what the
+/// parent pointer promised. Every tree block read,
 /// on demand or ahead, goes through here.
 pub fn verify_tree_block(
     buf: Box<[u8]>,
     bytenr: u64,
     csum_type: CsumType,
-    fsid: &[u8; 16],
+    fsid: Option<&[u8; 16]>,
     expect: &BlockExpect,
 ) -> Result<TreeBlock> {
     let here = || format!("tree block {bytenr}");
@@ -62,7 +63,7 @@ pub fn verify_tree_block(
             format!("header says bytenr {}", header.bytenr),
         ));
     }
-    if header.fsid != *fsid {
+    if fsid.is_some_and(|f| header.fsid != *f) {
         return Err(Error::corrupt(here(), "fsid does not match the superblock"));
     }
     let node = Node::parse(&buf).map_err(|e| Error::format(here(), e))?;

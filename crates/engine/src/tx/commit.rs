@@ -394,6 +394,17 @@ impl Trans {
         Ok(self.super_writes(&sb, &self.dev_items))
     }
 
+    /// Writes the superblock as it is (the same generation and roots) on
+    /// every copy of every device, after a flush of what was written
+    /// before: for a tool that changes blocks in place and then the
+    /// superblock (tune -U).
+    pub(crate) fn write_superblock_now(&mut self) -> Result<()> {
+        self.finish_deferred()?;
+        let sb = self.info.sb.clone();
+        let supers = self.super_writes(&sb, &self.dev_items);
+        durable::make_durable(&supers)
+    }
+
     /// Commits: after this returns the image on disk is the new one, and
     /// the transaction goes on as the next one.
     pub fn commit(&mut self) -> Result<()> {

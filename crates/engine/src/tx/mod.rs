@@ -299,6 +299,15 @@ impl Trans {
         Ok(())
     }
 
+    /// Sets the fsid every DEV_ITEM names (`tune -U`: the superblocks'
+    /// copies; the chunk tree's are rewritten in place).
+    pub(crate) fn set_dev_items_fsid(&mut self, fsid: [u8; 16]) {
+        for d in self.dev_items.values_mut() {
+            d.fsid = fsid;
+        }
+        self.fsid = fsid;
+    }
+
     /// A new filesystem UUID (btrfstune -M): the superblock's fsid is
     /// `fsid`, and the tree blocks keep the UUID they carry, named by the
     /// superblock's metadata_uuid (INCOMPAT_METADATA_UUID), or by the fsid

@@ -818,7 +818,7 @@ fn disjoint(ranges: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::io::dev::{BlockDev, MemDev};
     use crate::io::fault::FaultDev;
@@ -829,7 +829,7 @@ mod tests {
 
     /// A 256 MiB image with small chunks: files of every size through
     /// the read-write mount, a snapshot sharing them, a reflinked copy.
-    fn image() -> Vec<u8> {
+    pub(crate) fn image() -> Vec<u8> {
         let m = Arc::new(MemDev::new(256 << 20));
         let o = MkfsOptions {
             fsid: Some([7; 16]),
@@ -856,7 +856,7 @@ mod tests {
     }
 
     /// The problems a full check (data against checksums too) finds.
-    fn problems(img: &[u8]) -> Vec<String> {
+    pub(crate) fn problems(img: &[u8]) -> Vec<String> {
         let d = crate::io::device::Device::from_dev(
             std::path::Path::new("image"),
             Arc::new(MemDev::from_bytes(img.to_vec())),
