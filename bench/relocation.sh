@@ -10,15 +10,18 @@
 # (sync; echo 3 > /proc/sys/vm/drop_caches) and removed after the run:
 #
 #   shrink   an 8 GiB image holding ~3 GiB of files (big random files of
-#            100-300 MiB, 4000 files of 4-64 KiB, zstd-compressed text),
+#            112-288 MiB, 4000 files of 4-64 KiB, zstd-compressed text),
 #            written after a filler that took whole data block groups and
 #            was then deleted, so the content's block groups are full and
 #            over half of them lie past 4 GiB. Resized to 4 GiB:
 #              ubtrfs: ubtrfs filesystem resize 4G COPY (cuts the file)
 #              kernel: losetup, mount, btrfs filesystem resize 4G MNT,
 #                      umount, losetup -d, truncate -s 4G COPY
-#   balance  a 6 GiB image with ~2 GiB of such files, data single.
-#            Converted to DUP:
+#   balance  a 7 GiB image with ~2 GiB of such files, data single.
+#            Converted to DUP. ubtrfs keeps each chunk's size and holds
+#            the old stripe until the copy is committed, so it needs twice
+#            the allocated data (not the used) plus one chunk: 6 GiB, with
+#            4 data chunks of 624 MiB, lacks 17 MiB for the last one.
 #              ubtrfs: ubtrfs balance start -dconvert=dup COPY
 #              kernel: losetup, mount, btrfs balance start -dconvert=dup
 #                      MNT, umount, losetup -d
@@ -43,7 +46,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/tmp/benchtarget}
 build_ubtrfs
 mkdir -p "$WORK"
 SHRINK_IMG=$WORK/shrink-8g.img
-BAL_IMG=$WORK/balance-6g.img
+BAL_IMG=$WORK/balance-7g.img
 COPY=$WORK/copy.img
 FILLER_MIB=${FILLER_MIB:-1792}
 GIB=$((1 << 30))
@@ -60,8 +63,9 @@ attach() { LOOP=$(losetup -f --show "$1"); }
 detach() { losetup -d "$LOOP"; LOOP=""; }
 
 # gen_content DIR SEED BIG_MIB SMALL TEXT_MIB: deterministic files under
-# DIR: big/ random files of 100-300 MiB (BIG_MIB in all, each fsynced
-# whole), small/ SMALL random files of 4-64 KiB, text/ TEXT_MIB MiB of text
+# DIR: big/ random files of 112-288 MiB, in steps of 16 MiB so that no
+# extent is medium-sized (see make_shrink_img), BIG_MIB in all, each
+# fsynced whole, small/ SMALL random files of 4-64 KiB, text/ TEXT_MIB MiB of text
 # in 16 MiB files (text/ gets zstd compression first).
 gen_content() {
   mkdir -p "$1/big" "$1/small" "$1/text"
@@ -72,7 +76,7 @@ root, seed, big_mib, nsmall, text_mib = sys.argv[1], *map(int, sys.argv[2:])
 r = random.Random(seed)
 done = i = 0
 while done < big_mib:
-    mib = min(r.randint(100, 300), big_mib - done)
+    mib = min(16 * r.randint(7, 18), big_mib - done)  # tails > 8 MiB: large
     with open(f"{root}/big/b{i:02d}", "wb") as f:
         for _ in range(0, mib, 4):
             f.write(r.randbytes(4 << 20))
@@ -179,7 +183,7 @@ with open('$MNT/filler/big', 'wb') as f:
 make_balance_img() {
   echo "building $BAL_IMG ..." >&2
   rm -f "$BAL_IMG"
-  truncate -s 6G "$BAL_IMG"
+  truncate -s 7G "$BAL_IMG"
   mkfs.btrfs -q -f "$BAL_IMG" >/dev/null
   attach "$BAL_IMG"
   mount "$LOOP" "$MNT"

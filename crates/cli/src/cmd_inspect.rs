@@ -26,13 +26,24 @@ pub enum InspectCmd {
     },
     /// Print tree blocks and decoded items (like `btrfs inspect-internal dump-tree`).
     DumpTree(DumpTreeArgs),
-    /// Print a file's extent map: data, inline, prealloc and hole ranges.
+    /// Print a file's extent map (data, inline, prealloc and hole
+    /// ranges); or, with -o FILE.png and no PATH, draw each device's space
+    /// as block groups coloured by type and lit by use (btrfs-heatmap's
+    /// idea).
     Map {
         #[command(flatten)]
         image: ImageArgs,
-        path: PathBuf,
+        /// The file whose extents to print.
+        #[arg(required_unless_present = "output")]
+        path: Option<PathBuf>,
         #[arg(long)]
         json: bool,
+        /// Write the picture of the devices' space to this PNG file.
+        #[arg(short = 'o', long = "output", value_name = "FILE.png", conflicts_with_all = ["path", "json"])]
+        output: Option<PathBuf>,
+        /// Width of the picture in pixels.
+        #[arg(long, default_value_t = 512)]
+        width: u32,
     },
     /// Print the kernel-oracle manifest (JSON lines) of the tree at PATH.
     Manifest {
@@ -57,7 +68,16 @@ pub fn run(cmd: InspectCmd) -> CmdResult {
     match cmd {
         InspectCmd::DumpSuper { image, json } => dump_super(image, json),
         InspectCmd::DumpTree(a) => dump_tree(a),
-        InspectCmd::Map { image, path, json } => {
+        InspectCmd::Map {
+            image,
+            output: Some(out),
+            width,
+            ..
+        } => draw_map(&image.open()?, &out, width),
+        InspectCmd::Map {
+            image, path, json, ..
+        } => {
+            let path = path.ok_or("inspect map: PATH, or -o FILE.png")?;
             let fs = image.open()?;
             let id = fs.resolve(path.as_os_str().as_bytes())?;
             let mut h = ubtrfs_engine::FileHandle::open(&fs, id)?;
@@ -506,4 +526,38 @@ fn describe_chunk_item(d: &[u8], out: &mut dyn Write) -> Result<(), Box<dyn std:
         )?;
     }
     Ok(())
+}
+
+/// `inspect map -o FILE.png`: the space picture, and its key on stdout.
+fn draw_map(fs: &ubtrfs_engine::Filesystem, out: &std::path::Path, width: u32) -> CmdResult {
+    use ubtrfs_engine::tools::space_map::*;
+    let m = space_map(fs, width)?;
+    let f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let mut enc = png::Encoder::new(std::io::BufWriter::new(f), m.width, m.height);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    let mut w = enc
+        .write_header()
+        .map_err(|e| format!("{}: {e}", out.display()))?;
+    w.write_image_data(&m.rgb)
+        .map_err(|e| format!("{}: {e}", out.display()))?;
+    w.finish().map_err(|e| format!("{}: {e}", out.display()))?;
+    println!("{}: {}x{} pixels", out.display(), m.width, m.height);
+    for (devid, y0, rows, per) in &m.bands {
+        println!(
+            "  devid {devid}: rows {y0}..{}, {} a pixel, left to right from byte 0",
+            y0 + rows,
+            crate::cmd_filesystem::pretty_size(*per)
+        );
+    }
+    let hex = |c: [u8; 3]| format!("#{:02x}{:02x}{:02x}", c[0], c[1], c[2]);
+    println!(
+        "  data {}, metadata {}, system {}, mixed {}, unallocated {}; brighter is fuller",
+        hex(DATA_RGB),
+        hex(METADATA_RGB),
+        hex(SYSTEM_RGB),
+        hex(MIXED_RGB),
+        hex(UNALLOCATED_RGB)
+    );
+    Ok(ExitCode::SUCCESS)
 }

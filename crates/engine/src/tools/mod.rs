@@ -6,4 +6,5 @@ pub mod change_fsid;
 pub mod check;
 pub mod extract;
 pub mod scrub;
+pub mod space_map;
 pub mod walk;
