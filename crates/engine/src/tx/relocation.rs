@@ -24,13 +24,13 @@
 //! half-empty block groups (balance's usage filters) needs the kernel's
 //! kind of relocation.
 
-use super::volumes::DevSpace;
+use super::volumes::{without_ranges, DevSpace};
 use super::Trans;
 use crate::error::{Error, Result};
 use crate::io::volumes::{layout, ChunkMap, PhysLoc, DEV_RESERVED, STRIPE_LEN};
 use std::collections::BTreeMap;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{profile_name, ChunkItem, DevExtent, Stripe};
+use ubtrfs_format::items::{profile_name, ChunkItem, Stripe};
 use ubtrfs_format::Key;
 
 /// Bytes copied per read and write.
@@ -88,31 +88,13 @@ impl DevSpace {
     /// carries allocated bytes wherever it lands, and there they would
     /// meet the superblock's.
     fn reloc_holes(&self, devid: u64, end: u64) -> Vec<(u64, u64)> {
-        let mut out = Vec::new();
-        for (s, l) in self.usable(devid, end) {
-            let mut pieces = vec![(s, s + l)];
-            for off in SUPER_OFFSETS {
-                let (a, b) = (
-                    off / DEV_RESERVED * DEV_RESERVED,
-                    (off + 1).next_multiple_of(DEV_RESERVED),
-                );
-                pieces = pieces
-                    .into_iter()
-                    .flat_map(|(x, y)| {
-                        if b <= x || a >= y {
-                            vec![(x, y)]
-                        } else {
-                            [(x, a.max(x)), (b.min(y), y)]
-                                .into_iter()
-                                .filter(|(p, q)| p < q)
-                                .collect()
-                        }
-                    })
-                    .collect();
-            }
-            out.extend(pieces.into_iter().map(|(x, y)| (x, y - x)));
-        }
-        out
+        let around = SUPER_OFFSETS.iter().map(|&off| {
+            (
+                off / DEV_RESERVED * DEV_RESERVED,
+                (off + 1).next_multiple_of(DEV_RESERVED),
+            )
+        });
+        without_ranges(self.usable(devid, end), around)
     }
 
     /// Largest hole `reloc_holes` gives.
@@ -171,11 +153,13 @@ fn plan(
     let mut fresh = Vec::new();
     let (new_stripe_len, by_stripe);
     let take = |space: &mut DevSpace, devid: u64, len: u64| -> Option<Stripe> {
-        let at = space.reloc_take(devid, target.room[&devid], len)?;
+        // A device without an item (a damaged image) takes nothing.
+        let dev_uuid = *uuids.get(&devid)?;
+        let at = space.reloc_take(devid, *target.room.get(&devid)?, len)?;
         Some(Stripe {
             devid,
             offset: at,
-            dev_uuid: uuids[&devid],
+            dev_uuid,
         })
     };
     // Devices by their largest usable hole, most first.
@@ -732,18 +716,7 @@ impl Trans {
         }
         for &i in &m.fresh {
             let s = m.new.stripes[i];
-            let de = DevExtent {
-                chunk_tree: CHUNK_TREE_OBJECTID,
-                chunk_objectid: FIRST_CHUNK_TREE_OBJECTID,
-                chunk_offset: logical,
-                length: m.new_stripe_len,
-                chunk_tree_uuid: self.chunk_tree_uuid,
-            };
-            self.insert_item(
-                DEV_TREE_OBJECTID,
-                Key::new(s.devid, DEV_EXTENT, s.offset),
-                de.to_bytes(),
-            )?;
+            self.insert_dev_extent(s.devid, s.offset, logical, m.new_stripe_len)?;
             if let Some(di) = self.dev_items.get_mut(&s.devid) {
                 di.bytes_used += m.new_stripe_len;
             }

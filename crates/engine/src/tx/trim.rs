@@ -113,28 +113,8 @@ fn without_supers(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
             _ => merged.push((s, l)),
         }
     }
-    let mut out = Vec::new();
-    for (s, l) in merged {
-        let mut pieces = vec![(s, s + l)];
-        for &sb in SUPER_OFFSETS.iter() {
-            let (a, b) = (sb, sb + SUPER_SIZE as u64);
-            pieces = pieces
-                .into_iter()
-                .flat_map(|(x, y)| {
-                    if b <= x || a >= y {
-                        vec![(x, y)]
-                    } else {
-                        [(x, a), (b, y)]
-                            .into_iter()
-                            .filter(|(p, q)| q > p)
-                            .collect()
-                    }
-                })
-                .collect();
-        }
-        out.extend(pieces.into_iter().map(|(x, y)| (x, y - x)));
-    }
-    out
+    let supers = SUPER_OFFSETS.iter().map(|&sb| (sb, sb + SUPER_SIZE as u64));
+    super::volumes::without_ranges(merged, supers)
 }
 
 #[cfg(test)]

@@ -83,7 +83,59 @@ impl DevSpace {
     }
 }
 
+/// `(start, length)` ranges less what lies in each `[a, b)` of `cut`
+/// (superblock copies, or the space around them).
+pub(crate) fn without_ranges(
+    ranges: impl IntoIterator<Item = (u64, u64)>,
+    cut: impl Iterator<Item = (u64, u64)> + Clone,
+) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for (s, l) in ranges {
+        let mut pieces = vec![(s, s + l)];
+        for (a, b) in cut.clone() {
+            pieces = pieces
+                .into_iter()
+                .flat_map(|(x, y)| {
+                    if b <= x || a >= y {
+                        vec![(x, y)]
+                    } else {
+                        [(x, a.max(x)), (b.min(y), y)]
+                            .into_iter()
+                            .filter(|(p, q)| p < q)
+                            .collect()
+                    }
+                })
+                .collect();
+        }
+        out.extend(pieces.into_iter().map(|(x, y)| (x, y - x)));
+    }
+    out
+}
+
 impl Trans {
+    /// Inserts the DEV_EXTENT of a stripe of the chunk at `chunk_offset`:
+    /// `length` bytes of device `devid` from `offset`.
+    pub(crate) fn insert_dev_extent(
+        &mut self,
+        devid: u64,
+        offset: u64,
+        chunk_offset: u64,
+        length: u64,
+    ) -> Result<()> {
+        let de = DevExtent {
+            chunk_tree: CHUNK_TREE_OBJECTID,
+            chunk_objectid: FIRST_CHUNK_TREE_OBJECTID,
+            chunk_offset,
+            length,
+            chunk_tree_uuid: self.chunk_tree_uuid,
+        };
+        self.insert_item(
+            DEV_TREE_OBJECTID,
+            Key::new(devid, DEV_EXTENT, offset),
+            de.to_bytes(),
+        )
+    }
+
     /// About how many bytes of file data can still be given extents, as
     /// the kernel's btrfs_statfs counts f_bavail: free space in data block
     /// groups and the unallocated device space new data chunks can take
@@ -372,18 +424,8 @@ impl Trans {
             let key = Key::new(FIRST_CHUNK_TREE_OBJECTID, CHUNK_ITEM, *logical);
             self.insert_item(CHUNK_TREE_OBJECTID, key, chunk.to_bytes())?;
             for s in &chunk.stripes {
-                let de = DevExtent {
-                    chunk_tree: CHUNK_TREE_OBJECTID,
-                    chunk_objectid: FIRST_CHUNK_TREE_OBJECTID,
-                    chunk_offset: *logical,
-                    length: self.dev_space.extents[&(s.devid, s.offset)],
-                    chunk_tree_uuid: self.chunk_tree_uuid,
-                };
-                self.insert_item(
-                    DEV_TREE_OBJECTID,
-                    Key::new(s.devid, DEV_EXTENT, s.offset),
-                    de.to_bytes(),
-                )?;
+                let length = self.dev_space.extents[&(s.devid, s.offset)];
+                self.insert_dev_extent(s.devid, s.offset, *logical, length)?;
             }
             sys_changed |= chunk.chunk_type & BG_SYSTEM != 0;
         }
