@@ -115,10 +115,10 @@ def dump(t):
     return subprocess.run(["btrfs", "inspect-internal", "dump-tree", "-t", t, img],
                           check=True, capture_output=True, text=True).stdout
 phys = {}
-for m in re.finditer(r"key \(\d+ DEV_EXTENT (\d+)\).*?chunk_offset (\d+) length (\d+)", dump("dev"), re.S):
+for m in re.finditer(r"item \d+ key \(\d+ DEV_EXTENT (\d+)\)[^\n]*\n[^\n]*\n\s*chunk_objectid \d+ chunk_offset (\d+) length (\d+)", dump("dev")):
     phys.setdefault(int(m[2]), []).append((int(m[1]), int(m[3])))
 past = total = 0
-for m in re.finditer(r"key \((\d+) BLOCK_GROUP_ITEM (\d+)\).*?block group used (\d+) chunk_objectid \d+ flags (\S+)", dump("extent"), re.S):
+for m in re.finditer(r"item \d+ key \((\d+) BLOCK_GROUP_ITEM (\d+)\)[^\n]*\n\s*block group used (\d+) chunk_objectid \d+ flags (\S+)", dump("extent")):
     log, length, used, flags = int(m[1]), int(m[2]), int(m[3]), m[4]
     if not flags.startswith("DATA"):
         continue
