@@ -3,9 +3,10 @@
 //! to pick block groups (profiles, usage, devid, limit). Chunks move as
 //! [`ubtrfs_engine::tx::relocation`] moves them: logical addresses stay,
 //! one commit per chunk, so a killed balance run again goes on where it
-//! was. Empty block groups a filter picks are removed. Compacting
-//! non-empty block groups (a balance without convert) moves extents
-//! between groups, which is not done: such a balance is refused.
+//! was. Empty block groups a filter picks are removed. Without convert,
+//! picked data block groups are compacted ([`ubtrfs_engine::tx::compact`]:
+//! their extents move to other groups, then they go); metadata ones are
+//! refused (their tree blocks would have to move).
 //!
 //! As in btrfs-progs, `-d`, `-m` and `-s` take their filters attached
 //! (`-dconvert=dup,soft`); other devices of the filesystem are given
@@ -55,7 +56,8 @@ pub struct StartArgs {
 struct Filters {
     convert: Option<u64>,
     soft: bool,
-    /// Usage percent range, inclusive.
+    /// Usage percent range [min, max) as the kernel's
+    /// chunk_usage_range_filter; (0, 0): empty ones only.
     usage: Option<(u64, u64)>,
     profiles: Option<Vec<u64>>,
     devid: Option<u64>,
@@ -79,9 +81,9 @@ fn parse_filters(what: &str, s: &str) -> Result<Filters, String> {
                     ),
                     // usage=N: block groups less than N% full (usage=0:
                     // empty ones).
-                    None => (0, num(v)?.saturating_sub(1)),
+                    None => (0, num(v)?),
                 };
-                if lo > 100 || hi > 100 || lo > hi {
+                if lo > 100 || hi > 100 || (lo > hi) {
                     return Err(bad());
                 }
                 f.usage = Some((lo, hi));
@@ -114,9 +116,13 @@ fn picks(f: &Filters, c: &ChunkItem, used: u64) -> bool {
         }
     }
     if let Some((lo, hi)) = f.usage {
-        let pct = used * 100 / c.length.max(1);
-        let empty_only = hi == 0 && used != 0;
-        if pct < lo || pct > hi || empty_only {
+        let (u, len) = (used as u128 * 100, c.length.max(1) as u128);
+        let inside = if hi == 0 {
+            used == 0
+        } else {
+            u >= lo as u128 * len && u < hi as u128 * len
+        };
+        if !inside {
             return false;
         }
     }
@@ -184,18 +190,28 @@ fn start(a: StartArgs) -> CmdResult {
             }
         }
     }
-    if let Some(p) = meta.as_ref().and_then(|f| f.convert) {
-        let lower = t
-            .info
-            .chunks
-            .iter()
-            .any(|(_, c)| c.chunk_type & BG_METADATA != 0 && copies(p) < copies(c.chunk_type));
+    // As the kernel: --force to go from a redundant profile to one
+    // without redundancy, for metadata or system.
+    for (w, f, kind) in [("m", &meta, BG_METADATA), ("s", &sys, BG_SYSTEM)] {
+        let Some(p) = f.as_ref().and_then(|f| f.convert) else {
+            continue;
+        };
+        let lower = copies(p) < 2
+            && t.info
+                .chunks
+                .iter()
+                .any(|(_, c)| c.chunk_type & kind != 0 && copies(c.chunk_type) >= 2);
         if lower && !a.force {
             return Err(format!(
-                "-mconvert={}: reduces metadata redundancy, use --force if you want this",
+                "-{w}convert={}: reduces metadata redundancy, use --force if you want this",
                 profile_name(p).to_lowercase()
             )
             .into());
+        }
+    }
+    for (w, f) in [("d", &data), ("m", &meta), ("s", &sys)] {
+        if f.as_ref().is_some_and(|f| f.soft && f.convert.is_none()) {
+            return Err(format!("-{w}: soft needs convert").into());
         }
     }
     // The block groups picked, by type's filters.
@@ -255,23 +271,38 @@ fn start(a: StartArgs) -> CmdResult {
             }
         }
     })?;
-    if let Some(&(l, ty)) = refused.first() {
+    // Without convert: data block groups are compacted (their extents
+    // move to others); metadata ones would need their tree blocks moved.
+    if let Some(&(l, ty)) = refused
+        .iter()
+        .find(|(_, ty)| ty & BG_DATA == 0 || ty & BG_METADATA != 0)
+    {
         return Err(format!(
-            "block group at {l} ({}) is not empty: compacting block groups (a balance \
-             without convert) moves extents between them, which is not done offline yet; \
-             {} such block groups picked",
-            profile_name(ty),
-            refused.len()
+            "block group at {l} ({}) is not empty: compacting metadata block groups \
+             (a balance of them without convert) is not done offline yet",
+            profile_name(ty)
         )
         .into());
     }
+    let compact: Vec<u64> = refused.iter().map(|r| r.0).collect();
     t.commit()?;
     let bytes = moves.iter().map(|m| m.bytes()).sum();
     crate::cmd_scrub::with_progress(bytes, "balance", |p| t.run_relocation(&moves, p))?;
-    let unchanged = picked.len() - removed - moves.len();
+    let held: u64 = compact
+        .iter()
+        .filter_map(|s| t.alloc.groups.get(s).map(|g| g.used))
+        .sum();
+    let c = crate::cmd_scrub::with_progress(held, "compacting", |p| {
+        t.compact_data_groups(&compact, p)
+    })?;
+    let unchanged = picked.len() - removed - moves.len() - c.groups;
     println!(
-        "Done, had to relocate {} out of {total} chunks ({removed} empty removed{})",
-        moves.len() + removed,
+        "Done, had to relocate {} out of {total} chunks ({removed} empty removed, {} \
+         compacted: {} extents, {} bytes moved{})",
+        moves.len() + removed + c.groups,
+        c.groups,
+        c.extents,
+        c.bytes,
         if unchanged > 0 {
             format!(", {unchanged} already as asked")
         } else {
@@ -290,7 +321,7 @@ mod tests {
         let f = parse_filters("d", "convert=raid1,soft,usage=50").unwrap();
         assert_eq!(f.convert, Some(BG_RAID1));
         assert!(f.soft);
-        assert_eq!(f.usage, Some((0, 49)));
+        assert_eq!(f.usage, Some((0, 50)));
         let f = parse_filters("m", "profiles=dup|single,usage=10..90,devid=2,limit=3").unwrap();
         assert_eq!(f.profiles, Some(vec![BG_DUP, 0]));
         assert_eq!(f.usage, Some((10, 90)));

@@ -67,7 +67,8 @@ fn add(mut a: AddArgs) -> CmdResult {
             return Err(format!("{}: no such device or image file", p.display()).into());
         }
         let dev = crate::cmd_mkfs::open_target(p, None, None, a.force, &mut made)?;
-        let devid = t.add_device(p, dev)?;
+        let uuid = ubtrfs_engine::inode::root::random_uuid()?;
+        let devid = t.add_device(p, dev, uuid)?;
         println!("Added device {} as devid {devid}", p.display());
     }
     t.commit()?;

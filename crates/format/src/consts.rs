@@ -119,6 +119,14 @@ pub const EXTENT_CSUM_OBJECTID: u64 = -10i64 as u64;
 pub const TREE_LOG_OBJECTID: u64 = -6i64 as u64;
 pub const TREE_RELOC_OBJECTID: u64 = -8i64 as u64;
 pub const DATA_RELOC_TREE_OBJECTID: u64 = -9i64 as u64;
+
+/// Whether tree `id` holds inodes and files: the top subvolume, the
+/// subvolumes and snapshots, and the data relocation tree.
+pub fn is_fs_tree(id: u64) -> bool {
+    id == FS_TREE_OBJECTID
+        || id == DATA_RELOC_TREE_OBJECTID
+        || (FIRST_FREE_OBJECTID..=LAST_FREE_OBJECTID).contains(&id)
+}
 pub const ORPHAN_OBJECTID: u64 = -5i64 as u64;
 pub const FREE_SPACE_OBJECTID: u64 = -11i64 as u64;
 /// The inode of the inode number cache (mount option inode_cache, removed

@@ -23,6 +23,8 @@ pub struct BlockGroup {
     pub item_dirty: bool,
     /// Made in this transaction: its items do not exist yet.
     pub new: bool,
+    /// Nothing new is allocated here (its extents are moving out).
+    pub ro: bool,
 }
 
 impl BlockGroup {
@@ -39,6 +41,7 @@ impl BlockGroup {
             fst_dirty: true,
             item_dirty: true,
             new: true,
+            ro: false,
         }
     }
 
@@ -53,6 +56,7 @@ impl BlockGroup {
             fst_dirty: false,
             item_dirty: false,
             new: false,
+            ro: false,
         }
     }
 
@@ -251,7 +255,7 @@ impl Allocator {
         let order = self
             .groups
             .range(..)
-            .filter(|(_, g)| g.flags & flag != 0 && !(committed_only && g.new))
+            .filter(|(_, g)| g.flags & flag != 0 && !g.ro && !(committed_only && g.new))
             .map(|(&s, g)| (s, g.end()))
             .collect::<Vec<_>>();
         let (after, before): (Vec<_>, Vec<_>) = order.into_iter().partition(|&(_, e)| e > hint);

@@ -19,12 +19,17 @@ pub const MIN_DEVICE_SIZE: u64 = 256 << 20;
 
 impl Trans {
     /// Adds `dev` (at `path`, claimed by the caller and checked for other
-    /// signatures) as a new device: the next devid, a new device uuid, its
+    /// signatures) as a new device: the next devid, device uuid `uuid`, its
     /// DEV_ITEM, the superblock's num_devices and total_bytes. Its first
     /// MiB is zeroed now (old signatures; nothing of this filesystem is
     /// there yet); its superblocks are written by the commit, with every
     /// other device's. Returns the devid.
-    pub fn add_device(&mut self, path: &Path, dev: Arc<dyn BlockDev>) -> Result<u64> {
+    pub fn add_device(
+        &mut self,
+        path: &Path,
+        dev: Arc<dyn BlockDev>,
+        uuid: [u8; 16],
+    ) -> Result<u64> {
         let ss = self.info.sectorsize as u64;
         let size = dev.size() / ss * ss;
         if size < MIN_DEVICE_SIZE {
@@ -34,7 +39,6 @@ impl Trans {
             )));
         }
         let devid = self.dev_items.keys().max().copied().unwrap_or(0) + 1;
-        let uuid = crate::inode::root::random_uuid()?;
         let item = DevItem::new(devid, size, self.info.sectorsize, uuid, self.fsid);
         dev.write_at(&vec![0u8; DEV_RESERVED as usize], 0)
             .map_err(|e| Error::Io {

@@ -18,6 +18,7 @@
 //! * [`open`]: opening a committed image for writing.
 
 pub mod commit;
+pub mod compact;
 pub mod cow;
 pub mod csum_tree;
 pub mod ctree;

@@ -588,6 +588,23 @@ impl Trans {
             }
             true
         })?;
+        // A chunk stripe without its DEV_EXTENT (a damaged image) is not
+        // free space either.
+        for (_, c) in self.info.chunks.iter() {
+            let Ok(l) = layout(c.chunk_type) else {
+                continue;
+            };
+            let len = c.length / l.data_stripes(c.num_stripes as u64);
+            for s in &c.stripes {
+                let overlaps = ds
+                    .extents
+                    .range((s.devid, 0)..(s.devid, s.offset.saturating_add(len)))
+                    .any(|(&(_, o), &l)| o.saturating_add(l) > s.offset);
+                if !overlaps {
+                    ds.extents.insert((s.devid, s.offset), len);
+                }
+            }
+        }
         self.dev_space = ds;
         // New chunks follow the profiles already in use.
         for g in self.alloc.groups.values() {

@@ -423,13 +423,7 @@ fn check_subvolume(fs: &Filesystem, t: Tree, no_holes: bool, done: &AtomicU64) -
     }
 }
 
-/// Whether tree `id` holds inodes and files: the top subvolume, the
-/// subvolumes and snapshots, and the data relocation tree.
-pub(crate) fn is_fs_tree(id: u64) -> bool {
-    id == FS_TREE_OBJECTID
-        || id == DATA_RELOC_TREE_OBJECTID
-        || (FIRST_FREE_OBJECTID..=LAST_FREE_OBJECTID).contains(&id)
-}
+pub(crate) use ubtrfs_format::consts::is_fs_tree;
 
 /// Every tree with its ROOT_ITEM: the root and chunk trees from the
 /// superblock (first, without one), then one per ROOT_ITEM of the root
