@@ -16,6 +16,7 @@ use ubtrfs_engine::fs::usage::{
 };
 use ubtrfs_engine::tx::Trans;
 use ubtrfs_format::bytes::format_uuid;
+use ubtrfs_format::consts::*;
 use ubtrfs_format::ioctl::SPACE_INFO_GLOBAL_RSV;
 use ubtrfs_format::items::{block_group_kind, profile_name};
 
@@ -185,7 +186,34 @@ fn resize(
         t.limit_device(a.devid, Some(new));
         let devid = a.devid;
         t.remove_empty_chunks(|_, c| c.stripes.iter().any(|s| s.devid == devid))?;
-        let moves = t.plan_shrink(a.devid, new)?;
+        let moves = match t.plan_shrink(a.devid, new) {
+            Ok(m) => m,
+            Err(ubtrfs_engine::Error::NoSpace(why)) => {
+                // Whole chunks do not fit: compact the data block groups
+                // past the end into the space below it first, as the
+                // kernel's shrink moves extents, then move what is left.
+                let past = data_groups_past(&t, devid, new);
+                let need = bytes_needed(&t, devid, &past);
+                if past.is_empty() || need > new {
+                    return Err(format!(
+                        "{why}; compacting the data past the end would not fit either: \
+                         what devid {devid} holds needs about {} MiB",
+                        need.div_ceil(1 << 20)
+                    )
+                    .into());
+                }
+                t.commit()?;
+                let held = past
+                    .iter()
+                    .filter_map(|s| t.alloc.groups.get(s).map(|g| g.used))
+                    .sum();
+                crate::cmd_scrub::with_progress(held, "compacting", |p| {
+                    t.compact_data_groups(&past, p)
+                })?;
+                t.plan_shrink(a.devid, new)?
+            }
+            Err(e) => return Err(e.into()),
+        };
         t.commit()?;
         let total = moves.iter().map(|m| m.bytes()).sum();
         crate::cmd_scrub::with_progress(total, "relocating", |p| t.run_relocation(&moves, p))?;
@@ -208,6 +236,53 @@ fn resize(
         pretty_size(now)
     );
     Ok(())
+}
+
+/// The data block groups (not mixed) with a stripe on `devid` past byte
+/// `end`.
+fn data_groups_past(t: &Trans, devid: u64, end: u64) -> Vec<u64> {
+    t.info
+        .chunks
+        .iter()
+        .filter(|(_, c)| c.chunk_type & (BG_DATA | BG_METADATA | BG_SYSTEM) == BG_DATA)
+        .filter(|(_, c)| {
+            c.stripes
+                .iter()
+                .any(|s| s.devid == devid && s.offset + c.length > end)
+        })
+        .map(|(l, _)| l)
+        .collect()
+}
+
+/// About the device bytes `devid` needs once the data groups `past` are
+/// compacted into the free space of the others: every other chunk's
+/// stripe on it, the data those groups hold, the first MiB. (A lower
+/// bound: the free space below the end may not take every extent whole,
+/// and then the compaction stops with no space, each group it finished
+/// committed.)
+fn bytes_needed(t: &Trans, devid: u64, past: &[u64]) -> u64 {
+    let mut need = 1 << 20;
+    for (l, c) in t.info.chunks.iter() {
+        let on = c.stripes.iter().filter(|s| s.devid == devid).count() as u64;
+        if on == 0 {
+            continue;
+        }
+        let data_only = c.chunk_type & (BG_DATA | BG_METADATA | BG_SYSTEM) == BG_DATA;
+        if past.contains(&l) || (data_only && !past.is_empty()) {
+            need += t.alloc.groups.get(&l).map_or(0, |g| g.used);
+        } else {
+            let n = c.num_stripes.max(1) as u64;
+            let data_stripes = match c.chunk_type & BG_PROFILE_MASK {
+                BG_RAID0 => n,
+                BG_RAID10 => n / (c.sub_stripes as u64).max(1),
+                BG_RAID5 => n - 1,
+                BG_RAID6 => n - 2,
+                _ => 1,
+            };
+            need += c.length / data_stripes.max(1) * on;
+        }
+    }
+    need
 }
 
 /// A device as usage and show print it.
