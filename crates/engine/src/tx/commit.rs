@@ -678,7 +678,10 @@ impl Trans {
         dev_items: &std::collections::BTreeMap<u64, ubtrfs_format::items::DevItem>,
     ) -> Vec<durable::DevSupers> {
         let mut out = Vec::with_capacity(self.info.devices.len());
-        for d in self.info.devices.values() {
+        // Added devices first (see `added_devices`).
+        let mut devs: Vec<&crate::io::device::Device> = self.info.devices.values().collect();
+        devs.sort_by_key(|d| !self.added_devices.contains(&d.devid));
+        for d in devs {
             let mut s = sb.clone();
             s.dev_item = dev_items
                 .get(&d.devid)

@@ -52,6 +52,7 @@ impl Trans {
             .devices
             .insert(devid, Device::blank(path, dev, sb));
         self.dev_items.insert(devid, item);
+        self.added_devices.push(devid);
         self.dev_items_dirty = true;
         self.info.sb.num_devices += 1;
         self.info.sb.total_bytes += size;

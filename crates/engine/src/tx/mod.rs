@@ -126,6 +126,10 @@ pub struct Trans {
     pub(crate) deferred: Option<DeferredSuper>,
     /// How descents read ahead committed leaves ([`Trans::set_readahead`]).
     pub(crate) readahead: crate::cache::reada::Readahead,
+    /// Devices added by this writer ([`Trans::add_device`]): their
+    /// superblocks are written before the others', so that a kill between
+    /// leaves no superblock naming a device that has none.
+    pub(crate) added_devices: Vec<u64>,
 }
 
 /// A commit whose blocks are written and whose superblock is not yet

@@ -219,6 +219,7 @@ impl Trans {
             next_subvol_id: 0,
             deferred: None,
             readahead: Default::default(),
+            added_devices: Vec::new(),
             chunk_cap: None,
             dev_items_dirty: false,
             info,
