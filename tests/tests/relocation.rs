@@ -9,7 +9,7 @@
 //! every snapshot shows the same total and exclusive bytes (sharing kept),
 //! and the devices have the sizes asked. At the end the kernel writes on
 //! top and check passes again. Then kill -9 at seeded moments of a shrink,
-//! a balance and `tune -u`: each time the image checks clean and reads as
+//! a balance, `tune -u` and a device remove: each time the image checks clean and reads as
 //! before (a shrink or balance; a killed fsid change is resumed first),
 //! and the same command run again finishes; the clone with its new fsid
 //! mounts beside the original.
@@ -431,7 +431,7 @@ fn killed_relocation_leaves_a_whole_commit_and_finishes_when_run_again() {
         let mut hits = 0;
         for i in 0..kills {
             sparse_copy(from, &img).unwrap();
-            let delay = Duration::from_micros(rng.below(full.as_micros() as u64 + 1));
+            let delay = Duration::from_micros(rng.below(full.as_micros() as u64 * 3 / 4 + 1));
             hits += killed_at(&args, delay) as usize;
             let step = format!("{what}: kill {i} after {delay:?}");
             let one = vec![img.clone()];
@@ -445,7 +445,59 @@ fn killed_relocation_leaves_a_whole_commit_and_finishes_when_run_again() {
         }
         eprintln!("{what}: {hits} kills landed while it ran (full run {full:?})");
     }
+    // Device remove: devid 1 of a two-device copy (a second device added
+    // by ubtrfs) moves everything to devid 2. A kill leaves both devices
+    // members, or devid 2 alone once the last commit is on disk (devid 1's
+    // superblocks wiped after it); either way the files read the same, and
+    // while devid 1 is a member the same command finishes.
+    let second = dir.join("second.img");
+    let prepare = || {
+        sparse_copy(&pristine, &img).unwrap();
+        let _ = std::fs::remove_file(&second);
+        std::fs::File::create(&second)
+            .unwrap()
+            .set_len(2 << 30)
+            .unwrap();
+        ok(ubtrfs(&["device", "add"]).arg(&second).arg(&img));
+    };
+    let s = second.display().to_string();
+    let args: Vec<String> = ["device", "remove", "1", &p, "-d", &s]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    prepare();
+    let t0 = Instant::now();
+    ok(Command::new(ubtrfs_bin()).args(&args));
+    let full = t0.elapsed();
+    // Whether devid 2's superblock still counts two devices.
+    let two_devices = || {
+        let o = ok(Command::new("btrfs")
+            .args(["inspect-internal", "dump-super"])
+            .arg(&second));
+        o.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["num_devices", "2"])
+    };
+    let mut hits = 0;
+    for i in 0..kills {
+        prepare();
+        let delay = Duration::from_micros(rng.below(full.as_micros() as u64 * 3 / 4 + 1));
+        hits += killed_at(&args, delay) as usize;
+        let step = format!("device remove: kill {i} after {delay:?}");
+        if two_devices() {
+            let both = vec![img.clone(), second.clone()];
+            verify_files(&step, &both, &want);
+            ok(Command::new(ubtrfs_bin()).args(&args));
+        }
+        verify_files(
+            &format!("{step}, finished"),
+            std::slice::from_ref(&second),
+            &want,
+        );
+    }
+    eprintln!("device remove: {hits} kills landed while it ran (full run {full:?})");
     // The clone with its new fsid mounts beside the original.
+    sparse_copy(&pristine, &img).unwrap();
+    ok(ubtrfs(&["tune", "-u"]).arg(&img));
     let _ = Command::new("btrfs")
         .args(["device", "scan", "--forget"])
         .output();
