@@ -271,15 +271,7 @@ fn bytes_needed(t: &Trans, devid: u64, past: &[u64]) -> u64 {
         if past.contains(&l) || (data_only && !past.is_empty()) {
             need += t.alloc.groups.get(&l).map_or(0, |g| g.used);
         } else {
-            let n = c.num_stripes.max(1) as u64;
-            let data_stripes = match c.chunk_type & BG_PROFILE_MASK {
-                BG_RAID0 => n,
-                BG_RAID10 => n / (c.sub_stripes as u64).max(1),
-                BG_RAID5 => n - 1,
-                BG_RAID6 => n - 2,
-                _ => 1,
-            };
-            need += c.length / data_stripes.max(1) * on;
+            need += ubtrfs_engine::io::volumes::stripe_len(c) * on;
         }
     }
     need

@@ -88,13 +88,7 @@ fn to_dup(t: &mut Trans) -> Result<()> {
 fn interrupted_relocation_is_clean_and_resumes() {
     let img = image();
     assert_eq!(problems(&img), Vec::<String>::new());
-    let run = |img: &[u8], fail_at: Option<u64>| {
-        let m = Arc::new(MemDev::from_bytes(img.to_vec()));
-        let f = Arc::new(FaultDev::new(m.clone(), fail_at));
-        let dev: Arc<dyn BlockDev> = f.clone();
-        let r = Trans::open_dev(vec![dev], 16 << 20).and_then(|mut t| to_dup(&mut t));
-        (r, f.ops(), m.snapshot())
-    };
+    let run = |img: &[u8], fail_at| with_faults(img, fail_at, to_dup);
     let (r, ops, done) = run(&img, None);
     r.unwrap();
     assert_eq!(problems(&done), Vec::<String>::new());
@@ -137,13 +131,7 @@ fn compact_all(t: &mut Trans) -> Result<Compacted> {
 #[test]
 fn interrupted_compaction_is_clean_and_resumes() {
     let img = image();
-    let run = |img: &[u8], fail_at: Option<u64>| {
-        let m = Arc::new(MemDev::from_bytes(img.to_vec()));
-        let f = Arc::new(FaultDev::new(m.clone(), fail_at));
-        let dev: Arc<dyn BlockDev> = f.clone();
-        let r = Trans::open_dev(vec![dev], 16 << 20).and_then(|mut t| compact_all(&mut t));
-        (r, f.ops(), m.snapshot())
-    };
+    let run = |img: &[u8], fail_at| with_faults(img, fail_at, compact_all);
     let (r, ops, done) = run(&img, None);
     let c = r.unwrap();
     assert!(c.extents >= 30 && c.groups >= 1, "{c:?}");
@@ -166,11 +154,21 @@ fn run(
     want: Option<[u8; 16]>,
     fail_at: Option<u64>,
 ) -> (Result<FsidChange>, u64, Vec<u8>) {
+    with_faults(img, fail_at, |t| change_fsid(t, want, &mut |_, _| {}))
+}
+
+/// Runs `op` on a writer over a copy of `img` whose writes fail from the
+/// `fail_at`-th on (none: all succeed): its result, the writes it made,
+/// and the image after.
+fn with_faults<T>(
+    img: &[u8],
+    fail_at: Option<u64>,
+    op: impl FnOnce(&mut Trans) -> Result<T>,
+) -> (Result<T>, u64, Vec<u8>) {
     let m = Arc::new(MemDev::from_bytes(img.to_vec()));
     let f = Arc::new(FaultDev::new(m.clone(), fail_at));
     let dev: Arc<dyn BlockDev> = f.clone();
-    let r = Trans::open_dev(vec![dev], 16 << 20)
-        .and_then(|mut t| change_fsid(&mut t, want, &mut |_, _| {}));
+    let r = Trans::open_dev(vec![dev], 16 << 20).and_then(|mut t| op(&mut t));
     (r, f.ops(), m.snapshot())
 }
 

@@ -68,6 +68,21 @@ pub(crate) fn layout(profile: u64) -> Result<Layout> {
     })
 }
 
+/// Device bytes of each stripe of chunk `c` (its DEV_EXTENT length): the
+/// length over the stripes that hold distinct data.
+pub fn stripe_len(c: &ChunkItem) -> u64 {
+    c.length / layout(c.chunk_type).map_or(1, |l| l.data_stripes(c.num_stripes as u64))
+}
+
+/// Whether a profile keeps the whole chunk in every stripe (single, DUP,
+/// RAID1, RAID1C3, RAID1C4).
+pub fn is_mirror(profile: u64) -> bool {
+    matches!(
+        profile & BG_PROFILE_MASK,
+        0 | BG_DUP | BG_RAID1 | BG_RAID1C3 | BG_RAID1C4
+    )
+}
+
 /// A physical place: device id and byte offset on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PhysLoc {

@@ -8,6 +8,7 @@
 use crate::ctree::for_each_item;
 use crate::error::Result;
 use crate::fs::Filesystem;
+use crate::io::volumes::{is_mirror, stripe_len};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use ubtrfs_format::consts::*;
@@ -84,19 +85,8 @@ pub fn space_map(fs: &Filesystem, width: u32) -> Result<SpaceMap> {
             *p = GAP_RGB;
         }
         for (logical, c) in fs.info.chunks.iter() {
-            let mirror = matches!(
-                c.chunk_type & BG_PROFILE_MASK,
-                0 | BG_DUP | BG_RAID1 | BG_RAID1C3 | BG_RAID1C4
-            );
-            let data_stripes = match c.chunk_type & BG_PROFILE_MASK {
-                BG_RAID0 => c.num_stripes as u64,
-                BG_RAID10 => c.num_stripes as u64 / (c.sub_stripes as u64).max(1),
-                BG_RAID5 => c.num_stripes as u64 - 1,
-                BG_RAID6 => c.num_stripes as u64 - 2,
-                _ => 1,
-            }
-            .max(1);
-            let stripe_len = c.length / data_stripes;
+            let mirror = is_mirror(c.chunk_type);
+            let stripe_len = stripe_len(c);
             let (glen, flags) = groups
                 .get(&logical)
                 .copied()

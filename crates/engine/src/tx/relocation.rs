@@ -27,7 +27,9 @@
 use super::volumes::{without_ranges, DevSpace};
 use super::Trans;
 use crate::error::{Error, Result};
-use crate::io::volumes::{layout, ChunkMap, PhysLoc, DEV_RESERVED, STRIPE_LEN};
+use crate::io::volumes::{
+    is_mirror, layout, stripe_len, ChunkMap, PhysLoc, DEV_RESERVED, STRIPE_LEN,
+};
 use std::collections::BTreeMap;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{profile_name, ChunkItem, Stripe};
@@ -46,15 +48,6 @@ pub struct RelocTarget {
     /// A device not here takes none, and its stripes all move (device
     /// remove).
     pub room: BTreeMap<u64, u64>,
-}
-
-/// Whether a profile keeps the whole chunk in every stripe (single, DUP,
-/// RAID1, RAID1C3, RAID1C4).
-fn is_mirror(profile: u64) -> bool {
-    matches!(
-        profile & BG_PROFILE_MASK,
-        0 | BG_DUP | BG_RAID1 | BG_RAID1C3 | BG_RAID1C4
-    )
 }
 
 /// A chunk's new stripes and how to fill them.
@@ -129,9 +122,8 @@ fn plan(
 ) -> Result<Option<ChunkMove>> {
     let old_profile = old.chunk_type & BG_PROFILE_MASK;
     let profile = target.profile.unwrap_or(old_profile) & BG_PROFILE_MASK;
-    let old_lay = layout(old_profile)?;
     let lay = layout(profile)?;
-    let old_stripe_len = old.length / old_lay.data_stripes(old.num_stripes as u64);
+    let old_stripe_len = stripe_len(old);
     let fits = |s: &Stripe, len: u64| {
         target
             .room
@@ -396,8 +388,7 @@ impl Trans {
             let mut room = self.reloc_room();
             room.insert(devid, size.min(room.get(&devid).copied().unwrap_or(0)));
             self.plan_relocation(|_, c| {
-                let len = c.length
-                    / layout(c.chunk_type).map_or(1, |l| l.data_stripes(c.num_stripes as u64));
+                let len = stripe_len(c);
                 c.stripes
                     .iter()
                     .any(|s| s.devid == devid && s.offset + len > size)
@@ -488,7 +479,7 @@ impl Trans {
             .chunks
             .remove(logical)
             .ok_or_else(|| Error::NotFound(format!("no chunk at logical {logical}")))?;
-        let stripe_len = c.length / layout(c.chunk_type)?.data_stripes(c.num_stripes as u64);
+        let stripe_len = stripe_len(&c);
         self.delete_item(
             CHUNK_TREE_OBJECTID,
             &Key::new(FIRST_CHUNK_TREE_OBJECTID, CHUNK_ITEM, logical),

@@ -591,10 +591,7 @@ impl Trans {
         // A chunk stripe without its DEV_EXTENT (a damaged image) is not
         // free space either.
         for (_, c) in self.info.chunks.iter() {
-            let Ok(l) = layout(c.chunk_type) else {
-                continue;
-            };
-            let len = c.length / l.data_stripes(c.num_stripes as u64);
+            let len = crate::io::volumes::stripe_len(c);
             for s in &c.stripes {
                 let overlaps = ds
                     .extents
