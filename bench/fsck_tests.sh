@@ -103,13 +103,13 @@ while IFS=$'\t' read -r dir expect note; do
       set -e
       if [[ $rrc == 0 && $arc == 0 ]]; then rep="repaired, btrfs check clean"
       elif grep -q 'nothing was written' <<<"$rout"; then rep="refused (not repairable yet)"
-      else rep="**exit $rrc, btrfs check after: $arc**"; fail=1; fi
+      else rep="**exit $rrc, btrfs check after: $arc; restored image md5 $(md5sum <"$img" | cut -c1-32)**"; fail=1; fi
       rm -f "$WORK/repair.img"
     fi
     mark=""
     if [[ $ok == 0 ]]; then
       known=${KNOWN[$dir/$name]:-${KNOWN[$dir]:-}}
-      if [[ -n $known ]]; then mark=" (known: $known)"; else mark=" **MISSED**"; fail=1; fi
+      if [[ -n $known ]]; then mark=" (known: $known)"; else mark=" **MISSED** (restored image md5 $(md5sum <"$img" | cut -c1-32))"; fail=1; fi
     fi
     printf '| %s | %s | %s | %s | %s%s | %s | %s |\n' "$dir" "$name" "$expect" "$prc" "$urc" "$mark" "$rep" "${first:-}"
   done

@@ -100,8 +100,30 @@ pub(crate) fn check(
             Fix::SuperTotalBytes,
         );
     }
+    check_sys_array(fs, &chunks, p);
     check_dev_extents(fs, &chunks, &dev_items, p)?;
     Ok(chunks)
+}
+
+/// Every chunk of the superblock's sys_chunk_array is a SYSTEM chunk with
+/// the same item in the chunk tree: readers map SYSTEM chunks from the
+/// array alone, so a copy that disagrees goes unseen until the array is
+/// rewritten from the tree.
+fn check_sys_array(fs: &Filesystem, chunks: &BTreeMap<u64, ChunkItem>, p: &mut Problems) {
+    let Ok(sys) = fs.info.sb.sys_chunks() else {
+        return; // the open read it already, or failed on it
+    };
+    for (k, c) in sys {
+        let here = format!("superblock sys_chunk_array CHUNK_ITEM {}", k.offset);
+        if c.chunk_type & BG_SYSTEM == 0 {
+            p.add(&here, format!("type 0x{:x} is not SYSTEM", c.chunk_type));
+        }
+        match chunks.get(&k.offset) {
+            None => p.add(&here, "not in the chunk tree"),
+            Some(t) if t != &c => p.add(&here, "differs from the chunk tree's item"),
+            Some(_) => {}
+        }
+    }
 }
 
 fn check_dev_extents(
