@@ -4,9 +4,8 @@
 //! [`ubtrfs_engine::tx::relocation`] moves them: logical addresses stay,
 //! one commit per chunk, so a killed balance run again goes on where it
 //! was. Empty block groups a filter picks are removed. Without convert,
-//! picked data block groups are compacted ([`ubtrfs_engine::tx::compact`]:
-//! their extents move to other groups, then they go); metadata ones are
-//! refused (their tree blocks would have to move).
+//! picked block groups are compacted ([`ubtrfs_engine::tx::compact`]:
+//! data extents, or tree blocks, move to other groups, then they go).
 //!
 //! As in btrfs-progs, `-d`, `-m` and `-s` take their filters attached
 //! (`-dconvert=dup,soft`); other devices of the filesystem are given
@@ -23,8 +22,9 @@ use ubtrfs_format::items::{profile_name, ChunkItem};
 
 #[derive(Subcommand)]
 pub enum BalanceCmd {
-    /// Convert block groups to another profile, or remove empty ones
-    /// (-dusage=0), on an unmounted image.
+    /// Convert block groups to another profile, compact them (without
+    /// convert), or remove empty ones (-dusage=0), on an unmounted image.
+    /// Without filters, every block group is compacted (a full balance).
     Start(StartArgs),
 }
 
@@ -44,6 +44,10 @@ pub struct StartArgs {
     /// Allow -s, and a metadata conversion that lowers redundancy.
     #[arg(short = 'f', long)]
     force: bool,
+    /// Balance every block group without the warning a full balance
+    /// (no filters) otherwise prints.
+    #[arg(long)]
+    full_balance: bool,
     /// The image (opened read-write; must not be in use).
     image: PathBuf,
     /// Another device of a multi-device filesystem (repeatable).
@@ -152,8 +156,8 @@ pub fn run(c: BalanceCmd) -> CmdResult {
 
 fn start(a: StartArgs) -> CmdResult {
     let parse = |w, v: &Option<String>| v.as_deref().map(|s| parse_filters(w, s)).transpose();
-    let data = parse("d", &a.data)?;
-    let meta = parse("m", &a.metadata)?;
+    let mut data = parse("d", &a.data)?;
+    let mut meta = parse("m", &a.metadata)?;
     let mut sys = parse("s", &a.system)?;
     if sys.is_some() && !a.force {
         return Err("Refusing to explicitly operate on system chunks. Pass --force if you really want to do that.".into());
@@ -162,12 +166,17 @@ fn start(a: StartArgs) -> CmdResult {
         // As progs: system chunks do what metadata ones are told.
         sys = meta.clone();
     }
-    if data.is_none() && meta.is_none() {
-        return Err(
-            "balance start: give -d, -m or -s filters (a full balance compacts \
-                    block groups, which is not done offline yet)"
-                .into(),
-        );
+    if data.is_none() && meta.is_none() && a.system.is_none() {
+        // As progs: no filters is a full balance, which it warns about.
+        if !a.full_balance {
+            eprintln!(
+                "WARNING: Full balance without filters requested: every block group is \
+                 rewritten (pass --full-balance to skip this warning)"
+            );
+        }
+        data = Some(Filters::default());
+        meta = Some(Filters::default());
+        sys = meta.clone();
     }
     let mut all = vec![a.image.clone()];
     all.extend(a.devices.iter().cloned());
@@ -271,38 +280,43 @@ fn start(a: StartArgs) -> CmdResult {
             }
         }
     })?;
-    // Without convert: data block groups are compacted (their extents
-    // move to others); metadata ones would need their tree blocks moved.
-    if let Some(&(l, ty)) = refused
-        .iter()
-        .find(|(_, ty)| ty & BG_DATA == 0 || ty & BG_METADATA != 0)
-    {
-        return Err(format!(
-            "block group at {l} ({}) is not empty: compacting metadata block groups \
-             (a balance of them without convert) is not done offline yet",
-            profile_name(ty)
-        )
-        .into());
-    }
-    let compact: Vec<u64> = refused.iter().map(|r| r.0).collect();
+    // Without convert: data block groups have their extents moved to
+    // others, metadata and system ones their tree blocks.
+    let of = |data: bool| -> Vec<u64> {
+        refused
+            .iter()
+            .filter(|&&(_, ty)| (ty & BG_DATA != 0) == data)
+            .map(|g| g.0)
+            .collect()
+    };
+    let (compact, trees) = (of(true), of(false));
     t.commit()?;
     let bytes = moves.iter().map(|m| m.bytes()).sum();
     crate::cmd_scrub::with_progress(bytes, "balance", |p| t.run_relocation(&moves, p))?;
-    let held: u64 = compact
-        .iter()
-        .filter_map(|s| t.alloc.groups.get(s).map(|g| g.used))
-        .sum();
+    let held_by = |t: &Trans, v: &[u64]| -> u64 {
+        v.iter()
+            .filter_map(|s| t.alloc.groups.get(s).map(|g| g.used))
+            .sum()
+    };
+    let held = held_by(&t, &compact);
     let c = crate::cmd_scrub::with_progress(held, "compacting", |p| {
         t.compact_data_groups(&compact, p)
     })?;
-    let unchanged = picked.len() - removed - moves.len() - c.groups;
+    let held = held_by(&t, &trees);
+    let m = crate::cmd_scrub::with_progress(held, "compacting metadata", |p| {
+        t.compact_tree_groups(&trees, p)
+    })?;
+    let unchanged = picked.len() - removed - moves.len() - c.groups - m.groups;
     println!(
         "Done, had to relocate {} out of {total} chunks ({removed} empty removed, {} \
-         compacted: {} extents, {} bytes moved{})",
-        moves.len() + removed + c.groups,
+         compacted: {} extents, {} bytes moved; {} metadata compacted: {} tree blocks \
+         moved{})",
+        moves.len() + removed + c.groups + m.groups,
         c.groups,
         c.extents,
         c.bytes,
+        m.groups,
+        m.extents,
         if unchanged > 0 {
             format!(", {unchanged} already as asked")
         } else {

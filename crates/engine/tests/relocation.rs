@@ -1,5 +1,6 @@
 //! Offline space management in process, on images in memory: moving
-//! chunks (a conversion to DUP), compacting data block groups and
+//! chunks (a conversion to DUP), compacting data and metadata block
+//! groups and
 //! rewriting the fsid, each with writes failing from each of its writes
 //! on (a crash or a dying device), then the engine's check with data
 //! checksums clean and the same operation run again to the end; and the
@@ -126,18 +127,26 @@ fn compact_all(t: &mut Trans) -> Result<Compacted> {
     t.compact_data_groups(&data, &mut |_| {})
 }
 
-/// Every data extent moves and its data verifies; writes failing from
-/// any one on leave a clean image, and compacting again finishes.
-#[test]
-fn interrupted_compaction_is_clean_and_resumes() {
-    let img = image();
-    let run = |img: &[u8], fail_at| with_faults(img, fail_at, compact_all);
-    let (r, ops, done) = run(&img, None);
+fn compact_trees(t: &mut Trans) -> Result<Compacted> {
+    let groups: Vec<u64> = t
+        .alloc
+        .groups
+        .values()
+        .filter(|g| g.flags & BG_DATA == 0)
+        .map(|g| g.start)
+        .collect();
+    t.compact_tree_groups(&groups, &mut |_| {})
+}
+
+/// Writes failing from a spread of `op`'s writes on leave a clean image,
+/// and `op` run again on it finishes clean; returns what a full run did.
+fn cut_and_resume(img: &[u8], op: fn(&mut Trans) -> Result<Compacted>) -> Compacted {
+    let run = |img: &[u8], fail_at| with_faults(img, fail_at, op);
+    let (r, ops, done) = run(img, None);
     let c = r.unwrap();
-    assert!(c.extents >= 30 && c.groups >= 1, "{c:?}");
     assert_eq!(problems(&done), Vec::<String>::new());
     for k in (0..ops).filter(|k| *k < 4 || k % (ops / 6).max(1) == 0) {
-        let (r, _, cut) = run(&img, Some(k));
+        let (r, _, cut) = run(img, Some(k));
         assert!(
             r.is_err(),
             "writes failing from {k} of {ops} went unnoticed"
@@ -147,6 +156,25 @@ fn interrupted_compaction_is_clean_and_resumes() {
         r.unwrap_or_else(|e| panic!("run again after {k}: {e}"));
         assert_eq!(problems(&again), Vec::<String>::new(), "again after {k}");
     }
+    c
+}
+
+/// Every data extent moves and its data verifies; writes failing from
+/// any one on leave a clean image, and compacting again finishes.
+#[test]
+fn interrupted_compaction_is_clean_and_resumes() {
+    let c = cut_and_resume(&image(), compact_all);
+    assert!(c.extents >= 30 && c.groups >= 1, "{c:?}");
+}
+
+/// The same for tree blocks: every metadata and system group's blocks
+/// move (to other block groups, or new chunks), and the
+/// emptied groups go.
+#[test]
+fn interrupted_tree_compaction_is_clean_and_resumes() {
+    let img = image();
+    let c = cut_and_resume(&img, compact_trees);
+    assert!(c.extents >= 4 && c.groups >= 2, "{c:?}");
 }
 
 fn run(

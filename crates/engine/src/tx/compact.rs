@@ -20,9 +20,11 @@
 use super::delayed_ref::Backref;
 use super::Trans;
 use crate::error::{Error, Result};
-use std::collections::BTreeMap;
+use crate::tree::block::BlockExpect;
+use std::collections::{BTreeMap, BTreeSet};
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{FileExtent, FileExtentKind, RootItem};
+use ubtrfs_format::items::{ExtentRecord, FileExtent, FileExtentKind, InlineRef, RootItem};
+use ubtrfs_format::node::MAX_LEVEL;
 use ubtrfs_format::Key;
 
 /// Bytes copied per read and write.
@@ -192,5 +194,189 @@ impl Trans {
         }
         self.commit()?;
         Ok(done)
+    }
+}
+
+/// Passes over a metadata group before giving up: one moves every block a
+/// root reaches; a second finds none left unless references were missed.
+const TREE_PASSES: usize = 3;
+
+impl Trans {
+    /// Moves every tree block out of the metadata or system block groups
+    /// `starts`, a commit per group, each emptied group removed. A block
+    /// moves by being copied on write from every tree that reaches it
+    /// (its path from each such root copied, as any change to the tree
+    /// would copy it): the copies go to groups not being compacted, and
+    /// the old block is freed when the last tree lets go of it. A block a
+    /// snapshot shares with its source is copied once for each (metadata
+    /// sharing is lost, data sharing stays). `progress` is told the bytes
+    /// of tree blocks moved so far. Refused, changing nothing: mixed
+    /// groups, a log tree not yet replayed (its blocks have no extent
+    /// items), a subvolume whose deletion is not finished.
+    pub fn compact_tree_groups(
+        &mut self,
+        starts: &[u64],
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Compacted> {
+        if self.info.sb.log_root != 0 {
+            return Err(Error::Unsupported(
+                "compacting metadata block groups with a log tree not replayed: run `ubtrfs \
+                 rescue replay-log` (or mount the image once) first"
+                    .into(),
+            ));
+        }
+        let mut ranges = Vec::new();
+        for &s in starts {
+            let g = self
+                .alloc
+                .groups
+                .get(&s)
+                .ok_or_else(|| Error::NotFound(format!("no block group at {s}")))?;
+            if g.flags & BG_DATA != 0 {
+                return Err(Error::Unsupported(format!(
+                    "block group {s}: only metadata and system block groups (not mixed \
+                     ones) have their tree blocks moved"
+                )));
+            }
+            ranges.push((s, g.end()));
+        }
+        ranges.sort_by_key(|&(s, _)| self.alloc.groups.get(&s).map_or(0, |g| g.used));
+        self.file_trees()?;
+        let ns = self.nodesize() as u64;
+        let mut done = Compacted::default();
+        for (s, e) in ranges {
+            if let Some(g) = self.alloc.groups.get_mut(&s) {
+                g.ro = true;
+            }
+            let mut left = 0;
+            for _ in 0..TREE_PASSES {
+                let blocks = self.tree_blocks_in(s, e)?;
+                left = blocks.len();
+                if blocks.is_empty() {
+                    break;
+                }
+                for (&bytenr, &level) in &blocks {
+                    let b = self.load_block(
+                        bytenr,
+                        BlockExpect {
+                            level: Some(level),
+                            generation: None,
+                            first_key: None,
+                        },
+                    )?;
+                    let first = if b.is_leaf() {
+                        b.items().keys().first().copied().unwrap_or(Key::MIN)
+                    } else {
+                        b.ptrs().first().map_or(Key::MIN, |p| p.key)
+                    };
+                    for root in self.roots_reaching(bytenr, 0)? {
+                        self.search_mut(root, &first)?;
+                    }
+                    done.extents += 1;
+                    done.bytes += ns;
+                    progress(done.bytes);
+                }
+                // The old blocks' references go with the commit.
+                self.commit()?;
+            }
+            if left > 0 && !self.tree_blocks_in(s, e)?.is_empty() {
+                return Err(Error::corrupt(
+                    format!("block group {s}"),
+                    "tree blocks still in it after every tree reaching them was copied: \
+                     their back references name no tree that holds them",
+                ));
+            }
+            if self.chunk_is_empty(s) {
+                self.remove_empty_chunk(s)?;
+            } else if let Some(g) = self.alloc.groups.get_mut(&s) {
+                g.ro = false;
+            }
+            done.groups += 1;
+        }
+        self.commit()?;
+        Ok(done)
+    }
+
+    /// The tree blocks in `[s, e)` by address, with their levels.
+    fn tree_blocks_in(&self, s: u64, e: u64) -> Result<BTreeMap<u64, u8>> {
+        let mut out = BTreeMap::new();
+        let mut bad = None;
+        self.scan(EXTENT_TREE_OBJECTID, &Key::new(s, 0, 0), |k, d| {
+            if k.objectid >= e {
+                return false;
+            }
+            match k.item_type {
+                METADATA_ITEM => {
+                    out.insert(k.objectid, k.offset.min(u8::MAX as u64) as u8);
+                }
+                EXTENT_ITEM => match ExtentRecord::parse(k, d) {
+                    Ok(r) => {
+                        if let Some(tb) = r.tree_block {
+                            out.insert(k.objectid, tb.level);
+                        }
+                    }
+                    Err(err) => bad = Some(Error::format(format!("extent tree key {k}"), err)),
+                },
+                _ => {}
+            }
+            bad.is_none()
+        })?;
+        match bad {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// The trees whose roots reach tree block `bytenr`: its references by
+    /// tree, and those of every node that refers to it by address, up.
+    fn roots_reaching(&self, bytenr: u64, depth: usize) -> Result<BTreeSet<u64>> {
+        if depth > MAX_LEVEL as usize {
+            return Err(Error::corrupt(
+                format!("tree block {bytenr}"),
+                "its chain of parent back references is deeper than a tree",
+            ));
+        }
+        let mut roots = BTreeSet::new();
+        let mut parents = Vec::new();
+        let mut bad = None;
+        self.scan(EXTENT_TREE_OBJECTID, &Key::new(bytenr, 0, 0), |k, d| {
+            if k.objectid != bytenr {
+                return false;
+            }
+            match k.item_type {
+                METADATA_ITEM | EXTENT_ITEM => match ExtentRecord::parse(k, d) {
+                    Ok(r) => {
+                        for r in r.refs {
+                            match r {
+                                InlineRef::TreeBlock { root } => {
+                                    roots.insert(root);
+                                }
+                                InlineRef::SharedBlock { parent } => parents.push(parent),
+                                _ => {}
+                            }
+                        }
+                    }
+                    Err(err) => bad = Some(Error::format(format!("extent tree key {k}"), err)),
+                },
+                TREE_BLOCK_REF => {
+                    roots.insert(k.offset);
+                }
+                SHARED_BLOCK_REF => parents.push(k.offset),
+                _ => {}
+            }
+            bad.is_none()
+        })?;
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        for p in parents {
+            roots.extend(self.roots_reaching(p, depth + 1)?);
+        }
+        if let Some(r) = roots.iter().find(|&&r| r == TREE_RELOC_OBJECTID) {
+            return Err(Error::Unsupported(format!(
+                "tree block {bytenr} belongs to an unfinished relocation (tree {r})"
+            )));
+        }
+        Ok(roots)
     }
 }
