@@ -189,26 +189,41 @@ fn resize(
         let moves = match t.plan_shrink(a.devid, new) {
             Ok(m) => m,
             Err(ubtrfs_engine::Error::NoSpace(why)) => {
-                // Whole chunks do not fit: compact the data block groups
-                // past the end into the space below it first, as the
-                // kernel's shrink moves extents, then move what is left.
-                let past = data_groups_past(&t, devid, new);
+                // Whole chunks do not fit: compact the block groups past
+                // the end into the space below it first, as the kernel's
+                // shrink moves extents and tree blocks, then move what is
+                // left.
+                let past = groups_past(&t, devid, new);
                 let need = bytes_needed(&t, devid, &past);
                 if past.is_empty() || need > new {
                     return Err(format!(
-                        "{why}; compacting the data past the end would not fit either: \
+                        "{why}; compacting what lies past the end would not fit either: \
                          what devid {devid} holds needs about {} MiB",
                         need.div_ceil(1 << 20)
                     )
                     .into());
                 }
                 t.commit()?;
+                let kind = |t: &Trans, data: bool| -> Vec<u64> {
+                    past.iter()
+                        .copied()
+                        .filter(|s| {
+                            t.alloc
+                                .groups
+                                .get(s)
+                                .is_some_and(|g| (g.flags & BG_DATA != 0) == data)
+                        })
+                        .collect()
+                };
+                let (data, trees) = (kind(&t, true), kind(&t, false));
                 let held = past
                     .iter()
                     .filter_map(|s| t.alloc.groups.get(s).map(|g| g.used))
                     .sum();
                 crate::cmd_scrub::with_progress(held, "compacting", |p| {
-                    t.compact_data_groups(&past, p)
+                    let d = t.compact_data_groups(&data, p)?;
+                    let base = d.bytes;
+                    t.compact_tree_groups(&trees, &mut |b| p(base + b))
                 })?;
                 t.plan_shrink(a.devid, new)?
             }
@@ -238,13 +253,15 @@ fn resize(
     Ok(())
 }
 
-/// The data block groups (not mixed) with a stripe on `devid` past byte
-/// `end`.
-fn data_groups_past(t: &Trans, devid: u64, end: u64) -> Vec<u64> {
+/// The block groups (not mixed) with a stripe on `devid` past byte `end`.
+fn groups_past(t: &Trans, devid: u64, end: u64) -> Vec<u64> {
     t.info
         .chunks
         .iter()
-        .filter(|(_, c)| c.chunk_type & (BG_DATA | BG_METADATA | BG_SYSTEM) == BG_DATA)
+        .filter(|(_, c)| {
+            let k = c.chunk_type & (BG_DATA | BG_METADATA | BG_SYSTEM);
+            k == BG_DATA || k & BG_DATA == 0
+        })
         .filter(|(_, c)| {
             c.stripes
                 .iter()
@@ -254,12 +271,12 @@ fn data_groups_past(t: &Trans, devid: u64, end: u64) -> Vec<u64> {
         .collect()
 }
 
-/// About the device bytes `devid` needs once the data groups `past` are
+/// About the device bytes `devid` needs once the block groups `past` are
 /// compacted into the free space of the others: every other chunk's
-/// stripe on it, the data those groups hold, the first MiB. (A lower
-/// bound: the free space below the end may not take every extent whole,
-/// and then the compaction stops with no space, each group it finished
-/// committed.)
+/// stripe on it, what those groups hold (each copy), the first MiB. (A
+/// lower bound: the free space below the end may not take every extent
+/// whole, tree blocks snapshots share are copied per tree, and then the
+/// compaction stops with no space, each group it finished committed.)
 fn bytes_needed(t: &Trans, devid: u64, past: &[u64]) -> u64 {
     let mut need = 1 << 20;
     for (l, c) in t.info.chunks.iter() {
@@ -269,7 +286,7 @@ fn bytes_needed(t: &Trans, devid: u64, past: &[u64]) -> u64 {
         }
         let data_only = c.chunk_type & (BG_DATA | BG_METADATA | BG_SYSTEM) == BG_DATA;
         if past.contains(&l) || (data_only && !past.is_empty()) {
-            need += t.alloc.groups.get(&l).map_or(0, |g| g.used);
+            need += t.alloc.groups.get(&l).map_or(0, |g| g.used) * on;
         } else {
             need += ubtrfs_engine::io::volumes::stripe_len(c) * on;
         }
