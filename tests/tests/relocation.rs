@@ -14,6 +14,8 @@
 //! and the same command run again finishes; the clone with its new fsid
 //! mounts beside the original.
 //!
+//! An image without skinny metadata takes a full balance and a shrink.
+//!
 //! UBTRFS_CRASH_KILLS sets the kills per command (3 unless set;
 //! bench/relocation.sh runs more).
 
@@ -54,6 +56,19 @@ fn with_devs(c: &mut Command, imgs: &[PathBuf], flag: &str) {
 /// compress content, and big files written and partly removed so that
 /// data lies in block groups far into the device.
 fn kernel_image(dir: &Path) -> PathBuf {
+    kernel_image_with(
+        dir,
+        &[],
+        "mkdir -p big && for i in 1 2 3 4; do \
+           head -c 120M /dev/urandom > big/f$i; sync; done; \
+         rm big/f2; cp --reflink=always big/f3 big/f3.ref; \
+         btrfs subvolume snapshot -r . snap-after >/dev/null; sync",
+    )
+}
+
+/// A 1 GiB image mkfs.btrfs makes with `mkfs` options, populate.py's rich
+/// and compress trees written by the kernel (zstd), then `fill` run in it.
+fn kernel_image_with(dir: &Path, mkfs: &[&str], fill: &str) -> PathBuf {
     let img = dir.join("dev0.img");
     let _ = std::fs::remove_file(&img);
     std::fs::File::create(&img)
@@ -61,7 +76,10 @@ fn kernel_image(dir: &Path) -> PathBuf {
         .set_len(1 << 30)
         .unwrap();
     run_ok(
-        Command::new("mkfs.btrfs").args(["-q", "-f"]).arg(&img),
+        Command::new("mkfs.btrfs")
+            .args(["-q", "-f"])
+            .args(mkfs)
+            .arg(&img),
         "mkfs.btrfs",
     );
     let m = Mount::images(std::slice::from_ref(&img), "compress=zstd", false);
@@ -73,16 +91,33 @@ fn kernel_image(dir: &Path) -> PathBuf {
         "populate.py",
     );
     run_ok(
-        Command::new("sh").current_dir(&m.dir).arg("-c").arg(
-            "mkdir -p big && for i in 1 2 3 4; do \
-               head -c 120M /dev/urandom > big/f$i; sync; done; \
-             rm big/f2; cp --reflink=always big/f3 big/f3.ref; \
-             btrfs subvolume snapshot -r . snap-after >/dev/null; sync",
-        ),
+        Command::new("sh").current_dir(&m.dir).arg("-c").arg(fill),
         "fill",
     );
     m.unmount();
     img
+}
+
+/// An image without skinny metadata (tree blocks' extent items are
+/// EXTENT_ITEMs with a tree block info): a full balance and a shrink
+/// write new ones the kernel and btrfs check accept.
+#[test]
+fn full_balance_and_shrink_without_skinny_metadata() {
+    skip_unless!(kernel_available);
+    let dir = scratch_dir("relocation-noskinny");
+    let img = kernel_image_with(
+        &dir,
+        &["-O", "^skinny-metadata"],
+        "head -c 30M /dev/urandom > big; cp --reflink=always big big.ref; \
+         btrfs subvolume snapshot -r . snap-1 >/dev/null; rm -r big; sync",
+    );
+    let one = vec![img.clone()];
+    let want = seen(&one);
+    let said = ok(ubtrfs(&["balance", "start", "--full-balance"]).arg(&img));
+    assert!(!said.contains(" 0 metadata compacted"), "{said}");
+    verify("full balance", &one, &want, &[1 << 30]);
+    ok(ubtrfs(&["filesystem", "resize", "400M"]).arg(&img));
+    verify("shrink to 400M", &one, &want, &[400 * MIB]);
 }
 
 /// Loop devices of `imgs`, known to the kernel's device list (for

@@ -27,10 +27,12 @@ pub struct CheckArgs {
     /// Check without writing (the default; accepted as btrfs check takes it).
     #[arg(long)]
     readonly: bool,
-    /// Repair what is found, in one transaction, then check again. Only
-    /// counters and fields are repaired yet (block group, device and
-    /// superblock usage and sizes, an inode's nbytes, size, link count or
-    /// generations, a lost orphan item); when anything else is wrong, the
+    /// Repair what is found, in one transaction, then check again:
+    /// counters and fields (block group, device and superblock usage and
+    /// sizes, an inode's nbytes, size, link count or generations, a lost
+    /// orphan item), names (missing or misplaced DIR_ITEM, DIR_INDEX,
+    /// INODE_REF), invalid modes, missing inode items, and inodes no name
+    /// reaches (into lost+found). When anything else is wrong, the
     /// problems that cannot be repaired are named and nothing is written.
     #[arg(long, conflicts_with = "readonly")]
     repair: bool,

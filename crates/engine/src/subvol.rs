@@ -485,7 +485,7 @@ impl Trans {
     ) -> Result<()> {
         let b = self.load_block(bytenr, expect)?;
         let level = b.level;
-        let key = Key::new(bytenr, METADATA_ITEM, level as u64);
+        let key = self.tree_block_key(bytenr, level);
         let data = self.lookup(EXTENT_TREE_OBJECTID, &key)?.ok_or_else(|| {
             Error::corrupt(
                 format!("extent tree key {key}"),

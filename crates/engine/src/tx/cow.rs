@@ -18,7 +18,6 @@ use crate::tree::block::BlockExpect;
 use crate::tree::buf::{ExtentBuffer, HEADER_FLAG_RELOC};
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{ExtentRecord, FileExtent, FileExtentKind, BLOCK_FLAG_FULL_BACKREF};
-use ubtrfs_format::Key;
 
 impl Trans {
     /// Makes the block at `bytenr` (child `slot` of `parent`, or the root
@@ -107,7 +106,7 @@ impl Trans {
     /// References and flags of tree block `bytenr` as of now: the extent
     /// item with this transaction's pending changes.
     fn extent_info(&mut self, bytenr: u64, level: u8) -> Result<(u64, u64)> {
-        let key = Key::new(bytenr, METADATA_ITEM, level as u64);
+        let key = self.tree_block_key(bytenr, level);
         let (mut refs, mut flags) = match self.lookup(EXTENT_TREE_OBJECTID, &key)? {
             Some(d) => {
                 let r = ExtentRecord::parse(&key, &d)

@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use ubtrfs_format::consts::*;
 use ubtrfs_format::items::{
-    ExtentDataRef, ExtentItem, ExtentRecord, InlineRef, BLOCK_FLAG_FULL_BACKREF, EXTENT_FLAG_DATA,
-    EXTENT_FLAG_TREE_BLOCK,
+    ExtentDataRef, ExtentItem, ExtentRecord, InlineRef, TreeBlockInfo, BLOCK_FLAG_FULL_BACKREF,
+    EXTENT_FLAG_DATA, EXTENT_FLAG_TREE_BLOCK,
 };
 use ubtrfs_format::node::{HEADER_SIZE, ITEM_SIZE};
 use ubtrfs_format::Key;
@@ -261,16 +261,16 @@ impl Trans {
         Ok(true)
     }
 
-    fn extent_key(bytenr: u64, head: &Head) -> Key {
+    fn extent_key(&self, bytenr: u64, head: &Head) -> Key {
         if head.is_data {
             Key::new(bytenr, EXTENT_ITEM, head.num_bytes)
         } else {
-            Key::new(bytenr, METADATA_ITEM, head.level as u64)
+            self.tree_block_key(bytenr, head.level)
         }
     }
 
     fn run_head(&mut self, bytenr: u64, head: Head) -> Result<()> {
-        let key = Self::extent_key(bytenr, &head);
+        let key = self.extent_key(bytenr, &head);
         let mut refs: BTreeMap<Backref, u64> = BTreeMap::new();
         let mut record = if head.new {
             if head.deltas.values().all(|&d| d == 0) {
@@ -294,7 +294,19 @@ impl Trans {
                         EXTENT_FLAG_TREE_BLOCK
                     },
                 },
-                tree_block: None,
+                // Without skinny metadata a tree block's EXTENT_ITEM holds
+                // its level and a key (its first, as the kernel records
+                // it when the block is made).
+                tree_block: (!head.is_data && key.item_type == EXTENT_ITEM).then(|| {
+                    TreeBlockInfo {
+                        key: self
+                            .bufs
+                            .get(&bytenr)
+                            .and_then(|b| b.first_key())
+                            .unwrap_or(Key::MIN),
+                        level: head.level,
+                    }
+                }),
                 refs: Vec::new(),
             }
         } else {

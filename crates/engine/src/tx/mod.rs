@@ -221,6 +221,17 @@ impl Trans {
         self.info.nodesize
     }
 
+    /// The extent tree key of tree block `bytenr` at `level`: its
+    /// METADATA_ITEM, or on an image without skinny metadata its
+    /// EXTENT_ITEM (which holds the level in a tree block info).
+    pub fn tree_block_key(&self, bytenr: u64, level: u8) -> Key {
+        if self.info.sb.incompat_flags & INCOMPAT_SKINNY_METADATA != 0 {
+            Key::new(bytenr, METADATA_ITEM, level as u64)
+        } else {
+            Key::new(bytenr, EXTENT_ITEM, self.nodesize() as u64)
+        }
+    }
+
     pub fn sectorsize(&self) -> u32 {
         self.info.sectorsize
     }

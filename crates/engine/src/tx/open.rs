@@ -142,11 +142,6 @@ impl Trans {
                 "{name}: writing images with incompat flags {unknown:#x} is not supported"
             )));
         }
-        if sb.incompat_flags & INCOMPAT_SKINNY_METADATA == 0 {
-            return Err(Error::Unsupported(format!(
-                "{name}: writing images without skinny metadata is not supported"
-            )));
-        }
         if sb.compat_ro_flags & COMPAT_RO_BLOCK_GROUP_TREE != 0 {
             return Err(Error::Unsupported(format!(
                 "{name}: writing images with a block group tree is not supported"

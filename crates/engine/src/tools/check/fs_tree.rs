@@ -15,10 +15,10 @@
 //! a subvolume are handed to [`super::roots`].
 
 use super::csum::CsumWant;
-use super::{Fix, Problems};
+use super::{Fix, NamePart, Problems};
 use crate::ctree::{for_each_item, Tree};
 use crate::fs::Filesystem;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use ubtrfs_format::checksum::{extref_hash, name_hash};
 use ubtrfs_format::consts::*;
@@ -91,6 +91,26 @@ struct Names {
     /// Inodes with nlink 0, and the orphan items.
     unlinked: Vec<u64>,
     orphans: BTreeSet<u64>,
+    /// Figures judged once the names are known (the repair adds names):
+    /// (inode, nlink, names) of linked inodes, (directory, size, entry
+    /// bytes), inodes with an invalid mode, inodes without INODE_ITEM.
+    links: Vec<(u64, u32, u32)>,
+    dir_sizes: Vec<(u64, u64, u64)>,
+    bad_modes: Vec<Shape>,
+    missing: Vec<Shape>,
+}
+
+/// What an inode's items show of it, to judge its type and figures by
+/// when its INODE_ITEM is missing or its mode invalid.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    ino: u64,
+    mode: u32,
+    names: u32,
+    has_entries: bool,
+    entry_bytes: u64,
+    extent_end: u64,
+    found_bytes: u64,
 }
 
 impl Names {
@@ -223,7 +243,23 @@ pub(crate) fn check(
                     }
                     for e in entries {
                         if k.item_type != DIR_INDEX && name_hash(e.name) != k.offset {
-                            p.add(here(), format!("name {:?} hashes elsewhere", lossy(e.name)));
+                            let what = format!("name {:?} hashes elsewhere", lossy(e.name));
+                            if k.item_type == XATTR_ITEM {
+                                p.add(here(), what);
+                            } else {
+                                // Removed; its INODE_REF gets a DIR_ITEM
+                                // where the name hashes.
+                                p.add_fix(
+                                    here(),
+                                    what,
+                                    Fix::DeleteDirName {
+                                        tree: t.id,
+                                        key: k,
+                                        name: e.name.to_vec(),
+                                    },
+                                );
+                                continue;
+                            }
                         }
                         if k.item_type == XATTR_ITEM {
                             continue;
@@ -437,18 +473,23 @@ fn finish_inode(
     p: &mut Problems,
 ) {
     let here = || format!("{tname} inode {}", cur.ino);
+    let shape = |mode| Shape {
+        ino: cur.ino,
+        mode,
+        names: cur.names,
+        has_entries: cur.has_entries,
+        entry_bytes: cur.entry_bytes,
+        extent_end: cur.extent_end,
+        found_bytes: cur.found_bytes,
+    };
     let Some(i) = &cur.item else {
-        p.add(here(), "has items but no INODE_ITEM");
+        names.missing.push(shape(0));
         return;
     };
     names.modes.push((cur.ino, i.mode));
     let fmt = i.mode & 0o170000;
-    let valid = matches!(
-        fmt,
-        0o100000 | 0o040000 | 0o120000 | 0o020000 | 0o060000 | 0o010000 | 0o140000
-    );
-    if !valid {
-        p.add(here(), format!("invalid mode {:o}", i.mode));
+    if !mode_valid(i.mode) {
+        names.bad_modes.push(shape(i.mode));
     }
     if i.generation > sb_gen + 1 || i.transid > sb_gen + 1 {
         let fix = |g: u64| if g > sb_gen + 1 { sb_gen } else { g };
@@ -477,22 +518,8 @@ fn finish_inode(
     }
     if i.nlink == 0 {
         names.unlinked.push(cur.ino);
-    } else if i.nlink != cur.names {
-        let what = format!("nlink {} but {} names", i.nlink, cur.names);
-        if cur.names > 0 {
-            let nlink = cur.names;
-            p.add_fix(
-                here(),
-                what,
-                Fix::Nlink {
-                    tree,
-                    ino: cur.ino,
-                    nlink,
-                },
-            );
-        } else {
-            p.add(here(), what);
-        }
+    } else {
+        names.links.push((cur.ino, i.nlink, cur.names));
     }
     if i.nlink == 0 {
         // An orphan, half deleted: what it still holds is not checked
@@ -503,20 +530,7 @@ fn finish_inode(
         if i.nlink >= 2 {
             p.add(here(), format!("directory with nlink {}", i.nlink));
         }
-        if i.size != cur.entry_bytes {
-            p.add_fix(
-                here(),
-                format!(
-                    "directory size {} but its entries make {}",
-                    i.size, cur.entry_bytes
-                ),
-                Fix::DirSize {
-                    tree,
-                    ino: cur.ino,
-                    size: cur.entry_bytes,
-                },
-            );
-        }
+        names.dir_sizes.push((cur.ino, i.size, cur.entry_bytes));
         if cur.has_extents {
             p.add(here(), "directory with file extents");
         }
@@ -557,6 +571,12 @@ fn finish_inode(
     }
 }
 
+/// A mode of a known type with no bits past the type and permissions
+/// (progs' "invalid inode mode bit").
+fn mode_valid(mode: u32) -> bool {
+    mode & !0o177777 == 0 && type_of(mode) != FT_UNKNOWN
+}
+
 /// The file type a directory entry of an inode of `mode` carries.
 fn type_of(mode: u32) -> u8 {
     match mode & 0o170000 {
@@ -571,9 +591,39 @@ fn type_of(mode: u32) -> u8 {
     }
 }
 
+/// A mode for an inode whose own is missing or invalid, as progs'
+/// detect_imode: the type an entry naming it gives, else a directory when
+/// it has entries (or is the top directory), else a regular file; the
+/// permissions mkdir and creat give by default.
+fn detect_mode(s: &Shape, root_dir: u64, n: &Names) -> u32 {
+    let named = n
+        .items
+        .iter()
+        .chain(n.index.iter())
+        .find(|e| e.target == s.ino && e.ftype != FT_UNKNOWN)
+        .map(|e| e.ftype);
+    let ft = match named {
+        Some(ft) => ft,
+        None if s.has_entries || s.ino == root_dir => FT_DIR,
+        None => FT_REG_FILE,
+    };
+    match ft {
+        FT_DIR => 0o040755,
+        FT_SYMLINK => 0o120777,
+        FT_CHRDEV => 0o020644,
+        FT_BLKDEV => 0o060644,
+        FT_FIFO => 0o010644,
+        FT_SOCK => 0o140644,
+        _ => 0o100644,
+    }
+}
+
 /// Names across inodes: every INODE_REF with its DIR_ITEM and DIR_INDEX,
-/// every entry with its INODE_REF; orphans.
+/// every entry with its INODE_REF; orphans. Then the figures that count
+/// names (nlink, a directory's size), with the names the repair adds, and
+/// the inodes whose type or item is missing.
 fn check_names(tname: &str, t: Tree, fs: &Filesystem, n: &mut Names, p: &mut Problems) {
+    let tree = t.id;
     let root_dir = fs
         .root_item(t.id)
         .ok()
@@ -583,6 +633,16 @@ fn check_names(tname: &str, t: Tree, fs: &Filesystem, n: &mut Names, p: &mut Pro
     n.items.sort_by_key(|e| (e.dir, e.key));
     n.index.sort_by_key(|e| (e.dir, e.key));
     n.modes.sort_unstable_by_key(|m| m.0);
+    let missing = std::mem::take(&mut n.missing);
+    let shape_of = |ino: u64| missing.iter().find(|s| s.ino == ino);
+    // Whether `d` is a directory the repair can add names to.
+    let is_dir = |n: &Names, d: u64| match n.mode(d) {
+        Some(m) => m & 0o170000 == 0o040000,
+        None => shape_of(d).is_some_and(|s| s.has_entries || s.ino == root_dir),
+    };
+    // What the repair adds: name bytes per directory, names per inode.
+    let mut added_bytes: BTreeMap<u64, i64> = BTreeMap::new();
+    let mut added_links: BTreeMap<u64, u32> = BTreeMap::new();
     let refs = std::mem::take(&mut n.refs);
     for r in &refs {
         let (ino, parent, index) = (r.ino, r.parent, r.index);
@@ -595,15 +655,50 @@ fn check_names(tname: &str, t: Tree, fs: &Filesystem, n: &mut Names, p: &mut Pro
                 lossy(n.name(r.name))
             )
         };
+        let name = n.name(r.name).to_vec();
         let mode = n.mode(ino);
-        let wrong_type = |ft: u8| mode.is_some_and(|m| type_of(m) != ft);
+        let valid = mode.is_some_and(mode_valid);
+        let wrong_type = |ft: u8| valid && mode.is_some_and(|m| type_of(m) != ft);
         // DIR_ITEM: among the entries of (parent, hash), the one of this name.
         let lo = n
             .items
             .partition_point(|e| (e.dir, e.key) < (parent, r.hash));
         let hit = (lo..n.items.len())
             .take_while(|&i| (n.items[i].dir, n.items[i].key) == (parent, r.hash))
-            .find(|&i| n.name(n.items[i].name) == n.name(r.name));
+            .find(|&i| n.name(n.items[i].name) == name.as_slice());
+        let ix = n
+            .index
+            .binary_search_by_key(&(parent, index), |e| (e.dir, e.key))
+            .ok();
+        // The type its entries give, for the ones added.
+        let ftype = match mode {
+            Some(m) if valid => type_of(m),
+            _ => hit
+                .map(|i| n.items[i].ftype)
+                .or(ix.map(|i| n.index[i].ftype))
+                .unwrap_or(FT_REG_FILE),
+        };
+        let can_add = is_dir(n, parent) && (mode.is_some() || shape_of(ino).is_some());
+        let mut add = |n: &Names, p: &mut Problems, what: String, part: NamePart, bytes: i64| {
+            if can_add {
+                *added_bytes.entry(parent).or_default() += bytes;
+                p.add_fix(
+                    here(n),
+                    what,
+                    Fix::AddName {
+                        tree,
+                        dir: parent,
+                        ino,
+                        name: name.clone(),
+                        index,
+                        ftype,
+                        part,
+                    },
+                );
+            } else {
+                p.add(here(n), what);
+            }
+        };
         match hit {
             Some(i) => {
                 n.items[i].matched = true;
@@ -620,30 +715,104 @@ fn check_names(tname: &str, t: Tree, fs: &Filesystem, n: &mut Names, p: &mut Pro
                     );
                 }
             }
-            None => p.add(here(n), "no DIR_ITEM"),
+            None => add(
+                n,
+                p,
+                "no DIR_ITEM".into(),
+                NamePart::DirItem,
+                name.len() as i64,
+            ),
         }
-        match n
-            .index
-            .binary_search_by_key(&(parent, index), |e| (e.dir, e.key))
-        {
-            Ok(i) => {
+        match ix {
+            Some(i) => {
                 n.index[i].matched = true;
                 let (target, at) = (n.index[i].target, n.index[i].name);
-                if target != ino || n.name(at) != n.name(r.name) {
+                if n.name(at) != name.as_slice() {
+                    let what = format!(
+                        "DIR_INDEX {index} names {:?}, inode {target}",
+                        lossy(n.name(at))
+                    );
+                    if target == ino && can_add {
+                        *added_bytes.entry(parent).or_default() +=
+                            name.len() as i64 - at.len as i64;
+                        p.add_fix(
+                            here(n),
+                            what,
+                            Fix::RewriteDirIndex {
+                                tree,
+                                dir: parent,
+                                index,
+                                ino,
+                                name: name.clone(),
+                                ftype,
+                            },
+                        );
+                    } else {
+                        p.add(here(n), what);
+                    }
+                } else if target != ino {
                     p.add(
                         here(n),
-                        format!(
-                            "DIR_INDEX {index} names {:?}, inode {target}",
-                            lossy(n.name(at))
-                        ),
+                        format!("DIR_INDEX {index} names {:?}, inode {target}", lossy(&name)),
                     );
                 }
             }
-            Err(_) => p.add(here(n), format!("no DIR_INDEX {index}")),
+            None => add(
+                n,
+                p,
+                format!("no DIR_INDEX {index}"),
+                NamePart::DirIndex,
+                name.len() as i64,
+            ),
         }
     }
-    // What no name claimed, but in a directory being deleted.
+    // What no name claimed, but in a directory being deleted. A DIR_INDEX
+    // with its DIR_ITEM both naming an inode that is there give it the
+    // INODE_REF they imply.
     let orphan_dir = |d: u64| n.unlinked.contains(&d) && n.orphans.contains(&d);
+    let mut implied = Vec::new();
+    for e in n.index.iter().filter(|e| !e.matched && !orphan_dir(e.dir)) {
+        let name = n.name(e.name);
+        let h = name_hash(name);
+        let lo = n.items.partition_point(|d| (d.dir, d.key) < (e.dir, h));
+        let pair = (lo..n.items.len())
+            .take_while(|&i| (n.items[i].dir, n.items[i].key) == (e.dir, h))
+            .find(|&i| {
+                !n.items[i].matched
+                    && n.items[i].target == e.target
+                    && n.name(n.items[i].name) == name
+            });
+        let there = n.mode(e.target).is_some() || shape_of(e.target).is_some();
+        if let (Some(i), true) = (pair, there) {
+            implied.push((i, e.dir, e.key, e.target, e.ftype, name.to_vec()));
+        }
+    }
+    for (i, dir, index, ino, ftype, name) in implied {
+        n.items[i].matched = true;
+        if let Ok(j) = n
+            .index
+            .binary_search_by_key(&(dir, index), |e| (e.dir, e.key))
+        {
+            n.index[j].matched = true;
+        }
+        *added_links.entry(ino).or_default() += 1;
+        p.add_fix(
+            format!("{tname} directory {dir}"),
+            format!(
+                "DIR_ITEM and DIR_INDEX {index} {:?} -> inode {ino}: no INODE_REF",
+                lossy(&name)
+            ),
+            Fix::AddName {
+                tree,
+                dir,
+                ino,
+                name,
+                index,
+                ftype,
+                part: NamePart::InodeRef,
+            },
+        );
+    }
     for (what, list) in [("DIR_ITEM", &n.items), ("DIR_INDEX", &n.index)] {
         for e in list.iter().filter(|e| !e.matched && !orphan_dir(e.dir)) {
             let which = if what == "DIR_INDEX" {
@@ -657,12 +826,95 @@ fn check_names(tname: &str, t: Tree, fs: &Filesystem, n: &mut Names, p: &mut Pro
                     "{which} {:?} -> inode {}: no INODE_REF{}",
                     lossy(n.name(e.name)),
                     e.target,
-                    if n.mode(e.target).is_some() {
+                    if n.mode(e.target).is_some() || shape_of(e.target).is_some() {
                         ""
                     } else {
                         " and no inode"
                     }
                 ),
+            );
+        }
+    }
+    let mut fixed_modes = BTreeMap::new();
+    for s in std::mem::take(&mut n.bad_modes) {
+        let mode = detect_mode(&s, root_dir, n);
+        fixed_modes.insert(s.ino, mode);
+        p.add_fix(
+            format!("{tname} inode {}", s.ino),
+            format!("invalid mode {:o}", s.mode),
+            Fix::InodeMode {
+                tree,
+                ino: s.ino,
+                mode,
+            },
+        );
+    }
+    for s in &missing {
+        let here = format!("{tname} inode {}", s.ino);
+        let nlink = s.names + added_links.get(&s.ino).copied().unwrap_or(0);
+        if nlink == 0 {
+            p.add(here, "has items but no INODE_ITEM, and no name");
+            continue;
+        }
+        let mode = detect_mode(s, root_dir, n);
+        let size = if mode & 0o170000 == 0o040000 {
+            (s.entry_bytes as i64 + added_bytes.get(&s.ino).copied().unwrap_or(0)).max(0) as u64
+        } else {
+            s.extent_end
+        };
+        p.add_fix(
+            here,
+            "has items but no INODE_ITEM",
+            Fix::NewInodeItem {
+                tree,
+                ino: s.ino,
+                mode,
+                size,
+                nbytes: s.found_bytes,
+                nlink,
+            },
+        );
+    }
+    for &(ino, nlink, names) in &n.links {
+        let total = names + added_links.get(&ino).copied().unwrap_or(0);
+        if nlink == total {
+            continue;
+        }
+        let here = format!("{tname} inode {ino}");
+        let what = format!("nlink {nlink} but {total} names");
+        if total > 0 {
+            p.add_fix(
+                here,
+                what,
+                Fix::Nlink {
+                    tree,
+                    ino,
+                    nlink: total,
+                },
+            );
+        } else {
+            let ftype = match n.mode(ino) {
+                Some(m) if mode_valid(m) => type_of(m),
+                _ => fixed_modes.get(&ino).map_or(FT_REG_FILE, |&m| type_of(m)),
+            };
+            p.add_fix(
+                here,
+                format!("{what}: to lost+found"),
+                Fix::LostFound { tree, ino, ftype },
+            );
+        }
+    }
+    for &(dir, size, bytes) in &n.dir_sizes {
+        let want = (bytes as i64 + added_bytes.get(&dir).copied().unwrap_or(0)).max(0) as u64;
+        if size != want {
+            p.add_fix(
+                format!("{tname} inode {dir}"),
+                format!("directory size {size} but its entries make {want}"),
+                Fix::DirSize {
+                    tree,
+                    ino: dir,
+                    size: want,
+                },
             );
         }
     }

@@ -80,8 +80,9 @@ pub struct Problem {
 }
 
 /// A repair: the value a counter must take, as the check counted it from
-/// what the trees hold ([`repair::apply`] writes it in a transaction).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// what the trees hold, or an item a name lacks, made from the items that
+/// agree on it ([`repair::apply`] writes them in a transaction).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fix {
     /// A block group item's `used`.
     BlockGroupUsed { start: u64, used: u64 },
@@ -126,8 +127,60 @@ pub enum Fix {
         key: ubtrfs_format::Key,
         ram: u64,
     },
-    /// An inode's mode (the v1 space cache's inodes: a regular file).
+    /// An inode's mode (the v1 space cache's inodes: a regular file; an
+    /// invalid mode: the type its entries give, or its items show).
     InodeMode { tree: u64, ino: u64, mode: u32 },
+    /// One item of a name that the others agree on: the DIR_ITEM or
+    /// DIR_INDEX entry in `dir`, or the inode's INODE_REF.
+    AddName {
+        tree: u64,
+        dir: u64,
+        ino: u64,
+        name: Vec<u8>,
+        index: u64,
+        ftype: u8,
+        part: NamePart,
+    },
+    /// An entry removed from a DIR_ITEM (its name hashes elsewhere: the
+    /// name's own DIR_ITEM is added where it belongs).
+    DeleteDirName {
+        tree: u64,
+        key: ubtrfs_format::Key,
+        name: Vec<u8>,
+    },
+    /// A DIR_INDEX of an inode whose name differs from its INODE_REF and
+    /// DIR_ITEM: rewritten with that name.
+    RewriteDirIndex {
+        tree: u64,
+        dir: u64,
+        index: u64,
+        ino: u64,
+        name: Vec<u8>,
+        ftype: u8,
+    },
+    /// A missing INODE_ITEM, made from what the inode's items show (as
+    /// progs' repair_inode_item_missing: the mode from its entries or
+    /// items, times now).
+    NewInodeItem {
+        tree: u64,
+        ino: u64,
+        mode: u32,
+        size: u64,
+        nbytes: u64,
+        nlink: u32,
+    },
+    /// An inode no name reaches, linked into the subvolume's lost+found
+    /// (made when missing) under its number, as progs'
+    /// link_inode_to_lostfound.
+    LostFound { tree: u64, ino: u64, ftype: u8 },
+}
+
+/// Which item of a name [`Fix::AddName`] adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NamePart {
+    DirItem,
+    DirIndex,
+    InodeRef,
 }
 
 impl fmt::Display for Problem {
@@ -178,7 +231,7 @@ impl CheckReport {
         if !cannot.is_empty() || self.problem_count > self.problems.len() {
             return Err(cannot);
         }
-        Ok(self.problems.iter().filter_map(|p| p.fix).collect())
+        Ok(self.problems.iter().filter_map(|p| p.fix.clone()).collect())
     }
 }
 
@@ -511,7 +564,7 @@ mod tests {
     fn repair_is_all_or_nothing(bad: &[u8]) {
         use crate::io::fault::FaultDev;
         let before = problems(bad);
-        let fixes: Vec<Fix> = before.iter().map(|p| p.fix.unwrap()).collect();
+        let fixes: Vec<Fix> = before.iter().map(|p| p.fix.clone().unwrap()).collect();
         let run = |fail_at: Option<u64>| {
             let m = Arc::new(MemDev::from_bytes(bad.to_vec()));
             let f = Arc::new(FaultDev::new(m.clone(), fail_at));

@@ -2,23 +2,43 @@
 //! one transaction (copy-on-write, the superblock last), so a kill leaves
 //! the image as it was or repaired. Counters the check recounted from what
 //! the trees hold, and fields past what they can be, are set; a lost
-//! orphan item is added. What needs items made or removed otherwise is
-//! not repaired yet, and a check with any such problem repairs nothing
-//! ([`super::CheckReport::fixes`]).
+//! orphan item is added; the items a name lacks are made from those that
+//! agree on it, entries in the wrong place removed, a missing inode item
+//! made, an inode no name reaches linked into lost+found. What else needs
+//! items made or removed is not repaired yet, and a check with any such
+//! problem repairs nothing ([`super::CheckReport::fixes`]).
+//!
+//! Order matters, as the check counted each figure from the trees as they
+//! were, with the names it adds: misplaced entries go first, then the
+//! names and inode items are made, then the counters are set (a
+//! directory's size includes the names added), then lost+found gets what
+//! no name reaches (its links count on top), and the superblock's totals
+//! last.
 
-use super::Fix;
+use super::{Fix, NamePart};
 use crate::error::{Error, Result};
+use crate::inode::now;
 use crate::tx::Trans;
 use ubtrfs_format::consts::*;
+use ubtrfs_format::items::{DirEntry, InodeItem};
 use ubtrfs_format::Key;
+
+/// When each kind of repair is made (lowest first).
+fn stage(f: &Fix) -> u8 {
+    match f {
+        Fix::DeleteDirName { .. } => 0,
+        Fix::RewriteDirIndex { .. } | Fix::AddName { .. } | Fix::NewInodeItem { .. } => 1,
+        Fix::LostFound { .. } => 3,
+        Fix::SuperTotalBytes => 4,
+        _ => 2,
+    }
+}
 
 /// Applies `fixes` in `t` (the caller commits).
 pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
-    // The superblock's totals last: they sum what the others set.
-    let (last, first): (Vec<&Fix>, Vec<&Fix>) = fixes
-        .iter()
-        .partition(|f| matches!(f, Fix::SuperTotalBytes));
-    for f in first.into_iter().chain(last) {
+    let mut order: Vec<&Fix> = fixes.iter().collect();
+    order.sort_by_key(|f| stage(f));
+    for f in order {
         match *f {
             Fix::BlockGroupUsed { start, used } => {
                 let g = t.alloc.groups.get_mut(&start).ok_or_else(|| {
@@ -93,9 +113,149 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, id),
                 Vec::new(),
             )?,
+            Fix::AddName {
+                tree,
+                dir,
+                ino,
+                ref name,
+                index,
+                ftype,
+                part,
+            } => add_name(t, tree, dir, ino, name, index, ftype, part)?,
+            Fix::DeleteDirName {
+                tree,
+                ref key,
+                ref name,
+            } => {
+                t.del_dir_name(tree, key, name)?;
+            }
+            Fix::RewriteDirIndex {
+                tree,
+                dir,
+                index,
+                ino,
+                ref name,
+                ftype,
+            } => {
+                let e = entry(t, ino, ftype, name);
+                t.put_item(tree, Key::new(dir, DIR_INDEX, index), e)?;
+            }
+            Fix::NewInodeItem {
+                tree,
+                ino,
+                mode,
+                size,
+                nbytes,
+                nlink,
+            } => {
+                let time = now();
+                let i = InodeItem {
+                    generation: t.transid,
+                    transid: t.transid,
+                    size,
+                    nbytes,
+                    block_group: 0,
+                    nlink,
+                    uid: 0,
+                    gid: 0,
+                    mode,
+                    rdev: 0,
+                    flags: 0,
+                    sequence: 0,
+                    atime: time,
+                    ctime: time,
+                    mtime: time,
+                    otime: time,
+                };
+                t.inode_mut(tree, ino).put(&i)?;
+            }
+            Fix::LostFound { tree, ino, ftype } => lost_found(t, tree, ino, ftype)?,
         }
     }
     Ok(())
+}
+
+/// A directory entry of inode `ino` named `name`, as this transaction
+/// writes it.
+fn entry(t: &Trans, ino: u64, ftype: u8, name: &[u8]) -> Vec<u8> {
+    DirEntry {
+        location: Key::new(ino, INODE_ITEM, 0),
+        transid: t.transid,
+        file_type: ftype,
+        name,
+        data: &[],
+    }
+    .to_bytes()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn add_name(
+    t: &mut Trans,
+    tree: u64,
+    dir: u64,
+    ino: u64,
+    name: &[u8],
+    index: u64,
+    ftype: u8,
+    part: NamePart,
+) -> Result<()> {
+    match part {
+        NamePart::DirItem => {
+            let e = entry(t, ino, ftype, name);
+            // Names whose hashes collide share one DIR_ITEM.
+            t.append_item(tree, dir_item_key(dir, name), &e)
+        }
+        NamePart::DirIndex => {
+            let e = entry(t, ino, ftype, name);
+            t.insert_item(tree, Key::new(dir, DIR_INDEX, index), e)
+        }
+        NamePart::InodeRef => t.inode_mut(tree, ino).add_inode_ref(dir, name, index),
+    }
+}
+
+fn dir_item_key(dir: u64, name: &[u8]) -> Key {
+    Key::new(
+        dir,
+        DIR_ITEM,
+        ubtrfs_format::checksum::name_hash(name) as u64,
+    )
+}
+
+/// Links inode `ino` into the lost+found directory of `tree`'s top
+/// directory (made, mode 0700, when it is not there) as its number, with
+/// ".N" added while that name is taken; its nlink becomes 1.
+fn lost_found(t: &mut Trans, tree: u64, ino: u64, ftype: u8) -> Result<()> {
+    const LOST: &[u8] = b"lost+found";
+    let top = t.root(tree)?.item.root_dirid;
+    let lf = match t.lookup_name(tree, top, LOST)? {
+        Some(e) if e.location.item_type == INODE_ITEM => e.location.objectid,
+        Some(_) => {
+            return Err(Error::Exists(format!(
+                "repair: tree {tree}: lost+found names a subvolume"
+            )))
+        }
+        None => {
+            let n = t.highest_ino(tree)? + 1;
+            t.inode_mut(tree, top)
+                .create_inode(LOST, n, 0o40700, 0, (0, 0), now())?;
+            n
+        }
+    };
+    let mut name = ino.to_string().into_bytes();
+    while t.lookup_name(tree, lf, &name)?.is_some() {
+        name.extend_from_slice(format!(".{ino}").as_bytes());
+        if name.len() > 255 {
+            return Err(Error::Exists(format!(
+                "repair: tree {tree}: no free name for inode {ino} in lost+found"
+            )));
+        }
+    }
+    let index = t.next_dir_index(tree, lf)?;
+    t.inode_mut(tree, lf)
+        .link_inode(&name, ino, ftype, index, Some(now()))?;
+    let mut i = inode(t, tree, ino)?;
+    i.nlink = 1;
+    t.inode_mut(tree, ino).put(&i)
 }
 
 fn inode(t: &Trans, tree: u64, ino: u64) -> Result<ubtrfs_format::items::InodeItem> {
