@@ -270,7 +270,7 @@ impl Trans {
                         b.ptrs().first().map_or(Key::MIN, |p| p.key)
                     };
                     for root in self.roots_reaching(bytenr, 0)? {
-                        self.search_mut(root, &first)?;
+                        self.cow_path(root, &first)?;
                     }
                     done.extents += 1;
                     done.bytes += ns;

@@ -131,6 +131,14 @@ impl Trans {
         }
     }
 
+    /// Copies on write every block of `tree` from its root to the leaf
+    /// where `key` is or would be, changing nothing in them (a repair of
+    /// blocks whose generation is wrong, a move of tree blocks out of a
+    /// block group).
+    pub fn cow_path(&mut self, tree: u64, key: &Key) -> Result<()> {
+        self.search_mut(tree, key).map(|_| ())
+    }
+
     /// Inserts an item; Exists when the key is there already.
     pub fn insert_item(&mut self, tree: u64, key: Key, data: Vec<u8>) -> Result<()> {
         self.check_item_size(tree, &key, data.len())?;

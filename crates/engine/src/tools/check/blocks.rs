@@ -10,7 +10,7 @@
 //! read and counted once (btrfs-progs' original mode does the same).
 
 use super::extents::ExtentIndex;
-use super::{is_fs_tree, Problems};
+use super::{is_fs_tree, Fix, Problems};
 use crate::ctree::Tree;
 use crate::fs::Filesystem;
 use crate::tree::block::BlockExpect;
@@ -214,17 +214,33 @@ pub(crate) fn walk(
             if !owner_ok {
                 p.add(here(), format!("owner {} in {name}", h.owner));
             }
-            if h.generation == 0 || h.generation > info.sb.generation {
-                p.add(
-                    here(),
-                    format!(
-                        "generation {} (superblock {})",
-                        h.generation, info.sb.generation
-                    ),
-                );
-            }
             let node = tb.node();
             let n = node.nritems();
+            if h.generation == 0 || h.generation > info.sb.generation {
+                let what = format!(
+                    "generation {} (superblock {})",
+                    h.generation, info.sb.generation
+                );
+                // A block from the future (its parent agreeing) is copied
+                // on write: the copy has this commit's generation. Not in
+                // a log or relocation tree, or a tree being deleted.
+                let cowable = h.generation != 0
+                    && t.id != TREE_LOG_OBJECTID
+                    && t.id != TREE_RELOC_OBJECTID
+                    && drop.is_none();
+                if cowable {
+                    p.add_fix(
+                        here(),
+                        what,
+                        Fix::CowBlock {
+                            tree: t.id,
+                            key: if n > 0 { node.key(0) } else { Key::MIN },
+                        },
+                    );
+                } else {
+                    p.add(here(), what);
+                }
+            }
             if n == 0 && !(is_root && h.level == 0) {
                 p.add(here(), "empty");
             }

@@ -6,6 +6,7 @@ use super::{CheckReport, Fix, Problems};
 use crate::ctree::for_each_item;
 use crate::error::Result;
 use crate::fs::Filesystem;
+use crate::tx::delayed_ref::Backref;
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use ubtrfs_format::consts::*;
@@ -254,7 +255,32 @@ pub(crate) fn check_refs(
         }
         for (rk, &listed) in &e.listed {
             if !f.refs.contains_key(rk) {
-                p.add(here(), format!("{rk}: {listed} listed but none found"));
+                let what = format!("{rk}: {listed} listed but none found");
+                // A data reference nothing makes is dropped (a repair runs
+                // only when every tree was read whole: an unreadable one
+                // is a problem it cannot repair).
+                let backref = match *rk {
+                    RefKey::Data(root, objectid, offset) => Some(Backref::Data {
+                        root,
+                        objectid,
+                        offset,
+                    }),
+                    RefKey::SharedData(parent) => Some(Backref::SharedData { parent }),
+                    _ => None,
+                };
+                match backref {
+                    Some(backref) if e.level.is_none() => p.add_fix(
+                        here(),
+                        what,
+                        Fix::DropDataRef {
+                            bytenr: b,
+                            len: e.len,
+                            backref,
+                            count: listed,
+                        },
+                    ),
+                    _ => p.add(here(), what),
+                }
             }
         }
         let sum: u64 = e.listed.values().sum();

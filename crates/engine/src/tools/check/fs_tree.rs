@@ -558,14 +558,24 @@ fn finish_inode(
                 let from = cur
                     .first_gap
                     .or(cur.extent_start.filter(|&s| s != 0).map(|_| 0));
-                p.add(
-                    here(),
-                    format!(
-                        "file extents do not cover its size {} (no hole extent from {}; the filesystem has no no-holes)",
-                        i.size,
-                        from.unwrap_or(cur.extent_end)
-                    ),
+                let what = format!(
+                    "file extents do not cover its size {} (no hole extent from {}; the filesystem has no no-holes)",
+                    i.size,
+                    from.unwrap_or(cur.extent_end)
                 );
+                if fmt == 0o100000 {
+                    p.add_fix(
+                        here(),
+                        what,
+                        Fix::FillHoles {
+                            tree,
+                            ino: cur.ino,
+                            size: i.size,
+                        },
+                    );
+                } else {
+                    p.add(here(), what);
+                }
             }
         }
     }

@@ -173,6 +173,21 @@ pub enum Fix {
     /// (made when missing) under its number, as progs'
     /// link_inode_to_lostfound.
     LostFound { tree: u64, ino: u64, ftype: u8 },
+    /// The path of `tree` from its root to the leaf of `key` copied on
+    /// write: a block on it with a generation past the superblock's gets
+    /// this commit's (as do its extent item and the root item).
+    CowBlock { tree: u64, key: ubtrfs_format::Key },
+    /// A data extent's back reference that no file extent item makes,
+    /// dropped `count` times (the extent goes with its last).
+    DropDataRef {
+        bytenr: u64,
+        len: u64,
+        backref: crate::tx::delayed_ref::Backref,
+        count: u64,
+    },
+    /// Hole items where a file's extents leave gaps below its size, on a
+    /// filesystem without no-holes.
+    FillHoles { tree: u64, ino: u64, size: u64 },
 }
 
 /// Which item of a name [`Fix::AddName`] adds.

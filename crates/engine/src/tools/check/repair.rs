@@ -4,7 +4,9 @@
 //! the trees hold, and fields past what they can be, are set; a lost
 //! orphan item is added; the items a name lacks are made from those that
 //! agree on it, entries in the wrong place removed, a missing inode item
-//! made, an inode no name reaches linked into lost+found. What else needs
+//! made, an inode no name reaches linked into lost+found, a file's gaps
+//! filled with holes, a data reference nothing makes dropped, a block
+//! from the future copied on write. What else needs
 //! items made or removed is not repaired yet, and a check with any such
 //! problem repairs nothing ([`super::CheckReport::fixes`]).
 //!
@@ -26,7 +28,7 @@ use ubtrfs_format::Key;
 /// When each kind of repair is made (lowest first).
 fn stage(f: &Fix) -> u8 {
     match f {
-        Fix::DeleteDirName { .. } => 0,
+        Fix::DeleteDirName { .. } | Fix::CowBlock { .. } => 0,
         Fix::RewriteDirIndex { .. } | Fix::AddName { .. } | Fix::NewInodeItem { .. } => 1,
         Fix::LostFound { .. } => 3,
         Fix::SuperTotalBytes => 4,
@@ -170,6 +172,24 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 t.inode_mut(tree, ino).put(&i)?;
             }
             Fix::LostFound { tree, ino, ftype } => lost_found(t, tree, ino, ftype)?,
+            Fix::CowBlock { tree, ref key } => {
+                t.cow_path(tree, key)?;
+            }
+            Fix::DropDataRef {
+                bytenr,
+                len,
+                backref,
+                count,
+            } => {
+                for _ in 0..count.min(u32::MAX as u64) {
+                    t.drop_data_ref(bytenr, len, backref);
+                }
+            }
+            Fix::FillHoles { tree, ino, size } => {
+                let ss = t.sectorsize() as u64;
+                t.inode_mut(tree, ino)
+                    .fill_holes(0, size.div_ceil(ss) * ss)?;
+            }
         }
     }
     Ok(())
