@@ -44,12 +44,13 @@ fn progs_fsck_tests_sample() {
     }
     // The sample's repairs that work stay working: names made (004's
     // missing DIR_INDEX on an image without skinny metadata, 026's
-    // misplaced DIR_ITEM), modes and lost+found (039), counters (016, 047,
-    // 050).
+    // misplaced DIR_ITEM), modes and lost+found (039), an extent item made
+    // again (027), counters (016, 047, 050).
     for dir in [
         "004-no-dir-index",
         "016-wrong-inode-nbytes",
         "026-bad-dir-item-name",
+        "027-bad-extent-inline-ref-type",
         "039-bad-inode-mode",
         "047-dev-bytes-used",
         "050-invalid-block-group-used",

@@ -400,6 +400,29 @@ impl Trans {
             .add_tree_block(bytenr, ns, level, backref, delta, false);
     }
 
+    /// Gives committed tree block `bytenr` an extent item with `refs` (a
+    /// repair: the block is in use, its extent item missing). Its space
+    /// leaves the free ranges first, so that nothing is allocated over it.
+    pub fn claim_tree_block(
+        &mut self,
+        bytenr: u64,
+        level: u8,
+        refs: &[(Backref, u64)],
+    ) -> Result<()> {
+        let ns = self.nodesize() as u64;
+        let g = self
+            .alloc
+            .group_of(bytenr)
+            .ok_or_else(|| Error::NotFound(format!("tree block {bytenr}: in no block group")))?;
+        g.remove_free(bytenr, ns);
+        g.item_dirty = true;
+        for (i, &(b, c)) in refs.iter().enumerate() {
+            self.refs
+                .add_tree_block(bytenr, ns, level, b, c as i64, i == 0);
+        }
+        Ok(())
+    }
+
     /// Like [`Trans::create_tree`], the ROOT_ITEM keyed at `key_offset`,
     /// the root an empty block at `level`.
     fn create_tree_at(

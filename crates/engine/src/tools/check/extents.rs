@@ -33,6 +33,12 @@ pub(crate) struct ExtentIndex {
     pub extents: BTreeMap<u64, ExtentEntry>,
     /// Block groups: start -> (length, item).
     pub groups: BTreeMap<u64, (u64, BlockGroupItem)>,
+    /// Extent items that do not parse: bytenr -> (key, why). Judged with
+    /// the walk: a tree block's is made again from its references.
+    pub unreadable: BTreeMap<u64, (Key, String)>,
+    /// Tree blocks the repair gives an extent item: (bytenr, length),
+    /// counted in their block groups' use.
+    pub made: Vec<(u64, u64)>,
 }
 
 impl ExtentIndex {
@@ -71,7 +77,8 @@ pub(crate) fn read_extent_tree(fs: &Filesystem, p: &mut Problems) -> Result<Exte
                     let rec = match ExtentRecord::parse(&k, d) {
                         Ok(r) => r,
                         Err(e) => {
-                            p.add(here(), format!("extent item: {e}"));
+                            ix.unreadable
+                                .insert(k.objectid, (k, format!("extent item: {e}")));
                             return;
                         }
                     };
@@ -190,12 +197,89 @@ pub(crate) fn read_extent_tree(fs: &Filesystem, p: &mut Problems) -> Result<Exte
 /// Every extent referred to has its item with exactly those references,
 /// and every extent item is referred to.
 pub(crate) fn check_refs(
-    _fs: &Filesystem,
-    ix: &ExtentIndex,
+    fs: &Filesystem,
+    ix: &mut ExtentIndex,
     w: &Walk,
     p: &mut Problems,
     report: &mut CheckReport,
 ) {
+    let ns = fs.info.nodesize as u64;
+    // Tree blocks without an extent item (or with one that does not
+    // parse) get one from the references found, where nothing else can
+    // be: at a node-aligned address inside a metadata or system block
+    // group, overlapping no extent item. Their block groups count them.
+    let mut made = Vec::new();
+    for (&b, f) in &w.found {
+        if ix.extents.contains_key(&b) {
+            continue;
+        }
+        let Some(level) = f.level else { continue };
+        let in_group = ix
+            .groups
+            .range(..=b)
+            .next_back()
+            .is_some_and(|(&gs, (gl, bg))| {
+                b + ns <= gs + gl && bg.flags & (BG_METADATA | BG_SYSTEM) != 0
+            });
+        let before = ix.extents.range(..b).next_back();
+        let after = ix.extents.range(b..).next();
+        let clear =
+            before.is_none_or(|(&s, e)| s + e.len <= b) && after.is_none_or(|(&s, _)| s >= b + ns);
+        // References by tree only: one by address would leave its
+        // FULL_BACKREF flag a guess.
+        let refs: Vec<(Backref, u64)> = f
+            .refs
+            .iter()
+            .filter_map(|(rk, &c)| match *rk {
+                RefKey::Tree(root) => Some((Backref::Tree { root }, c)),
+                _ => None,
+            })
+            .collect();
+        if b % ns == 0
+            && f.len == ns
+            && in_group
+            && clear
+            && !refs.is_empty()
+            && refs.len() == f.refs.len()
+        {
+            made.push((b, level, refs));
+        }
+    }
+    for (b, level, refs) in made {
+        let f = &w.found[&b];
+        let what = match ix.unreadable.remove(&b) {
+            Some((k, why)) => {
+                p.add_fix(
+                    format!("extent tree key {k}"),
+                    format!("{why}; made again from the references found"),
+                    Fix::NewTreeExtent {
+                        bytenr: b,
+                        level,
+                        refs,
+                        replaces: Some(k),
+                    },
+                );
+                ix.made.push((b, ns));
+                continue;
+            }
+            None => format!("tree block referred to by {} has no extent item", f.first),
+        };
+        p.add_fix(
+            format!("extent {b}"),
+            what,
+            Fix::NewTreeExtent {
+                bytenr: b,
+                level,
+                refs,
+                replaces: None,
+            },
+        );
+        ix.made.push((b, ns));
+    }
+    for (k, why) in ix.unreadable.values() {
+        p.add(format!("extent tree key {k}"), why.clone());
+    }
+    let ix = &*ix;
     let mut found: Vec<_> = w.found.iter().collect();
     found.sort_by_key(|(b, _)| **b);
     for (&b, f) in found {
@@ -207,6 +291,9 @@ pub(crate) fn check_refs(
             }
         };
         let Some(e) = ix.get(b) else {
+            if ix.made.iter().any(|m| m.0 == b) {
+                continue;
+            }
             let refs: Vec<String> = f.refs.keys().take(3).map(|r| r.to_string()).collect();
             p.add(
                 format!("extent {b}"),
@@ -341,6 +428,13 @@ pub(crate) fn check_block_groups(
                 }
             }
             _ => p.add(format!("extent item {}", e.key), "in no block group"),
+        }
+    }
+    for &(s, len) in &ix.made {
+        if let Some((&gs, _)) = groups.range(..=s).next_back() {
+            if let Some(u) = used.get_mut(&gs) {
+                *u += len;
+            }
         }
     }
     let mut total = 0u64;

@@ -188,6 +188,15 @@ pub enum Fix {
     /// Hole items where a file's extents leave gaps below its size, on a
     /// filesystem without no-holes.
     FillHoles { tree: u64, ino: u64, size: u64 },
+    /// An extent item for a tree block that has none (or one that does not
+    /// parse, `replaces`), with the references the walk found; its space
+    /// taken out of the free space first.
+    NewTreeExtent {
+        bytenr: u64,
+        level: u8,
+        refs: Vec<(crate::tx::delayed_ref::Backref, u64)>,
+        replaces: Option<ubtrfs_format::Key>,
+    },
 }
 
 /// Which item of a name [`Fix::AddName`] adds.
@@ -433,7 +442,8 @@ fn check_extents(
 ) -> Result<(extents::ExtentIndex, blocks::Walk)> {
     let index = extents::read_extent_tree(fs, p)?;
     let walk = blocks::walk(fs, roots, &index, p);
-    extents::check_refs(fs, &index, &walk, p, report);
+    let mut index = index;
+    extents::check_refs(fs, &mut index, &walk, p, report);
     let chunks = volumes::check(fs, &index, p)?;
     extents::check_block_groups(sb, &index, &chunks, p);
     if sb.compat_ro_flags & COMPAT_RO_FREE_SPACE_TREE != 0 {

@@ -28,11 +28,14 @@ use ubtrfs_format::Key;
 /// When each kind of repair is made (lowest first).
 fn stage(f: &Fix) -> u8 {
     match f {
-        Fix::DeleteDirName { .. } | Fix::CowBlock { .. } => 0,
-        Fix::RewriteDirIndex { .. } | Fix::AddName { .. } | Fix::NewInodeItem { .. } => 1,
-        Fix::LostFound { .. } => 3,
-        Fix::SuperTotalBytes => 4,
-        _ => 2,
+        // Space first: nothing may be allocated over a block that only
+        // now gets its extent item.
+        Fix::NewTreeExtent { .. } => 0,
+        Fix::DeleteDirName { .. } | Fix::CowBlock { .. } => 1,
+        Fix::RewriteDirIndex { .. } | Fix::AddName { .. } | Fix::NewInodeItem { .. } => 2,
+        Fix::LostFound { .. } => 4,
+        Fix::SuperTotalBytes => 5,
+        _ => 3,
     }
 }
 
@@ -184,6 +187,17 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 for _ in 0..count.min(u32::MAX as u64) {
                     t.drop_data_ref(bytenr, len, backref);
                 }
+            }
+            Fix::NewTreeExtent {
+                bytenr,
+                level,
+                ref refs,
+                replaces,
+            } => {
+                if let Some(k) = replaces {
+                    t.delete_item(EXTENT_TREE_OBJECTID, &k)?;
+                }
+                t.claim_tree_block(bytenr, level, refs)?;
             }
             Fix::FillHoles { tree, ino, size } => {
                 let ss = t.sectorsize() as u64;
