@@ -540,6 +540,20 @@ impl Trans {
         Ok(BlockRef::Committed(eb))
     }
 
+    /// Reads the committed block at `bytenr` whatever generation its
+    /// header holds (its parent's pointer wanting another: a repair, which
+    /// copies it on write next) and keeps it decoded for that copy.
+    pub fn accept_block(&self, bytenr: u64, level: u8) -> Result<()> {
+        let expect = BlockExpect {
+            level: Some(level),
+            generation: None,
+            first_key: None,
+        };
+        let eb = std::sync::Arc::new(self.read_committed(bytenr, expect)?);
+        self.decoded().insert(bytenr, eb);
+        Ok(())
+    }
+
     /// The committed block at `bytenr`, read, verified and decoded.
     fn read_committed(&self, bytenr: u64, expect: BlockExpect) -> Result<ExtentBuffer> {
         let tb = self.info.read_tree_block(bytenr, expect)?;

@@ -188,15 +188,31 @@ pub(crate) fn walk(
             if w.blocks.contains_key(&bytenr) || bad.contains(&bytenr) {
                 continue;
             }
+            // A block whose only fault is its generation (its parent's
+            // pointer wants another) is read as it is, as btrfs check
+            // ignores a transid failure, and its repair copies it on write.
+            let mut wrong_gen = None;
             let tb = match info.read_tree_block(bytenr, expect) {
                 Ok(b) => b,
                 Err(e) => {
-                    p.add(
-                        format!("{name}: block {bytenr}"),
-                        format!("unreadable: {e}"),
-                    );
-                    bad.insert(bytenr);
-                    continue;
+                    let loose = BlockExpect {
+                        generation: None,
+                        ..expect
+                    };
+                    match info.read_tree_block(bytenr, loose) {
+                        Ok(b) if expect.generation.is_some_and(|g| g != b.header.generation) => {
+                            wrong_gen = expect.generation;
+                            b
+                        }
+                        _ => {
+                            p.add(
+                                format!("{name}: block {bytenr}"),
+                                format!("unreadable: {e}"),
+                            );
+                            bad.insert(bytenr);
+                            continue;
+                        }
+                    }
                 }
             };
             visited += 1;
@@ -216,7 +232,24 @@ pub(crate) fn walk(
             }
             let node = tb.node();
             let n = node.nritems();
-            if h.generation == 0 || h.generation > info.sb.generation {
+            let cowable = |relax| {
+                (h.generation != 0
+                    && t.id != TREE_LOG_OBJECTID
+                    && t.id != TREE_RELOC_OBJECTID
+                    && drop.is_none())
+                .then(|| Fix::CowBlock {
+                    tree: t.id,
+                    key: if n > 0 { node.key(0) } else { Key::MIN },
+                    relax,
+                })
+            };
+            if let Some(want) = wrong_gen {
+                let what = format!("generation {} but its parent expects {want}", h.generation);
+                match cowable(Some((bytenr, h.level))) {
+                    Some(fix) => p.add_fix(here(), what, fix),
+                    None => p.add(here(), what),
+                }
+            } else if h.generation == 0 || h.generation > info.sb.generation {
                 let what = format!(
                     "generation {} (superblock {})",
                     h.generation, info.sb.generation
@@ -224,21 +257,9 @@ pub(crate) fn walk(
                 // A block from the future (its parent agreeing) is copied
                 // on write: the copy has this commit's generation. Not in
                 // a log or relocation tree, or a tree being deleted.
-                let cowable = h.generation != 0
-                    && t.id != TREE_LOG_OBJECTID
-                    && t.id != TREE_RELOC_OBJECTID
-                    && drop.is_none();
-                if cowable {
-                    p.add_fix(
-                        here(),
-                        what,
-                        Fix::CowBlock {
-                            tree: t.id,
-                            key: if n > 0 { node.key(0) } else { Key::MIN },
-                        },
-                    );
-                } else {
-                    p.add(here(), what);
+                match cowable(None) {
+                    Some(fix) => p.add_fix(here(), what, fix),
+                    None => p.add(here(), what),
                 }
             }
             if n == 0 && !(is_root && h.level == 0) {

@@ -175,8 +175,14 @@ pub enum Fix {
     LostFound { tree: u64, ino: u64, ftype: u8 },
     /// The path of `tree` from its root to the leaf of `key` copied on
     /// write: a block on it with a generation past the superblock's gets
-    /// this commit's (as do its extent item and the root item).
-    CowBlock { tree: u64, key: ubtrfs_format::Key },
+    /// this commit's (as do its extent item and the root item). `relax`:
+    /// a block (address, level) read whatever generation its header has,
+    /// the one its parent's pointer wants being wrong.
+    CowBlock {
+        tree: u64,
+        key: ubtrfs_format::Key,
+        relax: Option<(u64, u8)>,
+    },
     /// A data extent's back reference that no file extent item makes,
     /// dropped `count` times (the extent goes with its last).
     DropDataRef {

@@ -175,7 +175,14 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 t.inode_mut(tree, ino).put(&i)?;
             }
             Fix::LostFound { tree, ino, ftype } => lost_found(t, tree, ino, ftype)?,
-            Fix::CowBlock { tree, ref key } => {
+            Fix::CowBlock {
+                tree,
+                ref key,
+                relax,
+            } => {
+                if let Some((bytenr, level)) = relax {
+                    t.accept_block(bytenr, level)?;
+                }
                 t.cow_path(tree, key)?;
             }
             Fix::DropDataRef {
