@@ -14,7 +14,9 @@
 //! and the same command run again finishes; the clone with its new fsid
 //! mounts beside the original.
 //!
-//! An image without skinny metadata takes a full balance and a shrink.
+//! An image without skinny metadata takes a full balance and a shrink; a
+//! RAID1 the kernel made over two devices compaction, a shrink of one and
+//! a grow back.
 //!
 //! UBTRFS_CRASH_KILLS sets the kills per command (3 unless set;
 //! bench/relocation.sh runs more).
@@ -69,20 +71,27 @@ fn kernel_image(dir: &Path) -> PathBuf {
 /// A 1 GiB image mkfs.btrfs makes with `mkfs` options, populate.py's rich
 /// and compress trees written by the kernel (zstd), then `fill` run in it.
 fn kernel_image_with(dir: &Path, mkfs: &[&str], fill: &str) -> PathBuf {
-    let img = dir.join("dev0.img");
-    let _ = std::fs::remove_file(&img);
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(1 << 30)
-        .unwrap();
+    kernel_images(dir, 1, mkfs, fill).remove(0)
+}
+
+/// [`kernel_image_with`] over `n` devices of 1 GiB.
+fn kernel_images(dir: &Path, n: usize, mkfs: &[&str], fill: &str) -> Vec<PathBuf> {
+    let imgs: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("dev{i}.img"))).collect();
+    for img in &imgs {
+        let _ = std::fs::remove_file(img);
+        std::fs::File::create(img)
+            .unwrap()
+            .set_len(1 << 30)
+            .unwrap();
+    }
     run_ok(
         Command::new("mkfs.btrfs")
             .args(["-q", "-f"])
             .args(mkfs)
-            .arg(&img),
+            .args(&imgs),
         "mkfs.btrfs",
     );
-    let m = Mount::images(std::slice::from_ref(&img), "compress=zstd", false);
+    let m = Mount::images(&imgs, "compress=zstd", false);
     run_ok(
         Command::new("python3")
             .arg(repo_root().join("tests/fixtures/populate.py"))
@@ -95,7 +104,59 @@ fn kernel_image_with(dir: &Path, mkfs: &[&str], fill: &str) -> PathBuf {
         "fill",
     );
     m.unmount();
-    img
+    imgs
+}
+
+/// A RAID1 filesystem the kernel made over two devices: data and metadata
+/// block groups compacted, one device shrunk past its chunks, then grown
+/// back to its size; the kernel writes on top.
+#[test]
+fn kernel_raid1_shrinks_compacts_and_grows() {
+    skip_unless!(kernel_available);
+    let dir = scratch_dir("relocation-raid1");
+    let two = kernel_images(
+        &dir,
+        2,
+        &["-d", "raid1", "-m", "raid1"],
+        "head -c 200M /dev/urandom > big; cp --reflink=always big big.ref; \
+         btrfs subvolume snapshot -r . snap-1 >/dev/null; rm big; \
+         head -c 100M /dev/urandom > big2; sync",
+    );
+    let want = seen(&two);
+    let g = 1u64 << 30;
+    let mut c = ubtrfs(&["balance", "start", "-dusage=90", "-musage=90"]);
+    with_devs(&mut c, &two, "--device");
+    let said = ok(&mut c);
+    assert!(!said.contains(" 0 metadata compacted"), "{said}");
+    verify("RAID1: -dusage=90 -musage=90", &two, &want, &[g, g]);
+    let mut c = ubtrfs(&["filesystem", "resize", "1:800M"]);
+    with_devs(&mut c, &two, "-d");
+    ok(&mut c);
+    verify("RAID1: shrink devid 1", &two, &want, &[800 * MIB, g]);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&two[0])
+        .unwrap()
+        .set_len(g)
+        .unwrap();
+    let mut c = ubtrfs(&["filesystem", "resize", "1:max"]);
+    with_devs(&mut c, &two, "-d");
+    ok(&mut c);
+    verify("RAID1: devid 1 grown back", &two, &want, &[g, g]);
+    let _ = Command::new("btrfs")
+        .args(["device", "scan", "--forget"])
+        .output();
+    let m = Mount::images(&two, "", false);
+    run_ok(
+        Command::new("sh")
+            .current_dir(&m.dir)
+            .arg("-c")
+            .arg("head -c 20M /dev/urandom > after && sync"),
+        "kernel writes",
+    );
+    m.unmount();
+    let l = scanned(&two, true);
+    btrfs_check(Path::new(l.first()), &[]).unwrap();
 }
 
 /// An image without skinny metadata (tree blocks' extent items are
