@@ -48,6 +48,33 @@ pub struct Compacted {
 }
 
 impl Trans {
+    /// The block groups at `starts` as ranges, the emptiest first, one at
+    /// a time as the kernel compacts them: each group's contents may go to
+    /// the free space of the groups after it, and each group emptied frees
+    /// device space for new chunks. Refused (`why`) for a group whose
+    /// flags `kind` does not take.
+    fn compaction_order(
+        &self,
+        starts: &[u64],
+        kind: impl Fn(u64) -> bool,
+        why: &str,
+    ) -> Result<Vec<(u64, u64)>> {
+        let mut ranges = Vec::new();
+        for &s in starts {
+            let g = self
+                .alloc
+                .groups
+                .get(&s)
+                .ok_or_else(|| Error::NotFound(format!("no block group at {s}")))?;
+            if !kind(g.flags) {
+                return Err(Error::Unsupported(format!("block group {s}: {why}")));
+            }
+            ranges.push((s, g.end(), g.used));
+        }
+        ranges.sort_by_key(|r| r.2);
+        Ok(ranges.into_iter().map(|(s, e, _)| (s, e)).collect())
+    }
+
     /// Every tree holding files, by id. Refused when a subvolume's
     /// deletion is still under way (its tree is half dropped).
     fn file_trees(&self) -> Result<Vec<u64>> {
@@ -91,24 +118,11 @@ impl Trans {
                     .into(),
             ));
         }
-        let mut ranges = Vec::new();
-        for &s in starts {
-            let g = self
-                .alloc
-                .groups
-                .get(&s)
-                .ok_or_else(|| Error::NotFound(format!("no block group at {s}")))?;
-            if g.flags & BG_DATA == 0 || g.flags & BG_METADATA != 0 {
-                return Err(Error::Unsupported(format!(
-                    "block group {s}: only data block groups (not mixed ones) are compacted"
-                )));
-            }
-            ranges.push((s, g.end()));
-        }
-        // The emptiest first, one at a time as the kernel does: each
-        // group's extents may go to the free space of the groups after
-        // it, and each group emptied frees device space for new chunks.
-        ranges.sort_by_key(|&(s, _)| self.alloc.groups.get(&s).map_or(0, |g| g.used));
+        let ranges = self.compaction_order(
+            starts,
+            |f| f & BG_DATA != 0 && f & BG_METADATA == 0,
+            "only data block groups (not mixed ones) are compacted",
+        )?;
         let trees = self.file_trees()?;
         let mut done = Compacted::default();
         let mut buf = vec![0u8; COPY_UNIT as usize];
@@ -225,22 +239,12 @@ impl Trans {
                     .into(),
             ));
         }
-        let mut ranges = Vec::new();
-        for &s in starts {
-            let g = self
-                .alloc
-                .groups
-                .get(&s)
-                .ok_or_else(|| Error::NotFound(format!("no block group at {s}")))?;
-            if g.flags & BG_DATA != 0 {
-                return Err(Error::Unsupported(format!(
-                    "block group {s}: only metadata and system block groups (not mixed \
-                     ones) have their tree blocks moved"
-                )));
-            }
-            ranges.push((s, g.end()));
-        }
-        ranges.sort_by_key(|&(s, _)| self.alloc.groups.get(&s).map_or(0, |g| g.used));
+        let ranges = self.compaction_order(
+            starts,
+            |f| f & BG_DATA == 0,
+            "only metadata and system block groups (not mixed ones) have their tree \
+             blocks moved",
+        )?;
         self.file_trees()?;
         let ns = self.nodesize() as u64;
         let mut done = Compacted::default();
