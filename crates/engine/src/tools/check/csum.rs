@@ -122,8 +122,14 @@ pub(crate) fn check(
         return bytes;
     }
     let covered = |s: u64, e: u64| have.range(..=s).next_back().is_some_and(|(_, &he)| he >= e);
+    // Data the repair points at another extent is judged there.
+    let moved = |s: u64, e: u64| match ix.repointed.range(..=s).next_back() {
+        Some((&from, &(to, len))) if e <= from + len => (s - from + to, e - from + to),
+        _ => (s, e),
+    };
     for (&s, (e, here)) in &want.with {
-        if !covered(s, *e) {
+        let (s, e) = moved(s, *e);
+        if !covered(s, e) {
             p.add(
                 here,
                 format!("data [{s}, {e}) lacks checksums (some csum missing)"),

@@ -39,6 +39,10 @@ pub(crate) struct ExtentIndex {
     /// Tree blocks the repair gives an extent item: (bytenr, length),
     /// counted in their block groups' use.
     pub made: Vec<(u64, u64)>,
+    /// Data addresses no extent item holds whose file extent items the
+    /// repair points at an orphaned extent listing their references:
+    /// from -> (to, length).
+    pub repointed: BTreeMap<u64, (u64, u64)>,
 }
 
 impl ExtentIndex {
@@ -279,6 +283,63 @@ pub(crate) fn check_refs(
     for (k, why) in ix.unreadable.values() {
         p.add(format!("extent tree key {k}"), why.clone());
     }
+    // Data that file extent items put at an address no extent item holds,
+    // where one extent item that nothing refers to lists exactly their
+    // references (a file extent's disk_bytenr damaged): the items are
+    // pointed back at it.
+    let orphans: Vec<(u64, &ExtentEntry)> = ix
+        .extents
+        .iter()
+        .filter(|(b, e)| e.level.is_none() && !w.found.contains_key(b))
+        .map(|(&b, e)| (b, e))
+        .collect();
+    let mut repoint = Vec::new();
+    for (&b, f) in &w.found {
+        if f.level.is_some() || ix.extents.contains_key(&b) {
+            continue;
+        }
+        let same: Vec<&(u64, &ExtentEntry)> = orphans
+            .iter()
+            .filter(|(_, e)| {
+                e.listed.len() == f.refs.len()
+                    && e.listed.iter().all(|(k, c)| f.refs.get(k) == Some(c))
+            })
+            .collect();
+        let inodes: Vec<(u64, u64)> = f
+            .refs
+            .keys()
+            .filter_map(|k| match *k {
+                RefKey::Data(root, ino, _) => Some((root, ino)),
+                _ => None,
+            })
+            .collect();
+        if let [(to, e)] = same[..] {
+            if inodes.len() == f.refs.len() && f.len <= e.len {
+                repoint.push((b, *to, e.len, inodes));
+            }
+        }
+    }
+    for (from, to, len, inodes) in repoint {
+        if ix.repointed.values().any(|r| r.0 == to) {
+            continue; // claimed by another
+        }
+        let f = &w.found[&from];
+        p.add_fix(
+            format!("extent {from}"),
+            format!(
+                "data extent referred to by {} has no extent item; extent {to}, which \
+                 nothing refers to, lists those references: pointed there",
+                f.first
+            ),
+            Fix::RepointData {
+                from,
+                to,
+                len,
+                inodes,
+            },
+        );
+        ix.repointed.insert(from, (to, len));
+    }
     let ix = &*ix;
     let mut found: Vec<_> = w.found.iter().collect();
     found.sort_by_key(|(b, _)| **b);
@@ -291,7 +352,7 @@ pub(crate) fn check_refs(
             }
         };
         let Some(e) = ix.get(b) else {
-            if ix.made.iter().any(|m| m.0 == b) {
+            if ix.made.iter().any(|m| m.0 == b) || ix.repointed.contains_key(&b) {
                 continue;
             }
             let refs: Vec<String> = f.refs.keys().take(3).map(|r| r.to_string()).collect();
@@ -382,7 +443,7 @@ pub(crate) fn check_refs(
         if e.level.is_none() {
             report.data_bytes_allocated += e.len;
         }
-        if !w.found.contains_key(b) {
+        if !w.found.contains_key(b) && !ix.repointed.values().any(|r| r.0 == *b) {
             p.add(format!("extent item {}", e.key), "nothing refers to it");
         }
     }

@@ -194,6 +194,15 @@ pub enum Fix {
     /// Hole items where a file's extents leave gaps below its size, on a
     /// filesystem without no-holes.
     FillHoles { tree: u64, ino: u64, size: u64 },
+    /// The file extent items of `inodes` (tree, inode) that point at
+    /// `from`, where no extent item is, pointed at extent `to` of `len`
+    /// bytes, whose item lists their references.
+    RepointData {
+        from: u64,
+        to: u64,
+        len: u64,
+        inodes: Vec<(u64, u64)>,
+    },
     /// An extent item for a tree block that has none (or one that does not
     /// parse, `replaces`), with the references the walk found; its space
     /// taken out of the free space first.

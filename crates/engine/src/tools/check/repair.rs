@@ -6,7 +6,9 @@
 //! agree on it, entries in the wrong place removed, a missing inode item
 //! made, an inode no name reaches linked into lost+found, a file's gaps
 //! filled with holes, a data reference nothing makes dropped, a block
-//! from the future copied on write. What else needs
+//! from the future copied on write, a tree block's missing extent item
+//! made, file extents pointed back at their orphaned extent. What else
+//! needs
 //! items made or removed is not repaired yet, and a check with any such
 //! problem repairs nothing ([`super::CheckReport::fixes`]).
 //!
@@ -205,6 +207,25 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                     t.delete_item(EXTENT_TREE_OBJECTID, &k)?;
                 }
                 t.claim_tree_block(bytenr, level, refs)?;
+            }
+            Fix::RepointData {
+                from,
+                to,
+                len,
+                ref inodes,
+            } => {
+                for &(tree, ino) in inodes {
+                    let lo = Key::new(ino, EXTENT_DATA, 0);
+                    let hi = Key::new(ino, EXTENT_DATA, u64::MAX);
+                    for (k, d) in t.items_in(tree, &lo, &hi)? {
+                        if d.len() >= 37 && d[20] != 0 && d[21..29] == from.to_le_bytes() {
+                            t.update_item(tree, &k, |d| {
+                                d[21..29].copy_from_slice(&to.to_le_bytes());
+                                d[29..37].copy_from_slice(&len.to_le_bytes());
+                            })?;
+                        }
+                    }
+                }
             }
             Fix::FillHoles { tree, ino, size } => {
                 let ss = t.sectorsize() as u64;
