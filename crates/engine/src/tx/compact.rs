@@ -75,6 +75,18 @@ impl Trans {
         Ok(ranges.into_iter().map(|(s, e, _)| (s, e)).collect())
     }
 
+    /// After the commit that emptied group `s` (its space free now that
+    /// the commit is on disk): the group goes, or, not empty, takes
+    /// allocations again.
+    fn end_group_compaction(&mut self, s: u64) -> Result<()> {
+        if self.chunk_is_empty(s) {
+            self.remove_empty_chunk(s)?;
+        } else if let Some(g) = self.alloc.groups.get_mut(&s) {
+            g.ro = false;
+        }
+        Ok(())
+    }
+
     /// Every tree holding files, by id. Refused when a subvolume's
     /// deletion is still under way (its tree is half dropped).
     fn file_trees(&self) -> Result<Vec<u64>> {
@@ -198,12 +210,7 @@ impl Trans {
                 progress(done.bytes);
             }
             self.commit()?;
-            // Emptied: its space is free now that the commit is on disk.
-            if self.chunk_is_empty(s) {
-                self.remove_empty_chunk(s)?;
-            } else if let Some(g) = self.alloc.groups.get_mut(&s) {
-                g.ro = false;
-            }
+            self.end_group_compaction(s)?;
             done.groups += 1;
         }
         self.commit()?;
@@ -290,11 +297,7 @@ impl Trans {
                      their back references name no tree that holds them",
                 ));
             }
-            if self.chunk_is_empty(s) {
-                self.remove_empty_chunk(s)?;
-            } else if let Some(g) = self.alloc.groups.get_mut(&s) {
-                g.ro = false;
-            }
+            self.end_group_compaction(s)?;
             done.groups += 1;
         }
         self.commit()?;

@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::inode::now;
 use crate::tx::Trans;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{DirEntry, InodeItem};
+use ubtrfs_format::items::{dir_index_key, dir_item_key, DirEntry, InodeItem};
 use ubtrfs_format::Key;
 
 /// When each kind of repair is made (lowest first).
@@ -145,7 +145,7 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 ftype,
             } => {
                 let e = entry(t, ino, ftype, name);
-                t.put_item(tree, Key::new(dir, DIR_INDEX, index), e)?;
+                t.put_item(tree, dir_index_key(dir, index), e)?;
             }
             Fix::NewInodeItem {
                 tree,
@@ -269,18 +269,10 @@ fn add_name(
         }
         NamePart::DirIndex => {
             let e = entry(t, ino, ftype, name);
-            t.insert_item(tree, Key::new(dir, DIR_INDEX, index), e)
+            t.insert_item(tree, dir_index_key(dir, index), e)
         }
         NamePart::InodeRef => t.inode_mut(tree, ino).add_inode_ref(dir, name, index),
     }
-}
-
-fn dir_item_key(dir: u64, name: &[u8]) -> Key {
-    Key::new(
-        dir,
-        DIR_ITEM,
-        ubtrfs_format::checksum::name_hash(name) as u64,
-    )
 }
 
 /// Links inode `ino` into the lost+found directory of `tree`'s top
