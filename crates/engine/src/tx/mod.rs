@@ -496,6 +496,21 @@ impl Trans {
         }
     }
 
+    /// Points tree `id`'s root item at another root block that the extent
+    /// tree already accounts for (check's repair of an outdated root item:
+    /// no reference changes).
+    pub(crate) fn repoint_root(
+        &mut self,
+        id: u64,
+        bytenr: u64,
+        level: u8,
+        generation: u64,
+    ) -> Result<()> {
+        self.root(id)?;
+        self.set_root(id, bytenr, level, generation);
+        Ok(())
+    }
+
     fn set_root(&mut self, id: u64, bytenr: u64, level: u8, generation: u64) {
         let r = self.roots.get_mut(&id).expect("root loaded before change");
         r.bytenr = bytenr;

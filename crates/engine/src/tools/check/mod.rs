@@ -212,6 +212,14 @@ pub enum Fix {
         refs: Vec<(crate::tx::delayed_ref::Backref, u64)>,
         replaces: Option<ubtrfs_format::Key>,
     },
+    /// A root item pointed at the newer root block of its tree that the
+    /// extent tree accounts for (progs' repair_root_items).
+    RootBlock {
+        id: u64,
+        bytenr: u64,
+        level: u8,
+        generation: u64,
+    },
 }
 
 /// Which item of a name [`Fix::AddName`] adds.
@@ -369,7 +377,8 @@ pub fn check(
         ..Default::default()
     };
     superblock::check(fs, &mut p);
-    let roots = all_trees(fs, &mut p)?;
+    let mut roots = all_trees(fs, &mut p)?;
+    roots::outdated_root_items(fs, &mut roots, &mut p);
     for (t, _) in &roots {
         report.trees.insert(t.id, (t.bytenr, t.level));
     }

@@ -32,7 +32,7 @@ fn stage(f: &Fix) -> u8 {
     match f {
         // Space first: nothing may be allocated over a block that only
         // now gets its extent item.
-        Fix::NewTreeExtent { .. } => 0,
+        Fix::NewTreeExtent { .. } | Fix::RootBlock { .. } => 0,
         Fix::DeleteDirName { .. } | Fix::CowBlock { .. } => 1,
         Fix::RewriteDirIndex { .. } | Fix::AddName { .. } | Fix::NewInodeItem { .. } => 2,
         Fix::LostFound { .. } => 4,
@@ -115,6 +115,12 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 i.mode = mode;
                 t.inode_mut(tree, ino).put(&i)?;
             }
+            Fix::RootBlock {
+                id,
+                bytenr,
+                level,
+                generation,
+            } => t.repoint_root(id, bytenr, level, generation)?,
             Fix::RootOrphan { id } => t.insert_item(
                 ROOT_TREE_OBJECTID,
                 Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, id),

@@ -3,7 +3,8 @@
 //! DIR_INDEX naming the subvolume in its parent, every live subvolume
 //! linked somewhere, a
 //! deleted one (refs 0) with its orphan item; and the UUID tree's
-//! entries naming subvolumes that carry those UUIDs.
+//! entries naming subvolumes that carry those UUIDs. Before every other
+//! check, the root items naming an outdated root block.
 
 use super::fs_tree::SubvolEntry;
 use super::{is_fs_tree, Fix, Problems};
@@ -12,7 +13,10 @@ use crate::fs::Filesystem;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use ubtrfs_format::consts::*;
-use ubtrfs_format::items::{key_uuid, parse_uuid_item, InodeItem, RootItem, RootRef};
+use ubtrfs_format::items::{
+    key_uuid, parse_uuid_item, ExtentRecord, InlineRef, InodeItem, RootItem, RootRef,
+    EXTENT_FLAG_TREE_BLOCK,
+};
 use ubtrfs_format::Key;
 
 /// (parent, child) -> (dirid, sequence, name).
@@ -213,4 +217,123 @@ impl FreeSpaceHeader {
 
 fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// The newest root block the extent tree knows of one tree.
+#[derive(Clone, Copy)]
+struct RootBlock {
+    bytenr: u64,
+    level: u8,
+    generation: u64,
+    /// Blocks at this level whose first back reference names the tree.
+    count: u32,
+}
+
+/// Root items naming an older copy of their tree's root than the extent
+/// tree holds (btrfs-progs' repair_root_items: a 3.17 kernel left
+/// read-only snapshots' items naming the root from before orphan
+/// cleanup). A tree's root block, by the extent tree, is its highest
+/// block whose extent item's first inline reference is a TREE_BLOCK_REF
+/// of that tree, when it is the only one at that level; as progs, for the
+/// subvolumes and the data relocation tree (ids from 256), relocation
+/// trees aside.
+///
+/// The root item is mended in place in `roots` when the repair can be
+/// trusted (the newer block is at least as high and as new, and the block
+/// the item names has no extent item: nothing accounts for it), so that
+/// every later check sees the tree as the repair leaves it; the problem
+/// carries that repair. Otherwise it is reported without one.
+pub(crate) fn outdated_root_items(
+    fs: &Filesystem,
+    roots: &mut [(Tree, Option<RootItem>)],
+    p: &mut Problems,
+) {
+    let watched = |id: u64| id >= FIRST_FREE_OBJECTID && id != TREE_RELOC_OBJECTID;
+    if !roots.iter().any(|(t, r)| r.is_some() && watched(t.id)) {
+        return;
+    }
+    let Ok(Some(extent_tree)) = fs.tree_opt(EXTENT_TREE_OBJECTID) else {
+        return;
+    };
+    let current: BTreeSet<u64> = roots
+        .iter()
+        .filter(|(t, r)| r.is_some() && watched(t.id))
+        .map(|(t, _)| t.bytenr)
+        .collect();
+    let mut accounted = BTreeSet::new();
+    let mut newest: BTreeMap<u64, RootBlock> = BTreeMap::new();
+    // An unreadable extent tree is the extent check's to report.
+    let _ = for_each_item(&fs.info, extent_tree, Key::MIN, Key::MAX, |k, d| {
+        if k.item_type != EXTENT_ITEM && k.item_type != METADATA_ITEM {
+            return Ok(ControlFlow::Continue(()));
+        }
+        if current.contains(&k.objectid) {
+            accounted.insert(k.objectid);
+        }
+        let Ok((item, info, mut refs)) = ExtentRecord::split(&k, d) else {
+            return Ok(ControlFlow::Continue(()));
+        };
+        if item.flags & EXTENT_FLAG_TREE_BLOCK == 0 {
+            return Ok(ControlFlow::Continue(()));
+        }
+        let level = match info {
+            Some(i) => i.level,
+            None => k.offset.min(255) as u8,
+        };
+        let Some(Ok(InlineRef::TreeBlock { root })) = refs.next() else {
+            return Ok(ControlFlow::Continue(()));
+        };
+        let b = RootBlock {
+            bytenr: k.objectid,
+            level,
+            generation: item.generation,
+            count: 1,
+        };
+        newest
+            .entry(root)
+            .and_modify(|n| {
+                if level > n.level {
+                    *n = b;
+                } else if level == n.level {
+                    n.count += 1;
+                }
+            })
+            .or_insert(b);
+        Ok(ControlFlow::Continue(()))
+    });
+    for (t, item) in roots.iter_mut() {
+        let Some(ri) = item.as_mut().filter(|_| watched(t.id)) else {
+            continue;
+        };
+        let Some(n) = newest.get(&t.id).filter(|n| n.count == 1) else {
+            continue;
+        };
+        if (n.bytenr, n.level, n.generation) == (ri.bytenr, ri.level, ri.generation) {
+            continue;
+        }
+        let here = format!("root tree ROOT_ITEM {}", t.id);
+        let what = format!(
+            "names root block {} (generation {}, level {}) but the extent tree's is {} \
+             (generation {}, level {})",
+            ri.bytenr, ri.generation, ri.level, n.bytenr, n.generation, n.level
+        );
+        if n.generation < ri.generation || n.level < ri.level || accounted.contains(&ri.bytenr) {
+            p.add(here, what);
+            continue;
+        }
+        p.add_fix(
+            here,
+            what,
+            Fix::RootBlock {
+                id: t.id,
+                bytenr: n.bytenr,
+                level: n.level,
+                generation: n.generation,
+            },
+        );
+        ri.bytenr = n.bytenr;
+        ri.level = n.level;
+        ri.generation = n.generation;
+        *t = Tree::of_root_item(t.id, ri);
+    }
 }
