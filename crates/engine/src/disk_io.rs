@@ -37,6 +37,18 @@ pub struct FsInfo {
     pub nodesize: u32,
     pub sectorsize: u32,
     reports: Mutex<(Vec<String>, usize)>,
+    /// Leaves read with their item data moved back into place
+    /// ([`FsInfo::mend_leaves`]).
+    mend: MendLeaves,
+}
+
+/// Leaves whose only fault is the layout of their item data, taken as
+/// `ubtrfs check` and its repair see them: mended on read (see
+/// [`ubtrfs_format::node::mend_leaf`]), each remembered with what was done.
+#[derive(Default)]
+struct MendLeaves {
+    on: std::sync::atomic::AtomicBool,
+    mended: Mutex<BTreeMap<u64, String>>,
 }
 
 impl FsInfo {
@@ -53,7 +65,73 @@ impl FsInfo {
             devices,
             sb,
             reports: Mutex::new((Vec::new(), 0)),
+            mend: MendLeaves::default(),
         }
+    }
+
+    /// From now on a leaf whose checksum is good but whose item data is
+    /// out of place is read mended, as `check --repair` will write it
+    /// (check and its repair turn this on; every other reader refuses
+    /// such a leaf).
+    pub fn mend_leaves(&self) {
+        self.mend
+            .on
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// What was mended in the leaf at `bytenr`, if it was read mended.
+    pub fn mended(&self, bytenr: u64) -> Option<String> {
+        self.mend.mended.lock().unwrap().get(&bytenr).cloned()
+    }
+
+    /// The leaf at `bytenr` (raw bytes `raw`, which failed verification)
+    /// mended and verified, when it can be.
+    fn read_mended(&self, bytenr: u64, raw: &[u8], expect: &BlockExpect) -> Option<TreeBlock> {
+        self.csum_type.verify(&raw[32..], &raw[..32]).ok()?;
+        let m = ubtrfs_format::node::mend_leaf(raw)?;
+        let mut bytes = m.bytes.into_boxed_slice();
+        let sum = self.csum_type.compute(&bytes[32..]);
+        bytes[..32].copy_from_slice(&sum);
+        let b = verify_tree_block(
+            bytes,
+            bytenr,
+            self.csum_type,
+            self.sb.block_fsid().as_ref(),
+            expect,
+        )
+        .ok()?;
+        let mut what = Vec::new();
+        if let Some((i, k, by)) = m.moved.first() {
+            what.push(format!(
+                "item data out of place: {} items moved, from slot {i} {k} (by {by} bytes)",
+                m.moved.len()
+            ));
+        }
+        if !m.dropped.is_empty() {
+            let some: Vec<String> = m
+                .dropped
+                .iter()
+                .take(4)
+                .map(|(i, k)| format!("slot {i} {k}"))
+                .collect();
+            let more = m.dropped.len().saturating_sub(some.len());
+            what.push(format!(
+                "{} items dropped, their data overlapping the item before: {}{}",
+                m.dropped.len(),
+                some.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        self.mend
+            .mended
+            .lock()
+            .unwrap()
+            .insert(bytenr, what.join("; "));
+        Some(b)
     }
 
     /// What the readahead threads need to read and verify blocks.
@@ -282,6 +360,11 @@ impl FsInfo {
     ) -> Result<TreeBlock> {
         let mut buf = vec![0u8; self.nodesize as usize].into_boxed_slice();
         self.read_copy(bytenr, &mut buf, mirror)?;
+        let raw = self
+            .mend
+            .on
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| buf.clone());
         verify_tree_block(
             buf,
             bytenr,
@@ -289,6 +372,10 @@ impl FsInfo {
             self.sb.block_fsid().as_ref(),
             expect,
         )
+        .or_else(|e| {
+            raw.and_then(|raw| self.read_mended(bytenr, &raw, expect))
+                .ok_or(e)
+        })
     }
 
     /// Reads `len` bytes of data at `logical`, verifying each sector against

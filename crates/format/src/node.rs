@@ -47,6 +47,100 @@ impl Header {
     }
 }
 
+/// A leaf whose item data was moved back into place by [`mend_leaf`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MendedLeaf {
+    /// The leaf's bytes with its items packed as the kernel packs them
+    /// (the checksum left as it was: the caller seals the block).
+    pub bytes: Vec<u8>,
+    /// Items whose data was moved: (slot, key, bytes moved up).
+    pub moved: Vec<(usize, Key, u32)>,
+    /// Items dropped, their data overlapping the item before: (slot as
+    /// found, key).
+    pub dropped: Vec<(usize, Key)>,
+}
+
+/// Item types a leaf mend may drop when their data cannot be placed:
+/// those the rest of a repair rebuilds from other items (a directory's
+/// index from its DIR_ITEM and INODE_REF, extent items and their back
+/// references from the trees), as btrfs-progs' fix_item_offset drops.
+fn rebuildable(item_type: u8) -> bool {
+    use crate::consts::*;
+    matches!(
+        item_type,
+        DIR_INDEX | EXTENT_ITEM | METADATA_ITEM | TREE_BLOCK_REF | EXTENT_DATA_REF
+    )
+}
+
+/// Packs the item data of a leaf whose items' offsets leave gaps or
+/// overlaps (a leaf that fails [`Node::parse`] only for its layout), as
+/// btrfs-progs' fix_item_offset does: in slot order, an item ending below
+/// where the one before begins (the block's end for the first) has its
+/// data moved up to meet it; one ending above it is dropped when its
+/// type is rebuildable. None when the leaf cannot be mended that way
+/// (keys out of order, an item that cannot be dropped, data outside the
+/// block) or needs no mending.
+pub fn mend_leaf(buf: &[u8]) -> Option<MendedLeaf> {
+    let header = Header::parse(buf).ok()?;
+    if header.level != 0 || Node::parse(buf).is_ok() {
+        return None;
+    }
+    let body = buf.len().checked_sub(HEADER_SIZE)?;
+    let n = header.nritems as usize;
+    if n.checked_mul(ITEM_SIZE)? > body {
+        return None;
+    }
+    let data = &buf[HEADER_SIZE..];
+    // (key, data) of the items kept, in slot order.
+    let mut kept: Vec<(Key, &[u8])> = Vec::with_capacity(n);
+    let mut moved = Vec::new();
+    let mut dropped = Vec::new();
+    let mut expected_end = body;
+    for i in 0..n {
+        let at = HEADER_SIZE + i * ITEM_SIZE;
+        let key = Key::parse(buf, at).ok()?;
+        let off = le32(buf, at + KEY_SIZE) as usize;
+        let size = le32(buf, at + KEY_SIZE + 4) as usize;
+        let end = off.checked_add(size)?;
+        if end > expected_end {
+            if !rebuildable(key.item_type) {
+                return None;
+            }
+            dropped.push((i, key));
+            continue;
+        }
+        if end < expected_end {
+            moved.push((i, key, (expected_end - end) as u32));
+        }
+        kept.push((key, &data[off..end]));
+        expected_end -= size;
+    }
+    if kept.windows(2).any(|w| w[0].0 >= w[1].0) || expected_end < kept.len() * ITEM_SIZE {
+        return None;
+    }
+    let mut out = buf.to_vec();
+    let nr = kept.len() as u32;
+    out[0x60..0x64].copy_from_slice(&nr.to_le_bytes());
+    let mut end = body;
+    for (i, (key, d)) in kept.iter().enumerate() {
+        let at = HEADER_SIZE + i * ITEM_SIZE;
+        end -= d.len();
+        out[at..at + KEY_SIZE].copy_from_slice(&key.to_bytes());
+        out[at + KEY_SIZE..at + KEY_SIZE + 4].copy_from_slice(&(end as u32).to_le_bytes());
+        out[at + KEY_SIZE + 4..at + ITEM_SIZE].copy_from_slice(&(d.len() as u32).to_le_bytes());
+        out[HEADER_SIZE + end..HEADER_SIZE + end + d.len()].copy_from_slice(d);
+    }
+    // Nothing of the old layout is left between the item headers and the
+    // data (the kernel does not read it; zeroed as the kernel leaves it).
+    out[HEADER_SIZE + kept.len() * ITEM_SIZE..HEADER_SIZE + end].fill(0);
+    Node::parse(&out).ok()?;
+    Some(MendedLeaf {
+        bytes: out,
+        moved,
+        dropped,
+    })
+}
+
 /// One item of a leaf: its key and the bytes of its data.
 #[derive(Debug, Clone, Copy)]
 pub struct LeafItem<'a> {
@@ -216,5 +310,61 @@ impl<'a> Node<'a> {
             }
         }
         (lo.checked_sub(1), false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consts::{DIR_INDEX, INODE_ITEM, INODE_REF};
+
+    /// A leaf of `items` (key, offset, data) as given, the data written at
+    /// those offsets (which may be wrong on purpose).
+    fn leaf(items: &[(Key, usize, &[u8])]) -> Vec<u8> {
+        let mut b = vec![0u8; 4096];
+        b[0x60..0x64].copy_from_slice(&(items.len() as u32).to_le_bytes());
+        for (i, (k, off, d)) in items.iter().enumerate() {
+            let at = HEADER_SIZE + i * ITEM_SIZE;
+            b[at..at + KEY_SIZE].copy_from_slice(&k.to_bytes());
+            b[at + KEY_SIZE..at + KEY_SIZE + 4].copy_from_slice(&(*off as u32).to_le_bytes());
+            b[at + KEY_SIZE + 4..at + ITEM_SIZE].copy_from_slice(&(d.len() as u32).to_le_bytes());
+            b[HEADER_SIZE + off..HEADER_SIZE + off + d.len()].copy_from_slice(d);
+        }
+        b
+    }
+
+    #[test]
+    fn mend_leaf_moves_data_up_and_drops_what_overlaps() {
+        let body = 4096 - HEADER_SIZE;
+        let k = |o, t, off| Key::new(o, t, off);
+        let good = leaf(&[
+            (k(256, INODE_ITEM, 0), body - 4, b"aaaa"),
+            (k(256, INODE_REF, 256), body - 7, b"bbb"),
+        ]);
+        assert!(Node::parse(&good).is_ok());
+        assert_eq!(mend_leaf(&good), None, "a good leaf needs no mending");
+        // The second item's data 10 bytes below where it belongs.
+        let shifted = leaf(&[
+            (k(256, INODE_ITEM, 0), body - 4, b"aaaa"),
+            (k(256, INODE_REF, 256), body - 17, b"bbb"),
+        ]);
+        let m = mend_leaf(&shifted).unwrap();
+        assert_eq!(m.moved, vec![(1, k(256, INODE_REF, 256), 10)]);
+        assert_eq!(&m.bytes[HEADER_SIZE..], &good[HEADER_SIZE..]);
+        // A DIR_INDEX whose data runs into the item before is dropped; an
+        // INODE_REF in its place is not, and the leaf is not mended.
+        let bogus = |t| {
+            leaf(&[
+                (k(256, INODE_ITEM, 0), body - 4, b"aaaa"),
+                (k(256, t, 2), body - 2, b"cc"),
+                (k(257, INODE_REF, 256), body - 7, b"bbb"),
+            ])
+        };
+        let m = mend_leaf(&bogus(DIR_INDEX)).unwrap();
+        assert_eq!(m.dropped, vec![(1, k(256, DIR_INDEX, 2))]);
+        let n = Node::parse(&m.bytes).unwrap();
+        assert_eq!(n.nritems(), 2);
+        assert_eq!(n.item(1).data, b"bbb");
+        assert_eq!(mend_leaf(&bogus(INODE_REF)), None);
     }
 }

@@ -12,7 +12,8 @@ use crate::items::{ItemSource, Visitor};
 use crate::tree::block::BlockExpect;
 use crate::tree::buf::{self, Content, Ptr};
 use crate::tree::leaf::Leaf;
-use ubtrfs_format::consts::{Csum, CSUM_SIZE_MAX, ROOT_TREE_OBJECTID};
+use ubtrfs_format::consts::{Csum, CSUM_SIZE_MAX, ROOT_ITEM, ROOT_TREE_OBJECTID};
+use ubtrfs_format::items::RootItem;
 use ubtrfs_format::node::MAX_LEVEL;
 use ubtrfs_format::Key;
 
@@ -137,6 +138,42 @@ impl Trans {
     /// block group).
     pub fn cow_path(&mut self, tree: u64, key: &Key) -> Result<()> {
         self.search_mut(tree, key).map(|_| ())
+    }
+
+    /// The trees whose path to `key` passes through the block at `bytenr`
+    /// (every tree sharing it: a copy on write from each of them frees
+    /// it). Trees being deleted are left out: their blocks go as the
+    /// deletion goes on.
+    pub fn trees_through(&self, bytenr: u64, key: &Key) -> Result<Vec<u64>> {
+        let mut ids = vec![ROOT_TREE_OBJECTID];
+        self.scan(ROOT_TREE_OBJECTID, &Key::MIN, |k, d| {
+            if k.item_type == ROOT_ITEM && ids.last() != Some(&k.objectid) {
+                let live = RootItem::parse(d).is_ok_and(|r| {
+                    r.refs > 0 || (r.drop_progress == Key::MIN && r.drop_level == 0)
+                });
+                if live {
+                    ids.push(k.objectid);
+                }
+            }
+            true
+        })?;
+        let mut out = Vec::new();
+        for id in ids {
+            let (root, expect) = self.root_expect(id)?;
+            let mut cur = self.load(root, expect)?;
+            let mut on = cur.bytenr == bytenr;
+            while !on && !cur.is_leaf() {
+                let p = cur.ptrs()[node_slot(cur.ptrs(), key)];
+                on = p.blockptr == bytenr;
+                if !on {
+                    cur = self.load(p.blockptr, expect_child(&p, cur.level))?;
+                }
+            }
+            if on {
+                out.push(id);
+            }
+        }
+        Ok(out)
     }
 
     /// Inserts an item; Exists when the key is there already.

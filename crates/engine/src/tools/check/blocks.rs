@@ -222,6 +222,11 @@ pub(crate) fn walk(
             let h = tb.header;
             let here = || format!("{name}: block {bytenr} (level {})", h.level);
             w.blocks.insert(bytenr, BlockInfo { owner: h.owner });
+            if let Some(what) = info.mended(bytenr) {
+                let n = tb.node().nritems();
+                let key = if n > 0 { tb.node().key(0) } else { Key::MIN };
+                p.add_fix(here(), what, Fix::MendLeaf { bytenr, key });
+            }
             let owner_ok = if is_fs_tree(t.id) && !is_root {
                 is_fs_tree(h.owner)
             } else {

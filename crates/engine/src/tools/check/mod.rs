@@ -212,6 +212,13 @@ pub enum Fix {
         refs: Vec<(crate::tx::delayed_ref::Backref, u64)>,
         replaces: Option<ubtrfs_format::Key>,
     },
+    /// A leaf whose item data was out of place, as the check read it
+    /// mended ([`crate::disk_io::FsInfo::mend_leaves`]): copied on write
+    /// from every tree reaching it, so the mended copy replaces it.
+    MendLeaf {
+        bytenr: u64,
+        key: ubtrfs_format::Key,
+    },
     /// A root item pointed at the newer root block of its tree that the
     /// extent tree accounts for (progs' repair_root_items).
     RootBlock {
@@ -366,6 +373,9 @@ pub fn check(
     progress: &mut dyn FnMut(&str, u64),
 ) -> Result<CheckReport> {
     let sb = &fs.info.sb;
+    // A leaf whose item data is out of place is read as the repair will
+    // write it, so that what its mending loses (an index dropped) is found.
+    fs.info.mend_leaves();
     let mut p = Problems {
         kept: Vec::new(),
         warnings: Vec::new(),

@@ -7,10 +7,11 @@
 //! made, an inode no name reaches linked into lost+found, a file's gaps
 //! filled with holes, a data reference nothing makes dropped, a block
 //! from the future copied on write, a tree block's missing extent item
-//! made, file extents pointed back at their orphaned extent. What else
-//! needs
-//! items made or removed is not repaired yet, and a check with any such
-//! problem repairs nothing ([`super::CheckReport::fixes`]).
+//! made, file extents pointed back at their orphaned extent, a leaf whose
+//! item data was out of place copied on write from every tree reaching
+//! it (read mended), a root item pointed at its tree's newer root. What
+//! else needs items made or removed is not repaired yet, and a check with
+//! any such problem repairs nothing ([`super::CheckReport::fixes`]).
 //!
 //! Order matters, as the check counted each figure from the trees as they
 //! were, with the names it adds: misplaced entries go first, then the
@@ -32,7 +33,7 @@ fn stage(f: &Fix) -> u8 {
     match f {
         // Space first: nothing may be allocated over a block that only
         // now gets its extent item.
-        Fix::NewTreeExtent { .. } | Fix::RootBlock { .. } => 0,
+        Fix::NewTreeExtent { .. } | Fix::RootBlock { .. } | Fix::MendLeaf { .. } => 0,
         Fix::DeleteDirName { .. } | Fix::CowBlock { .. } => 1,
         Fix::RewriteDirIndex { .. } | Fix::AddName { .. } | Fix::NewInodeItem { .. } => 2,
         Fix::LostFound { .. } => 4,
@@ -43,6 +44,10 @@ fn stage(f: &Fix) -> u8 {
 
 /// Applies `fixes` in `t` (the caller commits).
 pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
+    if fixes.iter().any(|f| matches!(f, Fix::MendLeaf { .. })) {
+        // Read as the check read them.
+        t.info.mend_leaves();
+    }
     let mut order: Vec<&Fix> = fixes.iter().collect();
     order.sort_by_key(|f| stage(f));
     for f in order {
@@ -121,6 +126,11 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 level,
                 generation,
             } => t.repoint_root(id, bytenr, level, generation)?,
+            Fix::MendLeaf { bytenr, ref key } => {
+                for tree in t.trees_through(bytenr, key)? {
+                    t.cow_path(tree, key)?;
+                }
+            }
             Fix::RootOrphan { id } => t.insert_item(
                 ROOT_TREE_OBJECTID,
                 Key::new(ORPHAN_OBJECTID, ORPHAN_ITEM, id),
