@@ -10,8 +10,9 @@
 #
 # Prints a table (markdown) per fixture: progs' expectation, btrfs check's
 # exit code, ubtrfs check's, for fail+repair fixtures what `ubtrfs check
-# --repair` did to a copy (repaired with btrfs check clean after, or
-# refused writing nothing), and ubtrfs's first problem line. Exits 1 when
+# --repair` did to a copy (repaired: btrfs check and ubtrfs check clean
+# after, and as root the kernel mounts it and reads it; or refused
+# writing nothing), and ubtrfs's first problem line. Exits 1 when
 # ubtrfs misses an expectation that is not in KNOWN below, when a repair
 # neither succeeds nor refuses, or when any image makes it crash or hang
 # (exit code other than 0 or 1, or 60 s).
@@ -57,6 +58,24 @@ restore() {
   return $rc
 }
 
+# kernel_reads IMAGE: nothing when the kernel mounts IMAGE (read-only)
+# and stats every name, and reads every file's data unless the image is a
+# btrfs-image dump (METADUMP flags: its data was never kept); else what
+# failed. Needs root; says so otherwise.
+kernel_reads() {
+  [[ $(id -u) == 0 ]] || { echo "not mounted: not root"; return; }
+  local mnt=$WORK/mnt err="" flags
+  mkdir -p "$mnt"
+  mount -o ro,loop "$1" "$mnt" 2>/dev/null || { echo "the kernel does not mount it"; return; }
+  flags=$(btrfs inspect-internal dump-super "$1" | awk '$1 == "flags" {print $2}')
+  find "$mnt" -exec stat {} + >/dev/null 2>&1 || err="a name the kernel does not stat"
+  if [[ -z $err ]] && (( (flags & 0x600000000) == 0 )); then
+    find "$mnt" -type f -exec cat {} + >/dev/null 2>&1 || err="a file the kernel does not read"
+  fi
+  umount "$mnt"
+  echo "$err"
+}
+
 selected() { # selected NAME: in the sample (or no sample asked for)
   [[ $sample == 0 ]] || grep -qx -- "$1" bench/fsck/sample.txt
 }
@@ -100,10 +119,14 @@ while IFS=$'\t' read -r dir expect note; do
       set +e
       rout=$(timeout 120 "$UBTRFS_BIN" check --repair "$WORK/repair.img" 2>&1); rrc=$?
       timeout 60 btrfs check --readonly "$WORK/repair.img" >/dev/null 2>&1; arc=$?
+      timeout 60 "$UBTRFS_BIN" check "$WORK/repair.img" >/dev/null 2>&1; brc=$?
+      kern=""
+      [[ $rrc == 0 && $arc == 0 ]] && kern=$(kernel_reads "$WORK/repair.img")
       set -e
-      if [[ $rrc == 0 && $arc == 0 ]]; then rep="repaired, btrfs check clean"
+      if [[ $rrc == 0 && $arc == 0 && $brc == 0 && -z $kern ]]; then rep="repaired, btrfs check clean, kernel reads it"
+      elif [[ $rrc == 0 && $arc == 0 && $brc == 0 && $kern == "not mounted: not root" ]]; then rep="repaired, btrfs check clean (not mounted: not root)"
       elif grep -q 'nothing was written' <<<"$rout"; then rep="refused (not repairable yet)"
-      else rep="**exit $rrc, btrfs check after: $arc; restored image md5 $(md5sum <"$img" | cut -c1-32)**"; fail=1; fi
+      else rep="**exit $rrc, btrfs check after: $arc, ubtrfs check after: $brc${kern:+, $kern}; restored image md5 $(md5sum <"$img" | cut -c1-32)**"; fail=1; fi
       rm -f "$WORK/repair.img"
     fi
     mark=""
