@@ -91,6 +91,22 @@ pub struct ChunkItem {
 }
 
 impl ChunkItem {
+    /// Whether `other` maps the same bytes to the same places: length,
+    /// profile, stripe length and stripes (sub_stripes counts for RAID10
+    /// alone, as the kernel's chunk checks read it; the alignment fields
+    /// and the owner do not map anything).
+    pub fn same_mapping(&self, other: &ChunkItem) -> bool {
+        let places = |c: &ChunkItem| -> Vec<(u64, u64)> {
+            c.stripes.iter().map(|s| (s.devid, s.offset)).collect()
+        };
+        self.length == other.length
+            && self.chunk_type == other.chunk_type
+            && self.stripe_len == other.stripe_len
+            && places(self) == places(other)
+            && (self.chunk_type & crate::consts::BG_RAID10 == 0
+                || self.sub_stripes == other.sub_stripes)
+    }
+
     pub fn parse(data: &[u8]) -> Result<Self> {
         let b = slice(data, 0, CHUNK_HEADER_SIZE, "CHUNK_ITEM")?;
         let num_stripes = le16(b, 44);
@@ -290,6 +306,22 @@ mod tests {
         assert_eq!(b.len(), c.encoded_len());
         assert_eq!(ChunkItem::parse(&b).unwrap(), c);
         assert!(ChunkItem::parse(&b[..b.len() - 1]).is_err());
+        // sub_stripes 0 (as a btrfs-image restore sometimes writes it) maps
+        // a RAID1 chunk the same; another stripe offset does not.
+        let loose = ChunkItem {
+            sub_stripes: 0,
+            ..c.clone()
+        };
+        assert!(loose.same_mapping(&c));
+        let mut moved = c.clone();
+        moved.stripes[1].offset += 1 << 20;
+        assert!(!moved.same_mapping(&c));
+        let raid10 = |sub| ChunkItem {
+            chunk_type: BG_DATA | BG_RAID10,
+            sub_stripes: sub,
+            ..c.clone()
+        };
+        assert!(!raid10(0).same_mapping(&raid10(2)));
     }
 
     #[test]
