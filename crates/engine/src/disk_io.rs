@@ -48,7 +48,11 @@ pub struct FsInfo {
 #[derive(Default)]
 struct MendLeaves {
     on: std::sync::atomic::AtomicBool,
-    mended: Mutex<BTreeMap<u64, String>>,
+    mended: Mutex<BTreeMap<u64, (String, Vec<u64>)>>,
+    /// Unreadable leaves taken out of their parents, with why they do not
+    /// read ([`FsInfo::drop_leaves`]).
+    dropped: Mutex<BTreeMap<u64, String>>,
+    any_dropped: std::sync::atomic::AtomicBool,
 }
 
 impl FsInfo {
@@ -79,8 +83,72 @@ impl FsInfo {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// What was mended in the leaf at `bytenr`, if it was read mended.
-    pub fn mended(&self, bytenr: u64) -> Option<String> {
+    /// From now on nodes are read without their pointers to the leaves
+    /// `leaves` (address -> why it does not read), as `check --repair`
+    /// will write them: the check judges the trees without them, and what
+    /// they held that other items name is found missing. A node keeps a
+    /// pointer it cannot lose (its first: its parent's key for it would
+    /// change; or its only one).
+    /// Returns whether any of them was not dropped already.
+    pub fn drop_leaves(&self, leaves: impl IntoIterator<Item = (u64, String)>) -> bool {
+        let mut d = self.mend.dropped.lock().unwrap();
+        let before = d.len();
+        d.extend(leaves);
+        self.mend
+            .any_dropped
+            .store(!d.is_empty(), std::sync::atomic::Ordering::Relaxed);
+        d.len() > before
+    }
+
+    /// The node `b` without its pointers to dropped leaves.
+    fn without_dropped(&self, b: Arc<TreeBlock>) -> Arc<TreeBlock> {
+        if !self
+            .mend
+            .any_dropped
+            .load(std::sync::atomic::Ordering::Relaxed)
+            || b.header.level == 0
+        {
+            return b;
+        }
+        let dropped = self.mend.dropped.lock().unwrap().clone();
+        let Some((mut bytes, gone)) =
+            ubtrfs_format::node::drop_pointers(b.bytes(), |x| dropped.contains_key(&x))
+        else {
+            return b;
+        };
+        let sum = self.csum_type.compute(&bytes[32..]);
+        bytes[..32].copy_from_slice(&sum);
+        let Ok(nb) = verify_tree_block(
+            bytes.into_boxed_slice(),
+            b.bytenr,
+            self.csum_type,
+            None,
+            &BlockExpect::default(),
+        ) else {
+            return b;
+        };
+        let what: Vec<String> = gone
+            .iter()
+            .map(|(i, k, x)| format!("slot {i} {k} -> leaf {x} ({})", dropped[x]))
+            .collect();
+        self.mend.mended.lock().unwrap().insert(
+            b.bytenr,
+            (
+                format!("pointers to unreadable leaves dropped: {}", what.join("; ")),
+                gone.iter().map(|g| g.2).collect(),
+            ),
+        );
+        let nb = Arc::new(nb);
+        self.cache.remove(b.bytenr);
+        self.cache.insert(nb.clone());
+        nb
+    }
+
+    /// What was mended in the block at `bytenr` (a leaf's item data put
+    /// in place, a node's pointers to dropped leaves taken out), if it was
+    /// read mended.
+    /// With it, the leaves dropped from it.
+    pub fn mended(&self, bytenr: u64) -> Option<(String, Vec<u64>)> {
         self.mend.mended.lock().unwrap().get(&bytenr).cloned()
     }
 
@@ -130,7 +198,7 @@ impl FsInfo {
             .mended
             .lock()
             .unwrap()
-            .insert(bytenr, what.join("; "));
+            .insert(bytenr, (what.join("; "), Vec::new()));
         Some(b)
     }
 
@@ -318,6 +386,15 @@ impl FsInfo {
     /// again; if that read failed, the block is read here as usual (and
     /// any error reported from here).
     pub fn read_tree_block(&self, bytenr: u64, expect: BlockExpect) -> Result<Arc<TreeBlock>> {
+        self.read_tree_block_as_stored(bytenr, expect)
+            .map(|b| self.without_dropped(b))
+    }
+
+    fn read_tree_block_as_stored(
+        &self,
+        bytenr: u64,
+        expect: BlockExpect,
+    ) -> Result<Arc<TreeBlock>> {
         if let Some(b) = self.cache.get(bytenr) {
             check_expectations(&b.header, b.node(), bytenr, &expect)?;
             return Ok(b);
@@ -360,11 +437,6 @@ impl FsInfo {
     ) -> Result<TreeBlock> {
         let mut buf = vec![0u8; self.nodesize as usize].into_boxed_slice();
         self.read_copy(bytenr, &mut buf, mirror)?;
-        let raw = self
-            .mend
-            .on
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .then(|| buf.clone());
         verify_tree_block(
             buf,
             bytenr,
@@ -373,8 +445,14 @@ impl FsInfo {
             expect,
         )
         .or_else(|e| {
-            raw.and_then(|raw| self.read_mended(bytenr, &raw, expect))
-                .ok_or(e)
+            // Read again for mending: rare, and no copy of every good
+            // block kept meanwhile.
+            if !self.mend.on.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(e);
+            }
+            let mut raw = vec![0u8; self.nodesize as usize];
+            self.read_copy(bytenr, &mut raw, mirror)?;
+            self.read_mended(bytenr, &raw, expect).ok_or(e)
         })
     }
 

@@ -60,6 +60,40 @@ pub struct MendedLeaf {
     pub dropped: Vec<(usize, Key)>,
 }
 
+/// A pointer [`drop_pointers`] took out: (slot, key, block).
+pub type Dropped = (usize, Key, u64);
+
+/// A node without its pointers to the blocks `gone` says are gone (a
+/// repair drops unreadable leaves from their parents): the bytes (checksum
+/// left as it was) and the pointers dropped, (slot, key, block). None when
+/// no pointer goes, or when the first would (the parent's key for this
+/// node would change) or every one.
+pub fn drop_pointers(buf: &[u8], gone: impl Fn(u64) -> bool) -> Option<(Vec<u8>, Vec<Dropped>)> {
+    let node = Node::parse(buf).ok()?;
+    let n = node.nritems();
+    if node.is_leaf() || n == 0 {
+        return None;
+    }
+    let dropped: Vec<Dropped> = (0..n)
+        .map(|i| (i, node.key_ptr(i)))
+        .filter(|(_, p)| gone(p.blockptr))
+        .map(|(i, p)| (i, p.key, p.blockptr))
+        .collect();
+    if dropped.is_empty() || dropped[0].0 == 0 || dropped.len() == n {
+        return None;
+    }
+    let mut out = buf.to_vec();
+    let mut to = HEADER_SIZE;
+    for i in (0..n).filter(|i| !dropped.iter().any(|d| d.0 == *i)) {
+        let at = HEADER_SIZE + i * KEY_PTR_SIZE;
+        out.copy_within(at..at + KEY_PTR_SIZE, to);
+        to += KEY_PTR_SIZE;
+    }
+    out[to..HEADER_SIZE + n * KEY_PTR_SIZE].fill(0);
+    out[0x60..0x64].copy_from_slice(&((n - dropped.len()) as u32).to_le_bytes());
+    Some((out, dropped))
+}
+
 /// Item types a leaf mend may drop when their data cannot be placed:
 /// those the rest of a repair rebuilds from other items (a directory's
 /// index from its DIR_ITEM and INODE_REF, extent items and their back
@@ -366,5 +400,28 @@ mod tests {
         assert_eq!(n.nritems(), 2);
         assert_eq!(n.item(1).data, b"bbb");
         assert_eq!(mend_leaf(&bogus(INODE_REF)), None);
+    }
+
+    #[test]
+    fn drop_pointers_keeps_the_first_and_the_order() {
+        let mut b = vec![0u8; 4096];
+        b[0x64] = 1;
+        b[0x60..0x64].copy_from_slice(&3u32.to_le_bytes());
+        for (i, block) in [100u64, 200, 300].iter().enumerate() {
+            let at = HEADER_SIZE + i * KEY_PTR_SIZE;
+            b[at..at + KEY_SIZE].copy_from_slice(&Key::new(256 + i as u64, 1, 0).to_bytes());
+            b[at + KEY_SIZE..at + KEY_SIZE + 8].copy_from_slice(&block.to_le_bytes());
+            b[at + KEY_SIZE + 8..at + KEY_PTR_SIZE].copy_from_slice(&7u64.to_le_bytes());
+        }
+        let (out, gone) = drop_pointers(&b, |x| x == 200).unwrap();
+        assert_eq!(gone, vec![(1, Key::new(257, 1, 0), 200)]);
+        let n = Node::parse(&out).unwrap();
+        let ptrs: Vec<u64> = (0..n.nritems()).map(|i| n.key_ptr(i).blockptr).collect();
+        assert_eq!(ptrs, vec![100, 300]);
+        assert_eq!(n.key_ptr(1).key, Key::new(258, 1, 0));
+        // The first pointer, every pointer, or none: not dropped.
+        assert!(drop_pointers(&b, |x| x == 100).is_none());
+        assert!(drop_pointers(&b, |_| true).is_none());
+        assert!(drop_pointers(&b, |_| false).is_none());
     }
 }

@@ -243,6 +243,15 @@ impl Trans {
     }
 
     /// Drops a reference to data extent `bytenr`.
+    /// Drops one back reference of tree block `bytenr` at `level` (check's
+    /// repair of a leaf taken out of its parent); the block is freed with
+    /// its last, not read.
+    pub fn drop_tree_ref(&mut self, bytenr: u64, level: u8, backref: Backref) {
+        let ns = self.nodesize() as u64;
+        self.refs
+            .add_tree_block(bytenr, ns, level, backref, -1, false);
+    }
+
     pub fn drop_data_ref(&mut self, bytenr: u64, num_bytes: u64, backref: Backref) {
         self.refs.add_data(bytenr, num_bytes, backref, -1, false);
     }

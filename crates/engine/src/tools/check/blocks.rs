@@ -110,6 +110,10 @@ pub(crate) struct Walk {
     pub found: HashMap<u64, Found>,
     /// File bytes referring to data extents (num_bytes summed).
     pub data_referenced: u64,
+    /// Leaves of subvolume trees that do not read (below a root): address
+    /// and why. The check runs again without them (see
+    /// [`crate::disk_io::FsInfo::drop_leaves`]).
+    pub unreadable_leaves: Vec<(u64, String)>,
 }
 
 impl Walk {
@@ -209,6 +213,9 @@ pub(crate) fn walk(
                                 format!("{name}: block {bytenr}"),
                                 format!("unreadable: {e}"),
                             );
+                            if is_fs_tree(t.id) && !is_root && expect.level == Some(0) {
+                                w.unreadable_leaves.push((bytenr, e.to_string()));
+                            }
                             bad.insert(bytenr);
                             continue;
                         }
@@ -222,10 +229,10 @@ pub(crate) fn walk(
             let h = tb.header;
             let here = || format!("{name}: block {bytenr} (level {})", h.level);
             w.blocks.insert(bytenr, BlockInfo { owner: h.owner });
-            if let Some(what) = info.mended(bytenr) {
+            if let Some((what, drops)) = info.mended(bytenr) {
                 let n = tb.node().nritems();
                 let key = if n > 0 { tb.node().key(0) } else { Key::MIN };
-                p.add_fix(here(), what, Fix::MendLeaf { bytenr, key });
+                p.add_fix(here(), what, Fix::MendBlock { bytenr, key, drops });
             }
             let owner_ok = if is_fs_tree(t.id) && !is_root {
                 is_fs_tree(h.owner)

@@ -416,8 +416,13 @@ pub(crate) fn check_refs(
                     RefKey::SharedData(parent) => Some(Backref::SharedData { parent }),
                     _ => None,
                 };
-                match backref {
-                    Some(backref) if e.level.is_none() => p.add_fix(
+                let tree_backref = match *rk {
+                    RefKey::Tree(root) => Some(Backref::Tree { root }),
+                    RefKey::SharedBlock(parent) => Some(Backref::SharedBlock { parent }),
+                    _ => None,
+                };
+                match (backref, tree_backref, e.level) {
+                    (Some(backref), _, None) => p.add_fix(
                         here(),
                         what,
                         Fix::DropDataRef {
@@ -425,6 +430,18 @@ pub(crate) fn check_refs(
                             len: e.len,
                             backref,
                             count: listed,
+                        },
+                    ),
+                    // A tree block no tree reaches (a leaf a repair takes
+                    // out of its parent, a leaked block): its reference
+                    // goes, and the block with its last.
+                    (_, Some(backref), Some(level)) if listed == 1 => p.add_fix(
+                        here(),
+                        what,
+                        Fix::DropTreeRef {
+                            bytenr: b,
+                            level,
+                            backref,
                         },
                     ),
                     _ => p.add(here(), what),
@@ -444,7 +461,32 @@ pub(crate) fn check_refs(
             report.data_bytes_allocated += e.len;
         }
         if !w.found.contains_key(b) && !ix.repointed.values().any(|r| r.0 == *b) {
-            p.add(format!("extent item {}", e.key), "nothing refers to it");
+            let here = format!("extent item {}", e.key);
+            // A tree block with one reference that no tree reaches (a
+            // leaf a repair takes out of its parent, a leaked block) is
+            // freed by dropping that reference.
+            let only = (e.refs == 1 && e.listed.len() == 1)
+                .then(|| e.listed.keys().next())
+                .flatten();
+            let backref = match (only, e.level) {
+                (Some(&RefKey::Tree(root)), Some(_)) => Some(Backref::Tree { root }),
+                (Some(&RefKey::SharedBlock(parent)), Some(_)) => {
+                    Some(Backref::SharedBlock { parent })
+                }
+                _ => None,
+            };
+            match (backref, e.level) {
+                (Some(backref), Some(level)) => p.add_fix(
+                    here,
+                    "nothing refers to it",
+                    Fix::DropTreeRef {
+                        bytenr: *b,
+                        level,
+                        backref,
+                    },
+                ),
+                _ => p.add(here, "nothing refers to it"),
+            }
         }
     }
 }

@@ -643,6 +643,29 @@ fn check_names(tname: &str, t: Tree, fs: &Filesystem, n: &mut Names, p: &mut Pro
     n.items.sort_by_key(|e| (e.dir, e.key));
     n.index.sort_by_key(|e| (e.dir, e.key));
     n.modes.sort_unstable_by_key(|m| m.0);
+    // Inodes that entries name but that have no item at all (lost with a
+    // leaf a repair takes out): made anew, as progs' repair_inode_no_item,
+    // an INODE_ITEM of the type the entries give and an INODE_REF from a
+    // DIR_ITEM and DIR_INDEX pair (below).
+    let mut ghosts: Vec<u64> = n
+        .items
+        .iter()
+        .chain(n.index.iter())
+        .map(|e| e.target)
+        .filter(|&t| n.mode(t).is_none() && !n.missing.iter().any(|s| s.ino == t))
+        .collect();
+    ghosts.sort_unstable();
+    ghosts.dedup();
+    ghosts.retain(|&t| !n.refs.iter().any(|r| r.ino == t));
+    n.missing.extend(ghosts.into_iter().map(|ino| Shape {
+        ino,
+        mode: 0,
+        names: 0,
+        has_entries: false,
+        entry_bytes: 0,
+        extent_end: 0,
+        found_bytes: 0,
+    }));
     let missing = std::mem::take(&mut n.missing);
     let shape_of = |ino: u64| missing.iter().find(|s| s.ino == ino);
     // Whether `d` is a directory the repair can add names to.
@@ -793,12 +816,35 @@ fn check_names(tname: &str, t: Tree, fs: &Filesystem, n: &mut Names, p: &mut Pro
                     && n.name(n.items[i].name) == name
             });
         let there = n.mode(e.target).is_some() || shape_of(e.target).is_some();
-        if let (Some(i), true) = (pair, there) {
-            implied.push((i, e.dir, e.key, e.target, e.ftype, name.to_vec()));
+        // A DIR_INDEX alone (its DIR_ITEM gone too) of an inode that is
+        // there gets its DIR_ITEM back as well.
+        if there && (pair.is_some() || is_dir(n, e.dir)) {
+            implied.push((pair, e.dir, e.key, e.target, e.ftype, name.to_vec()));
         }
     }
-    for (i, dir, index, ino, ftype, name) in implied {
-        n.items[i].matched = true;
+    for (pair, dir, index, ino, ftype, name) in implied {
+        match pair {
+            Some(i) => n.items[i].matched = true,
+            None => {
+                *added_bytes.entry(dir).or_default() += name.len() as i64;
+                p.add_fix(
+                    format!("{tname} directory {dir}"),
+                    format!(
+                        "DIR_INDEX {index} {:?} -> inode {ino}: no DIR_ITEM",
+                        lossy(&name)
+                    ),
+                    Fix::AddName {
+                        tree,
+                        dir,
+                        ino,
+                        name: name.clone(),
+                        index,
+                        ftype,
+                        part: NamePart::DirItem,
+                    },
+                );
+            }
+        }
         if let Ok(j) = n
             .index
             .binary_search_by_key(&(dir, index), |e| (e.dir, e.key))
@@ -809,8 +855,13 @@ fn check_names(tname: &str, t: Tree, fs: &Filesystem, n: &mut Names, p: &mut Pro
         p.add_fix(
             format!("{tname} directory {dir}"),
             format!(
-                "DIR_ITEM and DIR_INDEX {index} {:?} -> inode {ino}: no INODE_REF",
-                lossy(&name)
+                "{} {index} {:?} -> inode {ino}: no INODE_REF",
+                if pair.is_some() {
+                    "DIR_ITEM and DIR_INDEX"
+                } else {
+                    "DIR_INDEX"
+                },
+                lossy(&name),
             ),
             Fix::AddName {
                 tree,

@@ -212,12 +212,22 @@ pub enum Fix {
         refs: Vec<(crate::tx::delayed_ref::Backref, u64)>,
         replaces: Option<ubtrfs_format::Key>,
     },
-    /// A leaf whose item data was out of place, as the check read it
-    /// mended ([`crate::disk_io::FsInfo::mend_leaves`]): copied on write
-    /// from every tree reaching it, so the mended copy replaces it.
-    MendLeaf {
+    /// A block the check read mended (a leaf whose item data was out of
+    /// place, [`crate::disk_io::FsInfo::mend_leaves`]; a node without its
+    /// pointers to unreadable leaves, `drops`,
+    /// [`crate::disk_io::FsInfo::drop_leaves`]): copied on write from every
+    /// tree reaching it, so the mended copy replaces it.
+    MendBlock {
         bytenr: u64,
         key: ubtrfs_format::Key,
+        drops: Vec<u64>,
+    },
+    /// Tree block `bytenr`'s back reference that nothing makes (a leaf
+    /// dropped from its parent), dropped: the extent goes with its last.
+    DropTreeRef {
+        bytenr: u64,
+        level: u8,
+        backref: crate::tx::delayed_ref::Backref,
     },
     /// A root item pointed at the newer root block of its tree that the
     /// extent tree accounts for (progs' repair_root_items).
@@ -364,7 +374,10 @@ pub fn check_filesystem(fs: &Filesystem) -> Result<CheckReport> {
 }
 
 /// Runs every check on `fs`. Problems are in the report; an error is only
-/// for what stops the check as a whole (the root tree unreadable).
+/// for what stops the check as a whole (the root tree unreadable). When a
+/// subvolume leaf does not read, the check runs once more with it taken
+/// out of its parent (as the repair takes it out), so that what its loss
+/// leaves is judged and mended.
 /// `progress` is called with the phase's name and a count of what it has
 /// done (blocks, items, inodes).
 pub fn check(
@@ -398,6 +411,7 @@ pub fn check(
     // subvolume is a walk of its own, in key order, and on many files the
     // larger part of the work.
     let no_holes = sb.has_incompat(INCOMPAT_NO_HOLES);
+    let mut again = false;
     let subvols: Vec<Tree> = roots
         .iter()
         .filter(|(t, item)| is_fs_tree(t.id) && item.as_ref().is_none_or(|r| r.refs > 0))
@@ -420,6 +434,13 @@ pub fn check(
             });
         }
         let r = check_extents(fs, sb, &roots, &mut p, &mut report);
+        // Leaves of subvolumes that do not read: the check runs again
+        // without them (below), and sees what their loss leaves.
+        if let Ok((_, w)) = &r {
+            if fs.info.drop_leaves(w.unreadable_leaves.iter().cloned()) {
+                again = true;
+            }
+        }
         // Wait for the inode checks, showing their progress.
         while next.load(Ordering::Relaxed) < subvols.len()
             || results.lock().unwrap().iter().any(Option::is_none)
@@ -429,6 +450,9 @@ pub fn check(
         }
         r
     })?;
+    if again {
+        return check(fs, opts, p.progress);
+    }
     report.blocks = walk.blocks.len();
     let ns = fs.info.nodesize as u64;
     for b in walk.blocks.values() {

@@ -9,7 +9,10 @@
 //! from the future copied on write, a tree block's missing extent item
 //! made, file extents pointed back at their orphaned extent, a leaf whose
 //! item data was out of place copied on write from every tree reaching
-//! it (read mended), a root item pointed at its tree's newer root. What
+//! it (read mended), a node without its pointers to unreadable leaves
+//! copied on write the same way and their extents freed, an inode that
+//! only entries still name made again, a root item pointed at its tree's
+//! newer root. What
 //! else needs items made or removed is not repaired yet, and a check with
 //! any such problem repairs nothing ([`super::CheckReport::fixes`]).
 //!
@@ -33,7 +36,7 @@ fn stage(f: &Fix) -> u8 {
     match f {
         // Space first: nothing may be allocated over a block that only
         // now gets its extent item.
-        Fix::NewTreeExtent { .. } | Fix::RootBlock { .. } | Fix::MendLeaf { .. } => 0,
+        Fix::NewTreeExtent { .. } | Fix::RootBlock { .. } | Fix::MendBlock { .. } => 0,
         Fix::DeleteDirName { .. } | Fix::CowBlock { .. } => 1,
         Fix::RewriteDirIndex { .. } | Fix::AddName { .. } | Fix::NewInodeItem { .. } => 2,
         Fix::LostFound { .. } => 4,
@@ -44,9 +47,18 @@ fn stage(f: &Fix) -> u8 {
 
 /// Applies `fixes` in `t` (the caller commits).
 pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
-    if fixes.iter().any(|f| matches!(f, Fix::MendLeaf { .. })) {
+    if fixes.iter().any(|f| matches!(f, Fix::MendBlock { .. })) {
         // Read as the check read them.
         t.info.mend_leaves();
+        t.info.drop_leaves(
+            fixes
+                .iter()
+                .flat_map(|f| match f {
+                    Fix::MendBlock { drops, .. } => drops.clone(),
+                    _ => Vec::new(),
+                })
+                .map(|b| (b, "unreadable".to_string())),
+        );
     }
     let mut order: Vec<&Fix> = fixes.iter().collect();
     order.sort_by_key(|f| stage(f));
@@ -126,7 +138,14 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 level,
                 generation,
             } => t.repoint_root(id, bytenr, level, generation)?,
-            Fix::MendLeaf { bytenr, ref key } => {
+            Fix::DropTreeRef {
+                bytenr,
+                level,
+                backref,
+            } => t.drop_tree_ref(bytenr, level, backref),
+            Fix::MendBlock {
+                bytenr, ref key, ..
+            } => {
                 for tree in t.trees_through(bytenr, key)? {
                     t.cow_path(tree, key)?;
                 }
