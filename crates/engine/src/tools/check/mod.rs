@@ -628,6 +628,52 @@ mod tests {
         repair_is_all_or_nothing(&bad);
     }
 
+    /// A leaf whose item data is out of place (the top directory's
+    /// INODE_REF data 8 bytes below where it belongs, checksum redone on
+    /// every copy) is read mended, and its repair, a copy on write, is all
+    /// or nothing too.
+    #[test]
+    fn misplaced_leaf_data_is_mended() {
+        use crate::io::volumes::Placement;
+        use ubtrfs_format::node::{HEADER_SIZE, ITEM_SIZE};
+        let m = Arc::new(MemDev::new(128 << 20));
+        let o = MkfsOptions {
+            fsid: Some([4; 16]),
+            ..Default::default()
+        };
+        drop(make(vec![("m".into(), m.clone())], &o).unwrap());
+        let mut img = m.snapshot();
+        let (places, ns, csum) = {
+            let d = Device::from_dev(Path::new("image"), m.clone()).unwrap();
+            let fs = Filesystem::from_devices(vec![d], 16 << 20).unwrap();
+            let t = fs.tree(FS_TREE_OBJECTID).unwrap();
+            assert_eq!(t.level, 0);
+            let ns = fs.info.nodesize as usize;
+            let Placement::Mirrors(v) = fs.info.chunks.map(t.bytenr, ns as u64).unwrap().placement
+            else {
+                panic!("metadata on parity")
+            };
+            (v, ns, fs.info.csum_type)
+        };
+        for at in places.iter().map(|p| p.physical as usize) {
+            let b = &mut img[at..at + ns];
+            let h = HEADER_SIZE + ITEM_SIZE + 17;
+            let off = u32::from_le_bytes(b[h..h + 4].try_into().unwrap()) as usize;
+            let size = u32::from_le_bytes(b[h + 4..h + 8].try_into().unwrap()) as usize;
+            let d = HEADER_SIZE + off;
+            b.copy_within(d..d + size, d - 8);
+            b[h..h + 4].copy_from_slice(&((off - 8) as u32).to_le_bytes());
+            let sum = csum.compute(&b[32..]);
+            b[..32].copy_from_slice(&sum);
+        }
+        let found = problems(&img);
+        assert!(
+            found.len() == 1 && matches!(found[0].fix, Some(Fix::MendBlock { .. })),
+            "{found:?}"
+        );
+        repair_is_all_or_nothing(&img);
+    }
+
     /// The problems a check of `image` finds.
     fn problems(image: &[u8]) -> Vec<Problem> {
         let d = Device::from_dev(
@@ -658,8 +704,9 @@ mod tests {
             });
             (r.is_ok(), f.ops(), m.snapshot())
         };
-        let (ok, ops, _) = run(None);
+        let (ok, ops, repaired) = run(None);
         assert!(ok && ops > 2, "{ops} writes");
+        assert_eq!(problems(&repaired), vec![], "after the repair");
         for k in 0..ops {
             let (_, _, img) = run(Some(k));
             let after = problems(&img);
