@@ -46,12 +46,15 @@ fn progs_fsck_tests_sample() {
     // missing DIR_INDEX on an image without skinny metadata, 026's
     // misplaced DIR_ITEM), a leaf's item data put back in place and the
     // index it lost made again (005), outdated root items pointed at their
-    // newer root (006), modes and lost+found (039), an extent item made
-    // again (027), counters (016, 047, 050).
+    // newer root (006), a leaf that does not read taken out and the
+    // inodes its loss leaves nameless made again (012), modes and
+    // lost+found (039), an extent item made again (027), counters (016,
+    // 047, 050).
     for dir in [
         "004-no-dir-index",
         "005-bad-item-offset",
         "006-bad-root-items",
+        "012-leaf-corruption",
         "016-wrong-inode-nbytes",
         "026-bad-dir-item-name",
         "027-bad-extent-inline-ref-type",
