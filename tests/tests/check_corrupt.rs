@@ -1,7 +1,7 @@
 //! `ubtrfs check` against `btrfs check` on damage neither finds by a
 //! checksum: a kernel-made image (files, hard links, symlinks, xattrs,
 //! reflinks, a subvolume and snapshots, a compressed directory, quota
-//! groups) gets one
+//! groups, one of them above two subvolumes) gets one
 //! seeded change per case (tests/src/corrupt.rs: a field of an inode, an
 //! extent or block group item, a dropped item, a flipped bit, a file
 //! pointed at another's extent, a data reference count, a device's
@@ -61,6 +61,9 @@ fn base_image(dir: &Path, features: &str) -> PathBuf {
         btrfs -q subvolume snapshot sv snap1
         btrfs -q subvolume snapshot -r . topsnap
         echo changed >> sv/d/file5; rm sv/d/file6
+        btrfs qgroup create 1/100 .
+        btrfs qgroup assign --no-rescan 0/256 1/100 .
+        btrfs qgroup assign --no-rescan 0/257 1/100 .
         btrfs quota rescan -w . >/dev/null
         sync
         "#,

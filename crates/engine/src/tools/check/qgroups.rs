@@ -1,10 +1,13 @@
 //! Quota groups (progs' qgroup verify): for each subvolume, the bytes of
 //! every extent it reaches (its tree blocks, and the data extents its
 //! files refer to, whole) and of those only it reaches, against its
-//! level-0 QGROUP_INFO. Not compared while a rescan runs; when the status
-//! says the counts are inconsistent (the kernel knows them wrong until a
-//! rescan), a difference is a warning. Simple quotas count differently
-//! (by owner) and are not compared. Higher-level groups are not checked.
+//! level-0 QGROUP_INFO; and for each higher-level group, the bytes of
+//! every extent a subvolume below it reaches and of those that only such
+//! subvolumes reach (the kernel's counting through QGROUP_RELATIONs). Not
+//! compared while a rescan runs; when the status says the counts are
+//! inconsistent (the kernel knows them wrong until a rescan), a
+//! difference is a warning. Simple quotas count differently (by owner)
+//! and are not compared.
 
 use super::{is_fs_tree, Problems};
 use crate::ctree::{for_each_item, Tree};
@@ -25,18 +28,21 @@ pub(crate) fn check(fs: &Filesystem, roots: &[(Tree, Option<RootItem>)], p: &mut
     };
     let mut status: Option<QgroupStatus> = None;
     let mut infos: BTreeMap<u64, QgroupInfo> = BTreeMap::new();
+    let mut relations: Vec<(u64, u64)> = Vec::new();
     let r = for_each_item(&fs.info, qt, Key::MIN, Key::MAX, |k, d| {
         match k.item_type {
             QGROUP_STATUS => match QgroupStatus::parse(d) {
                 Ok(s) => status = Some(s),
                 Err(e) => p.add(format!("quota tree key {k}"), format!("{e}")),
             },
-            QGROUP_INFO if k.offset >> 48 == 0 => match QgroupInfo::parse(d) {
+            QGROUP_INFO => match QgroupInfo::parse(d) {
                 Ok(i) => {
                     infos.insert(k.offset, i);
                 }
                 Err(e) => p.add(format!("quota tree key {k}"), format!("{e}")),
             },
+            // Each relation is kept both ways; the member's id is the lower.
+            QGROUP_RELATION if k.objectid < k.offset => relations.push((k.objectid, k.offset)),
             _ => {}
         }
         Ok(ControlFlow::Continue(()))
@@ -132,7 +138,43 @@ pub(crate) fn check(fs: &Filesystem, roots: &[(Tree, Option<RootItem>)], p: &mut
             *excl.entry(*only).or_default() += bytes;
         }
     }
+    // Higher-level groups: the subvolumes below each (through groups of
+    // groups), and what they reach together and alone.
+    let below = subvolumes_below(&infos, &relations);
+    for (bytes, ids) in reach.values() {
+        for (&g, members) in &below {
+            if ids.iter().any(|id| members.contains(id)) {
+                *rfer.entry(g).or_default() += bytes;
+                if ids.iter().all(|id| members.contains(id)) {
+                    *excl.entry(g).or_default() += bytes;
+                }
+            }
+        }
+    }
     for (&id, info) in &infos {
+        let level = id >> 48;
+        let place = format!("quota group {level}/{}", id & ((1 << 48) - 1));
+        if level > 0 {
+            let (r, e) = (
+                rfer.get(&id).copied().unwrap_or(0),
+                excl.get(&id).copied().unwrap_or(0),
+            );
+            if info.rfer != r || info.excl != e {
+                let what = format!(
+                    "referenced {} exclusive {} but its subvolumes' extents make {r} and {e}",
+                    info.rfer, info.excl
+                );
+                if inconsistent {
+                    p.warn(
+                        place,
+                        format!("{what} (marked inconsistent: a rescan recounts it)"),
+                    );
+                } else {
+                    p.add(place, what);
+                }
+            }
+            continue;
+        }
         let exists = roots
             .iter()
             .any(|(t, r)| t.id == id && r.as_ref().is_some_and(|r| r.refs > 0));
@@ -144,7 +186,6 @@ pub(crate) fn check(fs: &Filesystem, roots: &[(Tree, Option<RootItem>)], p: &mut
             excl.get(&id).copied().unwrap_or(0),
         );
         if info.rfer != r || info.excl != e {
-            let place = format!("quota group 0/{id}");
             let what = format!(
                 "referenced {} exclusive {} but the trees make {r} and {e}",
                 info.rfer, info.excl
@@ -158,5 +199,67 @@ pub(crate) fn check(fs: &Filesystem, roots: &[(Tree, Option<RootItem>)], p: &mut
                 p.add(place, what);
             }
         }
+    }
+}
+
+/// For each quota group above level 0, the subvolumes (level-0 groups)
+/// below it through `relations` (member, parent), however deep; a cycle
+/// (damage) ends where it closes.
+fn subvolumes_below(
+    infos: &BTreeMap<u64, QgroupInfo>,
+    relations: &[(u64, u64)],
+) -> BTreeMap<u64, HashSet<u64>> {
+    let mut members: HashMap<u64, Vec<u64>> = HashMap::new();
+    for &(m, g) in relations {
+        members.entry(g).or_default().push(m);
+    }
+    let mut out = BTreeMap::new();
+    for &g in infos.keys().filter(|&&g| g >> 48 > 0) {
+        let mut leaves = HashSet::new();
+        let mut seen = HashSet::new();
+        let mut stack = vec![g];
+        while let Some(x) = stack.pop() {
+            if !seen.insert(x) {
+                continue;
+            }
+            for &m in members.get(&x).map_or(&[][..], |v| v.as_slice()) {
+                if m >> 48 == 0 {
+                    leaves.insert(m);
+                } else {
+                    stack.push(m);
+                }
+            }
+        }
+        out.insert(g, leaves);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_of_groups_reach_their_subvolumes_and_cycles_end() {
+        let g = |level: u64, id: u64| (level << 48) | id;
+        let infos: BTreeMap<u64, QgroupInfo> = [g(0, 256), g(1, 100), g(2, 200), g(1, 101)]
+            .into_iter()
+            .map(|id| (id, QgroupInfo::default()))
+            .collect();
+        let rel = [
+            (g(0, 256), g(1, 100)),
+            (g(0, 257), g(1, 100)),
+            (g(1, 100), g(2, 200)),
+            (g(0, 258), g(2, 200)),
+            // Damage: 1/101 and 2/200 each a member of the other.
+            (g(1, 101), g(2, 200)),
+            (g(2, 200), g(1, 101)),
+        ];
+        let below = subvolumes_below(&infos, &rel);
+        let set = |v: &[u64]| v.iter().copied().collect::<HashSet<u64>>();
+        assert_eq!(below[&g(1, 100)], set(&[256, 257]));
+        assert_eq!(below[&g(2, 200)], set(&[256, 257, 258]));
+        assert_eq!(below[&g(1, 101)], set(&[256, 257, 258]));
+        assert!(!below.contains_key(&g(0, 256)));
     }
 }
