@@ -37,16 +37,18 @@ pub struct FsInfo {
     pub nodesize: u32,
     pub sectorsize: u32,
     reports: Mutex<(Vec<String>, usize)>,
-    /// Leaves read with their item data moved back into place
-    /// ([`FsInfo::mend_leaves`]).
-    mend: MendLeaves,
+    /// Blocks read as `check --repair` will write them
+    /// ([`FsInfo::mend_leaves`], [`FsInfo::drop_leaves`]).
+    mend: Mend,
 }
 
-/// Leaves whose only fault is the layout of their item data, taken as
-/// `ubtrfs check` and its repair see them: mended on read (see
-/// [`ubtrfs_format::node::mend_leaf`]), each remembered with what was done.
+/// Blocks taken as `ubtrfs check` and its repair see them, each
+/// remembered with what was done: leaves whose only fault is the layout of
+/// their item data, mended on read (see [`ubtrfs_format::node::mend_leaf`]),
+/// and nodes read without their pointers to unreadable leaves (see
+/// [`ubtrfs_format::node::drop_pointers`]).
 #[derive(Default)]
-struct MendLeaves {
+struct Mend {
     on: std::sync::atomic::AtomicBool,
     mended: Mutex<BTreeMap<u64, (String, Vec<u64>)>>,
     /// Unreadable leaves taken out of their parents, with why they do not
@@ -69,7 +71,7 @@ impl FsInfo {
             devices,
             sb,
             reports: Mutex::new((Vec::new(), 0)),
-            mend: MendLeaves::default(),
+            mend: Mend::default(),
         }
     }
 
@@ -88,8 +90,8 @@ impl FsInfo {
     /// will write them: the check judges the trees without them, and what
     /// they held that other items name is found missing. A node keeps a
     /// pointer it cannot lose (its first: its parent's key for it would
-    /// change; or its only one).
-    /// Returns whether any of them was not dropped already.
+    /// change; or its only one). Returns whether any of them was not
+    /// dropped already.
     pub fn drop_leaves(&self, leaves: impl IntoIterator<Item = (u64, String)>) -> bool {
         let mut d = self.mend.dropped.lock().unwrap();
         let before = d.len();
@@ -146,8 +148,7 @@ impl FsInfo {
 
     /// What was mended in the block at `bytenr` (a leaf's item data put
     /// in place, a node's pointers to dropped leaves taken out), if it was
-    /// read mended.
-    /// With it, the leaves dropped from it.
+    /// read mended, with the leaves dropped from it.
     pub fn mended(&self, bytenr: u64) -> Option<(String, Vec<u64>)> {
         self.mend.mended.lock().unwrap().get(&bytenr).cloned()
     }
