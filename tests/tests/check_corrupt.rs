@@ -8,11 +8,16 @@
 //! bytes_used), its block's checksum recomputed. Every case btrfs check
 //! flags, ubtrfs check must flag; it may flag more. The clean image passes
 //! both. Seeds per kind: UBTRFS_CORRUPT_SEEDS (CI: 2;
-//! bench/check_corrupt.sh runs more).
+//! bench/check_corrupt.sh runs more). `check --repair` is also killed
+//! (SIGKILL) at seeded moments of its writing: UBTRFS_CRASH_KILLS kills
+//! (CI: 8).
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 use ubtrfs_oracle::corrupt::{corrupt, KINDS};
+use ubtrfs_oracle::mkfs_support::crash_kills;
 use ubtrfs_oracle::*;
 
 fn sh(dir: &Path, script: &str) {
@@ -178,7 +183,8 @@ fn sha256(path: &Path) -> String {
 }
 
 /// `ubtrfs check --repair` mends the counters the corruptor breaks (an
-/// inode's nlink, size or nbytes, a block group's or a device's usage):
+/// inode's nlink, size or nbytes, a block group's or a device's usage, an
+/// extent item's refs, a data back reference's count):
 /// then btrfs check and ubtrfs check pass, the kernel shows every file as
 /// before the damage, writes on top, and both checks pass again. Dropped
 /// names and inode items are made again; damage it cannot repair yet (a
@@ -190,7 +196,15 @@ fn repair_mends_counters_and_refuses_the_rest() {
     let dir = scratch_dir("check-repair");
     let base = base_image(&dir, "");
     let before = kernel_listing(&base);
-    for kind in ["nlink", "dir-isize", "nbytes", "bg-used", "dev-bytes-used"] {
+    for kind in [
+        "nlink",
+        "dir-isize",
+        "nbytes",
+        "bg-used",
+        "dev-bytes-used",
+        "extent-refs",
+        "data-ref",
+    ] {
         for seed in 0..2 {
             let img = dir.join("case.img");
             copy(&base, &img);
@@ -280,4 +294,110 @@ fn assert_refused(what: &str, text: &str, img: &Path, hash: &str) {
         hash,
         "{what}: a refused repair changed the image"
     );
+}
+
+/// The problem lines of `ubtrfs check` on `img` (its exit code first):
+/// what a killed repair must leave either as it was or gone.
+fn problems(img: &Path) -> (i32, Vec<String>) {
+    let (rc, text) = run(Command::new(ubtrfs_bin()).arg("check").arg(img));
+    let lines = text
+        .lines()
+        .filter(|l| l.starts_with("ERROR") || l.starts_with("WARNING"))
+        .map(str::to_string)
+        .collect();
+    (rc, lines)
+}
+
+/// Runs `ubtrfs check --repair` on `img` until the first check's report
+/// has ended (its "found ... bytes used" line), then `after` it: SIGKILL
+/// (`after` None: to its end). Returns how long the repair's writing
+/// took from that line to its "repaired" line, when it got there.
+fn repair_killed(img: &Path, after: Option<Duration>) -> Option<Duration> {
+    let mut child = Command::new(ubtrfs_bin())
+        .args(["check", "--repair"])
+        .arg(img)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for l in lines.by_ref() {
+        if l.unwrap().starts_with("found ") {
+            break;
+        }
+    }
+    let t0 = Instant::now();
+    if let Some(after) = after {
+        std::thread::sleep(after);
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        return None;
+    }
+    let took = lines
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("repaired "))
+        .map(|_| t0.elapsed());
+    child.wait().unwrap();
+    took
+}
+
+/// A repair killed (SIGKILL) at a seeded moment of its writing leaves the
+/// image as it was (the same problems, btrfs check failing) or repaired
+/// (both checks clean), never between; the repair run again then finishes
+/// it. The repair is one transaction whose superblock is written last.
+#[test]
+fn killed_repair_leaves_it_as_it_was_or_repaired() {
+    skip_unless!(kernel_available);
+    let dir = scratch_dir("check-repair-kill");
+    let base = base_image(&dir, "");
+    let kinds = [
+        "nlink",
+        "dir-isize",
+        "nbytes",
+        "bg-used",
+        "dev-bytes-used",
+        "extent-refs",
+        "data-ref",
+    ];
+    let mut rng = Rng::new(0xc4ec_4e9a);
+    let (mut as_it_was, mut repaired) = (0, 0);
+    for i in 0..crash_kills() {
+        let (kind, seed) = (kinds[i as usize % kinds.len()], i / kinds.len() as u64);
+        let img = dir.join("case.img");
+        copy(&base, &img);
+        let what = corrupt(&img, kind, seed).unwrap();
+        let (rc, before) = problems(&img);
+        assert_eq!(rc, 1, "{what}: not flagged");
+        // The length of the writing, from a whole run on a copy.
+        let whole = dir.join("whole.img");
+        copy(&img, &whole);
+        let window = repair_killed(&whole, None)
+            .unwrap_or_else(|| panic!("{what}: the whole repair did not repair"));
+        let delay = Duration::from_micros(rng.below(window.as_micros() as u64 * 5 / 4 + 1));
+        repair_killed(&img, Some(delay));
+        let what = format!("{what}, killed {delay:?} into a {window:?} repair");
+        let (rc, after) = problems(&img);
+        if rc == 0 {
+            btrfs_check(&img, &[]).unwrap_or_else(|e| panic!("{what}: repaired: {e}"));
+            repaired += 1;
+        } else {
+            assert_eq!(after, before, "{what}: neither as it was nor repaired");
+            let (prc, _) = run(Command::new("btrfs")
+                .args(["check", "--readonly"])
+                .arg(&img));
+            assert_ne!(prc, 0, "{what}: btrfs check passes but ubtrfs check fails");
+            as_it_was += 1;
+            let (rc, text) = run(Command::new(ubtrfs_bin())
+                .args(["check", "--repair"])
+                .arg(&img));
+            assert_eq!(rc, 0, "{what}: the repair run again:\n{text}");
+            btrfs_check(&img, &[]).unwrap_or_else(|e| panic!("{what}: repaired again: {e}"));
+        }
+    }
+    eprintln!(
+        "check --repair: {} kills: {as_it_was} left it as it was, {repaired} repaired",
+        crash_kills()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

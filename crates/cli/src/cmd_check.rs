@@ -29,10 +29,12 @@ pub struct CheckArgs {
     readonly: bool,
     /// Repair what is found, in one transaction, then check again:
     /// counters and fields (block group, device and superblock usage and
-    /// sizes, an inode's nbytes, size, link count or generations, a lost
-    /// orphan item), names (missing or misplaced DIR_ITEM, DIR_INDEX,
-    /// INODE_REF), invalid modes, missing inode items, and inodes no name
-    /// reaches (into lost+found). When anything else is wrong, the
+    /// sizes, an inode's nbytes, size, link count or generations, an
+    /// extent item's refs, a data reference's count, a lost orphan item),
+    /// names (missing or misplaced DIR_ITEM, DIR_INDEX, INODE_REF),
+    /// invalid modes, missing inode items, and inodes no name reaches
+    /// (into lost+found); also mkfs.btrfs's leftover free-space entries
+    /// that the check only warns of. When anything else is wrong, the
     /// problems that cannot be repaired are named and nothing is written.
     #[arg(long, conflicts_with = "readonly")]
     repair: bool,
@@ -72,7 +74,7 @@ pub fn run(a: CheckArgs) -> CmdResult {
     }
     ubtrfs_engine::io::claim::set_read_live(a.force);
     let (report, clean, paths) = check_once(&a)?;
-    if !a.repair || clean {
+    if !a.repair || !report.repairable() {
         if a.repair {
             println!("no error found: nothing to repair");
         }
@@ -99,7 +101,16 @@ pub fn run(a: CheckArgs) -> CmdResult {
     repair::apply(&mut t, &fixes)?;
     t.commit()?;
     drop(t);
-    println!("repaired {} problems; checking again", fixes.len());
+    let warned = report.warnings.iter().filter(|w| w.fix.is_some()).count();
+    let and_warnings = if warned > 0 {
+        format!(" and {warned} warnings")
+    } else {
+        String::new()
+    };
+    println!(
+        "repaired {} problems{and_warnings}; checking again",
+        fixes.len() - warned
+    );
     let (_, clean, _) = check_once(&a)?;
     Ok(exit(clean))
 }

@@ -256,6 +256,12 @@ impl Trans {
         self.refs.add_data(bytenr, num_bytes, backref, -1, false);
     }
 
+    /// `delta` references of data extent `bytenr` added (or dropped, when
+    /// negative) at once: check's repair setting a count.
+    pub fn change_data_ref(&mut self, bytenr: u64, num_bytes: u64, backref: Backref, delta: i64) {
+        self.refs.add_data(bytenr, num_bytes, backref, delta, false);
+    }
+
     /// Applies every delayed reference to the extent tree. Returns whether
     /// there was anything to apply (changing the extent tree can make new
     /// references: the caller runs this until it returns false).

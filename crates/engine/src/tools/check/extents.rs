@@ -398,7 +398,23 @@ pub(crate) fn check_refs(
         for (rk, &have) in &f.refs {
             let listed = e.listed.get(rk).copied().unwrap_or(0);
             if listed != have {
-                p.add(here(), format!("{rk}: {listed} listed but {have} found"));
+                let what = format!("{rk}: {listed} listed but {have} found");
+                // A data reference's count is set to what the file extent
+                // items make (both counts fit: the walk counted `have`,
+                // the extent item's parse `listed`).
+                match (data_backref(rk), e.level) {
+                    (Some(backref), None) if listed > 0 => p.add_fix(
+                        here(),
+                        what,
+                        Fix::DataRefCount {
+                            bytenr: b,
+                            len: e.len,
+                            backref,
+                            delta: have as i64 - listed as i64,
+                        },
+                    ),
+                    _ => p.add(here(), what),
+                }
             }
         }
         for (rk, &listed) in &e.listed {
@@ -407,15 +423,7 @@ pub(crate) fn check_refs(
                 // A data reference nothing makes is dropped (a repair runs
                 // only when every tree was read whole: an unreadable one
                 // is a problem it cannot repair).
-                let backref = match *rk {
-                    RefKey::Data(root, objectid, offset) => Some(Backref::Data {
-                        root,
-                        objectid,
-                        offset,
-                    }),
-                    RefKey::SharedData(parent) => Some(Backref::SharedData { parent }),
-                    _ => None,
-                };
+                let backref = data_backref(rk);
                 let tree_backref = match *rk {
                     RefKey::Tree(root) => Some(Backref::Tree { root }),
                     RefKey::SharedBlock(parent) => Some(Backref::SharedBlock { parent }),
@@ -425,11 +433,11 @@ pub(crate) fn check_refs(
                     (Some(backref), _, None) => p.add_fix(
                         here(),
                         what,
-                        Fix::DropDataRef {
+                        Fix::DataRefCount {
                             bytenr: b,
                             len: e.len,
                             backref,
-                            count: listed,
+                            delta: -(listed.min(i64::MAX as u64) as i64),
                         },
                     ),
                     // A tree block no tree reaches (a leaf a repair takes
@@ -448,12 +456,19 @@ pub(crate) fn check_refs(
                 }
             }
         }
-        let sum: u64 = e.listed.values().sum();
-        if sum != e.refs {
-            p.add(
-                here(),
-                format!("refs {} but its back references count {sum}", e.refs),
+        // The item's refs are set to its references' sum; any count fix
+        // above then changes both.
+        let sum = e.listed.values().try_fold(0u64, |a, &c| a.checked_add(c));
+        if sum != Some(e.refs) {
+            let what = format!(
+                "refs {} but its back references count {}",
+                e.refs,
+                sum.map_or("past 2^64".to_string(), |s| s.to_string())
             );
+            match sum {
+                Some(refs) => p.add_fix(here(), what, Fix::ExtentRefs { key: e.key, refs }),
+                None => p.add(here(), what),
+            }
         }
     }
     for (b, e) in &ix.extents {
@@ -488,6 +503,19 @@ pub(crate) fn check_refs(
                 _ => p.add(here, "nothing refers to it"),
             }
         }
+    }
+}
+
+/// The delayed-ref form of a data back reference.
+fn data_backref(rk: &RefKey) -> Option<Backref> {
+    match *rk {
+        RefKey::Data(root, objectid, offset) => Some(Backref::Data {
+            root,
+            objectid,
+            offset,
+        }),
+        RefKey::SharedData(parent) => Some(Backref::SharedData { parent }),
+        _ => None,
     }
 }
 

@@ -109,6 +109,9 @@ pub enum Fix {
         key: ubtrfs_format::Key,
         generation: u64,
     },
+    /// An extent item's refs: the sum of its back references' counts
+    /// (before any [`Fix::DataRefCount`] of the same extent changes both).
+    ExtentRefs { key: ubtrfs_format::Key, refs: u64 },
     /// A device item's total_bytes (rounded down to the sector size).
     DeviceTotalBytes { devid: u64, bytes: u64 },
     /// The superblock's num_devices: the chunk tree's device items.
@@ -183,13 +186,14 @@ pub enum Fix {
         key: ubtrfs_format::Key,
         relax: Option<(u64, u8)>,
     },
-    /// A data extent's back reference that no file extent item makes,
-    /// dropped `count` times (the extent goes with its last).
-    DropDataRef {
+    /// A data extent's back reference counted as the file extent items
+    /// make it: `delta` references added or dropped, the extent item's
+    /// refs with them (the extent goes with its last).
+    DataRefCount {
         bytenr: u64,
         len: u64,
         backref: crate::tx::delayed_ref::Backref,
-        count: u64,
+        delta: i64,
     },
     /// Hole items where a file's extents leave gaps below its size, on a
     /// filesystem without no-holes.
@@ -279,7 +283,8 @@ pub struct CheckReport {
     /// Problems found, with those not kept in `problems`.
     pub problem_count: usize,
     /// What is unusual but not wrong (the kernel mounts and reads it as
-    /// it is): a stale superblock copy.
+    /// it is): a stale superblock copy. Some have a fix that `--repair`
+    /// makes too (mkfs.btrfs's leftover free-space entries).
     pub warnings: Vec<Problem>,
 }
 
@@ -288,14 +293,25 @@ impl CheckReport {
         self.problem_count == 0
     }
 
-    /// The repairs of every problem, or the problems `--repair` cannot
-    /// mend (then nothing may be written).
+    /// Whether `--repair` has anything to write: a problem, or a warning
+    /// with a fix.
+    pub fn repairable(&self) -> bool {
+        !self.clean() || self.warnings.iter().any(|w| w.fix.is_some())
+    }
+
+    /// The repairs of every problem and of the warnings that have one, or
+    /// the problems `--repair` cannot mend (then nothing may be written).
     pub fn fixes(&self) -> std::result::Result<Vec<Fix>, Vec<&Problem>> {
         let cannot: Vec<&Problem> = self.problems.iter().filter(|p| p.fix.is_none()).collect();
         if !cannot.is_empty() || self.problem_count > self.problems.len() {
             return Err(cannot);
         }
-        Ok(self.problems.iter().filter_map(|p| p.fix.clone()).collect())
+        Ok(self
+            .problems
+            .iter()
+            .chain(&self.warnings)
+            .filter_map(|p| p.fix.clone())
+            .collect())
     }
 }
 
@@ -327,12 +343,20 @@ impl Problems<'_> {
     }
 
     pub(crate) fn warn(&mut self, place: impl Into<String>, what: impl Into<String>) {
+        self.push_warning(place.into(), what.into(), None);
+    }
+
+    /// A warning that `--repair` also mends, with `fix` (the check still
+    /// passes without it).
+    pub(crate) fn warn_fix(&mut self, place: impl Into<String>, what: impl Into<String>, fix: Fix) {
+        self.push_warning(place.into(), what.into(), Some(fix));
+    }
+
+    fn push_warning(&mut self, place: String, what: String, fix: Option<Fix>) {
+        // Past the list's size a warning is not shown, nor mended: the
+        // next repair mends the rest.
         if self.warnings.len() < MAX_KEPT {
-            self.warnings.push(Problem {
-                place: place.into(),
-                what: what.into(),
-                fix: None,
-            });
+            self.warnings.push(Problem { place, what, fix });
         }
     }
 

@@ -100,19 +100,9 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 i.transid = transid;
                 t.inode_mut(tree, ino).put(&i)?;
             }
-            Fix::ExtentGeneration { key, generation } => {
-                // The extent item's head: refs, then generation.
-                let found = t.update_item(EXTENT_TREE_OBJECTID, &key, |d| {
-                    if d.len() >= 16 {
-                        d[8..16].copy_from_slice(&generation.to_le_bytes());
-                    }
-                })?;
-                if !found {
-                    return Err(Error::NotFound(format!(
-                        "repair: extent item {key} is not there"
-                    )));
-                }
-            }
+            // The extent item's head: refs, then generation.
+            Fix::ExtentGeneration { key, generation } => set_extent_head(t, &key, 8, generation)?,
+            Fix::ExtentRefs { key, refs } => set_extent_head(t, &key, 0, refs)?,
             Fix::DeviceTotalBytes { devid, bytes } => t.set_device_total_bytes(devid, bytes)?,
             Fix::SuperNumDevices { n } => t.info.sb.num_devices = n,
             Fix::SuperTotalBytes => t.recount_total_bytes(),
@@ -222,16 +212,12 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 }
                 t.cow_path(tree, key)?;
             }
-            Fix::DropDataRef {
+            Fix::DataRefCount {
                 bytenr,
                 len,
                 backref,
-                count,
-            } => {
-                for _ in 0..count.min(u32::MAX as u64) {
-                    t.drop_data_ref(bytenr, len, backref);
-                }
-            }
+                delta,
+            } => t.change_data_ref(bytenr, len, backref, delta),
             Fix::NewTreeExtent {
                 bytenr,
                 level,
@@ -274,6 +260,22 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
 
 /// A directory entry of inode `ino` named `name`, as this transaction
 /// writes it.
+/// Sets the u64 at `off` of extent item `key`'s head (refs at 0,
+/// generation at 8).
+fn set_extent_head(t: &mut Trans, key: &Key, off: usize, value: u64) -> Result<()> {
+    let found = t.update_item(EXTENT_TREE_OBJECTID, key, |d| {
+        if let Some(field) = d.get_mut(off..off + 8) {
+            field.copy_from_slice(&value.to_le_bytes());
+        }
+    })?;
+    if !found {
+        return Err(Error::NotFound(format!(
+            "repair: extent item {key} is not there"
+        )));
+    }
+    Ok(())
+}
+
 fn entry(t: &Trans, ino: u64, ftype: u8, name: &[u8]) -> Vec<u8> {
     DirEntry {
         location: Key::new(ino, INODE_ITEM, 0),
