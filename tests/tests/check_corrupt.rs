@@ -182,6 +182,18 @@ fn sha256(path: &Path) -> String {
         .to_string()
 }
 
+/// The corruptor's kinds of damage to a counter, which the repair always
+/// mends.
+const COUNTERS: [&str; 7] = [
+    "nlink",
+    "dir-isize",
+    "nbytes",
+    "bg-used",
+    "dev-bytes-used",
+    "extent-refs",
+    "data-ref",
+];
+
 /// `ubtrfs check --repair` mends the counters the corruptor breaks (an
 /// inode's nlink, size or nbytes, a block group's or a device's usage, an
 /// extent item's refs, a data back reference's count):
@@ -196,15 +208,7 @@ fn repair_mends_counters_and_refuses_the_rest() {
     let dir = scratch_dir("check-repair");
     let base = base_image(&dir, "");
     let before = kernel_listing(&base);
-    for kind in [
-        "nlink",
-        "dir-isize",
-        "nbytes",
-        "bg-used",
-        "dev-bytes-used",
-        "extent-refs",
-        "data-ref",
-    ] {
+    for kind in COUNTERS {
         for seed in 0..2 {
             let img = dir.join("case.img");
             copy(&base, &img);
@@ -214,62 +218,41 @@ fn repair_mends_counters_and_refuses_the_rest() {
                 .arg(&img));
             assert_eq!(rc, 0, "{what}: repair:\n{text}");
             assert!(text.contains("repaired"), "{what}: {text}");
-            btrfs_check(&img, &[]).unwrap_or_else(|e| panic!("{what}: after repair: {e}"));
-            assert_eq!(
-                kernel_listing(&img),
-                before,
-                "{what}: the kernel's view changed"
-            );
-            let m = Mount::images(std::slice::from_ref(&img), "", false);
-            sh(
-                &m.dir,
-                "echo after > d/after; cp d/file7 d/file7.copy; sync",
-            );
-            m.unmount();
-            btrfs_check(&img, &[])
-                .unwrap_or_else(|e| panic!("{what}: after the kernel wrote: {e}"));
-            eprintln!("{what}: repaired");
+            judge_repaired(&img, &what, Some(&before));
         }
     }
-    // A dropped fs tree item: names and inode items are made again from
-    // what agrees on them (the kernel's view the same when only a name
-    // item went; a made inode item has new times and mode bits, so only
-    // both checks and a kernel write on top are asked of it); what it
-    // cannot make (a file extent) is refused, writing nothing.
-    let mut made = 0;
-    for seed in 0..4 {
-        let img = dir.join("case.img");
-        copy(&base, &img);
-        let what = corrupt(&img, "drop-fs-item", seed).unwrap();
-        let hash = sha256(&img);
-        let (rc, text) = run(Command::new(ubtrfs_bin())
-            .args(["check", "--repair"])
-            .arg(&img));
-        if rc == 1 {
-            assert_refused(&what, &text, &img, &hash);
-            eprintln!("{what}: refused");
-            continue;
+    // A dropped item: of an fs tree, names and inode items are made
+    // again from what agrees on them (the kernel's view the same when only
+    // a name item went; a made inode item has new times and mode bits, so
+    // only both checks and a kernel write on top are asked of it); of the
+    // extent tree, extent items from the references found (the kernel's
+    // view the same). What it cannot make (a file extent, a block group
+    // item) is refused, writing nothing.
+    for kind in ["drop-fs-item", "drop-extent-item"] {
+        let mut made = 0;
+        for seed in 0..4 {
+            let img = dir.join("case.img");
+            copy(&base, &img);
+            let what = corrupt(&img, kind, seed).unwrap();
+            let hash = sha256(&img);
+            let (rc, text) = run(Command::new(ubtrfs_bin())
+                .args(["check", "--repair"])
+                .arg(&img));
+            if rc == 1 {
+                assert_refused(&what, &text, &img, &hash);
+                eprintln!("{what}: refused");
+                continue;
+            }
+            assert_eq!(rc, 0, "{what}: repair:\n{text}");
+            made += 1;
+            let same_view = kind == "drop-extent-item"
+                || ["DIR_ITEM", "DIR_INDEX", "INODE_REF"]
+                    .iter()
+                    .any(|t| what.contains(&format!(" {t} ")));
+            judge_repaired(&img, &what, same_view.then_some(before.as_str()));
         }
-        assert_eq!(rc, 0, "{what}: repair:\n{text}");
-        made += 1;
-        btrfs_check(&img, &[]).unwrap_or_else(|e| panic!("{what}: after repair: {e}"));
-        if ["DIR_ITEM", "DIR_INDEX", "INODE_REF"]
-            .iter()
-            .any(|t| what.contains(&format!(" {t} ")))
-        {
-            assert_eq!(
-                kernel_listing(&img),
-                before,
-                "{what}: the kernel's view changed"
-            );
-        }
-        let m = Mount::images(std::slice::from_ref(&img), "", false);
-        sh(&m.dir, "echo after > d/after2; sync");
-        m.unmount();
-        btrfs_check(&img, &[]).unwrap_or_else(|e| panic!("{what}: after the kernel wrote: {e}"));
-        eprintln!("{what}: repaired");
+        assert!(made > 0, "{kind}: no dropped item was repaired");
     }
-    assert!(made > 0, "no dropped fs tree item was repaired");
     let img = dir.join("case.img");
     copy(&base, &img);
     let what = corrupt(&img, "dup-extent", 0).unwrap();
@@ -280,6 +263,28 @@ fn repair_mends_counters_and_refuses_the_rest() {
     assert_eq!(rc, 1, "{what}: {text}");
     assert_refused(&what, &text, &img, &hash);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A repaired image: btrfs check passes, the kernel shows what it showed
+/// before the damage (`before`, when the repair keeps it), writes on top
+/// (a new file, a copy of an old one), and btrfs check passes again.
+fn judge_repaired(img: &Path, what: &str, before: Option<&str>) {
+    btrfs_check(img, &[]).unwrap_or_else(|e| panic!("{what}: after repair: {e}"));
+    if let Some(before) = before {
+        assert_eq!(
+            kernel_listing(img),
+            before,
+            "{what}: the kernel's view changed"
+        );
+    }
+    let m = Mount::images(&[img.to_path_buf()], "", false);
+    sh(
+        &m.dir,
+        "echo after > d/after; cp d/file7 d/file7.copy; sync",
+    );
+    m.unmount();
+    btrfs_check(img, &[]).unwrap_or_else(|e| panic!("{what}: after the kernel wrote: {e}"));
+    eprintln!("{what}: repaired");
 }
 
 /// A repair that refused: it names what it cannot repair, and the image
@@ -351,15 +356,7 @@ fn killed_repair_leaves_it_as_it_was_or_repaired() {
     skip_unless!(kernel_available);
     let dir = scratch_dir("check-repair-kill");
     let base = base_image(&dir, "");
-    let kinds = [
-        "nlink",
-        "dir-isize",
-        "nbytes",
-        "bg-used",
-        "dev-bytes-used",
-        "extent-refs",
-        "data-ref",
-    ];
+    let kinds = COUNTERS;
     let mut rng = Rng::new(0xc4ec_4e9a);
     let (mut as_it_was, mut repaired) = (0, 0);
     for i in 0..crash_kills() {

@@ -410,16 +410,41 @@ impl Trans {
         refs: &[(Backref, u64)],
     ) -> Result<()> {
         let ns = self.nodesize() as u64;
-        let g = self
-            .alloc
-            .group_of(bytenr)
-            .ok_or_else(|| Error::NotFound(format!("tree block {bytenr}: in no block group")))?;
-        g.remove_free(bytenr, ns);
-        g.item_dirty = true;
+        self.take_space(bytenr, ns, "tree block")?;
         for (i, &(b, c)) in refs.iter().enumerate() {
             self.refs
                 .add_tree_block(bytenr, ns, level, b, c as i64, i == 0);
         }
+        Ok(())
+    }
+
+    /// Gives data extent `bytenr` (`len` bytes), which file extent items
+    /// refer to but the extent tree lacks, its extent item with `refs`
+    /// (check's repair): its space is taken out of the free space; its
+    /// block group's `used` already counts it.
+    pub fn claim_data_extent(
+        &mut self,
+        bytenr: u64,
+        len: u64,
+        refs: &[(Backref, u64)],
+    ) -> Result<()> {
+        self.take_space(bytenr, len, "data extent")?;
+        for (i, &(b, c)) in refs.iter().enumerate() {
+            self.refs.add_data(bytenr, len, b, c as i64, i == 0);
+        }
+        Ok(())
+    }
+
+    /// Takes `[bytenr, bytenr+len)` (a `what` the extent tree lacks) out
+    /// of its block group's free space, where it is still listed; the
+    /// group's `used` already counts it.
+    fn take_space(&mut self, bytenr: u64, len: u64, what: &str) -> Result<()> {
+        let g = self
+            .alloc
+            .group_of(bytenr)
+            .ok_or_else(|| Error::NotFound(format!("{what} {bytenr}: in no block group")))?;
+        g.remove_free(bytenr, len);
+        g.item_dirty = true;
         Ok(())
     }
 

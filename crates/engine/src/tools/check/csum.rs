@@ -152,6 +152,7 @@ pub(crate) fn check(
         .iter()
         .filter(|(_, x)| x.level.is_none())
         .map(|(&s, x)| (s, x.len))
+        .chain(ix.made_data.iter().copied())
         .collect();
     let log = log_data(fs, p);
     extents.extend(log.extents.iter().copied());

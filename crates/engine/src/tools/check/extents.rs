@@ -37,8 +37,11 @@ pub(crate) struct ExtentIndex {
     /// the walk: a tree block's is made again from its references.
     pub unreadable: BTreeMap<u64, (Key, String)>,
     /// Tree blocks the repair gives an extent item: (bytenr, length),
-    /// counted in their block groups' use.
+    /// counted in their block groups' use and taken in the free space.
     pub made: Vec<(u64, u64)>,
+    /// Data extents the repair gives an extent item, likewise; their
+    /// checksums are no orphans.
+    pub made_data: Vec<(u64, u64)>,
     /// Data addresses no extent item holds whose file extent items the
     /// repair points at an orphaned extent listing their references:
     /// from -> (to, length).
@@ -340,6 +343,7 @@ pub(crate) fn check_refs(
         );
         ix.repointed.insert(from, (to, len));
     }
+    made_data_extents(fs, ix, w, p);
     let ix = &*ix;
     let mut found: Vec<_> = w.found.iter().collect();
     found.sort_by_key(|(b, _)| **b);
@@ -352,7 +356,9 @@ pub(crate) fn check_refs(
             }
         };
         let Some(e) = ix.get(b) else {
-            if ix.made.iter().any(|m| m.0 == b) || ix.repointed.contains_key(&b) {
+            if ix.made.iter().chain(&ix.made_data).any(|m| m.0 == b)
+                || ix.repointed.contains_key(&b)
+            {
                 continue;
             }
             let refs: Vec<String> = f.refs.keys().take(3).map(|r| r.to_string()).collect();
@@ -400,20 +406,11 @@ pub(crate) fn check_refs(
             if listed != have {
                 let what = format!("{rk}: {listed} listed but {have} found");
                 // A data reference's count is set to what the file extent
-                // items make (both counts fit: the walk counted `have`,
-                // the extent item's parse `listed`).
-                match (data_backref(rk), e.level) {
-                    (Some(backref), None) if listed > 0 => p.add_fix(
-                        here(),
-                        what,
-                        Fix::DataRefCount {
-                            bytenr: b,
-                            len: e.len,
-                            backref,
-                            delta: have as i64 - listed as i64,
-                        },
-                    ),
-                    _ => p.add(here(), what),
+                // items make; one not listed at all is not made (a file
+                // extent pointed at another's data, say).
+                match data_ref_count(b, e, rk, listed, have).filter(|_| listed > 0) {
+                    Some(fix) => p.add_fix(here(), what, fix),
+                    None => p.add(here(), what),
                 }
             }
         }
@@ -423,27 +420,20 @@ pub(crate) fn check_refs(
                 // A data reference nothing makes is dropped (a repair runs
                 // only when every tree was read whole: an unreadable one
                 // is a problem it cannot repair).
-                let backref = data_backref(rk);
+                if let Some(fix) = data_ref_count(b, e, rk, listed, 0) {
+                    p.add_fix(here(), what, fix);
+                    continue;
+                }
                 let tree_backref = match *rk {
                     RefKey::Tree(root) => Some(Backref::Tree { root }),
                     RefKey::SharedBlock(parent) => Some(Backref::SharedBlock { parent }),
                     _ => None,
                 };
-                match (backref, tree_backref, e.level) {
-                    (Some(backref), _, None) => p.add_fix(
-                        here(),
-                        what,
-                        Fix::DataRefCount {
-                            bytenr: b,
-                            len: e.len,
-                            backref,
-                            delta: -(listed.min(i64::MAX as u64) as i64),
-                        },
-                    ),
+                match (tree_backref, e.level) {
                     // A tree block no tree reaches (a leaf a repair takes
                     // out of its parent, a leaked block): its reference
                     // goes, and the block with its last.
-                    (_, Some(backref), Some(level)) if listed == 1 => p.add_fix(
+                    (Some(backref), Some(level)) if listed == 1 => p.add_fix(
                         here(),
                         what,
                         Fix::DropTreeRef {
@@ -506,6 +496,82 @@ pub(crate) fn check_refs(
     }
 }
 
+/// Data extents that file extent items refer to but that have no extent
+/// item (lost from the extent tree), where nothing else lies: inside a
+/// data block group, sector-aligned, overlapping no extent item. The
+/// repair makes their item from the references found, as btrfs check
+/// rebuilds it. The later checks judge the range as taken: where the
+/// free-space tree lists it free, or the data lacks the checksums its
+/// files want, those problems have no fix and nothing is written.
+fn made_data_extents(fs: &Filesystem, ix: &mut ExtentIndex, w: &Walk, p: &mut Problems) {
+    let ss = fs.info.sectorsize as u64;
+    let mut end_of_last = 0u64;
+    let mut found: Vec<_> = w.found.iter().collect();
+    found.sort_by_key(|(b, _)| **b);
+    for (&b, f) in found {
+        if f.level.is_some() || ix.extents.contains_key(&b) || ix.repointed.contains_key(&b) {
+            continue;
+        }
+        let end = b.saturating_add(f.len);
+        let in_group = ix
+            .groups
+            .range(..=b)
+            .next_back()
+            .is_some_and(|(&gs, (gl, bg))| end <= gs + gl && bg.flags & BG_DATA != 0);
+        let before = ix.extents.range(..b).next_back();
+        let after = ix.extents.range(b..).next();
+        let clear = before.is_none_or(|(&s, e)| s + e.len <= b)
+            && after.is_none_or(|(&s, _)| s >= end)
+            && b >= end_of_last;
+        let refs: Vec<(Backref, u64)> = f
+            .refs
+            .iter()
+            .filter_map(|(rk, &c)| data_backref(rk).map(|r| (r, c)))
+            .collect();
+        if !(in_group
+            && clear
+            && b % ss == 0
+            && f.len % ss == 0
+            && f.len > 0
+            && refs.len() == f.refs.len())
+        {
+            continue;
+        }
+        end_of_last = end;
+        p.add_fix(
+            format!("extent {b}"),
+            format!(
+                "data extent referred to by {} has no extent item; made again from the \
+                 {} references found",
+                f.first,
+                refs.len()
+            ),
+            Fix::NewDataExtent {
+                bytenr: b,
+                len: f.len,
+                refs,
+            },
+        );
+        ix.made_data.push((b, f.len));
+    }
+}
+
+/// The repair that takes data reference `rk` of extent `b` from `listed`
+/// to `have` references; None for a tree block's, or for counts past
+/// what one change holds (an image's count can be any u64).
+fn data_ref_count(b: u64, e: &ExtentEntry, rk: &RefKey, listed: u64, have: u64) -> Option<Fix> {
+    let backref = data_backref(rk).filter(|_| e.level.is_none())?;
+    let delta = i64::try_from(have)
+        .ok()?
+        .checked_sub(i64::try_from(listed).ok()?)?;
+    Some(Fix::DataRefCount {
+        bytenr: b,
+        len: e.len,
+        backref,
+        delta,
+    })
+}
+
 /// The delayed-ref form of a data back reference.
 fn data_backref(rk: &RefKey) -> Option<Backref> {
     match *rk {
@@ -561,7 +627,7 @@ pub(crate) fn check_block_groups(
             _ => p.add(format!("extent item {}", e.key), "in no block group"),
         }
     }
-    for &(s, len) in &ix.made {
+    for &(s, len) in ix.made.iter().chain(&ix.made_data) {
         if let Some((&gs, _)) = groups.range(..=s).next_back() {
             if let Some(u) = used.get_mut(&gs) {
                 *u += len;

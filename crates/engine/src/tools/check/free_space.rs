@@ -92,8 +92,18 @@ pub(crate) fn check(fs: &Filesystem, ix: &ExtentIndex, p: &mut Problems) -> Resu
     // kernel's tree may list them as free (it builds the tree from the
     // extent tree's gaps and leaves them out when it loads it) or not
     // (ubtrfs's writers), so they are left out of both sides.
-    let mut taken: BTreeMap<u64, (u64, u64)> =
-        ix.extents.iter().map(|(&s, e)| (s, (e.len, 0))).collect();
+    // Extents the repair makes again are taken too.
+    let mut taken: BTreeMap<u64, (u64, u64)> = ix
+        .extents
+        .iter()
+        .map(|(&s, e)| (s, (e.len, 0)))
+        .chain(
+            ix.made
+                .iter()
+                .chain(&ix.made_data)
+                .map(|&(s, l)| (s, (l, 0))),
+        )
+        .collect();
     let mut supers: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     for &gs in groups.keys() {
         if let Some((logical, chunk)) = fs.info.chunks.lookup(gs) {

@@ -226,6 +226,14 @@ pub enum Fix {
         key: ubtrfs_format::Key,
         drops: Vec<u64>,
     },
+    /// An extent item for a data extent that file extent items refer to
+    /// but that has none, with the references found; its space taken out
+    /// of the free space first.
+    NewDataExtent {
+        bytenr: u64,
+        len: u64,
+        refs: Vec<(crate::tx::delayed_ref::Backref, u64)>,
+    },
     /// Tree block `bytenr`'s back reference that nothing makes (a leaf
     /// dropped from its parent), dropped: the extent goes with its last.
     DropTreeRef {
@@ -696,6 +704,76 @@ mod tests {
             "{found:?}"
         );
         repair_is_all_or_nothing(&img);
+    }
+
+    /// A data extent item lost from the extent tree (its space still
+    /// used in the free-space tree and its block group, its checksums
+    /// there) is made again from the file extent that refers to it, and
+    /// another extent item's refs one too many are set to its references'
+    /// sum: all or nothing under failing writes.
+    #[test]
+    fn data_extent_items_are_made_again() {
+        use crate::inode::file::DataPolicy;
+        let m = Arc::new(MemDev::new(128 << 20));
+        let o = MkfsOptions {
+            fsid: Some([5; 16]),
+            ..Default::default()
+        };
+        drop(make(vec![("m".into(), m.clone())], &o).unwrap());
+        let dev: Arc<dyn BlockDev> = m.clone();
+        let mut t = crate::tx::Trans::open_dev(vec![dev], 16 << 20).unwrap();
+        let time = ubtrfs_format::items::Timespec::default();
+        let policy = DataPolicy {
+            csum: true,
+            compress: None,
+            force: false,
+        };
+        for (i, name) in [b"a", b"b"].iter().enumerate() {
+            let ino = FIRST_FREE_OBJECTID + 1 + i as u64;
+            let mut root = t.inode_mut(FS_TREE_OBJECTID, FIRST_FREE_OBJECTID);
+            root.create_inode(&name[..], ino, 0o100644, 0, (0, 0), time)
+                .unwrap();
+            let written = t
+                .inode_mut(FS_TREE_OBJECTID, ino)
+                .write_file(0, &[i as u8 + 1; 8192], policy)
+                .unwrap();
+            t.inode_mut(FS_TREE_OBJECTID, ino).put(&written).unwrap();
+        }
+        t.commit().unwrap();
+        let data_items: Vec<(Key, Vec<u8>)> = t
+            .items_in(EXTENT_TREE_OBJECTID, &Key::MIN, &Key::MAX)
+            .unwrap()
+            .into_iter()
+            .filter(|(k, d)| {
+                k.item_type == EXTENT_ITEM
+                    && ubtrfs_format::items::ExtentRecord::parse(k, d)
+                        .is_ok_and(|r| r.item.flags & ubtrfs_format::items::EXTENT_FLAG_DATA != 0)
+            })
+            .collect();
+        assert_eq!(data_items.len(), 2, "{data_items:?}");
+        // Written directly: the allocator and the free space keep the
+        // extent as used, as damage to the extent tree alone leaves them.
+        t.delete_item(EXTENT_TREE_OBJECTID, &data_items[0].0)
+            .unwrap();
+        let (k, mut d) = data_items[1].clone();
+        let refs = u64::from_le_bytes(d[..8].try_into().unwrap());
+        d[..8].copy_from_slice(&(refs + 1).to_le_bytes());
+        t.put_item(EXTENT_TREE_OBJECTID, k, d).unwrap();
+        t.commit().unwrap();
+        drop(t);
+        let bad = m.snapshot();
+        let found = problems(&bad);
+        assert!(
+            found.len() == 2
+                && found
+                    .iter()
+                    .any(|p| matches!(p.fix, Some(Fix::NewDataExtent { .. })))
+                && found
+                    .iter()
+                    .any(|p| matches!(p.fix, Some(Fix::ExtentRefs { .. }))),
+            "{found:?}"
+        );
+        repair_is_all_or_nothing(&bad);
     }
 
     /// The problems a check of `image` finds.

@@ -36,7 +36,10 @@ fn stage(f: &Fix) -> u8 {
     match f {
         // Space first: nothing may be allocated over a block that only
         // now gets its extent item.
-        Fix::NewTreeExtent { .. } | Fix::RootBlock { .. } | Fix::MendBlock { .. } => 0,
+        Fix::NewTreeExtent { .. }
+        | Fix::NewDataExtent { .. }
+        | Fix::RootBlock { .. }
+        | Fix::MendBlock { .. } => 0,
         Fix::DeleteDirName { .. } | Fix::CowBlock { .. } => 1,
         Fix::RewriteDirIndex { .. } | Fix::AddName { .. } | Fix::NewInodeItem { .. } => 2,
         Fix::LostFound { .. } => 4,
@@ -229,6 +232,11 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 }
                 t.claim_tree_block(bytenr, level, refs)?;
             }
+            Fix::NewDataExtent {
+                bytenr,
+                len,
+                ref refs,
+            } => t.claim_data_extent(bytenr, len, refs)?,
             Fix::RepointData {
                 from,
                 to,
