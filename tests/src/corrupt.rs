@@ -33,6 +33,7 @@ pub const KINDS: &[&str] = &[
     "dup-extent",
     "data-ref",
     "dev-bytes-used",
+    "qgroup-rfer",
 ];
 
 /// A change to a leaf's bytes (given the node size).
@@ -242,6 +243,22 @@ pub fn corrupt(image: &Path, kind: &str, seed: u64) -> Option<String> {
             (
                 l,
                 format!("device item {}: bytes_used + 1 MiB", f.key.offset),
+                e,
+            )
+        }
+        "qgroup-rfer" => {
+            // A QGROUP_INFO's referenced bytes: generation at 0, rfer at 8.
+            let quota = fs.tree(QUOTA_TREE_OBJECTID).ok()?;
+            let mut v = items(&fs, quota, |k, _| k.item_type == QGROUP_INFO);
+            let f = pick(&mut v, &mut rng)?;
+            let (l, e) = add_at(&f, 8, 8, 4096);
+            (
+                l,
+                format!(
+                    "quota group {}/{}: referenced + 4096",
+                    f.key.offset >> 48,
+                    f.key.offset & ((1 << 48) - 1)
+                ),
                 e,
             )
         }

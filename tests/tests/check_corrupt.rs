@@ -5,7 +5,7 @@
 //! seeded change per case (tests/src/corrupt.rs: a field of an inode, an
 //! extent or block group item, a dropped item, a flipped bit, a file
 //! pointed at another's extent, a data reference count, a device's
-//! bytes_used), its block's checksum recomputed. Every case btrfs check
+//! bytes_used, a quota group's count), its block's checksum recomputed. Every case btrfs check
 //! flags, ubtrfs check must flag; it may flag more. The clean image passes
 //! both. Seeds per kind: UBTRFS_CORRUPT_SEEDS (CI: 2;
 //! bench/check_corrupt.sh runs more). `check --repair` is also killed
@@ -184,7 +184,7 @@ fn sha256(path: &Path) -> String {
 
 /// The corruptor's kinds of damage to a counter, which the repair always
 /// mends.
-const COUNTERS: [&str; 7] = [
+const COUNTERS: [&str; 8] = [
     "nlink",
     "dir-isize",
     "nbytes",
@@ -192,11 +192,13 @@ const COUNTERS: [&str; 7] = [
     "dev-bytes-used",
     "extent-refs",
     "data-ref",
+    "qgroup-rfer",
 ];
 
 /// `ubtrfs check --repair` mends the counters the corruptor breaks (an
 /// inode's nlink, size or nbytes, a block group's or a device's usage, an
-/// extent item's refs, a data back reference's count):
+/// extent item's refs, a data back reference's count; a quota group's
+/// count is marked inconsistent for a rescan, as the kernel marks it):
 /// then btrfs check and ubtrfs check pass, the kernel shows every file as
 /// before the damage, writes on top, and both checks pass again. Dropped
 /// names and inode items are made again; damage it cannot repair yet (a

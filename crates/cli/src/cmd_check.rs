@@ -32,8 +32,10 @@ pub struct CheckArgs {
     /// sizes, an inode's nbytes, size, link count or generations, an
     /// extent item's refs, a data reference's count, a lost orphan item),
     /// names (missing or misplaced DIR_ITEM, DIR_INDEX, INODE_REF),
-    /// invalid modes, missing inode items, and inodes no name reaches
-    /// (into lost+found); also mkfs.btrfs's leftover free-space entries
+    /// invalid modes, missing inode items, lost extent items (made again
+    /// from the references found), and inodes no name reaches (into
+    /// lost+found); quota counts that differ are marked inconsistent for
+    /// `btrfs quota rescan`; also mkfs.btrfs's leftover free-space entries
     /// that the check only warns of. When anything else is wrong, the
     /// problems that cannot be repaired are named and nothing is written.
     #[arg(long, conflicts_with = "readonly")]

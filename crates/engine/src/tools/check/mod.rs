@@ -241,6 +241,10 @@ pub enum Fix {
         level: u8,
         backref: crate::tx::delayed_ref::Backref,
     },
+    /// Quota group counts that differ from the trees': the status marked
+    /// inconsistent (every commit on a filesystem with quotas marks it:
+    /// [`crate::tx::Trans::commit`]), for `btrfs quota rescan` to recount.
+    QuotaStale,
     /// A root item pointed at the newer root block of its tree that the
     /// extent tree accounts for (progs' repair_root_items).
     RootBlock {

@@ -9,7 +9,7 @@
 //! difference is a warning. Simple quotas count differently (by owner)
 //! and are not compared.
 
-use super::{is_fs_tree, Problems};
+use super::{is_fs_tree, Fix, Problems};
 use crate::ctree::{for_each_item, Tree};
 use crate::fs::Filesystem;
 use crate::tree::block::BlockExpect;
@@ -164,14 +164,7 @@ pub(crate) fn check(fs: &Filesystem, roots: &[(Tree, Option<RootItem>)], p: &mut
                     "referenced {} exclusive {} but its subvolumes' extents make {r} and {e}",
                     info.rfer, info.excl
                 );
-                if inconsistent {
-                    p.warn(
-                        place,
-                        format!("{what} (marked inconsistent: a rescan recounts it)"),
-                    );
-                } else {
-                    p.add(place, what);
-                }
+                mismatch(p, place, what, inconsistent);
             }
             continue;
         }
@@ -190,15 +183,24 @@ pub(crate) fn check(fs: &Filesystem, roots: &[(Tree, Option<RootItem>)], p: &mut
                 "referenced {} exclusive {} but the trees make {r} and {e}",
                 info.rfer, info.excl
             );
-            if inconsistent {
-                p.warn(
-                    place,
-                    format!("{what} (marked inconsistent: a rescan recounts it)"),
-                );
-            } else {
-                p.add(place, what);
-            }
+            mismatch(p, place, what, inconsistent);
         }
+    }
+}
+
+/// A quota group whose counts differ from the trees': a warning when the
+/// status already says they are inconsistent (the kernel and btrfs check
+/// expect it then), else a problem that `--repair` mends by marking them
+/// so, for a `btrfs quota rescan`, as the kernel does when it cannot
+/// account.
+fn mismatch(p: &mut Problems, place: String, what: String, inconsistent: bool) {
+    if inconsistent {
+        p.warn(
+            place,
+            format!("{what} (marked inconsistent: a rescan recounts it)"),
+        );
+    } else {
+        p.add_fix(place, what, Fix::QuotaStale);
     }
 }
 

@@ -232,6 +232,8 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 }
                 t.claim_tree_block(bytenr, level, refs)?;
             }
+            // The commit marks the quota status inconsistent.
+            Fix::QuotaStale => {}
             Fix::NewDataExtent {
                 bytenr,
                 len,
