@@ -293,16 +293,11 @@ fn start(a: StartArgs) -> CmdResult {
     t.commit()?;
     let bytes = moves.iter().map(|m| m.bytes()).sum();
     crate::cmd_scrub::with_progress(bytes, "balance", |p| t.run_relocation(&moves, p))?;
-    let held_by = |t: &Trans, v: &[u64]| -> u64 {
-        v.iter()
-            .filter_map(|s| t.alloc.groups.get(s).map(|g| g.used))
-            .sum()
-    };
-    let held = held_by(&t, &compact);
+    let held = t.alloc.used_in(&compact);
     let c = crate::cmd_scrub::with_progress(held, "compacting", |p| {
         t.compact_data_groups(&compact, p)
     })?;
-    let held = held_by(&t, &trees);
+    let held = t.alloc.used_in(&trees);
     let m = crate::cmd_scrub::with_progress(held, "compacting metadata", |p| {
         t.compact_tree_groups(&trees, p)
     })?;

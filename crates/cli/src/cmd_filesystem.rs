@@ -216,10 +216,7 @@ fn resize(
                         .collect()
                 };
                 let (data, trees) = (kind(&t, true), kind(&t, false));
-                let held = past
-                    .iter()
-                    .filter_map(|s| t.alloc.groups.get(s).map(|g| g.used))
-                    .sum();
+                let held = t.alloc.used_in(&past);
                 crate::cmd_scrub::with_progress(held, "compacting", |p| {
                     let d = t.compact_data_groups(&data, p)?;
                     let base = d.bytes;

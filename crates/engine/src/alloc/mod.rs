@@ -443,6 +443,15 @@ impl Allocator {
     pub fn used_bytes(&self) -> u64 {
         self.groups.values().map(|g| g.used).sum()
     }
+
+    /// Bytes allocated in the groups starting at `starts` (what moving
+    /// them out has to move).
+    pub fn used_in(&self, starts: &[u64]) -> u64 {
+        starts
+            .iter()
+            .filter_map(|s| self.groups.get(s).map(|g| g.used))
+            .sum()
+    }
 }
 
 #[cfg(test)]
