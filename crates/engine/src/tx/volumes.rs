@@ -545,28 +545,17 @@ impl Trans {
         Ok(())
     }
 
-    /// Sets device `devid`'s bytes_used (`check --repair`, from its device
-    /// extents as the check counted them).
-    pub fn set_device_bytes_used(&mut self, devid: u64, used: u64) -> Result<()> {
+    /// Device `devid`'s item, to be changed as it is (`check --repair`
+    /// setting its bytes_used from its device extents, or an unaligned
+    /// total_bytes rounded down, without resize's limits); marked to be
+    /// written at commit.
+    pub fn dev_item_mut(&mut self, devid: u64) -> Result<&mut ubtrfs_format::items::DevItem> {
         let di = self
             .dev_items
             .get_mut(&devid)
             .ok_or_else(|| Error::NotFound(format!("devid {devid}: no such device")))?;
-        di.bytes_used = used;
         self.dev_items_dirty = true;
-        Ok(())
-    }
-
-    /// Sets device `devid`'s total_bytes as it is (`check --repair`: an
-    /// unaligned size rounded down), without resize's limits.
-    pub fn set_device_total_bytes(&mut self, devid: u64, bytes: u64) -> Result<()> {
-        let di = self
-            .dev_items
-            .get_mut(&devid)
-            .ok_or_else(|| Error::NotFound(format!("devid {devid}: no such device")))?;
-        di.total_bytes = bytes;
-        self.dev_items_dirty = true;
-        Ok(())
+        Ok(di)
     }
 
     /// The superblock's total_bytes made the device items' sum.

@@ -74,7 +74,7 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 g.used = used;
                 g.item_dirty = true;
             }
-            Fix::DeviceBytesUsed { devid, used } => t.set_device_bytes_used(devid, used)?,
+            Fix::DeviceBytesUsed { devid, used } => t.dev_item_mut(devid)?.bytes_used = used,
             // The commit writes the block groups' sum.
             Fix::SuperBytesUsed => {}
             Fix::InodeNbytes { tree, ino, nbytes } => {
@@ -106,7 +106,7 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
             // The extent item's head: refs, then generation.
             Fix::ExtentGeneration { key, generation } => set_extent_head(t, &key, 8, generation)?,
             Fix::ExtentRefs { key, refs } => set_extent_head(t, &key, 0, refs)?,
-            Fix::DeviceTotalBytes { devid, bytes } => t.set_device_total_bytes(devid, bytes)?,
+            Fix::DeviceTotalBytes { devid, bytes } => t.dev_item_mut(devid)?.total_bytes = bytes,
             Fix::SuperNumDevices { n } => t.info.sb.num_devices = n,
             Fix::SuperTotalBytes => t.recount_total_bytes(),
             Fix::DeleteItem { tree, key } => {
