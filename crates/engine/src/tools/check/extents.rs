@@ -506,12 +506,16 @@ pub(crate) fn check_refs(
 fn made_data_extents(fs: &Filesystem, ix: &mut ExtentIndex, w: &Walk, p: &mut Problems) {
     let ss = fs.info.sectorsize as u64;
     let mut end_of_last = 0u64;
-    let mut found: Vec<_> = w.found.iter().collect();
-    found.sort_by_key(|(b, _)| **b);
-    for (&b, f) in found {
-        if f.level.is_some() || ix.extents.contains_key(&b) || ix.repointed.contains_key(&b) {
-            continue;
-        }
+    // Only the few without an item, in address order.
+    let mut lost: Vec<_> = w
+        .found
+        .iter()
+        .filter(|(b, f)| {
+            f.level.is_none() && !ix.extents.contains_key(b) && !ix.repointed.contains_key(b)
+        })
+        .collect();
+    lost.sort_by_key(|(b, _)| **b);
+    for (&b, f) in lost {
         let end = b.saturating_add(f.len);
         let in_group = ix
             .groups
