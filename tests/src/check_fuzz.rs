@@ -146,13 +146,12 @@ fn xattr_set(p: &std::path::Path) -> std::io::Result<()> {
 
 static BASE: OnceLock<Mutex<Base>> = OnceLock::new();
 
-/// Changes the base image as `data` says, checks it, and puts the bytes
-/// back. `data` is read 5 bytes at a time: a tree block (2 bytes, modulo
-/// their number), an offset among the bytes it uses past the checksum (2
-/// bytes, modulo their number), and a byte XORed there (its low bit set,
-/// so that something changes). Returns how many problems the check
-/// found, or None when it refused the image as a whole.
-pub fn check_mutated(data: &[u8]) -> Option<usize> {
+/// Changes the base image as `data` says, runs `f` on it, and puts the
+/// bytes back. `data` is read 5 bytes at a time: a tree block (2 bytes,
+/// modulo their number), an offset among the bytes it uses past the
+/// checksum (2 bytes, modulo their number), and a byte XORed there (its
+/// low bit set, so that something changes).
+fn with_mutated<R>(data: &[u8], f: impl FnOnce(Arc<MemDev>) -> R) -> R {
     let base = BASE.get_or_init(|| Mutex::new(make_base()));
     let b = base.lock().unwrap_or_else(|e| e.into_inner());
     let ns = b.nodesize;
@@ -186,13 +185,23 @@ pub fn check_mutated(data: &[u8]) -> Option<usize> {
             b.dev.write_at(buf, phys).unwrap();
         }
     }
-    let d: Arc<dyn BlockDev> = b.dev.clone();
-    let r = ubtrfs_engine::tools::check::check_dev(d);
+    let r = f(b.dev.clone());
     for (which, old) in &saved {
         for &phys in &b.blocks[*which].0 {
             b.dev.write_at(old, phys).unwrap();
         }
     }
+    r
+}
+
+/// Changes the base image as `data` says ([`with_mutated`]) and checks
+/// it. Returns how many problems the check found, or None when it refused
+/// the image as a whole.
+pub fn check_mutated(data: &[u8]) -> Option<usize> {
+    let r = with_mutated(data, |dev| {
+        let d: Arc<dyn BlockDev> = dev;
+        ubtrfs_engine::tools::check::check_dev(d)
+    });
     match r {
         Ok(_) => Some(0),
         Err(e) => {
@@ -201,5 +210,69 @@ pub fn check_mutated(data: &[u8]) -> Option<usize> {
                 .and_then(|(h, _)| h.rsplit(' ').next()?.parse().ok())
                 .or(None)
         }
+    }
+}
+
+/// What `--repair` made of a damaged image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepairOutcome {
+    /// The check found nothing, or refused the image as a whole.
+    Nothing,
+    /// Some problem has no repair: nothing was written.
+    Refused,
+    /// Repaired: the check after found `after` problems (none, mostly;
+    /// else, `again`, problems the first hid that a second run repairs).
+    Repaired {
+        before: usize,
+        after: usize,
+        again: bool,
+    },
+    /// The repair's transaction failed (nothing committed).
+    Failed(String),
+}
+
+/// Changes the base image as `data` says ([`with_mutated`]), then repairs
+/// a copy of it as `ubtrfs check --repair` does (one transaction) and
+/// checks it again.
+pub fn repair_mutated(data: &[u8]) -> RepairOutcome {
+    use ubtrfs_engine::tools::check::{check, repair, CheckOptions};
+    let copy = with_mutated(data, |dev| Arc::new(MemDev::from_bytes(dev.snapshot())));
+    let open = |dev: &Arc<MemDev>| {
+        let d: Arc<dyn BlockDev> = dev.clone();
+        Device::from_dev(std::path::Path::new("fuzz"), d)
+            .and_then(|d| Filesystem::from_devices(vec![d], 16 << 20))
+    };
+    let Ok(fs) = open(&copy) else {
+        return RepairOutcome::Nothing;
+    };
+    let Ok(report) = check(&fs, &CheckOptions::default(), &mut |_, _| {}) else {
+        return RepairOutcome::Nothing;
+    };
+    drop(fs);
+    if !report.repairable() {
+        return RepairOutcome::Nothing;
+    }
+    let Ok(fixes) = report.fixes() else {
+        return RepairOutcome::Refused;
+    };
+    let d: Arc<dyn BlockDev> = copy.clone();
+    let prepare = |i: &ubtrfs_engine::disk_io::FsInfo| repair::prepare(i, &fixes);
+    let r =
+        ubtrfs_engine::tx::Trans::open_dev_with(vec![d], 16 << 20, &prepare).and_then(|mut t| {
+            repair::apply(&mut t, &fixes)?;
+            t.commit()
+        });
+    if let Err(e) = r {
+        return RepairOutcome::Failed(e.to_string());
+    }
+    let (after, again) = open(&copy)
+        .and_then(|fs| check(&fs, &CheckOptions::default(), &mut |_, _| {}))
+        .map_or((usize::MAX, false), |r| {
+            (r.problem_count, r.fixes().is_ok())
+        });
+    RepairOutcome::Repaired {
+        before: report.problem_count,
+        after,
+        again,
     }
 }

@@ -99,7 +99,7 @@ pub fn run(a: CheckArgs) -> CmdResult {
         }
     };
     // One transaction: a kill leaves the image as it was, or repaired.
-    let mut t = Trans::open(&paths, 64 << 20)?;
+    let mut t = Trans::open_with(&paths, 64 << 20, &|i| repair::prepare(i, &fixes))?;
     repair::apply(&mut t, &fixes)?;
     t.commit()?;
     drop(t);

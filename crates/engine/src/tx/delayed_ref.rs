@@ -103,6 +103,9 @@ pub struct Head {
     pub deltas: BTreeMap<Backref, i64>,
     /// Extent flags to set (FULL_BACKREF).
     pub set_flags: u64,
+    /// A new extent item's generation when not this transaction's (check's
+    /// repair remaking the item of a block written before).
+    pub generation: Option<u64>,
 }
 
 /// Reference changes not yet in the extent tree, by extent address.
@@ -135,6 +138,7 @@ impl DelayedRefs {
             new,
             deltas: BTreeMap::new(),
             set_flags: 0,
+            generation: None,
         };
         self.add(bytenr, head, backref, delta);
     }
@@ -155,8 +159,17 @@ impl DelayedRefs {
             new,
             deltas: BTreeMap::new(),
             set_flags: 0,
+            generation: None,
         };
         self.add(bytenr, head, backref, delta);
+    }
+
+    /// The generation new extent item `bytenr` gets (else the
+    /// transaction's), when it has reference changes queued.
+    pub fn set_generation(&mut self, bytenr: u64, generation: u64) {
+        if let Some(h) = self.heads.get_mut(&bytenr) {
+            h.generation = Some(generation);
+        }
     }
 
     /// Marks tree block `bytenr` as referencing its children by address.
@@ -168,6 +181,7 @@ impl DelayedRefs {
             new: false,
             deltas: BTreeMap::new(),
             set_flags: 0,
+            generation: None,
         });
         h.set_flags |= BLOCK_FLAG_FULL_BACKREF;
     }
@@ -302,7 +316,7 @@ impl Trans {
             ExtentRecord {
                 item: ExtentItem {
                     refs: 0,
-                    generation: self.transid,
+                    generation: head.generation.unwrap_or(self.transid),
                     flags: if head.is_data {
                         EXTENT_FLAG_DATA
                     } else {

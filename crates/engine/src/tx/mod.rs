@@ -415,6 +415,14 @@ impl Trans {
             self.refs
                 .add_tree_block(bytenr, ns, level, b, c as i64, i == 0);
         }
+        // The item keeps the block's generation, as the kernel wrote it
+        // when it made the block (root items and parents name it so).
+        let expect = crate::tree::block::BlockExpect {
+            level: Some(level),
+            ..Default::default()
+        };
+        let generation = self.info.read_tree_block(bytenr, expect)?.header.generation;
+        self.refs.set_generation(bytenr, generation);
         Ok(())
     }
 

@@ -54,6 +54,17 @@ impl Trans {
     /// with features this writer does not handle, missing devices, or an
     /// unreplayed log.
     pub fn open(paths: &[PathBuf], cache_bytes: u64) -> Result<Trans> {
+        Self::open_with(paths, cache_bytes, &|_| {})
+    }
+
+    /// Like [`Trans::open`], `prepare` run on the filesystem's info before
+    /// the transaction reads its trees (check's repair: blocks read
+    /// mended, as the check read them).
+    pub fn open_with(
+        paths: &[PathBuf],
+        cache_bytes: u64,
+        prepare: &dyn Fn(&FsInfo),
+    ) -> Result<Trans> {
         let mut devs = Vec::new();
         for p in paths {
             let dev = FileDev::open(p, true).map_err(|e| Error::Io {
@@ -63,18 +74,27 @@ impl Trans {
             })?;
             devs.push(Device::from_dev(p, Arc::new(dev))?);
         }
-        Self::open_devices(devs, cache_bytes, false)
+        Self::open_devices(devs, cache_bytes, false, prepare)
     }
 
     /// Opens the filesystem on already opened devices (in memory, or
     /// wrapped to record or fail writes in tests) for writing.
     pub fn open_dev(devs: Vec<Arc<dyn BlockDev>>, cache_bytes: u64) -> Result<Trans> {
+        Self::open_dev_with(devs, cache_bytes, &|_| {})
+    }
+
+    /// [`Trans::open_dev`] with [`Trans::open_with`]'s `prepare`.
+    pub fn open_dev_with(
+        devs: Vec<Arc<dyn BlockDev>>,
+        cache_bytes: u64,
+        prepare: &dyn Fn(&FsInfo),
+    ) -> Result<Trans> {
         let devs = devs
             .into_iter()
             .enumerate()
             .map(|(i, d)| Device::from_dev(Path::new(&format!("dev{i}")), d))
             .collect::<Result<Vec<_>>>()?;
-        Self::open_devices(devs, cache_bytes, false)
+        Self::open_devices(devs, cache_bytes, false, prepare)
     }
 
     /// Like [`Trans::open_dev`] (each device named by its path in
@@ -89,7 +109,7 @@ impl Trans {
             .into_iter()
             .map(|(p, d)| Device::from_dev(&p, d))
             .collect::<Result<Vec<_>>>()?;
-        Self::open_devices(devs, cache_bytes, true)
+        Self::open_devices(devs, cache_bytes, true, &|_| {})
     }
 
     /// The superblock's log tree root (0 when there is none) and level.
@@ -104,7 +124,12 @@ impl Trans {
         self.info.sb.log_root_level = 0;
     }
 
-    fn open_devices(devs: Vec<Device>, cache_bytes: u64, allow_log: bool) -> Result<Trans> {
+    fn open_devices(
+        devs: Vec<Device>,
+        cache_bytes: u64,
+        allow_log: bool,
+        prepare: &dyn Fn(&FsInfo),
+    ) -> Result<Trans> {
         let name = devs
             .first()
             .map(|d| d.path.display().to_string())
@@ -161,6 +186,7 @@ impl Trans {
             )));
         }
         let info = fs.info;
+        prepare(&info);
         let mut roots = BTreeMap::new();
         roots.insert(
             ROOT_TREE_OBJECTID,

@@ -804,10 +804,12 @@ mod tests {
             let m = Arc::new(MemDev::from_bytes(bad.to_vec()));
             let f = Arc::new(FaultDev::new(m.clone(), fail_at));
             let dev: Arc<dyn BlockDev> = f.clone();
-            let r = crate::tx::Trans::open_dev(vec![dev], 16 << 20).and_then(|mut t| {
-                repair::apply(&mut t, &fixes)?;
-                t.commit()
-            });
+            let prepare = |i: &crate::disk_io::FsInfo| repair::prepare(i, &fixes);
+            let r =
+                crate::tx::Trans::open_dev_with(vec![dev], 16 << 20, &prepare).and_then(|mut t| {
+                    repair::apply(&mut t, &fixes)?;
+                    t.commit()
+                });
             (r.is_ok(), f.ops(), m.snapshot())
         };
         let (ok, ops, repaired) = run(None);

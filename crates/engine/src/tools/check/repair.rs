@@ -24,6 +24,7 @@
 //! last.
 
 use super::{Fix, NamePart};
+use crate::disk_io::FsInfo;
 use crate::error::{Error, Result};
 use crate::inode::now;
 use crate::tx::Trans;
@@ -34,26 +35,27 @@ use ubtrfs_format::Key;
 /// When each kind of repair is made (lowest first).
 fn stage(f: &Fix) -> u8 {
     match f {
-        // Space first: nothing may be allocated over a block that only
-        // now gets its extent item.
-        Fix::NewTreeExtent { .. }
-        | Fix::NewDataExtent { .. }
-        | Fix::RootBlock { .. }
-        | Fix::MendBlock { .. } => 0,
-        Fix::DeleteDirName { .. } | Fix::CowBlock { .. } => 1,
-        Fix::RewriteDirIndex { .. } | Fix::AddName { .. } | Fix::NewInodeItem { .. } => 2,
-        Fix::LostFound { .. } => 4,
-        Fix::SuperTotalBytes => 5,
-        _ => 3,
+        // Space first: nothing may be allocated (a copy on write of a
+        // mended block, say) over an extent that only now gets its item.
+        Fix::NewTreeExtent { .. } | Fix::NewDataExtent { .. } => 0,
+        Fix::RootBlock { .. } | Fix::MendBlock { .. } => 1,
+        Fix::DeleteDirName { .. } | Fix::CowBlock { .. } => 2,
+        Fix::RewriteDirIndex { .. } | Fix::AddName { .. } | Fix::NewInodeItem { .. } => 3,
+        Fix::LostFound { .. } => 5,
+        Fix::SuperTotalBytes => 6,
+        _ => 4,
     }
 }
 
-/// Applies `fixes` in `t` (the caller commits).
-pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
+/// Makes `info` read blocks as the check read them when `fixes` mend
+/// blocks: leaves with their item data put back in place, nodes without
+/// their pointers to unreadable leaves. For [`Trans::open_with`], so that
+/// opening the transaction (which reads the extent tree) reads them so
+/// too.
+pub fn prepare(info: &FsInfo, fixes: &[Fix]) {
     if fixes.iter().any(|f| matches!(f, Fix::MendBlock { .. })) {
-        // Read as the check read them.
-        t.info.mend_leaves();
-        t.info.drop_leaves(
+        info.mend_leaves();
+        info.drop_leaves(
             fixes
                 .iter()
                 .flat_map(|f| match f {
@@ -63,6 +65,12 @@ pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
                 .map(|b| (b, "unreadable".to_string())),
         );
     }
+}
+
+/// Applies `fixes` in `t` (the caller commits; it opens `t` with
+/// [`prepare`]).
+pub fn apply(t: &mut Trans, fixes: &[Fix]) -> Result<()> {
+    prepare(&t.info, fixes);
     let mut order: Vec<&Fix> = fixes.iter().collect();
     order.sort_by_key(|f| stage(f));
     for f in order {
